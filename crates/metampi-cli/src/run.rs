@@ -1,0 +1,352 @@
+//! `metampi run`: maps the mpiexec-style command line onto a
+//! [`metampi_launch::JobSpec`] and runs it.
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use metampi_launch::{AppSpec, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget};
+
+/// Exit status for a command line or job description that is refused before anything starts;
+/// the same as clap uses for its own usage errors.
+const USAGE_EXIT: u8 = 2;
+
+const ABOUT: &str = "Start a job of N ranks (mpiexec-style)";
+
+const LONG_ABOUT: &str = "\
+Start a job of N ranks of PROGRAM (mpiexec-style) and wait for all of them.
+
+Several programs form one MIMD job when separated by a lone `:`, each with its own -n:
+    metampi run -n 1 master : -n 4 worker --fast
+Ranks are numbered program after program (master is rank 0, workers 1..=4). Options of
+`metampi run` go before the first PROGRAM; everything after it belongs to the program, even
+arguments that look like options (`metampi run -n 2 ls -l`).
+
+Every rank gets these environment variables:
+    METAMPI_PMI          host:port of the job's key-value server
+    METAMPI_JOB          job id (16 hex digits, random per job)
+    METAMPI_RANK         global rank
+    METAMPI_SIZE         number of ranks in the job
+    METAMPI_APPNUM       index of the rank's program in a MIMD job
+    METAMPI_NODE         host the rank is placed on (same value = same machine)
+    METAMPI_LOCAL_RANK   index among the ranks on the same node
+    METAMPI_LOCAL_SIZE   number of ranks on the same node
+
+Placement: --hosts a,b:4 gives a one slot and b four; ranks fill the slots in order and, if
+there are more ranks than slots, wrap round-robin over the hosts. Without --hosts or
+--hostfile every rank runs on this machine.
+
+When a rank exits non-zero, is killed by a signal, calls abort, or exits after connecting to
+the key-value server without calling finalize, or when the timeout expires or this command gets
+SIGINT/SIGTERM/SIGHUP, one line on stderr names the cause (rank, pid, host, code or signal),
+the other ranks get SIGTERM and, two seconds later, SIGKILL.
+
+Exit status: 0 when every rank succeeded; otherwise the failing rank's exit code, 128+N for a
+rank killed by signal N (or for signal N received by the launcher), the abort code (1 if it was
+0), 124 for a timeout, 2 for a refused command line, 1 for a failure to start.";
+
+const AFTER_LONG_HELP: &str = "\
+Examples:
+    metampi run -n 4 ./solver input.dat
+    metampi run -n 3 sh -c 'echo rank $METAMPI_RANK of $METAMPI_SIZE'
+    metampi run --tag-output --stdin all -n 2 cat
+    metampi run --hosts node1,node2:4 -x OMP_NUM_THREADS=2 -n 5 ./app
+    metampi run --launch local --hosts siteA:2,siteB:2 -n 4 ./app     # emulate two machines
+    metampi run --launch 'ssh -p 2222 {host} {cmd}' --hostfile hosts.txt -n 8 ./app
+    metampi run --debug 0 -n 2 ./app                                   # rank 0 under gdbserver
+
+Hostfile lines: `host`, `host:N` or `host slots=N`; `#` starts a comment.";
+
+/// Arguments of `metampi run`.
+#[derive(Debug, Args)]
+#[command(about = ABOUT, long_about = LONG_ABOUT, after_long_help = AFTER_LONG_HELP)]
+pub struct RunArgs {
+    /// Number of ranks for the (first) program
+    #[arg(short = 'n', long = "np", value_name = "N")]
+    np: usize,
+
+    /// Hosts to place ranks on, in order: `a,b:4` gives a one slot and b four
+    #[arg(long, value_name = "HOST[:SLOTS],...", conflicts_with = "hostfile")]
+    hosts: Option<String>,
+
+    /// Read hosts from FILE: lines `host`, `host:N` or `host slots=N`; `#` comments
+    #[arg(long, value_name = "FILE")]
+    hostfile: Option<PathBuf>,
+
+    /// How to start ranks on hosts other than this one: `ssh` (default); `local` (start them
+    /// here but report the assigned host as METAMPI_NODE, to emulate several machines); or a
+    /// command template with {host} and {cmd}, e.g. 'ssh -p 2222 {host} {cmd}', where {cmd}
+    /// becomes one word holding the rank's shell command line
+    #[arg(long, value_name = "ssh|local|TEMPLATE", default_value = "ssh", value_parser = parse_launch)]
+    launch: LaunchMethod,
+
+    /// Set VAR to VALUE for every rank, or pass this shell's VAR on (repeatable)
+    #[arg(short = 'x', value_name = "VAR[=VALUE]")]
+    export: Vec<String>,
+
+    /// Pass this shell's whole environment to remote ranks too (local ranks always inherit it)
+    #[arg(long)]
+    env_all: bool,
+
+    /// Prefix every output line with `[RANK] `
+    #[arg(long)]
+    tag_output: bool,
+
+    /// Write DIR/rank.R.stdout and DIR/rank.R.stderr instead of forwarding output to the terminal
+    #[arg(long, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+
+    /// Which ranks read this command's stdin: a rank number, `all`, or `none` (the others get
+    /// /dev/null)
+    #[arg(long, value_name = "0|all|none|N", default_value = "0", value_parser = parse_stdin)]
+    stdin: StdinTarget,
+
+    /// Kill the job after SECS seconds (fractions allowed); exit status 124
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    timeout: Option<Duration>,
+
+    /// Start these ranks under gdbserver and print how to attach gdb: `0,2` or `1-3`
+    #[arg(long, value_name = "RANKS", value_parser = parse_ranks)]
+    debug: Option<RankList>,
+
+    /// PROGRAM and its arguments; more programs after a lone `:`, each as `-n M PROGRAM ARGS...`
+    #[arg(
+        value_name = "PROGRAM [ARGS]... [: -n M PROGRAM2 [ARGS]...]",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    command: Vec<OsString>,
+}
+
+/// Runs the job; returns the process exit status.
+///
+/// # Errors
+/// Failures to start the job (spawning, sockets). Refused command lines are reported here and
+/// give [`USAGE_EXIT`] instead, so nothing is started for them.
+pub fn execute(args: RunArgs) -> anyhow::Result<u8> {
+    let spec = match build_spec(args) {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("metampi run: error: {e:#}");
+            return Ok(USAGE_EXIT);
+        }
+    };
+    if let Err(e) = spec.validate() {
+        eprintln!("metampi run: error: {e}");
+        return Ok(USAGE_EXIT);
+    }
+    let outcome = metampi_launch::run(&spec)?;
+    // exit_code() is documented to be in 0..=255.
+    Ok(u8::try_from(outcome.exit_code()).unwrap_or(1))
+}
+
+fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
+    let mut spec = JobSpec::new()
+        .launch(args.launch)
+        .env_all(args.env_all)
+        .tag_output(args.tag_output)
+        .stdin(args.stdin);
+    for app in split_apps(args.np, &args.command)? {
+        spec = spec.app(app);
+    }
+    if let Some(list) = &args.hosts {
+        spec = spec.hosts(Host::parse_list(list)?);
+    }
+    if let Some(path) = &args.hostfile {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read hostfile {}", path.display()))?;
+        let hosts = Host::parse_hostfile(&text).with_context(|| format!("in {}", path.display()))?;
+        spec = spec.hosts(hosts);
+    }
+    for setting in &args.export {
+        spec = match setting.split_once('=') {
+            Some((name, value)) => spec.env(name, value),
+            None => spec.export(setting),
+        };
+    }
+    if let Some(dir) = args.output_dir {
+        spec = spec.output(OutputMode::Directory(dir));
+    }
+    if let Some(timeout) = args.timeout {
+        spec = spec.timeout(timeout);
+    }
+    if let Some(RankList(ranks)) = args.debug {
+        spec = spec.debug_ranks(ranks);
+    }
+    Ok(spec)
+}
+
+/// Splits `PROGRAM ARGS... : -n M PROGRAM2 ARGS2... : ...` into apps.
+fn split_apps(first_n: usize, command: &[OsString]) -> anyhow::Result<Vec<AppSpec>> {
+    let mut apps = Vec::new();
+    for (index, segment) in command.split(|word| word == ":").enumerate() {
+        let (n, rest) = if index == 0 {
+            (first_n, segment)
+        } else {
+            parse_np(segment).with_context(|| format!("in program {} (after `:` number {index})", index + 1))?
+        };
+        let Some((program, program_args)) = rest.split_first() else {
+            bail!("program {} has no PROGRAM to run", index + 1);
+        };
+        apps.push(AppSpec::new(n, program.clone()).args(program_args.iter().cloned()));
+    }
+    Ok(apps)
+}
+
+/// Reads the leading `-n M`, `-nM`, `--np M` or `--np=M` of a MIMD segment.
+fn parse_np(segment: &[OsString]) -> anyhow::Result<(usize, &[OsString])> {
+    let first = segment.first().and_then(|w| w.to_str()).unwrap_or("");
+    let (value, rest): (&OsStr, &[OsString]) = if first == "-n" || first == "--np" {
+        match segment.get(1) {
+            Some(value) => (value, &segment[2..]),
+            None => bail!("`{first}` needs a number"),
+        }
+    } else if let Some(value) = first.strip_prefix("--np=").or_else(|| first.strip_prefix("-n")) {
+        (OsStr::new(value), &segment[1..])
+    } else {
+        bail!("each program after `:` must start with `-n M`");
+    };
+    let text = value.to_string_lossy();
+    let n = text
+        .parse::<usize>()
+        .with_context(|| format!("`{text}` is not a rank count"))?;
+    Ok((n, rest))
+}
+
+fn parse_launch(text: &str) -> Result<LaunchMethod, String> {
+    match text {
+        "ssh" => Ok(LaunchMethod::Ssh),
+        "local" => Ok(LaunchMethod::Local),
+        t if t.contains("{cmd}") => Ok(LaunchMethod::Template(t.to_string())),
+        _ => Err("expected `ssh`, `local`, or a command template containing {cmd}".into()),
+    }
+}
+
+fn parse_stdin(text: &str) -> Result<StdinTarget, String> {
+    match text {
+        "all" => Ok(StdinTarget::All),
+        "none" => Ok(StdinTarget::None),
+        n => n
+            .parse::<usize>()
+            .map(StdinTarget::Rank)
+            .map_err(|_| "expected a rank number, `all` or `none`".into()),
+    }
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    // Written so that NaN is refused too.
+    if secs.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+        return Err("the timeout must be longer than zero".into());
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+/// Ranks given as `0,2,5-7`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RankList(Vec<usize>);
+
+fn parse_ranks(text: &str) -> Result<RankList, String> {
+    let mut ranks = Vec::new();
+    for part in text.split(',') {
+        let part = part.trim();
+        let number = |s: &str| {
+            s.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("`{s}` is not a rank number"))
+        };
+        match part.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (number(lo)?, number(hi)?);
+                if lo > hi {
+                    return Err(format!("empty rank range `{part}`"));
+                }
+                ranks.extend(lo..=hi);
+            }
+            None => ranks.push(number(part)?),
+        }
+    }
+    Ok(RankList(ranks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        Wrapper::try_parse_from(std::iter::once("run").chain(args.iter().copied())).map(|w| w.run)
+    }
+
+    #[test]
+    fn program_arguments_may_look_like_options() {
+        let args = parse(&["-n", "2", "ls", "-l", "--all", "-n", "5"]).unwrap();
+        assert_eq!(args.np, 2);
+        assert_eq!(args.command, ["ls", "-l", "--all", "-n", "5"]);
+    }
+
+    #[test]
+    fn options_before_the_program_are_parsed() {
+        let args = parse(&[
+            "--tag-output", "-x", "A=1", "-x", "B", "--stdin", "all", "--timeout", "1.5",
+            "--debug", "0,2-3", "-n", "4", "prog",
+        ])
+        .unwrap();
+        assert!(args.tag_output);
+        assert_eq!(args.export, ["A=1", "B"]);
+        assert_eq!(args.stdin, StdinTarget::All);
+        assert_eq!(args.timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(args.debug, Some(RankList(vec![0, 2, 3])));
+    }
+
+    #[test]
+    fn bad_option_values_are_refused() {
+        assert!(parse(&["-n", "x", "prog"]).is_err());
+        assert!(parse(&["-n", "2"]).is_err());
+        assert!(parse(&["--stdin", "some", "-n", "2", "prog"]).is_err());
+        assert!(parse(&["--timeout", "0", "-n", "2", "prog"]).is_err());
+        assert!(parse(&["--timeout", "-3", "-n", "2", "prog"]).is_err());
+        assert!(parse(&["--debug", "3-1", "-n", "2", "prog"]).is_err());
+        assert!(parse(&["--launch", "rsh", "-n", "2", "prog"]).is_err());
+        assert!(parse(&["--hosts", "a", "--hostfile", "f", "-n", "2", "prog"]).is_err());
+    }
+
+    #[test]
+    fn mimd_segments_split_on_a_lone_colon() {
+        let command: Vec<OsString> = ["a", "x", ":", "-n", "3", "b", "-v", ":", "--np=2", "c", ":", "-n1", "d"]
+            .map(OsString::from)
+            .to_vec();
+        let apps = split_apps(2, &command).unwrap();
+        let shape: Vec<_> = apps.iter().map(|a| (a.n, a.program.clone(), a.args.len())).collect();
+        assert_eq!(
+            shape,
+            [(2, "a".into(), 1), (3, "b".into(), 1), (2, "c".into(), 0), (1, "d".into(), 0)]
+        );
+    }
+
+    #[test]
+    fn mimd_mistakes_are_explained() {
+        let err = |words: &[&str]| {
+            let command: Vec<OsString> = words.iter().map(OsString::from).collect();
+            format!("{:#}", split_apps(1, &command).unwrap_err())
+        };
+        assert!(err(&["a", ":", "b"]).contains("must start with `-n M`"));
+        assert!(err(&["a", ":", "-n"]).contains("needs a number"));
+        assert!(err(&["a", ":", "-n", "x", "b"]).contains("not a rank count"));
+        assert!(err(&["a", ":", "-n", "2"]).contains("has no PROGRAM"));
+        assert!(err(&[":", "-n", "2", "b"]).contains("program 1 has no PROGRAM"));
+        assert!(err(&["a", ":"]).contains("program 2"));
+    }
+}

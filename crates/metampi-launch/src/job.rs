@@ -1,0 +1,556 @@
+//! Running a job: start the key-value server, spawn every rank in its own process group,
+//! watch them, stop them all on the first failure, reap everything.
+//!
+//! Nothing here polls: every rank has a thread blocked in `waitpid`, and the monitor blocks on
+//! one channel that carries rank exits, aborts from the key-value server and signals to the
+//! launcher, with the timeout as the receive deadline.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::command;
+use crate::error::LaunchError;
+use crate::outcome::{JobFailure, JobOutcome, RankId, RankResult};
+use crate::pmi::{JobId, PmiEvent, PmiServer};
+use crate::spec::{JobSpec, OutputMode, Plan, RankPlan, Start, StdinTarget};
+use crate::stdio::{self, Sink, StdinPump, Stream};
+use crate::sys::{self, SignalSubscription};
+
+/// Time between SIGTERM and SIGKILL when stopping a job.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// Prefix of every line the launcher itself prints.
+const WHO: &str = "metampi run";
+
+/// Runs a job to completion and reports how every rank ended.
+///
+/// Validates `spec` first ([`JobSpec::validate`]), so nothing starts for a bad spec. Then
+/// every rank is started in its own process group with the `METAMPI_*` environment, output is
+/// forwarded as configured, and the call blocks until all ranks have ended. The first failure
+/// (non-zero exit, death by signal, `ABORT`, exit without `FINALIZE` after connecting, the
+/// timeout, or SIGINT/SIGTERM/SIGHUP to this process) is printed to stderr as one line; the
+/// remaining ranks get SIGTERM (or the signal the launcher received), SIGKILL after
+/// [`KILL_GRACE`], and are reaped before this returns.
+///
+/// Safe to call from any thread, also several jobs at once (e.g. parallel tests); output
+/// forwarding uses std's stdout/stderr locks, so lines never mix.
+///
+/// # Errors
+/// Validation errors, and failures to set up or spawn; in the latter case ranks already
+/// started are killed and reaped first. A job that starts and then fails is an `Ok` whose
+/// [`JobOutcome::failure`] says why.
+pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
+    let plan = spec.plan()?;
+    let job = JobId::random();
+    let (events_tx, events) = mpsc::channel::<Event>();
+
+    // Ranks on other machines must reach the server; when all are here (or remote ranks are
+    // told a loopback address, as tests do), stay off the network.
+    let loopback_pmi = plan
+        .pmi_host
+        .parse::<IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback());
+    let bind_ip = if plan.all_local || loopback_pmi {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
+    let pmi = {
+        let tx = events_tx.clone();
+        PmiServer::bind(
+            bind_ip,
+            plan.size,
+            job,
+            Box::new(move |event| {
+                // The monitor outlives the server, so the receiver is still there.
+                let _ = tx.send(Event::Pmi(event));
+            }),
+        )
+        .map_err(LaunchError::Pmi)?
+    };
+
+    let _signals = if spec.forward_signals {
+        let tx = events_tx.clone();
+        Some(
+            SignalSubscription::new(move |signal| {
+                let _ = tx.send(Event::Signal(signal));
+            })
+            .map_err(|source| LaunchError::Io {
+                what: "cannot install signal handlers",
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
+
+    let capture = match spec.output {
+        OutputMode::Capture => Some((
+            Arc::new(Mutex::new(Vec::new())),
+            Arc::new(Mutex::new(Vec::new())),
+        )),
+        _ => None,
+    };
+    let cwd = if plan.all_local {
+        None
+    } else {
+        Some(std::env::current_dir().map_err(|source| LaunchError::Io {
+            what: "cannot determine the working directory for remote ranks",
+            source,
+        })?)
+    };
+    let (done_tx, done_rx) = mpsc::channel();
+    let started_at = Instant::now();
+    let mut ctx = StartContext {
+        spec,
+        plan: &plan,
+        job,
+        pmi_port: pmi.addr().port(),
+        cwd: cwd.as_deref(),
+        capture: capture.clone(),
+        done: done_tx,
+        events: events_tx.clone(),
+        forwarders: 0,
+    };
+
+    let mut ids: Vec<RankId> = Vec::with_capacity(plan.size);
+    let mut stdin_targets: Vec<ChildStdin> = Vec::new();
+    for rank_plan in &plan.ranks {
+        match start_rank(&mut ctx, rank_plan) {
+            Ok((id, stdin)) => {
+                ids.push(id);
+                stdin_targets.extend(stdin);
+            }
+            Err(e) => {
+                kill_started(&ids, &events);
+                return Err(e);
+            }
+        }
+    }
+    let forwarders = ctx.forwarders;
+    drop(ctx);
+
+    let stdin_pump = if stdin_targets.is_empty() {
+        None
+    } else {
+        match StdinPump::start(spec.stdin_data.clone(), stdin_targets) {
+            Ok(pump) => Some(pump),
+            Err(source) => {
+                kill_started(&ids, &events);
+                return Err(LaunchError::Io {
+                    what: "cannot start stdin forwarding",
+                    source,
+                });
+            }
+        }
+    };
+
+    let mut monitor = Monitor {
+        ids: &ids,
+        statuses: vec![None; plan.size],
+        alive: plan.size,
+        events: &events,
+        pmi: &pmi,
+    };
+    let deadline = spec.timeout.map(|t| started_at + t);
+    let failure = monitor.watch(deadline, spec.timeout.unwrap_or_default());
+    if let Some(failure) = &failure {
+        eprintln!("{WHO}: {failure}");
+        let first = match failure {
+            JobFailure::Interrupted { signal } => *signal,
+            _ => libc::SIGTERM,
+        };
+        monitor.stop_all(first);
+    }
+
+    if let Some(pump) = stdin_pump {
+        pump.stop();
+    }
+    // Ranks are gone; their pipes close unless a leftover child of theirs holds them open.
+    let mut pending = stdio::wait_forwarders(&done_rx, forwarders, Instant::now() + stdio::OUTPUT_GRACE);
+    if pending > 0 {
+        signal_groups(&ids, libc::SIGKILL);
+        pending = stdio::wait_forwarders(&done_rx, pending, Instant::now() + stdio::OUTPUT_GRACE);
+        if pending > 0 {
+            eprintln!(
+                "{WHO}: {pending} output stream(s) still open after every rank exited \
+                 (a process outside the ranks' process groups holds them); not waiting for them"
+            );
+        }
+    }
+    let statuses = std::mem::take(&mut monitor.statuses);
+    drop(pmi);
+
+    let take = |buffer: Arc<Mutex<Vec<u8>>>| {
+        std::mem::take(&mut *buffer.lock().unwrap_or_else(PoisonError::into_inner))
+    };
+    let (stdout, stderr) = match capture {
+        Some((out, err)) => (take(out), take(err)),
+        None => (Vec::new(), Vec::new()),
+    };
+    Ok(JobOutcome {
+        job,
+        ranks: ids
+            .into_iter()
+            .zip(statuses)
+            .map(|(id, status)| RankResult { id, status })
+            .collect(),
+        failure,
+        stdout,
+        stderr,
+    })
+}
+
+/// Shared stdout and stderr buffers for [`OutputMode::Capture`].
+type CaptureBuffers = (Arc<Mutex<Vec<u8>>>, Arc<Mutex<Vec<u8>>>);
+
+enum Event {
+    Exited {
+        rank: usize,
+        status: io::Result<ExitStatus>,
+    },
+    Pmi(PmiEvent),
+    Signal(i32),
+}
+
+struct StartContext<'a> {
+    spec: &'a JobSpec,
+    plan: &'a Plan,
+    job: JobId,
+    pmi_port: u16,
+    cwd: Option<&'a Path>,
+    capture: Option<CaptureBuffers>,
+    done: Sender<()>,
+    events: Sender<Event>,
+    forwarders: usize,
+}
+
+/// Spawns one rank with its forwarders and waiter thread. On error, the rank (if it started)
+/// has been killed and reaped.
+fn start_rank(
+    ctx: &mut StartContext<'_>,
+    rank_plan: &RankPlan,
+) -> Result<(RankId, Option<ChildStdin>), LaunchError> {
+    let placement = &rank_plan.placement;
+    let rank = placement.rank;
+    let app = &ctx.spec.apps[placement.app];
+    let debug_port = if ctx.plan.debug_ranks.contains(&rank) {
+        Some(free_port().map_err(|source| LaunchError::Io {
+            what: "cannot find a free port for gdbserver",
+            source,
+        })?)
+    } else {
+        None
+    };
+
+    let pmi_host = match rank_plan.start {
+        Start::Local => "127.0.0.1",
+        _ => ctx.plan.pmi_host.as_str(),
+    };
+    let mut env: Vec<(OsString, OsString)> = ctx.plan.env.clone();
+    let metampi = [
+        ("METAMPI_PMI", format!("{pmi_host}:{}", ctx.pmi_port)),
+        ("METAMPI_JOB", ctx.job.to_string()),
+        ("METAMPI_RANK", rank.to_string()),
+        ("METAMPI_SIZE", ctx.plan.size.to_string()),
+        ("METAMPI_APPNUM", placement.app.to_string()),
+        ("METAMPI_NODE", placement.node.clone()),
+        ("METAMPI_LOCAL_RANK", placement.local_rank.to_string()),
+        ("METAMPI_LOCAL_SIZE", placement.local_size.to_string()),
+    ];
+    env.extend(metampi.into_iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+
+    let argv: Vec<OsString> = match (&rank_plan.start, debug_port) {
+        (Start::Local, Some(port)) => {
+            let mut argv = vec![
+                OsString::from("gdbserver"),
+                OsString::from(format!("127.0.0.1:{port}")),
+                app.program.clone(),
+            ];
+            argv.extend(app.args.iter().cloned());
+            argv
+        }
+        (Start::Local, None) => std::iter::once(app.program.clone())
+            .chain(app.args.iter().cloned())
+            .collect(),
+        (Start::Ssh { host }, _) => {
+            let line = command::env_command_line(&env, &app.program, &app.args);
+            // Invariant: plan() sets all_local = false when any rank is remote, and run()
+            // resolves cwd in exactly that case.
+            let cwd = ctx.cwd.unwrap_or(Path::new("."));
+            command::ssh_argv(host, cwd, &line)
+        }
+        (Start::Template { host }, _) => {
+            let line = command::env_command_line(&env, &app.program, &app.args);
+            let words = ctx.plan.template.as_deref().unwrap_or(&[]);
+            command::template_argv(words, host, &line)
+        }
+    };
+    let program_display = argv
+        .first()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let spawn_error = |source: io::Error| LaunchError::Spawn {
+        rank,
+        program: program_display.clone(),
+        host: placement.node.clone(),
+        source,
+    };
+    let Some((program, args)) = argv.split_first() else {
+        return Err(spawn_error(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "empty launch command",
+        )));
+    };
+
+    let mut cmd = Command::new(program);
+    cmd.args(args).process_group(0);
+    if rank_plan.start == Start::Local {
+        // Remote ranks carry their environment inside the command line instead.
+        cmd.envs(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
+    }
+    sys::kill_when_parent_dies(&mut cmd);
+    let reads_stdin = match ctx.spec.stdin {
+        StdinTarget::All => true,
+        StdinTarget::Rank(r) => r == rank,
+        StdinTarget::None => false,
+    };
+    cmd.stdin(if reads_stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    match &ctx.spec.output {
+        OutputMode::Directory(dir) => {
+            let file = |suffix: &str| {
+                let path = dir.join(format!("rank.{rank}.{suffix}"));
+                File::create(&path).map_err(|source| LaunchError::OutputDir { path, source })
+            };
+            cmd.stdout(file("stdout")?).stderr(file("stderr")?);
+        }
+        _ => {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+    }
+
+    if let Some(port) = debug_port {
+        let quoted = String::from_utf8_lossy(&command::shell_quote(&app.program)).into_owned();
+        eprintln!(
+            "{WHO}: rank {rank} waits for a debugger under gdbserver; attach with: \
+             gdb -ex 'target remote 127.0.0.1:{port}' {quoted}"
+        );
+    }
+
+    let mut child = cmd.spawn().map_err(&spawn_error)?;
+    let pid = child.id();
+    let id = RankId {
+        rank,
+        pid,
+        host: placement.node.clone(),
+    };
+    let kill_and_reap = |err: io::Error| {
+        let _ = sys::kill_group(pid, libc::SIGKILL);
+        let _ = sys::wait_pid(pid);
+        spawn_error(err)
+    };
+
+    let prefix = if ctx.spec.tag_output {
+        format!("[{rank}] ").into_bytes()
+    } else {
+        Vec::new()
+    };
+    let sinks = match &ctx.capture {
+        Some((out, err)) => (Sink::Capture(Arc::clone(out)), Sink::Capture(Arc::clone(err))),
+        None => (Sink::Terminal(Stream::Stdout), Sink::Terminal(Stream::Stderr)),
+    };
+    if let Some(out) = child.stdout.take() {
+        stdio::spawn_forwarder(
+            format!("metampi-out-{rank}"),
+            out,
+            prefix.clone(),
+            sinks.0,
+            ctx.done.clone(),
+        )
+        .map_err(kill_and_reap)?;
+        ctx.forwarders += 1;
+    }
+    if let Some(err) = child.stderr.take() {
+        stdio::spawn_forwarder(
+            format!("metampi-err-{rank}"),
+            err,
+            prefix,
+            sinks.1,
+            ctx.done.clone(),
+        )
+        .map_err(kill_and_reap)?;
+        ctx.forwarders += 1;
+    }
+    let stdin = child.stdin.take();
+    // std's Child neither kills nor reaps on drop; the waiter below owns the reaping.
+    drop(child);
+    let events = ctx.events.clone();
+    std::thread::Builder::new()
+        .name(format!("metampi-wait-{rank}"))
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let status = sys::wait_pid(pid);
+            let _ = events.send(Event::Exited { rank, status });
+        })
+        .map_err(kill_and_reap)?;
+    Ok((id, stdin))
+}
+
+/// Stops the ranks started so far after a failed start, and waits for their waiters.
+fn kill_started(ids: &[RankId], events: &Receiver<Event>) {
+    signal_groups(ids, libc::SIGKILL);
+    let mut remaining = ids.len();
+    while remaining > 0 {
+        match events.recv() {
+            Ok(Event::Exited { .. }) => remaining -= 1,
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+fn signal_groups(ids: &[RankId], signal: i32) {
+    for id in ids {
+        // ESRCH just means the whole group is already gone.
+        let _ = sys::kill_group(id.pid, signal);
+    }
+}
+
+/// A port that was free a moment ago, for gdbserver to listen on.
+fn free_port() -> io::Result<u16> {
+    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+struct Monitor<'a> {
+    ids: &'a [RankId],
+    statuses: Vec<Option<ExitStatus>>,
+    alive: usize,
+    events: &'a Receiver<Event>,
+    pmi: &'a PmiServer,
+}
+
+impl Monitor<'_> {
+    /// Blocks until every rank has exited cleanly or something fails; returns the failure.
+    fn watch(&mut self, deadline: Option<Instant>, timeout: Duration) -> Option<JobFailure> {
+        while self.alive > 0 {
+            let event = match deadline {
+                Some(deadline) => {
+                    match self
+                        .events
+                        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                    {
+                        Ok(event) => event,
+                        Err(RecvTimeoutError::Timeout) => {
+                            return Some(JobFailure::Timeout { after: timeout })
+                        }
+                        Err(RecvTimeoutError::Disconnected) => return None,
+                    }
+                }
+                // run() holds a sender for the whole job, so this cannot disconnect.
+                None => self.events.recv().ok()?,
+            };
+            match event {
+                Event::Exited { rank, status } => {
+                    if let Some(failure) = self.record_exit(rank, status) {
+                        return Some(failure);
+                    }
+                }
+                Event::Pmi(PmiEvent::Abort {
+                    rank,
+                    code,
+                    message,
+                }) => {
+                    return Some(JobFailure::Aborted {
+                        rank: self.ids[rank].clone(),
+                        code,
+                        message,
+                    })
+                }
+                Event::Signal(signal) => return Some(JobFailure::Interrupted { signal }),
+            }
+        }
+        None
+    }
+
+    fn record_exit(&mut self, rank: usize, status: io::Result<ExitStatus>) -> Option<JobFailure> {
+        self.alive -= 1;
+        let id = self.ids[rank].clone();
+        let status = match status {
+            Ok(status) => status,
+            Err(e) => {
+                return Some(JobFailure::Lost {
+                    rank: id,
+                    reason: e.to_string(),
+                })
+            }
+        };
+        self.statuses[rank] = Some(status);
+        let pmi = self.pmi.rank_state(rank).unwrap_or_default();
+        match JobFailure::from_status(id.clone(), status) {
+            // A rank that aborted and then exited is reported as the abort it was; the server
+            // records the abort before it answers OK, so it is visible by now.
+            Some(_) if pmi.abort.is_some() => pmi.abort.map(|(code, message)| JobFailure::Aborted {
+                rank: id,
+                code,
+                message,
+            }),
+            Some(failure) => Some(failure),
+            None if pmi.connected && !pmi.finalized => Some(JobFailure::NoFinalize { rank: id }),
+            None => None,
+        }
+    }
+
+    /// SIGTERM (or `first`) to every rank's group, SIGKILL after the grace period or a second
+    /// signal to the launcher, then reap everything.
+    fn stop_all(&mut self, first: i32) {
+        signal_groups(self.ids, first);
+        let grace_end = Instant::now() + KILL_GRACE;
+        let mut killed = false;
+        while self.alive > 0 {
+            let event = if killed {
+                match self.events.recv() {
+                    Ok(event) => event,
+                    Err(_) => return,
+                }
+            } else {
+                match self
+                    .events
+                    .recv_timeout(grace_end.saturating_duration_since(Instant::now()))
+                {
+                    Ok(event) => event,
+                    Err(RecvTimeoutError::Timeout) => {
+                        signal_groups(self.ids, libc::SIGKILL);
+                        killed = true;
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            };
+            match event {
+                Event::Exited { rank, status } => {
+                    self.alive -= 1;
+                    self.statuses[rank] = status.ok();
+                }
+                Event::Signal(_) if !killed => {
+                    eprintln!("{WHO}: second signal; killing all ranks now");
+                    signal_groups(self.ids, libc::SIGKILL);
+                    killed = true;
+                }
+                Event::Signal(_) | Event::Pmi(_) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Job launching for metampi: the part of `metampi run` (ScaMPI's mpimon, MPICH's mpiexec)
+//! that is a library, so the rank-side test helpers can start multi-rank jobs in-process.
+//!
+//! A job is described by a [`JobSpec`] (one or more MIMD [`AppSpec`]s, hosts, environment,
+//! output and stdin handling, timeout, debugging) and started with [`run`], which blocks until
+//! every rank has ended and returns a [`JobOutcome`].
+//!
+//! # What a rank gets
+//! Each rank runs in its own process group with these variables, the contract with the
+//! rank-side library:
+//!
+//! | variable | value |
+//! |---|---|
+//! | `METAMPI_PMI` | `host:port` of the job's key-value server ([`PmiServer`]); `127.0.0.1:PORT` for ranks on this machine |
+//! | `METAMPI_JOB` | the job id, 16 hex digits, random per job |
+//! | `METAMPI_RANK`, `METAMPI_SIZE` | global rank and world size |
+//! | `METAMPI_APPNUM` | index of the rank's MIMD application |
+//! | `METAMPI_NODE` | host the rank is placed on; equal values share a machine |
+//! | `METAMPI_LOCAL_RANK`, `METAMPI_LOCAL_SIZE` | index and count among ranks with the same node |
+//!
+//! Ranks are numbered app after app; placement fills each host's slots in order, then wraps
+//! round-robin ([`place`]). The key-value protocol is described in [`pmi`].
+//!
+//! # Failure handling
+//! The first rank to exit non-zero, die by a signal, `ABORT`, or exit 0 after connecting to
+//! the key-value server but without `FINALIZE` ends the job; so do the timeout and
+//! SIGINT/SIGTERM/SIGHUP to the launcher. One line names the cause on stderr, the other ranks
+//! get SIGTERM, then SIGKILL after two seconds, and everything is reaped.
+//! [`JobOutcome::exit_code`] gives the launcher's exit status.
+//!
+//! # Example
+//! ```
+//! use metampi_launch::{run, AppSpec, JobSpec, OutputMode, StdinTarget};
+//!
+//! let spec = JobSpec::new()
+//!     .app(AppSpec::new(3, "/bin/sh").args(["-c", "echo rank $METAMPI_RANK of $METAMPI_SIZE"]))
+//!     .stdin(StdinTarget::None)
+//!     .tag_output(true)
+//!     .output(OutputMode::Capture);
+//! let outcome = run(&spec)?;
+//! assert!(outcome.success());
+//! let mut lines: Vec<_> = outcome.stdout_text().lines().map(String::from).collect();
+//! lines.sort();
+//! assert_eq!(lines, ["[0] rank 0 of 3", "[1] rank 1 of 3", "[2] rank 2 of 3"]);
+//! # Ok::<(), metampi_launch::LaunchError>(())
+//! ```
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod command;
+mod error;
+mod host;
+mod job;
+mod outcome;
+pub mod pmi;
+mod spec;
+mod stdio;
+mod sys;
+
+pub use error::LaunchError;
+pub use host::{place, Host, HostSpecError, HostSpecErrorKind, Placement};
+pub use job::{run, KILL_GRACE};
+pub use outcome::{
+    describe_signal, signal_name, JobFailure, JobOutcome, RankId, RankResult, TIMEOUT_EXIT_CODE,
+};
+pub use pmi::{
+    JobId, PmiClient, PmiClientError, PmiEvent, PmiServer, ProtocolError, RankPmiState, Request,
+    MAX_LINE,
+};
+pub use spec::{AppSpec, JobSpec, LaunchMethod, OutputMode, StdinTarget, RESERVED_ENV};

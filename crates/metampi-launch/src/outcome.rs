@@ -1,0 +1,319 @@
+//! What a finished job reports: per-rank statuses and the first failure.
+
+use std::fmt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use crate::pmi::JobId;
+
+/// Exit code of a launcher whose job hit its timeout, as `timeout(1)` uses.
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+/// The result of a job that started: it may still have failed.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct JobOutcome {
+    /// The job's id (`METAMPI_JOB`).
+    pub job: JobId,
+    /// One entry per rank, in rank order.
+    pub ranks: Vec<RankResult>,
+    /// The first failure, which made the launcher stop the job; `None` if every rank exited 0
+    /// (after `FINALIZE`, for ranks that connected to the key-value server).
+    pub failure: Option<JobFailure>,
+    /// Forwarded stdout, only with [`OutputMode::Capture`](crate::OutputMode::Capture).
+    pub stdout: Vec<u8>,
+    /// Forwarded stderr, only with [`OutputMode::Capture`](crate::OutputMode::Capture).
+    pub stderr: Vec<u8>,
+}
+
+impl JobOutcome {
+    /// No failure.
+    pub fn success(&self) -> bool {
+        self.failure.is_none()
+    }
+
+    /// The exit status a launcher process should end with: 0 on success, otherwise as
+    /// [`JobFailure::exit_code`]. Always in `0..=255`.
+    pub fn exit_code(&self) -> i32 {
+        self.failure.as_ref().map_or(0, JobFailure::exit_code)
+    }
+
+    /// Captured stdout as text (lossy), for tests.
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Captured stderr as text (lossy), for tests.
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// How one rank ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RankResult {
+    /// Who it was.
+    pub id: RankId,
+    /// Its wait status; ranks killed during cleanup show the signal that ended them. `None`
+    /// only if the status could not be collected (something else in this process reaped it).
+    pub status: Option<ExitStatus>,
+}
+
+/// Identifies a rank in messages: rank, pid and host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RankId {
+    /// Global rank.
+    pub rank: usize,
+    /// Pid of the process the launcher started (ssh for remote ranks, gdbserver for debugged
+    /// ones).
+    pub pid: u32,
+    /// `METAMPI_NODE` of the rank.
+    pub host: String,
+}
+
+impl fmt::Display for RankId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {} (pid {} on {})", self.rank, self.pid, self.host)
+    }
+}
+
+/// Why a job was stopped. `Display` gives the one-line message the launcher prints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobFailure {
+    /// A rank exited with a non-zero code.
+    Exited {
+        /// Who.
+        rank: RankId,
+        /// Its exit code.
+        code: i32,
+    },
+    /// A rank was killed by a signal it did not get from the launcher.
+    Signaled {
+        /// Who.
+        rank: RankId,
+        /// The signal number.
+        signal: i32,
+    },
+    /// A rank sent `ABORT`.
+    Aborted {
+        /// Who.
+        rank: RankId,
+        /// The code it asked for.
+        code: i32,
+        /// Its message.
+        message: String,
+    },
+    /// A rank connected to the key-value server, then exited 0 without `FINALIZE`: it left
+    /// the job without saying so, and its peers may be waiting for it.
+    NoFinalize {
+        /// Who.
+        rank: RankId,
+    },
+    /// The launcher could not collect a rank's exit status.
+    Lost {
+        /// Who.
+        rank: RankId,
+        /// The `waitpid` error.
+        reason: String,
+    },
+    /// The job ran longer than its timeout.
+    Timeout {
+        /// The timeout.
+        after: Duration,
+    },
+    /// The launcher received a signal and stopped the job.
+    Interrupted {
+        /// The signal number.
+        signal: i32,
+    },
+}
+
+impl JobFailure {
+    /// The rank at fault, if one is.
+    pub fn rank(&self) -> Option<&RankId> {
+        match self {
+            JobFailure::Exited { rank, .. }
+            | JobFailure::Signaled { rank, .. }
+            | JobFailure::Aborted { rank, .. }
+            | JobFailure::NoFinalize { rank }
+            | JobFailure::Lost { rank, .. } => Some(rank),
+            JobFailure::Timeout { .. } | JobFailure::Interrupted { .. } => None,
+        }
+    }
+
+    /// The launcher's exit status for this failure: the rank's own code; 128 + signal for a
+    /// signal, as shells report it; the abort code (1 if it was 0, low 8 bits otherwise);
+    /// 124 for a timeout; 1 for a rank that skipped `FINALIZE` or was lost.
+    pub fn exit_code(&self) -> i32 {
+        let low_byte_nonzero = |code: i32| match code & 0xff {
+            0 => 1,
+            c => c,
+        };
+        match self {
+            JobFailure::Exited { code, .. } => low_byte_nonzero(*code),
+            JobFailure::Signaled { signal, .. } | JobFailure::Interrupted { signal } => {
+                (128 + signal).min(255)
+            }
+            JobFailure::Aborted { code, .. } => low_byte_nonzero(*code),
+            JobFailure::NoFinalize { .. } | JobFailure::Lost { .. } => 1,
+            JobFailure::Timeout { .. } => TIMEOUT_EXIT_CODE,
+        }
+    }
+
+    /// Classifies a wait status; `None` for success.
+    pub(crate) fn from_status(rank: RankId, status: ExitStatus) -> Option<JobFailure> {
+        if let Some(signal) = status.signal() {
+            return Some(JobFailure::Signaled { rank, signal });
+        }
+        match status.code() {
+            Some(0) => None,
+            Some(code) => Some(JobFailure::Exited { rank, code }),
+            // Neither code nor signal: stopped/continued, which wait() does not report.
+            None => Some(JobFailure::Exited { rank, code: 1 }),
+        }
+    }
+}
+
+impl fmt::Display for JobFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobFailure::Exited { rank, code } => write!(f, "{rank} exited with code {code}"),
+            JobFailure::Signaled { rank, signal } => {
+                write!(f, "{rank} was killed by signal {}", describe_signal(*signal))
+            }
+            JobFailure::Aborted {
+                rank,
+                code,
+                message,
+            } => write!(f, "{rank} called abort with code {code}: {message}"),
+            JobFailure::NoFinalize { rank } => write!(
+                f,
+                "{rank} exited with code 0 without calling finalize; the job cannot complete without it"
+            ),
+            JobFailure::Lost { rank, reason } => {
+                write!(f, "{rank} could not be waited for: {reason}")
+            }
+            JobFailure::Timeout { after } => write!(
+                f,
+                "job timed out after {}; killing all ranks",
+                describe_duration(*after)
+            ),
+            JobFailure::Interrupted { signal } => write!(
+                f,
+                "received {}; stopping all ranks",
+                describe_signal(*signal)
+            ),
+        }
+    }
+}
+
+/// `SIGKILL (9)`, or `signal 42` for numbers without a name.
+pub fn describe_signal(signal: i32) -> String {
+    match signal_name(signal) {
+        Some(name) => format!("{name} ({signal})"),
+        None => format!("{signal}"),
+    }
+}
+
+/// The conventional name of a signal number on this platform.
+pub fn signal_name(signal: i32) -> Option<&'static str> {
+    const NAMES: &[(i32, &str)] = &[
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGTRAP, "SIGTRAP"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGPIPE, "SIGPIPE"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGCHLD, "SIGCHLD"),
+        (libc::SIGCONT, "SIGCONT"),
+        (libc::SIGSTOP, "SIGSTOP"),
+        (libc::SIGTSTP, "SIGTSTP"),
+        (libc::SIGTTIN, "SIGTTIN"),
+        (libc::SIGTTOU, "SIGTTOU"),
+        (libc::SIGURG, "SIGURG"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGXFSZ, "SIGXFSZ"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+        (libc::SIGPROF, "SIGPROF"),
+        (libc::SIGWINCH, "SIGWINCH"),
+        (libc::SIGIO, "SIGIO"),
+        (libc::SIGSYS, "SIGSYS"),
+    ];
+    NAMES.iter().find(|(n, _)| *n == signal).map(|(_, name)| *name)
+}
+
+fn describe_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.3} s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> RankId {
+        RankId {
+            rank: 2,
+            pid: 1234,
+            host: "hostA".into(),
+        }
+    }
+
+    #[test]
+    fn messages_name_rank_pid_host_and_cause() {
+        let f = JobFailure::Signaled { rank: id(), signal: libc::SIGKILL };
+        assert_eq!(f.to_string(), "rank 2 (pid 1234 on hostA) was killed by signal SIGKILL (9)");
+        let f = JobFailure::Exited { rank: id(), code: 3 };
+        assert_eq!(f.to_string(), "rank 2 (pid 1234 on hostA) exited with code 3");
+        let f = JobFailure::Aborted { rank: id(), code: 5, message: "no input".into() };
+        assert_eq!(f.to_string(), "rank 2 (pid 1234 on hostA) called abort with code 5: no input");
+        assert_eq!(describe_signal(63), "63");
+        assert_eq!(
+            JobFailure::Timeout { after: Duration::from_millis(1500) }.to_string(),
+            "job timed out after 1.500 s; killing all ranks"
+        );
+    }
+
+    #[test]
+    fn exit_codes() {
+        let code = |f: JobFailure| f.exit_code();
+        assert_eq!(code(JobFailure::Exited { rank: id(), code: 3 }), 3);
+        assert_eq!(code(JobFailure::Signaled { rank: id(), signal: 9 }), 137);
+        assert_eq!(code(JobFailure::Aborted { rank: id(), code: 0, message: String::new() }), 1);
+        assert_eq!(code(JobFailure::Aborted { rank: id(), code: 7, message: String::new() }), 7);
+        assert_eq!(code(JobFailure::Aborted { rank: id(), code: 256, message: String::new() }), 1);
+        assert_eq!(code(JobFailure::Aborted { rank: id(), code: -1, message: String::new() }), 255);
+        assert_eq!(code(JobFailure::Timeout { after: Duration::from_secs(1) }), 124);
+        assert_eq!(code(JobFailure::Interrupted { signal: libc::SIGINT }), 130);
+        assert_eq!(code(JobFailure::NoFinalize { rank: id() }), 1);
+    }
+
+    #[test]
+    fn statuses_classify() {
+        assert_eq!(JobFailure::from_status(id(), ExitStatus::from_raw(0)), None);
+        assert_eq!(
+            JobFailure::from_status(id(), ExitStatus::from_raw(3 << 8)),
+            Some(JobFailure::Exited { rank: id(), code: 3 })
+        );
+        assert_eq!(
+            JobFailure::from_status(id(), ExitStatus::from_raw(libc::SIGSEGV)),
+            Some(JobFailure::Signaled { rank: id(), signal: libc::SIGSEGV })
+        );
+    }
+}

@@ -1,0 +1,956 @@
+//! The bootstrap key-value server (the role of PMI in MPICH or mpimon's exchange in ScaMPI)
+//! and a small blocking client for it.
+//!
+//! # Protocol
+//! One persistent TCP connection per rank; UTF-8 lines ending in `\n` (a `\r` before it is
+//! tolerated); fields separated by one space. Requests and replies:
+//!
+//! | request | reply |
+//! |---|---|
+//! | `HELLO <job> <rank>` | `OK`, or `ERR <msg>` on a wrong job id, a rank out of range or a rank already connected |
+//! | `PUT <key> <value>` | `OK` (key and value are non-empty and contain no whitespace) |
+//! | `FENCE` | `OK`, sent to every rank once all `size` ranks have issued their k-th FENCE |
+//! | `GET <key>` | `VAL <value>` or `NONE` |
+//! | `ABORT <code> <message>` | `OK`; the launcher then ends the job with exit status `code` |
+//! | `FINALIZE` | `OK`; the rank will exit cleanly |
+//!
+//! Every request but `HELLO` needs a successful `HELLO` on the same connection first, so a
+//! stray client that does not know the job id can change nothing. Anything malformed gets
+//! `ERR <reason>` and the connection stays usable; a line longer than [`MAX_LINE`] bytes
+//! closes it. Network input never panics the server.
+//!
+//! PUTs made before a FENCE are visible to GETs made after it: each connection is served in
+//! order and the barrier releases nobody until every rank has reached it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::str::FromStr;
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Longest request line accepted, in bytes, without the newline.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Identifies one job, so that a rank of another job (or a stray client) cannot join it.
+/// Shown as 16 lowercase hex digits, which is the `METAMPI_JOB` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct JobId(pub u64);
+
+impl JobId {
+    /// A fresh, unpredictable id: from the OS random source, or, failing that, from std's
+    /// randomly keyed hasher over the time and pid.
+    pub fn random() -> JobId {
+        let mut bytes = [0u8; 8];
+        if std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes))
+            .is_ok()
+        {
+            return JobId(u64::from_ne_bytes(bytes));
+        }
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            hasher.write_u128(t.as_nanos());
+        }
+        JobId(hasher.finish())
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl FromStr for JobId {
+    type Err = ProtocolError;
+
+    /// Accepts exactly 16 hex digits.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.len() != 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ProtocolError::BadJobId(excerpt(s)));
+        }
+        u64::from_str_radix(s, 16)
+            .map(JobId)
+            .map_err(|_| ProtocolError::BadJobId(excerpt(s)))
+    }
+}
+
+/// One parsed request line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Request<'a> {
+    /// `HELLO <job> <rank>`
+    Hello {
+        /// The job id the rank was given.
+        job: JobId,
+        /// Its global rank.
+        rank: usize,
+    },
+    /// `PUT <key> <value>`
+    Put {
+        /// Non-empty, no whitespace.
+        key: &'a str,
+        /// Non-empty, no whitespace.
+        value: &'a str,
+    },
+    /// `FENCE`
+    Fence,
+    /// `GET <key>`
+    Get {
+        /// Non-empty, no whitespace.
+        key: &'a str,
+    },
+    /// `ABORT <code> <message>`
+    Abort {
+        /// The code the job should exit with.
+        code: i32,
+        /// Free text, possibly empty.
+        message: &'a str,
+    },
+    /// `FINALIZE`
+    Finalize,
+}
+
+/// Why a request line was rejected; the text after `ERR `.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// Nothing on the line.
+    #[error("empty request")]
+    Empty,
+    /// The first word is not a command.
+    #[error("unknown command `{0}`")]
+    UnknownCommand(String),
+    /// Too few or too many fields.
+    #[error("{command} takes {expected}")]
+    Arity {
+        /// The command.
+        command: &'static str,
+        /// Its argument shape.
+        expected: &'static str,
+    },
+    /// Two spaces in a row, a tab, a leading space...
+    #[error("fields must be separated by exactly one space and contain no other whitespace")]
+    Whitespace,
+    /// Not 16 hex digits.
+    #[error("bad job id `{0}` (want 16 hex digits)")]
+    BadJobId(String),
+    /// Not a non-negative integer.
+    #[error("bad rank `{0}`")]
+    BadRank(String),
+    /// Not an integer.
+    #[error("bad abort code `{0}`")]
+    BadCode(String),
+}
+
+impl<'a> Request<'a> {
+    /// Parses one line, without its trailing newline.
+    ///
+    /// # Errors
+    /// Any deviation from the grammar in the [module docs](self).
+    pub fn parse(line: &'a str) -> Result<Request<'a>, ProtocolError> {
+        if line.is_empty() {
+            return Err(ProtocolError::Empty);
+        }
+        let (command, rest) = match line.split_once(' ') {
+            Some((c, r)) => (c, Some(r)),
+            None => (line, None),
+        };
+        if command == "ABORT" {
+            // The message is free text, so only the code is a strict field.
+            let rest = rest.ok_or(ProtocolError::Arity {
+                command: "ABORT",
+                expected: "a code and a message",
+            })?;
+            let (code, message) = rest.split_once(' ').unwrap_or((rest, ""));
+            let code = code
+                .parse::<i32>()
+                .map_err(|_| ProtocolError::BadCode(excerpt(code)))?;
+            return Ok(Request::Abort { code, message });
+        }
+        let fields: Vec<&str> = line.split(' ').collect();
+        if fields.iter().any(|f| f.is_empty() || f.contains(char::is_whitespace)) {
+            return Err(ProtocolError::Whitespace);
+        }
+        let arity = |n: usize, command: &'static str, expected: &'static str| {
+            if fields.len() == n {
+                Ok(())
+            } else {
+                Err(ProtocolError::Arity { command, expected })
+            }
+        };
+        match command {
+            "HELLO" => {
+                arity(3, "HELLO", "a job id and a rank")?;
+                let job = fields[1].parse::<JobId>()?;
+                let rank = fields[2]
+                    .parse::<usize>()
+                    .map_err(|_| ProtocolError::BadRank(excerpt(fields[2])))?;
+                Ok(Request::Hello { job, rank })
+            }
+            "PUT" => {
+                arity(3, "PUT", "a key and a value")?;
+                Ok(Request::Put {
+                    key: fields[1],
+                    value: fields[2],
+                })
+            }
+            "GET" => {
+                arity(2, "GET", "a key")?;
+                Ok(Request::Get { key: fields[1] })
+            }
+            "FENCE" => {
+                arity(1, "FENCE", "no arguments")?;
+                Ok(Request::Fence)
+            }
+            "FINALIZE" => {
+                arity(1, "FINALIZE", "no arguments")?;
+                Ok(Request::Finalize)
+            }
+            other => Err(ProtocolError::UnknownCommand(excerpt(other))),
+        }
+    }
+}
+
+/// Something a rank told the server that the launcher must act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PmiEvent {
+    /// A rank sent `ABORT`.
+    Abort {
+        /// Who.
+        rank: usize,
+        /// The requested exit code.
+        code: i32,
+        /// Its message.
+        message: String,
+    },
+}
+
+/// What the server knows about one rank.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RankPmiState {
+    /// It completed `HELLO`.
+    pub connected: bool,
+    /// It sent `FINALIZE`.
+    pub finalized: bool,
+    /// It sent `ABORT` with this code and message.
+    pub abort: Option<(i32, String)>,
+}
+
+type EventSink = Box<dyn Fn(PmiEvent) + Send + Sync>;
+
+/// A running key-value server for one job. Dropping it closes every connection, wakes ranks
+/// blocked in `FENCE` with an `ERR`, and joins its threads.
+pub struct PmiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+    events: Option<Receiver<PmiEvent>>,
+}
+
+struct Shared {
+    job: JobId,
+    size: usize,
+    state: Mutex<State>,
+    fence_done: Condvar,
+    sink: EventSink,
+}
+
+#[derive(Default)]
+struct State {
+    kv: HashMap<String, String>,
+    ranks: Vec<RankPmiState>,
+    fence_waiting: usize,
+    fence_generation: u64,
+    shutdown: bool,
+    /// Clones of every accepted stream, so shutdown can unblock their threads.
+    streams: Vec<TcpStream>,
+    handlers: Vec<JoinHandle<()>>,
+}
+
+impl PmiServer {
+    /// Starts a server for a job of `size` ranks on `127.0.0.1`, on a free port.
+    ///
+    /// Events (aborts) queue up for [`PmiServer::recv_event_timeout`].
+    ///
+    /// # Errors
+    /// The socket cannot be bound or the accept thread cannot start.
+    pub fn start(size: usize, job: JobId) -> io::Result<PmiServer> {
+        let (tx, rx) = mpsc::channel();
+        let sink: EventSink = Box::new(move |event| {
+            // The receiver goes away only with the server itself.
+            let _ = tx.send(event);
+        });
+        let mut server = Self::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), size, job, sink)?;
+        server.events = Some(rx);
+        Ok(server)
+    }
+
+    /// Starts a server on `ip` (port chosen by the OS) that hands events to `sink`.
+    pub(crate) fn bind(
+        ip: IpAddr,
+        size: usize,
+        job: JobId,
+        sink: EventSink,
+    ) -> io::Result<PmiServer> {
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            job,
+            size,
+            state: Mutex::new(State {
+                ranks: vec![RankPmiState::default(); size],
+                ..State::default()
+            }),
+            fence_done: Condvar::new(),
+            sink,
+        });
+        let acceptor = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("metampi-pmi-accept".into())
+                .stack_size(128 * 1024)
+                .spawn(move || accept_loop(&shared, &listener))?
+        };
+        Ok(PmiServer {
+            addr,
+            shared,
+            acceptor: Some(acceptor),
+            events: None,
+        })
+    }
+
+    /// The address ranks connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The job id ranks must present in `HELLO`.
+    pub fn job(&self) -> JobId {
+        self.shared.job
+    }
+
+    /// What the server knows about `rank`; `None` if out of range.
+    pub fn rank_state(&self, rank: usize) -> Option<RankPmiState> {
+        self.shared.lock().ranks.get(rank).cloned()
+    }
+
+    /// Waits up to `timeout` for the next event; `None` on timeout. Always `None` for a
+    /// server whose events go to the launcher instead.
+    pub fn recv_event_timeout(&self, timeout: Duration) -> Option<PmiEvent> {
+        self.events.as_ref()?.recv_timeout(timeout).ok()
+    }
+
+    fn stop(&mut self) {
+        let wake = {
+            let mut state = self.shared.lock();
+            state.shutdown = true;
+            for stream in &state.streams {
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+            self.shared.fence_done.notify_all();
+            std::mem::take(&mut state.handlers)
+        };
+        // accept() has no timeout; a connection of our own is what wakes it.
+        let mut wake_addr = self.addr;
+        if wake_addr.ip().is_unspecified() {
+            wake_addr.set_ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        }
+        let woke = TcpStream::connect_timeout(&wake_addr, Duration::from_secs(2)).is_ok();
+        if let Some(acceptor) = self.acceptor.take() {
+            // Without the wake-up connection the acceptor would never return; leave it be
+            // rather than hang the launcher.
+            if woke {
+                let _ = acceptor.join();
+            }
+        }
+        for handler in wake {
+            let _ = handler.join();
+        }
+    }
+}
+
+impl Drop for PmiServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl fmt::Debug for PmiServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PmiServer")
+            .field("addr", &self.addr)
+            .field("job", &self.shared.job)
+            .field("size", &self.shared.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No code path panics while holding the lock; if one ever did, the state is still
+        // consistent enough to shut down.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else {
+            // Transient (EMFILE, ECONNABORTED): the listener itself stays usable.
+            continue;
+        };
+        let mut state = shared.lock();
+        if state.shutdown {
+            return;
+        }
+        let Ok(clone) = stream.try_clone() else {
+            continue;
+        };
+        let handler = {
+            let shared = Arc::clone(shared);
+            std::thread::Builder::new()
+                .name("metampi-pmi-conn".into())
+                .stack_size(128 * 1024)
+                .spawn(move || serve(&shared, stream))
+        };
+        if let Ok(handler) = handler {
+            state.streams.push(clone);
+            state.handlers.push(handler);
+        }
+    }
+}
+
+/// Serves one connection until it closes, errs, or the server shuts down.
+fn serve(shared: &Shared, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(read_half);
+    let mut writer = stream;
+    let mut me: Option<usize> = None;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // One byte more than the limit tells "too long" apart from "exactly at the limit".
+        match (&mut reader).take(MAX_LINE as u64 + 2).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') {
+            if line.len() > MAX_LINE {
+                let _ = writer.write_all(format!("ERR line longer than {MAX_LINE} bytes\n").as_bytes());
+            }
+            // Either too long or cut off by EOF: the stream has lost its framing.
+            return;
+        }
+        line.pop();
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        let reply = match std::str::from_utf8(&line) {
+            Ok(text) => handle(shared, &mut me, text),
+            Err(_) => Reply::Err("request is not valid UTF-8".into()),
+        };
+        if writer.write_all(reply.to_line().as_bytes()).is_err() {
+            return;
+        }
+        if shared.lock().shutdown {
+            return;
+        }
+    }
+}
+
+enum Reply {
+    Ok,
+    Val(String),
+    None,
+    Err(String),
+}
+
+impl Reply {
+    fn to_line(&self) -> String {
+        match self {
+            Reply::Ok => "OK\n".into(),
+            Reply::Val(v) => format!("VAL {v}\n"),
+            Reply::None => "NONE\n".into(),
+            Reply::Err(msg) => format!("ERR {msg}\n"),
+        }
+    }
+}
+
+fn handle(shared: &Shared, me: &mut Option<usize>, text: &str) -> Reply {
+    let request = match Request::parse(text) {
+        Ok(r) => r,
+        Err(e) => return Reply::Err(e.to_string()),
+    };
+    let rank = match (request.clone(), *me) {
+        (Request::Hello { job, rank }, None) => {
+            if job != shared.job {
+                return Reply::Err(format!("job id {job} is not this job's"));
+            }
+            if rank >= shared.size {
+                return Reply::Err(format!(
+                    "rank {rank} out of range for a job of {} ranks",
+                    shared.size
+                ));
+            }
+            let mut state = shared.lock();
+            if state.ranks[rank].connected {
+                return Reply::Err(format!("rank {rank} is already connected"));
+            }
+            state.ranks[rank].connected = true;
+            *me = Some(rank);
+            return Reply::Ok;
+        }
+        (Request::Hello { .. }, Some(rank)) => {
+            return Reply::Err(format!("this connection already said HELLO as rank {rank}"))
+        }
+        (_, None) => return Reply::Err("say HELLO first".into()),
+        (_, Some(rank)) => rank,
+    };
+    match request {
+        Request::Put { key, value } => {
+            shared.lock().kv.insert(key.to_string(), value.to_string());
+            Reply::Ok
+        }
+        Request::Get { key } => match shared.lock().kv.get(key) {
+            Some(value) => Reply::Val(value.clone()),
+            None => Reply::None,
+        },
+        Request::Fence => fence(shared),
+        Request::Abort { code, message } => {
+            shared.lock().ranks[rank].abort = Some((code, message.to_string()));
+            (shared.sink)(PmiEvent::Abort {
+                rank,
+                code,
+                message: message.to_string(),
+            });
+            Reply::Ok
+        }
+        Request::Finalize => {
+            shared.lock().ranks[rank].finalized = true;
+            Reply::Ok
+        }
+        Request::Hello { .. } => Reply::Err("HELLO handled above".into()),
+    }
+}
+
+/// A reusable barrier: a generation counter, so a rank released from fence k that races ahead
+/// into fence k+1 cannot be confused with the stragglers of fence k.
+fn fence(shared: &Shared) -> Reply {
+    let mut state = shared.lock();
+    let generation = state.fence_generation;
+    state.fence_waiting += 1;
+    if state.fence_waiting >= shared.size {
+        state.fence_waiting = 0;
+        state.fence_generation += 1;
+        shared.fence_done.notify_all();
+        return Reply::Ok;
+    }
+    while state.fence_generation == generation && !state.shutdown {
+        state = shared
+            .fence_done
+            .wait(state)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    if state.fence_generation == generation {
+        Reply::Err("the job is shutting down".into())
+    } else {
+        Reply::Ok
+    }
+}
+
+/// At most 40 characters of untrusted input, for error messages.
+fn excerpt(s: &str) -> String {
+    let mut out: String = s.chars().take(40).collect();
+    if out.len() < s.len() {
+        out.push_str("...");
+    }
+    out
+}
+
+/// Why a [`PmiClient`] call failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum PmiClientError {
+    /// The connection failed.
+    #[error("key-value server connection: {0}")]
+    Io(#[from] io::Error),
+    /// The server answered `ERR`.
+    #[error("key-value server refused: {0}")]
+    Refused(String),
+    /// The server answered something the protocol does not allow here.
+    #[error("unexpected reply from key-value server: `{0}`")]
+    UnexpectedReply(String),
+    /// A key or value is empty or contains whitespace, which the protocol cannot carry.
+    #[error("key or value `{0}` is empty or contains whitespace")]
+    BadToken(String),
+    /// A `METAMPI_*` variable is missing or malformed.
+    #[error("environment variable {name}: {problem}")]
+    Env {
+        /// The variable.
+        name: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// A blocking client for [`PmiServer`], as a rank uses it.
+#[derive(Debug)]
+pub struct PmiClient {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl PmiClient {
+    /// Connects and says `HELLO`.
+    ///
+    /// # Errors
+    /// Connection failure or `ERR` from the server.
+    pub fn connect(
+        addr: impl ToSocketAddrs,
+        job: JobId,
+        rank: usize,
+    ) -> Result<PmiClient, PmiClientError> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        let mut client = PmiClient {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+        };
+        client.expect_ok(&format!("HELLO {job} {rank}"))?;
+        Ok(client)
+    }
+
+    /// Connects using `METAMPI_PMI`, `METAMPI_JOB` and `METAMPI_RANK`, as a rank started by
+    /// [`run`](crate::run) finds them.
+    ///
+    /// # Errors
+    /// A missing or malformed variable, or as [`PmiClient::connect`].
+    pub fn from_env() -> Result<PmiClient, PmiClientError> {
+        let var = |name: &'static str| {
+            std::env::var(name).map_err(|e| PmiClientError::Env {
+                name,
+                problem: e.to_string(),
+            })
+        };
+        let addr = var("METAMPI_PMI")?;
+        let job = var("METAMPI_JOB")?
+            .parse::<JobId>()
+            .map_err(|e| PmiClientError::Env {
+                name: "METAMPI_JOB",
+                problem: e.to_string(),
+            })?;
+        let rank = var("METAMPI_RANK")?
+            .parse::<usize>()
+            .map_err(|e| PmiClientError::Env {
+                name: "METAMPI_RANK",
+                problem: e.to_string(),
+            })?;
+        PmiClient::connect(addr.as_str(), job, rank)
+    }
+
+    /// Publishes `key = value`; visible to every rank after the next [`PmiClient::fence`].
+    ///
+    /// # Errors
+    /// A key or value the protocol cannot carry, connection failure, or `ERR`.
+    pub fn put(&mut self, key: &str, value: &str) -> Result<(), PmiClientError> {
+        check_token(key)?;
+        check_token(value)?;
+        self.expect_ok(&format!("PUT {key} {value}"))
+    }
+
+    /// Looks `key` up.
+    ///
+    /// # Errors
+    /// A key the protocol cannot carry, connection failure, or `ERR`.
+    pub fn get(&mut self, key: &str) -> Result<Option<String>, PmiClientError> {
+        check_token(key)?;
+        let reply = self.request(&format!("GET {key}"))?;
+        if reply == "NONE" {
+            return Ok(None);
+        }
+        if let Some(value) = reply.strip_prefix("VAL ") {
+            return Ok(Some(value.to_string()));
+        }
+        Err(unexpected(reply))
+    }
+
+    /// Blocks until every rank of the job has called `fence` as often as this one.
+    ///
+    /// # Errors
+    /// Connection failure, or `ERR` if the job is shutting down.
+    pub fn fence(&mut self) -> Result<(), PmiClientError> {
+        self.expect_ok("FENCE")
+    }
+
+    /// Asks the launcher to end the whole job with exit status `code`.
+    ///
+    /// # Errors
+    /// Connection failure or `ERR`.
+    pub fn abort(&mut self, code: i32, message: &str) -> Result<(), PmiClientError> {
+        // The protocol is line-based, so the message must stay on one line.
+        let message: String = message
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        self.expect_ok(&format!("ABORT {code} {message}"))
+    }
+
+    /// Tells the launcher this rank is about to exit cleanly.
+    ///
+    /// # Errors
+    /// Connection failure or `ERR`.
+    pub fn finalize(mut self) -> Result<(), PmiClientError> {
+        self.expect_ok("FINALIZE")
+    }
+
+    /// Sends one raw line (without newline) and returns the reply line (without newline).
+    /// For tests and tools; the typed methods are the normal way in.
+    ///
+    /// # Errors
+    /// Connection failure, or the server closing the connection instead of answering.
+    pub fn request(&mut self, line: &str) -> Result<String, PmiClientError> {
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        self.writer.write_all(&bytes)?;
+        let mut reply = String::new();
+        if self.reader.read_line(&mut reply)? == 0 {
+            return Err(PmiClientError::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        if reply.ends_with('\n') {
+            reply.pop();
+        }
+        Ok(reply)
+    }
+
+    fn expect_ok(&mut self, line: &str) -> Result<(), PmiClientError> {
+        let reply = self.request(line)?;
+        if reply == "OK" {
+            Ok(())
+        } else {
+            Err(unexpected(reply))
+        }
+    }
+}
+
+fn unexpected(reply: String) -> PmiClientError {
+    match reply.strip_prefix("ERR ") {
+        Some(msg) => PmiClientError::Refused(msg.to_string()),
+        None => PmiClientError::UnexpectedReply(reply),
+    }
+}
+
+fn check_token(token: &str) -> Result<(), PmiClientError> {
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Err(PmiClientError::BadToken(token.to_string()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JOB: JobId = JobId(0x0123_4567_89ab_cdef);
+
+    #[test]
+    fn job_id_round_trips_as_16_hex_digits() {
+        assert_eq!(JOB.to_string(), "0123456789abcdef");
+        assert_eq!("0123456789ABCDEF".parse::<JobId>().unwrap(), JOB);
+        assert_eq!(JobId(1).to_string(), "0000000000000001");
+        assert!("123".parse::<JobId>().is_err());
+        assert!("0123456789abcdeg".parse::<JobId>().is_err());
+        assert!("+123456789abcdef".parse::<JobId>().is_err());
+        assert_ne!(JobId::random(), JobId::random());
+    }
+
+    #[test]
+    fn parses_every_request() {
+        assert_eq!(
+            Request::parse("HELLO 0123456789abcdef 7"),
+            Ok(Request::Hello { job: JOB, rank: 7 })
+        );
+        assert_eq!(
+            Request::parse("PUT k v=1"),
+            Ok(Request::Put { key: "k", value: "v=1" })
+        );
+        assert_eq!(Request::parse("GET k"), Ok(Request::Get { key: "k" }));
+        assert_eq!(Request::parse("FENCE"), Ok(Request::Fence));
+        assert_eq!(Request::parse("FINALIZE"), Ok(Request::Finalize));
+        assert_eq!(
+            Request::parse("ABORT 3 disk  full, giving up"),
+            Ok(Request::Abort { code: 3, message: "disk  full, giving up" })
+        );
+        assert_eq!(
+            Request::parse("ABORT -1"),
+            Ok(Request::Abort { code: -1, message: "" })
+        );
+    }
+
+    #[test]
+    fn rejects_malformed_requests() {
+        let bad = [
+            ("", ProtocolError::Empty),
+            ("hello 0123456789abcdef 1", ProtocolError::UnknownCommand("hello".into())),
+            ("PUT k", ProtocolError::Arity { command: "PUT", expected: "a key and a value" }),
+            ("PUT k v extra", ProtocolError::Arity { command: "PUT", expected: "a key and a value" }),
+            ("PUT  k v", ProtocolError::Whitespace),
+            ("PUT k\tx v", ProtocolError::Whitespace),
+            ("GET k ", ProtocolError::Whitespace),
+            ("FENCE now", ProtocolError::Arity { command: "FENCE", expected: "no arguments" }),
+            ("HELLO 12 1", ProtocolError::BadJobId("12".into())),
+            ("HELLO 0123456789abcdef -1", ProtocolError::BadRank("-1".into())),
+            ("HELLO 0123456789abcdef 99999999999999999999999", ProtocolError::BadRank("99999999999999999999999".into())),
+            ("ABORT", ProtocolError::Arity { command: "ABORT", expected: "a code and a message" }),
+            ("ABORT x msg", ProtocolError::BadCode("x".into())),
+        ];
+        for (line, want) in bad {
+            assert_eq!(Request::parse(line), Err(want), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics_the_parser() {
+        // A cheap deterministic fuzz: every short string over an alphabet rich in separators.
+        let alphabet = ["HELLO", "PUT", "GET", "FENCE", "ABORT", " ", "  ", "\t", "-1", "x", "0123456789abcdef", "é", "\u{0}"];
+        let mut count = 0;
+        for a in alphabet {
+            for b in alphabet {
+                for c in alphabet {
+                    for d in alphabet {
+                        let line = format!("{a}{b}{c}{d}");
+                        let _ = Request::parse(&line);
+                        count += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(count, alphabet.len().pow(4));
+    }
+
+    fn raw(addr: SocketAddr) -> (BufReader<TcpStream>, TcpStream) {
+        let s = TcpStream::connect(addr).unwrap();
+        (BufReader::new(s.try_clone().unwrap()), s)
+    }
+
+    fn say(conn: &mut (BufReader<TcpStream>, TcpStream), bytes: &[u8]) -> String {
+        conn.1.write_all(bytes).unwrap();
+        let mut reply = String::new();
+        conn.0.read_line(&mut reply).unwrap();
+        reply
+    }
+
+    #[test]
+    fn server_answers_garbage_with_err_and_keeps_serving() {
+        let server = PmiServer::start(2, JOB).unwrap();
+        let mut c = raw(server.addr());
+        assert!(say(&mut c, b"PUT a b\n").starts_with("ERR say HELLO first"));
+        assert!(say(&mut c, b"\xff\xfe\n").starts_with("ERR request is not valid UTF-8"));
+        assert!(say(&mut c, b"\n").starts_with("ERR empty"));
+        assert!(say(&mut c, b"HELLO ffffffffffffffff 0\n").starts_with("ERR job id"));
+        assert!(say(&mut c, b"HELLO 0123456789abcdef 2\n").starts_with("ERR rank 2 out of range"));
+        assert_eq!(say(&mut c, b"HELLO 0123456789abcdef 1\r\n"), "OK\n");
+        assert!(say(&mut c, b"HELLO 0123456789abcdef 0\n").starts_with("ERR this connection already"));
+        assert!(say(&mut c, b"BOGUS\n").starts_with("ERR unknown command"));
+        assert_eq!(say(&mut c, b"PUT a b\n"), "OK\n");
+        assert_eq!(say(&mut c, b"GET a\n"), "VAL b\n");
+        assert_eq!(say(&mut c, b"GET zz\n"), "NONE\n");
+
+        let mut dup = raw(server.addr());
+        assert!(say(&mut dup, b"HELLO 0123456789abcdef 1\n").starts_with("ERR rank 1 is already connected"));
+
+        // An over-long line closes that connection only.
+        let mut long = raw(server.addr());
+        let mut huge = vec![b'x'; MAX_LINE + 10];
+        huge.push(b'\n');
+        assert!(say(&mut long, &huge).starts_with("ERR line longer"));
+        assert_eq!(say(&mut c, b"GET a\n"), "VAL b\n");
+        assert!(server.rank_state(1).unwrap().connected);
+        assert!(!server.rank_state(0).unwrap().connected);
+    }
+
+    #[test]
+    fn fence_is_a_reusable_barrier_and_publishes_puts() {
+        const N: usize = 4;
+        let server = PmiServer::start(N, JOB).unwrap();
+        let addr = server.addr();
+        let threads: Vec<_> = (0..N)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let mut c = PmiClient::connect(addr, JOB, rank).unwrap();
+                    for round in 0..3 {
+                        c.put(&format!("r{round}-{rank}"), &format!("v{}", rank * 10 + round))
+                            .unwrap();
+                        c.fence().unwrap();
+                        for peer in 0..N {
+                            assert_eq!(
+                                c.get(&format!("r{round}-{peer}")).unwrap(),
+                                Some(format!("v{}", peer * 10 + round)),
+                                "rank {rank} round {round}"
+                            );
+                        }
+                    }
+                    c.finalize().unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for rank in 0..N {
+            let state = server.rank_state(rank).unwrap();
+            assert!(state.connected && state.finalized);
+        }
+    }
+
+    #[test]
+    fn abort_becomes_an_event() {
+        let server = PmiServer::start(2, JOB).unwrap();
+        let mut c = PmiClient::connect(server.addr(), JOB, 1).unwrap();
+        c.abort(7, "bad\ninput").unwrap();
+        assert_eq!(
+            server.recv_event_timeout(Duration::from_secs(5)),
+            Some(PmiEvent::Abort { rank: 1, code: 7, message: "bad input".into() })
+        );
+        assert_eq!(server.rank_state(1).unwrap().abort, Some((7, "bad input".into())));
+    }
+
+    #[test]
+    fn dropping_the_server_releases_a_pending_fence() {
+        let server = PmiServer::start(2, JOB).unwrap();
+        let addr = server.addr();
+        let waiter = std::thread::spawn(move || {
+            let mut c = PmiClient::connect(addr, JOB, 0).unwrap();
+            c.fence()
+        });
+        // Give the rank time to enter the fence; if it has not yet, it still fails cleanly
+        // because the server is gone.
+        std::thread::sleep(Duration::from_millis(100));
+        drop(server);
+        assert!(waiter.join().unwrap().is_err());
+    }
+
+    #[test]
+    fn client_refuses_tokens_the_protocol_cannot_carry() {
+        let server = PmiServer::start(1, JOB).unwrap();
+        let mut c = PmiClient::connect(server.addr(), JOB, 0).unwrap();
+        assert!(matches!(c.put("a b", "v"), Err(PmiClientError::BadToken(_))));
+        assert!(matches!(c.put("k", ""), Err(PmiClientError::BadToken(_))));
+        // A single-rank fence completes at once.
+        c.fence().unwrap();
+    }
+}

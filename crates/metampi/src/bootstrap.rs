@@ -1,0 +1,66 @@
+//! Client of the launcher's key-value exchange (PMI-like), see `metampi-launch`.
+//!
+//! Ranks publish their endpoints with `PUT`, meet at `FENCE`, and read each
+//! other's with `GET`. `ABORT` asks the launcher to end the job.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::TcpStream;
+
+pub(crate) struct Pmi {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+impl Pmi {
+    pub(crate) fn connect(addr: &str, job: &str, rank: u32) -> io::Result<Pmi> {
+        let s = TcpStream::connect(addr)?;
+        s.set_nodelay(true)?;
+        let mut p = Pmi {
+            reader: BufReader::new(s.try_clone()?),
+            writer: s,
+        };
+        p.call(&format!("HELLO {job} {rank}"))?;
+        Ok(p)
+    }
+
+    fn call(&mut self, line: &str) -> io::Result<String> {
+        self.writer.write_all(format!("{line}\n").as_bytes())?;
+        let mut reply = String::new();
+        if self.reader.read_line(&mut reply)? == 0 {
+            return Err(bad("launcher closed the bootstrap connection".into()));
+        }
+        let reply = reply.trim_end().to_string();
+        if let Some(e) = reply.strip_prefix("ERR") {
+            return Err(bad(format!("launcher refused `{line}`:{e}")));
+        }
+        Ok(reply)
+    }
+
+    pub(crate) fn put(&mut self, key: &str, value: &str) -> io::Result<()> {
+        self.call(&format!("PUT {key} {value}")).map(drop)
+    }
+
+    pub(crate) fn get(&mut self, key: &str) -> io::Result<String> {
+        let r = self.call(&format!("GET {key}"))?;
+        r.strip_prefix("VAL ")
+            .map(str::to_string)
+            .ok_or_else(|| bad(format!("no value for `{key}` in the bootstrap exchange")))
+    }
+
+    pub(crate) fn fence(&mut self) -> io::Result<()> {
+        self.call("FENCE").map(drop)
+    }
+
+    pub(crate) fn abort(&mut self, code: i32, msg: &str) -> io::Result<()> {
+        let one_line = msg.replace('\n', " | ");
+        self.call(&format!("ABORT {code} {one_line}")).map(drop)
+    }
+
+    pub(crate) fn finalize(&mut self) -> io::Result<()> {
+        self.call("FINALIZE").map(drop)
+    }
+}

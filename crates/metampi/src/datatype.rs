@@ -1,0 +1,726 @@
+//! Datatypes and buffers (MPI-1.2 §3.12), in the shape of rsmpi's `datatype` module.
+//!
+//! A datatype is a *type map*: the byte blocks one element occupies inside its
+//! extent. Buffers whose type map is one dense block travel straight from and
+//! into user memory; others are packed into their type signature order and
+//! unpacked at the receiver, so sender and receiver may use different layouts
+//! with the same signature (as MPI allows).
+
+use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use crate::{Address, Count};
+
+/// The predefined element kinds, for reductions (and byte-order conversion).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prim {
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    I128,
+    U128,
+    F32,
+    F64,
+    Bool,
+}
+
+impl Prim {
+    const ALL: [Prim; 13] = [
+        Prim::I8,
+        Prim::U8,
+        Prim::I16,
+        Prim::U16,
+        Prim::I32,
+        Prim::U32,
+        Prim::I64,
+        Prim::U64,
+        Prim::I128,
+        Prim::U128,
+        Prim::F32,
+        Prim::F64,
+        Prim::Bool,
+    ];
+
+    pub(crate) fn size(self) -> usize {
+        match self {
+            Prim::I8 | Prim::U8 | Prim::Bool => 1,
+            Prim::I16 | Prim::U16 => 2,
+            Prim::I32 | Prim::U32 | Prim::F32 => 4,
+            Prim::I64 | Prim::U64 | Prim::F64 => 8,
+            Prim::I128 | Prim::U128 => 16,
+        }
+    }
+}
+
+/// One element's layout: byte blocks `(offset, len)` in signature order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TypeMap {
+    /// Set when every data byte belongs to elements of one predefined kind.
+    pub prim: Option<Prim>,
+    pub blocks: Vec<(isize, usize)>,
+    /// Bytes of data per element (sum of block lengths).
+    pub size: usize,
+    /// Distance between consecutive elements.
+    pub extent: usize,
+    /// Lower bound (smallest offset), usually 0.
+    pub lb: isize,
+}
+
+impl TypeMap {
+    fn primitive(p: Prim) -> TypeMap {
+        let size = p.size();
+        TypeMap {
+            prim: Some(p),
+            blocks: vec![(0, size)],
+            size,
+            extent: size,
+            lb: 0,
+        }
+    }
+
+    fn from_blocks(prim: Option<Prim>, mut blocks: Vec<(isize, usize)>, extent_hint: Option<(isize, usize)>) -> TypeMap {
+        blocks.retain(|b| b.1 > 0);
+        // Merge neighbours so dense layouts become one block.
+        let mut merged: Vec<(isize, usize)> = Vec::with_capacity(blocks.len());
+        for b in blocks {
+            match merged.last_mut() {
+                Some(last) if last.0 + last.1 as isize == b.0 => last.1 += b.1,
+                _ => merged.push(b),
+            }
+        }
+        let size = merged.iter().map(|b| b.1).sum();
+        let (lb, extent) = extent_hint.unwrap_or_else(|| {
+            let lo = merged.iter().map(|b| b.0).min().unwrap_or(0);
+            let hi = merged.iter().map(|b| b.0 + b.1 as isize).max().unwrap_or(0);
+            (lo, (hi - lo) as usize)
+        });
+        TypeMap {
+            prim,
+            blocks: merged,
+            size,
+            extent,
+            lb,
+        }
+    }
+
+    /// Whether `count` elements are one dense run of bytes starting at the pointer.
+    pub(crate) fn is_dense(&self) -> bool {
+        self.lb == 0 && self.size == self.extent && (self.blocks.len() == 1 && self.blocks[0].0 == 0 || self.size == 0)
+    }
+
+    /// Repeats this map `count` times at `stride` bytes.
+    fn repeat(&self, count: usize, stride: isize, offset0: isize) -> Vec<(isize, usize)> {
+        let mut out = Vec::with_capacity(count * self.blocks.len());
+        for i in 0..count {
+            for &(o, l) in &self.blocks {
+                out.push((offset0 + i as isize * stride + o, l));
+            }
+        }
+        out
+    }
+}
+
+fn registry() -> &'static RwLock<Vec<Arc<TypeMap>>> {
+    static REG: OnceLock<RwLock<Vec<Arc<TypeMap>>>> = OnceLock::new();
+    REG.get_or_init(|| RwLock::new(Prim::ALL.iter().map(|&p| Arc::new(TypeMap::primitive(p))).collect()))
+}
+
+/// Predefined types are registered first, in `Prim::ALL` order.
+fn prim_id(p: Prim) -> u32 {
+    Prim::ALL.iter().position(|&q| q == p).unwrap_or(0) as u32
+}
+
+fn register(tm: TypeMap) -> u32 {
+    let mut reg = registry().write().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = reg.iter().position(|t| **t == tm) {
+        return i as u32;
+    }
+    reg.push(Arc::new(tm));
+    (reg.len() - 1) as u32
+}
+
+pub(crate) fn type_map(id: u32) -> Arc<TypeMap> {
+    let reg = registry().read().unwrap_or_else(|p| p.into_inner());
+    // Ids only come from `register`, so they are always in range.
+    Arc::clone(&reg[id as usize])
+}
+
+/// Converts a user count into an element count: negative counts are refused
+/// where the caller checks; here they count as zero.
+fn ucount(c: Count) -> usize {
+    c.max(0) as usize
+}
+
+// ---- datatype handles -------------------------------------------------------
+
+/// Implemented by every datatype handle.
+pub trait UncommittedDatatype {
+    /// The type `dup` returns.
+    type DuplicatedDatatype;
+    /// A duplicate of this datatype (`MPI_Type_dup`).
+    fn dup(&self) -> Self::DuplicatedDatatype;
+    #[doc(hidden)]
+    fn type_id(&self) -> u32;
+}
+
+/// A committed datatype usable in communication.
+pub trait Datatype: UncommittedDatatype {}
+
+impl<D: UncommittedDatatype + ?Sized> UncommittedDatatype for &D {
+    type DuplicatedDatatype = D::DuplicatedDatatype;
+    fn dup(&self) -> Self::DuplicatedDatatype {
+        (**self).dup()
+    }
+    fn type_id(&self) -> u32 {
+        (**self).type_id()
+    }
+}
+impl<D: Datatype + ?Sized> Datatype for &D {}
+
+/// A borrowed reference to a committed datatype.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DatatypeRef<'a> {
+    id: u32,
+    phantom: PhantomData<&'a ()>,
+}
+
+/// A predefined datatype.
+pub type SystemDatatype = DatatypeRef<'static>;
+
+impl DatatypeRef<'_> {
+    fn new(id: u32) -> Self {
+        DatatypeRef {
+            id,
+            phantom: PhantomData,
+        }
+    }
+}
+
+impl UncommittedDatatype for DatatypeRef<'_> {
+    type DuplicatedDatatype = UserDatatype;
+    fn dup(&self) -> UserDatatype {
+        UserDatatype(self.id)
+    }
+    fn type_id(&self) -> u32 {
+        self.id
+    }
+}
+impl Datatype for DatatypeRef<'_> {}
+
+/// A borrowed reference to a datatype that may not be committed yet.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct UncommittedDatatypeRef<'a> {
+    id: u32,
+    phantom: PhantomData<&'a ()>,
+}
+
+impl UncommittedDatatype for UncommittedDatatypeRef<'_> {
+    type DuplicatedDatatype = UncommittedUserDatatype;
+    fn dup(&self) -> UncommittedUserDatatype {
+        UncommittedUserDatatype(self.id)
+    }
+    fn type_id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl<'a> From<DatatypeRef<'a>> for UncommittedDatatypeRef<'a> {
+    fn from(d: DatatypeRef<'a>) -> Self {
+        UncommittedDatatypeRef {
+            id: d.id,
+            phantom: PhantomData,
+        }
+    }
+}
+impl<'a> From<&'a UserDatatype> for DatatypeRef<'a> {
+    fn from(d: &'a UserDatatype) -> Self {
+        DatatypeRef::new(d.0)
+    }
+}
+impl<'a> From<&'a UserDatatype> for UncommittedDatatypeRef<'a> {
+    fn from(d: &'a UserDatatype) -> Self {
+        DatatypeRef::new(d.0).into()
+    }
+}
+impl<'a> From<&'a UncommittedUserDatatype> for UncommittedDatatypeRef<'a> {
+    fn from(d: &'a UncommittedUserDatatype) -> Self {
+        UncommittedDatatypeRef {
+            id: d.0,
+            phantom: PhantomData,
+        }
+    }
+}
+
+/// A derived datatype (committed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserDatatype(u32);
+
+/// A derived datatype before `commit`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UncommittedUserDatatype(u32);
+
+impl UncommittedDatatype for UserDatatype {
+    type DuplicatedDatatype = UserDatatype;
+    fn dup(&self) -> UserDatatype {
+        self.clone()
+    }
+    fn type_id(&self) -> u32 {
+        self.0
+    }
+}
+impl Datatype for UserDatatype {}
+
+impl UncommittedDatatype for UncommittedUserDatatype {
+    type DuplicatedDatatype = UncommittedUserDatatype;
+    fn dup(&self) -> UncommittedUserDatatype {
+        self.clone()
+    }
+    fn type_id(&self) -> u32 {
+        self.0
+    }
+}
+
+fn hvector(count: usize, blocklength: usize, stride_bytes: isize, old: &TypeMap) -> TypeMap {
+    let mut blocks = Vec::new();
+    for i in 0..count {
+        blocks.extend(old.repeat(blocklength, old.extent as isize, i as isize * stride_bytes));
+    }
+    let extent = if count == 0 {
+        0
+    } else {
+        ((count - 1) as isize * stride_bytes).unsigned_abs() + blocklength * old.extent
+    };
+    TypeMap::from_blocks(old.prim, blocks, Some((0, extent)))
+}
+
+fn hindexed(blocklengths: &[Count], displs_bytes: &[isize], old: &TypeMap) -> TypeMap {
+    assert_eq!(blocklengths.len(), displs_bytes.len(), "blocklengths and displacements differ in length");
+    let mut blocks = Vec::new();
+    for (&bl, &d) in blocklengths.iter().zip(displs_bytes) {
+        blocks.extend(old.repeat(ucount(bl), old.extent as isize, d));
+    }
+    TypeMap::from_blocks(old.prim, blocks, None)
+}
+
+macro_rules! constructors {
+    ($t:ident, $wrap:expr) => {
+        impl $t {
+            /// `count` contiguous copies of `oldtype` (`MPI_Type_contiguous`).
+            pub fn contiguous<D: UncommittedDatatype>(count: Count, oldtype: &D) -> Self {
+                let old = type_map(oldtype.type_id());
+                $wrap(register(hvector(1, ucount(count), 0, &old)))
+            }
+            /// Blocks at a stride counted in elements (`MPI_Type_vector`).
+            pub fn vector<D: UncommittedDatatype>(count: Count, blocklength: Count, stride: Count, oldtype: &D) -> Self {
+                let old = type_map(oldtype.type_id());
+                $wrap(register(hvector(ucount(count), ucount(blocklength), stride as isize * old.extent as isize, &old)))
+            }
+            /// Blocks at a stride counted in bytes (`MPI_Type_create_hvector`).
+            pub fn heterogeneous_vector<D: UncommittedDatatype>(count: Count, blocklength: Count, stride: Address, oldtype: &D) -> Self {
+                let old = type_map(oldtype.type_id());
+                $wrap(register(hvector(ucount(count), ucount(blocklength), stride as isize, &old)))
+            }
+            /// Blocks at displacements counted in elements (`MPI_Type_indexed`).
+            pub fn indexed<D: UncommittedDatatype>(blocklengths: &[Count], displacements: &[Count], oldtype: &D) -> Self {
+                let old = type_map(oldtype.type_id());
+                let d: Vec<isize> = displacements.iter().map(|&x| x as isize * old.extent as isize).collect();
+                $wrap(register(hindexed(blocklengths, &d, &old)))
+            }
+            /// Blocks at displacements counted in bytes (`MPI_Type_create_hindexed`).
+            pub fn heterogeneous_indexed<D: UncommittedDatatype>(blocklengths: &[Count], displacements: &[Address], oldtype: &D) -> Self {
+                let old = type_map(oldtype.type_id());
+                let d: Vec<isize> = displacements.iter().map(|&x| x as isize).collect();
+                $wrap(register(hindexed(blocklengths, &d, &old)))
+            }
+            /// Equal blocks at element displacements (`MPI_Type_create_indexed_block`).
+            pub fn indexed_block<D: UncommittedDatatype>(blocklength: Count, displacements: &[Count], oldtype: &D) -> Self {
+                let bl = vec![blocklength; displacements.len()];
+                Self::indexed(&bl, displacements, oldtype)
+            }
+            /// Equal blocks at byte displacements (`MPI_Type_create_hindexed_block`).
+            pub fn heterogeneous_indexed_block<D: UncommittedDatatype>(blocklength: Count, displacements: &[Address], oldtype: &D) -> Self {
+                let bl = vec![blocklength; displacements.len()];
+                Self::heterogeneous_indexed(&bl, displacements, oldtype)
+            }
+            /// A struct of blocks of different types (`MPI_Type_create_struct`).
+            pub fn structured<D: UncommittedDatatype>(blocklengths: &[Count], displacements: &[Address], types: &[D]) -> Self {
+                assert!(
+                    blocklengths.len() == displacements.len() && displacements.len() == types.len(),
+                    "structured: blocklengths, displacements and types differ in length"
+                );
+                let mut blocks = Vec::new();
+                let mut prims = Vec::new();
+                for ((&bl, &d), t) in blocklengths.iter().zip(displacements).zip(types) {
+                    let old = type_map(t.type_id());
+                    prims.push(old.prim);
+                    blocks.extend(old.repeat(ucount(bl), old.extent as isize, d as isize));
+                }
+                let prim = match prims.first() {
+                    Some(&p) if prims.iter().all(|&q| q == p) => p,
+                    _ => None,
+                };
+                $wrap(register(TypeMap::from_blocks(prim, blocks, None)))
+            }
+        }
+    };
+}
+constructors!(UserDatatype, UserDatatype);
+constructors!(UncommittedUserDatatype, UncommittedUserDatatype);
+
+impl UserDatatype {
+    /// A reference to this datatype.
+    pub fn as_ref(&self) -> DatatypeRef<'_> {
+        DatatypeRef::new(self.0)
+    }
+}
+
+impl UncommittedUserDatatype {
+    /// Commits the datatype for use in communication.
+    pub fn commit(self) -> UserDatatype {
+        UserDatatype(self.0)
+    }
+    /// A reference to this datatype.
+    pub fn as_ref(&self) -> UncommittedDatatypeRef<'_> {
+        self.into()
+    }
+}
+
+/// Sets the extent of a type map explicitly (used by the derive for padding at the end).
+#[doc(hidden)]
+pub fn __resized(dt: DatatypeRef<'static>, extent: usize) -> DatatypeRef<'static> {
+    let mut tm = (*type_map(dt.id)).clone();
+    tm.lb = 0;
+    tm.extent = extent;
+    DatatypeRef::new(register(tm))
+}
+
+/// Byte address of a value (`MPI_Get_address`).
+pub fn address_of<T>(x: &T) -> Address {
+    x as *const T as Address
+}
+
+// ---- Equivalence --------------------------------------------------------------
+
+/// A Rust type with an equivalent MPI datatype.
+///
+/// # Safety
+/// `equivalent_datatype` must describe exactly the bytes of `Self` that carry
+/// data (no bytes outside the value, and every byte pattern it can receive
+/// must be a valid `Self`).
+pub unsafe trait Equivalence {
+    /// The datatype handle type.
+    type Out: Datatype;
+    /// The datatype that describes `Self`.
+    fn equivalent_datatype() -> Self::Out;
+}
+
+macro_rules! prim {
+    ($($t:ty => $p:ident),*) => {$(
+        // SAFETY: every byte pattern of these plain numbers is valid and their
+        // whole size is data.
+        unsafe impl Equivalence for $t {
+            type Out = SystemDatatype;
+            fn equivalent_datatype() -> SystemDatatype {
+                DatatypeRef::new(prim_id(Prim::$p))
+            }
+        }
+    )*};
+}
+prim!(i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32, u32 => U32, i64 => I64, u64 => U64,
+      i128 => I128, u128 => U128, f32 => F32, f64 => F64);
+#[cfg(target_pointer_width = "64")]
+prim!(isize => I64, usize => U64);
+#[cfg(target_pointer_width = "32")]
+prim!(isize => I32, usize => U32);
+
+// SAFETY: bool is one byte; receivers only ever get bools that a sender sent as
+// bool (MPI's type-matching rule); see `check_bools` for the defensive fix-up.
+unsafe impl Equivalence for bool {
+    type Out = SystemDatatype;
+    fn equivalent_datatype() -> SystemDatatype {
+        DatatypeRef::new(prim_id(Prim::Bool))
+    }
+}
+
+// ---- buffers ------------------------------------------------------------------
+
+/// Something with a count of elements.
+///
+/// # Safety
+/// `count` must not exceed the number of elements behind the buffer's pointer.
+pub unsafe trait Collection {
+    /// Number of elements.
+    fn count(&self) -> Count;
+}
+
+/// Something with a base address for reading.
+///
+/// # Safety
+/// The pointer must be valid for reads of `count` elements of the datatype.
+pub unsafe trait Pointer {
+    /// Base address.
+    fn pointer(&self) -> *const std::ffi::c_void;
+}
+
+/// Something with a base address for writing.
+///
+/// # Safety
+/// The pointer must be valid for writes of `count` elements of the datatype.
+pub unsafe trait PointerMut {
+    /// Base address.
+    fn pointer_mut(&mut self) -> *mut std::ffi::c_void;
+}
+
+/// Something with a datatype.
+///
+/// # Safety
+/// The datatype must describe the elements behind the pointer.
+pub unsafe trait AsDatatype {
+    /// The datatype handle type.
+    type Out: Datatype;
+    /// The datatype of one element.
+    fn as_datatype(&self) -> Self::Out;
+}
+
+/// A readable buffer.
+///
+/// # Safety
+/// See the supertraits.
+pub unsafe trait Buffer: Pointer + Collection + AsDatatype {}
+/// A writable buffer.
+///
+/// # Safety
+/// See the supertraits.
+pub unsafe trait BufferMut: PointerMut + Collection + AsDatatype {}
+
+macro_rules! buffer_impls {
+    ($([$($g:tt)*] $t:ty, $count:expr, $ptr:expr, $ptr_mut:expr;)*) => {$(
+        // SAFETY: the count is the number of `T` in the value.
+        unsafe impl<$($g)*> Collection for $t { fn count(&self) -> Count { ($count)(self) as Count } }
+        // SAFETY: points at the first `T` of the value.
+        unsafe impl<$($g)*> Pointer for $t { fn pointer(&self) -> *const std::ffi::c_void { ($ptr)(self) } }
+        // SAFETY: points at the first `T` of the value, exclusively borrowed.
+        unsafe impl<$($g)*> PointerMut for $t { fn pointer_mut(&mut self) -> *mut std::ffi::c_void { ($ptr_mut)(self) } }
+        // SAFETY: the elements are `T`.
+        unsafe impl<$($g)*> AsDatatype for $t { type Out = T::Out; fn as_datatype(&self) -> T::Out { T::equivalent_datatype() } }
+        // SAFETY: see the impls above.
+        unsafe impl<$($g)*> Buffer for $t {}
+        // SAFETY: see the impls above.
+        unsafe impl<$($g)*> BufferMut for $t {}
+    )*};
+}
+buffer_impls! {
+    [T: Equivalence] T, |_: &T| 1, |s: &T| s as *const T as *const _, |s: &mut T| s as *mut T as *mut _;
+    [T: Equivalence] [T], |s: &[T]| s.len(), |s: &[T]| s.as_ptr() as *const _, |s: &mut [T]| s.as_mut_ptr() as *mut _;
+    [T: Equivalence] Vec<T>, |s: &Vec<T>| s.len(), |s: &Vec<T>| s.as_ptr() as *const _, |s: &mut Vec<T>| s.as_mut_ptr() as *mut _;
+    [T: Equivalence, const D: usize] [T; D], |_: &[T; D]| D, |s: &[T; D]| s.as_ptr() as *const _, |s: &mut [T; D]| s.as_mut_ptr() as *mut _;
+}
+
+/// A buffer described by an explicit count and datatype (`View` in rsmpi).
+pub struct View<'d, 'b, D, B: ?Sized>
+where
+    D: 'd + Datatype,
+    B: 'b + Pointer,
+{
+    datatype: &'d D,
+    count: Count,
+    buffer: &'b B,
+}
+
+impl<'d, 'b, D: 'd + Datatype, B: 'b + Pointer + ?Sized> View<'d, 'b, D, B> {
+    /// # Safety
+    /// `buffer` must hold `count` elements of `datatype`.
+    pub unsafe fn with_count_and_datatype(buffer: &'b B, count: Count, datatype: &'d D) -> Self {
+        View { datatype, count, buffer }
+    }
+}
+
+/// A writable buffer described by an explicit count and datatype.
+pub struct MutView<'d, 'b, D, B: ?Sized>
+where
+    D: 'd + Datatype,
+    B: 'b + PointerMut,
+{
+    datatype: &'d D,
+    count: Count,
+    buffer: &'b mut B,
+}
+
+impl<'d, 'b, D: 'd + Datatype, B: 'b + PointerMut + ?Sized> MutView<'d, 'b, D, B> {
+    /// # Safety
+    /// `buffer` must hold `count` elements of `datatype`.
+    pub unsafe fn with_count_and_datatype(buffer: &'b mut B, count: Count, datatype: &'d D) -> Self {
+        MutView { datatype, count, buffer }
+    }
+}
+
+// SAFETY: the constructor's contract makes count and datatype describe the buffer.
+unsafe impl<D: Datatype, B: Pointer + ?Sized> Collection for View<'_, '_, D, B> {
+    fn count(&self) -> Count {
+        self.count
+    }
+}
+// SAFETY: as above.
+unsafe impl<D: Datatype, B: Pointer + ?Sized> Pointer for View<'_, '_, D, B> {
+    fn pointer(&self) -> *const std::ffi::c_void {
+        self.buffer.pointer()
+    }
+}
+// SAFETY: as above.
+unsafe impl<'d, D: Datatype, B: Pointer + ?Sized> AsDatatype for View<'d, '_, D, B> {
+    type Out = &'d D;
+    fn as_datatype(&self) -> &'d D {
+        self.datatype
+    }
+}
+// SAFETY: as above.
+unsafe impl<D: Datatype, B: Pointer + ?Sized> Buffer for View<'_, '_, D, B> {}
+// SAFETY: as above.
+unsafe impl<D: Datatype, B: PointerMut + ?Sized> Collection for MutView<'_, '_, D, B> {
+    fn count(&self) -> Count {
+        self.count
+    }
+}
+// SAFETY: as above.
+unsafe impl<D: Datatype, B: PointerMut + ?Sized> PointerMut for MutView<'_, '_, D, B> {
+    fn pointer_mut(&mut self) -> *mut std::ffi::c_void {
+        self.buffer.pointer_mut()
+    }
+}
+// SAFETY: as above.
+unsafe impl<'d, D: Datatype, B: PointerMut + ?Sized> AsDatatype for MutView<'d, '_, D, B> {
+    type Out = &'d D;
+    fn as_datatype(&self) -> &'d D {
+        self.datatype
+    }
+}
+// SAFETY: as above.
+unsafe impl<D: Datatype, B: PointerMut + ?Sized> BufferMut for MutView<'_, '_, D, B> {}
+
+// ---- packing ------------------------------------------------------------------
+
+/// The bytes a buffer sends: borrowed when dense, packed otherwise.
+pub(crate) enum Packed<'a> {
+    Dense(&'a [u8]),
+    Packed(Vec<u8>),
+}
+
+impl Packed<'_> {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Packed::Dense(b) => b,
+            Packed::Packed(v) => v,
+        }
+    }
+}
+
+/// Size in bytes of one element of `dt`'s signature.
+pub(crate) fn size_of_type(id: u32) -> usize {
+    type_map(id).size
+}
+
+/// The signature bytes of a buffer.
+pub(crate) fn pack<B: Buffer + ?Sized>(buf: &B) -> Packed<'_> {
+    let tm = type_map(buf.as_datatype().type_id());
+    let count = ucount(buf.count());
+    let base = buf.pointer() as *const u8;
+    if tm.is_dense() {
+        // SAFETY: `Buffer` guarantees `count` dense elements of `extent` bytes at `base`.
+        return Packed::Dense(unsafe { std::slice::from_raw_parts(base, count * tm.extent) });
+    }
+    let mut out = Vec::with_capacity(count * tm.size);
+    for i in 0..count {
+        for &(off, len) in &tm.blocks {
+            // SAFETY: the datatype describes element `i` inside the buffer (Buffer contract).
+            let src = unsafe { std::slice::from_raw_parts(base.offset(i as isize * tm.extent as isize + off), len) };
+            out.extend_from_slice(src);
+        }
+    }
+    Packed::Packed(out)
+}
+
+/// How a receive lands in a `BufferMut`.
+pub(crate) struct RecvLayout {
+    pub tm: Arc<TypeMap>,
+    pub count: usize,
+    pub base: *mut u8,
+}
+
+impl RecvLayout {
+    pub(crate) fn of<B: BufferMut + ?Sized>(buf: &mut B) -> RecvLayout {
+        RecvLayout {
+            tm: type_map(buf.as_datatype().type_id()),
+            count: ucount(buf.count()),
+            base: buf.pointer_mut() as *mut u8,
+        }
+    }
+
+    /// Capacity in signature bytes.
+    pub(crate) fn capacity(&self) -> usize {
+        self.count * self.tm.size
+    }
+
+    /// The buffer as one dense slice, when its type map allows.
+    ///
+    /// # Safety
+    /// The buffer this layout was made from must still be exclusively borrowed.
+    pub(crate) unsafe fn dense(&self) -> Option<&mut [u8]> {
+        if !self.tm.is_dense() {
+            return None;
+        }
+        if self.count * self.tm.extent == 0 {
+            return Some(&mut []);
+        }
+        // SAFETY: caller's contract; BufferMut guarantees the range is writable.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.base, self.count * self.tm.extent) })
+    }
+
+    /// Scatters signature bytes into the buffer.
+    ///
+    /// # Safety
+    /// As for [`RecvLayout::dense`].
+    pub(crate) unsafe fn unpack(&self, data: &[u8]) {
+        let mut pos = 0;
+        'outer: for i in 0..self.count {
+            for &(off, len) in &self.tm.blocks {
+                if pos + len > data.len() {
+                    break 'outer;
+                }
+                // SAFETY: caller's contract; the datatype describes element `i`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data[pos..].as_ptr(),
+                        self.base.offset(i as isize * self.tm.extent as isize + off),
+                        len,
+                    );
+                }
+                pos += len;
+            }
+        }
+    }
+}
+
+impl DatatypeRef<'_> {
+    #[doc(hidden)]
+    pub fn __from_id(id: u32) -> Self {
+        DatatypeRef::new(id)
+    }
+}
+
+/// A `'static` reference to a derived datatype (datatypes live for the whole run).
+#[doc(hidden)]
+pub fn __leak(d: UserDatatype) -> DatatypeRef<'static> {
+    DatatypeRef::new(d.0)
+}
+
+/// A `'static` reference to any datatype handle (used by the derive).
+#[doc(hidden)]
+pub fn __ref<D: UncommittedDatatype>(d: &D) -> DatatypeRef<'static> {
+    DatatypeRef::new(d.type_id())
+}

@@ -1,0 +1,641 @@
+//! Matching engine and request table: no I/O.
+//!
+//! Posted receives and unexpected messages are kept in arrival order and
+//! matched on (context, source, tag) with wildcards, which together with FIFO
+//! transports gives MPI's non-overtaking rule (MPI-1.2 §3.5). Control messages
+//! the engine wants sent are queued in `out` for the transport layer.
+
+use std::collections::VecDeque;
+use std::task::Waker;
+
+use crate::envelope::{Envelope, Kind};
+use crate::error::{truncate, Error, ErrorClass};
+use crate::sys::cma;
+use crate::sys::rawbuf::{RecvPtr, SendPtr};
+
+pub(crate) type ReqId = u64;
+
+/// What a completed receive reports, in world ranks and bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RawStatus {
+    pub src: u32,
+    pub tag: i32,
+    pub len: usize,
+    pub cancelled: bool,
+}
+
+pub(crate) enum SendBuf {
+    Borrowed(SendPtr),
+    Owned(Vec<u8>),
+}
+
+impl SendBuf {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            SendBuf::Borrowed(p) => p.bytes(),
+            SendBuf::Owned(v) => v,
+        }
+    }
+}
+
+pub(crate) enum RecvBuf {
+    /// Receive into the user's buffer; longer messages are a truncation error.
+    Borrowed(RecvPtr),
+    /// Receive into a fresh vector of the message's size.
+    Owned(Vec<u8>),
+}
+
+impl RecvBuf {
+    fn cap(&self) -> usize {
+        match self {
+            RecvBuf::Borrowed(p) => p.len(),
+            RecvBuf::Owned(_) => usize::MAX,
+        }
+    }
+
+    /// Makes room for `len` bytes and returns the destination slice.
+    fn prepare(&mut self, len: usize) -> &mut [u8] {
+        match self {
+            RecvBuf::Borrowed(p) => &mut p.bytes_mut()[..len],
+            RecvBuf::Owned(v) => {
+                v.clear();
+                v.resize(len, 0);
+                v
+            }
+        }
+    }
+
+    fn slice_at(&mut self, off: usize, len: usize) -> Option<&mut [u8]> {
+        match self {
+            RecvBuf::Borrowed(p) => p.bytes_mut().get_mut(off..off.checked_add(len)?),
+            RecvBuf::Owned(v) => v.get_mut(off..off.checked_add(len)?),
+        }
+    }
+}
+
+/// Matching criteria of a receive or probe. `None` is a wildcard.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pattern {
+    pub ctx: u32,
+    pub src: Option<u32>,
+    pub tag: Option<i32>,
+}
+
+impl Pattern {
+    fn matches(&self, env: &Envelope) -> bool {
+        env.context == self.ctx
+            && self.src.is_none_or(|s| s == env.src)
+            && self.tag.is_none_or(|t| t == env.tag)
+    }
+}
+
+enum State {
+    Free,
+    Send {
+        dst: u32,
+        buf: SendBuf,
+    },
+    Recv {
+        pat: Pattern,
+        buf: RecvBuf,
+        matched: bool,
+        got: usize,
+    },
+}
+
+struct Slot {
+    gen: u32,
+    state: State,
+    done: bool,
+    status: RawStatus,
+    error: Option<Error>,
+    waker: Option<Waker>,
+    /// Nobody waits for the result: free the slot on completion.
+    detached: bool,
+}
+
+/// A message that arrived before a matching receive was posted.
+pub(crate) struct Unexpected {
+    pub env: Envelope,
+    /// The payload of an eager message (empty for a rendezvous request).
+    pub data: Vec<u8>,
+}
+
+/// Work for the transport layer.
+pub(crate) enum Action {
+    /// Send a payload-less control envelope.
+    Ctrl { dst: u32, env: Envelope },
+    /// Stream the data of send request `sreq` to `dst` for its request `rreq`.
+    SendData { dst: u32, sreq: ReqId, rreq: u64 },
+}
+
+/// The result of a completed request, taken out of the table.
+pub(crate) struct Completed {
+    pub status: RawStatus,
+    pub result: Result<(), Error>,
+    pub data: Option<Vec<u8>>,
+}
+
+pub(crate) struct Core {
+    pub rank: u32,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    posted: VecDeque<ReqId>,
+    unexpected: VecDeque<Unexpected>,
+    pub out: VecDeque<Action>,
+    pub wakers: Vec<Waker>,
+    /// Process ids by world rank, for cross-memory attach (0 = not local).
+    pub pids: Vec<i32>,
+    /// Number of completions since start: lets waiters notice progress.
+    pub completions: u64,
+    /// Futures currently registered and not yet complete.
+    pub async_waiters: usize,
+}
+
+impl Core {
+    pub(crate) fn new(rank: u32, size: usize) -> Core {
+        Core {
+            rank,
+            slots: Vec::new(),
+            free: Vec::new(),
+            posted: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            out: VecDeque::new(),
+            wakers: Vec::new(),
+            pids: vec![0; size],
+            completions: 0,
+            async_waiters: 0,
+        }
+    }
+
+    fn alloc(&mut self, state: State) -> ReqId {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    gen: 0,
+                    state: State::Free,
+                    done: false,
+                    status: RawStatus::default(),
+                    error: None,
+                    waker: None,
+                    detached: false,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let s = &mut self.slots[idx as usize];
+        s.gen = s.gen.wrapping_add(1);
+        s.state = state;
+        s.done = false;
+        s.status = RawStatus::default();
+        s.error = None;
+        s.waker = None;
+        s.detached = false;
+        ((s.gen as u64) << 32) | idx as u64
+    }
+
+    fn slot(&mut self, id: ReqId) -> Option<&mut Slot> {
+        let s = self.slots.get_mut((id & 0xffff_ffff) as usize)?;
+        (s.gen == (id >> 32) as u32 && !matches!(s.state, State::Free)).then_some(s)
+    }
+
+    fn complete(&mut self, id: ReqId, status: RawStatus, error: Option<Error>) {
+        let mut had_waker = false;
+        let mut detached = false;
+        if let Some(s) = self.slot(id) {
+            if s.done {
+                return;
+            }
+            s.done = true;
+            detached = s.detached;
+            s.status = status;
+            s.error = error;
+            if let Some(w) = s.waker.take() {
+                had_waker = true;
+                self.wakers.push(w);
+            }
+        }
+        if had_waker {
+            self.async_waiters = self.async_waiters.saturating_sub(1);
+        }
+        self.completions += 1;
+        if detached {
+            self.release(id);
+        }
+    }
+
+    /// Lets the request finish on its own; its slot is freed when it completes.
+    pub(crate) fn detach(&mut self, id: ReqId) {
+        let done = match self.slot(id) {
+            Some(s) => {
+                s.detached = true;
+                s.done
+            }
+            None => false,
+        };
+        if done {
+            self.release(id);
+        }
+    }
+
+    pub(crate) fn is_done(&mut self, id: ReqId) -> bool {
+        self.slot(id).is_some_and(|s| s.done)
+    }
+
+    /// Registers a waker; returns false if the request is already done.
+    pub(crate) fn set_waker(&mut self, id: ReqId, w: &Waker) -> bool {
+        let mut added = false;
+        let done = match self.slot(id) {
+            Some(s) if !s.done => {
+                added = s.waker.is_none();
+                s.waker = Some(w.clone());
+                false
+            }
+            _ => true,
+        };
+        if added {
+            self.async_waiters += 1;
+        }
+        !done
+    }
+
+    /// Takes the result of a completed request and frees its slot.
+    pub(crate) fn take(&mut self, id: ReqId) -> Option<Completed> {
+        let idx = (id & 0xffff_ffff) as u32;
+        let s = self.slot(id)?;
+        if !s.done {
+            return None;
+        }
+        let state = std::mem::replace(&mut s.state, State::Free);
+        let status = s.status;
+        let result = match s.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+        self.free.push(idx);
+        let data = match state {
+            State::Recv { buf: RecvBuf::Owned(v), .. } => Some(v),
+            _ => None,
+        };
+        Some(Completed { status, result, data })
+    }
+
+    /// Releases a request whose result nobody will read (after completion).
+    pub(crate) fn release(&mut self, id: ReqId) {
+        let _ = self.take(id);
+    }
+
+    // ---- sends -------------------------------------------------------------
+
+    pub(crate) fn new_send(&mut self, dst: u32, buf: SendBuf) -> ReqId {
+        self.alloc(State::Send { dst, buf })
+    }
+
+    pub(crate) fn send_bytes(&self, id: ReqId) -> Option<&[u8]> {
+        let s = self.slots.get((id & 0xffff_ffff) as usize)?;
+        if s.gen != (id >> 32) as u32 {
+            return None;
+        }
+        match &s.state {
+            State::Send { buf, .. } => Some(buf.bytes()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn complete_send(&mut self, id: ReqId) {
+        self.complete(id, RawStatus::default(), None);
+    }
+
+    pub(crate) fn fail(&mut self, id: ReqId, err: Error) {
+        self.complete(id, RawStatus::default(), Some(err));
+    }
+
+    /// Fails every unfinished request that involves `peer` (a lost connection).
+    pub(crate) fn fail_peer(&mut self, peer: u32, why: &str) {
+        let ids: Vec<ReqId> = (0..self.slots.len())
+            .filter_map(|i| {
+                let s = &self.slots[i];
+                let involved = match &s.state {
+                    State::Send { dst, .. } => *dst == peer,
+                    State::Recv { pat, .. } => pat.src == Some(peer),
+                    State::Free => false,
+                };
+                (involved && !s.done).then_some(((s.gen as u64) << 32) | i as u64)
+            })
+            .collect();
+        for id in ids {
+            self.posted.retain(|&p| p != id);
+            self.fail(id, Error::new(ErrorClass::Other, format!("connection to rank {peer} lost: {why}")));
+        }
+    }
+
+    // ---- receives ----------------------------------------------------------
+
+    /// Posts a receive: matches the oldest fitting unexpected message or queues.
+    pub(crate) fn post_recv(&mut self, pat: Pattern, buf: RecvBuf) -> ReqId {
+        let id = self.alloc(State::Recv {
+            pat,
+            buf,
+            matched: false,
+            got: 0,
+        });
+        if let Some(i) = self.unexpected.iter().position(|u| pat.matches(&u.env)) {
+            let u = self.unexpected.remove(i).expect("index from position");
+            self.deliver_unexpected(id, u);
+        } else {
+            self.posted.push_back(id);
+        }
+        id
+    }
+
+    /// Receives a message already taken by a matched probe.
+    pub(crate) fn post_recv_matched(&mut self, u: Unexpected, buf: RecvBuf) -> ReqId {
+        let pat = Pattern {
+            ctx: u.env.context,
+            src: Some(u.env.src),
+            tag: Some(u.env.tag),
+        };
+        let id = self.alloc(State::Recv {
+            pat,
+            buf,
+            matched: false,
+            got: 0,
+        });
+        self.deliver_unexpected(id, u);
+        id
+    }
+
+    /// Looks for a matching unexpected message without taking it.
+    pub(crate) fn probe(&self, pat: Pattern) -> Option<RawStatus> {
+        self.unexpected.iter().find(|u| pat.matches(&u.env)).map(|u| RawStatus {
+            src: u.env.src,
+            tag: u.env.tag,
+            len: u.env.len as usize,
+            cancelled: false,
+        })
+    }
+
+    /// Takes a matching unexpected message out of the queue (matched probe).
+    pub(crate) fn take_unexpected(&mut self, pat: Pattern) -> Option<Unexpected> {
+        let i = self.unexpected.iter().position(|u| pat.matches(&u.env))?;
+        self.unexpected.remove(i)
+    }
+
+    /// Cancels a receive that has not matched yet. Returns whether it did.
+    pub(crate) fn cancel(&mut self, id: ReqId) -> bool {
+        let Some(pos) = self.posted.iter().position(|&p| p == id) else {
+            return false;
+        };
+        self.posted.remove(pos);
+        self.complete(
+            id,
+            RawStatus {
+                cancelled: true,
+                ..RawStatus::default()
+            },
+            None,
+        );
+        true
+    }
+
+    fn deliver_unexpected(&mut self, id: ReqId, u: Unexpected) {
+        match u.env.kind {
+            Kind::Rts => self.start_rendezvous(id, &u.env),
+            _ => self.deliver_eager(id, &u.env, &u.data),
+        }
+    }
+
+    fn deliver_eager(&mut self, id: ReqId, env: &Envelope, payload: &[u8]) {
+        let status = RawStatus {
+            src: env.src,
+            tag: env.tag,
+            len: payload.len(),
+            cancelled: false,
+        };
+        let mut err = None;
+        if let Some(Slot {
+            state: State::Recv { buf, matched, .. },
+            ..
+        }) = self.slot(id)
+        {
+            *matched = true;
+            if payload.len() > buf.cap() {
+                err = Some(truncate(payload.len(), buf.cap()));
+            } else {
+                buf.prepare(payload.len()).copy_from_slice(payload);
+            }
+        }
+        if env.kind == Kind::EagerSync {
+            let mut ack = Envelope::new(Kind::SyncAck, self.rank, env.context, env.tag, 0);
+            ack.sreq = env.sreq;
+            self.out.push_back(Action::Ctrl { dst: env.src, env: ack });
+        }
+        self.complete(id, status, err);
+    }
+
+    fn start_rendezvous(&mut self, id: ReqId, env: &Envelope) {
+        let len = env.len as usize;
+        let status = RawStatus {
+            src: env.src,
+            tag: env.tag,
+            len,
+            cancelled: false,
+        };
+        let pid = self.pids.get(env.src as usize).copied().unwrap_or(0);
+        let mut fin = Envelope::new(Kind::Fin, self.rank, env.context, env.tag, 0);
+        fin.sreq = env.sreq;
+        let Some(Slot {
+            state: State::Recv { buf, matched, .. },
+            ..
+        }) = self.slot(id)
+        else {
+            return;
+        };
+        *matched = true;
+        if len > buf.cap() {
+            // The sender must still finish: tell it the data will not be read.
+            let err = truncate(len, buf.cap());
+            self.out.push_back(Action::Ctrl { dst: env.src, env: fin });
+            self.complete(id, status, Some(err));
+            return;
+        }
+        let dst = buf.prepare(len);
+        if env.addr != 0 && pid > 0 && cma::read_from(pid, env.addr, dst).is_ok() {
+            self.out.push_back(Action::Ctrl { dst: env.src, env: fin });
+            self.complete(id, status, None);
+            return;
+        }
+        if len == 0 {
+            self.out.push_back(Action::Ctrl { dst: env.src, env: fin });
+            self.complete(id, status, None);
+            return;
+        }
+        // Ask the sender to stream the data (TCP, or no cross-memory attach).
+        if let Some(s) = self.slot(id) {
+            s.status = status;
+        }
+        let mut cts = Envelope::new(Kind::Cts, self.rank, env.context, env.tag, env.len);
+        cts.sreq = env.sreq;
+        cts.rreq = id;
+        self.out.push_back(Action::Ctrl { dst: env.src, env: cts });
+    }
+
+    /// Where the payload of a `Data` fragment should land, if the request is live.
+    pub(crate) fn data_target(&mut self, env: &Envelope) -> Option<&mut [u8]> {
+        match &mut self.slot(env.rreq)?.state {
+            State::Recv { buf, matched: true, .. } => buf.slice_at(env.addr as usize, env.frag as usize),
+            _ => None,
+        }
+    }
+
+    /// Accounts a `Data` fragment already written to its target.
+    pub(crate) fn data_done(&mut self, env: &Envelope) {
+        let Some(s) = self.slot(env.rreq) else { return };
+        let total = s.status.len;
+        let finished = match &mut s.state {
+            State::Recv { got, .. } => {
+                *got += env.frag as usize;
+                *got >= total
+            }
+            _ => false,
+        };
+        if finished {
+            let st = s.status;
+            self.complete(env.rreq, st, None);
+        }
+    }
+
+    /// Handles one envelope (and its payload) from any transport.
+    pub(crate) fn handle_incoming(&mut self, env: &Envelope, payload: &[u8]) {
+        match env.kind {
+            Kind::Eager | Kind::EagerSync | Kind::Rts => {
+                let pos = self.posted.iter().position(|&id| match &self.slots[(id & 0xffff_ffff) as usize].state {
+                    State::Recv { pat, .. } => pat.matches(env),
+                    _ => false,
+                });
+                match pos {
+                    Some(i) => {
+                        let id = self.posted.remove(i).expect("index from position");
+                        if env.kind == Kind::Rts {
+                            self.start_rendezvous(id, env);
+                        } else {
+                            self.deliver_eager(id, env, payload);
+                        }
+                    }
+                    None => self.unexpected.push_back(Unexpected {
+                        env: *env,
+                        data: payload.to_vec(),
+                    }),
+                }
+            }
+            Kind::Cts => self.out.push_back(Action::SendData {
+                dst: env.src,
+                sreq: env.sreq,
+                rreq: env.rreq,
+            }),
+            Kind::Data => {
+                if let Some(dst) = self.data_target(env) {
+                    if dst.len() == payload.len() {
+                        dst.copy_from_slice(payload);
+                        self.data_done(env);
+                    }
+                }
+            }
+            Kind::Fin | Kind::SyncAck => self.complete_send(env.sreq),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eager(src: u32, tag: i32, data: &[u8]) -> Envelope {
+        Envelope::new(Kind::Eager, src, 0, tag, data.len() as u64)
+    }
+
+    fn owned(core: &mut Core, src: Option<u32>, tag: Option<i32>) -> ReqId {
+        core.post_recv(Pattern { ctx: 0, src, tag }, RecvBuf::Owned(Vec::new()))
+    }
+
+    #[test]
+    fn wildcard_receives_keep_per_sender_order() {
+        let mut c = Core::new(0, 4);
+        c.handle_incoming(&eager(1, 5, b"a"), b"a");
+        c.handle_incoming(&eager(2, 5, b"x"), b"x");
+        c.handle_incoming(&eager(1, 5, b"b"), b"b");
+        let r1 = owned(&mut c, Some(1), None);
+        let r2 = owned(&mut c, None, None);
+        let r3 = owned(&mut c, None, Some(5));
+        assert_eq!(c.take(r1).unwrap().data.unwrap(), b"a");
+        assert_eq!(c.take(r2).unwrap().data.unwrap(), b"x");
+        assert_eq!(c.take(r3).unwrap().data.unwrap(), b"b");
+    }
+
+    #[test]
+    fn posted_receives_match_in_posting_order_and_contexts_separate() {
+        let mut c = Core::new(0, 4);
+        let a = owned(&mut c, None, None);
+        let b = owned(&mut c, Some(3), Some(1));
+        let mut other_ctx = eager(3, 1, b"z");
+        other_ctx.context = 9;
+        c.handle_incoming(&other_ctx, b"z");
+        assert!(!c.is_done(a));
+        c.handle_incoming(&eager(3, 1, b"p"), b"p");
+        c.handle_incoming(&eager(3, 1, b"q"), b"q");
+        assert_eq!(c.take(a).unwrap().data.unwrap(), b"p");
+        assert_eq!(c.take(b).unwrap().data.unwrap(), b"q");
+        assert!(c.probe(Pattern { ctx: 9, src: None, tag: None }).is_some());
+    }
+
+    #[test]
+    fn truncation_is_an_error_and_sync_is_acked() {
+        let mut c = Core::new(0, 2);
+        let mut small = [0u8; 2];
+        // SAFETY: `small` outlives the request, which completes below.
+        let buf = RecvBuf::Borrowed(unsafe { RecvPtr::new(&mut small) });
+        let id = c.post_recv(Pattern { ctx: 0, src: None, tag: None }, buf);
+        let mut env = eager(1, 0, b"abc");
+        env.kind = Kind::EagerSync;
+        env.sreq = 77;
+        c.handle_incoming(&env, b"abc");
+        let done = c.take(id).unwrap();
+        assert_eq!(done.result.unwrap_err().class(), ErrorClass::Truncate);
+        match c.out.pop_front() {
+            Some(Action::Ctrl { dst: 1, env }) => assert_eq!((env.kind, env.sreq), (Kind::SyncAck, 77)),
+            _ => panic!("expected a sync ack"),
+        }
+    }
+
+    #[test]
+    fn rendezvous_without_cma_asks_for_data() {
+        let mut c = Core::new(0, 2);
+        let id = owned(&mut c, Some(1), None);
+        let mut rts = Envelope::new(Kind::Rts, 1, 0, 4, 10);
+        rts.sreq = 5;
+        c.handle_incoming(&rts, &[]);
+        let Some(Action::Ctrl { env: cts, .. }) = c.out.pop_front() else { panic!("no cts") };
+        assert_eq!(cts.kind, Kind::Cts);
+        for (off, part) in [(0u64, &b"hello"[..]), (5, b"world")] {
+            let mut d = Envelope::new(Kind::Data, 1, 0, 4, 10);
+            d.rreq = cts.rreq;
+            d.addr = off;
+            d.frag = 5;
+            assert!(!c.is_done(id));
+            c.handle_incoming(&d, part);
+        }
+        assert_eq!(c.take(id).unwrap().data.unwrap(), b"helloworld");
+    }
+
+    #[test]
+    fn cancel_only_unmatched() {
+        let mut c = Core::new(0, 2);
+        let id = owned(&mut c, None, None);
+        assert!(c.cancel(id));
+        assert!(c.take(id).unwrap().status.cancelled);
+        let id = owned(&mut c, None, None);
+        c.handle_incoming(&eager(1, 0, b"k"), b"k");
+        assert!(!c.cancel(id));
+    }
+}

@@ -1,0 +1,502 @@
+//! Transports: the one contract every backend meets, and the three backends.
+//!
+//! Contract: frames to one peer leave in the order they were queued and arrive
+//! in that order (FIFO per pair), whole, each exactly once; a backend never
+//! blocks the caller; it reports a lost peer instead of panicking on bad bytes.
+//! The matching engine ([`super::core`]) never knows which backend carried a
+//! frame. Backends, chosen per destination at start-up:
+//! - `Local`: a message to oneself, handed over in memory;
+//! - `Shm`: a ring in the receiver's shared segment (same machine);
+//! - `Tcp`: one TCP connection per pair (other machine, or forced).
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+
+use super::core::{Action, Core, ReqId};
+use crate::envelope::{Envelope, Kind, ENV_LEN, INLINE_MAX};
+use crate::error::{Error, ErrorClass};
+use crate::sys::ring::{Consumer, Producer};
+use crate::sys::shm::Segment;
+
+/// Largest eager payload accepted from a stream peer; more is a protocol error.
+const MAX_EAGER_WIRE: usize = 64 << 20;
+/// Largest `Data` fragment on a stream.
+const TCP_FRAGMENT: usize = 1 << 30;
+/// Records taken from one ring per progress pass, so one busy sender cannot starve others.
+const RING_BATCH: usize = 64;
+
+/// The sleep flag a rank raises (in its own segment) before blocking, so that
+/// writers know to send a wake-up datagram.
+pub(crate) struct SleepFlag(*const AtomicU32);
+
+// SAFETY: points into a shared mapping kept alive by `Links::segments`.
+unsafe impl Send for SleepFlag {}
+
+impl SleepFlag {
+    /// # Safety
+    /// `p` must point to a 4-byte aligned word in a live shared mapping that
+    /// outlives this flag.
+    pub(crate) unsafe fn new(p: *const AtomicU32) -> SleepFlag {
+        SleepFlag(p)
+    }
+
+    pub(crate) fn get(&self) -> &AtomicU32 {
+        // SAFETY: contract of `new`.
+        unsafe { &*self.0 }
+    }
+}
+
+pub(crate) struct ShmLink {
+    pub prod: Producer,
+    pub peer_sleep: SleepFlag,
+    pub peer_wake: SocketAddr,
+}
+
+pub(crate) struct TcpLink {
+    pub stream: TcpStream,
+    rx: Rx,
+    closed: bool,
+}
+
+struct Rx {
+    env_buf: [u8; ENV_LEN],
+    env_got: usize,
+    env: Option<Envelope>,
+    body: Body,
+    body_got: usize,
+}
+
+impl Default for Rx {
+    fn default() -> Self {
+        Rx {
+            env_buf: [0; ENV_LEN],
+            env_got: 0,
+            env: None,
+            body: Body::None,
+            body_got: 0,
+        }
+    }
+}
+
+#[derive(Default)]
+enum Body {
+    #[default]
+    None,
+    Staged(Vec<u8>),
+    /// Rendezvous data read straight into the receiver's buffer.
+    Direct,
+    /// Bytes for a request that no longer exists.
+    Discard,
+}
+
+pub(crate) enum Link {
+    Local,
+    Shm(ShmLink),
+    Tcp(TcpLink),
+}
+
+struct OutFrame {
+    env: [u8; ENV_LEN],
+    /// Payload taken from send request `.0` at offset `.1`, length `.2`.
+    payload: Option<(ReqId, usize, usize)>,
+    written: usize,
+    /// Send request completed once this frame is out.
+    done: Option<ReqId>,
+}
+
+pub(crate) struct Links {
+    pub rank: u32,
+    pub peers: Vec<Link>,
+    outq: Vec<VecDeque<OutFrame>>,
+    shm_in: Vec<(u32, Consumer)>,
+    self_q: VecDeque<(Envelope, Vec<u8>)>,
+    pub eager_shm: usize,
+    pub eager_tcp: usize,
+    pub cma: bool,
+    pub my_sleep: Option<SleepFlag>,
+    pub wake: UnixDatagram,
+    pub segments: Vec<Segment>,
+    /// Frames waiting in any out-queue (fast check for the progress loop).
+    pending: usize,
+}
+
+impl Links {
+    pub(crate) fn new(rank: u32, peers: Vec<Link>, wake: UnixDatagram) -> Links {
+        let n = peers.len();
+        Links {
+            rank,
+            peers,
+            outq: (0..n).map(|_| VecDeque::new()).collect(),
+            shm_in: Vec::new(),
+            self_q: VecDeque::new(),
+            eager_shm: 32 << 10,
+            eager_tcp: 64 << 10,
+            cma: false,
+            my_sleep: None,
+            wake,
+            segments: Vec::new(),
+            pending: 0,
+        }
+    }
+
+    pub(crate) fn add_inbound(&mut self, src: u32, c: Consumer) {
+        self.shm_in.push((src, c));
+    }
+
+    pub(crate) fn tcp(stream: TcpStream) -> Link {
+        Link::Tcp(TcpLink {
+            stream,
+            rx: Rx::default(),
+            closed: false,
+        })
+    }
+
+    /// File descriptors to wait on when blocking.
+    /// With `.1` set where the wait should also end when the socket can take more.
+    pub(crate) fn poll_fds(&self, out: &mut Vec<(RawFd, bool)>) {
+        out.clear();
+        out.push((self.wake.as_raw_fd(), false));
+        for (i, p) in self.peers.iter().enumerate() {
+            if let Link::Tcp(t) = p {
+                if !t.closed {
+                    out.push((t.stream.as_raw_fd(), !self.outq[i].is_empty()));
+                }
+            }
+        }
+    }
+
+    /// Starts a send of the bytes held by request `id` to `dst`.
+    pub(crate) fn post_send(&mut self, core: &mut Core, id: ReqId, dst: u32, ctx: u32, tag: i32, sync: bool) {
+        let len = core.send_bytes(id).map_or(0, |b| b.len());
+        let kind = if sync { Kind::EagerSync } else { Kind::Eager };
+        let d = dst as usize;
+        match &self.peers[d] {
+            Link::Local => {
+                let data = core.send_bytes(id).map(<[u8]>::to_vec).unwrap_or_default();
+                let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
+                env.sreq = id;
+                self.self_q.push_back((env, data));
+                if !sync {
+                    core.complete_send(id);
+                }
+            }
+            Link::Shm(l) => {
+                let eager = self.eager_shm.min(l.prod.max_payload());
+                let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
+                env.sreq = id;
+                if len <= INLINE_MAX && !sync {
+                    let bytes = core.send_bytes(id).unwrap_or(&[]);
+                    let frame = env.encode(Some(bytes));
+                    self.queue(d, frame, None, Some(id));
+                } else if len <= eager {
+                    self.queue(d, env.encode(None), Some((id, 0, len)), (!sync).then_some(id));
+                } else {
+                    env.kind = Kind::Rts;
+                    if self.cma {
+                        env.addr = core.send_bytes(id).map_or(0, |b| b.as_ptr() as u64);
+                    }
+                    self.queue(d, env.encode(None), None, None);
+                }
+            }
+            Link::Tcp(t) => {
+                if t.closed {
+                    core.fail(id, Error::new(ErrorClass::Other, format!("connection to rank {dst} is closed")));
+                    return;
+                }
+                let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
+                env.sreq = id;
+                if len <= self.eager_tcp {
+                    self.queue(d, env.encode(None), Some((id, 0, len)), (!sync).then_some(id));
+                } else {
+                    env.kind = Kind::Rts;
+                    self.queue(d, env.encode(None), None, None);
+                }
+            }
+        }
+        self.flush(core, d);
+    }
+
+    fn queue(&mut self, dst: usize, env: [u8; ENV_LEN], payload: Option<(ReqId, usize, usize)>, done: Option<ReqId>) {
+        self.outq[dst].push_back(OutFrame {
+            env,
+            payload,
+            written: 0,
+            done,
+        });
+        self.pending += 1;
+    }
+
+    /// Turns the engine's queued actions into frames.
+    fn drain_actions(&mut self, core: &mut Core) {
+        while let Some(a) = core.out.pop_front() {
+            match a {
+                Action::Ctrl { dst, env } => {
+                    if dst == self.rank {
+                        self.self_q.push_back((env, Vec::new()));
+                    } else if (dst as usize) < self.peers.len() {
+                        self.queue(dst as usize, env.encode(None), None, None);
+                    }
+                }
+                Action::SendData { dst, sreq, rreq } => {
+                    let Some(total) = core.send_bytes(sreq).map(<[u8]>::len) else {
+                        continue;
+                    };
+                    let chunk = match &self.peers.get(dst as usize) {
+                        Some(Link::Shm(l)) => l.prod.max_payload(),
+                        Some(Link::Tcp(_)) => TCP_FRAGMENT,
+                        _ => continue,
+                    };
+                    let mut off = 0;
+                    while off < total {
+                        let n = chunk.min(total - off);
+                        let mut env = Envelope::new(Kind::Data, self.rank, 0, 0, total as u64);
+                        env.rreq = rreq;
+                        env.sreq = sreq;
+                        env.addr = off as u64;
+                        env.frag = n as u32;
+                        let last = off + n == total;
+                        self.queue(dst as usize, env.encode(None), Some((sreq, off, n)), last.then_some(sreq));
+                        off += n;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes queued frames to `dst` until its transport is full.
+    fn flush(&mut self, core: &mut Core, dst: usize) {
+        while let Some(f) = self.outq[dst].front_mut() {
+            let payload: &[u8] = match f.payload {
+                None => &[],
+                Some((sreq, off, len)) => match core.send_bytes(sreq) {
+                    Some(b) => &b[off..off + len],
+                    None => &[],
+                },
+            };
+            let finished = match &mut self.peers[dst] {
+                Link::Shm(l) => {
+                    if !l.prod.try_write(&f.env, payload) {
+                        break;
+                    }
+                    fence(Ordering::SeqCst);
+                    if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
+                        let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
+                    }
+                    true
+                }
+                Link::Tcp(t) => match write_frame(&mut t.stream, &f.env, payload, &mut f.written) {
+                    Ok(done) => done,
+                    Err(e) => {
+                        t.closed = true;
+                        let why = e.to_string();
+                        self.pending -= self.outq[dst].len();
+                        self.outq[dst].clear();
+                        core.fail_peer(dst as u32, &why);
+                        return;
+                    }
+                },
+                Link::Local => true,
+            };
+            if !finished {
+                break;
+            }
+            let f = self.outq[dst].pop_front().expect("front exists");
+            self.pending -= 1;
+            if let Some(id) = f.done {
+                core.complete_send(id);
+            }
+        }
+    }
+
+    /// One non-blocking pass over every transport. Returns whether anything moved.
+    pub(crate) fn progress(&mut self, core: &mut Core) -> bool {
+        let before = core.completions;
+        let mut moved = false;
+        while let Some((env, data)) = self.self_q.pop_front() {
+            core.handle_incoming(&env, &data);
+            moved = true;
+        }
+        for i in 0..self.shm_in.len() {
+            let (src, ref mut cons) = self.shm_in[i];
+            let mut got = 0;
+            while got < RING_BATCH {
+                let r = cons.read_one(|rec| {
+                    if let Some(env) = Envelope::decode(rec) {
+                        let payload = if env.is_inline() {
+                            &rec[32..32 + env.len as usize]
+                        } else {
+                            match rec.get(ENV_LEN..ENV_LEN + env.trailing_len()) {
+                                Some(p) => p,
+                                None => return true,
+                            }
+                        };
+                        core.handle_incoming(&env, payload);
+                    }
+                    true
+                });
+                if r.is_none() {
+                    break;
+                }
+                got += 1;
+            }
+            if got > 0 {
+                moved = true;
+                // The writer may be asleep waiting for ring space.
+                if let Link::Shm(l) = &self.peers[src as usize] {
+                    fence(Ordering::SeqCst);
+                    if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
+                        let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
+                    }
+                }
+            }
+        }
+        for p in 0..self.peers.len() {
+            if let Link::Tcp(t) = &mut self.peers[p] {
+                if !t.closed {
+                    match read_stream(t, core) {
+                        Ok(m) => moved |= m,
+                        Err(e) => {
+                            t.closed = true;
+                            core.fail_peer(p as u32, &e.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        if !core.out.is_empty() {
+            self.drain_actions(core);
+        }
+        if self.pending > 0 {
+            for d in 0..self.outq.len() {
+                if !self.outq[d].is_empty() {
+                    self.flush(core, d);
+                }
+            }
+        }
+        if !self.self_q.is_empty() {
+            moved = true;
+        }
+        moved || core.completions != before
+    }
+
+    /// Drains the wake-up socket after a blocking wait.
+    pub(crate) fn drain_wake(&self) {
+        let mut b = [0u8; 64];
+        while self.wake.recv(&mut b).is_ok() {}
+    }
+
+    /// Whether frames are queued that a transport has not taken yet.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.pending > 0 || !self.self_q.is_empty()
+    }
+}
+
+/// Writes as much of one frame as the socket takes; `Ok(true)` when all is out.
+fn write_frame(s: &mut TcpStream, env: &[u8], payload: &[u8], written: &mut usize) -> io::Result<bool> {
+    let total = env.len() + payload.len();
+    while *written < total {
+        let r = if *written < env.len() {
+            s.write_vectored(&[IoSlice::new(&env[*written..]), IoSlice::new(payload)])
+        } else {
+            s.write(&payload[*written - env.len()..])
+        };
+        match r {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "peer closed the connection")),
+            Ok(n) => *written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    loop {
+        match s.read(buf) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection")),
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads every complete frame available on a stream without blocking.
+fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
+    let mut moved = false;
+    let rx = &mut t.rx;
+    loop {
+        let Some(env) = rx.env else {
+            match read_some(&mut t.stream, &mut rx.env_buf[rx.env_got..])? {
+                None => return Ok(moved),
+                Some(n) => rx.env_got += n,
+            }
+            if rx.env_got < ENV_LEN {
+                continue;
+            }
+            let env = Envelope::decode(&rx.env_buf)
+                .filter(|e| !e.is_inline())
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))?;
+            let n = env.trailing_len();
+            rx.body_got = 0;
+            rx.body = if n == 0 {
+                Body::None
+            } else if env.kind == Kind::Data {
+                if core.data_target(&env).is_some() {
+                    Body::Direct
+                } else {
+                    Body::Discard
+                }
+            } else if n > MAX_EAGER_WIRE {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "eager message too large"));
+            } else {
+                Body::Staged(vec![0; n])
+            };
+            rx.env = Some(env);
+            if n == 0 {
+                core.handle_incoming(&env, &[]);
+                rx.env = None;
+                rx.env_got = 0;
+                moved = true;
+            }
+            continue;
+        };
+        let n = env.trailing_len();
+        let got = match &mut rx.body {
+            Body::Staged(v) => read_some(&mut t.stream, &mut v[rx.body_got..])?,
+            Body::Direct => match core.data_target(&env) {
+                Some(dst) => read_some(&mut t.stream, &mut dst[rx.body_got..])?,
+                None => {
+                    rx.body = Body::Discard;
+                    continue;
+                }
+            },
+            Body::Discard => {
+                let mut sink = [0u8; 4096];
+                let want = (n - rx.body_got).min(sink.len());
+                read_some(&mut t.stream, &mut sink[..want])?
+            }
+            Body::None => Some(0),
+        };
+        match got {
+            None => return Ok(moved),
+            Some(k) => rx.body_got += k,
+        }
+        if rx.body_got == n {
+            match std::mem::take(&mut rx.body) {
+                Body::Staged(v) => core.handle_incoming(&env, &v),
+                Body::Direct => core.data_done(&env),
+                _ => {}
+            }
+            rx.env = None;
+            rx.env_got = 0;
+            moved = true;
+        }
+    }
+}

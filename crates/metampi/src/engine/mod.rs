@@ -1,0 +1,456 @@
+//! The per-process engine: matching core plus transports, shared by every
+//! thread of the process, and the wait loop that drives them.
+//!
+//! Progress happens inside calls (no background thread unless a `Future` is
+//! waiting). A waiting thread spins for a short while, then blocks in `poll`
+//! on its wake-up socket and TCP connections; shared-memory writers see the
+//! raised sleep flag and send a one-byte datagram, so ranks that outnumber
+//! cores sleep instead of burning CPU.
+
+pub(crate) mod core;
+pub(crate) mod links;
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr as InetAddr, TcpListener, TcpStream};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use self::core::Core;
+use self::links::{Link, Links, ShmLink, SleepFlag};
+use crate::bootstrap::Pmi;
+use crate::sys::ring::{Consumer, Producer, CTL_BYTES};
+use crate::sys::shm::Segment;
+use crate::sys::{cma, poll};
+
+pub(crate) struct Engine {
+    pub core: Core,
+    pub links: Links,
+}
+
+impl Engine {
+    pub(crate) fn progress(&mut self) -> bool {
+        self.links.progress(&mut self.core)
+    }
+}
+
+/// Facts about the job learned at start-up.
+pub(crate) struct JobInfo {
+    pub rank: u32,
+    pub size: u32,
+    /// Machine name of every world rank (ranks with equal names share memory).
+    pub nodes: Vec<String>,
+    pub appnum: u32,
+}
+
+pub(crate) struct Shared {
+    engine: Mutex<Engine>,
+    cond: Condvar,
+    poller: AtomicBool,
+    waiters: AtomicUsize,
+    spin: Duration,
+    oversubscribed: bool,
+    pub info: JobInfo,
+    pmi: Mutex<Option<Pmi>>,
+    self_wake: Option<SocketAddr>,
+    async_started: AtomicBool,
+    pub finalized: AtomicBool,
+    /// Next free context id (even numbers; +1 is the collective context).
+    pub next_context: AtomicU32,
+}
+
+/// Bytes of the control block at the start of a rank's inbound segment.
+const SEG_CTL: usize = 64;
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+fn env_flag(name: &str) -> bool {
+    matches!(std::env::var(name).as_deref(), Ok("1") | Ok("true") | Ok("yes") | Ok("on"))
+}
+
+fn other(msg: String) -> io::Error {
+    io::Error::other(msg)
+}
+
+impl Shared {
+    /// Joins the job described by the launcher's environment, or starts a
+    /// world of one when there is no launcher.
+    pub(crate) fn init() -> io::Result<Shared> {
+        let pmi_addr = std::env::var("METAMPI_PMI").ok();
+        let Some(pmi_addr) = pmi_addr else {
+            return Self::singleton();
+        };
+        let parse = |k: &str| -> io::Result<u32> {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| other(format!("{k} is missing or not a number")))
+        };
+        let rank = parse("METAMPI_RANK")?;
+        let size = parse("METAMPI_SIZE")?;
+        if rank >= size {
+            return Err(other(format!("METAMPI_RANK {rank} is not below METAMPI_SIZE {size}")));
+        }
+        let appnum = parse("METAMPI_APPNUM").unwrap_or(0);
+        let job = std::env::var("METAMPI_JOB").unwrap_or_else(|_| "0".into());
+        let node = std::env::var("METAMPI_NODE").unwrap_or_else(|_| crate::environment::hostname());
+        let mut pmi = Pmi::connect(&pmi_addr, &job, rank)?;
+
+        let wake = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(format!("metampi-{job}-{rank}"))?)?;
+        wake.set_nonblocking(true)?;
+
+        let pmi_ip: IpAddr = pmi_addr
+            .parse::<InetAddr>()
+            .map(|a| a.ip())
+            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let listen_ip = if pmi_ip.is_loopback() { pmi_ip } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
+        let listener = TcpListener::bind((listen_ip, 0))?;
+        let port = listener.local_addr()?.port();
+        // The address others use is the one this machine uses to reach the launcher.
+        let my_ip = if pmi_ip.is_loopback() { pmi_ip } else { TcpStream::connect(&pmi_addr)?.local_addr()?.ip() };
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        pmi.put(&format!("n{rank}"), &node)?;
+        pmi.put(&format!("p{rank}"), &pid.to_string())?;
+        pmi.put(&format!("t{rank}"), &InetAddr::new(my_ip, port).to_string())?;
+        pmi.fence()?;
+
+        let mut nodes = Vec::with_capacity(size as usize);
+        let mut pids = Vec::with_capacity(size as usize);
+        let mut tcp_addrs = Vec::with_capacity(size as usize);
+        for r in 0..size {
+            nodes.push(pmi.get(&format!("n{r}"))?);
+            pids.push(pmi.get(&format!("p{r}"))?.parse::<i32>().unwrap_or(0));
+            tcp_addrs.push(pmi.get(&format!("t{r}"))?);
+        }
+        let force_tcp = env_flag("METAMPI_FORCE_TCP");
+        let local: Vec<u32> = (0..size).filter(|&r| nodes[r as usize] == node).collect();
+        let shm_ranks: Vec<u32> = if force_tcp { vec![rank] } else { local.clone() };
+        let local_index = |r: u32| shm_ranks.iter().position(|&x| x == r).unwrap_or(0);
+        let ring_cap = env_usize("METAMPI_SHM_RING").unwrap_or(256 << 10).next_power_of_two().max(64 << 10);
+        let ring_bytes = CTL_BYTES + ring_cap;
+        let seg_len = SEG_CTL + shm_ranks.len() * ring_bytes;
+
+        let mut own_seg = None;
+        if shm_ranks.len() > 1 {
+            let dir = if std::path::Path::new("/dev/shm").is_dir() {
+                PathBuf::from("/dev/shm")
+            } else {
+                std::env::temp_dir()
+            };
+            let path = dir.join(format!("metampi-{job}-{rank}"));
+            let _ = std::fs::remove_file(&path);
+            let seg = Segment::create(&path, seg_len)?;
+            pmi.put(&format!("s{rank}"), &path.display().to_string())?;
+            own_seg = Some(seg);
+        }
+        pmi.fence()?;
+
+        let mut peers: Vec<Link> = Vec::with_capacity(size as usize);
+        let mut inbound = Vec::new();
+        let mut segments = Vec::new();
+        for r in 0..size {
+            if r == rank {
+                peers.push(Link::Local);
+                continue;
+            }
+            if shm_ranks.len() > 1 && shm_ranks.contains(&r) {
+                let own = own_seg.as_ref().expect("created above for local peers");
+                let path = PathBuf::from(pmi.get(&format!("s{r}"))?);
+                let seg = Segment::open(&path, seg_len)?;
+                // SAFETY: ring `local_index(rank)` of the peer's segment is written
+                // only by us (one producer per ring), and the segment lives in
+                // `segments` for as long as the links.
+                let prod = unsafe { Producer::new(seg.base().add(SEG_CTL + local_index(rank) * ring_bytes), ring_cap) };
+                // SAFETY: ring `local_index(r)` of our segment is read only by us.
+                let cons = unsafe { Consumer::new(own.base().add(SEG_CTL + local_index(r) * ring_bytes), ring_cap) };
+                // SAFETY: the first word of the peer's segment is its sleep flag,
+                // aligned and alive as long as `seg`.
+                let peer_sleep = unsafe { SleepFlag::new(seg.base() as *const AtomicU32) };
+                peers.push(Link::Shm(ShmLink {
+                    prod,
+                    peer_sleep,
+                    peer_wake: SocketAddr::from_abstract_name(format!("metampi-{job}-{r}"))?,
+                }));
+                inbound.push((r, cons));
+                segments.push(seg);
+            } else {
+                peers.push(Link::Local); // replaced by TCP below
+            }
+        }
+        // Lower ranks connect to higher ones; the listen backlog holds early connects.
+        let tcp_peers: Vec<u32> = (0..size)
+            .filter(|&r| r != rank && !(shm_ranks.len() > 1 && shm_ranks.contains(&r)))
+            .collect();
+        for &r in tcp_peers.iter().filter(|&&r| r > rank) {
+            let addr = &tcp_addrs[r as usize];
+            let mut s = TcpStream::connect(addr.as_str()).map_err(|e| other(format!("connecting to rank {r} at {addr}: {e}")))?;
+            use std::io::Write;
+            s.write_all(&rank.to_le_bytes())?;
+            peers[r as usize] = Links::tcp(s);
+        }
+        for _ in tcp_peers.iter().filter(|&&r| r < rank) {
+            let (mut s, _) = listener.accept()?;
+            let mut b = [0u8; 4];
+            use std::io::Read;
+            s.read_exact(&mut b)?;
+            let r = u32::from_le_bytes(b);
+            if r >= rank || !tcp_peers.contains(&r) {
+                return Err(other(format!("unexpected TCP hello from rank {r}")));
+            }
+            peers[r as usize] = Links::tcp(s);
+        }
+        for p in &peers {
+            if let Link::Tcp(t) = p {
+                t.stream.set_nodelay(true)?;
+                t.stream.set_nonblocking(true)?;
+            }
+        }
+        pmi.fence()?;
+
+        let mut links = Links::new(rank, peers, wake);
+        for (r, c) in inbound {
+            links.add_inbound(r, c);
+        }
+        if let Some(seg) = own_seg {
+            seg.unlink();
+            // SAFETY: the first word of our segment is our sleep flag; the
+            // segment lives in `links.segments`.
+            links.my_sleep = Some(unsafe { SleepFlag::new(seg.base() as *const AtomicU32) });
+            links.segments.push(seg);
+        }
+        links.segments.extend(segments);
+        links.cma = shm_ranks.len() > 1 && !env_flag("METAMPI_NO_CMA") && cma::available();
+        if let Some(n) = env_usize("METAMPI_EAGER_LIMIT") {
+            links.eager_shm = n;
+            links.eager_tcp = n;
+        }
+        let mut core = Core::new(rank, size as usize);
+        for &r in &shm_ranks {
+            core.pids[r as usize] = pids[r as usize];
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let oversubscribed = local.len() > cores;
+        let spin_us = env_usize("METAMPI_SPIN_US").unwrap_or(if oversubscribed { 20 } else { 200 });
+        Ok(Shared {
+            engine: Mutex::new(Engine { core, links }),
+            cond: Condvar::new(),
+            poller: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
+            spin: Duration::from_micros(spin_us as u64),
+            oversubscribed,
+            info: JobInfo {
+                rank,
+                size,
+                nodes,
+                appnum,
+            },
+            pmi: Mutex::new(Some(pmi)),
+            self_wake: Some(SocketAddr::from_abstract_name(format!("metampi-{job}-{rank}"))?),
+            async_started: AtomicBool::new(false),
+            finalized: AtomicBool::new(false),
+            next_context: AtomicU32::new(4),
+        })
+    }
+
+    fn singleton() -> io::Result<Shared> {
+        let (wake, _) = UnixDatagram::pair()?;
+        wake.set_nonblocking(true)?;
+        let links = Links::new(0, vec![Link::Local], wake);
+        Ok(Shared {
+            engine: Mutex::new(Engine {
+                core: Core::new(0, 1),
+                links,
+            }),
+            cond: Condvar::new(),
+            poller: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
+            spin: Duration::from_micros(50),
+            oversubscribed: false,
+            info: JobInfo {
+                rank: 0,
+                size: 1,
+                nodes: vec![crate::environment::hostname()],
+                appnum: 0,
+            },
+            pmi: Mutex::new(None),
+            self_wake: None,
+            async_started: AtomicBool::new(false),
+            finalized: AtomicBool::new(false),
+            next_context: AtomicU32::new(4),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while holding the lock leaves the engine usable: its state is
+        // updated in steps that are each consistent.
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the engine, then one progress pass; wakes other waiters if
+    /// the call may have completed their requests.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        let mut e = self.lock();
+        let r = f(&mut e);
+        e.progress();
+        let wakers = std::mem::take(&mut e.core.wakers);
+        drop(e);
+        self.after_progress(wakers);
+        r
+    }
+
+    fn after_progress(&self, wakers: Vec<std::task::Waker>) {
+        let woke = !wakers.is_empty();
+        for w in wakers {
+            w.wake();
+        }
+        if woke || self.waiters.load(Ordering::Relaxed) > 0 {
+            self.kick();
+        }
+    }
+
+    /// Wakes threads waiting in this process (condition variable and poller).
+    fn kick(&self) {
+        self.cond.notify_all();
+        if self.poller.load(Ordering::SeqCst) {
+            if let Some(a) = &self.self_wake {
+                let e = self.lock();
+                let _ = e.links.wake.send_to_addr(&[1], a);
+            }
+        }
+    }
+
+    fn set_sleeping(&self, e: &Engine, on: bool) {
+        if let Some(f) = &e.links.my_sleep {
+            f.get().store(on as u32, Ordering::SeqCst);
+        }
+    }
+
+    /// Drives progress until `check` returns a value.
+    pub(crate) fn wait_until<R>(&self, mut check: impl FnMut(&mut Engine) -> Option<R>) -> R {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let start = Instant::now();
+        let mut fds = Vec::new();
+        let r = loop {
+            let mut e = self.lock();
+            let moved = e.progress();
+            let wakers = std::mem::take(&mut e.core.wakers);
+            if let Some(r) = check(&mut e) {
+                drop(e);
+                if moved {
+                    self.after_progress(wakers);
+                }
+                break r;
+            }
+            if moved {
+                drop(e);
+                self.after_progress(wakers);
+                continue;
+            }
+            if start.elapsed() < self.spin {
+                drop(e);
+                if self.oversubscribed {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            if self.poller.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                // Announce sleep, then look once more: a writer that published
+                // before seeing the flag is caught here (Dekker-style).
+                self.set_sleeping(&e, true);
+                let moved = e.progress();
+                if moved || check(&mut e).is_some() {
+                    self.set_sleeping(&e, false);
+                    self.poller.store(false, Ordering::SeqCst);
+                    let wakers = std::mem::take(&mut e.core.wakers);
+                    drop(e);
+                    self.after_progress(wakers);
+                    continue;
+                }
+                e.links.poll_fds(&mut fds);
+                drop(e);
+                let _ = poll::wait(&fds, Duration::from_millis(200));
+                let e = self.lock();
+                e.links.drain_wake();
+                self.set_sleeping(&e, false);
+                drop(e);
+                self.poller.store(false, Ordering::SeqCst);
+                self.cond.notify_all();
+            } else {
+                let _ = self.cond.wait_timeout(e, Duration::from_millis(2));
+            }
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+
+    /// Starts (once) the thread that drives progress while futures wait.
+    pub(crate) fn ensure_async_progress(self: &Arc<Self>) {
+        if self.async_started.swap(true, Ordering::SeqCst) {
+            self.cond.notify_all();
+            return;
+        }
+        let me = Arc::clone(self);
+        let _ = std::thread::Builder::new()
+            .name("metampi-progress".into())
+            .spawn(move || loop {
+                {
+                    let mut e = me.lock();
+                    while e.core.async_waiters == 0 && !me.finalized.load(Ordering::SeqCst) {
+                        e = me.cond.wait_timeout(e, Duration::from_millis(50)).map(|r| r.0).unwrap_or_else(|p| p.into_inner().0);
+                    }
+                }
+                if me.finalized.load(Ordering::SeqCst) {
+                    return;
+                }
+                me.wait_until(|e| (e.core.async_waiters == 0 || me.finalized.load(Ordering::SeqCst)).then_some(()));
+            });
+    }
+
+    /// Asks the launcher to end the job. Does not return.
+    pub(crate) fn abort(&self, code: i32, msg: &str) -> ! {
+        if let Ok(mut g) = self.pmi.lock() {
+            if let Some(p) = g.as_mut() {
+                let _ = p.abort(code, msg);
+            }
+        }
+        std::process::exit(if code == 0 { 1 } else { code })
+    }
+
+    /// Leaves the job cleanly after the final barrier.
+    pub(crate) fn finalize(&self) {
+        self.wait_until(|e| (!e.links.has_pending()).then_some(()));
+        if let Ok(mut g) = self.pmi.lock() {
+            if let Some(p) = g.as_mut() {
+                let _ = p.finalize();
+            }
+        }
+        self.finalized.store(true, Ordering::SeqCst);
+        self.cond.notify_all();
+    }
+}
+
+impl Shared {
+    /// One progress pass, then the result of `id` if it is complete.
+    pub(crate) fn test(&self, id: core::ReqId) -> Option<core::Completed> {
+        let mut e = self.lock();
+        e.progress();
+        let r = e.core.take(id);
+        let wakers = std::mem::take(&mut e.core.wakers);
+        drop(e);
+        self.after_progress(wakers);
+        r
+    }
+
+    /// Blocks until request `id` completes and returns its result.
+    pub(crate) fn wait(&self, id: core::ReqId) -> core::Completed {
+        self.wait_until(|e| e.core.take(id))
+    }
+}

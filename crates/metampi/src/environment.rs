@@ -1,0 +1,204 @@
+//! Start-up, the `Universe`, clocks and the job-wide abort (MPI-1.2 §7).
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use crate::engine::Shared;
+use crate::topology::SimpleCommunicator;
+
+/// Thread support levels (MPI-2 §8.7), ordered from least to most.
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
+pub enum Threading {
+    /// One thread only.
+    Single,
+    /// Several threads, only the main one calls MPI.
+    Funneled,
+    /// Several threads call MPI, one at a time.
+    Serialized,
+    /// Any thread calls MPI at any time.
+    Multiple,
+}
+
+enum State {
+    Uninit,
+    Running(Arc<Shared>, Threading),
+    Finalized,
+}
+
+fn state() -> &'static Mutex<State> {
+    static S: OnceLock<Mutex<State>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(State::Uninit))
+}
+
+fn epoch() -> Instant {
+    static E: OnceLock<Instant> = OnceLock::new();
+    *E.get_or_init(Instant::now)
+}
+
+/// The running job's engine; a clear error if the library is not initialized.
+pub(crate) fn shared() -> Arc<Shared> {
+    match &*state().lock().unwrap_or_else(|p| p.into_inner()) {
+        State::Running(s, _) => Arc::clone(s),
+        State::Uninit => panic!("metampi is not initialized: call metampi::initialize() first"),
+        State::Finalized => panic!("metampi was finalized: the Universe has been dropped"),
+    }
+}
+
+pub(crate) fn try_shared() -> Option<Arc<Shared>> {
+    match &*state().lock().unwrap_or_else(|p| p.into_inner()) {
+        State::Running(s, _) => Some(Arc::clone(s)),
+        _ => None,
+    }
+}
+
+/// The whole job: created by [`initialize`], finalizes when dropped.
+pub struct Universe {
+    shared: Arc<Shared>,
+    buffer_size: usize,
+}
+
+impl Universe {
+    /// The world communicator (`MPI_COMM_WORLD`).
+    pub fn world(&self) -> SimpleCommunicator {
+        SimpleCommunicator::world()
+    }
+
+    /// Number of processes the job was started with.
+    pub fn size(&self) -> Option<usize> {
+        Some(self.shared.info.size as usize)
+    }
+
+    /// Index of this process's program in a MIMD launch (`MPI_APPNUM`).
+    pub fn appnum(&self) -> Option<isize> {
+        Some(self.shared.info.appnum as isize)
+    }
+
+    /// Size of the buffer for buffered sends. Buffered sends copy into memory
+    /// the library owns, so any size works; the value is kept for rsmpi programs.
+    pub fn buffer_size(&self) -> usize {
+        self.buffer_size
+    }
+
+    /// Sets the buffered-send buffer size (see [`Universe::buffer_size`]).
+    pub fn set_buffer_size(&mut self, size: usize) {
+        self.buffer_size = size;
+    }
+
+    /// Detaches the buffered-send buffer.
+    pub fn detach_buffer(&mut self) {
+        self.buffer_size = 0;
+    }
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        // MPI_Finalize: a barrier on world so nobody leaves while others still
+        // need it, then drain outgoing frames and tell the launcher.
+        let world = SimpleCommunicator::world();
+        let _ = crate::collective::barrier_impl(&world);
+        self.shared.finalize();
+        *state().lock().unwrap_or_else(|p| p.into_inner()) = State::Finalized;
+    }
+}
+
+/// Starts the library with `Threading::Single`. `None` if already started (or finished).
+pub fn initialize() -> Option<Universe> {
+    initialize_with_threading(Threading::Single).map(|x| x.0)
+}
+
+/// Starts the library; every level up to `Multiple` is provided.
+///
+/// # Panics
+/// When the launcher's bootstrap exchange fails (a message says why).
+pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Threading)> {
+    let mut st = state().lock().unwrap_or_else(|p| p.into_inner());
+    if !matches!(*st, State::Uninit) {
+        return None;
+    }
+    epoch();
+    let shared = match Shared::init() {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("metampi: start-up failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    *st = State::Running(Arc::clone(&shared), threading);
+    Some((
+        Universe {
+            shared,
+            buffer_size: 0,
+        },
+        threading,
+    ))
+}
+
+/// The thread level granted at start-up.
+pub fn threading_support() -> Threading {
+    match &*state().lock().unwrap_or_else(|p| p.into_inner()) {
+        State::Running(_, t) => *t,
+        _ => Threading::Single,
+    }
+}
+
+/// Whether `initialize` has been called.
+pub fn is_initialized() -> bool {
+    !matches!(*state().lock().unwrap_or_else(|p| p.into_inner()), State::Uninit)
+}
+
+/// Whether the `Universe` has been dropped.
+pub fn is_finalized() -> bool {
+    matches!(*state().lock().unwrap_or_else(|p| p.into_inner()), State::Finalized)
+}
+
+/// Wall-clock seconds since an arbitrary fixed point (`MPI_Wtime`).
+pub fn time() -> f64 {
+    epoch().elapsed().as_secs_f64()
+}
+
+/// Resolution of [`time`] in seconds (`MPI_Wtick`).
+pub fn time_resolution() -> f64 {
+    1e-9
+}
+
+/// The MPI standard version whose semantics the library follows.
+pub fn version() -> (i32, i32) {
+    (1, 2)
+}
+
+/// A description of this library.
+pub fn library_version() -> Result<String, std::string::FromUtf8Error> {
+    Ok(format!("metampi {} (pure Rust)", env!("CARGO_PKG_VERSION")))
+}
+
+/// The name of this machine (`MPI_Get_processor_name`).
+pub fn processor_name() -> Result<String, std::string::FromUtf8Error> {
+    Ok(hostname())
+}
+
+pub(crate) fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its length; gethostname NUL-terminates
+    // within it or truncates, and we stop at the first NUL or the end.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Ends every process of the job with `code` and a message naming this rank.
+pub(crate) fn abort_job(code: i32, msg: &str) -> ! {
+    match try_shared() {
+        Some(s) => {
+            let full = format!("rank {}: {msg}", s.info.rank);
+            eprintln!("metampi: {full}");
+            s.abort(code, &full)
+        }
+        None => {
+            eprintln!("metampi: {msg}");
+            std::process::exit(if code == 0 { 1 } else { code })
+        }
+    }
+}

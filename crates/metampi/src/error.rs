@@ -1,0 +1,98 @@
+//! Errors with MPI-like error classes (MPI-1.2 §7.3).
+
+use std::fmt;
+
+/// The class of an error, after MPI's error classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// `MPI_ERR_RANK`: a rank outside the communicator.
+    Rank,
+    /// `MPI_ERR_TAG`: a negative tag or one above the upper bound.
+    Tag,
+    /// `MPI_ERR_COUNT`: a count that does not fit.
+    Count,
+    /// `MPI_ERR_TRUNCATE`: a message longer than the receive buffer.
+    Truncate,
+    /// `MPI_ERR_COMM`: an invalid or freed communicator.
+    Comm,
+    /// `MPI_ERR_TYPE`: a datatype mismatch.
+    Type,
+    /// `MPI_ERR_ARG`: another invalid argument.
+    Arg,
+    /// `MPI_ERR_PENDING`/would-block: the operation cannot complete now.
+    WouldBlock,
+    /// `MPI_ERR_OTHER`: transport failure, lost peer, internal error.
+    Other,
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            ErrorClass::Rank => "MPI_ERR_RANK",
+            ErrorClass::Tag => "MPI_ERR_TAG",
+            ErrorClass::Count => "MPI_ERR_COUNT",
+            ErrorClass::Truncate => "MPI_ERR_TRUNCATE",
+            ErrorClass::Comm => "MPI_ERR_COMM",
+            ErrorClass::Type => "MPI_ERR_TYPE",
+            ErrorClass::Arg => "MPI_ERR_ARG",
+            ErrorClass::WouldBlock => "MPI_ERR_PENDING",
+            ErrorClass::Other => "MPI_ERR_OTHER",
+        };
+        f.write_str(s)
+    }
+}
+
+/// An error from a fallible (`try_*`) operation.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{class}: {message}")]
+pub struct Error {
+    class: ErrorClass,
+    message: String,
+}
+
+impl Error {
+    pub(crate) fn new(class: ErrorClass, message: impl Into<String>) -> Error {
+        Error {
+            class,
+            message: message.into(),
+        }
+    }
+
+    /// The MPI-like class of this error.
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// The human-readable description.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+pub(crate) fn truncate(len: usize, cap: usize) -> Error {
+    Error::new(
+        ErrorClass::Truncate,
+        format!("message of {len} bytes does not fit a receive buffer of {cap} bytes"),
+    )
+}
+
+/// Ends the whole job the way MPI treats a fatal error: a message naming this
+/// rank and the cause, then `MPI_Abort`.
+pub(crate) fn fatal(err: &Error) -> ! {
+    crate::environment::abort_job(1, &err.to_string())
+}
+
+/// Unwraps a fallible result for the infallible rsmpi-shaped API.
+pub(crate) trait OrAbort<T> {
+    fn or_abort(self) -> T;
+}
+
+impl<T> OrAbort<T> for Result<T, Error> {
+    fn or_abort(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => fatal(&e),
+        }
+    }
+}

@@ -1,0 +1,1045 @@
+//! Point-to-point communication (MPI-1.2 §3), in rsmpi's shape, plus
+//! fallible `try_*` forms and owned nonblocking operations with futures.
+
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use crate::datatype::{pack, Buffer, BufferMut, Datatype, Equivalence, Packed, RecvLayout, UncommittedDatatype};
+use crate::engine::core::{Completed, Pattern, RawStatus, RecvBuf, ReqId, SendBuf, Unexpected};
+use crate::environment::shared;
+use crate::error::{truncate, Error, ErrorClass, OrAbort};
+use crate::request::{Post, Request, Scope};
+use crate::sys::rawbuf::{RecvPtr, SendPtr};
+use crate::topology::sealed::AsHandle;
+use crate::topology::{AsCommunicator, CommInner};
+use crate::{Count, Rank, Tag};
+
+/// The outcome of a receive (MPI-1.2 §3.2.5).
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub struct Status {
+    source: Rank,
+    tag: Tag,
+    bytes: usize,
+    cancelled: bool,
+}
+
+impl Status {
+    pub(crate) fn from_raw(comm: &CommInner, raw: RawStatus) -> Status {
+        Status {
+            source: comm.comm_of(raw.src),
+            tag: raw.tag,
+            bytes: raw.len,
+            cancelled: raw.cancelled,
+        }
+    }
+
+    /// Rank of the sender in the communicator.
+    pub fn source_rank(&self) -> Rank {
+        self.source
+    }
+
+    /// Tag of the message.
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    /// Number of elements of datatype `d` received.
+    pub fn count<D: Datatype>(&self, d: D) -> Count {
+        let size = crate::datatype::size_of_type(d.type_id());
+        if size == 0 {
+            0
+        } else {
+            (self.bytes / size) as Count
+        }
+    }
+
+    /// Bytes received.
+    pub fn byte_count(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the request was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+}
+
+impl std::fmt::Debug for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Status {{ source_rank: {}, tag: {} }}", self.source, self.tag)
+    }
+}
+
+/// Send modes (MPI-1.2 §3.4).
+#[doc(hidden)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Standard,
+    Synchronous,
+    Buffered,
+    Ready,
+}
+
+fn check_tag(tag: Tag) -> Result<(), Error> {
+    if tag < 0 {
+        return Err(Error::new(ErrorClass::Tag, format!("tag {tag} is negative")));
+    }
+    Ok(())
+}
+
+/// Posts a send of `data` to communicator rank `dst`.
+pub(crate) fn post_send(comm: &CommInner, dst: Rank, tag: Tag, data: SendBuf, mode: Mode, coll: bool) -> Result<ReqId, Error> {
+    if !coll {
+        check_tag(tag)?;
+    }
+    let w = comm.world_of(dst)?;
+    let ctx = comm.ctx + coll as u32;
+    let sync = mode == Mode::Synchronous;
+    let id = shared().with(|e| {
+        let id = e.core.new_send(w, data);
+        e.links.post_send(&mut e.core, id, w, ctx, tag, sync);
+        if mode == Mode::Buffered {
+            e.core.detach(id);
+        }
+        id
+    });
+    Ok(id)
+}
+
+/// Posts a receive into `buf`.
+pub(crate) fn post_recv(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>, buf: RecvBuf, coll: bool) -> Result<ReqId, Error> {
+    if let Some(t) = tag {
+        if !coll {
+            check_tag(t)?;
+        }
+    }
+    let src = src.map(|r| comm.world_of(r)).transpose()?;
+    let pat = Pattern {
+        ctx: comm.ctx + coll as u32,
+        src,
+        tag,
+    };
+    Ok(shared().with(|e| e.core.post_recv(pat, buf)))
+}
+
+/// Blocking send of raw bytes (collectives use it on the collective context).
+pub(crate) fn send_bytes(comm: &CommInner, dst: Rank, tag: Tag, bytes: &[u8], mode: Mode, coll: bool) -> Result<(), Error> {
+    // SAFETY: we wait for completion before returning, so `bytes` outlives the request.
+    let id = post_send(comm, dst, tag, SendBuf::Borrowed(unsafe { SendPtr::new(bytes) }), mode, coll)?;
+    if mode == Mode::Buffered {
+        return Ok(());
+    }
+    shared().wait(id).result
+}
+
+/// Blocking receive of raw bytes into `buf`; the length received is in the status.
+pub(crate) fn recv_bytes(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>, buf: &mut [u8], coll: bool) -> Result<Status, Error> {
+    // SAFETY: we wait for completion before returning, so `buf` outlives the request.
+    let id = post_recv(comm, src, tag, RecvBuf::Borrowed(unsafe { RecvPtr::new(buf) }), coll)?;
+    let c = shared().wait(id);
+    c.result.map(|_| Status::from_raw(comm, c.status))
+}
+
+/// Blocking receive of a message of any length.
+pub(crate) fn recv_vec_bytes(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>, coll: bool) -> Result<(Vec<u8>, Status), Error> {
+    let id = post_recv(comm, src, tag, RecvBuf::Owned(Vec::new()), coll)?;
+    let c = shared().wait(id);
+    c.result?;
+    Ok((c.data.unwrap_or_default(), Status::from_raw(comm, c.status)))
+}
+
+/// Turns packed bytes into the engine's send buffer.
+pub(crate) fn send_buf(p: Packed<'_>) -> SendBuf {
+    match p {
+        // SAFETY: callers only use this for requests they complete while the
+        // user's buffer is borrowed (blocking calls, or scoped requests).
+        Packed::Dense(b) => SendBuf::Borrowed(unsafe { SendPtr::new(b) }),
+        Packed::Packed(v) => SendBuf::Owned(v),
+    }
+}
+
+/// How a receive into a `BufferMut` is posted, and what to do afterwards.
+pub(crate) fn recv_target<B: BufferMut + ?Sized>(buf: &mut B) -> (RecvBuf, Post) {
+    let layout = RecvLayout::of(buf);
+    // SAFETY: `buf` is exclusively borrowed by the caller for the request's life.
+    match unsafe { layout.dense() } {
+        // SAFETY: as above.
+        Some(d) => (RecvBuf::Borrowed(unsafe { RecvPtr::new(d) }), Post::None),
+        None => {
+            let cap = layout.capacity();
+            (RecvBuf::Owned(Vec::new()), Post::Unpack(layout, cap))
+        }
+    }
+}
+
+/// Finishes a completed receive: truncation check and unpacking.
+pub(crate) fn finish(c: Completed, post: &Post) -> Result<(), Error> {
+    c.result?;
+    if let Post::Unpack(layout, cap) = post {
+        let data = c.data.unwrap_or_default();
+        if data.len() > *cap {
+            return Err(truncate(data.len(), *cap));
+        }
+        // SAFETY: the request that owned this layout kept the buffer borrowed until now.
+        unsafe { layout.unpack(&data) };
+    }
+    Ok(())
+}
+
+/// Converts received signature bytes into `count` values of `T`.
+fn vec_from_bytes<T: Equivalence>(data: &[u8]) -> Result<Vec<T>, Error> {
+    let dt = T::equivalent_datatype();
+    let size = crate::datatype::size_of_type(dt.type_id());
+    if size == 0 {
+        return Ok(Vec::new());
+    }
+    if data.len() % size != 0 {
+        return Err(Error::new(
+            ErrorClass::Type,
+            format!("received {} bytes, not a whole number of {size}-byte elements", data.len()),
+        ));
+    }
+    let n = data.len() / size;
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    let layout = RecvLayout {
+        tm: crate::datatype::type_map(dt.type_id()),
+        count: n,
+        base: v.as_mut_ptr() as *mut u8,
+    };
+    // SAFETY: the vector has room for `n` elements; the datatype describes all
+    // data bytes of `T` (Equivalence contract), and `data` holds all of them,
+    // so every element is fully initialised before `set_len`.
+    unsafe {
+        layout.unpack(data);
+        v.set_len(n);
+    }
+    Ok(v)
+}
+
+fn one_from_bytes<T: Equivalence>(data: &[u8]) -> Result<T, Error> {
+    let mut v = vec_from_bytes::<T>(data)?;
+    if v.len() != 1 {
+        return Err(Error::new(
+            ErrorClass::Count,
+            format!("expected exactly one value, received {}", v.len()),
+        ));
+    }
+    Ok(v.remove(0))
+}
+
+/// The source side of a receive: a specific process or any process.
+///
+/// # Safety
+/// `source_rank` must be a rank of the communicator or the wildcard.
+pub unsafe trait Source: AsCommunicator {
+    /// Rank to receive from; `None` is the wildcard.
+    #[doc(hidden)]
+    fn source(&self) -> Option<Rank>;
+
+    /// Rank to receive from (`-2` for any source, as `MPI_ANY_SOURCE`).
+    fn source_rank(&self) -> Rank {
+        self.source().unwrap_or(-2)
+    }
+
+    /// Blocks until a matching message is there; does not receive it.
+    fn probe_with_tag(&self, tag: Tag) -> Status {
+        self.try_probe_with_tag(Some(tag)).or_abort()
+    }
+
+    /// [`Source::probe_with_tag`] for any tag.
+    fn probe(&self) -> Status {
+        self.try_probe_with_tag(None).or_abort()
+    }
+
+    /// Fallible probe; `None` tag is any tag.
+    fn try_probe_with_tag(&self, tag: Option<Tag>) -> Result<Status, Error> {
+        let comm = &self.as_communicator().as_handle().0;
+        let pat = pattern(comm, self.source(), tag)?;
+        let raw = shared().wait_until(|e| e.core.probe(pat));
+        Ok(Status::from_raw(comm, raw))
+    }
+
+    /// Takes a matching message out of the queue, to be received with [`Message`].
+    fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
+        self.try_matched_probe(Some(tag)).or_abort()
+    }
+
+    /// [`Source::matched_probe_with_tag`] for any tag.
+    fn matched_probe(&self) -> (Message, Status) {
+        self.try_matched_probe(None).or_abort()
+    }
+
+    /// Fallible matched probe; `None` tag is any tag.
+    fn try_matched_probe(&self, tag: Option<Tag>) -> Result<(Message, Status), Error> {
+        let comm = &self.as_communicator().as_handle().0;
+        let pat = pattern(comm, self.source(), tag)?;
+        let u = shared().wait_until(|e| e.core.take_unexpected(pat));
+        Ok(Message::new(comm, u))
+    }
+
+    /// Receives one value with `tag`.
+    fn receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> (Msg, Status) {
+        self.try_receive_with_tag(Some(tag)).or_abort()
+    }
+
+    /// Receives one value with any tag.
+    fn receive<Msg: Equivalence>(&self) -> (Msg, Status) {
+        self.try_receive_with_tag(None).or_abort()
+    }
+
+    /// Fallible receive of one value; `None` tag is any tag.
+    fn try_receive_with_tag<Msg: Equivalence>(&self, tag: Option<Tag>) -> Result<(Msg, Status), Error> {
+        let comm = &self.as_communicator().as_handle().0;
+        let mut slot = MaybeUninit::<Msg>::uninit();
+        let size = crate::datatype::size_of_type(Msg::equivalent_datatype().type_id());
+        let tm = crate::datatype::type_map(Msg::equivalent_datatype().type_id());
+        if tm.is_dense() && size == std::mem::size_of::<Msg>() {
+            // SAFETY: a dense type map covers every byte of `Msg`; the buffer is
+            // ours for the duration of the blocking receive.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(slot.as_mut_ptr() as *mut u8, size) };
+            let st = recv_bytes(comm, self.source(), tag, bytes, false)?;
+            if st.bytes != size {
+                return Err(Error::new(
+                    ErrorClass::Count,
+                    format!("expected one value of {size} bytes, received {} bytes", st.bytes),
+                ));
+            }
+            // SAFETY: all `size` bytes were written by the receive.
+            return Ok((unsafe { slot.assume_init() }, st));
+        }
+        let (data, st) = recv_vec_bytes(comm, self.source(), tag, false)?;
+        Ok((one_from_bytes(&data)?, st))
+    }
+
+    /// Receives into `buf` with `tag`.
+    fn receive_into_with_tag<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf, tag: Tag) -> Status {
+        self.try_receive_into_with_tag(buf, Some(tag)).or_abort()
+    }
+
+    /// Receives into `buf` with any tag.
+    fn receive_into<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf) -> Status {
+        self.try_receive_into_with_tag(buf, None).or_abort()
+    }
+
+    /// Fallible receive into `buf`: a longer message is `ErrorClass::Truncate`.
+    fn try_receive_into_with_tag<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf, tag: Option<Tag>) -> Result<Status, Error> {
+        let comm = &self.as_communicator().as_handle().0;
+        let (rb, post) = recv_target(buf);
+        let id = post_recv(comm, self.source(), tag, rb, false)?;
+        let c = shared().wait(id);
+        let st = Status::from_raw(comm, c.status);
+        finish(c, &post)?;
+        Ok(st)
+    }
+
+    /// Receives a message of any length into a new vector.
+    fn receive_vec_with_tag<Msg: Equivalence>(&self, tag: Tag) -> (Vec<Msg>, Status) {
+        self.try_receive_vec_with_tag(Some(tag)).or_abort()
+    }
+
+    /// [`Source::receive_vec_with_tag`] for any tag.
+    fn receive_vec<Msg: Equivalence>(&self) -> (Vec<Msg>, Status) {
+        self.try_receive_vec_with_tag(None).or_abort()
+    }
+
+    /// Fallible receive into a new vector.
+    fn try_receive_vec_with_tag<Msg: Equivalence>(&self, tag: Option<Tag>) -> Result<(Vec<Msg>, Status), Error> {
+        let comm = &self.as_communicator().as_handle().0;
+        let (data, st) = recv_vec_bytes(comm, self.source(), tag, false)?;
+        Ok((vec_from_bytes(&data)?, st))
+    }
+
+    /// Starts a receive into `buf` with `tag`; complete it before the scope ends.
+    fn immediate_receive_into_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a mut Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.try_immediate_receive_into(scope, buf, Some(tag)).or_abort()
+    }
+
+    /// [`Source::immediate_receive_into_with_tag`] for any tag.
+    fn immediate_receive_into<'a, Sc, Buf>(&self, scope: Sc, buf: &'a mut Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.try_immediate_receive_into(scope, buf, None).or_abort()
+    }
+
+    /// Fallible nonblocking receive; `None` tag is any tag.
+    fn try_immediate_receive_into<'a, Sc, Buf>(&self, scope: Sc, buf: &'a mut Buf, tag: Option<Tag>) -> Result<Request<'a, Buf, Sc>, Error>
+    where
+        Buf: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = &self.as_communicator().as_handle().0;
+        let (rb, post) = recv_target(buf);
+        let id = post_recv(comm, self.source(), tag, rb, false)?;
+        Ok(Request::new(id, Arc::clone(comm), &*buf, scope, post))
+    }
+
+    /// Starts a receive of one value with `tag`.
+    fn immediate_receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> ReceiveFuture<Msg> {
+        ReceiveFuture::post(&self.as_communicator().as_handle().0, self.source(), Some(tag)).or_abort()
+    }
+
+    /// Starts a receive of one value with any tag.
+    fn immediate_receive<Msg: Equivalence>(&self) -> ReceiveFuture<Msg> {
+        ReceiveFuture::post(&self.as_communicator().as_handle().0, self.source(), None).or_abort()
+    }
+
+    /// Starts a receive of a message of any length into an owned vector
+    /// (no scope needed); `.await` it or call `wait`.
+    fn immediate_receive_vec<Msg: Equivalence>(&self) -> ReceiveVecFuture<Msg> {
+        self.try_immediate_receive_vec(None).or_abort()
+    }
+
+    /// Fallible [`Source::immediate_receive_vec`]; `None` tag is any tag.
+    fn try_immediate_receive_vec<Msg: Equivalence>(&self, tag: Option<Tag>) -> Result<ReceiveVecFuture<Msg>, Error> {
+        let comm = &self.as_communicator().as_handle().0;
+        let id = post_recv(comm, self.source(), tag, RecvBuf::Owned(Vec::new()), false)?;
+        Ok(ReceiveVecFuture {
+            id: Some(id),
+            comm: Arc::clone(comm),
+            phantom: PhantomData,
+        })
+    }
+
+    /// Whether a matching message is waiting (one progress pass).
+    fn immediate_probe_with_tag(&self, tag: Tag) -> Option<Status> {
+        immediate_probe(self, Some(tag))
+    }
+
+    /// [`Source::immediate_probe_with_tag`] for any tag.
+    fn immediate_probe(&self) -> Option<Status> {
+        immediate_probe(self, None)
+    }
+
+    /// Takes a matching message if one is waiting.
+    fn immediate_matched_probe_with_tag(&self, tag: Tag) -> Option<(Message, Status)> {
+        immediate_matched_probe(self, Some(tag))
+    }
+
+    /// [`Source::immediate_matched_probe_with_tag`] for any tag.
+    fn immediate_matched_probe(&self) -> Option<(Message, Status)> {
+        immediate_matched_probe(self, None)
+    }
+}
+
+fn pattern(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>) -> Result<Pattern, Error> {
+    if let Some(t) = tag {
+        check_tag(t)?;
+    }
+    Ok(Pattern {
+        ctx: comm.ctx,
+        src: src.map(|r| comm.world_of(r)).transpose()?,
+        tag,
+    })
+}
+
+fn immediate_probe<S: Source + ?Sized>(s: &S, tag: Option<Tag>) -> Option<Status> {
+    let comm = &s.as_communicator().as_handle().0;
+    let pat = pattern(comm, s.source(), tag).or_abort();
+    shared().with(|e| {
+        e.progress();
+        e.core.probe(pat)
+    })
+    .map(|raw| Status::from_raw(comm, raw))
+}
+
+fn immediate_matched_probe<S: Source + ?Sized>(s: &S, tag: Option<Tag>) -> Option<(Message, Status)> {
+    let comm = &s.as_communicator().as_handle().0;
+    let pat = pattern(comm, s.source(), tag).or_abort();
+    shared()
+        .with(|e| {
+            e.progress();
+            e.core.take_unexpected(pat)
+        })
+        .map(|u| Message::new(comm, u))
+}
+
+// SAFETY: the wildcard is always valid.
+unsafe impl Source for crate::topology::AnyProcess<'_> {
+    fn source(&self) -> Option<Rank> {
+        None
+    }
+}
+
+// SAFETY: a Process always holds a rank checked against its communicator.
+unsafe impl Source for crate::topology::Process<'_> {
+    fn source(&self) -> Option<Rank> {
+        Some(self.rank())
+    }
+}
+
+/// The destination side of a send.
+pub trait Destination: AsCommunicator {
+    /// Rank to send to.
+    fn destination_rank(&self) -> Rank;
+
+    /// Sends `buf` with `tag` (standard mode: may return before it is received).
+    fn send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
+        self.try_send_with_mode(buf, tag, Mode::Standard).or_abort()
+    }
+
+    /// Sends `buf` with tag 0.
+    fn send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
+        self.send_with_tag(buf, 0)
+    }
+
+    /// Fallible standard send.
+    fn try_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) -> Result<(), Error> {
+        self.try_send_with_mode(buf, tag, Mode::Standard)
+    }
+
+    #[doc(hidden)]
+    fn try_send_with_mode<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag, mode: Mode) -> Result<(), Error> {
+        let comm = &self.as_communicator().as_handle().0;
+        let packed = pack(buf);
+        if mode == Mode::Buffered {
+            let id = post_send(comm, self.destination_rank(), tag, SendBuf::Owned(packed.bytes().to_vec()), mode, false)?;
+            let _ = id;
+            return Ok(());
+        }
+        let id = post_send(comm, self.destination_rank(), tag, send_buf(packed), mode, false)?;
+        shared().wait(id).result
+    }
+
+    /// Buffered send: returns at once, the library keeps a copy.
+    fn buffered_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
+        self.try_send_with_mode(buf, tag, Mode::Buffered).or_abort()
+    }
+
+    /// Buffered send with tag 0.
+    fn buffered_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
+        self.buffered_send_with_tag(buf, 0)
+    }
+
+    /// Synchronous send: returns only after the receiver has matched it.
+    fn synchronous_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
+        self.try_send_with_mode(buf, tag, Mode::Synchronous).or_abort()
+    }
+
+    /// Synchronous send with tag 0.
+    fn synchronous_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
+        self.synchronous_send_with_tag(buf, 0)
+    }
+
+    /// Ready send.
+    ///
+    /// # Safety
+    /// The matching receive must already be posted (MPI's rule for ready mode);
+    /// this library then behaves as a standard send.
+    unsafe fn ready_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
+        self.try_send_with_mode(buf, tag, Mode::Ready).or_abort()
+    }
+
+    /// Ready send with tag 0.
+    ///
+    /// # Safety
+    /// See [`Destination::ready_send_with_tag`].
+    unsafe fn ready_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
+        // SAFETY: forwarded contract.
+        unsafe { self.ready_send_with_tag(buf, 0) }
+    }
+
+    #[doc(hidden)]
+    fn immediate_with_mode<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag, mode: Mode) -> Result<Request<'a, Buf, Sc>, Error>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = &self.as_communicator().as_handle().0;
+        let data = match (mode, pack(buf)) {
+            (Mode::Buffered, p) => SendBuf::Owned(p.bytes().to_vec()),
+            (_, p) => send_buf(p),
+        };
+        let mode = if mode == Mode::Buffered { Mode::Standard } else { mode };
+        let id = post_send(comm, self.destination_rank(), tag, data, mode, false)?;
+        Ok(Request::new(id, Arc::clone(comm), buf, scope, Post::None))
+    }
+
+    /// Starts a standard send with `tag`.
+    fn immediate_send_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_with_mode(scope, buf, tag, Mode::Standard).or_abort()
+    }
+
+    /// Starts a standard send with tag 0.
+    fn immediate_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_send_with_tag(scope, buf, 0)
+    }
+
+    /// Starts a buffered send with `tag`.
+    fn immediate_buffered_send_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_with_mode(scope, buf, tag, Mode::Buffered).or_abort()
+    }
+
+    /// Starts a buffered send with tag 0.
+    fn immediate_buffered_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_buffered_send_with_tag(scope, buf, 0)
+    }
+
+    /// Starts a synchronous send with `tag`.
+    fn immediate_synchronous_send_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_with_mode(scope, buf, tag, Mode::Synchronous).or_abort()
+    }
+
+    /// Starts a synchronous send with tag 0.
+    fn immediate_synchronous_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_synchronous_send_with_tag(scope, buf, 0)
+    }
+
+    /// Starts a ready send with `tag`.
+    ///
+    /// # Safety
+    /// See [`Destination::ready_send_with_tag`].
+    unsafe fn immediate_ready_send_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        self.immediate_with_mode(scope, buf, tag, Mode::Ready).or_abort()
+    }
+
+    /// Starts a ready send with tag 0.
+    ///
+    /// # Safety
+    /// See [`Destination::ready_send_with_tag`].
+    unsafe fn immediate_ready_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        // SAFETY: forwarded contract.
+        unsafe { self.immediate_ready_send_with_tag(scope, buf, 0) }
+    }
+
+    /// Starts a send of an owned vector (no scope needed). The vector comes
+    /// back from `wait` or `.await`.
+    fn immediate_send_owned<T: Equivalence>(&self, data: Vec<T>, tag: Tag) -> SendFuture<T> {
+        self.try_immediate_send_owned(data, tag).or_abort()
+    }
+
+    /// Fallible [`Destination::immediate_send_owned`].
+    fn try_immediate_send_owned<T: Equivalence>(&self, data: Vec<T>, tag: Tag) -> Result<SendFuture<T>, Error> {
+        let comm = &self.as_communicator().as_handle().0;
+        let buf = match pack(&data[..]) {
+            // SAFETY: the vector's heap memory does not move when the vector
+            // does, and `SendFuture` keeps the vector until the send completes
+            // (its Drop waits).
+            Packed::Dense(b) => SendBuf::Borrowed(unsafe { SendPtr::new(b) }),
+            Packed::Packed(v) => SendBuf::Owned(v),
+        };
+        let id = post_send(comm, self.destination_rank(), tag, buf, Mode::Standard, false)?;
+        Ok(SendFuture {
+            id: Some(id),
+            data: Some(data),
+        })
+    }
+}
+
+impl Destination for crate::topology::Process<'_> {
+    fn destination_rank(&self) -> Rank {
+        self.rank()
+    }
+}
+
+// ---- matched probe --------------------------------------------------------------
+
+/// A message taken out of the queue by a matched probe (MPI-3 `MPI_Mprobe`).
+#[must_use]
+pub struct Message {
+    msg: Option<Unexpected>,
+    comm: Arc<CommInner>,
+}
+
+impl Message {
+    fn new(comm: &Arc<CommInner>, u: Unexpected) -> (Message, Status) {
+        let st = Status::from_raw(
+            comm,
+            RawStatus {
+                src: u.env.src,
+                tag: u.env.tag,
+                len: u.env.len as usize,
+                cancelled: false,
+            },
+        );
+        (
+            Message {
+                msg: Some(u),
+                comm: Arc::clone(comm),
+            },
+            st,
+        )
+    }
+
+    /// Whether this is the message of the null process (never, here).
+    pub fn is_no_proc(&self) -> bool {
+        false
+    }
+
+    fn post(&mut self, rb: RecvBuf) -> ReqId {
+        let u = self.msg.take().expect("a Message is received once");
+        shared().with(|e| e.core.post_recv_matched(u, rb))
+    }
+
+    /// Receives the message as one value.
+    pub fn matched_receive<Msg: Equivalence>(mut self) -> (Msg, Status) {
+        let id = self.post(RecvBuf::Owned(Vec::new()));
+        let c = shared().wait(id);
+        let st = Status::from_raw(&self.comm, c.status);
+        c.result.or_abort();
+        (one_from_bytes(&c.data.unwrap_or_default()).or_abort(), st)
+    }
+
+    /// Receives the message into `buf`.
+    pub fn matched_receive_into<Buf: BufferMut + ?Sized>(mut self, buf: &mut Buf) -> Status {
+        let (rb, post) = recv_target(buf);
+        let id = self.post(rb);
+        let c = shared().wait(id);
+        let st = Status::from_raw(&self.comm, c.status);
+        finish(c, &post).or_abort();
+        st
+    }
+
+    /// Starts receiving the message into `buf`.
+    pub fn immediate_matched_receive_into<'a, Sc, Buf>(mut self, scope: Sc, buf: &'a mut Buf) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let (rb, post) = recv_target(buf);
+        let id = self.post(rb);
+        Request::new(id, Arc::clone(&self.comm), &*buf, scope, post)
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        if self.msg.is_some() && !std::thread::panicking() {
+            panic!("matched message dropped without receiving.");
+        }
+    }
+}
+
+/// Receiving a matched message into a new vector.
+pub trait MatchedReceiveVec {
+    /// Receives the whole message.
+    fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status);
+}
+
+impl MatchedReceiveVec for (Message, Status) {
+    fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status) {
+        let (mut m, _) = self;
+        let id = m.post(RecvBuf::Owned(Vec::new()));
+        let c = shared().wait(id);
+        let st = Status::from_raw(&m.comm, c.status);
+        c.result.or_abort();
+        (vec_from_bytes(&c.data.unwrap_or_default()).or_abort(), st)
+    }
+}
+
+// ---- futures ------------------------------------------------------------------------
+
+fn poll_request(id: ReqId, cx: &mut Context<'_>) -> Poll<Completed> {
+    let sh = shared();
+    let mut e = sh.lock();
+    e.progress();
+    if let Some(c) = e.core.take(id) {
+        return Poll::Ready(c);
+    }
+    e.core.set_waker(id, cx.waker());
+    drop(e);
+    sh.ensure_async_progress();
+    Poll::Pending
+}
+
+/// A receive of one value that completes later (`immediate_receive`). Also a
+/// `Future`, woken by the library's progress, not by user polling.
+#[must_use]
+pub struct ReceiveFuture<T> {
+    inner: ReceiveVecFuture<T>,
+}
+
+impl<T: Equivalence> ReceiveFuture<T> {
+    fn post(comm: &Arc<CommInner>, src: Option<Rank>, tag: Option<Tag>) -> Result<Self, Error> {
+        let id = post_recv(comm, src, tag, RecvBuf::Owned(Vec::new()), false)?;
+        Ok(ReceiveFuture {
+            inner: ReceiveVecFuture {
+                id: Some(id),
+                comm: Arc::clone(comm),
+                phantom: PhantomData,
+            },
+        })
+    }
+
+    /// Waits for the value.
+    pub fn get(self) -> (T, Status) {
+        let (v, st) = self.inner.wait().or_abort();
+        (into_one(v).or_abort(), st)
+    }
+
+    /// The value if it has arrived, else the future back.
+    pub fn r#try(mut self) -> Result<(T, Status), Self> {
+        match self.inner.test() {
+            Some(r) => {
+                let (v, st) = r.or_abort();
+                Ok((into_one(v).or_abort(), st))
+            }
+            None => Err(self),
+        }
+    }
+}
+
+fn into_one<T>(mut v: Vec<T>) -> Result<T, Error> {
+    if v.len() != 1 {
+        return Err(Error::new(ErrorClass::Count, format!("expected one value, received {}", v.len())));
+    }
+    Ok(v.remove(0))
+}
+
+impl<T: Equivalence> std::future::Future for ReceiveFuture<T> {
+    type Output = Result<(T, Status), Error>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.inner).poll(cx).map(|r| r.and_then(|(v, st)| Ok((into_one(v)?, st))))
+    }
+}
+
+/// An owned receive of a vector that completes later; also a `Future`.
+#[must_use]
+pub struct ReceiveVecFuture<T> {
+    id: Option<ReqId>,
+    comm: Arc<CommInner>,
+    phantom: PhantomData<fn() -> T>,
+}
+
+impl<T: Equivalence> ReceiveVecFuture<T> {
+    fn convert(&self, c: Completed) -> Result<(Vec<T>, Status), Error> {
+        let st = Status::from_raw(&self.comm, c.status);
+        c.result?;
+        Ok((vec_from_bytes(&c.data.unwrap_or_default())?, st))
+    }
+
+    /// Blocks until the message is there.
+    pub fn wait(mut self) -> Result<(Vec<T>, Status), Error> {
+        let id = self.id.take().expect("a live future");
+        let c = shared().wait(id);
+        self.convert(c)
+    }
+
+    /// The message if it is there.
+    pub fn test(&mut self) -> Option<Result<(Vec<T>, Status), Error>> {
+        let id = self.id?;
+        let c = shared().test(id)?;
+        self.id = None;
+        Some(self.convert(c))
+    }
+
+    /// Cancels the receive if it has not matched yet; returns whether it did.
+    pub fn cancel(&mut self) -> bool {
+        match self.id {
+            Some(id) => shared().with(|e| e.core.cancel(id)),
+            None => false,
+        }
+    }
+}
+
+impl<T: Equivalence> std::future::Future for ReceiveVecFuture<T> {
+    type Output = Result<(Vec<T>, Status), Error>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(id) = self.id else {
+            return Poll::Ready(Err(Error::new(ErrorClass::Arg, "future polled after completion")));
+        };
+        match poll_request(id, cx) {
+            Poll::Ready(c) => {
+                self.id = None;
+                Poll::Ready(self.convert(c))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T> Drop for ReceiveVecFuture<T> {
+    fn drop(&mut self) {
+        // An abandoned receive must not match later messages: cancel it, or
+        // if it already matched let it finish on its own.
+        if let (Some(id), Some(sh)) = (self.id, crate::environment::try_shared()) {
+            sh.with(|e| {
+                if !e.core.cancel(id) {
+                    e.core.detach(id);
+                } else {
+                    e.core.release(id);
+                }
+            });
+        }
+    }
+}
+
+/// An owned send that completes later; gives the vector back. Also a `Future`.
+#[must_use]
+pub struct SendFuture<T> {
+    id: Option<ReqId>,
+    data: Option<Vec<T>>,
+}
+
+impl<T> SendFuture<T> {
+    /// Blocks until the send is complete and returns the vector.
+    pub fn wait(mut self) -> Result<Vec<T>, Error> {
+        let id = self.id.take().expect("a live future");
+        shared().wait(id).result?;
+        Ok(self.data.take().unwrap_or_default())
+    }
+
+    /// The vector back if the send is complete.
+    pub fn test(&mut self) -> Option<Result<Vec<T>, Error>> {
+        let id = self.id?;
+        let c = shared().test(id)?;
+        self.id = None;
+        Some(c.result.map(|_| self.data.take().unwrap_or_default()))
+    }
+}
+
+impl<T> Unpin for SendFuture<T> {}
+
+impl<T> std::future::Future for SendFuture<T> {
+    type Output = Result<Vec<T>, Error>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(id) = self.id else {
+            return Poll::Ready(Err(Error::new(ErrorClass::Arg, "future polled after completion")));
+        };
+        match poll_request(id, cx) {
+            Poll::Ready(c) => {
+                self.id = None;
+                Poll::Ready(c.result.map(|_| self.data.take().unwrap_or_default()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T> Drop for SendFuture<T> {
+    fn drop(&mut self) {
+        // The engine may still read the vector: wait before freeing it.
+        if let (Some(id), Some(sh)) = (self.id, crate::environment::try_shared()) {
+            let _ = sh.wait(id);
+        }
+    }
+}
+
+// ---- send-receive ---------------------------------------------------------------------
+
+/// Sends `msg` to `destination` with `sendtag` and receives a value from
+/// `source` with `receivetag`, without deadlock (MPI-1.2 §3.10).
+pub fn send_receive_with_tags<M, D, R, S>(msg: &M, destination: &D, sendtag: Tag, source: &S, receivetag: Tag) -> (R, Status)
+where
+    M: Equivalence,
+    D: Destination,
+    R: Equivalence,
+    S: Source,
+{
+    let f = source.immediate_receive_with_tag::<R>(receivetag);
+    destination.send_with_tag(msg, sendtag);
+    f.get()
+}
+
+/// [`send_receive_with_tags`] with send tag 0 and any receive tag.
+pub fn send_receive<R, M, D, S>(msg: &M, destination: &D, source: &S) -> (R, Status)
+where
+    M: Equivalence,
+    D: Destination,
+    R: Equivalence,
+    S: Source,
+{
+    let f = source.immediate_receive::<R>();
+    destination.send(msg);
+    f.get()
+}
+
+/// Sends a buffer and receives into another.
+pub fn send_receive_into_with_tags<M, D, B, S>(msg: &M, destination: &D, sendtag: Tag, buf: &mut B, source: &S, receivetag: Tag) -> Status
+where
+    M: Buffer + ?Sized,
+    D: Destination,
+    B: BufferMut + ?Sized,
+    S: Source,
+{
+    crate::request::scope(|scope| {
+        let r = source.immediate_receive_into_with_tag(scope, buf, receivetag);
+        destination.send_with_tag(msg, sendtag);
+        r.wait()
+    })
+}
+
+/// [`send_receive_into_with_tags`] with send tag 0 and any receive tag.
+pub fn send_receive_into<M, D, B, S>(msg: &M, destination: &D, buf: &mut B, source: &S) -> Status
+where
+    M: Buffer + ?Sized,
+    D: Destination,
+    B: BufferMut + ?Sized,
+    S: Source,
+{
+    crate::request::scope(|scope| {
+        let r = source.immediate_receive_into(scope, buf);
+        destination.send(msg);
+        r.wait()
+    })
+}
+
+/// Sends the contents of `buf` and replaces them with the received message.
+pub fn send_receive_replace_into_with_tags<B, D, S>(buf: &mut B, destination: &D, sendtag: Tag, source: &S, receivetag: Tag) -> Status
+where
+    B: BufferMut + Buffer + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    let copy = pack(&*buf).bytes().to_vec();
+    let comm = &destination.as_communicator().as_handle().0;
+    let id = post_send(comm, destination.destination_rank(), sendtag, SendBuf::Owned(copy), Mode::Standard, false).or_abort();
+    let st = source.receive_into_with_tag(buf, receivetag);
+    shared().wait(id).result.or_abort();
+    st
+}
+
+/// [`send_receive_replace_into_with_tags`] with send tag 0 and any receive tag.
+pub fn send_receive_replace_into<B, D, S>(buf: &mut B, destination: &D, source: &S) -> Status
+where
+    B: BufferMut + Buffer + ?Sized,
+    D: Destination,
+    S: Source,
+{
+    let copy = pack(&*buf).bytes().to_vec();
+    let comm = &destination.as_communicator().as_handle().0;
+    let id = post_send(comm, destination.destination_rank(), 0, SendBuf::Owned(copy), Mode::Standard, false).or_abort();
+    let st = source.receive_into(buf);
+    shared().wait(id).result.or_abort();
+    st
+}

@@ -1,0 +1,414 @@
+//! Nonblocking requests and scopes (MPI-1.2 §3.7), in rsmpi's shape.
+//!
+//! A scoped request borrows its buffer for `'a`; the scope makes sure every
+//! request is completed before the buffers can be used again.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::datatype::RecvLayout;
+use crate::engine::core::ReqId;
+use crate::environment::shared;
+use crate::error::{Error, OrAbort};
+use crate::point_to_point::{finish, Status};
+use crate::topology::CommInner;
+
+/// What to do with a completed request's data.
+pub(crate) enum Post {
+    None,
+    /// Unpack a non-dense receive into the user's buffer (capacity in bytes).
+    Unpack(RecvLayout, usize),
+}
+
+// SAFETY: the layout's pointer refers to a buffer the request borrows for 'a;
+// it is only written when the request completes, by the thread completing it.
+unsafe impl Send for Post {}
+
+/// Keeps track of requests that borrow data for `'a`.
+///
+/// # Safety
+/// `unregister` must only be called for a registered request.
+pub unsafe trait Scope<'a> {
+    /// Records one more outstanding request.
+    fn register(&self);
+    /// Records that a request completed.
+    ///
+    /// # Safety
+    /// Only for a request that was registered.
+    unsafe fn unregister(&self);
+}
+
+/// The scope of requests over `'static` data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct StaticScope;
+
+// SAFETY: 'static data cannot be freed while a request is in flight.
+unsafe impl Scope<'static> for StaticScope {
+    fn register(&self) {}
+    unsafe fn unregister(&self) {}
+}
+
+/// A scope for requests over borrowed data, made by [`scope`].
+#[derive(Debug)]
+pub struct LocalScope<'a> {
+    num_requests: Cell<usize>,
+    phantom: PhantomData<Cell<&'a ()>>,
+}
+
+impl Drop for LocalScope<'_> {
+    fn drop(&mut self) {
+        if self.num_requests.get() != 0 {
+            // Buffers are about to be released while the library may still
+            // write them: the only safe way out is to stop the process.
+            eprintln!("metampi: a request scope ended with {} requests not completed", self.num_requests.get());
+            std::process::abort();
+        }
+    }
+}
+
+// SAFETY: counts registrations; the Drop above enforces completion.
+unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
+    fn register(&self) {
+        self.num_requests.set(self.num_requests.get() + 1);
+    }
+    unsafe fn unregister(&self) {
+        self.num_requests.set(self.num_requests.get().saturating_sub(1));
+    }
+}
+
+/// Runs `f` with a scope; every request made in it must complete inside it.
+pub fn scope<'a, F, R>(f: F) -> R
+where
+    F: FnOnce(&LocalScope<'a>) -> R,
+{
+    let s = LocalScope {
+        num_requests: Cell::new(0),
+        phantom: PhantomData,
+    };
+    f(&s)
+}
+
+pub(crate) struct Inflight<'a, D: ?Sized> {
+    id: ReqId,
+    comm: Arc<CommInner>,
+    data: &'a D,
+    post: Post,
+}
+
+impl<D: ?Sized> Inflight<'_, D> {
+    fn complete(self, c: crate::engine::core::Completed) -> Result<Status, Error> {
+        let st = Status::from_raw(&self.comm, c.status);
+        finish(c, &self.post)?;
+        Ok(st)
+    }
+}
+
+/// A nonblocking operation in flight. Must be completed (wait/test) before drop.
+#[must_use]
+pub struct Request<'a, D: ?Sized, S: Scope<'a> = StaticScope> {
+    inner: Option<Inflight<'a, D>>,
+    scope: S,
+    phantom: PhantomData<Cell<&'a ()>>,
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
+    pub(crate) fn new(id: ReqId, comm: Arc<CommInner>, data: &'a D, scope: S, post: Post) -> Self {
+        scope.register();
+        Request {
+            inner: Some(Inflight { id, comm, data, post }),
+            scope,
+            phantom: PhantomData,
+        }
+    }
+
+    fn take(&mut self) -> Inflight<'a, D> {
+        let i = self.inner.take().expect("a request is completed once");
+        // SAFETY: registered in `new`, unregistered exactly once here.
+        unsafe { self.scope.unregister() };
+        i
+    }
+
+    /// Waits for completion and returns the status; errors end the job.
+    pub fn wait(self) -> Status {
+        self.try_wait().or_abort()
+    }
+
+    /// Waits for completion; errors (truncation, lost peer) come back as `Err`.
+    pub fn try_wait(mut self) -> Result<Status, Error> {
+        let i = self.take();
+        let c = shared().wait(i.id);
+        i.complete(c)
+    }
+
+    /// Waits and drops the status.
+    pub fn wait_without_status(self) {
+        let _ = self.wait();
+    }
+
+    /// Waits and returns the borrowed data.
+    pub fn wait_for_data(mut self) -> &'a D {
+        let i = self.take();
+        let data = i.data;
+        let c = shared().wait(i.id);
+        i.complete(c).or_abort();
+        data
+    }
+
+    /// The status if complete, else the request back.
+    pub fn test(self) -> Result<Status, Self> {
+        self.test_with_data().map(|(s, _)| s)
+    }
+
+    /// The status and data if complete, else the request back.
+    pub fn test_with_data(mut self) -> Result<(Status, &'a D), Self> {
+        let id = self.inner.as_ref().expect("a live request").id;
+        match shared().test(id) {
+            Some(c) => {
+                let i = self.take();
+                let data = i.data;
+                Ok((i.complete(c).or_abort(), data))
+            }
+            None => Err(self),
+        }
+    }
+
+    /// Asks to cancel the request; it must still be waited for.
+    pub fn cancel(&self) {
+        if let Some(i) = &self.inner {
+            shared().with(|e| e.core.cancel(i.id));
+        }
+    }
+
+    /// Moves the request into a shorter scope.
+    pub fn shrink_scope_to<'b, S2>(mut self, scope: S2) -> Request<'b, D, S2>
+    where
+        'a: 'b,
+        S2: Scope<'b>,
+    {
+        let i = self.take();
+        scope.register();
+        Request {
+            inner: Some(Inflight {
+                id: i.id,
+                comm: i.comm,
+                data: i.data,
+                post: i.post,
+            }),
+            scope,
+            phantom: PhantomData,
+        }
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> Drop for Request<'a, D, S> {
+    fn drop(&mut self) {
+        if self.inner.is_some() && !std::thread::panicking() {
+            panic!("request was dropped without being completed");
+        }
+    }
+}
+
+impl<'a, D: ?Sized + std::fmt::Debug, S: Scope<'a>> std::fmt::Debug for Request<'a, D, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.inner {
+            Some(i) => write!(f, "Request {{ id: {}, data: {:?} }}", i.id, i.data),
+            None => write!(f, "Request {{ completed }}"),
+        }
+    }
+}
+
+/// Waits for any request in `requests`, removes it and returns its index and status.
+pub fn wait_any<'a, D, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> Option<(usize, Status)> {
+    if requests.is_empty() {
+        return None;
+    }
+    let ids: Vec<ReqId> = requests.iter().map(|r| r.inner.as_ref().expect("live").id).collect();
+    let idx = shared().wait_until(|e| ids.iter().position(|&id| e.core.is_done(id)));
+    let r = requests.remove(idx);
+    Some((idx, r.wait()))
+}
+
+/// Waits on drop.
+#[derive(Debug)]
+pub struct WaitGuard<'a, D: ?Sized, S: Scope<'a> = StaticScope>(Option<Request<'a, D, S>>);
+
+impl<'a, D: ?Sized, S: Scope<'a>> Drop for WaitGuard<'a, D, S> {
+    fn drop(&mut self) {
+        if let Some(r) = self.0.take() {
+            r.wait();
+        }
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> From<Request<'a, D, S>> for WaitGuard<'a, D, S> {
+    fn from(r: Request<'a, D, S>) -> Self {
+        WaitGuard(Some(r))
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> From<WaitGuard<'a, D, S>> for Request<'a, D, S> {
+    fn from(mut g: WaitGuard<'a, D, S>) -> Self {
+        g.0.take().expect("a guard holds its request until dropped")
+    }
+}
+
+/// Cancels, then waits, on drop.
+#[derive(Debug)]
+pub struct CancelGuard<'a, D: ?Sized, S: Scope<'a> = StaticScope>(WaitGuard<'a, D, S>);
+
+impl<'a, D: ?Sized, S: Scope<'a>> Drop for CancelGuard<'a, D, S> {
+    fn drop(&mut self) {
+        if let Some(r) = &self.0 .0 {
+            r.cancel();
+        }
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> From<Request<'a, D, S>> for CancelGuard<'a, D, S> {
+    fn from(r: Request<'a, D, S>) -> Self {
+        CancelGuard(WaitGuard::from(r))
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> From<WaitGuard<'a, D, S>> for CancelGuard<'a, D, S> {
+    fn from(g: WaitGuard<'a, D, S>) -> Self {
+        CancelGuard(g)
+    }
+}
+
+impl<'a, D: ?Sized, S: Scope<'a>> From<CancelGuard<'a, D, S>> for WaitGuard<'a, D, S> {
+    fn from(mut g: CancelGuard<'a, D, S>) -> Self {
+        WaitGuard(g.0 .0.take())
+    }
+}
+
+/// Runs `f` with a scope and a collection of requests (`multiple_scope`).
+pub fn multiple_scope<'a, F, R, D>(reserve: usize, f: F) -> R
+where
+    D: 'a + ?Sized,
+    F: FnOnce(&LocalScope<'a>, &mut RequestCollection<'a, D>) -> R,
+{
+    scope(|s| {
+        let mut coll = RequestCollection {
+            reqs: Vec::with_capacity(reserve),
+        };
+        f(s, &mut coll)
+    })
+}
+
+/// A set of requests completed together (`MPI_Waitany`/`Waitsome`/`Waitall`).
+pub struct RequestCollection<'a, D: ?Sized> {
+    reqs: Vec<Option<Inflight<'a, D>>>,
+}
+
+type Done<'a, D> = (usize, Status, &'a D);
+
+impl<'a, D: ?Sized> RequestCollection<'a, D> {
+    /// Number of requests not yet completed.
+    pub fn incomplete(&self) -> usize {
+        self.reqs.iter().filter(|r| r.is_some()).count()
+    }
+
+    /// Adds a request; returns its index (stable).
+    pub fn add<S: Scope<'a>>(&mut self, mut req: Request<'a, D, S>) -> usize {
+        let i = req.take();
+        self.reqs.push(Some(i));
+        self.reqs.len() - 1
+    }
+
+    fn finish_at(&mut self, idx: usize, c: crate::engine::core::Completed) -> Done<'a, D> {
+        let i = self.reqs[idx].take().expect("a live slot");
+        let data = i.data;
+        (idx, i.complete(c).or_abort(), data)
+    }
+
+    fn done_ids(&self, e: &mut crate::engine::Engine) -> Vec<usize> {
+        self.reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(k, r)| r.as_ref().filter(|i| e.core.is_done(i.id)).map(|_| k))
+            .collect()
+    }
+
+    fn take_done(&mut self, idxs: Vec<usize>, result: &mut Vec<Done<'a, D>>) {
+        for k in idxs {
+            let id = self.reqs[k].as_ref().expect("live").id;
+            let c = shared().wait(id);
+            result.push(self.finish_at(k, c));
+        }
+    }
+
+    /// Waits for one request; `None` when none is left.
+    pub fn wait_any(&mut self) -> Option<Done<'a, D>> {
+        if self.incomplete() == 0 {
+            return None;
+        }
+        let k = shared().wait_until(|e| self.done_ids(e).first().copied());
+        let id = self.reqs[k].as_ref().expect("live").id;
+        let c = shared().wait(id);
+        Some(self.finish_at(k, c))
+    }
+
+    /// Waits for at least one request and returns every completed one.
+    pub fn wait_some(&mut self, result: &mut Vec<Done<'a, D>>) {
+        result.clear();
+        if self.incomplete() == 0 {
+            return;
+        }
+        let idxs = shared().wait_until(|e| Some(self.done_ids(e)).filter(|v| !v.is_empty()));
+        self.take_done(idxs, result);
+    }
+
+    /// Waits for all requests.
+    pub fn wait_all(&mut self, result: &mut Vec<Done<'a, D>>) {
+        result.clear();
+        let idxs: Vec<usize> = (0..self.reqs.len()).filter(|&k| self.reqs[k].is_some()).collect();
+        self.take_done(idxs, result);
+    }
+
+    /// One completed request, if any.
+    pub fn test_any(&mut self) -> Option<Done<'a, D>> {
+        let idxs = shared().with(|e| {
+            e.progress();
+            self.done_ids(e)
+        });
+        let k = *idxs.first()?;
+        let id = self.reqs[k].as_ref().expect("live").id;
+        let c = shared().wait(id);
+        Some(self.finish_at(k, c))
+    }
+
+    /// Every completed request.
+    pub fn test_some(&mut self, result: &mut Vec<Done<'a, D>>) {
+        result.clear();
+        let idxs = shared().with(|e| {
+            e.progress();
+            self.done_ids(e)
+        });
+        self.take_done(idxs, result);
+    }
+
+    /// All requests if all are complete; otherwise nothing and `false`.
+    pub fn test_all(&mut self, result: &mut Vec<Done<'a, D>>) -> bool {
+        result.clear();
+        let (all, idxs) = shared().with(|e| {
+            e.progress();
+            let d = self.done_ids(e);
+            (d.len() == self.incomplete(), d)
+        });
+        if !all {
+            return false;
+        }
+        self.take_done(idxs, result);
+        true
+    }
+}
+
+impl<D: ?Sized> Drop for RequestCollection<'_, D> {
+    fn drop(&mut self) {
+        if self.incomplete() != 0 && !std::thread::panicking() {
+            panic!("some requests have not completed");
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The unsafe islands: shared memory, rings, cross-memory attach and `poll`.
+//!
+//! Everything outside this module is safe code. Each item here documents the
+//! invariant its callers must keep.
+
+pub(crate) mod cma;
+pub(crate) mod poll;
+pub(crate) mod rawbuf;
+pub(crate) mod ring;
+pub(crate) mod shm;

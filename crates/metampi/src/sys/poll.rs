@@ -1,0 +1,28 @@
+//! Blocking wait on a set of file descriptors (`poll(2)`).
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// Waits until one of `fds` is ready (readable, or writable where `.1` is
+/// set) or the timeout passes. `EINTR` counts as a timeout.
+pub(crate) fn wait(fds: &[(RawFd, bool)], timeout: Duration) -> io::Result<()> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&(fd, w)| libc::pollfd {
+            fd,
+            events: libc::POLLIN | if w { libc::POLLOUT } else { 0 },
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `pfds` is a valid, exclusively borrowed array of `pfds.len()` pollfds.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! A file-backed shared memory segment in `/dev/shm`, mapped read-write and shared.
+//!
+//! Pages of a tmpfs file are only allocated when first touched, so a segment
+//! sized for every local sender costs physical memory only for the rings that
+//! are really used (ScaMPI's "buffer pool per sender allocated on first use").
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// A mapping of a whole shared file. Unmapped on drop.
+pub(crate) struct Segment {
+    ptr: *mut u8,
+    len: usize,
+    path: PathBuf,
+}
+
+// SAFETY: the mapping is plain shared memory; all access to it goes through
+// atomics or through the ring protocol, which gives each byte one writer at a time.
+unsafe impl Send for Segment {}
+// SAFETY: as above; `&Segment` only hands out raw pointers.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// Creates a new segment file of `len` bytes (fails if it exists) and maps it.
+    pub(crate) fn create(path: &Path, len: usize) -> io::Result<Segment> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        file.set_len(len as u64)?;
+        Self::map(file, path, len)
+    }
+
+    /// Maps an existing segment created by another process of the job.
+    pub(crate) fn open(path: &Path, len: usize) -> io::Result<Segment> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        if file.metadata()?.len() < len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("shared segment {} is shorter than expected", path.display()),
+            ));
+        }
+        Self::map(file, path, len)
+    }
+
+    fn map(file: std::fs::File, path: &Path, len: usize) -> io::Result<Segment> {
+        // SAFETY: a fresh shared mapping of a file we hold open; the kernel picks
+        // the address, and we check for MAP_FAILED before using it.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Segment {
+            ptr: ptr.cast(),
+            len,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Removes the file name; the mappings stay valid until every process drops them.
+    pub(crate) fn unlink(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.ptr
+    }
+
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nobody uses the
+        // mapping after the segment is dropped (rings borrow the segment's lifetime
+        // through the engine, which drops them first).
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}

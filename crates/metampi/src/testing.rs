@@ -1,0 +1,111 @@
+//! Multi-rank tests under plain `cargo test`.
+//!
+//! [`Ranks::run`] re-runs the current test executable `n` times, filtered to
+//! the calling test, as the ranks of one job; in those child processes the
+//! same call runs the body on the world communicator instead.
+//!
+//! ```no_run
+//! use metampi::testing::Ranks;
+//! use metampi::traits::*;
+//!
+//! #[test]
+//! fn ring() {
+//!     Ranks::new(4).run("ring", |world| {
+//!         let next = (world.rank() + 1) % world.size();
+//!         let prev = (world.rank() + world.size() - 1) % world.size();
+//!         let (got, _) = metampi::point_to_point::send_receive::<i32, _, _, _>(
+//!             &world.rank(), &world.process_at_rank(next), &world.process_at_rank(prev));
+//!         assert_eq!(got, prev);
+//!     });
+//! }
+//! ```
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use metampi_launch::{AppSpec, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget};
+
+use crate::topology::SimpleCommunicator;
+
+const CHILD_ENV: &str = "METAMPI_TEST_RANK_OF";
+
+/// A multi-rank test job.
+#[derive(Debug, Clone)]
+pub struct Ranks {
+    n: usize,
+    env: Vec<(OsString, OsString)>,
+    nodes: Vec<(String, usize)>,
+    timeout: Duration,
+}
+
+impl Ranks {
+    /// `n` ranks on this machine.
+    pub fn new(n: usize) -> Ranks {
+        Ranks {
+            n,
+            env: Vec::new(),
+            nodes: Vec::new(),
+            timeout: Duration::from_secs(120),
+        }
+    }
+
+    /// Sets an environment variable for every rank.
+    pub fn env(mut self, k: impl Into<OsString>, v: impl Into<OsString>) -> Ranks {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Forces TCP between ranks on this machine (no shared memory).
+    pub fn force_tcp(self, yes: bool) -> Ranks {
+        if yes {
+            self.env("METAMPI_FORCE_TCP", "1")
+        } else {
+            self
+        }
+    }
+
+    /// Emulates several machines: `(name, slots)` per machine; ranks on
+    /// different names talk over TCP on loopback.
+    pub fn nodes(mut self, nodes: &[(&str, usize)]) -> Ranks {
+        self.nodes = nodes.iter().map(|&(h, s)| (h.to_string(), s)).collect();
+        self
+    }
+
+    /// Time limit for the whole job (default 120 s).
+    pub fn timeout(mut self, t: Duration) -> Ranks {
+        self.timeout = t;
+        self
+    }
+
+    /// Runs `body` on every rank. `test_name` is the test's name as `cargo
+    /// test` lists it (the function name for an integration test).
+    ///
+    /// # Panics
+    /// In the parent, when any rank fails (the message names it).
+    pub fn run(self, test_name: &str, body: impl FnOnce(&SimpleCommunicator)) {
+        if std::env::var(CHILD_ENV).as_deref() == Ok(test_name) {
+            let universe = crate::initialize().expect("a test rank initializes once");
+            body(&universe.world());
+            drop(universe);
+            return;
+        }
+        let exe = std::env::current_exe().expect("the test executable has a path");
+        let app = AppSpec::new(self.n, exe).args([test_name, "--exact", "--nocapture", "--test-threads=1", "-q"]);
+        let mut spec = JobSpec::new()
+            .app(app)
+            .env(CHILD_ENV, test_name)
+            .stdin(StdinTarget::None)
+            .output(OutputMode::Terminal)
+            .timeout(self.timeout);
+        for (k, v) in self.env {
+            spec = spec.env(k, v);
+        }
+        if !self.nodes.is_empty() {
+            spec = spec.hosts(self.nodes.iter().map(|(h, s)| Host::new(h.clone(), *s))).launch(LaunchMethod::Local);
+        }
+        let outcome = metampi_launch::run(&spec).unwrap_or_else(|e| panic!("launching {test_name} failed: {e}"));
+        if let Some(f) = &outcome.failure {
+            panic!("{test_name} on {} ranks failed: {f}", self.n);
+        }
+    }
+}

@@ -1,0 +1,543 @@
+//! Communicators, groups and process handles (MPI-1.2 §5), in rsmpi's shape.
+//!
+//! A communicator is a context id plus an ordered group of world ranks. Point
+//! to point traffic uses the even context `ctx`, collective traffic `ctx + 1`,
+//! so no receive, however wildcarded, can match a collective's messages.
+//! Communicators are `Send + Sync`: the same one may be used from many threads.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::collective;
+use crate::environment::shared;
+use crate::error::{Error, ErrorClass};
+use crate::{Rank, Tag};
+
+/// A key for ordering ranks in `split_by_color_with_key`.
+pub type Key = i32;
+
+/// Shared state of one communicator.
+pub(crate) struct CommInner {
+    pub ctx: u32,
+    /// World rank of each member, in communicator rank order.
+    pub ranks: Arc<Vec<u32>>,
+    /// This process's rank in the communicator.
+    pub rank: Rank,
+    /// Communicator rank of each world rank (-1 = not a member).
+    inverse: Vec<Rank>,
+    /// Sequence number of the next collective, identical on every member.
+    pub coll_seq: AtomicU32,
+    name: Mutex<String>,
+}
+
+impl CommInner {
+    pub(crate) fn new(ctx: u32, ranks: Vec<u32>, name: String) -> Option<Arc<CommInner>> {
+        let sh = shared();
+        let me = sh.info.rank;
+        let mut inverse = vec![-1; sh.info.size as usize];
+        for (i, &w) in ranks.iter().enumerate() {
+            inverse[w as usize] = i as Rank;
+        }
+        let rank = inverse[me as usize];
+        if rank < 0 {
+            return None;
+        }
+        Some(Arc::new(CommInner {
+            ctx,
+            ranks: Arc::new(ranks),
+            rank,
+            inverse,
+            coll_seq: AtomicU32::new(0),
+            name: Mutex::new(name),
+        }))
+    }
+
+    pub(crate) fn size(&self) -> Rank {
+        self.ranks.len() as Rank
+    }
+
+    pub(crate) fn world_of(&self, r: Rank) -> Result<u32, Error> {
+        usize::try_from(r)
+            .ok()
+            .and_then(|i| self.ranks.get(i).copied())
+            .ok_or_else(|| Error::new(ErrorClass::Rank, format!("rank {r} is outside a communicator of size {}", self.size())))
+    }
+
+    pub(crate) fn comm_of(&self, world: u32) -> Rank {
+        self.inverse.get(world as usize).copied().unwrap_or(-1)
+    }
+
+    /// Tag base for the next collective: unique per call on this communicator.
+    pub(crate) fn next_coll_tag(&self) -> Tag {
+        ((self.coll_seq.fetch_add(1, Ordering::Relaxed) & 0x7f_ffff) << 8) as Tag
+    }
+}
+
+/// The handle every communicator-like value wraps.
+#[derive(Clone)]
+pub struct CommunicatorHandle(pub(crate) Arc<CommInner>);
+
+pub(crate) mod sealed {
+    /// Gives the library access to the communicator behind a value.
+    pub trait AsHandle {
+        /// The underlying handle.
+        fn as_handle(&self) -> &super::CommunicatorHandle;
+    }
+}
+
+/// Things that dereference to a communicator.
+pub trait AsCommunicator {
+    /// The communicator type.
+    type Out: Communicator;
+    /// The communicator.
+    fn as_communicator(&self) -> &Self::Out;
+}
+
+/// How two communicators relate (`MPI_Comm_compare`).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum CommunicatorRelation {
+    /// The same communicator.
+    Identical,
+    /// Same members in the same order, different context.
+    Congruent,
+    /// Same members, different order.
+    Similar,
+    /// Otherwise.
+    Unequal,
+}
+
+/// How two groups relate (`MPI_Group_compare`).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum GroupRelation {
+    /// Same members, same order.
+    Identical,
+    /// Same members, different order.
+    Similar,
+    /// Otherwise.
+    Unequal,
+}
+
+/// The colour argument of `split_by_color`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Color(i32);
+
+impl Color {
+    /// No colour: the process gets no new communicator.
+    pub fn undefined() -> Color {
+        Color(-1)
+    }
+
+    /// A colour; must not be negative.
+    ///
+    /// # Panics
+    /// If `value` is negative.
+    pub fn with_value(value: i32) -> Color {
+        assert!(value >= 0, "color must be non-negative, got {value}");
+        Color(value)
+    }
+}
+
+/// A communicator (MPI-1.2 §5.4). Object safe: `&dyn Communicator` works.
+pub trait Communicator: sealed::AsHandle {
+    /// Number of processes a message can be addressed to.
+    fn target_size(&self) -> Rank {
+        self.as_handle().0.size()
+    }
+
+    /// Number of processes in the communicator.
+    fn size(&self) -> Rank {
+        self.as_handle().0.size()
+    }
+
+    /// This process's rank.
+    fn rank(&self) -> Rank {
+        self.as_handle().0.rank
+    }
+
+    /// The process with rank `r`.
+    ///
+    /// # Panics
+    /// If `r` is out of range (use [`Communicator::try_process_at_rank`] to get an error).
+    fn process_at_rank(&self, r: Rank) -> Process<'_> {
+        match self.try_process_at_rank(r) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The process with rank `r`, or `ErrorClass::Rank`.
+    fn try_process_at_rank(&self, r: Rank) -> Result<Process<'_>, Error> {
+        self.as_handle().0.world_of(r)?;
+        Ok(Process {
+            comm: AnyProcess(self.as_handle()),
+            rank: r,
+        })
+    }
+
+    /// Any process (a wildcard source).
+    fn any_process(&self) -> AnyProcess<'_> {
+        AnyProcess(self.as_handle())
+    }
+
+    /// This process.
+    fn this_process(&self) -> Process<'_> {
+        Process {
+            comm: AnyProcess(self.as_handle()),
+            rank: self.rank(),
+        }
+    }
+
+    /// How this communicator relates to `other`.
+    fn compare(&self, other: &dyn Communicator) -> CommunicatorRelation {
+        let a = &self.as_handle().0;
+        let b = &other.as_handle().0;
+        if a.ctx == b.ctx && a.ranks == b.ranks {
+            CommunicatorRelation::Identical
+        } else if a.ranks == b.ranks {
+            CommunicatorRelation::Congruent
+        } else {
+            let mut x = a.ranks.to_vec();
+            let mut y = b.ranks.to_vec();
+            x.sort_unstable();
+            y.sort_unstable();
+            if x == y {
+                CommunicatorRelation::Similar
+            } else {
+                CommunicatorRelation::Unequal
+            }
+        }
+    }
+
+    /// A new communicator with the same group and a new context (collective).
+    fn duplicate(&self) -> SimpleCommunicator {
+        let h = &self.as_handle().0;
+        let ctx = collective::agree_context(h);
+        let name = format!("{} (dup)", self.get_name());
+        SimpleCommunicator(CommunicatorHandle(CommInner::new(ctx, h.ranks.to_vec(), name).expect("a member of the parent")))
+    }
+
+    /// Splits by colour, ordering by old rank (collective).
+    fn split_by_color(&self, color: Color) -> Option<SimpleCommunicator> {
+        self.split_by_color_with_key(color, 0)
+    }
+
+    /// Splits by colour, ordering by `(key, old rank)` (collective, `MPI_Comm_split`).
+    fn split_by_color_with_key(&self, color: Color, key: Key) -> Option<SimpleCommunicator> {
+        let h = &self.as_handle().0;
+        let all = collective::all_gather_i32_pairs(h, color.0, key);
+        let ctx = collective::agree_context(h);
+        if color.0 < 0 {
+            return None;
+        }
+        let mut members: Vec<(i32, usize)> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, &(c, _))| c == color.0)
+            .map(|(i, &(_, k))| (k, i))
+            .collect();
+        members.sort_unstable();
+        let ranks = members.iter().map(|&(_, i)| h.ranks[i]).collect();
+        CommInner::new(ctx, ranks, format!("split of {}", self.get_name())).map(|c| SimpleCommunicator(CommunicatorHandle(c)))
+    }
+
+    /// The processes that share this machine's memory (`MPI_COMM_TYPE_SHARED`).
+    fn split_shared(&self, key: i32) -> SimpleCommunicator {
+        let h = &self.as_handle().0;
+        let sh = shared();
+        let my_node = &sh.info.nodes[sh.info.rank as usize];
+        let color = h.ranks.iter().position(|&w| &sh.info.nodes[w as usize] == my_node).unwrap_or(0) as i32;
+        self.split_by_color_with_key(Color(color), key).expect("every process has a node colour")
+    }
+
+    /// A communicator of the members of `group` (collective over this communicator).
+    fn split_by_subgroup_collective(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
+        let h = &self.as_handle().0;
+        let ctx = collective::agree_context(h);
+        CommInner::new(ctx, group.world_ranks().to_vec(), "subgroup".into()).map(|c| SimpleCommunicator(CommunicatorHandle(c)))
+    }
+
+    /// A communicator of `group`, called only by its members (`MPI_Comm_create_group`).
+    fn split_by_subgroup(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
+        self.split_by_subgroup_with_tag(group, 0)
+    }
+
+    /// As [`Communicator::split_by_subgroup`], with a tag to tell concurrent calls apart.
+    fn split_by_subgroup_with_tag(&self, group: &dyn Group, tag: Tag) -> Option<SimpleCommunicator> {
+        let ranks = group.world_ranks().to_vec();
+        if !ranks.contains(&shared().info.rank) {
+            return None;
+        }
+        let h = &self.as_handle().0;
+        let ctx = collective::agree_context_among(h, &ranks, tag);
+        CommInner::new(ctx, ranks, "subgroup".into()).map(|c| SimpleCommunicator(CommunicatorHandle(c)))
+    }
+
+    /// The group of this communicator.
+    fn group(&self) -> UserGroup {
+        UserGroup(Arc::clone(&self.as_handle().0.ranks))
+    }
+
+    /// Ends the whole job with `errorcode` (`MPI_Abort`).
+    fn abort(&self, errorcode: i32) -> ! {
+        crate::environment::abort_job(errorcode, &format!("MPI_Abort called with error code {errorcode}"))
+    }
+
+    /// Whether this is an inter-communicator (never, in this library).
+    fn test_inter(&self) -> bool {
+        false
+    }
+
+    /// Sets the communicator's name.
+    fn set_name(&self, name: &str) {
+        *self.as_handle().0.name.lock().unwrap_or_else(|p| p.into_inner()) = name.to_string();
+    }
+
+    /// The communicator's name (`MPI_COMM_WORLD` for the world).
+    fn get_name(&self) -> String {
+        self.as_handle().0.name.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Index of the meta host (site) of a rank of this communicator. On a job
+    /// launched without a meta-computer description every machine is one site.
+    fn meta_host_of(&self, r: Rank) -> Result<usize, Error> {
+        let w = self.as_handle().0.world_of(r)?;
+        Ok(crate::topology::site_of_world(w))
+    }
+
+    /// Number of distinct machines (shared-memory nodes) in this communicator.
+    fn num_nodes(&self) -> usize {
+        let sh = shared();
+        let mut names: Vec<&str> = self.as_handle().0.ranks.iter().map(|&w| sh.info.nodes[w as usize].as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names.len()
+    }
+}
+
+/// The meta host of a world rank: until multi-site launch lands every job is one site.
+pub(crate) fn site_of_world(_w: u32) -> usize {
+    0
+}
+
+/// A communicator value of its own (world, duplicates, splits).
+pub struct SimpleCommunicator(pub(crate) CommunicatorHandle);
+
+impl SimpleCommunicator {
+    /// The world communicator.
+    pub fn world() -> SimpleCommunicator {
+        static WORLD: OnceLock<Arc<CommInner>> = OnceLock::new();
+        let inner = WORLD.get_or_init(|| {
+            let n = shared().info.size;
+            CommInner::new(0, (0..n).collect(), "MPI_COMM_WORLD".into()).expect("every process is in the world")
+        });
+        SimpleCommunicator(CommunicatorHandle(Arc::clone(inner)))
+    }
+
+    /// A communicator of this process alone (`MPI_COMM_SELF`).
+    pub fn self_comm() -> SimpleCommunicator {
+        static SELF: OnceLock<Arc<CommInner>> = OnceLock::new();
+        let inner = SELF.get_or_init(|| {
+            let me = shared().info.rank;
+            CommInner::new(2, vec![me], "MPI_COMM_SELF".into()).expect("this process is in its own group")
+        });
+        SimpleCommunicator(CommunicatorHandle(Arc::clone(inner)))
+    }
+}
+
+impl sealed::AsHandle for SimpleCommunicator {
+    fn as_handle(&self) -> &CommunicatorHandle {
+        &self.0
+    }
+}
+impl Communicator for SimpleCommunicator {}
+impl AsCommunicator for SimpleCommunicator {
+    type Out = SimpleCommunicator;
+    fn as_communicator(&self) -> &SimpleCommunicator {
+        self
+    }
+}
+
+impl std::fmt::Debug for SimpleCommunicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SimpleCommunicator(size {}, rank {})", self.size(), self.rank())
+    }
+}
+
+/// A wildcard source: any process of a communicator.
+#[derive(Copy, Clone)]
+pub struct AnyProcess<'a>(pub(crate) &'a CommunicatorHandle);
+
+impl sealed::AsHandle for AnyProcess<'_> {
+    fn as_handle(&self) -> &CommunicatorHandle {
+        self.0
+    }
+}
+impl Communicator for AnyProcess<'_> {}
+impl AsCommunicator for AnyProcess<'_> {
+    type Out = Self;
+    fn as_communicator(&self) -> &Self {
+        self
+    }
+}
+
+/// One process of a communicator.
+#[derive(Copy, Clone)]
+pub struct Process<'a> {
+    comm: AnyProcess<'a>,
+    rank: Rank,
+}
+
+impl Process<'_> {
+    /// The process's rank in its communicator.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    /// Whether this is the calling process.
+    pub fn is_self(&self) -> bool {
+        self.comm.0 .0.rank == self.rank
+    }
+}
+
+impl sealed::AsHandle for Process<'_> {
+    fn as_handle(&self) -> &CommunicatorHandle {
+        self.comm.0
+    }
+}
+impl Communicator for Process<'_> {}
+impl<'a> AsCommunicator for Process<'a> {
+    type Out = AnyProcess<'a>;
+    fn as_communicator(&self) -> &AnyProcess<'a> {
+        &self.comm
+    }
+}
+
+// ---- groups -------------------------------------------------------------------
+
+/// A group of processes (MPI-1.2 §5.3). Object safe for its non-generic methods.
+pub trait Group {
+    #[doc(hidden)]
+    fn world_ranks(&self) -> &[u32];
+
+    /// Members of either group, `self`'s first.
+    fn union<G: Group>(&self, other: &G) -> UserGroup
+    where
+        Self: Sized,
+    {
+        let mut v = self.world_ranks().to_vec();
+        v.extend(other.world_ranks().iter().filter(|r| !self.world_ranks().contains(r)));
+        UserGroup(Arc::new(v))
+    }
+
+    /// Members of both, in `self`'s order.
+    fn intersection<G: Group>(&self, other: &G) -> UserGroup
+    where
+        Self: Sized,
+    {
+        UserGroup(Arc::new(self.world_ranks().iter().copied().filter(|r| other.world_ranks().contains(r)).collect()))
+    }
+
+    /// Members of `self` not in `other`.
+    fn difference<G: Group>(&self, other: &G) -> UserGroup
+    where
+        Self: Sized,
+    {
+        UserGroup(Arc::new(self.world_ranks().iter().copied().filter(|r| !other.world_ranks().contains(r)).collect()))
+    }
+
+    /// The listed ranks, in that order.
+    ///
+    /// # Panics
+    /// On a rank outside the group.
+    fn include(&self, ranks: &[Rank]) -> UserGroup {
+        let w = self.world_ranks();
+        UserGroup(Arc::new(
+            ranks
+                .iter()
+                .map(|&r| *w.get(r as usize).unwrap_or_else(|| panic!("rank {r} is not in a group of size {}", w.len())))
+                .collect(),
+        ))
+    }
+
+    /// All but the listed ranks.
+    fn exclude(&self, ranks: &[Rank]) -> UserGroup {
+        let w = self.world_ranks();
+        UserGroup(Arc::new(
+            w.iter().enumerate().filter(|(i, _)| !ranks.contains(&(*i as Rank))).map(|(_, &r)| r).collect(),
+        ))
+    }
+
+    /// Number of members.
+    fn size(&self) -> Rank {
+        self.world_ranks().len() as Rank
+    }
+
+    /// This process's rank in the group, if a member.
+    fn rank(&self) -> Option<Rank> {
+        let me = shared().info.rank;
+        self.world_ranks().iter().position(|&r| r == me).map(|i| i as Rank)
+    }
+
+    /// The rank in `other` of this group's `rank`.
+    fn translate_rank<G: Group>(&self, rank: Rank, other: &G) -> Option<Rank>
+    where
+        Self: Sized,
+    {
+        let w = *self.world_ranks().get(usize::try_from(rank).ok()?)?;
+        other.world_ranks().iter().position(|&r| r == w).map(|i| i as Rank)
+    }
+
+    /// [`Group::translate_rank`] for several ranks.
+    fn translate_ranks<G: Group>(&self, ranks: &[Rank], other: &G) -> Vec<Option<Rank>>
+    where
+        Self: Sized,
+    {
+        ranks.iter().map(|&r| self.translate_rank(r, other)).collect()
+    }
+
+    /// How this group relates to `other`.
+    fn compare<G: Group>(&self, other: &G) -> GroupRelation
+    where
+        Self: Sized,
+    {
+        let (a, b) = (self.world_ranks(), other.world_ranks());
+        if a == b {
+            return GroupRelation::Identical;
+        }
+        let (mut x, mut y) = (a.to_vec(), b.to_vec());
+        x.sort_unstable();
+        y.sort_unstable();
+        if x == y {
+            GroupRelation::Similar
+        } else {
+            GroupRelation::Unequal
+        }
+    }
+}
+
+/// A group made by the user.
+#[derive(Clone, Debug)]
+pub struct UserGroup(Arc<Vec<u32>>);
+
+impl Group for UserGroup {
+    fn world_ranks(&self) -> &[u32] {
+        &self.0
+    }
+}
+
+/// A predefined group.
+#[derive(Copy, Clone, Debug)]
+pub struct SystemGroup(());
+
+impl SystemGroup {
+    /// The empty group.
+    pub fn empty() -> SystemGroup {
+        SystemGroup(())
+    }
+}
+
+impl Group for SystemGroup {
+    fn world_ranks(&self) -> &[u32] {
+        &[]
+    }
+}
