@@ -121,6 +121,9 @@ pub struct MetaHost {
     pub byte_order: ByteOrder,
     /// Its nodes, in file order (MetaMPICH sorted them by name; metampi keeps the order given).
     pub nodes: Vec<Node>,
+    /// `LAUNCH = local` was written (for it or globally): nodes without an address are
+    /// reached at 127.0.0.1.
+    pub(crate) loopback: bool,
     /// The node or machine sub-launches start from (`FRONTEND`).
     pub frontend: Option<String>,
     /// The remote user name (`USER`).
@@ -151,28 +154,14 @@ pub struct Node {
     /// Its name (a host name for `ssh`, or just a label for `LAUNCH = local`).
     pub name: String,
     /// Its network addresses, as listed in parentheses or used by link endpoints. When the
-    /// list is empty the node is reached by its name (or at 127.0.0.1 for `LAUNCH = local`).
+    /// list is empty the node is reached by its name, or at 127.0.0.1 when its meta host says
+    /// `LAUNCH = local` explicitly ([`crate::NodeLayout::address`] has the result).
     pub addresses: Vec<Address>,
     /// The most application processes it may run (`node 2`, `MAXPROCS = 2`, `SLOTS = 2`);
     /// `None` is unlimited. Routers do not count against it.
     pub max_procs: Option<u32>,
     /// A node-specific executable (`node : /path/to/exe`).
     pub executable: Option<String>,
-}
-
-impl Node {
-    /// The address routers on this node use when nothing more specific is given.
-    #[must_use]
-    pub fn primary_address(&self, launch: &Launch) -> Address {
-        if let Some(a) = self.addresses.first() {
-            return a.clone();
-        }
-        if matches!(launch, Launch::Local) {
-            Address::Ip(IpAddr::from([127, 0, 0, 1]))
-        } else {
-            Address::Host(self.name.clone())
-        }
-    }
 }
 
 /// A network address of a node or a link endpoint.

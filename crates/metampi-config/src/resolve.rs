@@ -525,6 +525,7 @@ fn resolve_host(
         launch: Launch::Local,
         byte_order: g.byte_order.unwrap_or_default(),
         nodes: Vec::new(),
+        loopback: false,
         frontend: None,
         user: None,
         exec_path: None,
@@ -595,6 +596,7 @@ fn resolve_host(
             ));
         }
     }
+    h.loopback = format == Format::MetaMpich && launch.as_ref().or(g.launch.as_ref()) == Some(&Launch::Local);
     h.launch = match (format, decl.and_then(|d| d.pacx_startup.clone())) {
         (Format::Pacx, Some(Some(cmd))) => Launch::Verbatim(cmd),
         (Format::Pacx, _) => Launch::Manual,
@@ -666,7 +668,8 @@ fn resolve_nodes(
     let mut index: HashMap<String, usize> = HashMap::new();
     for e in entries {
         let names = match &e.spec {
-            NodeSpec::Single(n) => vec![n.clone()],
+            // A '|' number mark means nothing outside a range: `pc-|04|` is `pc-04`.
+            NodeSpec::Single(n) => vec![n.replace('|', "")],
             NodeSpec::Range { lo, hi } => expand_range(lo, hi).map_err(|reason| {
                 (e.pos, ErrorKind::BadNodeRange { range: format!("{lo} - {hi}"), reason })
             })?,
@@ -910,7 +913,7 @@ fn resolve_endpoint(
     if let AddrKind::Word(w) = &addr_ast.kind {
         if !nicdefs.contains_key(w) {
             if let Some(i) = h.nodes.iter().position(|n| &n.name == w) {
-                let a = h.nodes[i].primary_address(&h.launch);
+                let a = primary_address(h, i);
                 return Ok((i, a));
             }
         }
@@ -1145,8 +1148,8 @@ fn resolve_pairs(
                 .find(|s| s.from == b && s.to == a)
                 .and_then(|s| s.routers.first())
                 .map_or_else(|| gateway_node(&hosts[b]), |r| r.node);
-            let src_address = hosts[a].nodes[src_node].primary_address(&hosts[a].launch);
-            let dst_address = hosts[b].nodes[dst_node].primary_address(&hosts[b].launch);
+            let src_address = primary_address(&hosts[a], src_node);
+            let dst_address = primary_address(&hosts[b], dst_node);
             specs.push(PairSpec {
                 from: a,
                 to: b,
@@ -1190,6 +1193,21 @@ fn same_node(h: &MetaHost, router_node: usize, node: usize, ep: &EndpointAst) ->
             found: format!("'{}' on node '{}'", ep.text(), h.nodes.get(node).map_or("?", |n| n.name.as_str())),
         },
     ))
+}
+
+/// The address a node is reached at when no address is named: its first address, else
+/// 127.0.0.1 for an explicit `LAUNCH = local`, else its name.
+fn primary_address(h: &MetaHost, node: usize) -> Address {
+    let Some(n) = h.nodes.get(node) else {
+        return Address::Host(h.name.clone());
+    };
+    if let Some(a) = n.addresses.first() {
+        a.clone()
+    } else if h.loopback {
+        Address::Ip(IpAddr::from([127, 0, 0, 1]))
+    } else {
+        Address::Host(n.name.clone())
+    }
 }
 
 /// Where generated routers run: the FRONTEND if it is a node, else the first node.
@@ -1325,7 +1343,7 @@ fn build(format: Format, g: GlobalState, hosts: Vec<MetaHost>, mut specs: Vec<Pa
             .map(|((ni, n), c)| {
                 let nl = NodeLayout {
                     name: n.name.clone(),
-                    address: n.primary_address(&h.launch),
+                    address: primary_address(h, ni),
                     max_procs: n.max_procs,
                     nprocs: c,
                     ranks: node_base..node_base + c,

@@ -1,0 +1,287 @@
+//! Point-to-point semantics on 2, 4 and 8 ranks (8 oversubscribes a 2-core
+//! machine), over shared memory and over forced TCP.
+
+use std::time::{Duration, Instant};
+
+use metampi::point_to_point::Status;
+use metampi::testing::Ranks;
+use metampi::topology::SimpleCommunicator;
+use metampi::traits::*;
+use metampi::ErrorClass;
+
+/// Generates one test per (ranks, transport) for a scenario.
+macro_rules! matrix {
+    ($scenario:ident) => {
+        mod $scenario {
+            use super::*;
+            fn go(n: usize, tcp: bool, name: &str) {
+                Ranks::new(n).force_tcp(tcp).run(name, super::$scenario);
+            }
+            #[test]
+            fn shm_2() {
+                go(2, false, concat!(stringify!($scenario), "::shm_2"));
+            }
+            #[test]
+            fn shm_4() {
+                go(4, false, concat!(stringify!($scenario), "::shm_4"));
+            }
+            #[test]
+            fn shm_8() {
+                go(8, false, concat!(stringify!($scenario), "::shm_8"));
+            }
+            #[test]
+            fn tcp_2() {
+                go(2, true, concat!(stringify!($scenario), "::tcp_2"));
+            }
+            #[test]
+            fn tcp_4() {
+                go(4, true, concat!(stringify!($scenario), "::tcp_4"));
+            }
+            #[test]
+            fn tcp_8() {
+                go(8, true, concat!(stringify!($scenario), "::tcp_8"));
+            }
+        }
+    };
+}
+
+/// Every non-zero rank sends a numbered stream (small and large messages
+/// mixed, several tags); rank 0 receives with any source and any tag and
+/// checks that each sender's numbers arrive in order.
+fn wildcard_order(world: &SimpleCommunicator) {
+    const K: u32 = 300;
+    let r = world.rank();
+    if r == 0 {
+        let mut next = vec![0u32; world.size() as usize];
+        for _ in 0..K * (world.size() as u32 - 1) {
+            let (v, st): (Vec<u32>, Status) = world.any_process().receive_vec();
+            let src = st.source_rank() as usize;
+            assert_eq!(v[0], next[src], "message from {src} overtook another");
+            assert_eq!(st.tag(), (v[0] % 3) as i32);
+            assert!(v[1..].iter().all(|&x| x == v[0]));
+            next[src] += 1;
+        }
+        assert!(next[1..].iter().all(|&c| c == K));
+    } else {
+        for i in 0..K {
+            // Every 37th message is large enough for the rendezvous protocol.
+            let len = if i % 37 == 0 { 40_000 } else { 1 + (i as usize % 9) };
+            world.process_at_rank(0).send_with_tag(&vec![i; len][..], (i % 3) as i32);
+        }
+    }
+    world.barrier();
+}
+matrix!(wildcard_order);
+
+/// Probe does not consume; matched probe takes exactly the probed message.
+fn probe_and_matched_probe(world: &SimpleCommunicator) {
+    let r = world.rank();
+    let partner = r ^ 1;
+    if partner >= world.size() {
+        return;
+    }
+    let peer = world.process_at_rank(partner);
+    if r % 2 == 0 {
+        peer.send_with_tag(&[1.5f64, 2.5, 3.5][..], 7);
+        peer.send_with_tag(&42u16, 8);
+    } else {
+        let st = peer.probe_with_tag(7);
+        assert_eq!(st.count(f64::equivalent_datatype()), 3);
+        let st2 = world.any_process().probe();
+        assert_eq!(st2.tag(), 7, "probe must not consume the message");
+        let (msg, st3) = peer.matched_probe_with_tag(8);
+        assert_eq!(st3.tag(), 8);
+        let (v, _) = msg.matched_receive::<u16>();
+        assert_eq!(v, 42);
+        let (vals, _) = peer.receive_vec_with_tag::<f64>(7);
+        assert_eq!(vals, vec![1.5, 2.5, 3.5]);
+        assert!(world.any_process().immediate_probe().is_none());
+    }
+    world.barrier();
+}
+matrix!(probe_and_matched_probe);
+
+/// A message longer than the receive buffer is a truncation error, on the
+/// eager and the rendezvous path, and the job carries on afterwards.
+fn truncation(world: &SimpleCommunicator) {
+    let r = world.rank();
+    let partner = r ^ 1;
+    if partner >= world.size() {
+        world.barrier();
+        return;
+    }
+    let peer = world.process_at_rank(partner);
+    if r % 2 == 0 {
+        peer.send(&[1i32; 10][..]);
+        peer.send(&vec![2u8; 1 << 20][..]);
+        peer.send(&5i32);
+    } else {
+        let mut small = [0i32; 5];
+        let e = peer.try_receive_into_with_tag(&mut small[..], None).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Truncate);
+        let mut kb = vec![0u8; 1024];
+        let e = peer.try_receive_into_with_tag(&mut kb[..], None).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Truncate);
+        let (v, _) = peer.receive::<i32>();
+        assert_eq!(v, 5);
+        let e = peer.try_receive_into_with_tag(&mut kb[..], Some(-3)).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Tag);
+        assert_eq!(world.try_process_at_rank(world.size()).err().map(|e| e.class()), Some(ErrorClass::Rank));
+    }
+    world.barrier();
+}
+matrix!(truncation);
+
+/// A synchronous send completes only after the receiver has matched it.
+fn synchronous_send(world: &SimpleCommunicator) {
+    let r = world.rank();
+    let partner = r ^ 1;
+    if partner >= world.size() {
+        world.barrier();
+        return;
+    }
+    let peer = world.process_at_rank(partner);
+    if r % 2 == 0 {
+        let x = 9u64;
+        metampi::request::scope(|scope| {
+            let mut req = peer.immediate_synchronous_send(scope, &x);
+            let until = Instant::now() + Duration::from_millis(200);
+            while Instant::now() < until {
+                req = match req.test() {
+                    Ok(_) => panic!("synchronous send completed before the receive was posted"),
+                    Err(req) => req,
+                };
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            peer.send_with_tag(&1u8, 99);
+            req.wait();
+        });
+    } else {
+        let _ = peer.receive_with_tag::<u8>(99);
+        let (v, _) = peer.receive::<u64>();
+        assert_eq!(v, 9);
+    }
+    world.barrier();
+}
+matrix!(synchronous_send);
+
+/// 64 MiB from rank 0 to the last rank and back.
+fn large_messages(world: &SimpleCommunicator) {
+    let n = 64 << 20;
+    let last = world.size() - 1;
+    let r = world.rank();
+    if r == 0 {
+        let data: Vec<u8> = (0..n).map(|i| (i * 31 % 253) as u8).collect();
+        world.process_at_rank(last).send(&data[..]);
+        let mut back = vec![0u8; n];
+        world.process_at_rank(last).receive_into(&mut back[..]);
+        assert!(back == data, "64 MiB came back different");
+    } else if r == last {
+        let (v, st) = world.process_at_rank(0).receive_vec::<u8>();
+        assert_eq!(st.count(u8::equivalent_datatype()) as usize, n);
+        world.process_at_rank(0).send(&v[..]);
+    }
+    world.barrier();
+}
+matrix!(large_messages);
+
+/// 10,000 receives and 10,000 sends outstanding at once.
+fn many_requests(world: &SimpleCommunicator) {
+    const N: usize = 10_000;
+    let r = world.rank();
+    let partner = r ^ 1;
+    if partner >= world.size() {
+        world.barrier();
+        return;
+    }
+    let peer = world.process_at_rank(partner);
+    let out: Vec<u64> = (0..N as u64).map(|i| i * 3 + r as u64).collect();
+    let mut inb = vec![0u64; N];
+    metampi::request::multiple_scope(2 * N, |scope, coll| {
+        for slot in inb.chunks_mut(1) {
+            coll.add(peer.immediate_receive_into(scope, slot));
+        }
+        for x in out.chunks(1) {
+            coll.add(peer.immediate_send(scope, x));
+        }
+        let mut done = Vec::new();
+        coll.wait_all(&mut done);
+        assert_eq!(done.len(), 2 * N);
+    });
+    for (i, &v) in inb.iter().enumerate() {
+        assert_eq!(v, i as u64 * 3 + partner as u64);
+    }
+    world.barrier();
+}
+matrix!(many_requests);
+
+/// Four threads share one communicator; each thread talks to the same thread
+/// of the partner on its own tag, and order per tag holds.
+fn four_threads(world: &SimpleCommunicator) {
+    let r = world.rank();
+    let partner = r ^ 1;
+    if partner >= world.size() {
+        world.barrier();
+        return;
+    }
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            s.spawn(move || {
+                let peer = world.process_at_rank(partner);
+                for i in 0..300u32 {
+                    if r % 2 == 0 {
+                        peer.send_with_tag(&[t, i], t as i32);
+                        let (v, _) = peer.receive_with_tag::<u32>(t as i32 + 10);
+                        assert_eq!(v, i);
+                    } else {
+                        let (v, _) = peer.receive_vec_with_tag::<u32>(t as i32);
+                        assert_eq!(v, vec![t, i]);
+                        peer.send_with_tag(&i, t as i32 + 10);
+                    }
+                }
+            });
+        }
+    });
+    world.barrier();
+}
+matrix!(four_threads);
+
+/// Owned nonblocking operations are futures that an executor can await; the
+/// library wakes them (the sender starts late, so the receiver really sleeps).
+fn futures_with_executor(world: &SimpleCommunicator) {
+    let r = world.rank();
+    let partner = r ^ 1;
+    if partner >= world.size() {
+        world.barrier();
+        return;
+    }
+    let peer = world.process_at_rank(partner);
+    if r % 2 == 0 {
+        std::thread::sleep(Duration::from_millis(100));
+        let sends: Vec<_> = (0..8).map(|t| peer.immediate_send_owned(vec![t as i64; 1000 * t + 1], t as i32)).collect();
+        let back = futures_executor::block_on(async {
+            let mut out = Vec::new();
+            for s in sends {
+                out.push(s.await.unwrap());
+            }
+            out
+        });
+        assert_eq!(back[3].len(), 3001);
+    } else {
+        let recvs: Vec<_> = (0..8).map(|t| peer.try_immediate_receive_vec::<i64>(Some(t)).unwrap()).collect();
+        let got = futures_executor::block_on(async {
+            let mut out = Vec::new();
+            for f in recvs {
+                out.push(f.await.unwrap());
+            }
+            out
+        });
+        for (t, (v, st)) in got.iter().enumerate() {
+            assert_eq!(st.tag(), t as i32);
+            assert_eq!(v.len(), 1000 * t + 1);
+            assert!(v.iter().all(|&x| x == t as i64));
+        }
+    }
+    world.barrier();
+}
+matrix!(futures_with_executor);
