@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 mod run;
 
 #[derive(Debug, Parser)]
-#[command(name = "metampi", version, about = "Run and inspect metampi message-passing jobs")]
+#[command(
+    name = "metampi",
+    version,
+    about = "Run and inspect metampi message-passing jobs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -15,7 +19,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Start a job of N ranks (mpiexec-style)
+    // No doc comment here: it would replace the long help that RunArgs carries.
     Run(run::RunArgs),
 }
 

@@ -64,7 +64,7 @@ Hostfile lines: `host`, `host:N` or `host slots=N`; `#` starts a comment.";
 #[command(about = ABOUT, long_about = LONG_ABOUT, after_long_help = AFTER_LONG_HELP)]
 pub struct RunArgs {
     /// Number of ranks for the (first) program
-    #[arg(short = 'n', long = "np", value_name = "N")]
+    #[arg(short = 'n', value_name = "N")]
     np: usize,
 
     /// Hosts to place ranks on, in order: `a,b:4` gives a one slot and b four
@@ -159,7 +159,8 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
     if let Some(path) = &args.hostfile {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read hostfile {}", path.display()))?;
-        let hosts = Host::parse_hostfile(&text).with_context(|| format!("in {}", path.display()))?;
+        let hosts =
+            Host::parse_hostfile(&text).with_context(|| format!("in {}", path.display()))?;
         spec = spec.hosts(hosts);
     }
     for setting in &args.export {
@@ -187,7 +188,8 @@ fn split_apps(first_n: usize, command: &[OsString]) -> anyhow::Result<Vec<AppSpe
         let (n, rest) = if index == 0 {
             (first_n, segment)
         } else {
-            parse_np(segment).with_context(|| format!("in program {} (after `:` number {index})", index + 1))?
+            parse_np(segment)
+                .with_context(|| format!("in program {} (after `:` number {index})", index + 1))?
         };
         let Some((program, program_args)) = rest.split_first() else {
             bail!("program {} has no PROGRAM to run", index + 1);
@@ -197,15 +199,15 @@ fn split_apps(first_n: usize, command: &[OsString]) -> anyhow::Result<Vec<AppSpe
     Ok(apps)
 }
 
-/// Reads the leading `-n M`, `-nM`, `--np M` or `--np=M` of a MIMD segment.
+/// Reads the leading `-n M` or `-nM` of a MIMD segment.
 fn parse_np(segment: &[OsString]) -> anyhow::Result<(usize, &[OsString])> {
     let first = segment.first().and_then(|w| w.to_str()).unwrap_or("");
-    let (value, rest): (&OsStr, &[OsString]) = if first == "-n" || first == "--np" {
+    let (value, rest): (&OsStr, &[OsString]) = if first == "-n" {
         match segment.get(1) {
             Some(value) => (value, &segment[2..]),
             None => bail!("`{first}` needs a number"),
         }
-    } else if let Some(value) = first.strip_prefix("--np=").or_else(|| first.strip_prefix("-n")) {
+    } else if let Some(value) = first.strip_prefix("-n") {
         (OsStr::new(value), &segment[1..])
     } else {
         bail!("each program after `:` must start with `-n M`");
@@ -300,8 +302,20 @@ mod tests {
     #[test]
     fn options_before_the_program_are_parsed() {
         let args = parse(&[
-            "--tag-output", "-x", "A=1", "-x", "B", "--stdin", "all", "--timeout", "1.5",
-            "--debug", "0,2-3", "-n", "4", "prog",
+            "--tag-output",
+            "-x",
+            "A=1",
+            "-x",
+            "B",
+            "--stdin",
+            "all",
+            "--timeout",
+            "1.5",
+            "--debug",
+            "0,2-3",
+            "-n",
+            "4",
+            "prog",
         ])
         .unwrap();
         assert!(args.tag_output);
@@ -325,14 +339,24 @@ mod tests {
 
     #[test]
     fn mimd_segments_split_on_a_lone_colon() {
-        let command: Vec<OsString> = ["a", "x", ":", "-n", "3", "b", "-v", ":", "--np=2", "c", ":", "-n1", "d"]
-            .map(OsString::from)
-            .to_vec();
+        let command: Vec<OsString> = [
+            "a", "x", ":", "-n", "3", "b", "-v", ":", "-n2", "c", ":", "-n", "1", "d",
+        ]
+        .map(OsString::from)
+        .to_vec();
         let apps = split_apps(2, &command).unwrap();
-        let shape: Vec<_> = apps.iter().map(|a| (a.n, a.program.clone(), a.args.len())).collect();
+        let shape: Vec<_> = apps
+            .iter()
+            .map(|a| (a.n, a.program.clone(), a.args.len()))
+            .collect();
         assert_eq!(
             shape,
-            [(2, "a".into(), 1), (3, "b".into(), 1), (2, "c".into(), 0), (1, "d".into(), 0)]
+            [
+                (2, "a".into(), 1),
+                (3, "b".into(), 1),
+                (2, "c".into(), 0),
+                (1, "d".into(), 0)
+            ]
         );
     }
 

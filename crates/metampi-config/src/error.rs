@@ -44,7 +44,12 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub(crate) fn new(file: &str, pos: Pos, kind: ErrorKind) -> Self {
-        Self { file: file.to_owned(), line: pos.line, col: pos.col, kind }
+        Self {
+            file: file.to_owned(),
+            line: pos.line,
+            col: pos.col,
+            kind,
+        }
     }
 
     /// The position of the error.
@@ -114,14 +119,14 @@ pub enum ErrorKind {
         found: String,
     },
     /// A keyword that is not allowed (or not known) where it stands.
-    #[error("unknown keyword '{keyword}' {context} (expected one of {expected}){hint}")]
+    #[error("unknown keyword '{keyword}' {context} (expected one of {}){hint}", .expected.join(", "))]
     UnknownKeyword {
         /// The word found.
         keyword: String,
         /// `at top level`, `in METAHOST block`, `in link options`...
         context: &'static str,
         /// The keywords allowed here.
-        expected: String,
+        expected: &'static [&'static str],
         /// `; did you mean 'X'?` or empty.
         hint: String,
     },
@@ -237,7 +242,9 @@ pub enum ErrorKind {
         nodes: String,
     },
     /// A link endpoint that does not belong to the meta host of its side.
-    #[error("link endpoint '{endpoint}' is not a node or node address of meta host '{host}' ({detail})")]
+    #[error(
+        "link endpoint '{endpoint}' is not a node or node address of meta host '{host}' ({detail})"
+    )]
     EndpointNotInHost {
         /// The endpoint as written.
         endpoint: String,
@@ -247,19 +254,12 @@ pub enum ErrorKind {
         detail: String,
     },
     /// A link whose receiving end runs no router of the reverse PAIR.
-    #[error(
-        "link endpoint '{endpoint}' on node '{node}' of meta host '{host}' is served by no \
-         router of PAIR {host} {peer} (its routers run on: {routers})"
-    )]
+    #[error("link endpoint {endpoint} is served by no router of PAIR {pair} (its routers run on: {routers})")]
     EndpointNotServed {
-        /// The endpoint as written.
+        /// The endpoint as written, and the node it resolved to when that differs.
         endpoint: String,
-        /// The node it resolved to.
-        node: String,
-        /// The receiving meta host.
-        host: String,
-        /// The sending meta host.
-        peer: String,
+        /// The reverse PAIR, `B A` for a link from A to B.
+        pair: String,
         /// Nodes that run routers of the reverse PAIR.
         routers: String,
     },

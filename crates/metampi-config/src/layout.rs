@@ -139,16 +139,23 @@ impl Layout {
 
     /// The routers of PAIR `from to`, in PAIR order.
     pub fn routers_between(&self, from: usize, to: usize) -> impl Iterator<Item = &RouterLayout> {
-        self.routers.iter().filter(move |r| r.host == from && r.peer == to)
+        self.routers
+            .iter()
+            .filter(move |r| r.host == from && r.peer == to)
     }
 
     /// The links from meta host `from` to meta host `to`.
     pub fn links_between(&self, from: usize, to: usize) -> impl Iterator<Item = &LinkLayout> {
-        self.links.iter().filter(move |l| l.from_host == from && l.to_host == to)
+        self.links
+            .iter()
+            .filter(move |l| l.from_host == from && l.to_host == to)
     }
 
     fn node_name(&self, host: usize, node: usize) -> &str {
-        self.hosts.get(host).and_then(|h| h.nodes.get(node)).map_or("?", |n| n.name.as_str())
+        self.hosts
+            .get(host)
+            .and_then(|h| h.nodes.get(node))
+            .map_or("?", |n| n.name.as_str())
     }
 
     fn host_name(&self, host: usize) -> &str {
@@ -171,7 +178,9 @@ struct Table {
 
 impl Table {
     fn new(header: &[&str]) -> Self {
-        Self { rows: vec![header.iter().map(|s| (*s).to_owned()).collect()] }
+        Self {
+            rows: vec![header.iter().map(|s| (*s).to_owned()).collect()],
+        }
     }
 
     fn row(&mut self, cells: Vec<String>) {
@@ -223,7 +232,16 @@ impl fmt::Display for Layout {
         )?;
 
         writeln!(f, "\nmeta hosts")?;
-        let mut t = Table::new(&["#", "HOST", "RANKS", "PROCS", "NODES", "TYPE", "BYTEORDER", "LAUNCH"]);
+        let mut t = Table::new(&[
+            "#",
+            "HOST",
+            "RANKS",
+            "PROCS",
+            "NODES",
+            "TYPE",
+            "BYTEORDER",
+            "LAUNCH",
+        ]);
         for (i, h) in self.hosts.iter().enumerate() {
             t.row(vec![
                 i.to_string(),
@@ -239,7 +257,9 @@ impl fmt::Display for Layout {
         t.write(f)?;
 
         writeln!(f, "\nnodes")?;
-        let mut t = Table::new(&["HOST", "NODE", "ADDRESS", "MAXPROCS", "PROCS", "RANKS", "ROUTERS"]);
+        let mut t = Table::new(&[
+            "HOST", "NODE", "ADDRESS", "MAXPROCS", "PROCS", "RANKS", "ROUTERS",
+        ]);
         for h in &self.hosts {
             for n in &h.nodes {
                 let routers: Vec<String> = n.routers.iter().map(|r| format!("r{r}")).collect();
@@ -250,7 +270,11 @@ impl fmt::Display for Layout {
                     n.max_procs.map_or_else(|| "-".into(), |m| m.to_string()),
                     n.nprocs.to_string(),
                     ranks(&n.ranks),
-                    if routers.is_empty() { "-".into() } else { routers.join(" ") },
+                    if routers.is_empty() {
+                        "-".into()
+                    } else {
+                        routers.join(" ")
+                    },
                 ]);
             }
         }
@@ -268,11 +292,20 @@ impl fmt::Display for Layout {
                     .collect();
                 t.row(vec![
                     format!("r{}", r.id),
-                    format!("{} -> {} #{}", self.host_name(r.host), self.host_name(r.peer), r.index),
+                    format!(
+                        "{} -> {} #{}",
+                        self.host_name(r.host),
+                        self.host_name(r.peer),
+                        r.index
+                    ),
                     self.host_name(r.host).to_owned(),
                     self.node_name(r.host, r.node).to_owned(),
                     out.join(" "),
-                    if listen.is_empty() { "-".into() } else { listen.join(", ") },
+                    if listen.is_empty() {
+                        "-".into()
+                    } else {
+                        listen.join(", ")
+                    },
                 ]);
             }
             t.write(f)?;
@@ -352,7 +385,9 @@ mod tests {
         assert_eq!(l.host_of_rank(7), None);
         assert_eq!(l.locate(4), Some((1, 0)));
         let text = l.to_string();
-        assert!(text.starts_with("meta computer: 2 meta hosts, 2 nodes, 7 ranks, 0 routers, 0 links"));
+        assert!(
+            text.starts_with("meta computer: 2 meta hosts, 2 nodes, 7 ranks, 0 routers, 0 links")
+        );
         assert!(text.lines().all(|line| !line.ends_with(' ')));
     }
 }

@@ -71,12 +71,22 @@ impl Token {
 }
 
 pub(crate) fn is_word_char(c: char) -> bool {
-    c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | '|' | '*' | '@' | '/' | '~' | '+' | '$' | '%')
+    c.is_alphanumeric()
+        || matches!(
+            c,
+            '_' | '.' | '-' | '|' | '*' | '@' | '/' | '~' | '+' | '$' | '%'
+        )
 }
 
 /// Splits `src` into tokens; the last token is always `Eof`.
 pub(crate) fn lex(src: &str) -> Result<Vec<Token>, (Pos, ErrorKind)> {
-    let mut lx = Lexer { src, chars: src.char_indices().peekable(), line: 1, col: 1, toks: Vec::new() };
+    let mut lx = Lexer {
+        src,
+        chars: src.char_indices().peekable(),
+        line: 1,
+        col: 1,
+        toks: Vec::new(),
+    };
     lx.run()?;
     Ok(lx.toks)
 }
@@ -117,7 +127,13 @@ impl Lexer<'_> {
 
     fn push(&mut self, kind: Tok, text: String, pos: Pos, start: usize) {
         let end = self.offset();
-        self.toks.push(Token { kind, text, pos, start, end });
+        self.toks.push(Token {
+            kind,
+            text,
+            pos,
+            start,
+            end,
+        });
     }
 
     fn run(&mut self) -> Result<(), (Pos, ErrorKind)> {
@@ -241,7 +257,9 @@ impl Lexer<'_> {
             pos,
             ErrorKind::Expected {
                 expected: "end of line after '\\' (a backslash continues the line)".into(),
-                found: self.peek().map_or_else(|| "end of file".into(), |c| format!("{c:?}")),
+                found: self
+                    .peek()
+                    .map_or_else(|| "end of file".into(), |c| format!("{c:?}")),
             },
         ))
     }
@@ -323,7 +341,11 @@ mod tests {
     use super::*;
 
     fn kinds(s: &str) -> Vec<(Tok, String)> {
-        lex(s).expect("lexes").into_iter().map(|t| (t.kind, t.text)).collect()
+        lex(s)
+            .expect("lexes")
+            .into_iter()
+            .map(|t| (t.kind, t.text))
+            .collect()
     }
 
     #[test]

@@ -50,8 +50,9 @@ use std::path::Path;
 pub use error::{ConfigError, ErrorKind, Pos};
 pub use layout::{HostLayout, Layout, LinkLayout, Listen, NodeLayout, RouterLayout};
 pub use model::{
-    Address, ByteOrder, Compression, Device, Format, Globals, Launch, Link, LinkOptions, MetaConfig,
-    MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls, TlsConfig, DEFAULT_PORT_BASE,
+    Address, ByteOrder, Compression, Device, Format, Globals, Launch, Link, LinkOptions,
+    MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls, TlsConfig,
+    DEFAULT_PORT_BASE,
 };
 pub use units::Bandwidth;
 
@@ -97,7 +98,11 @@ pub fn detect_format(text: &str) -> Format {
         let third = words.next().unwrap_or("");
         let numeric = !second.is_empty() && second.bytes().all(|b| b.is_ascii_digit());
         let word = !third.is_empty() && third.chars().all(char::is_alphanumeric);
-        return if numeric && word { Format::Pacx } else { Format::MetaMpich };
+        return if numeric && word {
+            Format::Pacx
+        } else {
+            Format::MetaMpich
+        };
     }
     Format::MetaMpich
 }
@@ -122,7 +127,14 @@ pub fn load(path: impl AsRef<Path>) -> Result<MetaConfig, ConfigError> {
     let path = path.as_ref();
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::new(&name, Pos::default(), ErrorKind::Io { kind: e.kind(), message: e.to_string() })
+        ConfigError::new(
+            &name,
+            Pos::default(),
+            ErrorKind::Io {
+                kind: e.kind(),
+                message: e.to_string(),
+            },
+        )
     })?;
     parse_auto(&name, &text)
 }
@@ -144,6 +156,8 @@ mod tests {
     fn load_missing_file() {
         let e = load("/nonexistent/metampi.cfg").unwrap_err();
         assert_eq!(e.line, 0);
-        assert!(e.to_string().starts_with("/nonexistent/metampi.cfg: cannot read file: "));
+        assert!(e
+            .to_string()
+            .starts_with("/nonexistent/metampi.cfg: cannot read file: "));
     }
 }

@@ -220,7 +220,8 @@ pub enum Device {
 }
 
 impl Device {
-    pub(crate) const CHOICES: &'static str = "ch_shmem, ch_p4, ch_smi, ch_usock, ch_gm, ch_mpx or auto";
+    pub(crate) const CHOICES: &'static str =
+        "ch_shmem, ch_p4, ch_smi, ch_usock, ch_gm, ch_mpx or auto";
 
     pub(crate) fn parse(s: &str) -> Option<Self> {
         Some(match s.to_ascii_lowercase().as_str() {
@@ -401,7 +402,14 @@ impl LinkOptions {
             parts.push(format!("+{}", format_duration(l)));
         }
         parts.push(format!("compress={}", self.compression));
-        parts.push(format!("tls={}", if matches!(self.tls, Tls::Off) { "off" } else { "on" }));
+        parts.push(format!(
+            "tls={}",
+            if matches!(self.tls, Tls::Off) {
+                "off"
+            } else {
+                "on"
+            }
+        ));
         if let Some(d) = self.bundle_deadline {
             parts.push(format!("bundle={}", format_duration(d)));
         }

@@ -29,13 +29,17 @@ pub(crate) fn parse(text: &str) -> Result<Ast, (Pos, ErrorKind)> {
         return Err((
             Pos::new(last_line, 1),
             ErrorKind::HostCount(
-                "no hosts: expected lines of the form 'host nodes protocol (startup command)'".into(),
+                "no hosts: expected lines of the form 'host nodes protocol (startup command)'"
+                    .into(),
             ),
         ));
     };
     let first_pos = first.pos;
     Ok(Ast {
-        numhosts: Some(NumHosts { pos: first_pos, hosts }),
+        numhosts: Some(NumHosts {
+            pos: first_pos,
+            hosts,
+        }),
         auto_router: Some((first_pos, None)),
         eof: Pos::new(last_line, 1),
         ..Ast::default()
@@ -72,7 +76,9 @@ impl Line<'_> {
 
     fn word(&mut self) -> &str {
         let r = self.rest();
-        let n = r.find(|c: char| c.is_whitespace() || c == '(' || c == '#').unwrap_or(r.len());
+        let n = r
+            .find(|c: char| c.is_whitespace() || c == '(' || c == '#')
+            .unwrap_or(r.len());
         let start = self.at;
         self.at += n;
         self.text.get(start..self.at).unwrap_or("")
@@ -83,7 +89,12 @@ impl Line<'_> {
             None => "end of line".into(),
             Some('#') => "a comment".into(),
             Some(_) => {
-                let w: String = self.rest().chars().take_while(|c| !c.is_whitespace()).take(40).collect();
+                let w: String = self
+                    .rest()
+                    .chars()
+                    .take_while(|c| !c.is_whitespace())
+                    .take(40)
+                    .collect();
                 format!("'{w}'")
             }
         }
@@ -97,7 +108,13 @@ fn parse_line(text: &str, line: u32) -> Result<Option<HostDecl>, (Pos, ErrorKind
         return Ok(None);
     }
     let expected = |l: &Line<'_>, what: &str| {
-        (l.pos(), ErrorKind::Expected { expected: what.to_owned(), found: l.found() })
+        (
+            l.pos(),
+            ErrorKind::Expected {
+                expected: what.to_owned(),
+                found: l.found(),
+            },
+        )
     };
 
     let pos = l.pos();
@@ -105,7 +122,10 @@ fn parse_line(text: &str, line: u32) -> Result<Option<HostDecl>, (Pos, ErrorKind
         return Err(expected(&l, "a host name at the start of the line"));
     }
     let name = l.word().to_owned();
-    if !name.chars().all(|c| c.is_alphanumeric() || matches!(c, '-' | '.' | '_')) {
+    if !name
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '-' | '.' | '_'))
+    {
         return Err((
             pos,
             ErrorKind::BadValue {
@@ -119,7 +139,10 @@ fn parse_line(text: &str, line: u32) -> Result<Option<HostDecl>, (Pos, ErrorKind
     l.skip_blanks();
     let nprocs_pos = l.pos();
     if l.at_end() || l.rest().starts_with('(') {
-        return Err(expected(&l, "the number of application nodes after the host name"));
+        return Err(expected(
+            &l,
+            "the number of application nodes after the host name",
+        ));
     }
     let nodes = l.word().to_owned();
     let n = match nodes.parse::<u64>() {
@@ -145,7 +168,11 @@ fn parse_line(text: &str, line: u32) -> Result<Option<HostDecl>, (Pos, ErrorKind
     if !proto.eq_ignore_ascii_case("tcp") {
         return Err((
             proto_pos,
-            ErrorKind::BadValue { key: "protocol".into(), value: proto, expected: "tcp".into() },
+            ErrorKind::BadValue {
+                key: "protocol".into(),
+                value: proto,
+                expected: "tcp".into(),
+            },
         ));
     }
 
@@ -168,7 +195,10 @@ fn parse_line(text: &str, line: u32) -> Result<Option<HostDecl>, (Pos, ErrorKind
         if cmd.is_empty() {
             return Err((
                 open,
-                ErrorKind::Expected { expected: "a startup command inside ( )".into(), found: "'()'".into() },
+                ErrorKind::Expected {
+                    expected: "a startup command inside ( )".into(),
+                    found: "'()'".into(),
+                },
             ));
         }
         l.at += close + 1;
@@ -200,7 +230,10 @@ mod tests {
         .expect("parses");
         let hosts = &ast.numhosts.as_ref().expect("hosts").hosts;
         assert_eq!(hosts.len(), 2);
-        assert_eq!(hosts[1].pacx_startup, Some(Some("rsh host2 mpirun -np 102 ./exename".into())));
+        assert_eq!(
+            hosts[1].pacx_startup,
+            Some(Some("rsh host2 mpirun -np 102 ./exename".into()))
+        );
         assert_eq!(hosts[0].pacx_startup, Some(None));
     }
 

@@ -40,8 +40,15 @@ pub(crate) const TOP_KEYWORDS: &[&str] = &[
 
 /// Top-level keywords that can never be a setting inside a block: seeing one there means a
 /// `}` is missing.
-const SECTION_KEYWORDS: &[&str] =
-    &["NUMHOSTS", "OPTIONS", "CONNECTIONS", "METAHOST", "PAIR", "NICDEF", "AUTO_ROUTER"];
+const SECTION_KEYWORDS: &[&str] = &[
+    "NUMHOSTS",
+    "OPTIONS",
+    "CONNECTIONS",
+    "METAHOST",
+    "PAIR",
+    "NICDEF",
+    "AUTO_ROUTER",
+];
 
 /// Settings of a METAHOST block.
 pub(crate) const METAHOST_KEYS: &[&str] = &[
@@ -254,7 +261,13 @@ struct Parser<'a> {
 }
 
 fn expected(expected: impl Into<String>, found: &Token) -> (Pos, ErrorKind) {
-    (found.pos, ErrorKind::Expected { expected: expected.into(), found: found.describe() })
+    (
+        found.pos,
+        ErrorKind::Expected {
+            expected: expected.into(),
+            found: found.describe(),
+        },
+    )
 }
 
 fn is_number(t: &Token) -> bool {
@@ -290,11 +303,15 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-pub(crate) fn unknown_keyword(word: &str, context: &'static str, choices: &[&str]) -> ErrorKind {
+pub(crate) fn unknown_keyword(
+    word: &str,
+    context: &'static str,
+    choices: &'static [&'static str],
+) -> ErrorKind {
     ErrorKind::UnknownKeyword {
         keyword: word.to_owned(),
         context,
-        expected: choices.join(", "),
+        expected: choices,
         hint: suggestion(word, choices),
     }
 }
@@ -346,7 +363,14 @@ impl Parser<'_> {
         }
         self.bump();
         let v = t.text.parse::<u64>().map_err(|_| {
-            (t.pos, ErrorKind::BadValue { key: what.into(), value: t.text.clone(), expected: "a smaller number".into() })
+            (
+                t.pos,
+                ErrorKind::BadValue {
+                    key: what.into(),
+                    value: t.text.clone(),
+                    expected: "a smaller number".into(),
+                },
+            )
         })?;
         Ok((v, t.pos))
     }
@@ -542,9 +566,16 @@ impl Parser<'_> {
                 self.bump();
                 ProcCount::Max
             } else {
-                ProcCount::N(self.number("a process count or MAX after the meta host name")?.0)
+                ProcCount::N(
+                    self.number("a process count or MAX after the meta host name")?
+                        .0,
+                )
             };
-            let args = if self.at(&Tok::Str) { Some(self.bump().text) } else { None };
+            let args = if self.at(&Tok::Str) {
+                Some(self.bump().text)
+            } else {
+                None
+            };
             self.end_of_statement()?;
             hosts.push(HostDecl {
                 name: name.text,
@@ -567,12 +598,21 @@ impl Parser<'_> {
             self.expect(&Tok::LParen, "'(' after GETIP")?;
             let n = self.word("a host name inside GETIP( )")?;
             self.expect(&Tok::RParen, "')' to close GETIP(")?;
-            AddrAst { pos: t.pos, kind: AddrKind::GetIp(n.text) }
+            AddrAst {
+                pos: t.pos,
+                kind: AddrKind::GetIp(n.text),
+            }
         } else {
-            self.address("an address after the NICDEF name (TCP a.b.c.d, ATM_PVC x.y.z, GETIP(host))")?
+            self.address(
+                "an address after the NICDEF name (TCP a.b.c.d, ATM_PVC x.y.z, GETIP(host))",
+            )?
         };
         self.end_of_statement()?;
-        Ok(NicDef { name: name.text, pos: name.pos, addr })
+        Ok(NicDef {
+            name: name.text,
+            pos: name.pos,
+            addr,
+        })
     }
 
     /// `TCP w` | `ATM_PVC w` | `ATM_SVC w` | `w`.
@@ -584,7 +624,9 @@ impl Parser<'_> {
         self.bump();
         let kind = match t.text.as_str() {
             "TCP" => AddrKind::Tcp(self.word("an IP address or host name after TCP")?.text),
-            "ATM_PVC" => AddrKind::AtmPvc(self.word("a PVC address (e.g. 0.0.42) after ATM_PVC")?.text),
+            "ATM_PVC" => {
+                AddrKind::AtmPvc(self.word("a PVC address (e.g. 0.0.42) after ATM_PVC")?.text)
+            }
             "ATM_SVC" => AddrKind::AtmSvc(self.word("an NSAP address after ATM_SVC")?.text),
             _ => AddrKind::Word(t.text),
         };
@@ -599,7 +641,10 @@ impl Parser<'_> {
         let start = self.i;
         while !matches!(self.peek().kind, Tok::Newline | Tok::Semi | Tok::Eof) {
             if matches!(self.peek().kind, Tok::LBrace | Tok::RBrace) {
-                return Err(expected(format!("a value for {} and then end of line", key.text), self.peek()));
+                return Err(expected(
+                    format!("a value for {} and then end of line", key.text),
+                    self.peek(),
+                ));
             }
             self.bump();
         }
@@ -609,14 +654,22 @@ impl Parser<'_> {
         let value = self.join(start, self.i);
         let value_pos = self.toks[start].pos;
         self.end_of_statement()?;
-        Ok(Setting { key: key.text, pos: key.pos, value, value_pos })
+        Ok(Setting {
+            key: key.text,
+            pos: key.pos,
+            value,
+            value_pos,
+        })
     }
 
     fn metahost(&mut self) -> PResult<MetaHostAst> {
         let kw = self.bump();
         let name = self.word("a meta host name after METAHOST")?;
         self.skip_nl();
-        self.expect(&Tok::LBrace, &format!("'{{' to open METAHOST block '{}'", name.text))?;
+        self.expect(
+            &Tok::LBrace,
+            &format!("'{{' to open METAHOST block '{}'", name.text),
+        )?;
         let mut mh = MetaHostAst {
             name: name.text.clone(),
             pos: kw.pos,
@@ -628,7 +681,12 @@ impl Parser<'_> {
         let unclosed = |t: &Token| {
             (
                 t.pos,
-                ErrorKind::UnclosedBlock { block: "METAHOST", name: name.text.clone(), opened: kw.pos, found: t.describe() },
+                ErrorKind::UnclosedBlock {
+                    block: "METAHOST",
+                    name: name.text.clone(),
+                    opened: kw.pos,
+                    found: t.describe(),
+                },
             )
         };
         loop {
@@ -656,7 +714,10 @@ impl Parser<'_> {
                 ));
             }
             if !METAHOST_KEYS.contains(&t.text.as_str()) {
-                return Err((t.pos, unknown_keyword(&t.text, "in METAHOST block", METAHOST_KEYS)));
+                return Err((
+                    t.pos,
+                    unknown_keyword(&t.text, "in METAHOST block", METAHOST_KEYS),
+                ));
             }
             self.bump();
             self.skip_nl();
@@ -677,8 +738,15 @@ impl Parser<'_> {
                 }
                 Tok::RBrace => {}
                 Tok::Eof => return Err(unclosed(self.peek())),
-                Tok::Word if Self::is_section_keyword(self.peek()) => return Err(unclosed(self.peek())),
-                _ => return Err(expected(format!("';' after the value of {}", t.text), self.peek())),
+                Tok::Word if Self::is_section_keyword(self.peek()) => {
+                    return Err(unclosed(self.peek()))
+                }
+                _ => {
+                    return Err(expected(
+                        format!("';' after the value of {}", t.text),
+                        self.peek(),
+                    ))
+                }
             }
         }
         Ok(mh)
@@ -691,9 +759,12 @@ impl Parser<'_> {
             let t = self.peek();
             match t.kind {
                 Tok::Semi | Tok::RBrace | Tok::Eof => break,
-                Tok::LBrace => return Err(expected(format!("';' after the value of {}", key.text), t)),
+                Tok::LBrace => {
+                    return Err(expected(format!("';' after the value of {}", key.text), t))
+                }
                 Tok::Word
-                    if (METAHOST_KEYS.contains(&t.text.as_str()) || LINK_KEYS.contains(&t.text.as_str()))
+                    if (METAHOST_KEYS.contains(&t.text.as_str())
+                        || LINK_KEYS.contains(&t.text.as_str()))
                         && self.peek_at(1).kind == Tok::Eq
                         && self.i > start =>
                 {
@@ -708,7 +779,12 @@ impl Parser<'_> {
         if start == self.i {
             return Err(expected(format!("a value for {}", key.text), self.peek()));
         }
-        Ok(Setting { key: key.text.clone(), pos: key.pos, value: self.join(start, self.i), value_pos: self.toks[start].pos })
+        Ok(Setting {
+            key: key.text.clone(),
+            pos: key.pos,
+            value: self.join(start, self.i),
+            value_pos: self.toks[start].pos,
+        })
     }
 
     fn node_list(&mut self, out: &mut Vec<NodeEntry>) -> PResult<()> {
@@ -738,12 +814,19 @@ impl Parser<'_> {
             self.bump();
             self.skip_nl();
             let hi = self.word("the upper bound of the node range")?;
-            NodeSpec::Range { lo: lo.text, hi: hi.text }
+            NodeSpec::Range {
+                lo: lo.text,
+                hi: hi.text,
+            }
         } else {
             NodeSpec::Single(lo.text)
         };
         self.skip_nl();
-        let count = if is_number(self.peek()) { Some(self.number("a process count")?) } else { None };
+        let count = if is_number(self.peek()) {
+            Some(self.number("a process count")?)
+        } else {
+            None
+        };
         self.skip_nl();
         let mut addrs = Vec::new();
         if self.at(&Tok::LParen) {
@@ -775,7 +858,12 @@ impl Parser<'_> {
             let key = self.bump();
             self.bump();
             let (v, vpos) = self.number(&format!("a number after {} =", key.text))?;
-            attrs.push(Setting { key: key.text, pos: key.pos, value: v.to_string(), value_pos: vpos });
+            attrs.push(Setting {
+                key: key.text,
+                pos: key.pos,
+                value: v.to_string(),
+                value_pos: vpos,
+            });
             self.skip_nl();
         }
         let mut exec = None;
@@ -796,15 +884,28 @@ impl Parser<'_> {
                 exec = exec.map(|e| format!("{e} {args}"));
             }
         }
-        Ok(NodeEntry { exclude, pos, spec, count, addrs, attrs, exec })
+        Ok(NodeEntry {
+            exclude,
+            pos,
+            spec,
+            count,
+            addrs,
+            attrs,
+            exec,
+        })
     }
 
     fn env_list(&mut self, out: &mut Vec<(String, String, Pos)>) -> PResult<()> {
         loop {
             self.skip_nl();
             let name = self.word("an environment variable name (ENV = NAME=value, ...)")?;
-            self.expect(&Tok::Eq, &format!("'=' after the variable name {}", name.text))?;
-            let value = self.adjacent_value(&format!("a value for the variable {}", name.text))?.0;
+            self.expect(
+                &Tok::Eq,
+                &format!("'=' after the variable name {}", name.text),
+            )?;
+            let value = self
+                .adjacent_value(&format!("a value for the variable {}", name.text))?
+                .0;
             out.push((name.text, value, name.pos));
             self.skip_nl();
             if self.at(&Tok::Comma) {
@@ -847,7 +948,12 @@ impl Parser<'_> {
             }
             self.bump();
             let (value, value_pos) = self.adjacent_value(&format!("a value for {}", key.text))?;
-            out.push(Setting { key: key.text, pos: key.pos, value, value_pos });
+            out.push(Setting {
+                key: key.text,
+                pos: key.pos,
+                value,
+                value_pos,
+            });
         }
         Ok(())
     }
@@ -858,7 +964,13 @@ impl Parser<'_> {
         let to = self.word("the receiving meta host after the sending one")?;
         let (count, count_pos) = self.number("the number of routers (PAIR A B <n> -)")?;
         if count == 0 {
-            return Err((count_pos, ErrorKind::ZeroRouters { from: from.text, to: to.text }));
+            return Err((
+                count_pos,
+                ErrorKind::ZeroRouters {
+                    from: from.text,
+                    to: to.text,
+                },
+            ));
         }
         let mut exec = None;
         let t = self.peek().clone();
@@ -894,18 +1006,38 @@ impl Parser<'_> {
                     Tok::Eof => {
                         return Err((
                             t.pos,
-                            ErrorKind::UnclosedBlock { block: "PAIR", name, opened: open.pos, found: t.describe() },
+                            ErrorKind::UnclosedBlock {
+                                block: "PAIR",
+                                name,
+                                opened: open.pos,
+                                found: t.describe(),
+                            },
                         ))
                     }
                     Tok::Word if Self::is_section_keyword(&t) => {
                         return Err((
                             t.pos,
-                            ErrorKind::UnclosedBlock { block: "PAIR", name, opened: open.pos, found: t.describe() },
+                            ErrorKind::UnclosedBlock {
+                                block: "PAIR",
+                                name,
+                                opened: open.pos,
+                                found: t.describe(),
+                            },
                         ))
                     }
                     Tok::Word if LINK_KEYS.contains(&t.text.as_str()) => {}
-                    Tok::Word => return Err((t.pos, unknown_keyword(&t.text, "in PAIR options", LINK_KEYS))),
-                    _ => return Err(expected("a setting such as 'BANDWIDTH = 100Mbit;' or '}'", &t)),
+                    Tok::Word => {
+                        return Err((
+                            t.pos,
+                            unknown_keyword(&t.text, "in PAIR options", LINK_KEYS),
+                        ))
+                    }
+                    _ => {
+                        return Err(expected(
+                            "a setting such as 'BANDWIDTH = 100Mbit;' or '}'",
+                            &t,
+                        ))
+                    }
                 }
                 self.bump();
                 self.skip_nl();
@@ -921,22 +1053,42 @@ impl Parser<'_> {
                     Tok::Eof => {
                         return Err((
                             self.peek().pos,
-                            ErrorKind::UnclosedBlock { block: "PAIR", name, opened: open.pos, found: self.peek().describe() },
+                            ErrorKind::UnclosedBlock {
+                                block: "PAIR",
+                                name,
+                                opened: open.pos,
+                                found: self.peek().describe(),
+                            },
                         ))
                     }
                     Tok::Word if Self::is_section_keyword(self.peek()) => {
                         return Err((
                             self.peek().pos,
-                            ErrorKind::UnclosedBlock { block: "PAIR", name, opened: open.pos, found: self.peek().describe() },
+                            ErrorKind::UnclosedBlock {
+                                block: "PAIR",
+                                name,
+                                opened: open.pos,
+                                found: self.peek().describe(),
+                            },
                         ))
                     }
-                    _ => return Err(expected(format!("';' after the value of {}", t.text), self.peek())),
+                    _ => {
+                        return Err(expected(
+                            format!("';' after the value of {}", t.text),
+                            self.peek(),
+                        ))
+                    }
                 }
             }
         }
         match self.peek().kind {
             Tok::Newline | Tok::Eof => {}
-            _ => return Err(expected("end of line after the PAIR header (then one line per router)", self.peek())),
+            _ => {
+                return Err(expected(
+                    "end of line after the PAIR header (then one line per router)",
+                    self.peek(),
+                ))
+            }
         }
         let mut lines = Vec::new();
         while (lines.len() as u64) < count {
@@ -952,7 +1104,11 @@ impl Parser<'_> {
                         declared: count,
                         found: format!(
                             "{} router line{} before {}",
-                            if n == 0 { "no".to_owned() } else { format!("only {n}") },
+                            if n == 0 {
+                                "no".to_owned()
+                            } else {
+                                format!("only {n}")
+                            },
                             if n == 1 { " follows" } else { "s follow" },
                             t.describe()
                         ),
@@ -983,7 +1139,12 @@ impl Parser<'_> {
             let this_bidir = match arrow.kind {
                 Tok::Arrow => false,
                 Tok::BiArrow => true,
-                _ => return Err(expected("'->' or '<->' between the two ends of a link", &arrow)),
+                _ => {
+                    return Err(expected(
+                        "'->' or '<->' between the two ends of a link",
+                        &arrow,
+                    ))
+                }
             };
             self.bump();
             if bidir.is_some_and(|b| b != this_bidir) {
@@ -996,7 +1157,12 @@ impl Parser<'_> {
             let dst = self.endpoint()?;
             let mut settings = Vec::new();
             self.inline_settings(&mut settings, "in link options")?;
-            links.push(LinkAst { pos: src.pos, src, dst, settings });
+            links.push(LinkAst {
+                pos: src.pos,
+                src,
+                dst,
+                settings,
+            });
             if self.at(&Tok::Comma) || self.at(&Tok::Semi) {
                 self.bump();
             }
@@ -1004,13 +1170,20 @@ impl Parser<'_> {
                 break;
             }
         }
-        Ok(RouterLine { pos, bidir: bidir.unwrap_or(false), links })
+        Ok(RouterLine {
+            pos,
+            bidir: bidir.unwrap_or(false),
+            links,
+        })
     }
 
     fn endpoint(&mut self) -> PResult<EndpointAst> {
         let t = self.peek().clone();
         if t.kind != Tok::Word {
-            return Err(expected("a link endpoint (an address, a node name, or node(address))", &t));
+            return Err(expected(
+                "a link endpoint (an address, a node name, or node(address))",
+                &t,
+            ));
         }
         let (node, addr) = if self.peek_at(1).kind == Tok::LParen
             && !matches!(t.text.as_str(), "TCP" | "ATM_PVC" | "ATM_SVC")
@@ -1029,7 +1202,12 @@ impl Parser<'_> {
         } else {
             None
         };
-        Ok(EndpointAst { pos: t.pos, node, addr, port_offset })
+        Ok(EndpointAst {
+            pos: t.pos,
+            node,
+            addr,
+            port_offset,
+        })
     }
 }
 
@@ -1089,7 +1267,10 @@ mod tests {
     #[test]
     fn suggestions() {
         assert_eq!(suggestion("NODE", METAHOST_KEYS), "; did you mean 'NODES'?");
-        assert_eq!(suggestion("metahost", TOP_KEYWORDS), "; did you mean 'METAHOST'?");
+        assert_eq!(
+            suggestion("metahost", TOP_KEYWORDS),
+            "; did you mean 'METAHOST'?"
+        );
         assert_eq!(suggestion("XYZZY", TOP_KEYWORDS), "");
     }
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use crate::error::{ConfigError, ErrorKind, Pos};
 use crate::layout::{HostLayout, Layout, LinkLayout, Listen, NodeLayout, RouterLayout};
 use crate::model::{
-    Address, ByteOrder, Compression, Device, Format, Globals, Launch, Link, LinkOptions, MetaConfig,
-    MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls, TlsConfig,
+    Address, ByteOrder, Compression, Device, Format, Globals, Launch, Link, LinkOptions,
+    MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls, TlsConfig,
 };
 use crate::parser::{
     AddrAst, AddrKind, Ast, EndpointAst, HostDecl, MetaHostAst, NodeEntry, NodeSpec, PairAst,
@@ -58,7 +58,11 @@ fn dup_check(seen: &mut HashMap<String, Pos>, s: &Setting, context: &str) -> RRe
     if let Some(first) = seen.get(&s.key) {
         return Err((
             s.pos,
-            ErrorKind::DuplicateKey { key: s.key.clone(), context: context.to_owned(), first: *first },
+            ErrorKind::DuplicateKey {
+                key: s.key.clone(),
+                context: context.to_owned(),
+                first: *first,
+            },
         ));
     }
     seen.insert(s.key.clone(), s.pos);
@@ -68,16 +72,29 @@ fn dup_check(seen: &mut HashMap<String, Pos>, s: &Setting, context: &str) -> RRe
 fn bad_value(s: &Setting, expected: impl Into<String>) -> (Pos, ErrorKind) {
     (
         s.value_pos,
-        ErrorKind::BadValue { key: s.key.clone(), value: s.value.clone(), expected: expected.into() },
+        ErrorKind::BadValue {
+            key: s.key.clone(),
+            value: s.value.clone(),
+            expected: expected.into(),
+        },
     )
 }
 
 fn bad_unit(s: &Setting, what: &'static str, reason: String) -> (Pos, ErrorKind) {
-    (s.value_pos, ErrorKind::BadUnit { what, value: s.value.clone(), reason })
+    (
+        s.value_pos,
+        ErrorKind::BadUnit {
+            what,
+            value: s.value.clone(),
+            reason,
+        },
+    )
 }
 
 fn parse_u64(s: &Setting) -> RResult<u64> {
-    s.value.parse::<u64>().map_err(|_| bad_value(s, "a whole number"))
+    s.value
+        .parse::<u64>()
+        .map_err(|_| bad_value(s, "a whole number"))
 }
 
 fn parse_launch(s: &Setting) -> RResult<Launch> {
@@ -89,14 +106,18 @@ fn parse_launch(s: &Setting) -> RResult<Launch> {
     let mut words = v.split_whitespace();
     let first = words.next().unwrap_or("").to_ascii_lowercase();
     let rest: Vec<&str> = words.collect();
-    let expected = "local, manual, netns NAME, ssh HOST, or a quoted command template containing {cmd}";
+    let expected =
+        "local, manual, netns NAME, ssh HOST, or a quoted command template containing {cmd}";
     match (first.as_str(), rest.as_slice()) {
         ("local", []) => Ok(Launch::Local),
         ("manual", []) => Ok(Launch::Manual),
         ("netns", [name]) => Ok(Launch::Netns((*name).to_owned())),
         ("ssh", [host]) => Ok(Launch::Ssh((*host).to_owned())),
         ("netns", _) => Err(bad_value(s, "netns followed by one namespace name")),
-        ("ssh", _) => Err(bad_value(s, "ssh followed by one destination (host, user@host or host:port)")),
+        ("ssh", _) => Err(bad_value(
+            s,
+            "ssh followed by one destination (host, user@host or host:port)",
+        )),
         _ => Err(bad_value(s, expected)),
     }
 }
@@ -142,7 +163,11 @@ fn parse_byte_order(s: &Setting) -> RResult<ByteOrder> {
 
 fn parse_pin(s: &Setting) -> RResult<[u8; 32]> {
     let v = s.value.trim();
-    let v = if v.len() >= 7 && v[..7].eq_ignore_ascii_case("sha256:") { &v[7..] } else { v };
+    let v = if v.len() >= 7 && v[..7].eq_ignore_ascii_case("sha256:") {
+        &v[7..]
+    } else {
+        v
+    };
     let hex: String = v.chars().filter(|c| *c != ':').collect();
     let expected = "a SHA-256 certificate fingerprint: 'sha256:' and 64 hex digits (colons between bytes allowed)";
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -150,7 +175,8 @@ fn parse_pin(s: &Setting) -> RResult<[u8; 32]> {
     }
     let mut out = [0u8; 32];
     for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad_value(s, expected))?;
+        *byte =
+            u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad_value(s, expected))?;
     }
     Ok(out)
 }
@@ -195,13 +221,21 @@ impl OptLayer {
         };
         match s.key.as_str() {
             "PORT" => {
-                let ports = parse_port_list(v).map_err(|e| bad_value(s, format!("a port, list or range of ports in 1..=65535 ({e})")))?;
+                let ports = parse_port_list(v).map_err(|e| {
+                    bad_value(
+                        s,
+                        format!("a port, list or range of ports in 1..=65535 ({e})"),
+                    )
+                })?;
                 self.ports = Some((ports, s.value_pos));
             }
             "BANDWIDTH" => {
-                self.bandwidth = Some(parse_bandwidth(v).map_err(|e| bad_unit(s, "bandwidth", e.0))?);
+                self.bandwidth =
+                    Some(parse_bandwidth(v).map_err(|e| bad_unit(s, "bandwidth", e.0))?);
             }
-            "LATENCY" => self.latency = Some(parse_duration(v).map_err(|e| bad_unit(s, "duration", e.0))?),
+            "LATENCY" => {
+                self.latency = Some(parse_duration(v).map_err(|e| bad_unit(s, "duration", e.0))?)
+            }
             "BUNDLE_DEADLINE" => {
                 self.bundle = Some(parse_duration(v).map_err(|e| bad_unit(s, "duration", e.0))?);
             }
@@ -226,7 +260,16 @@ impl OptLayer {
             "KEY" => self.key = Some(path(s)?),
             "CA" => self.ca = Some(path(s)?),
             "PIN" => self.pin = Some(parse_pin(s)?),
-            _ => return Err((s.pos, crate::parser::unknown_keyword(&s.key, "in link options", crate::parser::LINK_KEYS))),
+            _ => {
+                return Err((
+                    s.pos,
+                    crate::parser::unknown_keyword(
+                        &s.key,
+                        "in link options",
+                        crate::parser::LINK_KEYS,
+                    ),
+                ))
+            }
         }
         Ok(())
     }
@@ -261,7 +304,10 @@ impl OptLayer {
                     )
                 };
                 let cert = self.cert.clone().ok_or_else(|| {
-                    missing("CERT", "give CERT = <PEM certificate chain> (TLS also needs KEY, and CA or PIN)")
+                    missing(
+                        "CERT",
+                        "give CERT = <PEM certificate chain> (TLS also needs KEY, and CA or PIN)",
+                    )
                 })?;
                 let key = self
                     .key
@@ -273,7 +319,12 @@ impl OptLayer {
                         "give CA = <PEM CA bundle> or PIN = sha256:<64 hex digits> to check the peer",
                     ));
                 }
-                Tls::On(TlsConfig { cert, key, ca: self.ca.clone(), pin: self.pin })
+                Tls::On(TlsConfig {
+                    cert,
+                    key,
+                    ca: self.ca.clone(),
+                    pin: self.pin,
+                })
             }
             _ => Tls::Off,
         };
@@ -301,7 +352,8 @@ fn resolve_globals(ast: &Ast) -> RResult<GlobalState> {
         let v = s.value.trim();
         match s.key.as_str() {
             "PORTBASE" => {
-                g.globals.port_base = parse_port(v).map_err(|_| bad_value(s, "a TCP port in 1..=65535"))?;
+                g.globals.port_base =
+                    parse_port(v).map_err(|_| bad_value(s, "a TCP port in 1..=65535"))?;
             }
             "ROUTERTIMEOUT" => {
                 // MetaMPICH gives plain seconds; a unit is welcome too.
@@ -337,7 +389,8 @@ fn resolve_globals(ast: &Ast) -> RResult<GlobalState> {
         return Err((
             pos,
             ErrorKind::Expected {
-                expected: "PORT inside a PAIR or on a link (use PORTBASE for the global base)".into(),
+                expected: "PORT inside a PAIR or on a link (use PORTBASE for the global base)"
+                    .into(),
                 found: "PORT at top level".into(),
             },
         ));
@@ -352,7 +405,11 @@ fn resolve_nicdefs(ast: &Ast) -> RResult<HashMap<String, Address>> {
         if let Some(first) = seen.get(&n.name) {
             return Err((
                 n.pos,
-                ErrorKind::DuplicateKey { key: format!("NICDEF {}", n.name), context: "in this file".into(), first: *first },
+                ErrorKind::DuplicateKey {
+                    key: format!("NICDEF {}", n.name),
+                    context: "in this file".into(),
+                    first: *first,
+                },
             ));
         }
         seen.insert(n.name.clone(), n.pos);
@@ -364,7 +421,14 @@ fn resolve_nicdefs(ast: &Ast) -> RResult<HashMap<String, Address>> {
 /// An address as written; bare words may name a NICDEF.
 fn literal_address(a: &AddrAst, nicdefs: &HashMap<String, Address>) -> RResult<Address> {
     let bad = |v: &str, expected: &str| {
-        (a.pos, ErrorKind::BadValue { key: "address".into(), value: v.to_owned(), expected: expected.to_owned() })
+        (
+            a.pos,
+            ErrorKind::BadValue {
+                key: "address".into(),
+                value: v.to_owned(),
+                expected: expected.to_owned(),
+            },
+        )
     };
     match &a.kind {
         AddrKind::Word(w) => {
@@ -378,7 +442,9 @@ fn literal_address(a: &AddrAst, nicdefs: &HashMap<String, Address>) -> RResult<A
         AddrKind::AtmPvc(w) => {
             let parts: Vec<&str> = w.split('.').collect();
             if (2..=3).contains(&parts.len())
-                && parts.iter().all(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
             {
                 Ok(Address::AtmPvc(w.clone()))
             } else {
@@ -410,7 +476,9 @@ fn word_address(w: &str) -> Result<Address, String> {
             .map(|a| Address::Ip(IpAddr::V4(a)))
             .map_err(|_| "an IPv4 address such as 192.168.0.1".into());
     }
-    let ok = w.chars().all(|c| c.is_alphanumeric() || matches!(c, '-' | '.' | '_'))
+    let ok = w
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '-' | '.' | '_'))
         && w.chars().next().is_some_and(char::is_alphanumeric);
     if ok {
         Ok(Address::Host(w.to_owned()))
@@ -445,7 +513,11 @@ fn resolve_hosts(
         if let Some(first) = blocks.get(mh.name.as_str()) {
             return Err((
                 mh.name_pos,
-                ErrorKind::DuplicateHost { name: mh.name.clone(), what: "defined", first: first.name_pos },
+                ErrorKind::DuplicateHost {
+                    name: mh.name.clone(),
+                    what: "defined",
+                    first: first.name_pos,
+                },
             ));
         }
         blocks.insert(&mh.name, mh);
@@ -457,7 +529,11 @@ fn resolve_hosts(
             if let Some(first) = seen.get(d.name.as_str()) {
                 return Err((
                     d.pos,
-                    ErrorKind::DuplicateHost { name: d.name.clone(), what: "declared", first: *first },
+                    ErrorKind::DuplicateHost {
+                        name: d.name.clone(),
+                        what: "declared",
+                        first: *first,
+                    },
                 ));
             }
             seen.insert(&d.name, d.pos);
@@ -477,18 +553,28 @@ fn resolve_hosts(
             }
         }
     } else {
-        order.extend(ast.metahosts.iter().map(|mh| (mh.name.as_str(), None, Some(mh))));
+        order.extend(
+            ast.metahosts
+                .iter()
+                .map(|mh| (mh.name.as_str(), None, Some(mh))),
+        );
     }
     if order.is_empty() {
         if let Some(pa) = ast.pairs.first() {
             return Err((
                 pa.from_pos,
-                ErrorKind::UnknownHost { name: pa.from.clone(), context: "PAIR", known: "none".into() },
+                ErrorKind::UnknownHost {
+                    name: pa.from.clone(),
+                    context: "PAIR",
+                    known: "none".into(),
+                },
             ));
         }
         return Err((
             ast.eof,
-            ErrorKind::HostCount("no meta hosts: expected a METAHOST block or a NUMHOSTS header".into()),
+            ErrorKind::HostCount(
+                "no meta hosts: expected a METAHOST block or a NUMHOSTS header".into(),
+            ),
         ));
     }
     let mut hosts = Vec::with_capacity(order.len());
@@ -500,7 +586,9 @@ fn resolve_hosts(
             let pos = block.map_or_else(|| decl.map_or(Pos::default(), |d| d.pos), |b| b.pos);
             return Err((
                 pos,
-                ErrorKind::Capacity(format!("more than {MAX_WORLD} processes in all (MPI ranks are C ints)")),
+                ErrorKind::Capacity(format!(
+                    "more than {MAX_WORLD} processes in all (MPI ranks are C ints)"
+                )),
             ));
         }
         hosts.push(h);
@@ -553,7 +641,11 @@ fn resolve_host(
                     type_setting = Some(s);
                 }
                 "NPROCS" => {
-                    let n = if v == "MAX" { ProcCount::Max } else { ProcCount::N(parse_u64(s)?) };
+                    let n = if v == "MAX" {
+                        ProcCount::Max
+                    } else {
+                        ProcCount::N(parse_u64(s)?)
+                    };
                     nprocs_setting = Some((n, s));
                 }
                 "FRONTEND" => h.frontend = Some(v),
@@ -572,18 +664,35 @@ fn resolve_host(
                 }
             }
         }
-        h.env = b.env.iter().map(|(k, v, _)| (k.clone(), v.clone())).collect();
+        h.env = b
+            .env
+            .iter()
+            .map(|(k, v, _)| (k.clone(), v.clone()))
+            .collect();
         h.nodes = resolve_nodes(name, &b.nodes, nicdefs)?;
         if h.nodes.is_empty() && !b.nodes.is_empty() {
+            let last_exclusion = b
+                .nodes
+                .iter()
+                .rev()
+                .find(|e| e.exclude)
+                .map_or(b.pos, |e| e.pos);
             return Err((
-                b.nodes[0].pos,
-                ErrorKind::Capacity(format!("meta host '{name}' has no nodes left after the exclusions")),
+                last_exclusion,
+                ErrorKind::Capacity(format!(
+                    "meta host '{name}' has no nodes left after the exclusions"
+                )),
             ));
         }
     }
     if h.nodes.is_empty() {
         // MetaMPICH: a meta host without a node list is one SMP machine of the same name.
-        h.nodes.push(Node { name: name.to_owned(), addresses: Vec::new(), max_procs: None, executable: None });
+        h.nodes.push(Node {
+            name: name.to_owned(),
+            addresses: Vec::new(),
+            max_procs: None,
+            executable: None,
+        });
     }
     if h.device == Device::Shmem && h.nodes.len() > 1 {
         if let Some(s) = type_setting {
@@ -596,21 +705,27 @@ fn resolve_host(
             ));
         }
     }
-    h.loopback = format == Format::MetaMpich && launch.as_ref().or(g.launch.as_ref()) == Some(&Launch::Local);
+    h.loopback = format == Format::MetaMpich
+        && launch.as_ref().or(g.launch.as_ref()) == Some(&Launch::Local);
     h.launch = match (format, decl.and_then(|d| d.pacx_startup.clone())) {
         (Format::Pacx, Some(Some(cmd))) => Launch::Verbatim(cmd),
         (Format::Pacx, _) => Launch::Manual,
-        _ => launch.or_else(|| g.launch.clone()).unwrap_or_else(|| match &h.frontend {
-            Some(f) => Launch::Ssh(f.clone()),
-            None => Launch::Local,
-        }),
+        _ => launch
+            .or_else(|| g.launch.clone())
+            .unwrap_or_else(|| match &h.frontend {
+                Some(f) => Launch::Ssh(f.clone()),
+                None => Launch::Local,
+            }),
     };
 
     // Process count: NUMHOSTS header, NPROCS, or the sum of MAXPROCS.
     let header = decl.map(|d| (d.nprocs, d.nprocs_pos));
     if let (Some((hn, hpos)), Some((bn, s))) = (header, nprocs_setting) {
         if hn != bn {
-            return Err(bad_value(s, format!("the same count as the NUMHOSTS header line at {hpos}")));
+            return Err(bad_value(
+                s,
+                format!("the same count as the NUMHOSTS header line at {hpos}"),
+            ));
         }
     }
     let count = header.map(|(n, _)| n).or(nprocs_setting.map(|(n, _)| n));
@@ -632,7 +747,10 @@ fn resolve_host(
         None => caps.iter().map(|c| c.map_or(1, u64::from)).sum(),
     };
     if nprocs == 0 {
-        let p = nprocs_setting.map(|(_, s)| s.value_pos).or(header.map(|(_, p)| p)).unwrap_or(pos);
+        let p = nprocs_setting
+            .map(|(_, s)| s.value_pos)
+            .or(header.map(|(_, p)| p))
+            .unwrap_or(pos);
         return Err((
             p,
             ErrorKind::BadValue {
@@ -643,7 +761,12 @@ fn resolve_host(
         ));
     }
     if nprocs > MAX_WORLD {
-        return Err((pos, ErrorKind::Capacity(format!("meta host '{name}' asks for {nprocs} processes; at most {MAX_WORLD} are possible"))));
+        return Err((
+            pos,
+            ErrorKind::Capacity(format!(
+                "meta host '{name}' asks for {nprocs} processes; at most {MAX_WORLD} are possible"
+            )),
+        ));
     }
     if let Some(cap) = capped_sum {
         if cap < nprocs {
@@ -655,7 +778,8 @@ fn resolve_host(
             ));
         }
     }
-    h.nprocs = usize::try_from(nprocs).map_err(|_| (pos, ErrorKind::Capacity("too many processes".into())))?;
+    h.nprocs = usize::try_from(nprocs)
+        .map_err(|_| (pos, ErrorKind::Capacity("too many processes".into())))?;
     Ok(h)
 }
 
@@ -671,7 +795,13 @@ fn resolve_nodes(
             // A '|' number mark means nothing outside a range: `pc-|04|` is `pc-04`.
             NodeSpec::Single(n) => vec![n.replace('|', "")],
             NodeSpec::Range { lo, hi } => expand_range(lo, hi).map_err(|reason| {
-                (e.pos, ErrorKind::BadNodeRange { range: format!("{lo} - {hi}"), reason })
+                (
+                    e.pos,
+                    ErrorKind::BadNodeRange {
+                        range: format!("{lo} - {hi}"),
+                        reason,
+                    },
+                )
             })?,
         };
         if e.exclude {
@@ -693,19 +823,30 @@ fn resolve_nodes(
             }
             continue;
         }
-        let mut max_procs = e.count.map(|(c, p)| (c, p));
+        let mut max_procs = e.count;
         for a in &e.attrs {
             if let Some((_, first)) = max_procs {
                 return Err((
                     a.pos,
-                    ErrorKind::DuplicateKey { key: "MAXPROCS".into(), context: "for this node".into(), first },
+                    ErrorKind::DuplicateKey {
+                        key: "MAXPROCS".into(),
+                        context: "for this node".into(),
+                        first,
+                    },
                 ));
             }
             max_procs = Some((a.value.parse::<u64>().unwrap_or(u64::MAX), a.value_pos));
         }
         let max_procs = match max_procs {
             Some((c, p)) => Some(u32::try_from(c).map_err(|_| {
-                (p, ErrorKind::BadValue { key: "MAXPROCS".into(), value: c.to_string(), expected: "at most 4294967295".into() })
+                (
+                    p,
+                    ErrorKind::BadValue {
+                        key: "MAXPROCS".into(),
+                        value: c.to_string(),
+                        expected: "at most 4294967295".into(),
+                    },
+                )
             })?),
             None => None,
         };
@@ -729,9 +870,18 @@ fn resolve_nodes(
             };
             let mut v = Vec::with_capacity(names.len());
             for i in 0..names.len() {
-                let a = u32::try_from(i).ok().and_then(|i| start.checked_add(i)).ok_or_else(|| {
-                    (e.addrs[0].pos, ErrorKind::BadNodeRange { range: describe_spec(&e.spec), reason: "the addresses run past 255.255.255.255".into() })
-                })?;
+                let a = u32::try_from(i)
+                    .ok()
+                    .and_then(|i| start.checked_add(i))
+                    .ok_or_else(|| {
+                        (
+                            e.addrs[0].pos,
+                            ErrorKind::BadNodeRange {
+                                range: describe_spec(&e.spec),
+                                reason: "the addresses run past 255.255.255.255".into(),
+                            },
+                        )
+                    })?;
                 v.push(vec![Address::Ip(IpAddr::V4(Ipv4Addr::from(a)))]);
             }
             v
@@ -754,10 +904,20 @@ fn resolve_nodes(
                 }
             } else {
                 if index.len() >= MAX_HOST_NODES {
-                    return Err((e.pos, ErrorKind::Capacity(format!("meta host '{host}' has more than {MAX_HOST_NODES} nodes"))));
+                    return Err((
+                        e.pos,
+                        ErrorKind::Capacity(format!(
+                            "meta host '{host}' has more than {MAX_HOST_NODES} nodes"
+                        )),
+                    ));
                 }
                 index.insert(n.clone(), nodes.len());
-                nodes.push(Some(Node { name: n, addresses: addrs, max_procs, executable: e.exec.clone() }));
+                nodes.push(Some(Node {
+                    name: n,
+                    addresses: addrs,
+                    max_procs,
+                    executable: e.exec.clone(),
+                }));
             }
         }
     }
@@ -777,12 +937,18 @@ pub(crate) fn expand_range(lo: &str, hi: &str) -> Result<Vec<String>, String> {
         if s.contains('|') {
             let parts: Vec<&str> = s.split('|').collect();
             if parts.len() != 3 {
-                return Err(format!("'{s}' needs exactly two '|' around its number, as in p4-|01|"));
+                return Err(format!(
+                    "'{s}' needs exactly two '|' around its number, as in p4-|01|"
+                ));
             }
             if parts[1].is_empty() || !parts[1].bytes().all(|b| b.is_ascii_digit()) {
                 return Err(format!("'{s}' has no number between its '|' marks"));
             }
-            Ok((parts[0].to_owned(), parts[1].to_owned(), parts[2].to_owned()))
+            Ok((
+                parts[0].to_owned(),
+                parts[1].to_owned(),
+                parts[2].to_owned(),
+            ))
         } else {
             let digits = s.bytes().rev().take_while(u8::is_ascii_digit).count();
             if digits == 0 {
@@ -800,27 +966,42 @@ pub(crate) fn expand_range(lo: &str, hi: &str) -> Result<Vec<String>, String> {
     let (p1, d1, s1) = split(lo)?;
     let (p2, d2, s2) = split(hi)?;
     if p1 != p2 {
-        return Err(format!("the bounds have different prefixes '{p1}' and '{p2}'"));
+        return Err(format!(
+            "the bounds have different prefixes '{p1}' and '{p2}'"
+        ));
     }
     if s1 != s2 {
-        return Err(format!("the bounds have different suffixes '{s1}' and '{s2}'"));
+        return Err(format!(
+            "the bounds have different suffixes '{s1}' and '{s2}'"
+        ));
     }
     let width = if d1.len() == d2.len() {
         d1.len()
     } else if !d1.starts_with('0') || d1 == "0" {
         0
     } else {
-        return Err(format!("the bounds' numbers {d1} and {d2} differ in width; pad both the same way"));
+        return Err(format!(
+            "the bounds' numbers {d1} and {d2} differ in width; pad both the same way"
+        ));
     };
-    let start: u64 = d1.parse().map_err(|_| format!("number {d1} is too large"))?;
-    let end: u64 = d2.parse().map_err(|_| format!("number {d2} is too large"))?;
+    let start: u64 = d1
+        .parse()
+        .map_err(|_| format!("number {d1} is too large"))?;
+    let end: u64 = d2
+        .parse()
+        .map_err(|_| format!("number {d2} is too large"))?;
     if start > end {
         return Err(format!("it runs backwards: {start} is greater than {end}"));
     }
     if end - start >= MAX_RANGE_NODES {
-        return Err(format!("it covers {} nodes; one range may cover at most {MAX_RANGE_NODES}", u128::from(end - start) + 1));
+        return Err(format!(
+            "it covers {} nodes; one range may cover at most {MAX_RANGE_NODES}",
+            u128::from(end - start) + 1
+        ));
     }
-    Ok((start..=end).map(|i| format!("{p1}{i:0width$}{s1}")).collect())
+    Ok((start..=end)
+        .map(|i| format!("{p1}{i:0width$}{s1}"))
+        .collect())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -893,7 +1074,11 @@ fn resolve_endpoint(
     let not_in = |h: &MetaHost, detail: String| {
         (
             ep.pos,
-            ErrorKind::EndpointNotInHost { endpoint: ep.text(), host: h.name.clone(), detail },
+            ErrorKind::EndpointNotInHost {
+                endpoint: ep.text(),
+                host: h.name.clone(),
+                detail,
+            },
         )
     };
     let Some(addr_ast) = &ep.addr else {
@@ -919,8 +1104,13 @@ fn resolve_endpoint(
         }
     }
     let addr = literal_address(addr_ast, nicdefs)?;
-    let owners: Vec<usize> =
-        h.nodes.iter().enumerate().filter(|(_, n)| n.addresses.contains(&addr)).map(|(i, _)| i).collect();
+    let owners: Vec<usize> = h
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.addresses.contains(&addr))
+        .map(|(i, _)| i)
+        .collect();
     match owners.as_slice() {
         [i] => Ok((*i, addr)),
         [] if h.nodes.len() == 1 => {
@@ -934,7 +1124,13 @@ fn resolve_endpoint(
         }
         many => {
             let names: Vec<&str> = many.iter().map(|&i| h.nodes[i].name.as_str()).collect();
-            Err(not_in(h, format!("the address belongs to several nodes ({}); write node(address)", names.join(", "))))
+            Err(not_in(
+                h,
+                format!(
+                    "the address belongs to several nodes ({}); write node(address)",
+                    names.join(", ")
+                ),
+            ))
         }
     }
 }
@@ -957,7 +1153,12 @@ fn resolve_pairs(
         if let Some(first) = defined.get(&(from, to)) {
             return Err((
                 pa.pos,
-                ErrorKind::DuplicatePair { from: pa.from.clone(), to: pa.to.clone(), first: *first, how: "" },
+                ErrorKind::DuplicatePair {
+                    from: pa.from.clone(),
+                    to: pa.to.clone(),
+                    first: *first,
+                    how: "",
+                },
             ));
         }
         defined.insert((from, to), pa.pos);
@@ -970,7 +1171,12 @@ fn resolve_pairs(
             if let Some(first) = defined.get(&(*to, *from)) {
                 return Err((
                     line.pos,
-                    ErrorKind::DuplicatePair { from: pa.to.clone(), to: pa.from.clone(), first: *first, how: "" },
+                    ErrorKind::DuplicatePair {
+                        from: pa.to.clone(),
+                        to: pa.from.clone(),
+                        first: *first,
+                        how: "",
+                    },
                 ));
             }
             implied.insert((*to, *from), line.pos);
@@ -1033,7 +1239,8 @@ fn resolve_pairs(
                             ErrorKind::BadValue {
                                 key: "PORT".into(),
                                 value: format!("{} ports", ports.len()),
-                                expected: "one port on a link (port lists belong on the PAIR)".into(),
+                                expected: "one port on a link (port lists belong on the PAIR)"
+                                    .into(),
                             },
                         ))
                     }
@@ -1120,10 +1327,22 @@ fn resolve_pairs(
                 routers[*r].links[*l].port = Some((*port, PortOrigin::Explicit));
             }
         }
-        specs.push(PairSpec { from, to, pos: pa.pos, origin: PairOrigin::Explicit, routers: fwd });
+        specs.push(PairSpec {
+            from,
+            to,
+            pos: pa.pos,
+            origin: PairOrigin::Explicit,
+            routers: fwd,
+        });
         if !rev.is_empty() {
             let pos = implied.get(&(to, from)).copied().unwrap_or(pa.pos);
-            specs.push(PairSpec { from: to, to: from, pos, origin: PairOrigin::Bidirectional, routers: rev });
+            specs.push(PairSpec {
+                from: to,
+                to: from,
+                pos,
+                origin: PairOrigin::Bidirectional,
+                routers: rev,
+            });
         }
     }
 
@@ -1138,7 +1357,10 @@ fn resolve_pairs(
             let Some(auto_pos) = g.auto_pos else {
                 return Err((
                     hosts[a].pos,
-                    ErrorKind::MissingPair { from: hosts[a].name.clone(), to: hosts[b].name.clone() },
+                    ErrorKind::MissingPair {
+                        from: hosts[a].name.clone(),
+                        to: hosts[b].name.clone(),
+                    },
                 ));
             };
             let src_node = gateway_node(&hosts[a]);
@@ -1212,13 +1434,21 @@ fn primary_address(h: &MetaHost, node: usize) -> Address {
 
 /// Where generated routers run: the FRONTEND if it is a node, else the first node.
 fn gateway_node(h: &MetaHost) -> usize {
-    h.frontend.as_ref().and_then(|f| h.nodes.iter().position(|n| &n.name == f)).unwrap_or(0)
+    h.frontend
+        .as_ref()
+        .and_then(|f| h.nodes.iter().position(|n| &n.name == f))
+        .unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------------------
 // Ports and layout
 
-fn build(format: Format, g: GlobalState, hosts: Vec<MetaHost>, mut specs: Vec<PairSpec>) -> RResult<MetaConfig> {
+fn build(
+    format: Format,
+    g: GlobalState,
+    hosts: Vec<MetaHost>,
+    mut specs: Vec<PairSpec>,
+) -> RResult<MetaConfig> {
     // Fixed ports must not collide on one address.
     let mut taken: HashMap<(Address, u16), Pos> = HashMap::new();
     let mut used: BTreeSet<u16> = BTreeSet::new();
@@ -1230,7 +1460,11 @@ fn build(format: Format, g: GlobalState, hosts: Vec<MetaHost>, mut specs: Vec<Pa
                     if let Some(first) = taken.get(&key) {
                         return Err((
                             l.dst_pos,
-                            ErrorKind::DuplicatePort { address: l.dst_address.to_string(), port, first: *first },
+                            ErrorKind::DuplicatePort {
+                                address: l.dst_address.to_string(),
+                                port,
+                                first: *first,
+                            },
                         ));
                     }
                     taken.insert(key, l.dst_pos);
@@ -1251,7 +1485,13 @@ fn build(format: Format, g: GlobalState, hosts: Vec<MetaHost>, mut specs: Vec<Pa
                     next += 1;
                 }
                 let port = u16::try_from(next).map_err(|_| {
-                    (l.pos, ErrorKind::Capacity(format!("no free port left above PORTBASE {} for this link", g.globals.port_base)))
+                    (
+                        l.pos,
+                        ErrorKind::Capacity(format!(
+                            "no free port left above PORTBASE {} for this link",
+                            g.globals.port_base
+                        )),
+                    )
                 })?;
                 used.insert(port);
                 l.port = Some((port, PortOrigin::Auto));
@@ -1301,10 +1541,16 @@ fn build(format: Format, g: GlobalState, hosts: Vec<MetaHost>, mut specs: Vec<Pa
         let (si, ri, lk) = link_src[li];
         let spec_link = &specs[si].routers[ri].links[lk];
         let (to, from, dst_node) = (links[li].to_host, links[li].from_host, links[li].dst_node);
-        let candidates: Vec<usize> =
-            routers.iter().filter(|r| r.host == to && r.peer == from && r.node == dst_node).map(|r| r.id).collect();
+        let candidates: Vec<usize> = routers
+            .iter()
+            .filter(|r| r.host == to && r.peer == from && r.node == dst_node)
+            .map(|r| r.id)
+            .collect();
         let preferred = candidates.iter().copied().find(|&rid| {
-            routers[rid].links_out.iter().any(|&o| links[o].src_address == links[li].dst_address)
+            routers[rid]
+                .links_out
+                .iter()
+                .any(|&o| links[o].src_address == links[li].dst_address)
         });
         let Some(peer) = preferred.or_else(|| candidates.first().copied()) else {
             let nodes: Vec<&str> = routers
@@ -1315,16 +1561,25 @@ fn build(format: Format, g: GlobalState, hosts: Vec<MetaHost>, mut specs: Vec<Pa
             return Err((
                 spec_link.dst_pos,
                 ErrorKind::EndpointNotServed {
-                    endpoint: spec_link.dst_text.clone(),
-                    node: hosts[to].nodes[dst_node].name.clone(),
-                    host: hosts[to].name.clone(),
-                    peer: hosts[from].name.clone(),
+                    endpoint: {
+                        let node = &hosts[to].nodes[dst_node].name;
+                        if &spec_link.dst_text == node {
+                            format!("'{node}'")
+                        } else {
+                            format!("'{}' (node '{node}')", spec_link.dst_text)
+                        }
+                    },
+                    pair: format!("{} {}", hosts[to].name, hosts[from].name),
                     routers: list(nodes),
                 },
             ));
         };
         links[li].peer_router = peer;
-        let listen = Listen { address: links[li].dst_address.clone(), port: links[li].port, link: li };
+        let listen = Listen {
+            address: links[li].dst_address.clone(),
+            port: links[li].port,
+            link: li,
+        };
         routers[peer].listen.push(listen);
     }
 
@@ -1347,7 +1602,11 @@ fn build(format: Format, g: GlobalState, hosts: Vec<MetaHost>, mut specs: Vec<Pa
                     max_procs: n.max_procs,
                     nprocs: c,
                     ranks: node_base..node_base + c,
-                    routers: routers.iter().filter(|r| r.host == hi && r.node == ni).map(|r| r.id).collect(),
+                    routers: routers
+                        .iter()
+                        .filter(|r| r.host == hi && r.node == ni)
+                        .map(|r| r.id)
+                        .collect(),
                 };
                 node_base += c;
                 nl
@@ -1363,7 +1622,12 @@ fn build(format: Format, g: GlobalState, hosts: Vec<MetaHost>, mut specs: Vec<Pa
         });
         base += h.nprocs;
     }
-    let layout = Layout { world_size: base, hosts: host_layouts, routers, links };
+    let layout = Layout {
+        world_size: base,
+        hosts: host_layouts,
+        routers,
+        links,
+    };
 
     let pairs = specs
         .into_iter()
@@ -1399,7 +1663,14 @@ fn build(format: Format, g: GlobalState, hosts: Vec<MetaHost>, mut specs: Vec<Pa
                 .collect(),
         })
         .collect();
-    Ok(MetaConfig { source: String::new(), format, globals: g.globals, hosts, pairs, layout })
+    Ok(MetaConfig {
+        source: String::new(),
+        format,
+        globals: g.globals,
+        hosts,
+        pairs,
+        layout,
+    })
 }
 
 /// Spreads `n` processes over nodes round-robin in node order, skipping nodes at their cap
@@ -1409,7 +1680,11 @@ pub(crate) fn distribute(n: usize, caps: &[Option<u32>]) -> Vec<usize> {
         return Vec::new();
     }
     let cap = |c: &Option<u32>, level: usize| c.map_or(level, |c| (c as usize).min(level));
-    let filled = |level: usize| caps.iter().map(|c| cap(c, level)).fold(0usize, usize::saturating_add);
+    let filled = |level: usize| {
+        caps.iter()
+            .map(|c| cap(c, level))
+            .fold(0usize, usize::saturating_add)
+    };
     // Smallest level L with filled(L) >= n.
     let (mut lo, mut hi) = (0usize, n);
     while lo < hi {
@@ -1444,28 +1719,62 @@ mod tests {
 
     #[test]
     fn ranges() {
-        assert_eq!(expand_range("p4-00", "p4-03"), Ok(vec!["p4-00".into(), "p4-01".into(), "p4-02".into(), "p4-03".into()]));
-        assert_eq!(expand_range("n8", "n10"), Ok(vec!["n8".into(), "n9".into(), "n10".into()]));
-        assert_eq!(expand_range("p3-|01|xy", "p3-|02|xy"), Ok(vec!["p3-01xy".into(), "p3-02xy".into()]));
+        assert_eq!(
+            expand_range("p4-00", "p4-03"),
+            Ok(vec![
+                "p4-00".into(),
+                "p4-01".into(),
+                "p4-02".into(),
+                "p4-03".into()
+            ])
+        );
+        assert_eq!(
+            expand_range("n8", "n10"),
+            Ok(vec!["n8".into(), "n9".into(), "n10".into()])
+        );
+        assert_eq!(
+            expand_range("p3-|01|xy", "p3-|02|xy"),
+            Ok(vec!["p3-01xy".into(), "p3-02xy".into()])
+        );
         assert_eq!(expand_range("p4-63", "p4-63").map(|v| v.len()), Ok(1));
-        assert!(expand_range("p4-10", "p4-03").unwrap_err().contains("runs backwards: 10 is greater than 3"));
-        assert!(expand_range("p4-00", "p3-10").unwrap_err().contains("different prefixes"));
-        assert!(expand_range("node_a", "node_d").unwrap_err().contains("does not end in a number"));
-        assert!(expand_range("p-001", "p-63").unwrap_err().contains("differ in width"));
+        assert!(expand_range("p4-10", "p4-03")
+            .unwrap_err()
+            .contains("runs backwards: 10 is greater than 3"));
+        assert!(expand_range("p4-00", "p3-10")
+            .unwrap_err()
+            .contains("different prefixes"));
+        assert!(expand_range("node_a", "node_d")
+            .unwrap_err()
+            .contains("does not end in a number"));
+        assert!(expand_range("p-001", "p-63")
+            .unwrap_err()
+            .contains("differ in width"));
         assert!(expand_range("p-|01", "p-|02").is_err());
-        assert!(expand_range("p0", "p99999999").unwrap_err().contains("at most"));
-        assert!(expand_range("p0", "p99999999999999999999999").unwrap_err().contains("too large"));
+        assert!(expand_range("p0", "p99999999")
+            .unwrap_err()
+            .contains("at most"));
+        assert!(expand_range("p0", "p99999999999999999999999")
+            .unwrap_err()
+            .contains("too large"));
     }
 
     #[test]
     fn distribution() {
         assert_eq!(distribute(8, &[None; 4]), vec![2, 2, 2, 2]);
         assert_eq!(distribute(5, &[None, None]), vec![3, 2]);
-        assert_eq!(distribute(8, &[None, Some(1), None, Some(1)]), vec![3, 1, 3, 1]);
+        assert_eq!(
+            distribute(8, &[None, Some(1), None, Some(1)]),
+            vec![3, 1, 3, 1]
+        );
         assert_eq!(distribute(3, &[Some(0), None]), vec![0, 3]);
         assert_eq!(distribute(4, &[Some(2), Some(2)]), vec![2, 2]);
         assert_eq!(distribute(1, &[None, None, None]), vec![1, 0, 0]);
-        assert_eq!(distribute(usize::MAX / 2, &[None, None]).iter().sum::<usize>(), usize::MAX / 2);
+        assert_eq!(
+            distribute(usize::MAX / 2, &[None, None])
+                .iter()
+                .sum::<usize>(),
+            usize::MAX / 2
+        );
     }
 
     #[test]

@@ -56,8 +56,12 @@ impl Bandwidth {
 impl fmt::Display for Bandwidth {
     /// The largest SI prefix that divides exactly: `100Mbit/s`, `1500kbit/s`, `12bit/s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const STEPS: [(u64, &str); 4] =
-            [(1_000_000_000_000, "T"), (1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")];
+        const STEPS: [(u64, &str); 4] = [
+            (1_000_000_000_000, "T"),
+            (1_000_000_000, "G"),
+            (1_000_000, "M"),
+            (1_000, "k"),
+        ];
         let v = self.bits_per_sec;
         for (factor, prefix) in STEPS {
             if v % factor == 0 {
@@ -95,9 +99,9 @@ pub fn parse_bandwidth(s: &str) -> Result<Bandwidth, UnitError> {
         ))
     })?;
     let factor = if bytes { multiplier * 8 } else { multiplier };
-    let bits = num.times(factor).ok_or_else(|| {
-        UnitError("not a whole number of bits per second, or too large".into())
-    })?;
+    let bits = num
+        .times(factor)
+        .ok_or_else(|| UnitError("not a whole number of bits per second, or too large".into()))?;
     let bits = u64::try_from(bits).map_err(|_| UnitError("too large".into()))?;
     Bandwidth::from_bits_per_sec(bits)
         .ok_or_else(|| UnitError("a bandwidth must be greater than zero".into()))
@@ -186,11 +190,15 @@ pub fn parse_port_list(s: &str) -> Result<Vec<u16>, UnitError> {
 /// Non-numeric text or a value outside 1..=65535.
 pub fn parse_port(s: &str) -> Result<u16, UnitError> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(UnitError(format!("'{s}' is not a port number (expected 1..=65535)")));
+        return Err(UnitError(format!(
+            "'{s}' is not a port number (expected 1..=65535)"
+        )));
     }
     match s.parse::<u32>() {
         Ok(p @ 1..=65_535) => u16::try_from(p).map_err(|_| UnitError("port too large".into())),
-        _ => Err(UnitError(format!("port {s} is out of range (expected 1..=65535)"))),
+        _ => Err(UnitError(format!(
+            "port {s} is out of range (expected 1..=65535)"
+        ))),
     }
 }
 
@@ -217,7 +225,9 @@ impl Decimal {
 /// Splits `12.5 MB/s` into the number and the unit text (trimmed).
 fn split_number(s: &str) -> Result<(Decimal, &str), UnitError> {
     let s = s.trim();
-    let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(end);
     if num.is_empty() {
         return Err(UnitError("expected a number first".into()));
@@ -299,7 +309,9 @@ mod tests {
     use super::*;
 
     fn bw(s: &str) -> u64 {
-        parse_bandwidth(s).map(Bandwidth::bits_per_sec).unwrap_or_else(|e| panic!("{s}: {e}"))
+        parse_bandwidth(s)
+            .map(Bandwidth::bits_per_sec)
+            .unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
     #[test]
@@ -323,7 +335,16 @@ mod tests {
 
     #[test]
     fn bandwidth_errors() {
-        for bad in ["100", "100M", "100mbit", "100Mbt", "0Mbit", "0.1bit", "Mbit", "1.2.3Mbit"] {
+        for bad in [
+            "100",
+            "100M",
+            "100mbit",
+            "100Mbt",
+            "0Mbit",
+            "0.1bit",
+            "Mbit",
+            "1.2.3Mbit",
+        ] {
             assert!(parse_bandwidth(bad).is_err(), "{bad} should fail");
         }
         assert!(parse_bandwidth("99999999999999999999Tbit").is_err());
@@ -331,13 +352,26 @@ mod tests {
 
     #[test]
     fn bandwidth_round_trip() {
-        for v in [1u64, 7, 999, 1000, 1500, 100_000_000, 155_000_000, 1 << 40, u64::MAX] {
+        for v in [
+            1u64,
+            7,
+            999,
+            1000,
+            1500,
+            100_000_000,
+            155_000_000,
+            1 << 40,
+            u64::MAX,
+        ] {
             let b = Bandwidth::from_bits_per_sec(v).expect("nonzero");
             let text = b.to_string();
             assert_eq!(parse_bandwidth(&text), Ok(b), "{text}");
         }
         assert_eq!(bw("12.5MB/s").to_string(), "100000000");
-        assert_eq!(parse_bandwidth("12.5MB/s").map(|b| b.to_string()), Ok("100Mbit/s".into()));
+        assert_eq!(
+            parse_bandwidth("12.5MB/s").map(|b| b.to_string()),
+            Ok("100Mbit/s".into())
+        );
     }
 
     #[test]
@@ -357,7 +391,17 @@ mod tests {
 
     #[test]
     fn duration_round_trip() {
-        for ns in [0u64, 1, 999, 1000, 1500, 200_000, 20_000_000, 3_000_000_000, u64::MAX] {
+        for ns in [
+            0u64,
+            1,
+            999,
+            1000,
+            1500,
+            200_000,
+            20_000_000,
+            3_000_000_000,
+            u64::MAX,
+        ] {
             let dur = Duration::from_nanos(ns);
             let text = format_duration(dur);
             assert_eq!(parse_duration(&text), Ok(dur), "{text}");
@@ -369,7 +413,10 @@ mod tests {
     #[test]
     fn ports() {
         assert_eq!(parse_port_list("7000"), Ok(vec![7000]));
-        assert_eq!(parse_port_list("7000-7002, 7010"), Ok(vec![7000, 7001, 7002, 7010]));
+        assert_eq!(
+            parse_port_list("7000-7002, 7010"),
+            Ok(vec![7000, 7001, 7002, 7010])
+        );
         for bad in ["0", "65536", "7003-7000", "x", "", "7000,,7001"] {
             assert!(parse_port_list(bad).is_err(), "{bad} should fail");
         }

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use metampi_config::{
-    parse_pacx_str, parse_str, Address, ByteOrder, Compression, Device, Format, Launch, PairOrigin, PortOrigin,
+    parse_pacx_str, parse_str, Address, ByteOrder, Compression, Device, Format, Launch, PairOrigin,
+    PortOrigin,
 };
 
 const THREE_SITES: &str = include_str!("data/three_sites.cfg");
@@ -19,16 +20,37 @@ fn three_sites_ranks_and_nodes() {
     let cfg = parse_str("three_sites.cfg", THREE_SITES).expect("parses");
     let l = cfg.layout();
     assert_eq!(l.world_size, 12);
-    let hosts: Vec<(&str, std::ops::Range<usize>)> = l.hosts.iter().map(|h| (h.name.as_str(), h.ranks.clone())).collect();
+    let hosts: Vec<(&str, std::ops::Range<usize>)> = l
+        .hosts
+        .iter()
+        .map(|h| (h.name.as_str(), h.ranks.clone()))
+        .collect();
     assert_eq!(hosts, [("alpha", 0..4), ("beta", 4..10), ("gamma", 10..12)]);
-    let beta: Vec<(&str, usize, Option<u32>)> =
-        l.hosts[1].nodes.iter().map(|n| (n.name.as_str(), n.nprocs, n.max_procs)).collect();
-    assert_eq!(beta, [("beta0", 2, Some(2)), ("beta1", 2, None), ("beta2", 2, None)]);
+    let beta: Vec<(&str, usize, Option<u32>)> = l.hosts[1]
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.nprocs, n.max_procs))
+        .collect();
+    assert_eq!(
+        beta,
+        [
+            ("beta0", 2, Some(2)),
+            ("beta1", 2, None),
+            ("beta2", 2, None)
+        ]
+    );
     assert!(l.hosts.iter().all(|h| h.launch == Launch::Local));
     assert_eq!(l.hosts[2].byte_order, ByteOrder::Little);
     // LAUNCH = local and no addresses: everything is on the loopback interface.
-    assert!(l.hosts.iter().flat_map(|h| &h.nodes).all(|n| n.address == lo()));
-    assert_eq!(cfg.globals.secret_file.as_deref(), Some("~/.config/metampi/secret"));
+    assert!(l
+        .hosts
+        .iter()
+        .flat_map(|h| &h.nodes)
+        .all(|n| n.address == lo()));
+    assert_eq!(
+        cfg.globals.secret_file.as_deref(),
+        Some("~/.config/metampi/secret")
+    );
     assert_eq!(cfg.globals.port_base, 29000);
     for (rank, host) in [(0, 0), (3, 0), (4, 1), (9, 1), (10, 2), (11, 2)] {
         assert_eq!(l.host_of_rank(rank), Some(host), "rank {rank}");
@@ -42,8 +64,22 @@ fn three_sites_routers_and_links() {
     let l = cfg.layout();
     // alpha<->beta and alpha<->gamma: one router each way (from '<->'); beta->gamma two,
     // gamma->beta one.
-    let per_pair: Vec<(usize, usize, usize)> = cfg.pairs.iter().map(|p| (p.from, p.to, p.routers.len())).collect();
-    assert_eq!(per_pair, [(0, 1, 1), (0, 2, 1), (1, 0, 1), (1, 2, 2), (2, 0, 1), (2, 1, 1)]);
+    let per_pair: Vec<(usize, usize, usize)> = cfg
+        .pairs
+        .iter()
+        .map(|p| (p.from, p.to, p.routers.len()))
+        .collect();
+    assert_eq!(
+        per_pair,
+        [
+            (0, 1, 1),
+            (0, 2, 1),
+            (1, 0, 1),
+            (1, 2, 2),
+            (2, 0, 1),
+            (2, 1, 1)
+        ]
+    );
     let origins: Vec<PairOrigin> = cfg.pairs.iter().map(|p| p.origin).collect();
     assert_eq!(
         origins,
@@ -63,18 +99,30 @@ fn three_sites_routers_and_links() {
     let ab = l.links_between(0, 1).next().expect("alpha->beta");
     let ba = l.links_between(1, 0).next().expect("beta->alpha");
     for k in [ab, ba] {
-        assert_eq!(k.options.bandwidth.map(|b| b.bits_per_sec()), Some(1_000_000_000));
+        assert_eq!(
+            k.options.bandwidth.map(|b| b.bits_per_sec()),
+            Some(1_000_000_000)
+        );
         assert_eq!(k.options.latency, Some(Duration::from_millis(5)));
         assert_eq!(k.options.compression, Compression::Lz4);
     }
     let ag = l.links_between(0, 2).next().expect("alpha->gamma");
-    assert_eq!(ag.options.bandwidth.map(|b| b.bits_per_sec()), Some(2_000_000));
+    assert_eq!(
+        ag.options.bandwidth.map(|b| b.bits_per_sec()),
+        Some(2_000_000)
+    );
     assert_eq!(ag.options.compression, Compression::Zstd);
     let bg: Vec<_> = l.links_between(1, 2).collect();
     assert_eq!(bg.len(), 2);
-    assert!(bg.iter().all(|k| k.options.bundle_deadline == Some(Duration::from_micros(200))));
+    assert!(bg
+        .iter()
+        .all(|k| k.options.bundle_deadline == Some(Duration::from_micros(200))));
     let gb: Vec<_> = l.links_between(2, 1).collect();
-    assert!(gb.iter().all(|k| k.options.bundle_deadline.is_none() && k.options.compression == Compression::Auto));
+    assert!(
+        gb.iter()
+            .all(|k| k.options.bundle_deadline.is_none()
+                && k.options.compression == Compression::Auto)
+    );
 
     // The two-to-one setup: gamma's single router drives both links, and each ends at the
     // beta router on the node it names.
@@ -91,7 +139,12 @@ fn three_sites_routers_and_links() {
     ports.sort_unstable();
     ports.dedup();
     assert_eq!(ports.len(), 8);
-    assert!(cfg.pairs.iter().flat_map(|p| &p.routers).flat_map(|r| &r.links).all(|k| k.port_origin == PortOrigin::Auto));
+    assert!(cfg
+        .pairs
+        .iter()
+        .flat_map(|p| &p.routers)
+        .flat_map(|r| &r.links)
+        .all(|k| k.port_origin == PortOrigin::Auto));
 }
 
 #[test]
@@ -99,10 +152,21 @@ fn three_sites_table() {
     let cfg = parse_str("three_sites.cfg", THREE_SITES).expect("parses");
     let table = cfg.layout().to_string();
     println!("{table}");
-    assert!(table.starts_with("meta computer: 3 meta hosts, 5 nodes, 12 ranks, 7 routers, 8 links\n"));
-    assert!(table.contains("  1  beta   4-9    6      3      auto  native     local\n"), "{table}");
-    assert!(table.contains("1Gbit/s +5ms compress=lz4 tls=off"), "{table}");
-    assert!(table.contains("100Mbit/s +20ms compress=auto tls=off bundle=200us"), "{table}");
+    assert!(
+        table.starts_with("meta computer: 3 meta hosts, 5 nodes, 12 ranks, 7 routers, 8 links\n")
+    );
+    assert!(
+        table.contains("  1  beta   4-9    6      3      auto  native     local\n"),
+        "{table}"
+    );
+    assert!(
+        table.contains("1Gbit/s +5ms compress=lz4 tls=off"),
+        "{table}"
+    );
+    assert!(
+        table.contains("100Mbit/s +20ms compress=auto tls=off bundle=200us"),
+        "{table}"
+    );
     assert!(table.lines().all(|line| !line.ends_with(' ')));
 }
 
@@ -111,10 +175,23 @@ fn mpich_style_file() {
     let cfg = parse_str("mpich_style.cfg", MPICH_STYLE).expect("parses");
     let a = &cfg.hosts[0];
     assert_eq!(a.device, Device::Usock);
-    let nodes: Vec<(&str, Option<u32>)> = a.nodes.iter().map(|n| (n.name.as_str(), n.max_procs)).collect();
-    assert_eq!(nodes, [("pc-01", Some(2)), ("pc-02", Some(2)), ("pc-03", Some(2))]);
+    let nodes: Vec<(&str, Option<u32>)> = a
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.max_procs))
+        .collect();
+    assert_eq!(
+        nodes,
+        [("pc-01", Some(2)), ("pc-02", Some(2)), ("pc-03", Some(2))]
+    );
     assert_eq!(a.nodes[1].addresses, [Address::Ip([10, 0, 0, 10].into())]);
-    assert_eq!(a.env, [("OMP_NUM_THREADS".into(), "1".into()), ("RUST_LOG".into(), "info".into())]);
+    assert_eq!(
+        a.env,
+        [
+            ("OMP_NUM_THREADS".into(), "1".into()),
+            ("RUST_LOG".into(), "info".into())
+        ]
+    );
     assert_eq!(a.exec_path.as_deref(), Some("/opt/app/bin"));
     // FRONTEND given and no LAUNCH: started over ssh from the frontend, as MetaMPICH did.
     assert_eq!(a.launch, Launch::Ssh("pc-01".into()));
@@ -126,11 +203,21 @@ fn mpich_style_file() {
 
     let l = cfg.layout();
     assert_eq!(l.world_size, 10);
-    assert_eq!(l.hosts[0].nodes[1].routers.len(), 1, "the router runs where gwA is");
+    assert_eq!(
+        l.hosts[0].nodes[1].routers.len(),
+        1,
+        "the router runs where gwA is"
+    );
     let fwd = l.links_between(0, 1).next().expect("A->B");
-    assert_eq!((fwd.port, fwd.dst_address.clone()), (30005, Address::Ip([10, 0, 1, 1].into())));
+    assert_eq!(
+        (fwd.port, fwd.dst_address.clone()),
+        (30005, Address::Ip([10, 0, 1, 1].into()))
+    );
     let back = l.links_between(1, 0).next().expect("B->A");
-    assert_eq!((back.port, back.dst_address.clone()), (30000, Address::Ip([10, 0, 0, 10].into())));
+    assert_eq!(
+        (back.port, back.dst_address.clone()),
+        (30000, Address::Ip([10, 0, 0, 10].into()))
+    );
     let link = &cfg.pair(0, 1).expect("pair").routers[0].links[0];
     assert_eq!(link.port_origin, PortOrigin::Offset);
 }
@@ -142,7 +229,10 @@ fn pacx_seed_hostfile() {
     let names: Vec<&str> = cfg.hosts.iter().map(|h| h.name.as_str()).collect();
     assert_eq!(names, ["host1", "host2", "host3", "host4"]);
     assert_eq!(cfg.hosts[0].launch, Launch::Manual);
-    assert_eq!(cfg.hosts[1].launch, Launch::Verbatim("rsh host2 mpirun -np 102 ./exename".into()));
+    assert_eq!(
+        cfg.hosts[1].launch,
+        Launch::Verbatim("rsh host2 mpirun -np 102 ./exename".into())
+    );
     let l = cfg.layout();
     // "The two additional communication nodes are not considered in the global numbering".
     assert_eq!(l.world_size, 400);
@@ -152,10 +242,16 @@ fn pacx_seed_hostfile() {
     assert_eq!(l.routers.len(), 12);
     assert_eq!(l.links.len(), 12);
     assert!(cfg.pairs.iter().all(|p| p.origin == PairOrigin::Auto));
-    assert!(l.links.iter().all(|k| k.dst_address == Address::Host(l.hosts[k.to_host].name.clone())));
+    assert!(l
+        .links
+        .iter()
+        .all(|k| k.dst_address == Address::Host(l.hosts[k.to_host].name.clone())));
     // load()'s detection picks the PACX-MPI reader for it.
     assert_eq!(metampi_config::detect_format(PACX_SEED), Format::Pacx);
-    assert_eq!(metampi_config::parse_auto("hostfile", PACX_SEED).map(|c| c.world_size()), Ok(400));
+    assert_eq!(
+        metampi_config::parse_auto("hostfile", PACX_SEED).map(|c| c.world_size()),
+        Ok(400)
+    );
 }
 
 #[test]
@@ -188,7 +284,13 @@ fn load_detects_format_from_content() {
     let hosts_path = dir.join("hostfile");
     std::fs::write(&cfg_path, THREE_SITES).expect("write");
     std::fs::write(&hosts_path, PACX_SEED).expect("write");
-    assert_eq!(metampi_config::load(&cfg_path).map(|c| c.format), Ok(Format::MetaMpich));
-    assert_eq!(metampi_config::load(&hosts_path).map(|c| c.format), Ok(Format::Pacx));
+    assert_eq!(
+        metampi_config::load(&cfg_path).map(|c| c.format),
+        Ok(Format::MetaMpich)
+    );
+    assert_eq!(
+        metampi_config::load(&hosts_path).map(|c| c.format),
+        Ok(Format::Pacx)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -56,7 +56,10 @@ fn figure_3_alone_is_a_complete_meta_computer() {
 #[test]
 fn figure_4_alone_names_unknown_meta_hosts() {
     let e = parse_str("fig4.cfg", FIG4).unwrap_err();
-    assert_eq!(e.to_string(), "fig4.cfg:1:6: PAIR names unknown meta host 'metahost_A' (known: none)");
+    assert_eq!(
+        e.to_string(),
+        "fig4.cfg:1:6: PAIR names unknown meta host 'metahost_A' (known: none)"
+    );
 }
 
 #[test]
@@ -68,8 +71,14 @@ fn figure_2_meta_computer_layout() {
 
     // PACX numbering: A holds ranks 0-7, B ranks 8-15; routers have none.
     assert_eq!(l.world_size, 16);
-    assert_eq!((l.hosts[0].name.as_str(), l.hosts[0].ranks.clone()), ("metahost_A", 0..8));
-    assert_eq!((l.hosts[1].name.as_str(), l.hosts[1].ranks.clone()), ("metahost_B", 8..16));
+    assert_eq!(
+        (l.hosts[0].name.as_str(), l.hosts[0].ranks.clone()),
+        ("metahost_A", 0..8)
+    );
+    assert_eq!(
+        (l.hosts[1].name.as_str(), l.hosts[1].ranks.clone()),
+        ("metahost_B", 8..16)
+    );
     let counts: Vec<usize> = l.hosts[0].nodes.iter().map(|n| n.nprocs).collect();
     assert_eq!(counts, [2, 2, 2, 2]);
     assert_eq!(l.hosts[0].nodes[1].ranks, 2..4);
@@ -85,9 +94,15 @@ fn figure_2_meta_computer_layout() {
     // "a two-to-one router configuration": two routers on A (on node_b and node_d, where
     // the interfaces are), one on B.
     assert_eq!(l.routers.len(), 3);
-    let a_routers: Vec<(usize, usize)> = l.routers_between(0, 1).map(|r| (r.node, r.links_out.len())).collect();
+    let a_routers: Vec<(usize, usize)> = l
+        .routers_between(0, 1)
+        .map(|r| (r.node, r.links_out.len()))
+        .collect();
     assert_eq!(a_routers, [(1, 1), (3, 1)]);
-    let b_routers: Vec<(usize, usize)> = l.routers_between(1, 0).map(|r| (r.node, r.links_out.len())).collect();
+    let b_routers: Vec<(usize, usize)> = l
+        .routers_between(1, 0)
+        .map(|r| (r.node, r.links_out.len()))
+        .collect();
     assert_eq!(b_routers, [(0, 2)]);
     assert_eq!(l.hosts[0].nodes[1].routers, [0]);
     assert_eq!(l.hosts[0].nodes[3].routers, [1]);
@@ -95,12 +110,22 @@ fn figure_2_meta_computer_layout() {
 
     // Links: IP and ATM in each direction; each ends at the router on the far node.
     assert_eq!(l.links.len(), 4);
-    let ab: Vec<(Address, Address, usize)> =
-        l.links_between(0, 1).map(|k| (k.src_address.clone(), k.dst_address.clone(), k.peer_router)).collect();
-    assert_eq!(ab, [(ip("192.168.0.1"), ip("192.168.0.2"), 2), (pvc(), pvc(), 2)]);
-    let ba: Vec<(Address, Address, usize)> =
-        l.links_between(1, 0).map(|k| (k.src_address.clone(), k.dst_address.clone(), k.peer_router)).collect();
-    assert_eq!(ba, [(ip("192.168.0.2"), ip("192.168.0.1"), 0), (pvc(), pvc(), 1)]);
+    let ab: Vec<(Address, Address, usize)> = l
+        .links_between(0, 1)
+        .map(|k| (k.src_address.clone(), k.dst_address.clone(), k.peer_router))
+        .collect();
+    assert_eq!(
+        ab,
+        [(ip("192.168.0.1"), ip("192.168.0.2"), 2), (pvc(), pvc(), 2)]
+    );
+    let ba: Vec<(Address, Address, usize)> = l
+        .links_between(1, 0)
+        .map(|k| (k.src_address.clone(), k.dst_address.clone(), k.peer_router))
+        .collect();
+    assert_eq!(
+        ba,
+        [(ip("192.168.0.2"), ip("192.168.0.1"), 0), (pvc(), pvc(), 1)]
+    );
     // Ports are numbered from the default PORTBASE; each router listens for its links.
     let ports: Vec<u16> = l.links.iter().map(|k| k.port).collect();
     assert_eq!(ports, [28000, 28001, 28002, 28003]);
@@ -114,7 +139,9 @@ fn figure_2_meta_computer_layout() {
 #[test]
 fn section_4_1_one_process_on_the_router_nodes() {
     // "it is a good idea to run only one application process on node_b and node_d".
-    let text = fig2().replace("node_b (", "node_b 1 (").replace("node_d (", "node_d 1 (");
+    let text = fig2()
+        .replace("node_b (", "node_b 1 (")
+        .replace("node_d (", "node_d 1 (");
     let cfg = parse_str("mymetacomp.cfg", &text).expect("parses");
     let l = cfg.layout();
     let counts: Vec<usize> = l.hosts[0].nodes.iter().map(|n| n.nprocs).collect();

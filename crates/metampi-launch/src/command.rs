@@ -9,13 +9,19 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
+use crate::spec::{AppSpec, Start};
+
 /// Quotes one word for a POSIX shell; words made only of safe characters stay bare so the
 /// command stays readable in `ps` and in error messages.
 pub(crate) fn shell_quote(word: &OsStr) -> Vec<u8> {
     let bytes = word.as_bytes();
     let safe = !bytes.is_empty()
         && bytes.iter().all(|&b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/' | b'=' | b':' | b',' | b'+' | b'@' | b'%')
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'_' | b'-' | b'.' | b'/' | b'=' | b':' | b',' | b'+' | b'@' | b'%'
+                )
         });
     if safe {
         return bytes.to_vec();
@@ -70,6 +76,39 @@ pub(crate) fn ssh_argv(host: &str, cwd: &Path, command_line: &[u8]) -> Vec<OsStr
         host.into(),
         OsString::from_vec(remote),
     ]
+}
+
+/// The argv that starts one rank: the program itself, the program under `gdbserver` on a
+/// loopback port, or the ssh / template command carrying `env` (the rank's whole environment,
+/// which `execve` cannot carry to another machine).
+pub(crate) fn rank_argv(
+    start: &Start,
+    debug_port: Option<u16>,
+    app: &AppSpec,
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+    template: &[String],
+) -> Vec<OsString> {
+    match start {
+        Start::Local => {
+            let mut argv = match debug_port {
+                Some(port) => vec![
+                    OsString::from("gdbserver"),
+                    OsString::from(format!("127.0.0.1:{port}")),
+                ],
+                None => Vec::new(),
+            };
+            argv.push(app.program.clone());
+            argv.extend(app.args.iter().cloned());
+            argv
+        }
+        Start::Ssh { host } => ssh_argv(host, cwd, &env_command_line(env, &app.program, &app.args)),
+        Start::Template { host } => template_argv(
+            template,
+            host,
+            &env_command_line(env, &app.program, &app.args),
+        ),
+    }
 }
 
 /// Splits a launch template into words the way a shell would (quotes and backslashes honoured,
@@ -224,7 +263,16 @@ mod tests {
 
     #[test]
     fn quoted_words_survive_a_real_shell() {
-        let nasty = ["plain", "two words", "it's", "$HOME `id` $(id)", "*", "a\nb", "\\", "\"q\""];
+        let nasty = [
+            "plain",
+            "two words",
+            "it's",
+            "$HOME `id` $(id)",
+            "*",
+            "a\nb",
+            "\\",
+            "\"q\"",
+        ];
         let line: Vec<u8> = nasty
             .iter()
             .map(|w| shell_quote(OsStr::new(w)))
@@ -252,22 +300,68 @@ mod tests {
         let argv = ssh_argv("node7", Path::new("/home/me/my dir"), &line);
         assert_eq!(
             argv,
-            ["ssh", "-o", "BatchMode=yes", "node7", "cd '/home/me/my dir' && env prog 'x y'"]
-                .map(OsString::from)
+            [
+                "ssh",
+                "-o",
+                "BatchMode=yes",
+                "node7",
+                "cd '/home/me/my dir' && env prog 'x y'"
+            ]
+            .map(OsString::from)
+        );
+    }
+
+    #[test]
+    fn rank_argv_for_each_way_of_starting() {
+        let app = AppSpec::new(1, "prog").args(["a b"]);
+        let env = vec![(OsString::from("METAMPI_RANK"), OsString::from("0"))];
+        let cwd = Path::new("/w");
+        let argv = |start: Start, port: Option<u16>, template: &[String]| {
+            rank_argv(&start, port, &app, &env, cwd, template)
+                .into_iter()
+                .map(|w| w.into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(argv(Start::Local, None, &[]), ["prog", "a b"]);
+        assert_eq!(
+            argv(Start::Local, Some(4711), &[]),
+            ["gdbserver", "127.0.0.1:4711", "prog", "a b"]
+        );
+        assert_eq!(
+            argv(Start::Ssh { host: "n1".into() }, None, &[]),
+            [
+                "ssh",
+                "-o",
+                "BatchMode=yes",
+                "n1",
+                "cd /w && env METAMPI_RANK=0 prog 'a b'"
+            ]
+        );
+        let words = parse_template("rsh {host} {cmd}").unwrap();
+        assert_eq!(
+            argv(Start::Template { host: "n2".into() }, None, &words),
+            ["rsh", "n2", "env METAMPI_RANK=0 prog 'a b'"]
         );
     }
 
     #[test]
     fn template_splitting() {
-        assert_eq!(parse_template("ssh {host} {cmd}").unwrap(), ["ssh", "{host}", "{cmd}"]);
+        assert_eq!(
+            parse_template("ssh {host} {cmd}").unwrap(),
+            ["ssh", "{host}", "{cmd}"]
+        );
         assert_eq!(
             parse_template(r#"ssh -o 'Opt=a b' "x\"y" {cmd}"#).unwrap(),
             ["ssh", "-o", "Opt=a b", "x\"y", "{cmd}"]
         );
         assert!(parse_template("ssh {host}").unwrap_err().contains("{cmd}"));
-        assert!(parse_template("ssh '{cmd}").unwrap_err().contains("unterminated"));
+        assert!(parse_template("ssh '{cmd}")
+            .unwrap_err()
+            .contains("unterminated"));
         assert!(parse_template("   ").is_err());
-        assert!(parse_template("{cmd} \\").unwrap_err().contains("backslash"));
+        assert!(parse_template("{cmd} \\")
+            .unwrap_err()
+            .contains("backslash"));
     }
 
     #[test]
@@ -288,7 +382,11 @@ mod tests {
     #[test]
     fn template_cmd_runs_through_a_shell() {
         let env = vec![(OsString::from("V"), OsString::from("it's here"))];
-        let line = env_command_line(&env, OsStr::new("sh"), &["-c".into(), "printf %s \"$V\"".into()]);
+        let line = env_command_line(
+            &env,
+            OsStr::new("sh"),
+            &["-c".into(), "printf %s \"$V\"".into()],
+        );
         let argv = template_argv(&parse_template("sh -c {cmd}").unwrap(), "h", &line);
         let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
         assert_eq!(String::from_utf8(out.stdout).unwrap(), "it's here");

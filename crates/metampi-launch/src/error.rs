@@ -84,7 +84,9 @@ pub enum LaunchError {
     },
 
     /// `-x VAR` names a variable that is not set in the launcher's environment.
-    #[error("-x {name}: environment variable `{name}` is not set here, so there is no value to pass on")]
+    #[error(
+        "-x {name}: environment variable `{name}` is not set here, so there is no value to pass on"
+    )]
     EnvNotSet {
         /// The variable name.
         name: String,

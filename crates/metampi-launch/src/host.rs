@@ -224,14 +224,22 @@ pub(crate) fn is_loopback_name(name: &str) -> bool {
 
 fn parse_entry(entry: &str, line: Option<usize>) -> Result<Host, HostSpecError> {
     if entry.is_empty() {
-        return Err(HostSpecError::new(line, entry, HostSpecErrorKind::EmptyEntry));
+        return Err(HostSpecError::new(
+            line,
+            entry,
+            HostSpecErrorKind::EmptyEntry,
+        ));
     }
     let (name, slots) = match entry.split_once(':') {
         Some((name, slots)) => (name, Some(slots)),
         None => (entry, None),
     };
     if name.is_empty() {
-        return Err(HostSpecError::new(line, entry, HostSpecErrorKind::EmptyName));
+        return Err(HostSpecError::new(
+            line,
+            entry,
+            HostSpecErrorKind::EmptyName,
+        ));
     }
     let valid = !name.starts_with('-')
         && name
@@ -253,7 +261,11 @@ fn parse_entry(entry: &str, line: Option<usize>) -> Result<Host, HostSpecError> 
 
 fn parse_slots(text: &str, entry: &str, line: Option<usize>) -> Result<usize, HostSpecError> {
     match text.parse::<usize>() {
-        Ok(0) => Err(HostSpecError::new(line, entry, HostSpecErrorKind::ZeroSlots)),
+        Ok(0) => Err(HostSpecError::new(
+            line,
+            entry,
+            HostSpecErrorKind::ZeroSlots,
+        )),
         Ok(n) => Ok(n),
         Err(_) => Err(HostSpecError::new(
             line,
@@ -290,7 +302,10 @@ mod tests {
         assert_eq!(kind(":3"), HostSpecErrorKind::EmptyName);
         assert_eq!(kind("a,,b"), HostSpecErrorKind::EmptyEntry);
         assert_eq!(kind(""), HostSpecErrorKind::NoHosts);
-        assert_eq!(kind("-oProxyCommand=x"), HostSpecErrorKind::BadName("-oProxyCommand=x".into()));
+        assert_eq!(
+            kind("-oProxyCommand=x"),
+            HostSpecErrorKind::BadName("-oProxyCommand=x".into())
+        );
         assert_eq!(kind("a b"), HostSpecErrorKind::BadName("a b".into()));
         assert_eq!(kind("a;rm"), HostSpecErrorKind::BadName("a;rm".into()));
         let msg = Host::parse_list("a,b:0").unwrap_err().to_string();
@@ -315,7 +330,10 @@ mod tests {
     #[test]
     fn hostfile_errors_carry_line_numbers() {
         let e = Host::parse_hostfile("a\nb slots=0\n").unwrap_err();
-        assert_eq!((e.line, e.kind.clone()), (Some(2), HostSpecErrorKind::ZeroSlots));
+        assert_eq!(
+            (e.line, e.kind.clone()),
+            (Some(2), HostSpecErrorKind::ZeroSlots)
+        );
         assert!(e.to_string().starts_with("hostfile line 2:"), "{e}");
         let e = Host::parse_hostfile("a\n\nb cpus=2").unwrap_err();
         assert_eq!(e.line, Some(3));
@@ -334,7 +352,9 @@ mod tests {
         assert_eq!(p[0].host, Some(0));
         assert_eq!(p[4].host, Some(1));
         assert_eq!(
-            p.iter().map(|p| (p.local_rank, p.local_size)).collect::<Vec<_>>(),
+            p.iter()
+                .map(|p| (p.local_rank, p.local_size))
+                .collect::<Vec<_>>(),
             [(0, 1), (0, 4), (1, 4), (2, 4), (3, 4)]
         );
     }
@@ -344,10 +364,20 @@ mod tests {
         let hosts = Host::parse_list("a,b:2").unwrap();
         let p = place(&[7], &hosts, "me");
         assert_eq!(nodes(&p), ["a", "b", "b", "a", "b", "a", "b"]);
-        let a: Vec<_> = p.iter().filter(|p| p.node == "a").map(|p| p.local_rank).collect();
+        let a: Vec<_> = p
+            .iter()
+            .filter(|p| p.node == "a")
+            .map(|p| p.local_rank)
+            .collect();
         assert_eq!(a, [0, 1, 2]);
-        assert!(p.iter().filter(|p| p.node == "a").all(|p| p.local_size == 3));
-        assert!(p.iter().filter(|p| p.node == "b").all(|p| p.local_size == 4));
+        assert!(p
+            .iter()
+            .filter(|p| p.node == "a")
+            .all(|p| p.local_size == 3));
+        assert!(p
+            .iter()
+            .filter(|p| p.node == "b")
+            .all(|p| p.local_size == 4));
     }
 
     #[test]
@@ -357,8 +387,13 @@ mod tests {
             p.iter().map(|p| (p.rank, p.app)).collect::<Vec<_>>(),
             [(0, 0), (1, 0), (2, 1), (3, 1), (4, 1)]
         );
-        assert!(p.iter().all(|p| p.node == "me" && p.local_size == 5 && p.host.is_none()));
-        assert_eq!(p.iter().map(|p| p.local_rank).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+        assert!(p
+            .iter()
+            .all(|p| p.node == "me" && p.local_size == 5 && p.host.is_none()));
+        assert_eq!(
+            p.iter().map(|p| p.local_rank).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
     }
 
     #[test]

@@ -175,7 +175,8 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         pump.stop();
     }
     // Ranks are gone; their pipes close unless a leftover child of theirs holds them open.
-    let mut pending = stdio::wait_forwarders(&done_rx, forwarders, Instant::now() + stdio::OUTPUT_GRACE);
+    let mut pending =
+        stdio::wait_forwarders(&done_rx, forwarders, Instant::now() + stdio::OUTPUT_GRACE);
     if pending > 0 {
         signal_groups(&ids, libc::SIGKILL);
         pending = stdio::wait_forwarders(&done_rx, pending, Instant::now() + stdio::OUTPUT_GRACE);
@@ -266,34 +267,17 @@ fn start_rank(
         ("METAMPI_LOCAL_RANK", placement.local_rank.to_string()),
         ("METAMPI_LOCAL_SIZE", placement.local_size.to_string()),
     ];
-    env.extend(metampi.into_iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+    env.extend(
+        metampi
+            .into_iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
 
-    let argv: Vec<OsString> = match (&rank_plan.start, debug_port) {
-        (Start::Local, Some(port)) => {
-            let mut argv = vec![
-                OsString::from("gdbserver"),
-                OsString::from(format!("127.0.0.1:{port}")),
-                app.program.clone(),
-            ];
-            argv.extend(app.args.iter().cloned());
-            argv
-        }
-        (Start::Local, None) => std::iter::once(app.program.clone())
-            .chain(app.args.iter().cloned())
-            .collect(),
-        (Start::Ssh { host }, _) => {
-            let line = command::env_command_line(&env, &app.program, &app.args);
-            // Invariant: plan() sets all_local = false when any rank is remote, and run()
-            // resolves cwd in exactly that case.
-            let cwd = ctx.cwd.unwrap_or(Path::new("."));
-            command::ssh_argv(host, cwd, &line)
-        }
-        (Start::Template { host }, _) => {
-            let line = command::env_command_line(&env, &app.program, &app.args);
-            let words = ctx.plan.template.as_deref().unwrap_or(&[]);
-            command::template_argv(words, host, &line)
-        }
-    };
+    // Invariant: plan() sets all_local = false when any rank is remote, and run() resolves
+    // cwd in exactly that case, so the fallback is never used for an ssh rank.
+    let cwd = ctx.cwd.unwrap_or(Path::new("."));
+    let template = ctx.plan.template.as_deref().unwrap_or(&[]);
+    let argv = command::rank_argv(&rank_plan.start, debug_port, app, &env, cwd, template);
     let program_display = argv
         .first()
         .map(|p| p.to_string_lossy().into_owned())
@@ -368,8 +352,14 @@ fn start_rank(
         Vec::new()
     };
     let sinks = match &ctx.capture {
-        Some((out, err)) => (Sink::Capture(Arc::clone(out)), Sink::Capture(Arc::clone(err))),
-        None => (Sink::Terminal(Stream::Stdout), Sink::Terminal(Stream::Stderr)),
+        Some((out, err)) => (
+            Sink::Capture(Arc::clone(out)),
+            Sink::Capture(Arc::clone(err)),
+        ),
+        None => (
+            Sink::Terminal(Stream::Stdout),
+            Sink::Terminal(Stream::Stderr),
+        ),
     };
     if let Some(out) = child.stdout.take() {
         stdio::spawn_forwarder(
@@ -502,11 +492,13 @@ impl Monitor<'_> {
         match JobFailure::from_status(id.clone(), status) {
             // A rank that aborted and then exited is reported as the abort it was; the server
             // records the abort before it answers OK, so it is visible by now.
-            Some(_) if pmi.abort.is_some() => pmi.abort.map(|(code, message)| JobFailure::Aborted {
-                rank: id,
-                code,
-                message,
-            }),
+            Some(_) if pmi.abort.is_some() => {
+                pmi.abort.map(|(code, message)| JobFailure::Aborted {
+                    rank: id,
+                    code,
+                    message,
+                })
+            }
             Some(failure) => Some(failure),
             None if pmi.connected && !pmi.finalized => Some(JobFailure::NoFinalize { rank: id }),
             None => None,

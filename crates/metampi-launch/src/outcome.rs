@@ -252,7 +252,10 @@ pub fn signal_name(signal: i32) -> Option<&'static str> {
         (libc::SIGIO, "SIGIO"),
         (libc::SIGSYS, "SIGSYS"),
     ];
-    NAMES.iter().find(|(n, _)| *n == signal).map(|(_, name)| *name)
+    NAMES
+        .iter()
+        .find(|(n, _)| *n == signal)
+        .map(|(_, name)| *name)
 }
 
 fn describe_duration(d: Duration) -> String {
@@ -277,15 +280,37 @@ mod tests {
 
     #[test]
     fn messages_name_rank_pid_host_and_cause() {
-        let f = JobFailure::Signaled { rank: id(), signal: libc::SIGKILL };
-        assert_eq!(f.to_string(), "rank 2 (pid 1234 on hostA) was killed by signal SIGKILL (9)");
-        let f = JobFailure::Exited { rank: id(), code: 3 };
-        assert_eq!(f.to_string(), "rank 2 (pid 1234 on hostA) exited with code 3");
-        let f = JobFailure::Aborted { rank: id(), code: 5, message: "no input".into() };
-        assert_eq!(f.to_string(), "rank 2 (pid 1234 on hostA) called abort with code 5: no input");
+        let f = JobFailure::Signaled {
+            rank: id(),
+            signal: libc::SIGKILL,
+        };
+        assert_eq!(
+            f.to_string(),
+            "rank 2 (pid 1234 on hostA) was killed by signal SIGKILL (9)"
+        );
+        let f = JobFailure::Exited {
+            rank: id(),
+            code: 3,
+        };
+        assert_eq!(
+            f.to_string(),
+            "rank 2 (pid 1234 on hostA) exited with code 3"
+        );
+        let f = JobFailure::Aborted {
+            rank: id(),
+            code: 5,
+            message: "no input".into(),
+        };
+        assert_eq!(
+            f.to_string(),
+            "rank 2 (pid 1234 on hostA) called abort with code 5: no input"
+        );
         assert_eq!(describe_signal(63), "63");
         assert_eq!(
-            JobFailure::Timeout { after: Duration::from_millis(1500) }.to_string(),
+            JobFailure::Timeout {
+                after: Duration::from_millis(1500)
+            }
+            .to_string(),
             "job timed out after 1.500 s; killing all ranks"
         );
     }
@@ -293,14 +318,64 @@ mod tests {
     #[test]
     fn exit_codes() {
         let code = |f: JobFailure| f.exit_code();
-        assert_eq!(code(JobFailure::Exited { rank: id(), code: 3 }), 3);
-        assert_eq!(code(JobFailure::Signaled { rank: id(), signal: 9 }), 137);
-        assert_eq!(code(JobFailure::Aborted { rank: id(), code: 0, message: String::new() }), 1);
-        assert_eq!(code(JobFailure::Aborted { rank: id(), code: 7, message: String::new() }), 7);
-        assert_eq!(code(JobFailure::Aborted { rank: id(), code: 256, message: String::new() }), 1);
-        assert_eq!(code(JobFailure::Aborted { rank: id(), code: -1, message: String::new() }), 255);
-        assert_eq!(code(JobFailure::Timeout { after: Duration::from_secs(1) }), 124);
-        assert_eq!(code(JobFailure::Interrupted { signal: libc::SIGINT }), 130);
+        assert_eq!(
+            code(JobFailure::Exited {
+                rank: id(),
+                code: 3
+            }),
+            3
+        );
+        assert_eq!(
+            code(JobFailure::Signaled {
+                rank: id(),
+                signal: 9
+            }),
+            137
+        );
+        assert_eq!(
+            code(JobFailure::Aborted {
+                rank: id(),
+                code: 0,
+                message: String::new()
+            }),
+            1
+        );
+        assert_eq!(
+            code(JobFailure::Aborted {
+                rank: id(),
+                code: 7,
+                message: String::new()
+            }),
+            7
+        );
+        assert_eq!(
+            code(JobFailure::Aborted {
+                rank: id(),
+                code: 256,
+                message: String::new()
+            }),
+            1
+        );
+        assert_eq!(
+            code(JobFailure::Aborted {
+                rank: id(),
+                code: -1,
+                message: String::new()
+            }),
+            255
+        );
+        assert_eq!(
+            code(JobFailure::Timeout {
+                after: Duration::from_secs(1)
+            }),
+            124
+        );
+        assert_eq!(
+            code(JobFailure::Interrupted {
+                signal: libc::SIGINT
+            }),
+            130
+        );
         assert_eq!(code(JobFailure::NoFinalize { rank: id() }), 1);
     }
 
@@ -309,11 +384,17 @@ mod tests {
         assert_eq!(JobFailure::from_status(id(), ExitStatus::from_raw(0)), None);
         assert_eq!(
             JobFailure::from_status(id(), ExitStatus::from_raw(3 << 8)),
-            Some(JobFailure::Exited { rank: id(), code: 3 })
+            Some(JobFailure::Exited {
+                rank: id(),
+                code: 3
+            })
         );
         assert_eq!(
             JobFailure::from_status(id(), ExitStatus::from_raw(libc::SIGSEGV)),
-            Some(JobFailure::Signaled { rank: id(), signal: libc::SIGSEGV })
+            Some(JobFailure::Signaled {
+                rank: id(),
+                signal: libc::SIGSEGV
+            })
         );
     }
 }

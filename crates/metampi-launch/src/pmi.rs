@@ -177,7 +177,10 @@ impl<'a> Request<'a> {
             return Ok(Request::Abort { code, message });
         }
         let fields: Vec<&str> = line.split(' ').collect();
-        if fields.iter().any(|f| f.is_empty() || f.contains(char::is_whitespace)) {
+        if fields
+            .iter()
+            .any(|f| f.is_empty() || f.contains(char::is_whitespace))
+        {
             return Err(ProtocolError::Whitespace);
         }
         let arity = |n: usize, command: &'static str, expected: &'static str| {
@@ -444,13 +447,17 @@ fn serve(shared: &Shared, stream: TcpStream) {
     loop {
         line.clear();
         // One byte more than the limit tells "too long" apart from "exactly at the limit".
-        match (&mut reader).take(MAX_LINE as u64 + 2).read_until(b'\n', &mut line) {
+        match (&mut reader)
+            .take(MAX_LINE as u64 + 2)
+            .read_until(b'\n', &mut line)
+        {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
         if line.last() != Some(&b'\n') {
             if line.len() > MAX_LINE {
-                let _ = writer.write_all(format!("ERR line longer than {MAX_LINE} bytes\n").as_bytes());
+                let _ =
+                    writer.write_all(format!("ERR line longer than {MAX_LINE} bytes\n").as_bytes());
             }
             // Either too long or cut off by EOF: the stream has lost its framing.
             return;
@@ -786,18 +793,27 @@ mod tests {
         );
         assert_eq!(
             Request::parse("PUT k v=1"),
-            Ok(Request::Put { key: "k", value: "v=1" })
+            Ok(Request::Put {
+                key: "k",
+                value: "v=1"
+            })
         );
         assert_eq!(Request::parse("GET k"), Ok(Request::Get { key: "k" }));
         assert_eq!(Request::parse("FENCE"), Ok(Request::Fence));
         assert_eq!(Request::parse("FINALIZE"), Ok(Request::Finalize));
         assert_eq!(
             Request::parse("ABORT 3 disk  full, giving up"),
-            Ok(Request::Abort { code: 3, message: "disk  full, giving up" })
+            Ok(Request::Abort {
+                code: 3,
+                message: "disk  full, giving up"
+            })
         );
         assert_eq!(
             Request::parse("ABORT -1"),
-            Ok(Request::Abort { code: -1, message: "" })
+            Ok(Request::Abort {
+                code: -1,
+                message: ""
+            })
         );
     }
 
@@ -805,17 +821,50 @@ mod tests {
     fn rejects_malformed_requests() {
         let bad = [
             ("", ProtocolError::Empty),
-            ("hello 0123456789abcdef 1", ProtocolError::UnknownCommand("hello".into())),
-            ("PUT k", ProtocolError::Arity { command: "PUT", expected: "a key and a value" }),
-            ("PUT k v extra", ProtocolError::Arity { command: "PUT", expected: "a key and a value" }),
+            (
+                "hello 0123456789abcdef 1",
+                ProtocolError::UnknownCommand("hello".into()),
+            ),
+            (
+                "PUT k",
+                ProtocolError::Arity {
+                    command: "PUT",
+                    expected: "a key and a value",
+                },
+            ),
+            (
+                "PUT k v extra",
+                ProtocolError::Arity {
+                    command: "PUT",
+                    expected: "a key and a value",
+                },
+            ),
             ("PUT  k v", ProtocolError::Whitespace),
             ("PUT k\tx v", ProtocolError::Whitespace),
             ("GET k ", ProtocolError::Whitespace),
-            ("FENCE now", ProtocolError::Arity { command: "FENCE", expected: "no arguments" }),
+            (
+                "FENCE now",
+                ProtocolError::Arity {
+                    command: "FENCE",
+                    expected: "no arguments",
+                },
+            ),
             ("HELLO 12 1", ProtocolError::BadJobId("12".into())),
-            ("HELLO 0123456789abcdef -1", ProtocolError::BadRank("-1".into())),
-            ("HELLO 0123456789abcdef 99999999999999999999999", ProtocolError::BadRank("99999999999999999999999".into())),
-            ("ABORT", ProtocolError::Arity { command: "ABORT", expected: "a code and a message" }),
+            (
+                "HELLO 0123456789abcdef -1",
+                ProtocolError::BadRank("-1".into()),
+            ),
+            (
+                "HELLO 0123456789abcdef 99999999999999999999999",
+                ProtocolError::BadRank("99999999999999999999999".into()),
+            ),
+            (
+                "ABORT",
+                ProtocolError::Arity {
+                    command: "ABORT",
+                    expected: "a code and a message",
+                },
+            ),
             ("ABORT x msg", ProtocolError::BadCode("x".into())),
         ];
         for (line, want) in bad {
@@ -826,7 +875,21 @@ mod tests {
     #[test]
     fn garbage_never_panics_the_parser() {
         // A cheap deterministic fuzz: every short string over an alphabet rich in separators.
-        let alphabet = ["HELLO", "PUT", "GET", "FENCE", "ABORT", " ", "  ", "\t", "-1", "x", "0123456789abcdef", "é", "\u{0}"];
+        let alphabet = [
+            "HELLO",
+            "PUT",
+            "GET",
+            "FENCE",
+            "ABORT",
+            " ",
+            "  ",
+            "\t",
+            "-1",
+            "x",
+            "0123456789abcdef",
+            "é",
+            "\u{0}",
+        ];
         let mut count = 0;
         for a in alphabet {
             for b in alphabet {
@@ -864,14 +927,17 @@ mod tests {
         assert!(say(&mut c, b"HELLO ffffffffffffffff 0\n").starts_with("ERR job id"));
         assert!(say(&mut c, b"HELLO 0123456789abcdef 2\n").starts_with("ERR rank 2 out of range"));
         assert_eq!(say(&mut c, b"HELLO 0123456789abcdef 1\r\n"), "OK\n");
-        assert!(say(&mut c, b"HELLO 0123456789abcdef 0\n").starts_with("ERR this connection already"));
+        assert!(
+            say(&mut c, b"HELLO 0123456789abcdef 0\n").starts_with("ERR this connection already")
+        );
         assert!(say(&mut c, b"BOGUS\n").starts_with("ERR unknown command"));
         assert_eq!(say(&mut c, b"PUT a b\n"), "OK\n");
         assert_eq!(say(&mut c, b"GET a\n"), "VAL b\n");
         assert_eq!(say(&mut c, b"GET zz\n"), "NONE\n");
 
         let mut dup = raw(server.addr());
-        assert!(say(&mut dup, b"HELLO 0123456789abcdef 1\n").starts_with("ERR rank 1 is already connected"));
+        assert!(say(&mut dup, b"HELLO 0123456789abcdef 1\n")
+            .starts_with("ERR rank 1 is already connected"));
 
         // An over-long line closes that connection only.
         let mut long = raw(server.addr());
@@ -893,8 +959,11 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut c = PmiClient::connect(addr, JOB, rank).unwrap();
                     for round in 0..3 {
-                        c.put(&format!("r{round}-{rank}"), &format!("v{}", rank * 10 + round))
-                            .unwrap();
+                        c.put(
+                            &format!("r{round}-{rank}"),
+                            &format!("v{}", rank * 10 + round),
+                        )
+                        .unwrap();
                         c.fence().unwrap();
                         for peer in 0..N {
                             assert_eq!(
@@ -924,9 +993,16 @@ mod tests {
         c.abort(7, "bad\ninput").unwrap();
         assert_eq!(
             server.recv_event_timeout(Duration::from_secs(5)),
-            Some(PmiEvent::Abort { rank: 1, code: 7, message: "bad input".into() })
+            Some(PmiEvent::Abort {
+                rank: 1,
+                code: 7,
+                message: "bad input".into()
+            })
         );
-        assert_eq!(server.rank_state(1).unwrap().abort, Some((7, "bad input".into())));
+        assert_eq!(
+            server.rank_state(1).unwrap().abort,
+            Some((7, "bad input".into()))
+        );
     }
 
     #[test]
@@ -948,7 +1024,10 @@ mod tests {
     fn client_refuses_tokens_the_protocol_cannot_carry() {
         let server = PmiServer::start(1, JOB).unwrap();
         let mut c = PmiClient::connect(server.addr(), JOB, 0).unwrap();
-        assert!(matches!(c.put("a b", "v"), Err(PmiClientError::BadToken(_))));
+        assert!(matches!(
+            c.put("a b", "v"),
+            Err(PmiClientError::BadToken(_))
+        ));
         assert!(matches!(c.put("k", ""), Err(PmiClientError::BadToken(_))));
         // A single-rank fence completes at once.
         c.fence().unwrap();

@@ -323,15 +323,16 @@ impl JobSpec {
         if self.timeout == Some(Duration::ZERO) {
             return Err(LaunchError::ZeroTimeout);
         }
-        let template = match &self.launch {
-            LaunchMethod::Template(t) => Some(command::parse_template(t).map_err(|reason| {
-                LaunchError::BadTemplate {
-                    template: t.clone(),
-                    reason,
-                }
-            })?),
-            _ => None,
-        };
+        let template =
+            match &self.launch {
+                LaunchMethod::Template(t) => Some(command::parse_template(t).map_err(
+                    |reason| LaunchError::BadTemplate {
+                        template: t.clone(),
+                        reason,
+                    },
+                )?),
+                _ => None,
+            };
         let env = self.resolve_env()?;
 
         let local_node = sys::hostname();
@@ -341,9 +342,8 @@ impl JobSpec {
             &local_node,
         );
         let short_local = local_node.split('.').next().unwrap_or(&local_node);
-        let is_local_host = |name: &str| {
-            host::is_loopback_name(name) || name == local_node || name == short_local
-        };
+        let is_local_host =
+            |name: &str| host::is_loopback_name(name) || name == local_node || name == short_local;
         let ranks: Vec<RankPlan> = placements
             .into_iter()
             .map(|placement| {
@@ -483,7 +483,9 @@ fn check_env_name(name: &OsStr) -> Result<(), LaunchError> {
     let bytes = name.as_encoded_bytes();
     let ok = !bytes.is_empty()
         && !bytes[0].is_ascii_digit()
-        && bytes.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_');
+        && bytes
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b == b'_');
     if ok {
         Ok(())
     } else {
@@ -561,8 +563,10 @@ mod tests {
         let err = |spec: JobSpec| spec.validate().unwrap_err().to_string();
         assert!(err(JobSpec::new()).contains("no application"));
         assert!(err(JobSpec::new().app(sh(0))).contains("0 ranks"));
-        assert!(err(JobSpec::new().app(AppSpec::new(1, "no-such-program-xyz")))
-            .contains("not found in PATH"));
+        assert!(
+            err(JobSpec::new().app(AppSpec::new(1, "no-such-program-xyz")))
+                .contains("not found in PATH")
+        );
         assert!(err(JobSpec::new().app(AppSpec::new(1, "/no/such/prog"))).contains("not found"));
         assert!(err(JobSpec::new().app(AppSpec::new(1, "/"))).contains("not an executable"));
         let plain = std::env::temp_dir().join(format!("metampi-noexec-{}", std::process::id()));
@@ -571,17 +575,26 @@ mod tests {
         let message = err(JobSpec::new().app(AppSpec::new(1, &plain)));
         std::fs::remove_file(&plain).unwrap();
         assert!(message.contains("not an executable"), "{message}");
-        assert!(err(JobSpec::new().app(sh(2)).debug_ranks([2])).contains("debug rank 2 is out of range"));
+        assert!(err(JobSpec::new().app(sh(2)).debug_ranks([2]))
+            .contains("debug rank 2 is out of range"));
         assert!(err(JobSpec::new().app(sh(2)).stdin(StdinTarget::Rank(5))).contains("stdin rank 5"));
         assert!(err(JobSpec::new().app(sh(1)).timeout(Duration::ZERO)).contains("timeout"));
         assert!(err(JobSpec::new().app(sh(1)).hosts([Host::new("a", 0)])).contains("at least 1"));
         assert!(err(JobSpec::new().app(sh(1)).env("1BAD", "x")).contains("invalid environment"));
-        assert!(err(JobSpec::new().app(sh(1)).env("METAMPI_RANK", "x")).contains("cannot be overridden"));
-        assert!(err(JobSpec::new().app(sh(1)).export("METAMPI_TEST_SURELY_UNSET_VAR")).contains("not set"));
-        assert!(err(JobSpec::new().app(sh(1)).launch(LaunchMethod::Template("ssh {host}".into())))
-            .contains("{cmd}"));
-        assert!(err(JobSpec::new().app(sh(1)).output(OutputMode::Directory("/proc/no/such".into())))
-            .contains("output directory"));
+        assert!(err(JobSpec::new().app(sh(1)).env("METAMPI_RANK", "x"))
+            .contains("cannot be overridden"));
+        assert!(err(JobSpec::new()
+            .app(sh(1))
+            .export("METAMPI_TEST_SURELY_UNSET_VAR"))
+        .contains("not set"));
+        assert!(err(JobSpec::new()
+            .app(sh(1))
+            .launch(LaunchMethod::Template("ssh {host}".into())))
+        .contains("{cmd}"));
+        assert!(err(JobSpec::new()
+            .app(sh(1))
+            .output(OutputMode::Directory("/proc/no/such".into())))
+        .contains("output directory"));
     }
 
     #[test]
@@ -600,9 +613,17 @@ mod tests {
             .hosts([Host::new("remote-node-a", 2)]);
         let plan = spec.plan().unwrap();
         assert!(!plan.all_local);
-        assert_eq!(plan.ranks[1].start, Start::Ssh { host: "remote-node-a".into() });
+        assert_eq!(
+            plan.ranks[1].start,
+            Start::Ssh {
+                host: "remote-node-a".into()
+            }
+        );
         let err = spec.clone().debug_ranks([0]).validate().unwrap_err();
-        assert!(matches!(err, LaunchError::DebugRemoteRank { rank: 0, .. }), "{err}");
+        assert!(
+            matches!(err, LaunchError::DebugRemoteRank { rank: 0, .. }),
+            "{err}"
+        );
     }
 
     #[test]
@@ -614,7 +635,11 @@ mod tests {
             .plan()
             .unwrap();
         assert!(plan.all_local);
-        let nodes: Vec<_> = plan.ranks.iter().map(|r| r.placement.node.as_str()).collect();
+        let nodes: Vec<_> = plan
+            .ranks
+            .iter()
+            .map(|r| r.placement.node.as_str())
+            .collect();
         assert_eq!(nodes, ["a", "b", "b"]);
     }
 

@@ -287,9 +287,19 @@ mod tests {
         let buffer = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
         let source = io::Cursor::new(b"one\ntwo".to_vec());
-        let handle = spawn_forwarder("t".into(), source, b"[0] ".to_vec(), Sink::Capture(buffer.clone()), tx).unwrap();
+        let handle = spawn_forwarder(
+            "t".into(),
+            source,
+            b"[0] ".to_vec(),
+            Sink::Capture(buffer.clone()),
+            tx,
+        )
+        .unwrap();
         handle.join().unwrap();
-        assert_eq!(wait_forwarders(&rx, 1, Instant::now() + Duration::from_secs(5)), 0);
+        assert_eq!(
+            wait_forwarders(&rx, 1, Instant::now() + Duration::from_secs(5)),
+            0
+        );
         assert_eq!(&*buffer.lock().unwrap(), b"[0] one\n[0] two\n");
     }
 }

@@ -33,7 +33,8 @@ pub(crate) fn kill_group(pgid: u32, signal: i32) -> io::Result<()> {
 
 /// Blocks until child `pid` ends and reaps it.
 pub(crate) fn wait_pid(pid: u32) -> io::Result<ExitStatus> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let mut status: libc::c_int = 0;
     loop {
         // SAFETY: `status` is a valid, writable c_int for the duration of the call.
@@ -300,7 +301,10 @@ fn start_dispatcher() -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start signal thread: {e}"))?;
     // The write end lives for the rest of the process: the handler may fire at any time.
-    SIGNAL_PIPE.store(std::os::fd::IntoRawFd::into_raw_fd(write), Ordering::Relaxed);
+    SIGNAL_PIPE.store(
+        std::os::fd::IntoRawFd::into_raw_fd(write),
+        Ordering::Relaxed,
+    );
     Ok(())
 }
 
@@ -328,9 +332,15 @@ mod tests {
         let mut w2 = std::fs::File::from(w2);
         use std::io::Write;
         w1.write_all(b"x").unwrap();
-        assert_eq!(poll_either(r1.as_raw_fd(), r2.as_raw_fd()).unwrap(), Ready::First);
+        assert_eq!(
+            poll_either(r1.as_raw_fd(), r2.as_raw_fd()).unwrap(),
+            Ready::First
+        );
         w2.write_all(b"y").unwrap();
-        assert_eq!(poll_either(r1.as_raw_fd(), r2.as_raw_fd()).unwrap(), Ready::Second);
+        assert_eq!(
+            poll_either(r1.as_raw_fd(), r2.as_raw_fd()).unwrap(),
+            Ready::Second
+        );
         let mut buf = [0u8; 4];
         assert_eq!(read_fd(r2.as_raw_fd(), &mut buf).unwrap(), 1);
         assert_eq!(&buf[..1], b"y");

@@ -23,7 +23,12 @@ struct Seen {
 
 /// Rank -> what it saw, from lines printed with [`PRINT_ENV`].
 fn seen(outcome: &JobOutcome) -> BTreeMap<usize, Seen> {
-    assert!(outcome.success(), "{:?}\n{}", outcome.failure, outcome.stderr_text());
+    assert!(
+        outcome.success(),
+        "{:?}\n{}",
+        outcome.failure,
+        outcome.stderr_text()
+    );
     outcome
         .stdout_text()
         .lines()
@@ -48,7 +53,10 @@ fn seen(outcome: &JobOutcome) -> BTreeMap<usize, Seen> {
 }
 
 fn machine_name() -> String {
-    let out = std::process::Command::new("uname").arg("-n").output().unwrap();
+    let out = std::process::Command::new("uname")
+        .arg("-n")
+        .output()
+        .unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
@@ -59,21 +67,39 @@ fn every_rank_gets_the_metampi_variables() {
     assert_eq!(seen.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
     let node = machine_name();
     for (rank, s) in &seen {
-        assert_eq!((s.size, s.app, s.local_rank, s.local_size), (3, 0, *rank, 3));
+        assert_eq!(
+            (s.size, s.app, s.local_rank, s.local_size),
+            (3, 0, *rank, 3)
+        );
         assert_eq!(s.node, node);
         assert_eq!(s.job, outcome.job.to_string());
         assert_eq!(s.job.len(), 16);
-        let port = s.pmi.strip_prefix("127.0.0.1:").expect("loopback PMI address");
+        let port = s
+            .pmi
+            .strip_prefix("127.0.0.1:")
+            .expect("loopback PMI address");
         assert!(port.parse::<u16>().unwrap() > 0);
     }
 }
 
 #[test]
 fn mimd_apps_are_numbered_contiguously() {
-    let spec = captured(sh(2, PRINT_ENV)).app(sh(3, PRINT_ENV)).app(sh(1, PRINT_ENV));
+    let spec = captured(sh(2, PRINT_ENV))
+        .app(sh(3, PRINT_ENV))
+        .app(sh(1, PRINT_ENV));
     let seen = seen(&run(&spec).unwrap());
     let apps: Vec<(usize, usize, usize)> = seen.iter().map(|(r, s)| (*r, s.app, s.size)).collect();
-    assert_eq!(apps, [(0, 0, 6), (1, 0, 6), (2, 1, 6), (3, 1, 6), (4, 1, 6), (5, 2, 6)]);
+    assert_eq!(
+        apps,
+        [
+            (0, 0, 6),
+            (1, 0, 6),
+            (2, 1, 6),
+            (3, 1, 6),
+            (4, 1, 6),
+            (5, 2, 6)
+        ]
+    );
 }
 
 #[test]
@@ -106,7 +132,13 @@ fn local_launch_emulates_several_machines() {
     // Four slots, then the fifth rank wraps round to the first host.
     assert_eq!(
         layout,
-        [("siteA", 0, 3), ("siteA", 1, 3), ("siteB", 0, 2), ("siteB", 1, 2), ("siteA", 2, 3)]
+        [
+            ("siteA", 0, 3),
+            ("siteA", 1, 3),
+            ("siteB", 0, 2),
+            ("siteB", 1, 2),
+            ("siteA", 2, 3)
+        ]
     );
     assert!(seen.values().all(|s| s.pmi.starts_with("127.0.0.1:")));
 }
@@ -115,9 +147,13 @@ fn local_launch_emulates_several_machines() {
 fn template_launch_carries_env_and_awkward_arguments_through_a_shell() {
     // `sh -c {cmd}` stands in for ssh: the rank's whole environment and argv travel inside one
     // shell command line, exactly as they would to a remote machine.
-    let script = "printf '%s|' \"$METAMPI_NODE\" \"$METAMPI_RANK\" \"$METAMPI_PMI\" \"$MSG\" \"$@\"; echo";
+    let script =
+        "printf '%s|' \"$METAMPI_NODE\" \"$METAMPI_RANK\" \"$METAMPI_PMI\" \"$MSG\" \"$@\"; echo";
     let spec = JobSpec::new()
-        .app(metampi_launch::AppSpec::new(2, "/bin/sh").args(["-c", script, "argv0", "a b", "it's", "$HOME", ""]))
+        .app(
+            metampi_launch::AppSpec::new(2, "/bin/sh")
+                .args(["-c", script, "argv0", "a b", "it's", "$HOME", ""]),
+        )
         .hosts(Host::parse_list("remote-a,remote-b").unwrap())
         .launch(LaunchMethod::Template("sh -c {cmd}".into()))
         .pmi_host("127.0.0.1")
@@ -125,7 +161,12 @@ fn template_launch_carries_env_and_awkward_arguments_through_a_shell() {
         .stdin(metampi_launch::StdinTarget::None)
         .output(metampi_launch::OutputMode::Capture);
     let outcome = run(&spec).unwrap();
-    assert!(outcome.success(), "{:?} {}", outcome.failure, outcome.stderr_text());
+    assert!(
+        outcome.success(),
+        "{:?} {}",
+        outcome.failure,
+        outcome.stderr_text()
+    );
     let lines = sorted_lines(&outcome.stdout_text());
     assert_eq!(lines.len(), 2);
     for (rank, (line, node)) in lines.iter().zip(["remote-a", "remote-b"]).enumerate() {
@@ -133,6 +174,9 @@ fn template_launch_carries_env_and_awkward_arguments_through_a_shell() {
         assert_eq!(fields[0], node);
         assert_eq!(fields[1], rank.to_string());
         assert!(fields[2].starts_with("127.0.0.1:"), "{line}");
-        assert_eq!(&fields[3..], ["x 'y' \"z\"", "a b", "it's", "$HOME", "", ""]);
+        assert_eq!(
+            &fields[3..],
+            ["x 'y' \"z\"", "a b", "it's", "$HOME", "", ""]
+        );
     }
 }

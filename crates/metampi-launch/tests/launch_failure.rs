@@ -14,7 +14,11 @@ const PROMPT: Duration = Duration::from_secs(10);
 #[test]
 fn a_rank_exiting_with_3_stops_the_sleepers_and_is_named() {
     let start = Instant::now();
-    let outcome = run(&captured(sh(4, "if [ \"$METAMPI_RANK\" = 2 ]; then exit 3; fi; sleep 30"))).unwrap();
+    let outcome = run(&captured(sh(
+        4,
+        "if [ \"$METAMPI_RANK\" = 2 ]; then exit 3; fi; sleep 30",
+    )))
+    .unwrap();
     assert!(start.elapsed() < PROMPT, "took {:?}", start.elapsed());
     match &outcome.failure {
         Some(JobFailure::Exited { rank, code: 3 }) => {
@@ -26,13 +30,20 @@ fn a_rank_exiting_with_3_stops_the_sleepers_and_is_named() {
     }
     assert_eq!(outcome.exit_code(), 3);
     let message = outcome.failure.as_ref().unwrap().to_string();
-    assert!(message.starts_with("rank 2 (pid ") && message.ends_with("exited with code 3"), "{message}");
+    assert!(
+        message.starts_with("rank 2 (pid ") && message.ends_with("exited with code 3"),
+        "{message}"
+    );
     for (rank, result) in outcome.ranks.iter().enumerate() {
         let status = result.status.expect("every rank reaped");
         if rank == 2 {
             assert_eq!(status.code(), Some(3));
         } else {
-            assert_eq!(status.signal(), Some(libc::SIGTERM), "rank {rank}: {status:?}");
+            assert_eq!(
+                status.signal(),
+                Some(libc::SIGTERM),
+                "rank {rank}: {status:?}"
+            );
         }
     }
 }
@@ -40,11 +51,23 @@ fn a_rank_exiting_with_3_stops_the_sleepers_and_is_named() {
 #[test]
 fn a_rank_killed_by_sigkill_is_reported_by_name() {
     let start = Instant::now();
-    let outcome = run(&captured(sh(3, "if [ \"$METAMPI_RANK\" = 1 ]; then kill -KILL $$; fi; sleep 30"))).unwrap();
+    let outcome = run(&captured(sh(
+        3,
+        "if [ \"$METAMPI_RANK\" = 1 ]; then kill -KILL $$; fi; sleep 30",
+    )))
+    .unwrap();
     assert!(start.elapsed() < PROMPT);
     let failure = outcome.failure.clone().expect("failure");
-    assert!(matches!(failure, JobFailure::Signaled { ref rank, signal: 9 } if rank.rank == 1), "{failure:?}");
-    assert!(failure.to_string().ends_with("was killed by signal SIGKILL (9)"), "{failure}");
+    assert!(
+        matches!(failure, JobFailure::Signaled { ref rank, signal: 9 } if rank.rank == 1),
+        "{failure:?}"
+    );
+    assert!(
+        failure
+            .to_string()
+            .ends_with("was killed by signal SIGKILL (9)"),
+        "{failure}"
+    );
     assert_eq!(outcome.exit_code(), 128 + 9);
 }
 
@@ -53,8 +76,16 @@ fn the_timeout_ends_a_job_with_124() {
     let start = Instant::now();
     let outcome = run(&captured(sh(2, "sleep 30")).timeout(Duration::from_millis(500))).unwrap();
     let took = start.elapsed();
-    assert!(took >= Duration::from_millis(500) && took < PROMPT, "took {took:?}");
-    assert_eq!(outcome.failure, Some(JobFailure::Timeout { after: Duration::from_millis(500) }));
+    assert!(
+        took >= Duration::from_millis(500) && took < PROMPT,
+        "took {took:?}"
+    );
+    assert_eq!(
+        outcome.failure,
+        Some(JobFailure::Timeout {
+            after: Duration::from_millis(500)
+        })
+    );
     assert_eq!(outcome.exit_code(), TIMEOUT_EXIT_CODE);
 }
 
@@ -64,10 +95,19 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
     let script = "if [ \"$METAMPI_RANK\" = 0 ]; then exit 1; fi; trap '' TERM; sleep 30";
     let outcome = run(&captured(sh(2, script))).unwrap();
     let took = start.elapsed();
-    assert!(took >= KILL_GRACE && took < PROMPT + KILL_GRACE, "took {took:?}");
-    assert!(matches!(outcome.failure, Some(JobFailure::Exited { code: 1, .. })));
+    assert!(
+        took >= KILL_GRACE && took < PROMPT + KILL_GRACE,
+        "took {took:?}"
+    );
+    assert!(matches!(
+        outcome.failure,
+        Some(JobFailure::Exited { code: 1, .. })
+    ));
     assert_eq!(outcome.ranks[1].id.rank, 1);
-    assert_eq!(outcome.ranks[1].status.unwrap().signal(), Some(libc::SIGKILL));
+    assert_eq!(
+        outcome.ranks[1].status.unwrap().signal(),
+        Some(libc::SIGKILL)
+    );
 }
 
 #[test]
@@ -75,7 +115,11 @@ fn background_children_of_a_failed_rank_are_killed_too() {
     // The rank's own process exits at once but leaves a child holding its stdout; the launcher
     // signals whole process groups, so the child dies and the output stream closes.
     let start = Instant::now();
-    let outcome = run(&captured(sh(2, "sleep 30 & if [ \"$METAMPI_RANK\" = 1 ]; then exit 4; fi; wait"))).unwrap();
+    let outcome = run(&captured(sh(
+        2,
+        "sleep 30 & if [ \"$METAMPI_RANK\" = 1 ]; then exit 4; fi; wait",
+    )))
+    .unwrap();
     assert!(start.elapsed() < PROMPT, "took {:?}", start.elapsed());
     assert_eq!(outcome.exit_code(), 4);
 }
@@ -85,5 +129,8 @@ fn all_ranks_exiting_zero_is_success() {
     let outcome = run(&captured(sh(3, "exit 0"))).unwrap();
     assert!(outcome.success());
     assert_eq!(outcome.exit_code(), 0);
-    assert!(outcome.ranks.iter().all(|r| r.status.is_some_and(|s| s.success())));
+    assert!(outcome
+        .ranks
+        .iter()
+        .all(|r| r.status.is_some_and(|s| s.success())));
 }

@@ -7,20 +7,38 @@ use metampi_launch::{run, AppSpec, JobSpec, OutputMode, StdinTarget};
 
 #[test]
 fn stdout_and_stderr_of_every_rank_are_forwarded() {
-    let outcome = run(&captured(sh(4, "echo out $METAMPI_RANK; echo err $METAMPI_RANK >&2"))).unwrap();
+    let outcome = run(&captured(sh(
+        4,
+        "echo out $METAMPI_RANK; echo err $METAMPI_RANK >&2",
+    )))
+    .unwrap();
     assert!(outcome.success(), "{:?}", outcome.failure);
-    assert_eq!(sorted_lines(&outcome.stdout_text()), ["out 0", "out 1", "out 2", "out 3"]);
-    assert_eq!(sorted_lines(&outcome.stderr_text()), ["err 0", "err 1", "err 2", "err 3"]);
+    assert_eq!(
+        sorted_lines(&outcome.stdout_text()),
+        ["out 0", "out 1", "out 2", "out 3"]
+    );
+    assert_eq!(
+        sorted_lines(&outcome.stderr_text()),
+        ["err 0", "err 1", "err 2", "err 3"]
+    );
 }
 
 #[test]
 fn tag_output_prefixes_each_line_with_its_rank() {
-    let spec = captured(sh(3, "echo first $METAMPI_RANK; echo second $METAMPI_RANK")).tag_output(true);
+    let spec =
+        captured(sh(3, "echo first $METAMPI_RANK; echo second $METAMPI_RANK")).tag_output(true);
     let outcome = run(&spec).unwrap();
     let lines = sorted_lines(&outcome.stdout_text());
     assert_eq!(
         lines,
-        ["[0] first 0", "[0] second 0", "[1] first 1", "[1] second 1", "[2] first 2", "[2] second 2"]
+        [
+            "[0] first 0",
+            "[0] second 0",
+            "[1] first 1",
+            "[1] second 1",
+            "[2] first 2",
+            "[2] second 2"
+        ]
     );
 }
 
@@ -37,7 +55,10 @@ fn long_lines_from_many_ranks_never_mix() {
     let mut per_rank = [0usize; RANKS];
     for line in text.lines() {
         let (tag, rest) = line.split_once(' ').expect("tagged line");
-        let rank: usize = tag.trim_matches(|c| c == '[' || c == ']').parse().expect("rank tag");
+        let rank: usize = tag
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse()
+            .expect("rank tag");
         assert_eq!(rest, format!("rank {rank} {filler}"), "mangled line");
         per_rank[rank] += 1;
     }
@@ -66,16 +87,25 @@ fn output_dir_gets_one_file_per_rank_and_stream() {
     let dir = TempDir::new("outdir");
     let out = dir.0.join("nested/out");
     let spec = JobSpec::new()
-        .app(sh(2, "echo out $METAMPI_RANK; printf 'err %s' $METAMPI_RANK >&2"))
+        .app(sh(
+            2,
+            "echo out $METAMPI_RANK; printf 'err %s' $METAMPI_RANK >&2",
+        ))
         .stdin(StdinTarget::None)
         .tag_output(true)
         .output(OutputMode::Directory(out.clone()));
     let outcome = run(&spec).unwrap();
     assert!(outcome.success());
     for rank in 0..2 {
-        let read = |suffix: &str| std::fs::read_to_string(out.join(format!("rank.{rank}.{suffix}"))).unwrap();
+        let read = |suffix: &str| {
+            std::fs::read_to_string(out.join(format!("rank.{rank}.{suffix}"))).unwrap()
+        };
         assert_eq!(read("stdout"), format!("out {rank}\n"));
-        assert_eq!(read("stderr"), format!("err {rank}"), "files hold the raw bytes");
+        assert_eq!(
+            read("stderr"),
+            format!("err {rank}"),
+            "files hold the raw bytes"
+        );
     }
     assert!(outcome.stdout.is_empty() && outcome.stderr.is_empty());
 }
@@ -104,12 +134,22 @@ fn stdin_goes_to_rank_0_by_default() {
 fn stdin_all_copies_to_every_rank() {
     assert_eq!(
         stdin_job(Some(StdinTarget::All)),
-        ["[0] hello", "[0] world", "[1] hello", "[1] world", "[2] hello", "[2] world"]
+        [
+            "[0] hello",
+            "[0] world",
+            "[1] hello",
+            "[1] world",
+            "[2] hello",
+            "[2] world"
+        ]
     );
 }
 
 #[test]
 fn stdin_to_one_chosen_rank_or_none() {
-    assert_eq!(stdin_job(Some(StdinTarget::Rank(2))), ["[2] hello", "[2] world"]);
+    assert_eq!(
+        stdin_job(Some(StdinTarget::Rank(2))),
+        ["[2] hello", "[2] world"]
+    );
     assert!(stdin_job(Some(StdinTarget::None)).is_empty());
 }

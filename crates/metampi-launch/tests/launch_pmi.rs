@@ -27,11 +27,16 @@ fn my_rank() -> Option<(usize, usize)> {
 
 #[test]
 fn rank_exchange() {
-    let Some((rank, size)) = my_rank() else { return };
+    let Some((rank, size)) = my_rank() else {
+        return;
+    };
     let mut pmi = PmiClient::from_env().unwrap();
     for round in 0..3 {
-        pmi.put(&format!("card-{round}-{rank}"), &format!("tcp://10.0.0.{rank}:{}", 5000 + round))
-            .unwrap();
+        pmi.put(
+            &format!("card-{round}-{rank}"),
+            &format!("tcp://10.0.0.{rank}:{}", 5000 + round),
+        )
+        .unwrap();
         pmi.fence().unwrap();
         for peer in 0..size {
             let value = pmi.get(&format!("card-{round}-{peer}")).unwrap();
@@ -49,9 +54,17 @@ fn rank_exchange() {
 #[test]
 fn pmi_exchange_and_fences_across_processes() {
     let outcome = run(&ranks_running(4, "rank_exchange")).unwrap();
-    assert!(outcome.success(), "{:?}\n{}\n{}", outcome.failure, outcome.stdout_text(), outcome.stderr_text());
+    assert!(
+        outcome.success(),
+        "{:?}\n{}\n{}",
+        outcome.failure,
+        outcome.stdout_text(),
+        outcome.stderr_text()
+    );
     for rank in 0..4 {
-        assert!(outcome.stdout_text().contains(&format!("rank {rank} exchanged")));
+        assert!(outcome
+            .stdout_text()
+            .contains(&format!("rank {rank} exchanged")));
     }
 }
 
@@ -76,7 +89,11 @@ fn abort_from_one_rank_ends_the_job_with_its_code() {
     let outcome = run(&ranks_running(3, "rank_abort")).unwrap();
     assert!(start.elapsed() < Duration::from_secs(20));
     match &outcome.failure {
-        Some(JobFailure::Aborted { rank, code: 7, message }) => {
+        Some(JobFailure::Aborted {
+            rank,
+            code: 7,
+            message,
+        }) => {
             assert_eq!(rank.rank, 1);
             assert_eq!(message, "input file is corrupt");
         }
@@ -84,7 +101,11 @@ fn abort_from_one_rank_ends_the_job_with_its_code() {
     }
     assert_eq!(outcome.exit_code(), 7);
     let line = outcome.failure.unwrap().to_string();
-    assert!(line.starts_with("rank 1 (pid ") && line.ends_with("called abort with code 7: input file is corrupt"), "{line}");
+    assert!(
+        line.starts_with("rank 1 (pid ")
+            && line.ends_with("called abort with code 7: input file is corrupt"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -123,5 +144,8 @@ fn a_panicking_rank_fails_the_job_with_the_test_harness_code() {
         "{:?}",
         outcome.failure
     );
-    assert!(outcome.stderr_text().contains("rank 0 gives up") || outcome.stdout_text().contains("rank 0 gives up"));
+    assert!(
+        outcome.stderr_text().contains("rank 0 gives up")
+            || outcome.stdout_text().contains("rank 0 gives up")
+    );
 }

@@ -30,6 +30,11 @@ fn sigterm_to_the_launcher_stops_the_job() {
     assert!(status.success());
     let outcome = job.join().unwrap().unwrap();
     assert!(start.elapsed() < Duration::from_secs(10));
-    assert_eq!(outcome.failure, Some(JobFailure::Interrupted { signal: libc::SIGTERM }));
+    assert_eq!(
+        outcome.failure,
+        Some(JobFailure::Interrupted {
+            signal: libc::SIGTERM
+        })
+    );
     assert_eq!(outcome.exit_code(), 128 + libc::SIGTERM);
 }

@@ -62,19 +62,29 @@ pub(crate) struct TcpLink {
     closed: bool,
 }
 
+/// Receive side of a stream: a staging buffer so that one `read` usually
+/// brings in several small frames, and large rendezvous data goes straight
+/// into the receiver's buffer.
 struct Rx {
-    env_buf: [u8; ENV_LEN],
-    env_got: usize,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
     env: Option<Envelope>,
     body: Body,
     body_got: usize,
 }
 
+/// Bytes of the stream staging buffer.
+const RX_BUF: usize = 256 << 10;
+/// Payloads at least this large are read directly into their target.
+const DIRECT_MIN: usize = 16 << 10;
+
 impl Default for Rx {
     fn default() -> Self {
         Rx {
-            env_buf: [0; ENV_LEN],
-            env_got: 0,
+            buf: vec![0; RX_BUF],
+            start: 0,
+            end: 0,
             env: None,
             body: Body::None,
             body_got: 0,
@@ -432,61 +442,76 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
     let mut moved = false;
     let rx = &mut t.rx;
     loop {
+        let avail = rx.end - rx.start;
         let Some(env) = rx.env else {
-            match read_some(&mut t.stream, &mut rx.env_buf[rx.env_got..])? {
-                None => return Ok(moved),
-                Some(n) => rx.env_got += n,
-            }
-            if rx.env_got < ENV_LEN {
+            if avail >= ENV_LEN {
+                let env = Envelope::decode(&rx.buf[rx.start..rx.start + ENV_LEN])
+                    .filter(|e| !e.is_inline())
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))?;
+                rx.start += ENV_LEN;
+                let n = env.trailing_len();
+                if n == 0 {
+                    core.handle_incoming(&env, &[]);
+                    moved = true;
+                    continue;
+                }
+                if env.kind != Kind::Data && n > MAX_EAGER_WIRE {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "eager message too large"));
+                }
+                // Whole small frame already buffered: hand it over in place.
+                if env.kind != Kind::Data && rx.end - rx.start >= n {
+                    core.handle_incoming(&env, &rx.buf[rx.start..rx.start + n]);
+                    rx.start += n;
+                    moved = true;
+                    continue;
+                }
+                rx.body_got = 0;
+                rx.body = if env.kind == Kind::Data {
+                    if core.data_target(&env).is_some() {
+                        Body::Direct
+                    } else {
+                        Body::Discard
+                    }
+                } else {
+                    Body::Staged(vec![0; n])
+                };
+                rx.env = Some(env);
                 continue;
             }
-            let env = Envelope::decode(&rx.env_buf)
-                .filter(|e| !e.is_inline())
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))?;
-            let n = env.trailing_len();
-            rx.body_got = 0;
-            rx.body = if n == 0 {
-                Body::None
-            } else if env.kind == Kind::Data {
-                if core.data_target(&env).is_some() {
-                    Body::Direct
-                } else {
-                    Body::Discard
-                }
-            } else if n > MAX_EAGER_WIRE {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "eager message too large"));
-            } else {
-                Body::Staged(vec![0; n])
-            };
-            rx.env = Some(env);
-            if n == 0 {
-                core.handle_incoming(&env, &[]);
-                rx.env = None;
-                rx.env_got = 0;
-                moved = true;
+            if !fill(&mut t.stream, rx)? {
+                return Ok(moved);
             }
             continue;
         };
         let n = env.trailing_len();
-        let got = match &mut rx.body {
-            Body::Staged(v) => read_some(&mut t.stream, &mut v[rx.body_got..])?,
-            Body::Direct => match core.data_target(&env) {
+        let need = n - rx.body_got;
+        if avail > 0 {
+            let k = avail.min(need);
+            let src = &rx.buf[rx.start..rx.start + k];
+            match &mut rx.body {
+                Body::Staged(v) => v[rx.body_got..rx.body_got + k].copy_from_slice(src),
+                Body::Direct => match core.data_target(&env) {
+                    Some(dst) => dst[rx.body_got..rx.body_got + k].copy_from_slice(src),
+                    None => rx.body = Body::Discard,
+                },
+                _ => {}
+            }
+            rx.start += k;
+            rx.body_got += k;
+        } else if need >= DIRECT_MIN && matches!(rx.body, Body::Direct) {
+            let got = match core.data_target(&env) {
                 Some(dst) => read_some(&mut t.stream, &mut dst[rx.body_got..])?,
                 None => {
                     rx.body = Body::Discard;
                     continue;
                 }
-            },
-            Body::Discard => {
-                let mut sink = [0u8; 4096];
-                let want = (n - rx.body_got).min(sink.len());
-                read_some(&mut t.stream, &mut sink[..want])?
+            };
+            match got {
+                None => return Ok(moved),
+                Some(k) => rx.body_got += k,
             }
-            Body::None => Some(0),
-        };
-        match got {
-            None => return Ok(moved),
-            Some(k) => rx.body_got += k,
+        } else if !fill(&mut t.stream, rx)? {
+            return Ok(moved);
         }
         if rx.body_got == n {
             match std::mem::take(&mut rx.body) {
@@ -495,8 +520,26 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
                 _ => {}
             }
             rx.env = None;
-            rx.env_got = 0;
             moved = true;
+        }
+    }
+}
+
+/// Reads more bytes into the staging buffer; `false` when nothing is there.
+fn fill(s: &mut TcpStream, rx: &mut Rx) -> io::Result<bool> {
+    if rx.start == rx.end {
+        rx.start = 0;
+        rx.end = 0;
+    } else if rx.start > 0 && rx.buf.len() - rx.end < ENV_LEN {
+        rx.buf.copy_within(rx.start..rx.end, 0);
+        rx.end -= rx.start;
+        rx.start = 0;
+    }
+    match read_some(s, &mut rx.buf[rx.end..])? {
+        None => Ok(false),
+        Some(k) => {
+            rx.end += k;
+            Ok(true)
         }
     }
 }

@@ -104,8 +104,11 @@ impl Shared {
         let wake = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(format!("metampi-{job}-{rank}"))?)?;
         wake.set_nonblocking(true)?;
 
+        use std::net::ToSocketAddrs;
         let pmi_ip: IpAddr = pmi_addr
-            .parse::<InetAddr>()
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
             .map(|a| a.ip())
             .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let listen_ip = if pmi_ip.is_loopback() { pmi_ip } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
@@ -335,6 +338,7 @@ impl Shared {
     pub(crate) fn wait_until<R>(&self, mut check: impl FnMut(&mut Engine) -> Option<R>) -> R {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let start = Instant::now();
+        let mut spins = 0u32;
         let mut fds = Vec::new();
         let r = loop {
             let mut e = self.lock();
@@ -354,7 +358,10 @@ impl Shared {
             }
             if start.elapsed() < self.spin {
                 drop(e);
-                if self.oversubscribed {
+                spins += 1;
+                // Yield now and then even with a core of our own: if the peer
+                // shares our core, spinning would only delay it.
+                if self.oversubscribed || spins % 32 == 0 {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();

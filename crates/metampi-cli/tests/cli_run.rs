@@ -1,0 +1,350 @@
+//! `metampi run` as a user runs it: the real binary, real ranks.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn metampi(args: &[&str]) -> Output {
+    metampi_with_stdin(args, b"")
+}
+
+fn metampi_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Dropping the handle after writing closes the pipe, so ranks reading stdin see EOF.
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn sorted_lines(bytes: &[u8]) -> Vec<String> {
+    let mut lines: Vec<String> = text(bytes).lines().map(String::from).collect();
+    lines.sort();
+    lines
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("metampi-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn every_rank_runs_with_its_rank_number() {
+    let out = metampi(&["run", "-n", "3", "sh", "-c", "echo $METAMPI_RANK"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(sorted_lines(&out.stdout), ["0", "1", "2"]);
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn program_arguments_that_look_like_options_reach_the_program() {
+    let out = metampi(&[
+        "run",
+        "-n",
+        "1",
+        "sh",
+        "-c",
+        "echo \"$@\"",
+        "argv0",
+        "-l",
+        "--all",
+        "-n",
+        "9",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "-l --all -n 9\n");
+}
+
+#[test]
+fn a_failing_rank_gives_its_exit_code_and_is_named() {
+    let start = Instant::now();
+    let out = metampi(&[
+        "run",
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        "if [ $METAMPI_RANK = 1 ]; then exit 5; fi; sleep 30",
+    ]);
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(5));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("metampi run: rank 1 (pid ") && err.contains("exited with code 5"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_gives_128_plus_the_signal() {
+    let out = metampi(&[
+        "run",
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "if [ $METAMPI_RANK = 0 ]; then kill -KILL $$; fi; sleep 30",
+    ]);
+    assert_eq!(out.status.code(), Some(137));
+    assert!(
+        text(&out.stderr).contains("was killed by signal SIGKILL (9)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn timeout_exits_124() {
+    let out = metampi(&["run", "--timeout", "0.5", "-n", "2", "sleep", "30"]);
+    assert_eq!(out.status.code(), Some(124));
+    assert!(
+        text(&out.stderr).contains("timed out"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn mimd_programs_are_separated_by_a_colon() {
+    let out = metampi(&[
+        "run",
+        "-n",
+        "1",
+        "sh",
+        "-c",
+        "echo A$METAMPI_RANK.$METAMPI_APPNUM",
+        ":",
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "echo B$METAMPI_RANK.$METAMPI_APPNUM",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(sorted_lines(&out.stdout), ["A0.0", "B1.1", "B2.1"]);
+}
+
+#[test]
+fn tag_output_and_stdin_routing() {
+    let out = metampi_with_stdin(&["run", "--tag-output", "-n", "2", "cat"], b"hello\n");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[0] hello\n");
+
+    let out = metampi_with_stdin(
+        &["run", "--tag-output", "--stdin", "all", "-n", "2", "cat"],
+        b"hello\n",
+    );
+    assert_eq!(sorted_lines(&out.stdout), ["[0] hello", "[1] hello"]);
+
+    let out = metampi_with_stdin(
+        &["run", "--tag-output", "--stdin", "1", "-n", "2", "cat"],
+        b"hello\n",
+    );
+    assert_eq!(text(&out.stdout), "[1] hello\n");
+}
+
+#[test]
+fn env_exports_and_local_hosts() {
+    let out = metampi(&[
+        "run",
+        "-x",
+        "GREETING=hi there",
+        "--launch",
+        "local",
+        "--hosts",
+        "a,b:2",
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        "echo $METAMPI_RANK $METAMPI_NODE $METAMPI_LOCAL_RANK/$METAMPI_LOCAL_SIZE $GREETING",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        ["0 a 0/1 hi there", "1 b 0/2 hi there", "2 b 1/2 hi there"]
+    );
+}
+
+#[test]
+fn hostfile_is_read() {
+    let dir = temp_dir("hostfile");
+    let file = dir.join("hosts");
+    std::fs::write(&file, "# test hosts\nx slots=2\ny:1\n").unwrap();
+    let out = metampi(&[
+        "run",
+        "--launch",
+        "local",
+        "--hostfile",
+        file.to_str().unwrap(),
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        "echo $METAMPI_RANK $METAMPI_NODE",
+    ]);
+    assert_eq!(
+        sorted_lines(&out.stdout),
+        ["0 x", "1 x", "2 y"],
+        "{}",
+        text(&out.stderr)
+    );
+
+    std::fs::write(&file, "x slots=0\n").unwrap();
+    let out = metampi(&[
+        "run",
+        "--hostfile",
+        file.to_str().unwrap(),
+        "-n",
+        "1",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("hostfile line 1"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn output_dir_keeps_the_terminal_quiet() {
+    let dir = temp_dir("outdir");
+    let out = metampi(&[
+        "run",
+        "--output-dir",
+        dir.to_str().unwrap(),
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "echo out$METAMPI_RANK; echo err >&2",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("rank.1.stdout")).unwrap(),
+        "out1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("rank.0.stderr")).unwrap(),
+        "err\n"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn invalid_command_lines_are_refused_before_anything_starts() {
+    let dir = temp_dir("refused");
+    let marker = dir.join("started");
+    let touch = format!("touch {}", marker.display());
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run"], "required"),
+        (vec!["run", "-n", "2"], "required"),
+        (vec!["run", "-n", "0", "sh", "-c", &touch], "0 ranks"),
+        (
+            vec!["run", "-n", "2", "no-such-program-for-metampi"],
+            "not found in PATH",
+        ),
+        (
+            vec!["run", "--hosts", "a:0", "-n", "2", "sh", "-c", &touch],
+            "at least 1",
+        ),
+        (
+            vec!["run", "--hosts", "a:x", "-n", "2", "sh", "-c", &touch],
+            "not a positive integer",
+        ),
+        (
+            vec!["run", "--stdin", "5", "-n", "2", "sh", "-c", &touch],
+            "stdin rank 5",
+        ),
+        (
+            vec!["run", "--stdin", "most", "-n", "2", "sh", "-c", &touch],
+            "--stdin",
+        ),
+        (
+            vec!["run", "--debug", "4", "-n", "2", "sh", "-c", &touch],
+            "debug rank 4",
+        ),
+        (
+            vec!["run", "--timeout", "0", "-n", "2", "sh", "-c", &touch],
+            "longer than zero",
+        ),
+        (
+            vec!["run", "--launch", "rsh", "-n", "2", "sh", "-c", &touch],
+            "{cmd}",
+        ),
+        (
+            vec!["run", "-x", "1X=2", "-n", "2", "sh", "-c", &touch],
+            "invalid environment variable",
+        ),
+        (
+            vec!["run", "-n", "1", "sh", "-c", &touch, ":", "sh"],
+            "-n M",
+        ),
+        (
+            vec![
+                "run",
+                "--output-dir",
+                "/proc/metampi/none",
+                "-n",
+                "1",
+                "sh",
+                "-c",
+                &touch,
+            ],
+            "output directory",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = metampi(&args);
+        let err = text(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(1 | 2)),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
+        assert!(err.contains(needle), "{args:?}: want {needle:?} in {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    assert!(!marker.exists(), "a rank was started");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn help_documents_every_option() {
+    let out = metampi(&["run", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = text(&out.stdout);
+    for needle in [
+        "-n",
+        "--hosts",
+        "--hostfile",
+        "--launch",
+        "-x",
+        "--env-all",
+        "--tag-output",
+        "--output-dir",
+        "--stdin",
+        "--timeout",
+        "--debug",
+        "METAMPI_PMI",
+        "METAMPI_LOCAL_SIZE",
+        "Exit status",
+        ":",
+    ] {
+        assert!(help.contains(needle), "help lacks {needle}");
+    }
+}
