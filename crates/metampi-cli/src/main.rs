@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod demo;
 mod run;
 
 #[derive(Debug, Parser)]
@@ -21,12 +22,18 @@ struct Cli {
 enum Command {
     // No doc comment here: it would replace the long help that RunArgs carries.
     Run(run::RunArgs),
+    /// Run a demonstration job: 4 ranks on 2 emulated machines of this computer.
+    Demo(demo::DemoArgs),
+    #[command(hide = true)]
+    DemoRank,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::execute(args),
+        Command::Demo(args) => demo::execute(args),
+        Command::DemoRank => demo::rank_main(),
     };
     match result {
         Ok(code) => ExitCode::from(code),
