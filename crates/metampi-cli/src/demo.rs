@@ -32,7 +32,9 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
     }
     let exe = std::env::current_exe()?;
     let per = args.ranks.div_ceil(args.machines);
-    let hosts: Vec<Host> = (0..args.machines).map(|i| Host::new(format!("machine{i}"), per)).collect();
+    let hosts: Vec<Host> = (0..args.machines)
+        .map(|i| Host::new(format!("machine{i}"), per))
+        .collect();
     println!(
         "metampi demo: {} ranks on {} emulated machine(s) of this computer (shared memory inside a machine, TCP between)",
         args.ranks, args.machines
@@ -72,13 +74,22 @@ pub fn rank_main() -> Result<u8> {
     // 2. Numerical integration of 4/(1+x²) over [0,1], split over the ranks.
     let steps = 10_000_000u64;
     let h = 1.0 / steps as f64;
-    let local: f64 = (rank as u64..steps).step_by(size as usize).map(|i| 4.0 / (1.0 + ((i as f64 + 0.5) * h).powi(2))).sum::<f64>() * h;
+    let local: f64 = (rank as u64..steps)
+        .step_by(size as usize)
+        .map(|i| 4.0 / (1.0 + ((i as f64 + 0.5) * h).powi(2)))
+        .sum::<f64>()
+        * h;
     let mut pi = 0.0f64;
     world.all_reduce_into(&local, &mut pi, SystemOperation::sum());
 
     // 3. Ping-pong between rank 0 and its machine neighbour and a remote rank.
-    let local_peer = node.size().gt(&1).then(|| world.rank() ^ 1).filter(|&p| p < size);
-    let remote_peer = (0..size).find(|&r| world.meta_host_of(r).is_ok() && !same_node(&world, &node, r));
+    let local_peer = node
+        .size()
+        .gt(&1)
+        .then(|| world.rank() ^ 1)
+        .filter(|&p| p < size);
+    let remote_peer =
+        (0..size).find(|&r| world.meta_host_of(r).is_ok() && !same_node(&world, &node, r));
     let lat_local = pingpong(&world, local_peer.filter(|_| rank < 2).map(|_| (0, 1)));
     let lat_remote = pingpong(&world, remote_peer.map(|r| (0, r)));
 
@@ -90,7 +101,10 @@ pub fn rank_main() -> Result<u8> {
     if rank == 0 {
         let expect: i64 = (1..size as i64).sum();
         println!("ring token      : {token} (expected {expect})");
-        println!("pi              : {pi:.12} (error {:.1e})", (pi - std::f64::consts::PI).abs());
+        println!(
+            "pi              : {pi:.12} (error {:.1e})",
+            (pi - std::f64::consts::PI).abs()
+        );
         println!("machine sizes   : {nodes:?} (processor {name})");
         if let Some(l) = lat_local {
             println!("latency shm     : {l:.2} µs one-way (8 bytes, rank 0 <-> 1)");
@@ -106,13 +120,20 @@ pub fn rank_main() -> Result<u8> {
     Ok(0)
 }
 
-fn same_node(world: &metampi::topology::SimpleCommunicator, node: &metampi::topology::SimpleCommunicator, r: i32) -> bool {
+fn same_node(
+    world: &metampi::topology::SimpleCommunicator,
+    node: &metampi::topology::SimpleCommunicator,
+    r: i32,
+) -> bool {
     let g = node.group();
     world.group().translate_rank(r, &g).is_some()
 }
 
 /// One-way latency between the pair (a, b) in µs, measured by `a`; every rank calls it.
-fn pingpong(world: &metampi::topology::SimpleCommunicator, pair: Option<(i32, i32)>) -> Option<f64> {
+fn pingpong(
+    world: &metampi::topology::SimpleCommunicator,
+    pair: Option<(i32, i32)>,
+) -> Option<f64> {
     let mut p = [-1i32; 2];
     if let Some((a, b)) = pair {
         p = [a, b];

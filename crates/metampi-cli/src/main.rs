@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
 mod demo;
 mod run;
 
@@ -24,6 +25,8 @@ enum Command {
     Run(run::RunArgs),
     /// Run a demonstration job: 4 ranks on 2 emulated machines of this computer.
     Demo(demo::DemoArgs),
+    /// Validate a meta-computer description (or PACX hostfile) and print the resolved layout.
+    Check(check::CheckArgs),
     #[command(hide = true)]
     DemoRank,
 }
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::execute(args),
         Command::Demo(args) => demo::execute(args),
+        Command::Check(args) => check::execute(args),
         Command::DemoRank => demo::rank_main(),
     };
     match result {

@@ -348,3 +348,44 @@ fn help_documents_every_option() {
         assert!(help.contains(needle), "help lacks {needle}");
     }
 }
+
+#[test]
+fn check_prints_layout_and_reports_errors_with_position() {
+    let dir = std::env::temp_dir().join(format!("metampi-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.cfg");
+    std::fs::write(
+        &good,
+        "METAHOST a { TYPE = ch_shmem; NODES = a0; NPROCS = 2; LAUNCH = local; }\n\
+         METAHOST b { TYPE = ch_shmem; NODES = b0; NPROCS = 3; LAUNCH = local; }\n\
+         PAIR a b 1\n a0 -> b0\n PAIR b a 1\n b0 -> a0\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .arg("check")
+        .arg(&good)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "check failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("2 meta hosts"), "{text}");
+    assert!(text.contains("2-4"), "ranks of b should be 2-4: {text}");
+    let bad = dir.join("bad.cfg");
+    std::fs::write(&bad, "METAHOST a {\n  NODES = a0;\n  BOGUS = 1;\n}\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .arg("check")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.cfg:3:"),
+        "error must name file and line: {err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -62,6 +62,7 @@ pub use units::Bandwidth;
 /// # Errors
 /// The first syntax or validation error, with its line and column.
 pub fn parse_str(name: &str, text: &str) -> Result<MetaConfig, ConfigError> {
+    let text = strip_bom(text);
     let toks = lexer::lex(text).map_err(|(p, k)| ConfigError::new(name, p, k))?;
     let ast = parser::parse(text, &toks).map_err(|(p, k)| ConfigError::new(name, p, k))?;
     resolve::resolve(name, &ast, Format::MetaMpich)
@@ -74,6 +75,7 @@ pub fn parse_str(name: &str, text: &str) -> Result<MetaConfig, ConfigError> {
 /// # Errors
 /// The first syntax or validation error, with its line and column.
 pub fn parse_pacx_str(name: &str, text: &str) -> Result<MetaConfig, ConfigError> {
+    let text = strip_bom(text);
     let ast = pacx::parse(text).map_err(|(p, k)| ConfigError::new(name, p, k))?;
     resolve::resolve(name, &ast, Format::Pacx)
 }
@@ -83,7 +85,7 @@ pub fn parse_pacx_str(name: &str, text: &str) -> Result<MetaConfig, ConfigError>
 /// MetaMPICH (whose errors are the more helpful).
 #[must_use]
 pub fn detect_format(text: &str) -> Format {
-    for line in text.lines() {
+    for line in strip_bom(text).lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') || line.starts_with("/*") {
             continue;
@@ -139,6 +141,11 @@ pub fn load(path: impl AsRef<Path>) -> Result<MetaConfig, ConfigError> {
     parse_auto(&name, &text)
 }
 
+/// Editors on some systems start UTF-8 files with a byte order mark; it is not content.
+fn strip_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +157,20 @@ mod tests {
         assert_eq!(detect_format("METAHOST a {}"), Format::MetaMpich);
         assert_eq!(detect_format("LAUNCH=local\n"), Format::MetaMpich);
         assert_eq!(detect_format(""), Format::MetaMpich);
+        assert_eq!(detect_format("\u{feff}host1 100 tcp\r\n"), Format::Pacx);
+    }
+
+    #[test]
+    fn windows_files() {
+        let cfg = parse_str(
+            "w.cfg",
+            "\u{feff}METAHOST a {\r\n  NODES = a0, a1;\r\n}\r\n",
+        )
+        .expect("parses");
+        assert_eq!(cfg.world_size(), 2);
+        let cfg =
+            parse_pacx_str("h", "\u{feff}h1 2 tcp\r\nh2 3 tcp (ssh h2 start)\r\n").expect("parses");
+        assert_eq!(cfg.hosts[1].launch, Launch::Verbatim("ssh h2 start".into()));
     }
 
     #[test]

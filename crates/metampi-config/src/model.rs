@@ -260,7 +260,7 @@ pub enum Launch {
     Netns(String),
     /// Through `ssh` to the given destination (`host`, `user@host`, `host:port`).
     Ssh(String),
-    /// Not at all: the user starts them (metampi prints the command).
+    /// Not at all: the user starts them.
     Manual,
     /// Through a command template; `{cmd}` is replaced by the quoted process command line,
     /// `{node}` by the node name and `{host}` by the meta host name.

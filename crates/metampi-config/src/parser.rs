@@ -480,6 +480,15 @@ impl Parser<'_> {
                     ))
                 }
                 w if TOP_KEYWORDS.contains(&w) => ast.globals.push(self.global_setting()?),
+                "PORT" => {
+                    return Err((
+                        t.pos,
+                        ErrorKind::Expected {
+                            expected: "PORT inside a PAIR or on a link (PORTBASE sets the base for automatic ports)".into(),
+                            found: "PORT at top level".into(),
+                        },
+                    ))
+                }
                 w => {
                     if let Some(pi) = pair_before {
                         if self.line_has_arrow() {

@@ -163,10 +163,9 @@ fn parse_byte_order(s: &Setting) -> RResult<ByteOrder> {
 
 fn parse_pin(s: &Setting) -> RResult<[u8; 32]> {
     let v = s.value.trim();
-    let v = if v.len() >= 7 && v[..7].eq_ignore_ascii_case("sha256:") {
-        &v[7..]
-    } else {
-        v
+    let v = match (v.get(..7), v.get(7..)) {
+        (Some(prefix), Some(rest)) if prefix.eq_ignore_ascii_case("sha256:") => rest,
+        _ => v,
     };
     let hex: String = v.chars().filter(|c| *c != ':').collect();
     let expected = "a SHA-256 certificate fingerprint: 'sha256:' and 64 hex digits (colons between bytes allowed)";
@@ -384,16 +383,6 @@ fn resolve_globals(ast: &Ast) -> RResult<GlobalState> {
         if let Some(o) = opt {
             g.globals.legacy.insert("AUTO_ROUTER".into(), o.clone());
         }
-    }
-    if let Some((_, pos)) = g.opts.ports {
-        return Err((
-            pos,
-            ErrorKind::Expected {
-                expected: "PORT inside a PAIR or on a link (use PORTBASE for the global base)"
-                    .into(),
-                found: "PORT at top level".into(),
-            },
-        ));
     }
     Ok(g)
 }
@@ -1257,7 +1246,7 @@ fn resolve_pairs(
                         )),
                         (Some((port, _)), None) => Ok(Some((port, PortOrigin::Explicit))),
                         (None, Some((n, p))) => {
-                            let port = u64::from(g.globals.port_base) + n;
+                            let port = u64::from(g.globals.port_base).saturating_add(n);
                             u16::try_from(port).map(|v| Some((v, PortOrigin::Offset))).map_err(|_| (
                                 p,
                                 ErrorKind::BadValue {

@@ -283,6 +283,10 @@ fn port_errors() {
         "t.cfg:5:9: bad value '1' for port offset: expected an offset that keeps PORTBASE (65535) + offset within 65535"
     );
     assert_eq!(
+        err("PORT = 7000\nMETAHOST A { }\n"),
+        "t.cfg:1:1: expected PORT inside a PAIR or on a link (PORTBASE sets the base for automatic ports), found PORT at top level"
+    );
+    assert_eq!(
         err("PORTBASE 0\nMETAHOST A { }\n"),
         "t.cfg:1:10: bad value '0' for PORTBASE: expected a TCP port in 1..=65535"
     );

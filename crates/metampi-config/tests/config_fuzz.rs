@@ -122,6 +122,9 @@ fn hostile_inputs() {
         "[::1".into(),
         "\u{feff}METAHOST a { }".into(),
         "METAHOST \u{1F600} { NODES = \u{e9}t\u{e9}0 - \u{e9}t\u{e9}3; }".into(),
+        "METAHOST a { }\nMETAHOST b { }\nPAIR a b 1 - { PIN = sha\u{e9}\u{20ac}x:00; }\na <-> b\n".into(),
+        "METAHOST a { }\nMETAHOST b { }\nPAIR a b 1 -\na <-> b:18446744073709551615\n".into(),
+        "METAHOST a { LAUNCH = \"{\u{e9}}{cmd}\"; }".into(),
         format!("{}\n", "h 1 tcp\n".repeat(300)),
     ];
     for c in &cases {

@@ -21,22 +21,39 @@ pub fn derive_equivalence(input: TokenStream) -> TokenStream {
 
 fn expand(ast: &DeriveInput) -> syn::Result<Tokens> {
     let Data::Struct(data) = &ast.data else {
-        return Err(syn::Error::new_spanned(ast, "Equivalence can only be derived for structs"));
+        return Err(syn::Error::new_spanned(
+            ast,
+            "Equivalence can only be derived for structs",
+        ));
     };
     if !ast.generics.params.is_empty() {
-        return Err(syn::Error::new_spanned(&ast.generics, "Equivalence cannot be derived for generic structs"));
+        return Err(syn::Error::new_spanned(
+            &ast.generics,
+            "Equivalence cannot be derived for generic structs",
+        ));
     }
     let ident = &ast.ident;
     let fields: Vec<(Tokens, &Type)> = match &data.fields {
-        Fields::Named(f) => f.named.iter().map(|f| (f.ident.to_token_stream(), &f.ty)).collect(),
-        Fields::Unnamed(f) => f.unnamed.iter().enumerate().map(|(i, f)| (Index::from(i).to_token_stream(), &f.ty)).collect(),
+        Fields::Named(f) => f
+            .named
+            .iter()
+            .map(|f| (f.ident.to_token_stream(), &f.ty))
+            .collect(),
+        Fields::Unnamed(f) => f
+            .unnamed
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (Index::from(i).to_token_stream(), &f.ty))
+            .collect(),
         Fields::Unit => Vec::new(),
     };
     let mut dts = Vec::new();
     for (_, ty) in &fields {
         dts.push(datatype_of(ty)?);
     }
-    let offsets = fields.iter().map(|(name, _)| quote!(::core::mem::offset_of!(#ident, #name) as ::metampi::Address));
+    let offsets = fields
+        .iter()
+        .map(|(name, _)| quote!(::core::mem::offset_of!(#ident, #name) as ::metampi::Address));
     let ones = fields.iter().map(|_| quote!(1));
     Ok(quote! {
         // SAFETY: the datatype lists every field at its real offset with the
@@ -71,10 +88,17 @@ fn datatype_of(ty: &Type) -> syn::Result<Tokens> {
             ))
         }
         Type::Tuple(t) if t.elems.is_empty() => {
-            return Err(syn::Error::new_spanned(ty, "unit fields carry no data; remove them"));
+            return Err(syn::Error::new_spanned(
+                ty,
+                "unit fields carry no data; remove them",
+            ));
         }
         Type::Tuple(t) => {
-            let elems: Vec<Tokens> = t.elems.iter().map(datatype_of).collect::<syn::Result<_>>()?;
+            let elems: Vec<Tokens> = t
+                .elems
+                .iter()
+                .map(datatype_of)
+                .collect::<syn::Result<_>>()?;
             let idx = (0..t.elems.len()).map(Index::from);
             let ones = t.elems.iter().map(|_| quote!(1));
             quote!(::metampi::datatype::__resized(
@@ -87,7 +111,14 @@ fn datatype_of(ty: &Type) -> syn::Result<Tokens> {
             ))
         }
         Type::Paren(p) => datatype_of(&p.elem)?,
-        Type::Path(_) => quote!(::metampi::datatype::__ref(&<#ty as ::metampi::datatype::Equivalence>::equivalent_datatype())),
-        other => return Err(syn::Error::new_spanned(other, "unsupported field type for Equivalence")),
+        Type::Path(_) => {
+            quote!(::metampi::datatype::__ref(&<#ty as ::metampi::datatype::Equivalence>::equivalent_datatype()))
+        }
+        other => {
+            return Err(syn::Error::new_spanned(
+                other,
+                "unsupported field type for Equivalence",
+            ))
+        }
     })
 }

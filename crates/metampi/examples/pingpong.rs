@@ -9,7 +9,10 @@ use metampi::traits::*;
 fn main() {
     let universe = metampi::initialize().expect("initialize once");
     let world = universe.world();
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let lat_bytes = args.first().copied().unwrap_or(8);
     let bw_bytes = args.get(1).copied().unwrap_or(4 << 20);
     if world.size() < 2 {
@@ -61,7 +64,9 @@ fn main() {
         let t0 = metampi::time();
         if r == 0 {
             metampi::request::scope(|scope| {
-                let reqs: Vec<_> = (0..window).map(|_| peer.immediate_send(scope, &data[..])).collect();
+                let reqs: Vec<_> = (0..window)
+                    .map(|_| peer.immediate_send(scope, &data[..]))
+                    .collect();
                 for q in reqs {
                     q.wait();
                 }
@@ -69,7 +74,10 @@ fn main() {
             let _ = peer.receive::<u8>();
         } else {
             metampi::request::scope(|scope| {
-                let reqs: Vec<_> = sink.iter_mut().map(|b| peer.immediate_receive_into(scope, &mut b[..])).collect();
+                let reqs: Vec<_> = sink
+                    .iter_mut()
+                    .map(|b| peer.immediate_receive_into(scope, &mut b[..]))
+                    .collect();
                 for q in reqs {
                     q.wait();
                 }

@@ -9,20 +9,36 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::datatype::{pack, type_map, Buffer, BufferMut, DatatypeRef, Prim, RecvLayout, UncommittedDatatype};
+use crate::datatype::{
+    pack, type_map, Buffer, BufferMut, DatatypeRef, Prim, RecvLayout, UncommittedDatatype,
+};
+use crate::engine::core::SendBuf;
 use crate::environment::shared;
 use crate::error::{Error, ErrorClass, OrAbort};
 use crate::point_to_point::{post_send, recv_bytes, recv_vec_bytes, send_bytes, Mode};
-use crate::engine::core::SendBuf;
 use crate::topology::sealed::AsHandle;
 use crate::topology::{AsCommunicator, CommInner, Communicator};
 use crate::Rank;
 
 // ---- byte-level building blocks --------------------------------------------------
 
-fn exchange(comm: &CommInner, to: Rank, from: Rank, tag: i32, out: &[u8], inbuf: &mut [u8]) -> Result<usize, Error> {
+fn exchange(
+    comm: &CommInner,
+    to: Rank,
+    from: Rank,
+    tag: i32,
+    out: &[u8],
+    inbuf: &mut [u8],
+) -> Result<usize, Error> {
     // SAFETY: we wait for the send before returning, so `out` outlives it.
-    let sid = post_send(comm, to, tag, SendBuf::Borrowed(unsafe { crate::sys::rawbuf::SendPtr::new(out) }), Mode::Standard, true)?;
+    let sid = post_send(
+        comm,
+        to,
+        tag,
+        SendBuf::Borrowed(unsafe { crate::sys::rawbuf::SendPtr::new(out) }),
+        Mode::Standard,
+        true,
+    )?;
     let st = recv_bytes(comm, Some(from), Some(tag), inbuf, true);
     let sent = shared().wait(sid).result;
     let st = st?;
@@ -39,7 +55,14 @@ pub(crate) fn barrier_impl<C: Communicator + ?Sized>(c: &C) -> Result<(), Error>
     let mut k = 1;
     let mut round = 0;
     while k < n {
-        exchange(comm, (r + k) % n, (r - k + n) % n, base + round, &[], &mut [])?;
+        exchange(
+            comm,
+            (r + k) % n,
+            (r - k + n) % n,
+            base + round,
+            &[],
+            &mut [],
+        )?;
         k <<= 1;
         round += 1;
     }
@@ -57,7 +80,10 @@ fn bcast_bytes(comm: &CommInner, root: Rank, buf: &mut [u8]) -> Result<(), Error
             let src = (rel - mask + root) % n;
             let st = recv_bytes(comm, Some(src), Some(tag), buf, true)?;
             if st.byte_count() != buf.len() {
-                return Err(Error::new(ErrorClass::Count, "broadcast buffers differ in length between ranks"));
+                return Err(Error::new(
+                    ErrorClass::Count,
+                    "broadcast buffers differ in length between ranks",
+                ));
             }
             break;
         }
@@ -66,7 +92,14 @@ fn bcast_bytes(comm: &CommInner, root: Rank, buf: &mut [u8]) -> Result<(), Error
     mask >>= 1;
     while mask > 0 {
         if rel + mask < n {
-            send_bytes(comm, (rel + mask + root) % n, tag, buf, Mode::Standard, true)?;
+            send_bytes(
+                comm,
+                (rel + mask + root) % n,
+                tag,
+                buf,
+                Mode::Standard,
+                true,
+            )?;
         }
         mask >>= 1;
     }
@@ -75,7 +108,13 @@ fn bcast_bytes(comm: &CommInner, root: Rank, buf: &mut [u8]) -> Result<(), Error
 
 /// Reduces `acc` (this rank's contribution, overwritten) to rank 0 in rank
 /// order: after the call rank 0's `acc` holds `x0 ∘ x1 ∘ … ∘ x(n-1)`.
-fn reduce_to_zero(comm: &CommInner, acc: &mut Vec<u8>, op: &dyn OpApply, prim: Option<Prim>, dt: u32) -> Result<(), Error> {
+fn reduce_to_zero(
+    comm: &CommInner,
+    acc: &mut Vec<u8>,
+    op: &dyn OpApply,
+    prim: Option<Prim>,
+    dt: u32,
+) -> Result<(), Error> {
     let n = comm.size();
     let r = comm.rank;
     let tag = comm.next_coll_tag();
@@ -89,7 +128,10 @@ fn reduce_to_zero(comm: &CommInner, acc: &mut Vec<u8>, op: &dyn OpApply, prim: O
         if r + mask < n {
             let st = recv_bytes(comm, Some(r + mask), Some(tag), &mut other, true)?;
             if st.byte_count() != acc.len() {
-                return Err(Error::new(ErrorClass::Count, "reduction buffers differ in length between ranks"));
+                return Err(Error::new(
+                    ErrorClass::Count,
+                    "reduction buffers differ in length between ranks",
+                ));
             }
             // The child's values come from higher ranks: acc ∘ other.
             op.apply(acc, &mut other, prim, dt)?;
@@ -100,7 +142,14 @@ fn reduce_to_zero(comm: &CommInner, acc: &mut Vec<u8>, op: &dyn OpApply, prim: O
     Ok(())
 }
 
-fn reduce_bytes(comm: &CommInner, root: Rank, mut acc: Vec<u8>, op: &dyn OpApply, prim: Option<Prim>, dt: u32) -> Result<Option<Vec<u8>>, Error> {
+fn reduce_bytes(
+    comm: &CommInner,
+    root: Rank,
+    mut acc: Vec<u8>,
+    op: &dyn OpApply,
+    prim: Option<Prim>,
+    dt: u32,
+) -> Result<Option<Vec<u8>>, Error> {
     reduce_to_zero(comm, &mut acc, op, prim, dt)?;
     let tag = comm.next_coll_tag();
     if root == 0 {
@@ -122,7 +171,15 @@ pub(crate) fn agree_context(comm: &CommInner) -> u32 {
     let sh = shared();
     let mine = sh.next_context.load(Ordering::SeqCst);
     let mut acc = mine.to_le_bytes().to_vec();
-    let r = reduce_bytes(comm, 0, std::mem::take(&mut acc), &SystemOperation::max(), Some(Prim::U32), 0).or_abort();
+    let r = reduce_bytes(
+        comm,
+        0,
+        std::mem::take(&mut acc),
+        &SystemOperation::max(),
+        Some(Prim::U32),
+        0,
+    )
+    .or_abort();
     let mut b = r.unwrap_or_else(|| vec![0; 4]);
     bcast_bytes(comm, 0, &mut b).or_abort();
     let ctx = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
@@ -173,9 +230,19 @@ fn all_gather_bytes(comm: &CommInner, mine: &[u8]) -> Result<Vec<u8>, Error> {
         let send_blk = (r + n - step) % n;
         let recv_blk = (r + n - step - 1) % n;
         let tmp = out[send_blk * b..(send_blk + 1) * b].to_vec();
-        let got = exchange(comm, right, left, tag, &tmp, &mut out[recv_blk * b..(recv_blk + 1) * b])?;
+        let got = exchange(
+            comm,
+            right,
+            left,
+            tag,
+            &tmp,
+            &mut out[recv_blk * b..(recv_blk + 1) * b],
+        )?;
         if got != b {
-            return Err(Error::new(ErrorClass::Count, "all-gather contributions differ in length"));
+            return Err(Error::new(
+                ErrorClass::Count,
+                "all-gather contributions differ in length",
+            ));
         }
     }
     Ok(out)
@@ -186,7 +253,12 @@ pub(crate) fn all_gather_i32_pairs(comm: &CommInner, a: i32, b: i32) -> Vec<(i32
     mine.extend_from_slice(&b.to_le_bytes());
     let all = all_gather_bytes(comm, &mine).or_abort();
     all.chunks_exact(8)
-        .map(|c| (i32::from_le_bytes([c[0], c[1], c[2], c[3]]), i32::from_le_bytes([c[4], c[5], c[6], c[7]])))
+        .map(|c| {
+            (
+                i32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                i32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            )
+        })
         .collect()
 }
 
@@ -195,7 +267,13 @@ pub(crate) fn all_gather_i32_pairs(comm: &CommInner, a: i32, b: i32) -> Vec<(i32
 #[doc(hidden)]
 pub trait OpApply {
     /// `upper = lower ∘ upper`, element-wise over `prim` values.
-    fn apply(&self, lower: &[u8], upper: &mut [u8], prim: Option<Prim>, dt: u32) -> Result<(), Error>;
+    fn apply(
+        &self,
+        lower: &[u8],
+        upper: &mut [u8],
+        prim: Option<Prim>,
+        dt: u32,
+    ) -> Result<(), Error>;
 }
 
 /// A reduction operation (MPI-1.2 §4.9).
@@ -207,7 +285,13 @@ pub trait Operation: OpApply {
 }
 
 impl<T: OpApply + ?Sized> OpApply for &T {
-    fn apply(&self, lower: &[u8], upper: &mut [u8], prim: Option<Prim>, dt: u32) -> Result<(), Error> {
+    fn apply(
+        &self,
+        lower: &[u8],
+        upper: &mut [u8],
+        prim: Option<Prim>,
+        dt: u32,
+    ) -> Result<(), Error> {
         (**self).apply(lower, upper, prim, dt)
     }
 }
@@ -310,7 +394,12 @@ macro_rules! arith {
                 SysOp::Min => x.min(y),
                 SysOp::Sum => x + y,
                 SysOp::Product => x * y,
-                other => return Err(Error::new(ErrorClass::Type, format!("{other:?} is not defined on floating-point values"))),
+                other => {
+                    return Err(Error::new(
+                        ErrorClass::Type,
+                        format!("{other:?} is not defined on floating-point values"),
+                    ))
+                }
             };
             b.copy_from_slice(&z.to_le_bytes());
         }
@@ -319,9 +408,18 @@ macro_rules! arith {
 }
 
 impl OpApply for SystemOperation {
-    fn apply(&self, lower: &[u8], upper: &mut [u8], prim: Option<Prim>, _dt: u32) -> Result<(), Error> {
+    fn apply(
+        &self,
+        lower: &[u8],
+        upper: &mut [u8],
+        prim: Option<Prim>,
+        _dt: u32,
+    ) -> Result<(), Error> {
         let Some(p) = prim else {
-            return Err(Error::new(ErrorClass::Type, "predefined reductions need a datatype of one predefined kind"));
+            return Err(Error::new(
+                ErrorClass::Type,
+                "predefined reductions need a datatype of one predefined kind",
+            ));
         };
         let op = self.0;
         match p {
@@ -448,7 +546,13 @@ impl std::fmt::Debug for UserOperation<'_> {
 }
 
 impl OpApply for UserOperation<'_> {
-    fn apply(&self, lower: &[u8], upper: &mut [u8], _prim: Option<Prim>, dt: u32) -> Result<(), Error> {
+    fn apply(
+        &self,
+        lower: &[u8],
+        upper: &mut [u8],
+        _prim: Option<Prim>,
+        dt: u32,
+    ) -> Result<(), Error> {
         // Copy to aligned storage so closures can downcast to their element type.
         let lo: Vec<u128> = aligned_copy(lower);
         let mut up: Vec<u128> = aligned_copy(upper);
@@ -457,7 +561,16 @@ impl OpApply for UserOperation<'_> {
             let lo_b = &bytemuck_u128(&lo)[..n];
             let up_b = &mut bytemuck_u128_mut(&mut up)[..n];
             let datatype = crate::datatype::DatatypeRef::__from_id(dt);
-            (self.f)(DynBuffer { bytes: lo_b, datatype }, DynBufferMut { bytes: up_b, datatype });
+            (self.f)(
+                DynBuffer {
+                    bytes: lo_b,
+                    datatype,
+                },
+                DynBufferMut {
+                    bytes: up_b,
+                    datatype,
+                },
+            );
         }
         upper.copy_from_slice(&bytemuck_u128(&up)[..n]);
         Ok(())
@@ -498,10 +611,16 @@ where
     let layout = RecvLayout::of(inoutbuf);
     // SAFETY: `inoutbuf` is exclusively borrowed for this call.
     let Some(upper) = (unsafe { layout.dense() }) else {
-        crate::error::fatal(&Error::new(ErrorClass::Type, "reduce_local_into needs a contiguous buffer"));
+        crate::error::fatal(&Error::new(
+            ErrorClass::Type,
+            "reduce_local_into needs a contiguous buffer",
+        ));
     };
     if upper.len() != lower.len() {
-        crate::error::fatal(&Error::new(ErrorClass::Count, "reduce_local_into buffers differ in length"));
+        crate::error::fatal(&Error::new(
+            ErrorClass::Count,
+            "reduce_local_into buffers differ in length",
+        ));
     }
     op.apply(&lower, upper, prim, dt).or_abort();
 }
@@ -536,7 +655,11 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Every member's `sendbuf`, in rank order, into every member's `recvbuf`.
-    fn all_gather_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, sendbuf: &S, recvbuf: &mut R) {
+    fn all_gather_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
         let comm = &self.as_handle().0;
         let all = all_gather_bytes(comm, pack(sendbuf).bytes()).or_abort();
         let (l, _) = dense_out(recvbuf).or_abort();
@@ -544,12 +667,19 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Block `j` of member `i`'s `sendbuf` goes to block `i` of member `j`'s `recvbuf`.
-    fn all_to_all_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, sendbuf: &S, recvbuf: &mut R) {
+    fn all_to_all_into<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
         let comm = &self.as_handle().0;
         let n = comm.size() as usize;
         let data = pack(sendbuf).bytes().to_vec();
         if data.len() % n != 0 {
-            crate::error::fatal(&Error::new(ErrorClass::Count, "all_to_all send buffer is not a multiple of the communicator size"));
+            crate::error::fatal(&Error::new(
+                ErrorClass::Count,
+                "all_to_all send buffer is not a multiple of the communicator size",
+            ));
         }
         let b = data.len() / n;
         let r = comm.rank as usize;
@@ -559,9 +689,20 @@ pub trait CommunicatorCollectives: Communicator {
         for step in 1..n {
             let to = (r + step) % n;
             let from = (r + n - step) % n;
-            let got = exchange(comm, to as Rank, from as Rank, tag, &data[to * b..(to + 1) * b], &mut out[from * b..(from + 1) * b]).or_abort();
+            let got = exchange(
+                comm,
+                to as Rank,
+                from as Rank,
+                tag,
+                &data[to * b..(to + 1) * b],
+                &mut out[from * b..(from + 1) * b],
+            )
+            .or_abort();
             if got != b {
-                crate::error::fatal(&Error::new(ErrorClass::Count, "all_to_all blocks differ in length"));
+                crate::error::fatal(&Error::new(
+                    ErrorClass::Count,
+                    "all_to_all blocks differ in length",
+                ));
             }
         }
         let (l, _) = dense_out(recvbuf).or_abort();
@@ -569,18 +710,30 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Reduction of every member's `sendbuf` into every member's `recvbuf`.
-    fn all_reduce_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(&self, sendbuf: &S, recvbuf: &mut R, op: O) {
+    fn all_reduce_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
         let comm = &self.as_handle().0;
         let (acc, prim, dt) = reduce_setup(sendbuf);
         let len = acc.len();
-        let mut res = reduce_bytes(comm, 0, acc, &op, prim, dt).or_abort().unwrap_or_else(|| vec![0; len]);
+        let mut res = reduce_bytes(comm, 0, acc, &op, prim, dt)
+            .or_abort()
+            .unwrap_or_else(|| vec![0; len]);
         bcast_bytes(comm, 0, &mut res).or_abort();
         let (l, _) = dense_out(recvbuf).or_abort();
         write_out(&l, &res).or_abort();
     }
 
     /// Reduction, then block `i` of the result to member `i`.
-    fn reduce_scatter_block_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(&self, sendbuf: &S, recvbuf: &mut R, op: O) {
+    fn reduce_scatter_block_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
         let comm = &self.as_handle().0;
         let (acc, prim, dt) = reduce_setup(sendbuf);
         let n = comm.size() as usize;
@@ -591,7 +744,15 @@ pub trait CommunicatorCollectives: Communicator {
         if comm.rank == 0 {
             let res = res.unwrap_or_default();
             for i in 1..n {
-                send_bytes(comm, i as Rank, tag, &res[i * b..(i + 1) * b], Mode::Standard, true).or_abort();
+                send_bytes(
+                    comm,
+                    i as Rank,
+                    tag,
+                    &res[i * b..(i + 1) * b],
+                    Mode::Standard,
+                    true,
+                )
+                .or_abort();
             }
             write_out(&l, &res[..b]).or_abort();
         } else {
@@ -601,7 +762,12 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Inclusive prefix reduction in rank order.
-    fn scan_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(&self, sendbuf: &S, recvbuf: &mut R, op: O) {
+    fn scan_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
         let comm = &self.as_handle().0;
         let (mut acc, prim, dt) = reduce_setup(sendbuf);
         let tag = comm.next_coll_tag();
@@ -617,12 +783,21 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Exclusive prefix reduction; rank 0's `recvbuf` is left unchanged.
-    fn exclusive_scan_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(&self, sendbuf: &S, recvbuf: &mut R, op: O) {
+    fn exclusive_scan_into<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
         let comm = &self.as_handle().0;
         let (mine, prim, dt) = reduce_setup(sendbuf);
         let tag = comm.next_coll_tag();
         let prev = if comm.rank > 0 {
-            Some(recv_vec_bytes(comm, Some(comm.rank - 1), Some(tag), true).or_abort().0)
+            Some(
+                recv_vec_bytes(comm, Some(comm.rank - 1), Some(tag), true)
+                    .or_abort()
+                    .0,
+            )
         } else {
             None
         };
@@ -670,15 +845,35 @@ pub trait Root: AsCommunicator {
     /// Sends `sendbuf` to the root (non-root side of `MPI_Gather`).
     fn gather_into<S: Buffer + ?Sized>(&self, sendbuf: &S) {
         let comm = &self.as_communicator().as_handle().0;
-        assert_ne!(comm.rank, self.root_rank(), "gather_into is for non-root processes");
+        assert_ne!(
+            comm.rank,
+            self.root_rank(),
+            "gather_into is for non-root processes"
+        );
         let tag = comm.next_coll_tag();
-        send_bytes(comm, self.root_rank(), tag, pack(sendbuf).bytes(), Mode::Standard, true).or_abort();
+        send_bytes(
+            comm,
+            self.root_rank(),
+            tag,
+            pack(sendbuf).bytes(),
+            Mode::Standard,
+            true,
+        )
+        .or_abort();
     }
 
     /// Collects every member's `sendbuf` in rank order (root side).
-    fn gather_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, sendbuf: &S, recvbuf: &mut R) {
+    fn gather_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
         let comm = &self.as_communicator().as_handle().0;
-        assert_eq!(comm.rank, self.root_rank(), "gather_into_root is for the root process");
+        assert_eq!(
+            comm.rank,
+            self.root_rank(),
+            "gather_into_root is for the root process"
+        );
         let tag = comm.next_coll_tag();
         let mine = pack(sendbuf).bytes().to_vec();
         let b = mine.len();
@@ -688,9 +883,19 @@ pub trait Root: AsCommunicator {
             if i as Rank == comm.rank {
                 out[i * b..(i + 1) * b].copy_from_slice(&mine);
             } else {
-                let st = recv_bytes(comm, Some(i as Rank), Some(tag), &mut out[i * b..(i + 1) * b], true).or_abort();
+                let st = recv_bytes(
+                    comm,
+                    Some(i as Rank),
+                    Some(tag),
+                    &mut out[i * b..(i + 1) * b],
+                    true,
+                )
+                .or_abort();
                 if st.byte_count() != b {
-                    crate::error::fatal(&Error::new(ErrorClass::Count, "gather contributions differ in length"));
+                    crate::error::fatal(&Error::new(
+                        ErrorClass::Count,
+                        "gather contributions differ in length",
+                    ));
                 }
             }
         }
@@ -701,7 +906,11 @@ pub trait Root: AsCommunicator {
     /// Receives this member's block from the root (non-root side of `MPI_Scatter`).
     fn scatter_into<R: BufferMut + ?Sized>(&self, recvbuf: &mut R) {
         let comm = &self.as_communicator().as_handle().0;
-        assert_ne!(comm.rank, self.root_rank(), "scatter_into is for non-root processes");
+        assert_ne!(
+            comm.rank,
+            self.root_rank(),
+            "scatter_into is for non-root processes"
+        );
         let tag = comm.next_coll_tag();
         let (v, _) = recv_vec_bytes(comm, Some(self.root_rank()), Some(tag), true).or_abort();
         let (l, _) = dense_out(recvbuf).or_abort();
@@ -709,16 +918,32 @@ pub trait Root: AsCommunicator {
     }
 
     /// Sends block `i` of `sendbuf` to member `i` (root side).
-    fn scatter_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(&self, sendbuf: &S, recvbuf: &mut R) {
+    fn scatter_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) {
         let comm = &self.as_communicator().as_handle().0;
-        assert_eq!(comm.rank, self.root_rank(), "scatter_into_root is for the root process");
+        assert_eq!(
+            comm.rank,
+            self.root_rank(),
+            "scatter_into_root is for the root process"
+        );
         let tag = comm.next_coll_tag();
         let data = pack(sendbuf).bytes().to_vec();
         let n = comm.size() as usize;
         let b = data.len() / n;
         for i in 0..n {
             if i as Rank != comm.rank {
-                send_bytes(comm, i as Rank, tag, &data[i * b..(i + 1) * b], Mode::Standard, true).or_abort();
+                send_bytes(
+                    comm,
+                    i as Rank,
+                    tag,
+                    &data[i * b..(i + 1) * b],
+                    Mode::Standard,
+                    true,
+                )
+                .or_abort();
             }
         }
         let r = comm.rank as usize;
@@ -729,17 +954,32 @@ pub trait Root: AsCommunicator {
     /// Contributes `sendbuf` to a reduction at the root (non-root side).
     fn reduce_into<S: Buffer + ?Sized, O: Operation>(&self, sendbuf: &S, op: O) {
         let comm = &self.as_communicator().as_handle().0;
-        assert_ne!(comm.rank, self.root_rank(), "reduce_into is for non-root processes");
+        assert_ne!(
+            comm.rank,
+            self.root_rank(),
+            "reduce_into is for non-root processes"
+        );
         let (acc, prim, dt) = reduce_setup(sendbuf);
         reduce_bytes(comm, self.root_rank(), acc, &op, prim, dt).or_abort();
     }
 
     /// Reduces every member's `sendbuf` into the root's `recvbuf`.
-    fn reduce_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(&self, sendbuf: &S, recvbuf: &mut R, op: O) {
+    fn reduce_into_root<S: Buffer + ?Sized, R: BufferMut + ?Sized, O: Operation>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) {
         let comm = &self.as_communicator().as_handle().0;
-        assert_eq!(comm.rank, self.root_rank(), "reduce_into_root is for the root process");
+        assert_eq!(
+            comm.rank,
+            self.root_rank(),
+            "reduce_into_root is for the root process"
+        );
         let (acc, prim, dt) = reduce_setup(sendbuf);
-        let res = reduce_bytes(comm, self.root_rank(), acc, &op, prim, dt).or_abort().unwrap_or_default();
+        let res = reduce_bytes(comm, self.root_rank(), acc, &op, prim, dt)
+            .or_abort()
+            .unwrap_or_default();
         let (l, _) = dense_out(recvbuf).or_abort();
         write_out(&l, &res).or_abort();
     }
@@ -750,7 +990,12 @@ fn pack_layout(l: &RecvLayout) -> Vec<u8> {
     for i in 0..l.count {
         for &(off, len) in &l.tm.blocks {
             // SAFETY: the layout describes the caller's exclusively borrowed buffer.
-            let s = unsafe { std::slice::from_raw_parts(l.base.offset(i as isize * l.tm.extent as isize + off), len) };
+            let s = unsafe {
+                std::slice::from_raw_parts(
+                    l.base.offset(i as isize * l.tm.extent as isize + off),
+                    len,
+                )
+            };
             out.extend_from_slice(s);
         }
     }
@@ -762,4 +1007,3 @@ impl Root for crate::topology::Process<'_> {
         self.rank()
     }
 }
-

@@ -84,7 +84,11 @@ impl TypeMap {
         }
     }
 
-    fn from_blocks(prim: Option<Prim>, mut blocks: Vec<(isize, usize)>, extent_hint: Option<(isize, usize)>) -> TypeMap {
+    fn from_blocks(
+        prim: Option<Prim>,
+        mut blocks: Vec<(isize, usize)>,
+        extent_hint: Option<(isize, usize)>,
+    ) -> TypeMap {
         blocks.retain(|b| b.1 > 0);
         // Merge neighbours so dense layouts become one block.
         let mut merged: Vec<(isize, usize)> = Vec::with_capacity(blocks.len());
@@ -111,7 +115,9 @@ impl TypeMap {
 
     /// Whether `count` elements are one dense run of bytes starting at the pointer.
     pub(crate) fn is_dense(&self) -> bool {
-        self.lb == 0 && self.size == self.extent && (self.blocks.len() == 1 && self.blocks[0].0 == 0 || self.size == 0)
+        self.lb == 0
+            && self.size == self.extent
+            && (self.blocks.len() == 1 && self.blocks[0].0 == 0 || self.size == 0)
     }
 
     /// Repeats this map `count` times at `stride` bytes.
@@ -128,7 +134,14 @@ impl TypeMap {
 
 fn registry() -> &'static RwLock<Vec<Arc<TypeMap>>> {
     static REG: OnceLock<RwLock<Vec<Arc<TypeMap>>>> = OnceLock::new();
-    REG.get_or_init(|| RwLock::new(Prim::ALL.iter().map(|&p| Arc::new(TypeMap::primitive(p))).collect()))
+    REG.get_or_init(|| {
+        RwLock::new(
+            Prim::ALL
+                .iter()
+                .map(|&p| Arc::new(TypeMap::primitive(p)))
+                .collect(),
+        )
+    })
 }
 
 /// Predefined types are registered first, in `Prim::ALL` order.
@@ -300,7 +313,11 @@ fn hvector(count: usize, blocklength: usize, stride_bytes: isize, old: &TypeMap)
 }
 
 fn hindexed(blocklengths: &[Count], displs_bytes: &[isize], old: &TypeMap) -> TypeMap {
-    assert_eq!(blocklengths.len(), displs_bytes.len(), "blocklengths and displacements differ in length");
+    assert_eq!(
+        blocklengths.len(),
+        displs_bytes.len(),
+        "blocklengths and displacements differ in length"
+    );
     let mut blocks = Vec::new();
     for (&bl, &d) in blocklengths.iter().zip(displs_bytes) {
         blocks.extend(old.repeat(ucount(bl), old.extent as isize, d));
@@ -317,39 +334,82 @@ macro_rules! constructors {
                 $wrap(register(hvector(1, ucount(count), 0, &old)))
             }
             /// Blocks at a stride counted in elements (`MPI_Type_vector`).
-            pub fn vector<D: UncommittedDatatype>(count: Count, blocklength: Count, stride: Count, oldtype: &D) -> Self {
+            pub fn vector<D: UncommittedDatatype>(
+                count: Count,
+                blocklength: Count,
+                stride: Count,
+                oldtype: &D,
+            ) -> Self {
                 let old = type_map(oldtype.type_id());
-                $wrap(register(hvector(ucount(count), ucount(blocklength), stride as isize * old.extent as isize, &old)))
+                $wrap(register(hvector(
+                    ucount(count),
+                    ucount(blocklength),
+                    stride as isize * old.extent as isize,
+                    &old,
+                )))
             }
             /// Blocks at a stride counted in bytes (`MPI_Type_create_hvector`).
-            pub fn heterogeneous_vector<D: UncommittedDatatype>(count: Count, blocklength: Count, stride: Address, oldtype: &D) -> Self {
+            pub fn heterogeneous_vector<D: UncommittedDatatype>(
+                count: Count,
+                blocklength: Count,
+                stride: Address,
+                oldtype: &D,
+            ) -> Self {
                 let old = type_map(oldtype.type_id());
-                $wrap(register(hvector(ucount(count), ucount(blocklength), stride as isize, &old)))
+                $wrap(register(hvector(
+                    ucount(count),
+                    ucount(blocklength),
+                    stride as isize,
+                    &old,
+                )))
             }
             /// Blocks at displacements counted in elements (`MPI_Type_indexed`).
-            pub fn indexed<D: UncommittedDatatype>(blocklengths: &[Count], displacements: &[Count], oldtype: &D) -> Self {
+            pub fn indexed<D: UncommittedDatatype>(
+                blocklengths: &[Count],
+                displacements: &[Count],
+                oldtype: &D,
+            ) -> Self {
                 let old = type_map(oldtype.type_id());
-                let d: Vec<isize> = displacements.iter().map(|&x| x as isize * old.extent as isize).collect();
+                let d: Vec<isize> = displacements
+                    .iter()
+                    .map(|&x| x as isize * old.extent as isize)
+                    .collect();
                 $wrap(register(hindexed(blocklengths, &d, &old)))
             }
             /// Blocks at displacements counted in bytes (`MPI_Type_create_hindexed`).
-            pub fn heterogeneous_indexed<D: UncommittedDatatype>(blocklengths: &[Count], displacements: &[Address], oldtype: &D) -> Self {
+            pub fn heterogeneous_indexed<D: UncommittedDatatype>(
+                blocklengths: &[Count],
+                displacements: &[Address],
+                oldtype: &D,
+            ) -> Self {
                 let old = type_map(oldtype.type_id());
                 let d: Vec<isize> = displacements.iter().map(|&x| x as isize).collect();
                 $wrap(register(hindexed(blocklengths, &d, &old)))
             }
             /// Equal blocks at element displacements (`MPI_Type_create_indexed_block`).
-            pub fn indexed_block<D: UncommittedDatatype>(blocklength: Count, displacements: &[Count], oldtype: &D) -> Self {
+            pub fn indexed_block<D: UncommittedDatatype>(
+                blocklength: Count,
+                displacements: &[Count],
+                oldtype: &D,
+            ) -> Self {
                 let bl = vec![blocklength; displacements.len()];
                 Self::indexed(&bl, displacements, oldtype)
             }
             /// Equal blocks at byte displacements (`MPI_Type_create_hindexed_block`).
-            pub fn heterogeneous_indexed_block<D: UncommittedDatatype>(blocklength: Count, displacements: &[Address], oldtype: &D) -> Self {
+            pub fn heterogeneous_indexed_block<D: UncommittedDatatype>(
+                blocklength: Count,
+                displacements: &[Address],
+                oldtype: &D,
+            ) -> Self {
                 let bl = vec![blocklength; displacements.len()];
                 Self::heterogeneous_indexed(&bl, displacements, oldtype)
             }
             /// A struct of blocks of different types (`MPI_Type_create_struct`).
-            pub fn structured<D: UncommittedDatatype>(blocklengths: &[Count], displacements: &[Address], types: &[D]) -> Self {
+            pub fn structured<D: UncommittedDatatype>(
+                blocklengths: &[Count],
+                displacements: &[Address],
+                types: &[D],
+            ) -> Self {
                 assert!(
                     blocklengths.len() == displacements.len() && displacements.len() == types.len(),
                     "structured: blocklengths, displacements and types differ in length"
@@ -537,7 +597,11 @@ impl<'d, 'b, D: 'd + Datatype, B: 'b + Pointer + ?Sized> View<'d, 'b, D, B> {
     /// # Safety
     /// `buffer` must hold `count` elements of `datatype`.
     pub unsafe fn with_count_and_datatype(buffer: &'b B, count: Count, datatype: &'d D) -> Self {
-        View { datatype, count, buffer }
+        View {
+            datatype,
+            count,
+            buffer,
+        }
     }
 }
 
@@ -555,8 +619,16 @@ where
 impl<'d, 'b, D: 'd + Datatype, B: 'b + PointerMut + ?Sized> MutView<'d, 'b, D, B> {
     /// # Safety
     /// `buffer` must hold `count` elements of `datatype`.
-    pub unsafe fn with_count_and_datatype(buffer: &'b mut B, count: Count, datatype: &'d D) -> Self {
-        MutView { datatype, count, buffer }
+    pub unsafe fn with_count_and_datatype(
+        buffer: &'b mut B,
+        count: Count,
+        datatype: &'d D,
+    ) -> Self {
+        MutView {
+            datatype,
+            count,
+            buffer,
+        }
     }
 }
 
@@ -638,7 +710,9 @@ pub(crate) fn pack<B: Buffer + ?Sized>(buf: &B) -> Packed<'_> {
     for i in 0..count {
         for &(off, len) in &tm.blocks {
             // SAFETY: the datatype describes element `i` inside the buffer (Buffer contract).
-            let src = unsafe { std::slice::from_raw_parts(base.offset(i as isize * tm.extent as isize + off), len) };
+            let src = unsafe {
+                std::slice::from_raw_parts(base.offset(i as isize * tm.extent as isize + off), len)
+            };
             out.extend_from_slice(src);
         }
     }
@@ -670,7 +744,7 @@ impl RecvLayout {
     ///
     /// # Safety
     /// The buffer this layout was made from must still be exclusively borrowed.
-    pub(crate) unsafe fn dense(&self) -> Option<&mut [u8]> {
+    pub(crate) unsafe fn dense<'b>(&self) -> Option<&'b mut [u8]> {
         if !self.tm.is_dense() {
             return None;
         }

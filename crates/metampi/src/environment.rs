@@ -21,7 +21,7 @@ pub enum Threading {
 
 enum State {
     Uninit,
-    Running(Arc<Shared>, Threading),
+    Running(Threading),
     Finalized,
 }
 
@@ -36,19 +36,21 @@ fn epoch() -> Instant {
 }
 
 /// The running job's engine; a clear error if the library is not initialized.
-pub(crate) fn shared() -> Arc<Shared> {
-    match &*state().lock().unwrap_or_else(|p| p.into_inner()) {
-        State::Running(s, _) => Arc::clone(s),
-        State::Uninit => panic!("metampi is not initialized: call metampi::initialize() first"),
-        State::Finalized => panic!("metampi was finalized: the Universe has been dropped"),
+/// The engine, set once at start-up: a single atomic load on every call.
+static ENGINE: OnceLock<Arc<Shared>> = OnceLock::new();
+
+pub(crate) fn shared() -> &'static Arc<Shared> {
+    match ENGINE.get() {
+        Some(s) if !s.finalized.load(std::sync::atomic::Ordering::Relaxed) => s,
+        Some(_) => panic!("metampi was finalized: the Universe has been dropped"),
+        None => panic!("metampi is not initialized: call metampi::initialize() first"),
     }
 }
 
-pub(crate) fn try_shared() -> Option<Arc<Shared>> {
-    match &*state().lock().unwrap_or_else(|p| p.into_inner()) {
-        State::Running(s, _) => Some(Arc::clone(s)),
-        _ => None,
-    }
+pub(crate) fn try_shared() -> Option<&'static Arc<Shared>> {
+    ENGINE
+        .get()
+        .filter(|s| !s.finalized.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// The whole job: created by [`initialize`], finalizes when dropped.
@@ -123,7 +125,8 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
             std::process::exit(1);
         }
     };
-    *st = State::Running(Arc::clone(&shared), threading);
+    let _ = ENGINE.set(Arc::clone(&shared));
+    *st = State::Running(threading);
     Some((
         Universe {
             shared,
@@ -136,19 +139,25 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
 /// The thread level granted at start-up.
 pub fn threading_support() -> Threading {
     match &*state().lock().unwrap_or_else(|p| p.into_inner()) {
-        State::Running(_, t) => *t,
+        State::Running(t) => *t,
         _ => Threading::Single,
     }
 }
 
 /// Whether `initialize` has been called.
 pub fn is_initialized() -> bool {
-    !matches!(*state().lock().unwrap_or_else(|p| p.into_inner()), State::Uninit)
+    !matches!(
+        *state().lock().unwrap_or_else(|p| p.into_inner()),
+        State::Uninit
+    )
 }
 
 /// Whether the `Universe` has been dropped.
 pub fn is_finalized() -> bool {
-    matches!(*state().lock().unwrap_or_else(|p| p.into_inner()), State::Finalized)
+    matches!(
+        *state().lock().unwrap_or_else(|p| p.into_inner()),
+        State::Finalized
+    )
 }
 
 /// Wall-clock seconds since an arbitrary fixed point (`MPI_Wtime`).

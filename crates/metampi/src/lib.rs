@@ -38,9 +38,9 @@
 //! [`traits::Source::immediate_receive_vec`]) need no scope and are real
 //! `Future`s woken by the library.
 
+mod bootstrap;
 pub mod collective;
 pub mod datatype;
-mod bootstrap;
 mod engine;
 mod envelope;
 pub mod environment;
@@ -52,7 +52,8 @@ pub mod testing;
 pub mod topology;
 
 pub use crate::environment::{
-    initialize, initialize_with_threading, is_finalized, is_initialized, processor_name, time, time_resolution, Threading,
+    initialize, initialize_with_threading, is_finalized, is_initialized, processor_name, time,
+    time_resolution, Threading,
 };
 pub use crate::error::{Error, ErrorClass};
 
@@ -68,7 +69,10 @@ pub type Address = isize;
 /// rsmpi's vocabulary in one import: `use metampi::traits::*;`.
 pub mod traits {
     pub use crate::collective::{CommunicatorCollectives, Operation, Root};
-    pub use crate::datatype::{AsDatatype, Buffer, BufferMut, Collection, Datatype, Equivalence, Pointer, PointerMut, UncommittedDatatype};
+    pub use crate::datatype::{
+        AsDatatype, Buffer, BufferMut, Collection, Datatype, Equivalence, Pointer, PointerMut,
+        UncommittedDatatype,
+    };
     pub use crate::point_to_point::{Destination, MatchedReceiveVec, Source};
     pub use crate::topology::{AsCommunicator, Communicator, Group};
     pub use metampi_derive::Equivalence;

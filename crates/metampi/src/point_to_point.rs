@@ -7,7 +7,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::datatype::{pack, Buffer, BufferMut, Datatype, Equivalence, Packed, RecvLayout, UncommittedDatatype};
+use crate::datatype::{
+    pack, Buffer, BufferMut, Datatype, Equivalence, Packed, RecvLayout, UncommittedDatatype,
+};
 use crate::engine::core::{Completed, Pattern, RawStatus, RecvBuf, ReqId, SendBuf, Unexpected};
 use crate::environment::shared;
 use crate::error::{truncate, Error, ErrorClass, OrAbort};
@@ -49,11 +51,7 @@ impl Status {
     /// Number of elements of datatype `d` received.
     pub fn count<D: Datatype>(&self, d: D) -> Count {
         let size = crate::datatype::size_of_type(d.type_id());
-        if size == 0 {
-            0
-        } else {
-            (self.bytes / size) as Count
-        }
+        self.bytes.checked_div(size).unwrap_or(0) as Count
     }
 
     /// Bytes received.
@@ -69,7 +67,11 @@ impl Status {
 
 impl std::fmt::Debug for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Status {{ source_rank: {}, tag: {} }}", self.source, self.tag)
+        write!(
+            f,
+            "Status {{ source_rank: {}, tag: {} }}",
+            self.source, self.tag
+        )
     }
 }
 
@@ -85,13 +87,23 @@ pub enum Mode {
 
 fn check_tag(tag: Tag) -> Result<(), Error> {
     if tag < 0 {
-        return Err(Error::new(ErrorClass::Tag, format!("tag {tag} is negative")));
+        return Err(Error::new(
+            ErrorClass::Tag,
+            format!("tag {tag} is negative"),
+        ));
     }
     Ok(())
 }
 
 /// Posts a send of `data` to communicator rank `dst`.
-pub(crate) fn post_send(comm: &CommInner, dst: Rank, tag: Tag, data: SendBuf, mode: Mode, coll: bool) -> Result<ReqId, Error> {
+pub(crate) fn post_send(
+    comm: &CommInner,
+    dst: Rank,
+    tag: Tag,
+    data: SendBuf,
+    mode: Mode,
+    coll: bool,
+) -> Result<ReqId, Error> {
     if !coll {
         check_tag(tag)?;
     }
@@ -110,7 +122,13 @@ pub(crate) fn post_send(comm: &CommInner, dst: Rank, tag: Tag, data: SendBuf, mo
 }
 
 /// Posts a receive into `buf`.
-pub(crate) fn post_recv(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>, buf: RecvBuf, coll: bool) -> Result<ReqId, Error> {
+pub(crate) fn post_recv(
+    comm: &CommInner,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+    buf: RecvBuf,
+    coll: bool,
+) -> Result<ReqId, Error> {
     if let Some(t) = tag {
         if !coll {
             check_tag(t)?;
@@ -125,10 +143,48 @@ pub(crate) fn post_recv(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>, b
     Ok(shared().with(|e| e.core.post_recv(pat, buf)))
 }
 
+/// Sends small standard-mode messages without a request when the transport
+/// can take them at once. Returns whether it did.
+fn send_now(
+    comm: &CommInner,
+    dst: Rank,
+    tag: Tag,
+    bytes: &[u8],
+    mode: Mode,
+    coll: bool,
+) -> Result<bool, Error> {
+    if !matches!(mode, Mode::Standard | Mode::Ready) {
+        return Ok(false);
+    }
+    if !coll {
+        check_tag(tag)?;
+    }
+    let w = comm.world_of(dst)?;
+    let ctx = comm.ctx + coll as u32;
+    Ok(shared().quick(|e| e.links.try_send_now(&mut e.core, w, ctx, tag, bytes)))
+}
+
 /// Blocking send of raw bytes (collectives use it on the collective context).
-pub(crate) fn send_bytes(comm: &CommInner, dst: Rank, tag: Tag, bytes: &[u8], mode: Mode, coll: bool) -> Result<(), Error> {
+pub(crate) fn send_bytes(
+    comm: &CommInner,
+    dst: Rank,
+    tag: Tag,
+    bytes: &[u8],
+    mode: Mode,
+    coll: bool,
+) -> Result<(), Error> {
+    if send_now(comm, dst, tag, bytes, mode, coll)? {
+        return Ok(());
+    }
     // SAFETY: we wait for completion before returning, so `bytes` outlives the request.
-    let id = post_send(comm, dst, tag, SendBuf::Borrowed(unsafe { SendPtr::new(bytes) }), mode, coll)?;
+    let id = post_send(
+        comm,
+        dst,
+        tag,
+        SendBuf::Borrowed(unsafe { SendPtr::new(bytes) }),
+        mode,
+        coll,
+    )?;
     if mode == Mode::Buffered {
         return Ok(());
     }
@@ -136,15 +192,32 @@ pub(crate) fn send_bytes(comm: &CommInner, dst: Rank, tag: Tag, bytes: &[u8], mo
 }
 
 /// Blocking receive of raw bytes into `buf`; the length received is in the status.
-pub(crate) fn recv_bytes(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>, buf: &mut [u8], coll: bool) -> Result<Status, Error> {
+pub(crate) fn recv_bytes(
+    comm: &CommInner,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+    buf: &mut [u8],
+    coll: bool,
+) -> Result<Status, Error> {
     // SAFETY: we wait for completion before returning, so `buf` outlives the request.
-    let id = post_recv(comm, src, tag, RecvBuf::Borrowed(unsafe { RecvPtr::new(buf) }), coll)?;
+    let id = post_recv(
+        comm,
+        src,
+        tag,
+        RecvBuf::Borrowed(unsafe { RecvPtr::new(buf) }),
+        coll,
+    )?;
     let c = shared().wait(id);
     c.result.map(|_| Status::from_raw(comm, c.status))
 }
 
 /// Blocking receive of a message of any length.
-pub(crate) fn recv_vec_bytes(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>, coll: bool) -> Result<(Vec<u8>, Status), Error> {
+pub(crate) fn recv_vec_bytes(
+    comm: &CommInner,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+    coll: bool,
+) -> Result<(Vec<u8>, Status), Error> {
     let id = post_recv(comm, src, tag, RecvBuf::Owned(Vec::new()), coll)?;
     let c = shared().wait(id);
     c.result?;
@@ -199,7 +272,10 @@ fn vec_from_bytes<T: Equivalence>(data: &[u8]) -> Result<Vec<T>, Error> {
     if data.len() % size != 0 {
         return Err(Error::new(
             ErrorClass::Type,
-            format!("received {} bytes, not a whole number of {size}-byte elements", data.len()),
+            format!(
+                "received {} bytes, not a whole number of {size}-byte elements",
+                data.len()
+            ),
         ));
     }
     let n = data.len() / size;
@@ -291,7 +367,10 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Fallible receive of one value; `None` tag is any tag.
-    fn try_receive_with_tag<Msg: Equivalence>(&self, tag: Option<Tag>) -> Result<(Msg, Status), Error> {
+    fn try_receive_with_tag<Msg: Equivalence>(
+        &self,
+        tag: Option<Tag>,
+    ) -> Result<(Msg, Status), Error> {
         let comm = &self.as_communicator().as_handle().0;
         let mut slot = MaybeUninit::<Msg>::uninit();
         let size = crate::datatype::size_of_type(Msg::equivalent_datatype().type_id());
@@ -299,12 +378,16 @@ pub unsafe trait Source: AsCommunicator {
         if tm.is_dense() && size == std::mem::size_of::<Msg>() {
             // SAFETY: a dense type map covers every byte of `Msg`; the buffer is
             // ours for the duration of the blocking receive.
-            let bytes = unsafe { std::slice::from_raw_parts_mut(slot.as_mut_ptr() as *mut u8, size) };
+            let bytes =
+                unsafe { std::slice::from_raw_parts_mut(slot.as_mut_ptr() as *mut u8, size) };
             let st = recv_bytes(comm, self.source(), tag, bytes, false)?;
             if st.bytes != size {
                 return Err(Error::new(
                     ErrorClass::Count,
-                    format!("expected one value of {size} bytes, received {} bytes", st.bytes),
+                    format!(
+                        "expected one value of {size} bytes, received {} bytes",
+                        st.bytes
+                    ),
                 ));
             }
             // SAFETY: all `size` bytes were written by the receive.
@@ -325,7 +408,11 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Fallible receive into `buf`: a longer message is `ErrorClass::Truncate`.
-    fn try_receive_into_with_tag<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf, tag: Option<Tag>) -> Result<Status, Error> {
+    fn try_receive_into_with_tag<Buf: BufferMut + ?Sized>(
+        &self,
+        buf: &mut Buf,
+        tag: Option<Tag>,
+    ) -> Result<Status, Error> {
         let comm = &self.as_communicator().as_handle().0;
         let (rb, post) = recv_target(buf);
         let id = post_recv(comm, self.source(), tag, rb, false)?;
@@ -346,23 +433,36 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Fallible receive into a new vector.
-    fn try_receive_vec_with_tag<Msg: Equivalence>(&self, tag: Option<Tag>) -> Result<(Vec<Msg>, Status), Error> {
+    fn try_receive_vec_with_tag<Msg: Equivalence>(
+        &self,
+        tag: Option<Tag>,
+    ) -> Result<(Vec<Msg>, Status), Error> {
         let comm = &self.as_communicator().as_handle().0;
         let (data, st) = recv_vec_bytes(comm, self.source(), tag, false)?;
         Ok((vec_from_bytes(&data)?, st))
     }
 
     /// Starts a receive into `buf` with `tag`; complete it before the scope ends.
-    fn immediate_receive_into_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a mut Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    fn immediate_receive_into_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a mut Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
-        self.try_immediate_receive_into(scope, buf, Some(tag)).or_abort()
+        self.try_immediate_receive_into(scope, buf, Some(tag))
+            .or_abort()
     }
 
     /// [`Source::immediate_receive_into_with_tag`] for any tag.
-    fn immediate_receive_into<'a, Sc, Buf>(&self, scope: Sc, buf: &'a mut Buf) -> Request<'a, Buf, Sc>
+    fn immediate_receive_into<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a mut Buf,
+    ) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
@@ -371,7 +471,12 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Fallible nonblocking receive; `None` tag is any tag.
-    fn try_immediate_receive_into<'a, Sc, Buf>(&self, scope: Sc, buf: &'a mut Buf, tag: Option<Tag>) -> Result<Request<'a, Buf, Sc>, Error>
+    fn try_immediate_receive_into<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a mut Buf,
+        tag: Option<Tag>,
+    ) -> Result<Request<'a, Buf, Sc>, Error>
     where
         Buf: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
@@ -384,7 +489,12 @@ pub unsafe trait Source: AsCommunicator {
 
     /// Starts a receive of one value with `tag`.
     fn immediate_receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> ReceiveFuture<Msg> {
-        ReceiveFuture::post(&self.as_communicator().as_handle().0, self.source(), Some(tag)).or_abort()
+        ReceiveFuture::post(
+            &self.as_communicator().as_handle().0,
+            self.source(),
+            Some(tag),
+        )
+        .or_abort()
     }
 
     /// Starts a receive of one value with any tag.
@@ -399,7 +509,10 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Fallible [`Source::immediate_receive_vec`]; `None` tag is any tag.
-    fn try_immediate_receive_vec<Msg: Equivalence>(&self, tag: Option<Tag>) -> Result<ReceiveVecFuture<Msg>, Error> {
+    fn try_immediate_receive_vec<Msg: Equivalence>(
+        &self,
+        tag: Option<Tag>,
+    ) -> Result<ReceiveVecFuture<Msg>, Error> {
         let comm = &self.as_communicator().as_handle().0;
         let id = post_recv(comm, self.source(), tag, RecvBuf::Owned(Vec::new()), false)?;
         Ok(ReceiveVecFuture {
@@ -444,14 +557,18 @@ fn pattern(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>) -> Result<Patt
 fn immediate_probe<S: Source + ?Sized>(s: &S, tag: Option<Tag>) -> Option<Status> {
     let comm = &s.as_communicator().as_handle().0;
     let pat = pattern(comm, s.source(), tag).or_abort();
-    shared().with(|e| {
-        e.progress();
-        e.core.probe(pat)
-    })
-    .map(|raw| Status::from_raw(comm, raw))
+    shared()
+        .with(|e| {
+            e.progress();
+            e.core.probe(pat)
+        })
+        .map(|raw| Status::from_raw(comm, raw))
 }
 
-fn immediate_matched_probe<S: Source + ?Sized>(s: &S, tag: Option<Tag>) -> Option<(Message, Status)> {
+fn immediate_matched_probe<S: Source + ?Sized>(
+    s: &S,
+    tag: Option<Tag>,
+) -> Option<(Message, Status)> {
     let comm = &s.as_communicator().as_handle().0;
     let pat = pattern(comm, s.source(), tag).or_abort();
     shared()
@@ -497,15 +614,44 @@ pub trait Destination: AsCommunicator {
     }
 
     #[doc(hidden)]
-    fn try_send_with_mode<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag, mode: Mode) -> Result<(), Error> {
+    fn try_send_with_mode<Buf: Buffer + ?Sized>(
+        &self,
+        buf: &Buf,
+        tag: Tag,
+        mode: Mode,
+    ) -> Result<(), Error> {
         let comm = &self.as_communicator().as_handle().0;
         let packed = pack(buf);
         if mode == Mode::Buffered {
-            let id = post_send(comm, self.destination_rank(), tag, SendBuf::Owned(packed.bytes().to_vec()), mode, false)?;
+            let id = post_send(
+                comm,
+                self.destination_rank(),
+                tag,
+                SendBuf::Owned(packed.bytes().to_vec()),
+                mode,
+                false,
+            )?;
             let _ = id;
             return Ok(());
         }
-        let id = post_send(comm, self.destination_rank(), tag, send_buf(packed), mode, false)?;
+        if send_now(
+            comm,
+            self.destination_rank(),
+            tag,
+            packed.bytes(),
+            mode,
+            false,
+        )? {
+            return Ok(());
+        }
+        let id = post_send(
+            comm,
+            self.destination_rank(),
+            tag,
+            send_buf(packed),
+            mode,
+            false,
+        )?;
         shared().wait(id).result
     }
 
@@ -521,7 +667,8 @@ pub trait Destination: AsCommunicator {
 
     /// Synchronous send: returns only after the receiver has matched it.
     fn synchronous_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
-        self.try_send_with_mode(buf, tag, Mode::Synchronous).or_abort()
+        self.try_send_with_mode(buf, tag, Mode::Synchronous)
+            .or_abort()
     }
 
     /// Synchronous send with tag 0.
@@ -548,7 +695,13 @@ pub trait Destination: AsCommunicator {
     }
 
     #[doc(hidden)]
-    fn immediate_with_mode<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag, mode: Mode) -> Result<Request<'a, Buf, Sc>, Error>
+    fn immediate_with_mode<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+        mode: Mode,
+    ) -> Result<Request<'a, Buf, Sc>, Error>
     where
         Buf: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
@@ -558,18 +711,28 @@ pub trait Destination: AsCommunicator {
             (Mode::Buffered, p) => SendBuf::Owned(p.bytes().to_vec()),
             (_, p) => send_buf(p),
         };
-        let mode = if mode == Mode::Buffered { Mode::Standard } else { mode };
+        let mode = if mode == Mode::Buffered {
+            Mode::Standard
+        } else {
+            mode
+        };
         let id = post_send(comm, self.destination_rank(), tag, data, mode, false)?;
         Ok(Request::new(id, Arc::clone(comm), buf, scope, Post::None))
     }
 
     /// Starts a standard send with `tag`.
-    fn immediate_send_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    fn immediate_send_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
     {
-        self.immediate_with_mode(scope, buf, tag, Mode::Standard).or_abort()
+        self.immediate_with_mode(scope, buf, tag, Mode::Standard)
+            .or_abort()
     }
 
     /// Starts a standard send with tag 0.
@@ -582,12 +745,18 @@ pub trait Destination: AsCommunicator {
     }
 
     /// Starts a buffered send with `tag`.
-    fn immediate_buffered_send_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    fn immediate_buffered_send_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
     {
-        self.immediate_with_mode(scope, buf, tag, Mode::Buffered).or_abort()
+        self.immediate_with_mode(scope, buf, tag, Mode::Buffered)
+            .or_abort()
     }
 
     /// Starts a buffered send with tag 0.
@@ -600,16 +769,26 @@ pub trait Destination: AsCommunicator {
     }
 
     /// Starts a synchronous send with `tag`.
-    fn immediate_synchronous_send_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    fn immediate_synchronous_send_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
     {
-        self.immediate_with_mode(scope, buf, tag, Mode::Synchronous).or_abort()
+        self.immediate_with_mode(scope, buf, tag, Mode::Synchronous)
+            .or_abort()
     }
 
     /// Starts a synchronous send with tag 0.
-    fn immediate_synchronous_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    fn immediate_synchronous_send<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+    ) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
@@ -621,19 +800,29 @@ pub trait Destination: AsCommunicator {
     ///
     /// # Safety
     /// See [`Destination::ready_send_with_tag`].
-    unsafe fn immediate_ready_send_with_tag<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf, tag: Tag) -> Request<'a, Buf, Sc>
+    unsafe fn immediate_ready_send_with_tag<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+        tag: Tag,
+    ) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
     {
-        self.immediate_with_mode(scope, buf, tag, Mode::Ready).or_abort()
+        self.immediate_with_mode(scope, buf, tag, Mode::Ready)
+            .or_abort()
     }
 
     /// Starts a ready send with tag 0.
     ///
     /// # Safety
     /// See [`Destination::ready_send_with_tag`].
-    unsafe fn immediate_ready_send<'a, Sc, Buf>(&self, scope: Sc, buf: &'a Buf) -> Request<'a, Buf, Sc>
+    unsafe fn immediate_ready_send<'a, Sc, Buf>(
+        &self,
+        scope: Sc,
+        buf: &'a Buf,
+    ) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
@@ -649,7 +838,11 @@ pub trait Destination: AsCommunicator {
     }
 
     /// Fallible [`Destination::immediate_send_owned`].
-    fn try_immediate_send_owned<T: Equivalence>(&self, data: Vec<T>, tag: Tag) -> Result<SendFuture<T>, Error> {
+    fn try_immediate_send_owned<T: Equivalence>(
+        &self,
+        data: Vec<T>,
+        tag: Tag,
+    ) -> Result<SendFuture<T>, Error> {
         let comm = &self.as_communicator().as_handle().0;
         let buf = match pack(&data[..]) {
             // SAFETY: the vector's heap memory does not move when the vector
@@ -658,7 +851,14 @@ pub trait Destination: AsCommunicator {
             Packed::Dense(b) => SendBuf::Borrowed(unsafe { SendPtr::new(b) }),
             Packed::Packed(v) => SendBuf::Owned(v),
         };
-        let id = post_send(comm, self.destination_rank(), tag, buf, Mode::Standard, false)?;
+        let id = post_send(
+            comm,
+            self.destination_rank(),
+            tag,
+            buf,
+            Mode::Standard,
+            false,
+        )?;
         Ok(SendFuture {
             id: Some(id),
             data: Some(data),
@@ -731,7 +931,11 @@ impl Message {
     }
 
     /// Starts receiving the message into `buf`.
-    pub fn immediate_matched_receive_into<'a, Sc, Buf>(mut self, scope: Sc, buf: &'a mut Buf) -> Request<'a, Buf, Sc>
+    pub fn immediate_matched_receive_into<'a, Sc, Buf>(
+        mut self,
+        scope: Sc,
+        buf: &'a mut Buf,
+    ) -> Request<'a, Buf, Sc>
     where
         Buf: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
@@ -821,7 +1025,10 @@ impl<T: Equivalence> ReceiveFuture<T> {
 
 fn into_one<T>(mut v: Vec<T>) -> Result<T, Error> {
     if v.len() != 1 {
-        return Err(Error::new(ErrorClass::Count, format!("expected one value, received {}", v.len())));
+        return Err(Error::new(
+            ErrorClass::Count,
+            format!("expected one value, received {}", v.len()),
+        ));
     }
     Ok(v.remove(0))
 }
@@ -829,7 +1036,9 @@ fn into_one<T>(mut v: Vec<T>) -> Result<T, Error> {
 impl<T: Equivalence> std::future::Future for ReceiveFuture<T> {
     type Output = Result<(T, Status), Error>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.inner).poll(cx).map(|r| r.and_then(|(v, st)| Ok((into_one(v)?, st))))
+        Pin::new(&mut self.inner)
+            .poll(cx)
+            .map(|r| r.and_then(|(v, st)| Ok((into_one(v)?, st))))
     }
 }
 
@@ -876,7 +1085,10 @@ impl<T: Equivalence> std::future::Future for ReceiveVecFuture<T> {
     type Output = Result<(Vec<T>, Status), Error>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(id) = self.id else {
-            return Poll::Ready(Err(Error::new(ErrorClass::Arg, "future polled after completion")));
+            return Poll::Ready(Err(Error::new(
+                ErrorClass::Arg,
+                "future polled after completion",
+            )));
         };
         match poll_request(id, cx) {
             Poll::Ready(c) => {
@@ -934,7 +1146,10 @@ impl<T> std::future::Future for SendFuture<T> {
     type Output = Result<Vec<T>, Error>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(id) = self.id else {
-            return Poll::Ready(Err(Error::new(ErrorClass::Arg, "future polled after completion")));
+            return Poll::Ready(Err(Error::new(
+                ErrorClass::Arg,
+                "future polled after completion",
+            )));
         };
         match poll_request(id, cx) {
             Poll::Ready(c) => {
@@ -959,7 +1174,13 @@ impl<T> Drop for SendFuture<T> {
 
 /// Sends `msg` to `destination` with `sendtag` and receives a value from
 /// `source` with `receivetag`, without deadlock (MPI-1.2 §3.10).
-pub fn send_receive_with_tags<M, D, R, S>(msg: &M, destination: &D, sendtag: Tag, source: &S, receivetag: Tag) -> (R, Status)
+pub fn send_receive_with_tags<M, D, R, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Tag,
+) -> (R, Status)
 where
     M: Equivalence,
     D: Destination,
@@ -985,7 +1206,14 @@ where
 }
 
 /// Sends a buffer and receives into another.
-pub fn send_receive_into_with_tags<M, D, B, S>(msg: &M, destination: &D, sendtag: Tag, buf: &mut B, source: &S, receivetag: Tag) -> Status
+pub fn send_receive_into_with_tags<M, D, B, S>(
+    msg: &M,
+    destination: &D,
+    sendtag: Tag,
+    buf: &mut B,
+    source: &S,
+    receivetag: Tag,
+) -> Status
 where
     M: Buffer + ?Sized,
     D: Destination,
@@ -1015,7 +1243,13 @@ where
 }
 
 /// Sends the contents of `buf` and replaces them with the received message.
-pub fn send_receive_replace_into_with_tags<B, D, S>(buf: &mut B, destination: &D, sendtag: Tag, source: &S, receivetag: Tag) -> Status
+pub fn send_receive_replace_into_with_tags<B, D, S>(
+    buf: &mut B,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    receivetag: Tag,
+) -> Status
 where
     B: BufferMut + Buffer + ?Sized,
     D: Destination,
@@ -1023,7 +1257,15 @@ where
 {
     let copy = pack(&*buf).bytes().to_vec();
     let comm = &destination.as_communicator().as_handle().0;
-    let id = post_send(comm, destination.destination_rank(), sendtag, SendBuf::Owned(copy), Mode::Standard, false).or_abort();
+    let id = post_send(
+        comm,
+        destination.destination_rank(),
+        sendtag,
+        SendBuf::Owned(copy),
+        Mode::Standard,
+        false,
+    )
+    .or_abort();
     let st = source.receive_into_with_tag(buf, receivetag);
     shared().wait(id).result.or_abort();
     st
@@ -1038,7 +1280,15 @@ where
 {
     let copy = pack(&*buf).bytes().to_vec();
     let comm = &destination.as_communicator().as_handle().0;
-    let id = post_send(comm, destination.destination_rank(), 0, SendBuf::Owned(copy), Mode::Standard, false).or_abort();
+    let id = post_send(
+        comm,
+        destination.destination_rank(),
+        0,
+        SendBuf::Owned(copy),
+        Mode::Standard,
+        false,
+    )
+    .or_abort();
     let st = source.receive_into(buf);
     shared().wait(id).result.or_abort();
     st

@@ -61,7 +61,10 @@ impl Drop for LocalScope<'_> {
         if self.num_requests.get() != 0 {
             // Buffers are about to be released while the library may still
             // write them: the only safe way out is to stop the process.
-            eprintln!("metampi: a request scope ended with {} requests not completed", self.num_requests.get());
+            eprintln!(
+                "metampi: a request scope ended with {} requests not completed",
+                self.num_requests.get()
+            );
             std::process::abort();
         }
     }
@@ -73,7 +76,8 @@ unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
         self.num_requests.set(self.num_requests.get() + 1);
     }
     unsafe fn unregister(&self) {
-        self.num_requests.set(self.num_requests.get().saturating_sub(1));
+        self.num_requests
+            .set(self.num_requests.get().saturating_sub(1));
     }
 }
 
@@ -116,7 +120,12 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     pub(crate) fn new(id: ReqId, comm: Arc<CommInner>, data: &'a D, scope: S, post: Post) -> Self {
         scope.register();
         Request {
-            inner: Some(Inflight { id, comm, data, post }),
+            inner: Some(Inflight {
+                id,
+                comm,
+                data,
+                post,
+            }),
             scope,
             phantom: PhantomData,
         }
@@ -219,11 +228,16 @@ impl<'a, D: ?Sized + std::fmt::Debug, S: Scope<'a>> std::fmt::Debug for Request<
 }
 
 /// Waits for any request in `requests`, removes it and returns its index and status.
-pub fn wait_any<'a, D, S: Scope<'a>>(requests: &mut Vec<Request<'a, D, S>>) -> Option<(usize, Status)> {
+pub fn wait_any<'a, D, S: Scope<'a>>(
+    requests: &mut Vec<Request<'a, D, S>>,
+) -> Option<(usize, Status)> {
     if requests.is_empty() {
         return None;
     }
-    let ids: Vec<ReqId> = requests.iter().map(|r| r.inner.as_ref().expect("live").id).collect();
+    let ids: Vec<ReqId> = requests
+        .iter()
+        .map(|r| r.inner.as_ref().expect("live").id)
+        .collect();
     let idx = shared().wait_until(|e| ids.iter().position(|&id| e.core.is_done(id)));
     let r = requests.remove(idx);
     Some((idx, r.wait()))
@@ -363,7 +377,9 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     /// Waits for all requests.
     pub fn wait_all(&mut self, result: &mut Vec<Done<'a, D>>) {
         result.clear();
-        let idxs: Vec<usize> = (0..self.reqs.len()).filter(|&k| self.reqs[k].is_some()).collect();
+        let idxs: Vec<usize> = (0..self.reqs.len())
+            .filter(|&k| self.reqs[k].is_some())
+            .collect();
         self.take_done(idxs, result);
     }
 

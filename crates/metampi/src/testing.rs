@@ -83,14 +83,35 @@ impl Ranks {
     /// # Panics
     /// In the parent, when any rank fails (the message names it).
     pub fn run(self, test_name: &str, body: impl FnOnce(&SimpleCommunicator)) {
+        let n = self.n;
+        if let Some(outcome) = self.outcome(test_name, body) {
+            if let Some(f) = &outcome.failure {
+                panic!("{test_name} on {n} ranks failed: {f}");
+            }
+        }
+    }
+
+    /// Like [`Ranks::run`], but hands the job's outcome to the parent instead
+    /// of panicking on failure (for tests of failures). `None` in the ranks.
+    pub fn outcome(
+        self,
+        test_name: &str,
+        body: impl FnOnce(&SimpleCommunicator),
+    ) -> Option<metampi_launch::JobOutcome> {
         if std::env::var(CHILD_ENV).as_deref() == Ok(test_name) {
             let universe = crate::initialize().expect("a test rank initializes once");
             body(&universe.world());
             drop(universe);
-            return;
+            return None;
         }
         let exe = std::env::current_exe().expect("the test executable has a path");
-        let app = AppSpec::new(self.n, exe).args([test_name, "--exact", "--nocapture", "--test-threads=1", "-q"]);
+        let app = AppSpec::new(self.n, exe).args([
+            test_name,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ]);
         let mut spec = JobSpec::new()
             .app(app)
             .env(CHILD_ENV, test_name)
@@ -101,11 +122,13 @@ impl Ranks {
             spec = spec.env(k, v);
         }
         if !self.nodes.is_empty() {
-            spec = spec.hosts(self.nodes.iter().map(|(h, s)| Host::new(h.clone(), *s))).launch(LaunchMethod::Local);
+            spec = spec
+                .hosts(self.nodes.iter().map(|(h, s)| Host::new(h.clone(), *s)))
+                .launch(LaunchMethod::Local);
         }
-        let outcome = metampi_launch::run(&spec).unwrap_or_else(|e| panic!("launching {test_name} failed: {e}"));
-        if let Some(f) = &outcome.failure {
-            panic!("{test_name} on {} ranks failed: {f}", self.n);
-        }
+        Some(
+            metampi_launch::run(&spec)
+                .unwrap_or_else(|e| panic!("launching {test_name} failed: {e}")),
+        )
     }
 }

@@ -60,7 +60,12 @@ impl CommInner {
         usize::try_from(r)
             .ok()
             .and_then(|i| self.ranks.get(i).copied())
-            .ok_or_else(|| Error::new(ErrorClass::Rank, format!("rank {r} is outside a communicator of size {}", self.size())))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorClass::Rank,
+                    format!("rank {r} is outside a communicator of size {}", self.size()),
+                )
+            })
     }
 
     pub(crate) fn comm_of(&self, world: u32) -> Rank {
@@ -213,7 +218,9 @@ pub trait Communicator: sealed::AsHandle {
         let h = &self.as_handle().0;
         let ctx = collective::agree_context(h);
         let name = format!("{} (dup)", self.get_name());
-        SimpleCommunicator(CommunicatorHandle(CommInner::new(ctx, h.ranks.to_vec(), name).expect("a member of the parent")))
+        SimpleCommunicator(CommunicatorHandle(
+            CommInner::new(ctx, h.ranks.to_vec(), name).expect("a member of the parent"),
+        ))
     }
 
     /// Splits by colour, ordering by old rank (collective).
@@ -237,7 +244,8 @@ pub trait Communicator: sealed::AsHandle {
             .collect();
         members.sort_unstable();
         let ranks = members.iter().map(|&(_, i)| h.ranks[i]).collect();
-        CommInner::new(ctx, ranks, format!("split of {}", self.get_name())).map(|c| SimpleCommunicator(CommunicatorHandle(c)))
+        CommInner::new(ctx, ranks, format!("split of {}", self.get_name()))
+            .map(|c| SimpleCommunicator(CommunicatorHandle(c)))
     }
 
     /// The processes that share this machine's memory (`MPI_COMM_TYPE_SHARED`).
@@ -245,15 +253,21 @@ pub trait Communicator: sealed::AsHandle {
         let h = &self.as_handle().0;
         let sh = shared();
         let my_node = &sh.info.nodes[sh.info.rank as usize];
-        let color = h.ranks.iter().position(|&w| &sh.info.nodes[w as usize] == my_node).unwrap_or(0) as i32;
-        self.split_by_color_with_key(Color(color), key).expect("every process has a node colour")
+        let color = h
+            .ranks
+            .iter()
+            .position(|&w| &sh.info.nodes[w as usize] == my_node)
+            .unwrap_or(0) as i32;
+        self.split_by_color_with_key(Color(color), key)
+            .expect("every process has a node colour")
     }
 
     /// A communicator of the members of `group` (collective over this communicator).
     fn split_by_subgroup_collective(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
         let h = &self.as_handle().0;
         let ctx = collective::agree_context(h);
-        CommInner::new(ctx, group.world_ranks().to_vec(), "subgroup".into()).map(|c| SimpleCommunicator(CommunicatorHandle(c)))
+        CommInner::new(ctx, group.world_ranks().to_vec(), "subgroup".into())
+            .map(|c| SimpleCommunicator(CommunicatorHandle(c)))
     }
 
     /// A communicator of `group`, called only by its members (`MPI_Comm_create_group`).
@@ -262,14 +276,19 @@ pub trait Communicator: sealed::AsHandle {
     }
 
     /// As [`Communicator::split_by_subgroup`], with a tag to tell concurrent calls apart.
-    fn split_by_subgroup_with_tag(&self, group: &dyn Group, tag: Tag) -> Option<SimpleCommunicator> {
+    fn split_by_subgroup_with_tag(
+        &self,
+        group: &dyn Group,
+        tag: Tag,
+    ) -> Option<SimpleCommunicator> {
         let ranks = group.world_ranks().to_vec();
         if !ranks.contains(&shared().info.rank) {
             return None;
         }
         let h = &self.as_handle().0;
         let ctx = collective::agree_context_among(h, &ranks, tag);
-        CommInner::new(ctx, ranks, "subgroup".into()).map(|c| SimpleCommunicator(CommunicatorHandle(c)))
+        CommInner::new(ctx, ranks, "subgroup".into())
+            .map(|c| SimpleCommunicator(CommunicatorHandle(c)))
     }
 
     /// The group of this communicator.
@@ -279,7 +298,10 @@ pub trait Communicator: sealed::AsHandle {
 
     /// Ends the whole job with `errorcode` (`MPI_Abort`).
     fn abort(&self, errorcode: i32) -> ! {
-        crate::environment::abort_job(errorcode, &format!("MPI_Abort called with error code {errorcode}"))
+        crate::environment::abort_job(
+            errorcode,
+            &format!("MPI_Abort called with error code {errorcode}"),
+        )
     }
 
     /// Whether this is an inter-communicator (never, in this library).
@@ -289,12 +311,22 @@ pub trait Communicator: sealed::AsHandle {
 
     /// Sets the communicator's name.
     fn set_name(&self, name: &str) {
-        *self.as_handle().0.name.lock().unwrap_or_else(|p| p.into_inner()) = name.to_string();
+        *self
+            .as_handle()
+            .0
+            .name
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = name.to_string();
     }
 
     /// The communicator's name (`MPI_COMM_WORLD` for the world).
     fn get_name(&self) -> String {
-        self.as_handle().0.name.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.as_handle()
+            .0
+            .name
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Index of the meta host (site) of a rank of this communicator. On a job
@@ -307,7 +339,13 @@ pub trait Communicator: sealed::AsHandle {
     /// Number of distinct machines (shared-memory nodes) in this communicator.
     fn num_nodes(&self) -> usize {
         let sh = shared();
-        let mut names: Vec<&str> = self.as_handle().0.ranks.iter().map(|&w| sh.info.nodes[w as usize].as_str()).collect();
+        let mut names: Vec<&str> = self
+            .as_handle()
+            .0
+            .ranks
+            .iter()
+            .map(|&w| sh.info.nodes[w as usize].as_str())
+            .collect();
         names.sort_unstable();
         names.dedup();
         names.len()
@@ -328,7 +366,8 @@ impl SimpleCommunicator {
         static WORLD: OnceLock<Arc<CommInner>> = OnceLock::new();
         let inner = WORLD.get_or_init(|| {
             let n = shared().info.size;
-            CommInner::new(0, (0..n).collect(), "MPI_COMM_WORLD".into()).expect("every process is in the world")
+            CommInner::new(0, (0..n).collect(), "MPI_COMM_WORLD".into())
+                .expect("every process is in the world")
         });
         SimpleCommunicator(CommunicatorHandle(Arc::clone(inner)))
     }
@@ -338,7 +377,8 @@ impl SimpleCommunicator {
         static SELF: OnceLock<Arc<CommInner>> = OnceLock::new();
         let inner = SELF.get_or_init(|| {
             let me = shared().info.rank;
-            CommInner::new(2, vec![me], "MPI_COMM_SELF".into()).expect("this process is in its own group")
+            CommInner::new(2, vec![me], "MPI_COMM_SELF".into())
+                .expect("this process is in its own group")
         });
         SimpleCommunicator(CommunicatorHandle(Arc::clone(inner)))
     }
@@ -359,7 +399,12 @@ impl AsCommunicator for SimpleCommunicator {
 
 impl std::fmt::Debug for SimpleCommunicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SimpleCommunicator(size {}, rank {})", self.size(), self.rank())
+        write!(
+            f,
+            "SimpleCommunicator(size {}, rank {})",
+            self.size(),
+            self.rank()
+        )
     }
 }
 
@@ -425,7 +470,12 @@ pub trait Group {
         Self: Sized,
     {
         let mut v = self.world_ranks().to_vec();
-        v.extend(other.world_ranks().iter().filter(|r| !self.world_ranks().contains(r)));
+        v.extend(
+            other
+                .world_ranks()
+                .iter()
+                .filter(|r| !self.world_ranks().contains(r)),
+        );
         UserGroup(Arc::new(v))
     }
 
@@ -434,7 +484,13 @@ pub trait Group {
     where
         Self: Sized,
     {
-        UserGroup(Arc::new(self.world_ranks().iter().copied().filter(|r| other.world_ranks().contains(r)).collect()))
+        UserGroup(Arc::new(
+            self.world_ranks()
+                .iter()
+                .copied()
+                .filter(|r| other.world_ranks().contains(r))
+                .collect(),
+        ))
     }
 
     /// Members of `self` not in `other`.
@@ -442,7 +498,13 @@ pub trait Group {
     where
         Self: Sized,
     {
-        UserGroup(Arc::new(self.world_ranks().iter().copied().filter(|r| !other.world_ranks().contains(r)).collect()))
+        UserGroup(Arc::new(
+            self.world_ranks()
+                .iter()
+                .copied()
+                .filter(|r| !other.world_ranks().contains(r))
+                .collect(),
+        ))
     }
 
     /// The listed ranks, in that order.
@@ -454,7 +516,10 @@ pub trait Group {
         UserGroup(Arc::new(
             ranks
                 .iter()
-                .map(|&r| *w.get(r as usize).unwrap_or_else(|| panic!("rank {r} is not in a group of size {}", w.len())))
+                .map(|&r| {
+                    *w.get(r as usize)
+                        .unwrap_or_else(|| panic!("rank {r} is not in a group of size {}", w.len()))
+                })
                 .collect(),
         ))
     }
@@ -463,7 +528,11 @@ pub trait Group {
     fn exclude(&self, ranks: &[Rank]) -> UserGroup {
         let w = self.world_ranks();
         UserGroup(Arc::new(
-            w.iter().enumerate().filter(|(i, _)| !ranks.contains(&(*i as Rank))).map(|(_, &r)| r).collect(),
+            w.iter()
+                .enumerate()
+                .filter(|(i, _)| !ranks.contains(&(*i as Rank)))
+                .map(|(_, &r)| r)
+                .collect(),
         ))
     }
 
@@ -475,7 +544,10 @@ pub trait Group {
     /// This process's rank in the group, if a member.
     fn rank(&self) -> Option<Rank> {
         let me = shared().info.rank;
-        self.world_ranks().iter().position(|&r| r == me).map(|i| i as Rank)
+        self.world_ranks()
+            .iter()
+            .position(|&r| r == me)
+            .map(|i| i as Rank)
     }
 
     /// The rank in `other` of this group's `rank`.
@@ -484,7 +556,11 @@ pub trait Group {
         Self: Sized,
     {
         let w = *self.world_ranks().get(usize::try_from(rank).ok()?)?;
-        other.world_ranks().iter().position(|&r| r == w).map(|i| i as Rank)
+        other
+            .world_ranks()
+            .iter()
+            .position(|&r| r == w)
+            .map(|i| i as Rank)
     }
 
     /// [`Group::translate_rank`] for several ranks.
@@ -492,7 +568,10 @@ pub trait Group {
     where
         Self: Sized,
     {
-        ranks.iter().map(|&r| self.translate_rank(r, other)).collect()
+        ranks
+            .iter()
+            .map(|&r| self.translate_rank(r, other))
+            .collect()
     }
 
     /// How this group relates to `other`.

@@ -65,8 +65,14 @@ fn wildcard_order(world: &SimpleCommunicator) {
     } else {
         for i in 0..K {
             // Every 37th message is large enough for the rendezvous protocol.
-            let len = if i % 37 == 0 { 40_000 } else { 1 + (i as usize % 9) };
-            world.process_at_rank(0).send_with_tag(&vec![i; len][..], (i % 3) as i32);
+            let len = if i % 37 == 0 {
+                40_000
+            } else {
+                1 + (i as usize % 9)
+            };
+            world
+                .process_at_rank(0)
+                .send_with_tag(&vec![i; len][..], (i % 3) as i32);
         }
     }
     world.barrier();
@@ -117,16 +123,28 @@ fn truncation(world: &SimpleCommunicator) {
         peer.send(&5i32);
     } else {
         let mut small = [0i32; 5];
-        let e = peer.try_receive_into_with_tag(&mut small[..], None).unwrap_err();
+        let e = peer
+            .try_receive_into_with_tag(&mut small[..], None)
+            .unwrap_err();
         assert_eq!(e.class(), ErrorClass::Truncate);
         let mut kb = vec![0u8; 1024];
-        let e = peer.try_receive_into_with_tag(&mut kb[..], None).unwrap_err();
+        let e = peer
+            .try_receive_into_with_tag(&mut kb[..], None)
+            .unwrap_err();
         assert_eq!(e.class(), ErrorClass::Truncate);
         let (v, _) = peer.receive::<i32>();
         assert_eq!(v, 5);
-        let e = peer.try_receive_into_with_tag(&mut kb[..], Some(-3)).unwrap_err();
+        let e = peer
+            .try_receive_into_with_tag(&mut kb[..], Some(-3))
+            .unwrap_err();
         assert_eq!(e.class(), ErrorClass::Tag);
-        assert_eq!(world.try_process_at_rank(world.size()).err().map(|e| e.class()), Some(ErrorClass::Rank));
+        assert_eq!(
+            world
+                .try_process_at_rank(world.size())
+                .err()
+                .map(|e| e.class()),
+            Some(ErrorClass::Rank)
+        );
     }
     world.barrier();
 }
@@ -258,7 +276,9 @@ fn futures_with_executor(world: &SimpleCommunicator) {
     let peer = world.process_at_rank(partner);
     if r % 2 == 0 {
         std::thread::sleep(Duration::from_millis(100));
-        let sends: Vec<_> = (0..8).map(|t| peer.immediate_send_owned(vec![t as i64; 1000 * t + 1], t as i32)).collect();
+        let sends: Vec<_> = (0..8)
+            .map(|t| peer.immediate_send_owned(vec![t as i64; 1000 * t + 1], t as i32))
+            .collect();
         let back = futures_executor::block_on(async {
             let mut out = Vec::new();
             for s in sends {
@@ -268,7 +288,9 @@ fn futures_with_executor(world: &SimpleCommunicator) {
         });
         assert_eq!(back[3].len(), 3001);
     } else {
-        let recvs: Vec<_> = (0..8).map(|t| peer.try_immediate_receive_vec::<i64>(Some(t)).unwrap()).collect();
+        let recvs: Vec<_> = (0..8)
+            .map(|t| peer.try_immediate_receive_vec::<i64>(Some(t)).unwrap())
+            .collect();
         let got = futures_executor::block_on(async {
             let mut out = Vec::new();
             for f in recvs {

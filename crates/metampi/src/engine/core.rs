@@ -275,10 +275,17 @@ impl Core {
         };
         self.free.push(idx);
         let data = match state {
-            State::Recv { buf: RecvBuf::Owned(v), .. } => Some(v),
+            State::Recv {
+                buf: RecvBuf::Owned(v),
+                ..
+            } => Some(v),
             _ => None,
         };
-        Some(Completed { status, result, data })
+        Some(Completed {
+            status,
+            result,
+            data,
+        })
     }
 
     /// Releases a request whose result nobody will read (after completion).
@@ -326,7 +333,13 @@ impl Core {
             .collect();
         for id in ids {
             self.posted.retain(|&p| p != id);
-            self.fail(id, Error::new(ErrorClass::Other, format!("connection to rank {peer} lost: {why}")));
+            self.fail(
+                id,
+                Error::new(
+                    ErrorClass::Other,
+                    format!("connection to rank {peer} lost: {why}"),
+                ),
+            );
         }
     }
 
@@ -368,12 +381,15 @@ impl Core {
 
     /// Looks for a matching unexpected message without taking it.
     pub(crate) fn probe(&self, pat: Pattern) -> Option<RawStatus> {
-        self.unexpected.iter().find(|u| pat.matches(&u.env)).map(|u| RawStatus {
-            src: u.env.src,
-            tag: u.env.tag,
-            len: u.env.len as usize,
-            cancelled: false,
-        })
+        self.unexpected
+            .iter()
+            .find(|u| pat.matches(&u.env))
+            .map(|u| RawStatus {
+                src: u.env.src,
+                tag: u.env.tag,
+                len: u.env.len as usize,
+                cancelled: false,
+            })
     }
 
     /// Takes a matching unexpected message out of the queue (matched probe).
@@ -429,7 +445,10 @@ impl Core {
         if env.kind == Kind::EagerSync {
             let mut ack = Envelope::new(Kind::SyncAck, self.rank, env.context, env.tag, 0);
             ack.sreq = env.sreq;
-            self.out.push_back(Action::Ctrl { dst: env.src, env: ack });
+            self.out.push_back(Action::Ctrl {
+                dst: env.src,
+                env: ack,
+            });
         }
         self.complete(id, status, err);
     }
@@ -456,18 +475,27 @@ impl Core {
         if len > buf.cap() {
             // The sender must still finish: tell it the data will not be read.
             let err = truncate(len, buf.cap());
-            self.out.push_back(Action::Ctrl { dst: env.src, env: fin });
+            self.out.push_back(Action::Ctrl {
+                dst: env.src,
+                env: fin,
+            });
             self.complete(id, status, Some(err));
             return;
         }
         let dst = buf.prepare(len);
         if env.addr != 0 && pid > 0 && cma::read_from(pid, env.addr, dst).is_ok() {
-            self.out.push_back(Action::Ctrl { dst: env.src, env: fin });
+            self.out.push_back(Action::Ctrl {
+                dst: env.src,
+                env: fin,
+            });
             self.complete(id, status, None);
             return;
         }
         if len == 0 {
-            self.out.push_back(Action::Ctrl { dst: env.src, env: fin });
+            self.out.push_back(Action::Ctrl {
+                dst: env.src,
+                env: fin,
+            });
             self.complete(id, status, None);
             return;
         }
@@ -478,13 +506,18 @@ impl Core {
         let mut cts = Envelope::new(Kind::Cts, self.rank, env.context, env.tag, env.len);
         cts.sreq = env.sreq;
         cts.rreq = id;
-        self.out.push_back(Action::Ctrl { dst: env.src, env: cts });
+        self.out.push_back(Action::Ctrl {
+            dst: env.src,
+            env: cts,
+        });
     }
 
     /// Where the payload of a `Data` fragment should land, if the request is live.
     pub(crate) fn data_target(&mut self, env: &Envelope) -> Option<&mut [u8]> {
         match &mut self.slot(env.rreq)?.state {
-            State::Recv { buf, matched: true, .. } => buf.slice_at(env.addr as usize, env.frag as usize),
+            State::Recv {
+                buf, matched: true, ..
+            } => buf.slice_at(env.addr as usize, env.frag as usize),
             _ => None,
         }
     }
@@ -510,9 +543,11 @@ impl Core {
     pub(crate) fn handle_incoming(&mut self, env: &Envelope, payload: &[u8]) {
         match env.kind {
             Kind::Eager | Kind::EagerSync | Kind::Rts => {
-                let pos = self.posted.iter().position(|&id| match &self.slots[(id & 0xffff_ffff) as usize].state {
-                    State::Recv { pat, .. } => pat.matches(env),
-                    _ => false,
+                let pos = self.posted.iter().position(|&id| {
+                    match &self.slots[(id & 0xffff_ffff) as usize].state {
+                        State::Recv { pat, .. } => pat.matches(env),
+                        _ => false,
+                    }
                 });
                 match pos {
                     Some(i) => {
@@ -586,7 +621,13 @@ mod tests {
         c.handle_incoming(&eager(3, 1, b"q"), b"q");
         assert_eq!(c.take(a).unwrap().data.unwrap(), b"p");
         assert_eq!(c.take(b).unwrap().data.unwrap(), b"q");
-        assert!(c.probe(Pattern { ctx: 9, src: None, tag: None }).is_some());
+        assert!(c
+            .probe(Pattern {
+                ctx: 9,
+                src: None,
+                tag: None
+            })
+            .is_some());
     }
 
     #[test]
@@ -595,7 +636,14 @@ mod tests {
         let mut small = [0u8; 2];
         // SAFETY: `small` outlives the request, which completes below.
         let buf = RecvBuf::Borrowed(unsafe { RecvPtr::new(&mut small) });
-        let id = c.post_recv(Pattern { ctx: 0, src: None, tag: None }, buf);
+        let id = c.post_recv(
+            Pattern {
+                ctx: 0,
+                src: None,
+                tag: None,
+            },
+            buf,
+        );
         let mut env = eager(1, 0, b"abc");
         env.kind = Kind::EagerSync;
         env.sreq = 77;
@@ -603,7 +651,9 @@ mod tests {
         let done = c.take(id).unwrap();
         assert_eq!(done.result.unwrap_err().class(), ErrorClass::Truncate);
         match c.out.pop_front() {
-            Some(Action::Ctrl { dst: 1, env }) => assert_eq!((env.kind, env.sreq), (Kind::SyncAck, 77)),
+            Some(Action::Ctrl { dst: 1, env }) => {
+                assert_eq!((env.kind, env.sreq), (Kind::SyncAck, 77))
+            }
             _ => panic!("expected a sync ack"),
         }
     }
@@ -615,7 +665,9 @@ mod tests {
         let mut rts = Envelope::new(Kind::Rts, 1, 0, 4, 10);
         rts.sreq = 5;
         c.handle_incoming(&rts, &[]);
-        let Some(Action::Ctrl { env: cts, .. }) = c.out.pop_front() else { panic!("no cts") };
+        let Some(Action::Ctrl { env: cts, .. }) = c.out.pop_front() else {
+            panic!("no cts")
+        };
         assert_eq!(cts.kind, Kind::Cts);
         for (off, part) in [(0u64, &b"hello"[..]), (5, b"world")] {
             let mut d = Envelope::new(Kind::Data, 1, 0, 4, 10);

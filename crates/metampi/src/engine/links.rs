@@ -180,7 +180,15 @@ impl Links {
     }
 
     /// Starts a send of the bytes held by request `id` to `dst`.
-    pub(crate) fn post_send(&mut self, core: &mut Core, id: ReqId, dst: u32, ctx: u32, tag: i32, sync: bool) {
+    pub(crate) fn post_send(
+        &mut self,
+        core: &mut Core,
+        id: ReqId,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        sync: bool,
+    ) {
         let len = core.send_bytes(id).map_or(0, |b| b.len());
         let kind = if sync { Kind::EagerSync } else { Kind::Eager };
         let d = dst as usize;
@@ -203,7 +211,12 @@ impl Links {
                     let frame = env.encode(Some(bytes));
                     self.queue(d, frame, None, Some(id));
                 } else if len <= eager {
-                    self.queue(d, env.encode(None), Some((id, 0, len)), (!sync).then_some(id));
+                    self.queue(
+                        d,
+                        env.encode(None),
+                        Some((id, 0, len)),
+                        (!sync).then_some(id),
+                    );
                 } else {
                     env.kind = Kind::Rts;
                     if self.cma {
@@ -214,13 +227,24 @@ impl Links {
             }
             Link::Tcp(t) => {
                 if t.closed {
-                    core.fail(id, Error::new(ErrorClass::Other, format!("connection to rank {dst} is closed")));
+                    core.fail(
+                        id,
+                        Error::new(
+                            ErrorClass::Other,
+                            format!("connection to rank {dst} is closed"),
+                        ),
+                    );
                     return;
                 }
                 let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
                 env.sreq = id;
                 if len <= self.eager_tcp {
-                    self.queue(d, env.encode(None), Some((id, 0, len)), (!sync).then_some(id));
+                    self.queue(
+                        d,
+                        env.encode(None),
+                        Some((id, 0, len)),
+                        (!sync).then_some(id),
+                    );
                 } else {
                     env.kind = Kind::Rts;
                     self.queue(d, env.encode(None), None, None);
@@ -230,7 +254,79 @@ impl Links {
         self.flush(core, d);
     }
 
-    fn queue(&mut self, dst: usize, env: [u8; ENV_LEN], payload: Option<(ReqId, usize, usize)>, done: Option<ReqId>) {
+    /// Writes a small standard-mode message straight to the transport when
+    /// nothing is queued before it: no request, no copy besides the write.
+    /// Returns false (having done nothing) when the caller must take the
+    /// request path instead.
+    pub(crate) fn try_send_now(
+        &mut self,
+        core: &mut Core,
+        dst: u32,
+        ctx: u32,
+        tag: i32,
+        bytes: &[u8],
+    ) -> bool {
+        let d = dst as usize;
+        if self.outq.get(d).is_none_or(|q| !q.is_empty()) {
+            return false;
+        }
+        let env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
+        match &mut self.peers[d] {
+            Link::Shm(l) => {
+                if bytes.len() > self.eager_shm.min(l.prod.max_payload()) {
+                    return false;
+                }
+                let written = if bytes.len() <= INLINE_MAX {
+                    l.prod.try_write(&env.encode(Some(bytes)), &[])
+                } else {
+                    l.prod.try_write(&env.encode(None), bytes)
+                };
+                if !written {
+                    return false;
+                }
+                fence(Ordering::SeqCst);
+                if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
+                    let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
+                }
+                true
+            }
+            Link::Tcp(t) => {
+                if t.closed || bytes.len() > self.eager_tcp {
+                    return false;
+                }
+                let frame = env.encode(None);
+                let mut written = 0;
+                match write_frame(&mut t.stream, &frame, bytes, &mut written) {
+                    Ok(true) => true,
+                    Ok(false) if written == 0 => false,
+                    Ok(false) => {
+                        // Partly written: the rest must follow before anything
+                        // else, from a copy the library owns.
+                        let id = core.new_send(dst, super::core::SendBuf::Owned(bytes.to_vec()));
+                        core.detach(id);
+                        self.outq[d].push_back(OutFrame {
+                            env: frame,
+                            payload: Some((id, 0, bytes.len())),
+                            written,
+                            done: Some(id),
+                        });
+                        self.pending += 1;
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+            Link::Local => false,
+        }
+    }
+
+    fn queue(
+        &mut self,
+        dst: usize,
+        env: [u8; ENV_LEN],
+        payload: Option<(ReqId, usize, usize)>,
+        done: Option<ReqId>,
+    ) {
         self.outq[dst].push_back(OutFrame {
             env,
             payload,
@@ -269,7 +365,12 @@ impl Links {
                         env.addr = off as u64;
                         env.frag = n as u32;
                         let last = off + n == total;
-                        self.queue(dst as usize, env.encode(None), Some((sreq, off, n)), last.then_some(sreq));
+                        self.queue(
+                            dst as usize,
+                            env.encode(None),
+                            Some((sreq, off, n)),
+                            last.then_some(sreq),
+                        );
                         off += n;
                     }
                 }
@@ -406,7 +507,12 @@ impl Links {
 }
 
 /// Writes as much of one frame as the socket takes; `Ok(true)` when all is out.
-fn write_frame(s: &mut TcpStream, env: &[u8], payload: &[u8], written: &mut usize) -> io::Result<bool> {
+fn write_frame(
+    s: &mut TcpStream,
+    env: &[u8],
+    payload: &[u8],
+    written: &mut usize,
+) -> io::Result<bool> {
     let total = env.len() + payload.len();
     while *written < total {
         let r = if *written < env.len() {
@@ -415,7 +521,12 @@ fn write_frame(s: &mut TcpStream, env: &[u8], payload: &[u8], written: &mut usiz
             s.write(&payload[*written - env.len()..])
         };
         match r {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "peer closed the connection")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "peer closed the connection",
+                ))
+            }
             Ok(n) => *written += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -428,7 +539,12 @@ fn write_frame(s: &mut TcpStream, env: &[u8], payload: &[u8], written: &mut usiz
 fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>> {
     loop {
         match s.read(buf) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "peer closed the connection",
+                ))
+            }
             Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -447,7 +563,9 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
             if avail >= ENV_LEN {
                 let env = Envelope::decode(&rx.buf[rx.start..rx.start + ENV_LEN])
                     .filter(|e| !e.is_inline())
-                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))?;
+                    .ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::InvalidData, "malformed envelope")
+                    })?;
                 rx.start += ENV_LEN;
                 let n = env.trailing_len();
                 if n == 0 {
@@ -456,7 +574,10 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
                     continue;
                 }
                 if env.kind != Kind::Data && n > MAX_EAGER_WIRE {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "eager message too large"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "eager message too large",
+                    ));
                 }
                 // Whole small frame already buffered: hand it over in place.
                 if env.kind != Kind::Data && rx.end - rx.start >= n {

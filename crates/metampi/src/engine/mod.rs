@@ -50,7 +50,8 @@ pub(crate) struct Shared {
     engine: Mutex<Engine>,
     cond: Condvar,
     poller: AtomicBool,
-    waiters: AtomicUsize,
+    /// Threads blocked on the condition variable or in `poll`.
+    blocked: AtomicUsize,
     spin: Duration,
     oversubscribed: bool,
     pub info: JobInfo,
@@ -70,7 +71,10 @@ fn env_usize(name: &str) -> Option<usize> {
 }
 
 fn env_flag(name: &str) -> bool {
-    matches!(std::env::var(name).as_deref(), Ok("1") | Ok("true") | Ok("yes") | Ok("on"))
+    matches!(
+        std::env::var(name).as_deref(),
+        Ok("1") | Ok("true") | Ok("yes") | Ok("on")
+    )
 }
 
 fn other(msg: String) -> io::Error {
@@ -94,14 +98,18 @@ impl Shared {
         let rank = parse("METAMPI_RANK")?;
         let size = parse("METAMPI_SIZE")?;
         if rank >= size {
-            return Err(other(format!("METAMPI_RANK {rank} is not below METAMPI_SIZE {size}")));
+            return Err(other(format!(
+                "METAMPI_RANK {rank} is not below METAMPI_SIZE {size}"
+            )));
         }
         let appnum = parse("METAMPI_APPNUM").unwrap_or(0);
         let job = std::env::var("METAMPI_JOB").unwrap_or_else(|_| "0".into());
         let node = std::env::var("METAMPI_NODE").unwrap_or_else(|_| crate::environment::hostname());
         let mut pmi = Pmi::connect(&pmi_addr, &job, rank)?;
 
-        let wake = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(format!("metampi-{job}-{rank}"))?)?;
+        let wake = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(format!(
+            "metampi-{job}-{rank}"
+        ))?)?;
         wake.set_nonblocking(true)?;
 
         use std::net::ToSocketAddrs;
@@ -111,11 +119,19 @@ impl Shared {
             .and_then(|mut a| a.next())
             .map(|a| a.ip())
             .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        let listen_ip = if pmi_ip.is_loopback() { pmi_ip } else { IpAddr::V4(Ipv4Addr::UNSPECIFIED) };
+        let listen_ip = if pmi_ip.is_loopback() {
+            pmi_ip
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        };
         let listener = TcpListener::bind((listen_ip, 0))?;
         let port = listener.local_addr()?.port();
         // The address others use is the one this machine uses to reach the launcher.
-        let my_ip = if pmi_ip.is_loopback() { pmi_ip } else { TcpStream::connect(&pmi_addr)?.local_addr()?.ip() };
+        let my_ip = if pmi_ip.is_loopback() {
+            pmi_ip
+        } else {
+            TcpStream::connect(&pmi_addr)?.local_addr()?.ip()
+        };
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         pmi.put(&format!("n{rank}"), &node)?;
@@ -135,7 +151,10 @@ impl Shared {
         let local: Vec<u32> = (0..size).filter(|&r| nodes[r as usize] == node).collect();
         let shm_ranks: Vec<u32> = if force_tcp { vec![rank] } else { local.clone() };
         let local_index = |r: u32| shm_ranks.iter().position(|&x| x == r).unwrap_or(0);
-        let ring_cap = env_usize("METAMPI_SHM_RING").unwrap_or(256 << 10).next_power_of_two().max(64 << 10);
+        let ring_cap = env_usize("METAMPI_SHM_RING")
+            .unwrap_or(256 << 10)
+            .next_power_of_two()
+            .max(64 << 10);
         let ring_bytes = CTL_BYTES + ring_cap;
         let seg_len = SEG_CTL + shm_ranks.len() * ring_bytes;
 
@@ -169,9 +188,19 @@ impl Shared {
                 // SAFETY: ring `local_index(rank)` of the peer's segment is written
                 // only by us (one producer per ring), and the segment lives in
                 // `segments` for as long as the links.
-                let prod = unsafe { Producer::new(seg.base().add(SEG_CTL + local_index(rank) * ring_bytes), ring_cap) };
+                let prod = unsafe {
+                    Producer::new(
+                        seg.base().add(SEG_CTL + local_index(rank) * ring_bytes),
+                        ring_cap,
+                    )
+                };
                 // SAFETY: ring `local_index(r)` of our segment is read only by us.
-                let cons = unsafe { Consumer::new(own.base().add(SEG_CTL + local_index(r) * ring_bytes), ring_cap) };
+                let cons = unsafe {
+                    Consumer::new(
+                        own.base().add(SEG_CTL + local_index(r) * ring_bytes),
+                        ring_cap,
+                    )
+                };
                 // SAFETY: the first word of the peer's segment is its sleep flag,
                 // aligned and alive as long as `seg`.
                 let peer_sleep = unsafe { SleepFlag::new(seg.base() as *const AtomicU32) };
@@ -192,7 +221,8 @@ impl Shared {
             .collect();
         for &r in tcp_peers.iter().filter(|&&r| r > rank) {
             let addr = &tcp_addrs[r as usize];
-            let mut s = TcpStream::connect(addr.as_str()).map_err(|e| other(format!("connecting to rank {r} at {addr}: {e}")))?;
+            let mut s = TcpStream::connect(addr.as_str())
+                .map_err(|e| other(format!("connecting to rank {r} at {addr}: {e}")))?;
             use std::io::Write;
             s.write_all(&rank.to_le_bytes())?;
             peers[r as usize] = Links::tcp(s);
@@ -244,7 +274,7 @@ impl Shared {
             engine: Mutex::new(Engine { core, links }),
             cond: Condvar::new(),
             poller: AtomicBool::new(false),
-            waiters: AtomicUsize::new(0),
+            blocked: AtomicUsize::new(0),
             spin: Duration::from_micros(spin_us as u64),
             oversubscribed,
             info: JobInfo {
@@ -254,7 +284,9 @@ impl Shared {
                 appnum,
             },
             pmi: Mutex::new(Some(pmi)),
-            self_wake: Some(SocketAddr::from_abstract_name(format!("metampi-{job}-{rank}"))?),
+            self_wake: Some(SocketAddr::from_abstract_name(format!(
+                "metampi-{job}-{rank}"
+            ))?),
             async_started: AtomicBool::new(false),
             finalized: AtomicBool::new(false),
             next_context: AtomicU32::new(4),
@@ -272,7 +304,7 @@ impl Shared {
             }),
             cond: Condvar::new(),
             poller: AtomicBool::new(false),
-            waiters: AtomicUsize::new(0),
+            blocked: AtomicUsize::new(0),
             spin: Duration::from_micros(50),
             oversubscribed: false,
             info: JobInfo {
@@ -295,6 +327,11 @@ impl Shared {
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Runs `f` on the engine without a progress pass.
+    pub(crate) fn quick<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        f(&mut self.lock())
+    }
+
     /// Runs `f` on the engine, then one progress pass; wakes other waiters if
     /// the call may have completed their requests.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
@@ -312,7 +349,7 @@ impl Shared {
         for w in wakers {
             w.wake();
         }
-        if woke || self.waiters.load(Ordering::Relaxed) > 0 {
+        if woke || self.blocked.load(Ordering::SeqCst) > 0 {
             self.kick();
         }
     }
@@ -336,7 +373,6 @@ impl Shared {
 
     /// Drives progress until `check` returns a value.
     pub(crate) fn wait_until<R>(&self, mut check: impl FnMut(&mut Engine) -> Option<R>) -> R {
-        self.waiters.fetch_add(1, Ordering::SeqCst);
         let start = Instant::now();
         let mut spins = 0u32;
         let mut fds = Vec::new();
@@ -368,7 +404,11 @@ impl Shared {
                 }
                 continue;
             }
-            if self.poller.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            if self
+                .poller
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
                 // Announce sleep, then look once more: a writer that published
                 // before seeing the flag is caught here (Dekker-style).
                 self.set_sleeping(&e, true);
@@ -383,7 +423,9 @@ impl Shared {
                 }
                 e.links.poll_fds(&mut fds);
                 drop(e);
+                self.blocked.fetch_add(1, Ordering::SeqCst);
                 let _ = poll::wait(&fds, Duration::from_millis(200));
+                self.blocked.fetch_sub(1, Ordering::SeqCst);
                 let e = self.lock();
                 e.links.drain_wake();
                 self.set_sleeping(&e, false);
@@ -391,10 +433,11 @@ impl Shared {
                 self.poller.store(false, Ordering::SeqCst);
                 self.cond.notify_all();
             } else {
+                self.blocked.fetch_add(1, Ordering::SeqCst);
                 let _ = self.cond.wait_timeout(e, Duration::from_millis(2));
+                self.blocked.fetch_sub(1, Ordering::SeqCst);
             }
         };
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
         r
     }
 
@@ -411,13 +454,19 @@ impl Shared {
                 {
                     let mut e = me.lock();
                     while e.core.async_waiters == 0 && !me.finalized.load(Ordering::SeqCst) {
-                        e = me.cond.wait_timeout(e, Duration::from_millis(50)).map(|r| r.0).unwrap_or_else(|p| p.into_inner().0);
+                        e = me
+                            .cond
+                            .wait_timeout(e, Duration::from_millis(50))
+                            .map(|r| r.0)
+                            .unwrap_or_else(|p| p.into_inner().0);
                     }
                 }
                 if me.finalized.load(Ordering::SeqCst) {
                     return;
                 }
-                me.wait_until(|e| (e.core.async_waiters == 0 || me.finalized.load(Ordering::SeqCst)).then_some(()));
+                me.wait_until(|e| {
+                    (e.core.async_waiters == 0 || me.finalized.load(Ordering::SeqCst)).then_some(())
+                });
             });
     }
 

@@ -25,7 +25,10 @@ pub(crate) fn read_from(pid: i32, remote: u64, dst: &mut [u8]) -> io::Result<()>
             return Err(io::Error::last_os_error());
         }
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm_readv read nothing"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "process_vm_readv read nothing",
+            ));
         }
         done += n as usize;
     }

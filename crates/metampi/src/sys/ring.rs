@@ -66,7 +66,12 @@ impl Producer {
     pub(crate) unsafe fn new(base: *mut u8, cap: usize) -> Producer {
         let ctl = base as *const Ctl;
         // SAFETY: per the contract, `ctl` points to a valid control block.
-        let (head, tail) = unsafe { ((*ctl).head.0.load(Ordering::Acquire), (*ctl).tail.0.load(Ordering::Acquire)) };
+        let (head, tail) = unsafe {
+            (
+                (*ctl).head.0.load(Ordering::Acquire),
+                (*ctl).tail.0.load(Ordering::Acquire),
+            )
+        };
         Producer {
             ctl,
             // SAFETY: the data area follows the control block inside the mapping.
@@ -110,7 +115,11 @@ impl Producer {
         unsafe {
             let dst = self.data.add(off as usize);
             std::ptr::copy_nonoverlapping(env.as_ptr(), dst, LINE);
-            std::ptr::copy_nonoverlapping((rec as u32).to_le_bytes().as_ptr(), dst.add(REC_LEN_AT), 4);
+            std::ptr::copy_nonoverlapping(
+                (rec as u32).to_le_bytes().as_ptr(),
+                dst.add(REC_LEN_AT),
+                4,
+            );
             std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(LINE), payload.len());
         }
         self.tail += rec;
@@ -126,7 +135,12 @@ impl Consumer {
     pub(crate) unsafe fn new(base: *mut u8, cap: usize) -> Consumer {
         let ctl = base as *const Ctl;
         // SAFETY: per the contract, `ctl` points to a valid control block.
-        let (head, tail) = unsafe { ((*ctl).head.0.load(Ordering::Acquire), (*ctl).tail.0.load(Ordering::Acquire)) };
+        let (head, tail) = unsafe {
+            (
+                (*ctl).head.0.load(Ordering::Acquire),
+                (*ctl).tail.0.load(Ordering::Acquire),
+            )
+        };
         Consumer {
             ctl,
             // SAFETY: the data area follows the control block inside the mapping.
@@ -180,7 +194,8 @@ impl Consumer {
                 return None;
             }
             // SAFETY: the record [off, off + rec) is published and inside the data area (checked).
-            let record = unsafe { std::slice::from_raw_parts(self.data.add(off as usize), rec as usize) };
+            let record =
+                unsafe { std::slice::from_raw_parts(self.data.add(off as usize), rec as usize) };
             let taken = f(record);
             if taken {
                 self.head += rec;
@@ -218,7 +233,9 @@ mod tests {
                 let got = c.read_one(|rec| {
                     let n = u32::from_le_bytes(rec[..4].try_into().unwrap());
                     assert_eq!(n, next_read);
-                    assert!(rec[LINE..LINE + (n as usize * 7) % 300].iter().all(|&b| b == n as u8));
+                    assert!(rec[LINE..LINE + (n as usize * 7) % 300]
+                        .iter()
+                        .all(|&b| b == n as u8));
                     true
                 });
                 assert_eq!(got, Some(true));

@@ -79,7 +79,6 @@ impl Segment {
     pub(crate) fn base(&self) -> *mut u8 {
         self.ptr
     }
-
 }
 
 impl Drop for Segment {
