@@ -26,3 +26,18 @@ pub(crate) fn wait(fds: &[(RawFd, bool)], timeout: Duration) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Sets a socket's send and receive buffer sizes (`SO_SNDBUF`/`SO_RCVBUF`).
+pub(crate) fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let v: libc::c_int = bytes.min(i32::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: `v` is a live c_int and its size is passed; the kernel only reads it.
+        let rc = unsafe {
+            libc::setsockopt(fd, libc::SOL_SOCKET, opt, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t)
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
