@@ -19,6 +19,20 @@ pub fn derive_equivalence(input: TokenStream) -> TokenStream {
     }
 }
 
+/// The path of the metampi crate as the user's Cargo.toml names it, so the
+/// derive works when rsmpi programs rename it (`mpi = { package = "metampi" }`).
+fn crate_path() -> Tokens {
+    use proc_macro_crate::{crate_name, FoundCrate};
+    match crate_name("metampi") {
+        Ok(FoundCrate::Name(name)) => {
+            let id = proc_macro2::Ident::new(&name, proc_macro2::Span::call_site());
+            quote!(::#id)
+        }
+        // Inside metampi itself (its tests and examples) and when lookup fails.
+        _ => quote!(::metampi),
+    }
+}
+
 fn expand(ast: &DeriveInput) -> syn::Result<Tokens> {
     let Data::Struct(data) = &ast.data else {
         return Err(syn::Error::new_spanned(
@@ -47,28 +61,29 @@ fn expand(ast: &DeriveInput) -> syn::Result<Tokens> {
             .collect(),
         Fields::Unit => Vec::new(),
     };
+    let krate = crate_path();
     let mut dts = Vec::new();
     for (_, ty) in &fields {
-        dts.push(datatype_of(ty)?);
+        dts.push(datatype_of(ty, &krate)?);
     }
     let offsets = fields
         .iter()
-        .map(|(name, _)| quote!(::core::mem::offset_of!(#ident, #name) as ::metampi::Address));
+        .map(|(name, _)| quote!(::core::mem::offset_of!(#ident, #name) as #krate::Address));
     let ones = fields.iter().map(|_| quote!(1));
     Ok(quote! {
         // SAFETY: the datatype lists every field at its real offset with the
         // field's own datatype, so it describes exactly the data bytes.
-        unsafe impl ::metampi::datatype::Equivalence for #ident {
-            type Out = ::metampi::datatype::DatatypeRef<'static>;
+        unsafe impl #krate::datatype::Equivalence for #ident {
+            type Out = #krate::datatype::DatatypeRef<'static>;
             fn equivalent_datatype() -> Self::Out {
-                static DT: ::std::sync::OnceLock<::metampi::datatype::DatatypeRef<'static>> = ::std::sync::OnceLock::new();
+                static DT: ::std::sync::OnceLock<#krate::datatype::DatatypeRef<'static>> = ::std::sync::OnceLock::new();
                 *DT.get_or_init(|| {
-                    let dt = ::metampi::datatype::UserDatatype::structured(
+                    let dt = #krate::datatype::UserDatatype::structured::<#krate::datatype::DatatypeRef<'static>>(
                         &[#(#ones),*],
                         &[#(#offsets),*],
                         &[#(#dts),*],
                     );
-                    ::metampi::datatype::__resized(::metampi::datatype::__leak(dt), ::core::mem::size_of::<#ident>())
+                    #krate::datatype::__resized(#krate::datatype::__leak(dt), ::core::mem::size_of::<#ident>())
                 })
             }
         }
@@ -76,14 +91,14 @@ fn expand(ast: &DeriveInput) -> syn::Result<Tokens> {
 }
 
 /// An expression of type `DatatypeRef<'static>` for a field type.
-fn datatype_of(ty: &Type) -> syn::Result<Tokens> {
+fn datatype_of(ty: &Type, krate: &Tokens) -> syn::Result<Tokens> {
     Ok(match ty {
         Type::Array(a) => {
-            let elem = datatype_of(&a.elem)?;
+            let elem = datatype_of(&a.elem, krate)?;
             let len = &a.len;
             let ety = &a.elem;
-            quote!(::metampi::datatype::__resized(
-                ::metampi::datatype::__leak(::metampi::datatype::UserDatatype::contiguous((#len) as ::metampi::Count, &#elem)),
+            quote!(#krate::datatype::__resized(
+                #krate::datatype::__leak(#krate::datatype::UserDatatype::contiguous((#len) as #krate::Count, &#elem)),
                 ::core::mem::size_of::<[#ety; #len]>()
             ))
         }
@@ -97,22 +112,22 @@ fn datatype_of(ty: &Type) -> syn::Result<Tokens> {
             let elems: Vec<Tokens> = t
                 .elems
                 .iter()
-                .map(datatype_of)
+                .map(|e| datatype_of(e, krate))
                 .collect::<syn::Result<_>>()?;
             let idx = (0..t.elems.len()).map(Index::from);
             let ones = t.elems.iter().map(|_| quote!(1));
-            quote!(::metampi::datatype::__resized(
-                ::metampi::datatype::__leak(::metampi::datatype::UserDatatype::structured(
+            quote!(#krate::datatype::__resized(
+                #krate::datatype::__leak(#krate::datatype::UserDatatype::structured(
                     &[#(#ones),*],
-                    &[#(::core::mem::offset_of!(#t, #idx) as ::metampi::Address),*],
+                    &[#(::core::mem::offset_of!(#t, #idx) as #krate::Address),*],
                     &[#(#elems),*],
                 )),
                 ::core::mem::size_of::<#t>()
             ))
         }
-        Type::Paren(p) => datatype_of(&p.elem)?,
+        Type::Paren(p) => datatype_of(&p.elem, krate)?,
         Type::Path(_) => {
-            quote!(::metampi::datatype::__ref(&<#ty as ::metampi::datatype::Equivalence>::equivalent_datatype()))
+            quote!(#krate::datatype::__ref(&<#ty as #krate::datatype::Equivalence>::equivalent_datatype()))
         }
         other => {
             return Err(syn::Error::new_spanned(

@@ -11,6 +11,8 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::{Address, Count};
 
+pub use crate::collective::{DynBuffer, DynBufferMut};
+
 /// The predefined element kinds, for reductions (and byte-order conversion).
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::collective;
 use crate::environment::shared;
 use crate::error::{Error, ErrorClass};
-use crate::{Rank, Tag};
+pub use crate::Rank;
+use crate::Tag;
 
 /// A key for ordering ranks in `split_by_color_with_key`.
 pub type Key = i32;
@@ -327,6 +328,70 @@ pub trait Communicator: sealed::AsHandle {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Bytes `count` elements of `datatype` take when packed (`MPI_Pack_size`).
+    fn pack_size<Dt: crate::datatype::Datatype>(
+        &self,
+        incount: crate::Count,
+        datatype: &Dt,
+    ) -> crate::Count
+    where
+        Self: Sized,
+    {
+        (incount.max(0) as usize
+            * crate::datatype::size_of_type(crate::datatype::UncommittedDatatype::type_id(
+                datatype,
+            ))) as crate::Count
+    }
+
+    /// Packs a buffer into its signature bytes (`MPI_Pack`).
+    fn pack<Buf: crate::datatype::Buffer + ?Sized>(&self, inbuf: &Buf) -> Vec<u8>
+    where
+        Self: Sized,
+    {
+        crate::datatype::pack(inbuf).bytes().to_vec()
+    }
+
+    /// Packs into `outbuf` at `position`; returns the new position.
+    ///
+    /// # Panics
+    /// If `outbuf` is too small.
+    fn pack_into<Buf: crate::datatype::Buffer + ?Sized>(
+        &self,
+        inbuf: &Buf,
+        outbuf: &mut [u8],
+        position: crate::Count,
+    ) -> crate::Count
+    where
+        Self: Sized,
+    {
+        let p = crate::datatype::pack(inbuf);
+        let b = p.bytes();
+        let start = position.max(0) as usize;
+        outbuf[start..start + b.len()].copy_from_slice(b);
+        (start + b.len()) as crate::Count
+    }
+
+    /// Unpacks bytes at `position` into `outbuf`; returns the new position.
+    ///
+    /// # Safety
+    /// The bytes must hold valid values of `outbuf`'s element type.
+    unsafe fn unpack_into<Buf: crate::datatype::BufferMut + ?Sized>(
+        &self,
+        inbuf: &[u8],
+        outbuf: &mut Buf,
+        position: crate::Count,
+    ) -> crate::Count
+    where
+        Self: Sized,
+    {
+        let layout = crate::datatype::RecvLayout::of(outbuf);
+        let start = position.max(0) as usize;
+        let n = layout.capacity().min(inbuf.len().saturating_sub(start));
+        // SAFETY: `outbuf` is exclusively borrowed; the caller vouches for the bytes.
+        unsafe { layout.unpack(&inbuf[start..start + n]) };
+        (start + n) as crate::Count
     }
 
     /// Index of the meta host (site) of a rank of this communicator. On a job

@@ -33,7 +33,13 @@ pub(crate) fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
     for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
         // SAFETY: `v` is a live c_int and its size is passed; the kernel only reads it.
         let rc = unsafe {
-            libc::setsockopt(fd, libc::SOL_SOCKET, opt, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t)
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
         };
         if rc != 0 {
             return Err(io::Error::last_os_error());
