@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod check;
 mod demo;
 mod run;
@@ -25,6 +26,8 @@ enum Command {
     Run(run::RunArgs),
     /// Run a demonstration job: 4 ranks on 2 emulated machines of this computer.
     Demo(demo::DemoArgs),
+    /// Measure ping-pong, bandwidth and collectives over message sizes (OSU-style table, JSON, CSV, SVG).
+    Bench(bench::BenchArgs),
     /// Validate a meta-computer description (or PACX hostfile) and print the resolved layout.
     Check(check::CheckArgs),
     #[command(hide = true)]
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::execute(args),
         Command::Demo(args) => demo::execute(args),
         Command::Check(args) => check::execute(args),
+        Command::Bench(args) => bench::execute(args),
         Command::DemoRank => demo::rank_main(),
     };
     match result {

@@ -1,0 +1,373 @@
+//! The measurement loops, run on every rank.
+
+use anyhow::{bail, Result};
+use metampi::collective::SystemOperation;
+use metampi::topology::SimpleCommunicator;
+use metampi::traits::*;
+
+use super::report::{BenchReport, Row, Stats};
+use super::BenchArgs;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    PingPong,
+    PingPing,
+    Bw,
+    BiBw,
+    Barrier,
+    Bcast,
+    Reduce,
+    AllReduce,
+    Gather,
+    Scatter,
+    AllGather,
+    AllToAll,
+}
+
+impl Op {
+    const ALL: [Op; 12] = [
+        Op::PingPong,
+        Op::PingPing,
+        Op::Bw,
+        Op::BiBw,
+        Op::Barrier,
+        Op::Bcast,
+        Op::Reduce,
+        Op::AllReduce,
+        Op::Gather,
+        Op::Scatter,
+        Op::AllGather,
+        Op::AllToAll,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::PingPong => "pingpong",
+            Op::PingPing => "pingping",
+            Op::Bw => "bw",
+            Op::BiBw => "bibw",
+            Op::Barrier => "barrier",
+            Op::Bcast => "bcast",
+            Op::Reduce => "reduce",
+            Op::AllReduce => "allreduce",
+            Op::Gather => "gather",
+            Op::Scatter => "scatter",
+            Op::AllGather => "allgather",
+            Op::AllToAll => "alltoall",
+        }
+    }
+
+    fn is_p2p(self) -> bool {
+        matches!(self, Op::PingPong | Op::PingPing | Op::Bw | Op::BiBw)
+    }
+
+    /// Bandwidth operations report MB/s; the others latency.
+    pub fn is_bandwidth(self) -> bool {
+        matches!(self, Op::Bw | Op::BiBw)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub ops: Vec<Op>,
+    pub sizes: Vec<usize>,
+    pub pair: (i32, i32),
+    pub iters_scale: f64,
+}
+
+fn parse_size(s: &str) -> Result<usize> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1usize << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: usize = num
+        .parse()
+        .map_err(|_| anyhow::anyhow!("`{s}` is not a size (bytes, with optional K, M or G)"))?;
+    Ok(n * mult)
+}
+
+impl Config {
+    pub fn from_args(a: &BenchArgs) -> Result<Config> {
+        let mut ops = Vec::new();
+        for name in a.ops.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match name {
+                "all" => ops.extend(Op::ALL),
+                "p2p" => ops.extend(Op::ALL.iter().copied().filter(|o| o.is_p2p())),
+                "coll" => ops.extend(Op::ALL.iter().copied().filter(|o| !o.is_p2p())),
+                n => match Op::ALL.iter().find(|o| o.name() == n) {
+                    Some(&o) => ops.push(o),
+                    None => bail!("unknown operation `{n}` (see --help)"),
+                },
+            }
+        }
+        ops.dedup();
+        let sizes = if let Some((lo, hi)) = a.sizes.split_once(':') {
+            let (lo, hi) = (parse_size(lo)?, parse_size(hi)?);
+            if lo > hi {
+                bail!("--sizes: {lo} is larger than {hi}");
+            }
+            let mut v = Vec::new();
+            if lo == 0 {
+                v.push(0);
+            }
+            let mut s = lo.max(1).next_power_of_two();
+            while s <= hi {
+                v.push(s);
+                s *= 2;
+            }
+            v
+        } else {
+            a.sizes
+                .split(',')
+                .map(parse_size)
+                .collect::<Result<Vec<_>>>()?
+        };
+        let pair: Vec<i32> = a
+            .pair
+            .split(',')
+            .map(|x| x.trim().parse())
+            .collect::<Result<_, _>>()
+            .map_err(|_| anyhow::anyhow!("--pair must be two ranks like `0,1`"))?;
+        if pair.len() != 2 || pair[0] == pair[1] {
+            bail!("--pair must name two different ranks like `0,1`");
+        }
+        if a.iters_scale <= 0.0 {
+            bail!("--iters-scale must be positive");
+        }
+        Ok(Config {
+            ops,
+            sizes,
+            pair: (pair[0], pair[1]),
+            iters_scale: a.iters_scale,
+        })
+    }
+}
+
+/// Iterations and warm-up for a message size: many for small messages,
+/// fewer for large ones, so each point takes a similar time.
+fn iterations(size: usize, scale: f64) -> (usize, usize) {
+    let base = ((64usize << 20) / size.max(1)).clamp(20, 2000);
+    let n = ((base as f64 * scale) as usize).max(5);
+    (n, (n / 10).max(2))
+}
+
+const WINDOW: usize = 32;
+
+/// Per-iteration seconds on this rank (empty when it takes no part).
+fn run_op(
+    world: &SimpleCommunicator,
+    op: Op,
+    size: usize,
+    iters: usize,
+    pair: (i32, i32),
+) -> Vec<f64> {
+    let me = world.rank();
+    let mut times = Vec::with_capacity(iters);
+    let (a, b) = pair;
+    let in_pair = me == a || me == b;
+    if op.is_p2p() && !in_pair {
+        return times;
+    }
+    let n = world.size() as usize;
+    let root = world.process_at_rank(0);
+    let sbuf = vec![1u8; size];
+    let mut rbuf = vec![0u8; size];
+    let fcount = size / 4;
+    let fs = vec![1.0f32; fcount];
+    let mut fr = vec![0.0f32; fcount];
+    let sbig = vec![1u8; size * n];
+    let mut rbig = vec![0u8; size * n];
+    let mut wins = vec![vec![0u8; size]; if op.is_bandwidth() { WINDOW } else { 0 }];
+    for _ in 0..iters {
+        let t0 = metampi::time();
+        match op {
+            Op::PingPong => {
+                let peer = world.process_at_rank(if me == a { b } else { a });
+                if me == a {
+                    peer.send(&sbuf[..]);
+                    peer.receive_into(&mut rbuf[..]);
+                } else {
+                    peer.receive_into(&mut rbuf[..]);
+                    peer.send(&sbuf[..]);
+                }
+            }
+            Op::PingPing => {
+                let peer = world.process_at_rank(if me == a { b } else { a });
+                metampi::request::scope(|s| {
+                    let r = peer.immediate_send(s, &sbuf[..]);
+                    peer.receive_into(&mut rbuf[..]);
+                    r.wait();
+                });
+            }
+            Op::Bw => {
+                let peer = world.process_at_rank(if me == a { b } else { a });
+                if me == a {
+                    metampi::request::scope(|s| {
+                        let reqs: Vec<_> = (0..WINDOW)
+                            .map(|_| peer.immediate_send(s, &sbuf[..]))
+                            .collect();
+                        for r in reqs {
+                            r.wait();
+                        }
+                    });
+                    let _ = peer.receive::<u8>();
+                } else {
+                    metampi::request::scope(|s| {
+                        let reqs: Vec<_> = wins
+                            .iter_mut()
+                            .map(|w| peer.immediate_receive_into(s, &mut w[..]))
+                            .collect();
+                        for r in reqs {
+                            r.wait();
+                        }
+                    });
+                    peer.send(&0u8);
+                }
+            }
+            Op::BiBw => {
+                let peer = world.process_at_rank(if me == a { b } else { a });
+                metampi::request::scope(|s| {
+                    let recvs: Vec<_> = wins
+                        .iter_mut()
+                        .map(|w| peer.immediate_receive_into(s, &mut w[..]))
+                        .collect();
+                    let sends: Vec<_> = (0..WINDOW)
+                        .map(|_| peer.immediate_send(s, &sbuf[..]))
+                        .collect();
+                    for r in sends {
+                        r.wait();
+                    }
+                    for r in recvs {
+                        r.wait();
+                    }
+                });
+            }
+            Op::Barrier => world.barrier(),
+            Op::Bcast => root.broadcast_into(&mut rbuf[..]),
+            Op::Reduce => {
+                if me == 0 {
+                    root.reduce_into_root(&fs[..], &mut fr[..], SystemOperation::sum());
+                } else {
+                    root.reduce_into(&fs[..], SystemOperation::sum());
+                }
+            }
+            Op::AllReduce => world.all_reduce_into(&fs[..], &mut fr[..], SystemOperation::sum()),
+            Op::Gather => {
+                if me == 0 {
+                    root.gather_into_root(&sbuf[..], &mut rbig[..]);
+                } else {
+                    root.gather_into(&sbuf[..]);
+                }
+            }
+            Op::Scatter => {
+                if me == 0 {
+                    root.scatter_into_root(&sbig[..], &mut rbuf[..]);
+                } else {
+                    root.scatter_into(&mut rbuf[..]);
+                }
+            }
+            Op::AllGather => world.all_gather_into(&sbuf[..], &mut rbig[..]),
+            Op::AllToAll => world.all_to_all_into(&sbig[..], &mut rbig[..]),
+        }
+        let dt = metampi::time() - t0;
+        times.push(match op {
+            Op::PingPong => dt / 2.0,
+            Op::Bw | Op::BiBw => dt / WINDOW as f64,
+            _ => dt,
+        });
+    }
+    times
+}
+
+pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
+    let universe =
+        metampi::initialize().ok_or_else(|| anyhow::anyhow!("metampi is already initialized"))?;
+    let world = universe.world();
+    let size = world.size();
+    let (a, b) = cfg.pair;
+    let p2p_ok = a < size && b < size && a >= 0 && b >= 0;
+    let me = world.rank();
+    let mut report = BenchReport::new(size, args.label.clone(), cfg.pair);
+    if me == 0 {
+        report.print_header();
+        if !p2p_ok && cfg.ops.iter().any(|o| o.is_p2p()) {
+            eprintln!("metampi bench: --pair {a},{b} is outside a world of {size}; skipping point-to-point operations");
+        }
+    }
+    for &op in &cfg.ops {
+        if op.is_p2p() && (!p2p_ok || size < 2) {
+            continue;
+        }
+        if me == 0 {
+            report.print_op_header(op);
+        }
+        for &bytes in &cfg.sizes {
+            if matches!(op, Op::Barrier) && bytes != cfg.sizes[0] {
+                continue;
+            }
+            if matches!(op, Op::Reduce | Op::AllReduce) && bytes % 4 != 0 {
+                continue;
+            }
+            let (iters, warm) = iterations(bytes, cfg.iters_scale);
+            world.barrier();
+            let _ = run_op(&world, op, bytes, warm, cfg.pair);
+            world.barrier();
+            let mine = run_op(&world, op, bytes, iters, cfg.pair);
+            // Per iteration, the slowest rank's time is the operation's time.
+            let mut all = vec![0f64; iters * size as usize];
+            let padded: Vec<f64> = if mine.is_empty() {
+                vec![0.0; iters]
+            } else {
+                mine
+            };
+            world.all_gather_into(&padded[..], &mut all[..]);
+            if me == 0 {
+                let per_iter: Vec<f64> = (0..iters)
+                    .map(|i| {
+                        (0..size as usize)
+                            .map(|r| all[r * iters + i])
+                            .fold(0.0, f64::max)
+                    })
+                    .collect();
+                let stats = Stats::from_seconds(&per_iter);
+                let row = Row::new(op, bytes, iters, &stats);
+                report.print_row(&row);
+                report.results.push(row);
+            }
+        }
+    }
+    if me == 0 {
+        if let Some(p) = &args.json {
+            std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
+            println!("# wrote {}", p.display());
+        }
+        if let Some(p) = &args.csv {
+            std::fs::write(p, report.to_csv())?;
+            println!("# wrote {}", p.display());
+        }
+        if let Some(p) = &args.plot {
+            super::plot::write_svg(std::slice::from_ref(&report), p)?;
+            println!("# wrote {}", p.display());
+        }
+    }
+    drop(universe);
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_ops_parse() {
+        assert_eq!(parse_size("4K").unwrap(), 4096);
+        assert_eq!(parse_size("16M").unwrap(), 16 << 20);
+        assert!(parse_size("x").is_err());
+        let (n, w) = iterations(16 << 20, 1.0);
+        assert!(n >= 20 && w >= 2);
+        assert!(iterations(8, 1.0).0 > iterations(1 << 20, 1.0).0);
+    }
+}

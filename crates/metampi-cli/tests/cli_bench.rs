@@ -1,0 +1,104 @@
+//! `metampi bench` end to end: a small sweep, its JSON/CSV/SVG outputs, and
+//! the overlay plot subcommand.
+
+use std::process::Command;
+
+#[test]
+fn bench_writes_documented_json_csv_and_plot() {
+    let dir = std::env::temp_dir().join(format!("metampi-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let csv = dir.join("r.csv");
+    let svg = dir.join("r.svg");
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args([
+            "bench",
+            "-n",
+            "3",
+            "--ops",
+            "pingpong,bw,barrier,allreduce,alltoall",
+            "--sizes",
+            "0:64",
+            "--iters-scale",
+            "0.02",
+            "--label",
+            "t",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--csv")
+        .arg(&csv)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("# pingpong (ranks 0 and 1)"), "{table}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["tool"], "metampi bench");
+    assert_eq!(v["label"], "t");
+    assert_eq!(v["ranks"], 3);
+    let rows = v["results"].as_array().unwrap();
+    // pingpong, bw, alltoall: sizes 0,1,2,...,64 (8 sizes); barrier once; allreduce only for multiples of 4 (0,4,8,16,32,64).
+    assert_eq!(rows.len(), 8 + 8 + 1 + 6 + 8, "{rows:?}");
+    for r in rows {
+        for k in [
+            "op",
+            "bytes",
+            "iterations",
+            "min_us",
+            "median_us",
+            "p90_us",
+            "p99_us",
+            "max_us",
+            "mean_us",
+        ] {
+            assert!(!r[k].is_null(), "missing {k} in {r}");
+        }
+        let (min, med, max) = (
+            r["min_us"].as_f64().unwrap(),
+            r["median_us"].as_f64().unwrap(),
+            r["max_us"].as_f64().unwrap(),
+        );
+        assert!(min <= med && med <= max, "{r}");
+        assert_eq!(r["mbps"].is_null(), r["op"] != "bw", "{r}");
+    }
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv_text.lines().count(), rows.len() + 1);
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    let overlay = dir.join("o.svg");
+    let st = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["bench", "plot"])
+        .arg(&json)
+        .arg(&json)
+        .arg("-o")
+        .arg(&overlay)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(std::fs::read_to_string(&overlay)
+        .unwrap()
+        .contains("t pingpong"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_refuses_bad_options() {
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["bench", "--ops", "nonsense"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown operation"));
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["bench", "--sizes", "1M:1K"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
