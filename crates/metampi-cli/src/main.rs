@@ -7,7 +7,9 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod demo;
+mod png;
 mod run;
+mod tracecmd;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -28,6 +30,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure ping-pong, bandwidth and collectives over message sizes (OSU-style table, JSON, CSV, SVG).
     Bench(bench::BenchArgs),
+    /// Merge the per-rank traces of `metampi run --trace DIR` into a Perfetto file, summary and timeline.
+    Trace(tracecmd::TraceArgs),
     /// Validate a meta-computer description (or PACX hostfile) and print the resolved layout.
     Check(check::CheckArgs),
     #[command(hide = true)]
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::execute(args),
         Command::Check(args) => check::execute(args),
         Command::Bench(args) => bench::execute(args),
+        Command::Trace(args) => tracecmd::execute(args),
         Command::DemoRank => demo::rank_main(),
     };
     match result {

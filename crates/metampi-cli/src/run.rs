@@ -107,6 +107,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     timeout: Option<Duration>,
 
+    /// Record every communication call and `metampi::trace::region` of every rank into DIR
+    /// (merge and summarise with `metampi trace DIR`); same as METAMPI_TRACE=DIR
+    #[arg(long, value_name = "DIR")]
+    trace: Option<PathBuf>,
+
     /// Start these ranks under gdbserver and print how to attach gdb: `0,2` or `1-3`
     #[arg(long, value_name = "RANKS", value_parser = parse_ranks)]
     debug: Option<RankList>,
@@ -174,6 +179,13 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
     }
     if let Some(timeout) = args.timeout {
         spec = spec.timeout(timeout);
+    }
+    if let Some(dir) = &args.trace {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating trace directory {}", dir.display()))?;
+        let abs =
+            std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
+        spec = spec.env("METAMPI_TRACE", abs.into_os_string());
     }
     if let Some(RankList(ranks)) = args.debug {
         spec = spec.debug_ranks(ranks);

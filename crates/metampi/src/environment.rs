@@ -98,6 +98,7 @@ impl Drop for Universe {
         // need it, then drain outgoing frames and tell the launcher.
         let world = SimpleCommunicator::world();
         let _ = crate::collective::barrier_impl(&world);
+        crate::trace::flush();
         self.shared.finalize();
         *state().lock().unwrap_or_else(|p| p.into_inner()) = State::Finalized;
     }
@@ -125,6 +126,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
             std::process::exit(1);
         }
     };
+    crate::trace::init(shared.info.rank);
     let _ = ENGINE.set(Arc::clone(&shared));
     *st = State::Running(threading);
     Some((

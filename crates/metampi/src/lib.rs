@@ -50,6 +50,7 @@ pub mod request;
 mod sys;
 pub mod testing;
 pub mod topology;
+pub mod trace;
 
 pub use crate::environment::{
     initialize, initialize_with_threading, is_finalized, is_initialized, processor_name, time,

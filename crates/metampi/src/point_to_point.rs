@@ -17,6 +17,7 @@ use crate::request::{Post, Request, Scope};
 use crate::sys::rawbuf::{RecvPtr, SendPtr};
 use crate::topology::sealed::AsHandle;
 use crate::topology::{AsCommunicator, CommInner};
+use crate::trace;
 use crate::{Count, Rank, Tag};
 
 /// The outcome of a receive (MPI-1.2 §3.2.5).
@@ -164,6 +165,32 @@ fn send_now(
     Ok(shared().quick(|e| e.links.try_send_now(&mut e.core, w, ctx, tag, bytes)))
 }
 
+/// Blocking send of packed user data in `mode`.
+fn send_packed(
+    comm: &CommInner,
+    dst: Rank,
+    tag: Tag,
+    packed: Packed<'_>,
+    mode: Mode,
+) -> Result<(), Error> {
+    if mode == Mode::Buffered {
+        post_send(
+            comm,
+            dst,
+            tag,
+            SendBuf::Owned(packed.bytes().to_vec()),
+            mode,
+            false,
+        )?;
+        return Ok(());
+    }
+    if send_now(comm, dst, tag, packed.bytes(), mode, false)? {
+        return Ok(());
+    }
+    let id = post_send(comm, dst, tag, send_buf(packed), mode, false)?;
+    shared().wait(id).result
+}
+
 /// Blocking send of raw bytes (collectives use it on the collective context).
 pub(crate) fn send_bytes(
     comm: &CommInner,
@@ -199,16 +226,22 @@ pub(crate) fn recv_bytes(
     buf: &mut [u8],
     coll: bool,
 ) -> Result<Status, Error> {
+    let t = if coll { None } else { trace::start() };
     // SAFETY: we wait for completion before returning, so `buf` outlives the request.
-    let id = post_recv(
-        comm,
-        src,
-        tag,
-        RecvBuf::Borrowed(unsafe { RecvPtr::new(buf) }),
-        coll,
-    )?;
+    let rb = RecvBuf::Borrowed(unsafe { RecvPtr::new(buf) });
+    let id = post_recv(comm, src, tag, rb, coll)?;
     let c = shared().wait(id);
-    c.result.map(|_| Status::from_raw(comm, c.status))
+    let st = c.result.map(|_| Status::from_raw(comm, c.status))?;
+    trace_recv(t, comm, &st);
+    Ok(st)
+}
+
+/// Records a completed user receive in the trace.
+fn trace_recv(t: Option<u64>, comm: &CommInner, st: &Status) {
+    if t.is_some() {
+        let peer = comm.world_of(st.source).map_or(-1, |w| w as i32);
+        trace::record(t, trace::Kind::Recv, "", peer, st.tag, st.bytes, comm.ctx);
+    }
 }
 
 /// Blocking receive of a message of any length.
@@ -218,10 +251,13 @@ pub(crate) fn recv_vec_bytes(
     tag: Option<Tag>,
     coll: bool,
 ) -> Result<(Vec<u8>, Status), Error> {
+    let t = if coll { None } else { trace::start() };
     let id = post_recv(comm, src, tag, RecvBuf::Owned(Vec::new()), coll)?;
     let c = shared().wait(id);
     c.result?;
-    Ok((c.data.unwrap_or_default(), Status::from_raw(comm, c.status)))
+    let st = Status::from_raw(comm, c.status);
+    trace_recv(t, comm, &st);
+    Ok((c.data.unwrap_or_default(), st))
 }
 
 /// Turns packed bytes into the engine's send buffer.
@@ -413,12 +449,14 @@ pub unsafe trait Source: AsCommunicator {
         buf: &mut Buf,
         tag: Option<Tag>,
     ) -> Result<Status, Error> {
+        let t = trace::start();
         let comm = &self.as_communicator().as_handle().0;
         let (rb, post) = recv_target(buf);
         let id = post_recv(comm, self.source(), tag, rb, false)?;
         let c = shared().wait(id);
         let st = Status::from_raw(comm, c.status);
         finish(c, &post)?;
+        trace_recv(t, comm, &st);
         Ok(st)
     }
 
@@ -620,39 +658,17 @@ pub trait Destination: AsCommunicator {
         tag: Tag,
         mode: Mode,
     ) -> Result<(), Error> {
+        let t = trace::start();
         let comm = &self.as_communicator().as_handle().0;
+        let dst = self.destination_rank();
         let packed = pack(buf);
-        if mode == Mode::Buffered {
-            let id = post_send(
-                comm,
-                self.destination_rank(),
-                tag,
-                SendBuf::Owned(packed.bytes().to_vec()),
-                mode,
-                false,
-            )?;
-            let _ = id;
-            return Ok(());
+        let len = packed.bytes().len();
+        let r = send_packed(comm, dst, tag, packed, mode);
+        if t.is_some() {
+            let peer = comm.world_of(dst).map_or(-1, |w| w as i32);
+            trace::record(t, trace::Kind::Send, "", peer, tag, len, comm.ctx);
         }
-        if send_now(
-            comm,
-            self.destination_rank(),
-            tag,
-            packed.bytes(),
-            mode,
-            false,
-        )? {
-            return Ok(());
-        }
-        let id = post_send(
-            comm,
-            self.destination_rank(),
-            tag,
-            send_buf(packed),
-            mode,
-            false,
-        )?;
-        shared().wait(id).result
+        r
     }
 
     /// Buffered send: returns at once, the library keeps a copy.
@@ -706,17 +722,27 @@ pub trait Destination: AsCommunicator {
         Buf: 'a + Buffer + ?Sized,
         Sc: Scope<'a>,
     {
+        let t = trace::start();
         let comm = &self.as_communicator().as_handle().0;
         let data = match (mode, pack(buf)) {
             (Mode::Buffered, p) => SendBuf::Owned(p.bytes().to_vec()),
             (_, p) => send_buf(p),
+        };
+        let len = match &data {
+            SendBuf::Borrowed(p) => p.bytes().len(),
+            SendBuf::Owned(v) => v.len(),
         };
         let mode = if mode == Mode::Buffered {
             Mode::Standard
         } else {
             mode
         };
-        let id = post_send(comm, self.destination_rank(), tag, data, mode, false)?;
+        let dst = self.destination_rank();
+        let id = post_send(comm, dst, tag, data, mode, false)?;
+        if t.is_some() {
+            let peer = comm.world_of(dst).map_or(-1, |w| w as i32);
+            trace::record(t, trace::Kind::ISend, "", peer, tag, len, comm.ctx);
+        }
         Ok(Request::new(id, Arc::clone(comm), buf, scope, Post::None))
     }
 

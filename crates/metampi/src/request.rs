@@ -145,9 +145,23 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
 
     /// Waits for completion; errors (truncation, lost peer) come back as `Err`.
     pub fn try_wait(mut self) -> Result<Status, Error> {
+        let t = crate::trace::start();
         let i = self.take();
+        let ctx = i.comm.ctx;
         let c = shared().wait(i.id);
-        i.complete(c)
+        let st = i.complete(c)?;
+        if t.is_some() {
+            crate::trace::record(
+                t,
+                crate::trace::Kind::Wait,
+                "",
+                -1,
+                st.tag(),
+                st.byte_count(),
+                ctx,
+            );
+        }
+        Ok(st)
     }
 
     /// Waits and drops the status.

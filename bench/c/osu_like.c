@@ -1,0 +1,161 @@
+/* The measurements of `metampi bench`, for a C MPI (MPICH, Open MPI), with the
+ * same operations, sizes, iteration counts and JSON fields, so that
+ * bench/compare_bench.sh can put both side by side.
+ *
+ *   mpiexec -n 4 ./osu_like OPS SIZES ITERS_SCALE LABEL OUT.json
+ *   OPS: comma list of pingpong,pingping,bw,bibw,barrier,bcast,reduce,allreduce,
+ *        gather,scatter,allgather,alltoall;  SIZES: comma list of byte counts. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WINDOW 32
+
+static int cmpd(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void iterations(size_t size, double scale, int *n, int *warm) {
+    size_t base = (64u << 20) / (size ? size : 1);
+    if (base < 20) base = 20;
+    if (base > 2000) base = 2000;
+    *n = (int)(base * scale);
+    if (*n < 5) *n = 5;
+    *warm = *n / 10 < 2 ? 2 : *n / 10;
+}
+
+static int is_bw(const char *op) { return !strcmp(op, "bw") || !strcmp(op, "bibw"); }
+static int is_p2p(const char *op) { return !strcmp(op, "pingpong") || !strcmp(op, "pingping") || is_bw(op); }
+
+/* Runs `iters` iterations; fills t[] with per-iteration seconds (0 when not taking part). */
+static void run(const char *op, size_t size, int iters, double *t, int rank, int nranks, char *sbuf, char *rbuf,
+                char *sbig, char *rbig, char **win, float *fs, float *fr) {
+    int a = 0, b = 1, peer = rank == a ? b : a;
+    int fcount = (int)(size / 4);
+    MPI_Request reqs[2 * WINDOW];
+    for (int i = 0; i < iters; i++) {
+        t[i] = 0;
+        if (is_p2p(op) && rank > 1) continue;
+        double t0 = MPI_Wtime();
+        if (!strcmp(op, "pingpong")) {
+            if (rank == a) {
+                MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+                MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, MPI_ANY_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, MPI_ANY_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(sbuf, (int)size, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+            }
+        } else if (!strcmp(op, "pingping")) {
+            MPI_Isend(sbuf, (int)size, MPI_BYTE, peer, 0, MPI_COMM_WORLD, &reqs[0]);
+            MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, MPI_ANY_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+        } else if (!strcmp(op, "bw")) {
+            char ack = 0;
+            if (rank == a) {
+                for (int w = 0; w < WINDOW; w++) MPI_Isend(sbuf, (int)size, MPI_BYTE, peer, 0, MPI_COMM_WORLD, &reqs[w]);
+                MPI_Waitall(WINDOW, reqs, MPI_STATUSES_IGNORE);
+                MPI_Recv(&ack, 1, MPI_BYTE, peer, MPI_ANY_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                for (int w = 0; w < WINDOW; w++) MPI_Irecv(win[w], (int)size, MPI_BYTE, peer, MPI_ANY_TAG, MPI_COMM_WORLD, &reqs[w]);
+                MPI_Waitall(WINDOW, reqs, MPI_STATUSES_IGNORE);
+                MPI_Send(&ack, 1, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+            }
+        } else if (!strcmp(op, "bibw")) {
+            for (int w = 0; w < WINDOW; w++) MPI_Irecv(win[w], (int)size, MPI_BYTE, peer, MPI_ANY_TAG, MPI_COMM_WORLD, &reqs[w]);
+            for (int w = 0; w < WINDOW; w++) MPI_Isend(sbuf, (int)size, MPI_BYTE, peer, 0, MPI_COMM_WORLD, &reqs[WINDOW + w]);
+            MPI_Waitall(2 * WINDOW, reqs, MPI_STATUSES_IGNORE);
+        } else if (!strcmp(op, "barrier")) {
+            MPI_Barrier(MPI_COMM_WORLD);
+        } else if (!strcmp(op, "bcast")) {
+            MPI_Bcast(rbuf, (int)size, MPI_BYTE, 0, MPI_COMM_WORLD);
+        } else if (!strcmp(op, "reduce")) {
+            MPI_Reduce(fs, fr, fcount, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+        } else if (!strcmp(op, "allreduce")) {
+            MPI_Allreduce(fs, fr, fcount, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        } else if (!strcmp(op, "gather")) {
+            MPI_Gather(sbuf, (int)size, MPI_BYTE, rbig, (int)size, MPI_BYTE, 0, MPI_COMM_WORLD);
+        } else if (!strcmp(op, "scatter")) {
+            MPI_Scatter(sbig, (int)size, MPI_BYTE, rbuf, (int)size, MPI_BYTE, 0, MPI_COMM_WORLD);
+        } else if (!strcmp(op, "allgather")) {
+            MPI_Allgather(sbuf, (int)size, MPI_BYTE, rbig, (int)size, MPI_BYTE, MPI_COMM_WORLD);
+        } else if (!strcmp(op, "alltoall")) {
+            MPI_Alltoall(sbig, (int)size, MPI_BYTE, rbig, (int)size, MPI_BYTE, MPI_COMM_WORLD);
+        }
+        double dt = MPI_Wtime() - t0;
+        t[i] = !strcmp(op, "pingpong") ? dt / 2 : is_bw(op) ? dt / WINDOW : dt;
+    }
+    (void)nranks;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (argc < 6) {
+        if (rank == 0) fprintf(stderr, "usage: osu_like OPS SIZES ITERS_SCALE LABEL OUT.json\n");
+        MPI_Finalize();
+        return 2;
+    }
+    char *ops = strdup(argv[1]), *sizes_s = strdup(argv[2]);
+    double scale = atof(argv[3]);
+    size_t sizes[64];
+    int ns = 0;
+    for (char *tok = strtok(sizes_s, ","); tok && ns < 64; tok = strtok(NULL, ",")) sizes[ns++] = strtoul(tok, 0, 10);
+    size_t maxs = 0;
+    for (int i = 0; i < ns; i++) if (sizes[i] > maxs) maxs = sizes[i];
+    char *sbuf = calloc(maxs + 1, 1), *rbuf = calloc(maxs + 1, 1);
+    char *sbig = calloc(maxs * n + 1, 1), *rbig = calloc(maxs * n + 1, 1);
+    float *fs = calloc(maxs / 4 + 1, sizeof(float)), *fr = calloc(maxs / 4 + 1, sizeof(float));
+    char *win[WINDOW];
+    for (int w = 0; w < WINDOW; w++) win[w] = calloc(maxs + 1, 1);
+    FILE *out = NULL;
+    if (rank == 0) {
+        out = fopen(argv[5], "w");
+        fprintf(out, "{\"tool\":\"osu_like.c\",\"version\":\"1\",\"label\":\"%s\",\"ranks\":%d,\"pair\":[0,1],\"transport\":\"%s\",\"results\":[", argv[4], n, "native");
+    }
+    int first = 1;
+    for (char *op = strtok(ops, ","); op; op = strtok(NULL, ",")) {
+        if (is_p2p(op) && n < 2) continue;
+        for (int s = 0; s < ns; s++) {
+            size_t size = sizes[s];
+            if (!strcmp(op, "barrier") && s > 0) continue;
+            if ((!strcmp(op, "reduce") || !strcmp(op, "allreduce")) && size % 4) continue;
+            int iters, warm;
+            iterations(size, scale, &iters, &warm);
+            double *t = calloc(iters, sizeof(double)), *all = calloc((size_t)iters * n, sizeof(double));
+            MPI_Barrier(MPI_COMM_WORLD);
+            run(op, size, warm, t, rank, n, sbuf, rbuf, sbig, rbig, win, fs, fr);
+            MPI_Barrier(MPI_COMM_WORLD);
+            run(op, size, iters, t, rank, n, sbuf, rbuf, sbig, rbig, win, fs, fr);
+            MPI_Gather(t, iters, MPI_DOUBLE, all, iters, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+            if (rank == 0) {
+                double *per = calloc(iters, sizeof(double)), mean = 0;
+                for (int i = 0; i < iters; i++) {
+                    per[i] = 0;
+                    for (int r = 0; r < n; r++) if (all[r * iters + i] > per[i]) per[i] = all[r * iters + i];
+                    per[i] *= 1e6;
+                    mean += per[i] / iters;
+                }
+                qsort(per, iters, sizeof(double), cmpd);
+                double med = per[iters / 2];
+                fprintf(out, "%s{\"op\":\"%s\",\"bytes\":%zu,\"iterations\":%d,\"min_us\":%.4f,\"median_us\":%.4f,\"p90_us\":%.4f,\"p99_us\":%.4f,\"max_us\":%.4f,\"mean_us\":%.4f,\"mbps\":",
+                        first ? "" : ",", op, size, iters, per[0], med, per[(int)(iters * 0.9)], per[(int)(iters * 0.99)], per[iters - 1], mean);
+                if (is_bw(op)) fprintf(out, "%.3f}", (strcmp(op, "bibw") ? 1.0 : 2.0) * size / (med > 0 ? med : 1e-9));
+                else fprintf(out, "null}");
+                first = 0;
+                free(per);
+            }
+            free(t);
+            free(all);
+        }
+    }
+    if (rank == 0) {
+        fprintf(out, "]}\n");
+        fclose(out);
+    }
+    MPI_Finalize();
+    return 0;
+}
