@@ -1,5 +1,6 @@
 //! Point-to-point semantics on 2, 4 and 8 ranks (8 oversubscribes a 2-core
-//! machine), over shared memory and over forced TCP.
+//! machine), over shared memory, over forced TCP, and on two emulated
+//! machines (both transports in one job).
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,13 @@ macro_rules! matrix {
             #[test]
             fn tcp_8() {
                 go(8, true, concat!(stringify!($scenario), "::tcp_8"));
+            }
+            /// Two emulated machines of 3 ranks: shared memory inside, TCP between.
+            #[test]
+            fn two_machines_6() {
+                Ranks::new(6)
+                    .nodes(&[("machineA", 3), ("machineB", 3)])
+                    .run(concat!(stringify!($scenario), "::two_machines_6"), super::$scenario);
             }
         }
     };
