@@ -2,7 +2,7 @@
 //!
 //! Layout (little-endian):
 //! ```text
-//!  0 kind u8 | 1 flags u8 | 2..4 reserved | 4..8 crc32c (reserved) | 8..12 src world rank
+//!  0 kind u8 | 1 flags u8 | 2..4 reserved | 4..8 dst world rank | 8..12 src world rank
 //! 12..16 context | 16..20 tag | 20..24 ring record length (owned by the shm ring)
 //! 24..32 message length in bytes
 //! 32..64 either the inline payload (Eager with len <= 32, shared memory only)
@@ -58,6 +58,8 @@ pub(crate) struct Envelope {
     pub kind: Kind,
     pub flags: u8,
     pub src: u32,
+    /// Destination world rank: routers forward by it.
+    pub dst: u32,
     pub context: u32,
     pub tag: i32,
     pub len: u64,
@@ -73,6 +75,7 @@ impl Envelope {
             kind,
             flags: 0,
             src,
+            dst: 0,
             context,
             tag,
             len,
@@ -89,6 +92,7 @@ impl Envelope {
         let mut b = [0u8; ENV_LEN];
         b[0] = self.kind as u8;
         b[1] = self.flags;
+        b[4..8].copy_from_slice(&self.dst.to_le_bytes());
         b[8..12].copy_from_slice(&self.src.to_le_bytes());
         b[12..16].copy_from_slice(&self.context.to_le_bytes());
         b[16..20].copy_from_slice(&self.tag.to_le_bytes());
@@ -131,6 +135,7 @@ impl Envelope {
             kind,
             flags,
             src: u32_at(8),
+            dst: u32_at(4),
             context: u32_at(12),
             tag: u32_at(16) as i32,
             len,

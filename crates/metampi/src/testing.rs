@@ -35,6 +35,7 @@ pub struct Ranks {
     n: usize,
     env: Vec<(OsString, OsString)>,
     nodes: Vec<(String, usize)>,
+    meta: Option<String>,
     timeout: Duration,
 }
 
@@ -45,6 +46,7 @@ impl Ranks {
             n,
             env: Vec::new(),
             nodes: Vec::new(),
+            meta: None,
             timeout: Duration::from_secs(120),
         }
     }
@@ -68,6 +70,15 @@ impl Ranks {
     /// different names talk over TCP on loopback.
     pub fn nodes(mut self, nodes: &[(&str, usize)]) -> Ranks {
         self.nodes = nodes.iter().map(|&(h, s)| (h.to_string(), s)).collect();
+        self
+    }
+
+    /// Runs the ranks as the meta computer described by `config` (the
+    /// description language of `metampi-config`, meta hosts with
+    /// `LAUNCH = local`): routers between the sites, the rank count from the
+    /// file (the `n` given to [`Ranks::new`] is ignored).
+    pub fn meta(mut self, config: &str) -> Ranks {
+        self.meta = Some(config.to_string());
         self
     }
 
@@ -98,6 +109,11 @@ impl Ranks {
         test_name: &str,
         body: impl FnOnce(&SimpleCommunicator),
     ) -> Option<metampi_launch::JobOutcome> {
+        if std::env::var(CHILD_ENV).as_deref() == Ok(test_name)
+            && crate::meta::run_router_from_env()
+        {
+            return None;
+        }
         if std::env::var(CHILD_ENV).as_deref() == Ok(test_name) {
             let universe = crate::initialize().expect("a test rank initializes once");
             body(&universe.world());

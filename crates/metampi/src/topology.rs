@@ -401,6 +401,27 @@ pub trait Communicator: sealed::AsHandle {
         Ok(crate::topology::site_of_world(w))
     }
 
+    /// Number of meta hosts (sites) with members in this communicator.
+    fn num_meta_hosts(&self) -> usize {
+        let mut s: Vec<usize> = self
+            .as_handle()
+            .0
+            .ranks
+            .iter()
+            .map(|&w| site_of_world(w))
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        s.len()
+    }
+
+    /// The members on this process's meta host (MetaMPICH's `MPI_COMM_LOCAL`), collective.
+    fn split_meta_host(&self) -> SimpleCommunicator {
+        let me = shared().info.rank;
+        self.split_by_color(Color(site_of_world(me) as i32))
+            .expect("every process has a site colour")
+    }
+
     /// Number of distinct machines (shared-memory nodes) in this communicator.
     fn num_nodes(&self) -> usize {
         let sh = shared();
@@ -417,9 +438,9 @@ pub trait Communicator: sealed::AsHandle {
     }
 }
 
-/// The meta host of a world rank: until multi-site launch lands every job is one site.
-pub(crate) fn site_of_world(_w: u32) -> usize {
-    0
+/// The meta host of a world rank.
+pub(crate) fn site_of_world(w: u32) -> usize {
+    shared().info.sites.get(w as usize).copied().unwrap_or(0) as usize
 }
 
 /// A communicator value of its own (world, duplicates, splits).

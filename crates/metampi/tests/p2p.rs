@@ -10,6 +10,22 @@ use metampi::topology::SimpleCommunicator;
 use metampi::traits::*;
 use metampi::ErrorClass;
 
+/// A meta computer of three local sites (1 + 3 + 4 ranks, the last on two
+/// machines), with router ports unique to the test so tests can run at once.
+fn three_sites(test: &str) -> String {
+    let h = test
+        .bytes()
+        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
+    let base = 20_000 + (h % 700) * 16;
+    format!(
+        "PORTBASE {base}\n\
+         METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
+         METAHOST b {{ LAUNCH = local; NPROCS = 3; NODES = b0; }}\n\
+         METAHOST c {{ LAUNCH = local; NPROCS = 4; NODES = c0, c1; }}\n\
+         PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n"
+    )
+}
+
 /// Generates one test per (ranks, transport) for a scenario.
 macro_rules! matrix {
     ($scenario:ident) => {
@@ -42,12 +58,23 @@ macro_rules! matrix {
             fn tcp_8() {
                 go(8, true, concat!(stringify!($scenario), "::tcp_8"));
             }
+            /// Three emulated sites of 1, 3 and 4 ranks joined by routers.
+            #[test]
+            fn three_sites_8() {
+                let name = concat!(stringify!($scenario), "::three_sites_8");
+                Ranks::new(8)
+                    .meta(&three_sites(name))
+                    .run(name, super::$scenario);
+            }
             /// Two emulated machines of 3 ranks: shared memory inside, TCP between.
             #[test]
             fn two_machines_6() {
                 Ranks::new(6)
                     .nodes(&[("machineA", 3), ("machineB", 3)])
-                    .run(concat!(stringify!($scenario), "::two_machines_6"), super::$scenario);
+                    .run(
+                        concat!(stringify!($scenario), "::two_machines_6"),
+                        super::$scenario,
+                    );
             }
         }
     };

@@ -24,6 +24,8 @@ use crate::sys::shm::Segment;
 
 /// Largest eager payload accepted from a stream peer; more is a protocol error.
 const MAX_EAGER_WIRE: usize = 64 << 20;
+/// Largest `Data` fragment sent through a router.
+const ROUTER_FRAGMENT: usize = 256 << 10;
 /// Largest `Data` fragment on a stream.
 const TCP_FRAGMENT: usize = 1 << 30;
 /// Records taken from one ring per progress pass, so one busy sender cannot starve others.
@@ -107,6 +109,9 @@ pub(crate) enum Link {
     Local,
     Shm(ShmLink),
     Tcp(TcpLink),
+    /// Frames travel through the channel at this index (a router connection
+    /// shared by every peer of one remote site).
+    Via(usize),
 }
 
 struct OutFrame {
@@ -130,6 +135,8 @@ pub(crate) struct Links {
     pub my_sleep: Option<SleepFlag>,
     pub wake: UnixDatagram,
     pub segments: Vec<Segment>,
+    /// Channels appended after the world ranks (router connections).
+    extra: usize,
     /// Frames waiting in any out-queue (fast check for the progress loop).
     pending: usize,
 }
@@ -149,12 +156,39 @@ impl Links {
             my_sleep: None,
             wake,
             segments: Vec::new(),
+            extra: 0,
             pending: 0,
         }
     }
 
+    /// The channel (index into `peers`) that carries frames to world rank `dst`.
+    fn chan(&self, dst: u32) -> usize {
+        match self.peers.get(dst as usize) {
+            Some(Link::Via(c)) => *c,
+            _ => dst as usize,
+        }
+    }
+
+    /// Number of world ranks (channels beyond it are router connections).
+    fn world(&self) -> usize {
+        self.outq.len() - self.extra
+    }
+
     pub(crate) fn add_inbound(&mut self, src: u32, c: Consumer) {
         self.shm_in.push((src, c));
+    }
+
+    /// Adds a channel (a router connection) after the world ranks; returns its index.
+    pub(crate) fn add_channel(&mut self, link: Link) -> usize {
+        self.peers.push(link);
+        self.outq.push(VecDeque::new());
+        self.extra += 1;
+        self.peers.len() - 1
+    }
+
+    /// Sends frames for world rank `dst` through channel `chan`.
+    pub(crate) fn route_via(&mut self, dst: u32, chan: usize) {
+        self.peers[dst as usize] = Link::Via(chan);
     }
 
     pub(crate) fn tcp(stream: TcpStream) -> Link {
@@ -191,11 +225,13 @@ impl Links {
     ) {
         let len = core.send_bytes(id).map_or(0, |b| b.len());
         let kind = if sync { Kind::EagerSync } else { Kind::Eager };
-        let d = dst as usize;
+        let d = self.chan(dst);
         match &self.peers[d] {
+            Link::Via(_) => {}
             Link::Local => {
                 let data = core.send_bytes(id).map(<[u8]>::to_vec).unwrap_or_default();
                 let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
+                env.dst = dst;
                 env.sreq = id;
                 self.self_q.push_back((env, data));
                 if !sync {
@@ -205,6 +241,7 @@ impl Links {
             Link::Shm(l) => {
                 let eager = self.eager_shm.min(l.prod.max_payload());
                 let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
+                env.dst = dst;
                 env.sreq = id;
                 if len <= INLINE_MAX && !sync {
                     let bytes = core.send_bytes(id).unwrap_or(&[]);
@@ -237,6 +274,7 @@ impl Links {
                     return;
                 }
                 let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
+                env.dst = dst;
                 env.sreq = id;
                 if len <= self.eager_tcp {
                     self.queue(
@@ -266,11 +304,12 @@ impl Links {
         tag: i32,
         bytes: &[u8],
     ) -> bool {
-        let d = dst as usize;
+        let d = self.chan(dst);
         if self.outq.get(d).is_none_or(|q| !q.is_empty()) {
             return false;
         }
-        let env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
+        let mut env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
+        env.dst = dst;
         match &mut self.peers[d] {
             Link::Shm(l) => {
                 if bytes.len() > self.eager_shm.min(l.prod.max_payload()) {
@@ -316,7 +355,7 @@ impl Links {
                     Err(_) => false,
                 }
             }
-            Link::Local => false,
+            Link::Local | Link::Via(_) => false,
         }
     }
 
@@ -340,19 +379,27 @@ impl Links {
     fn drain_actions(&mut self, core: &mut Core) {
         while let Some(a) = core.out.pop_front() {
             match a {
-                Action::Ctrl { dst, env } => {
+                Action::Ctrl { dst, mut env } => {
+                    env.dst = dst;
                     if dst == self.rank {
                         self.self_q.push_back((env, Vec::new()));
-                    } else if (dst as usize) < self.peers.len() {
-                        self.queue(dst as usize, env.encode(None), None, None);
+                    } else if (dst as usize) < self.world() {
+                        let c = self.chan(dst);
+                        self.queue(c, env.encode(None), None, None);
                     }
                 }
                 Action::SendData { dst, sreq, rreq } => {
                     let Some(total) = core.send_bytes(sreq).map(<[u8]>::len) else {
                         continue;
                     };
-                    let chunk = match &self.peers.get(dst as usize) {
+                    if dst as usize >= self.world() {
+                        continue;
+                    }
+                    let c = self.chan(dst);
+                    let chunk = match &self.peers.get(c) {
                         Some(Link::Shm(l)) => l.prod.max_payload(),
+                        // Routers hold whole frames: keep them small.
+                        Some(Link::Tcp(_)) if c >= self.world() => ROUTER_FRAGMENT,
                         Some(Link::Tcp(_)) => TCP_FRAGMENT,
                         _ => continue,
                     };
@@ -360,6 +407,7 @@ impl Links {
                     while off < total {
                         let n = chunk.min(total - off);
                         let mut env = Envelope::new(Kind::Data, self.rank, 0, 0, total as u64);
+                        env.dst = dst;
                         env.rreq = rreq;
                         env.sreq = sreq;
                         env.addr = off as u64;
@@ -406,11 +454,11 @@ impl Links {
                         let why = e.to_string();
                         self.pending -= self.outq[dst].len();
                         self.outq[dst].clear();
-                        core.fail_peer(dst as u32, &why);
+                        self.fail_channel(core, dst, &why);
                         return;
                     }
                 },
-                Link::Local => true,
+                Link::Local | Link::Via(_) => true,
             };
             if !finished {
                 break;
@@ -472,7 +520,8 @@ impl Links {
                         Ok(m) => moved |= m,
                         Err(e) => {
                             t.closed = true;
-                            core.fail_peer(p as u32, &e.to_string());
+                            let why = e.to_string();
+                            self.fail_channel(core, p, &why);
                         }
                     }
                 }
@@ -492,6 +541,15 @@ impl Links {
             moved = true;
         }
         moved || core.completions != before
+    }
+
+    /// Fails the requests of every peer reached through channel `c`.
+    fn fail_channel(&mut self, core: &mut Core, c: usize, why: &str) {
+        for p in 0..self.world() {
+            if self.chan(p as u32) == c {
+                core.fail_peer(p as u32, why);
+            }
+        }
     }
 
     /// Drains the wake-up socket after a blocking wait.

@@ -43,6 +43,8 @@ pub(crate) struct JobInfo {
     pub size: u32,
     /// Machine name of every world rank (ranks with equal names share memory).
     pub nodes: Vec<String>,
+    /// Meta host (site) of every world rank; all 0 without a meta-computer.
+    pub sites: Vec<u32>,
     pub appnum: u32,
 }
 
@@ -82,6 +84,53 @@ fn env_flag(name: &str) -> bool {
 
 fn other(msg: String) -> io::Error {
     io::Error::other(msg)
+}
+
+/// Site of every rank from `METAMPI_SITES` (rank counts per meta host, in
+/// order, as PACX-MPI numbers them); all 0 when unset.
+fn parse_sites(size: u32) -> io::Result<Vec<u32>> {
+    let Ok(v) = std::env::var("METAMPI_SITES") else {
+        return Ok(vec![0; size as usize]);
+    };
+    let mut sites = Vec::with_capacity(size as usize);
+    for (i, n) in v.split(',').enumerate() {
+        let n: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| other(format!("METAMPI_SITES has a bad count `{n}`")))?;
+        sites.extend(std::iter::repeat_n(i as u32, n));
+    }
+    if sites.len() != size as usize {
+        return Err(other(format!(
+            "METAMPI_SITES counts {} ranks, the job has {size}",
+            sites.len()
+        )));
+    }
+    Ok(sites)
+}
+
+/// Router endpoints from `METAMPI_ROUTERS`: `from>to@host:port,...`.
+fn parse_routers() -> io::Result<Vec<(u32, u32, String)>> {
+    let Ok(v) = std::env::var("METAMPI_ROUTERS") else {
+        return Ok(Vec::new());
+    };
+    v.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|e| {
+            let bad = || {
+                other(format!(
+                    "METAMPI_ROUTERS entry `{e}` is not from>to@host:port"
+                ))
+            };
+            let (pair, addr) = e.split_once('@').ok_or_else(bad)?;
+            let (from, to) = pair.split_once('>').ok_or_else(bad)?;
+            Ok((
+                from.parse().map_err(|_| bad())?,
+                to.parse().map_err(|_| bad())?,
+                addr.to_string(),
+            ))
+        })
+        .collect()
 }
 
 impl Shared {
@@ -150,6 +199,8 @@ impl Shared {
             pids.push(pmi.get(&format!("p{r}"))?.parse::<i32>().unwrap_or(0));
             tcp_addrs.push(pmi.get(&format!("t{r}"))?);
         }
+        let sites = parse_sites(size)?;
+        let my_site = sites[rank as usize];
         let force_tcp = env_flag("METAMPI_FORCE_TCP");
         let local: Vec<u32> = (0..size).filter(|&r| nodes[r as usize] == node).collect();
         let shm_ranks: Vec<u32> = if force_tcp { vec![rank] } else { local.clone() };
@@ -220,7 +271,11 @@ impl Shared {
         }
         // Lower ranks connect to higher ones; the listen backlog holds early connects.
         let tcp_peers: Vec<u32> = (0..size)
-            .filter(|&r| r != rank && !(shm_ranks.len() > 1 && shm_ranks.contains(&r)))
+            .filter(|&r| {
+                r != rank
+                    && !(shm_ranks.len() > 1 && shm_ranks.contains(&r))
+                    && sites[r as usize] == my_site
+            })
             .collect();
         for &r in tcp_peers.iter().filter(|&&r| r > rank) {
             let addr = &tcp_addrs[r as usize];
@@ -255,7 +310,39 @@ impl Shared {
         }
         pmi.fence()?;
 
+        // Ranks of other sites are reached through this site's routers.
+        let mut routers = Vec::new();
+        for (from, to, addr) in parse_routers()? {
+            if from != my_site {
+                continue;
+            }
+            let mut s = TcpStream::connect(addr.as_str())
+                .map_err(|e| other(format!("connecting to the router at {addr}: {e}")))?;
+            use std::io::Write;
+            s.write_all(&rank.to_le_bytes())?;
+            s.set_nodelay(true)?;
+            s.set_nonblocking(true)?;
+            routers.push((to, s));
+        }
         let mut links = Links::new(rank, peers, wake);
+        let mut by_site: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+        for (to, s) in routers {
+            let c = links.add_channel(Links::tcp(s));
+            by_site.entry(to).or_default().push(c);
+        }
+        for r in 0..size {
+            let site = sites[r as usize];
+            if site == my_site {
+                continue;
+            }
+            let chans = by_site.get(&site).ok_or_else(|| {
+                other(format!(
+                    "no router from site {my_site} to site {site} (rank {r})"
+                ))
+            })?;
+            // One fixed router per pair of ranks keeps their messages in order.
+            links.route_via(r, chans[(r as usize + rank as usize) % chans.len()]);
+        }
         for (r, c) in inbound {
             links.add_inbound(r, c);
         }
@@ -290,6 +377,7 @@ impl Shared {
                 rank,
                 size,
                 nodes,
+                sites,
                 appnum,
             },
             pmi: Mutex::new(Some(pmi)),
@@ -320,6 +408,7 @@ impl Shared {
                 rank: 0,
                 size: 1,
                 nodes: vec![crate::environment::hostname()],
+                sites: vec![0],
                 appnum: 0,
             },
             pmi: Mutex::new(None),

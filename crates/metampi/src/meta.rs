@@ -1,0 +1,154 @@
+//! Starting a job over several meta hosts from a description file
+//! (MetaMPICH's `mpirun -meta`): routers first, then the ranks, with the
+//! layout of `metampi-config` (PACX-MPI numbering: meta hosts in file order,
+//! ranks contiguous per host).
+//!
+//! This launcher starts meta hosts whose `LAUNCH` is `local` (sites emulated on
+//! this machine, each node a separate emulated machine).
+
+use std::ffi::OsString;
+use std::io::BufReader;
+use std::process::{Child, Command, Stdio};
+
+use metampi_config::{Launch, Layout};
+use metampi_launch::Host;
+
+use crate::router::{read_ready, OutLink, RouterSpec};
+
+/// Environment variable that carries a router's spec to a router process.
+pub const ROUTER_SPEC_ENV: &str = "METAMPI_ROUTER_SPEC";
+
+/// The running routers of a job; killed when dropped.
+pub struct Routers {
+    children: Vec<Child>,
+}
+
+impl Drop for Routers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// What the ranks of a meta job need: placement and environment.
+pub struct MetaPlan {
+    pub world_size: usize,
+    /// One emulated machine per node, in rank order.
+    pub hosts: Vec<Host>,
+    /// Variables for every rank (`METAMPI_SITES`, `METAMPI_ROUTERS`).
+    pub env: Vec<(String, String)>,
+}
+
+/// The router spec for every router in the layout.
+pub fn router_specs(layout: &Layout) -> Vec<RouterSpec> {
+    layout
+        .routers
+        .iter()
+        .map(|r| RouterSpec {
+            id: r.id,
+            vertical: "127.0.0.1:0".into(),
+            listen: r
+                .listen
+                .iter()
+                .map(|l| format!("{}:{}", l.address, l.port))
+                .collect(),
+            out: r
+                .links_out
+                .iter()
+                .map(|&l| {
+                    let link = &layout.links[l];
+                    OutLink {
+                        addr: format!("{}:{}", link.dst_address, link.port),
+                        bytes_per_sec: link.options.bandwidth.map(|b| b.bytes_per_sec()),
+                        latency: link.options.latency,
+                    }
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Starts every router as `program args...` (with the spec in the
+/// environment) and returns the plan for the ranks.
+pub fn start(
+    layout: &Layout,
+    program: &OsString,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+) -> std::io::Result<(Routers, MetaPlan)> {
+    for h in &layout.hosts {
+        if !matches!(h.launch, Launch::Local) {
+            return Err(std::io::Error::other(format!(
+                "meta host `{}`: only LAUNCH = local is supported by this launcher so far",
+                h.name
+            )));
+        }
+    }
+    let mut routers = Routers {
+        children: Vec::new(),
+    };
+    let mut endpoints = Vec::new();
+    for spec in router_specs(layout) {
+        let r = &layout.routers[spec.id];
+        let mut child = Command::new(program)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env(ROUTER_SPEC_ENV, spec.to_line())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let out = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("router stdout"))?;
+        routers.children.push(child);
+        let port = read_ready(&mut BufReader::new(out))?;
+        endpoints.push(format!("{}>{}@127.0.0.1:{port}", r.host, r.peer));
+    }
+    let hosts = layout
+        .hosts
+        .iter()
+        .flat_map(|h| {
+            h.nodes
+                .iter()
+                .filter(|n| n.nprocs > 0)
+                .map(move |n| Host::new(format!("{}.{}", h.name, n.name), n.nprocs))
+        })
+        .collect();
+    let sites: Vec<String> = layout
+        .hosts
+        .iter()
+        .map(|h| h.ranks.len().to_string())
+        .collect();
+    let plan = MetaPlan {
+        world_size: layout.world_size,
+        hosts,
+        env: vec![
+            ("METAMPI_SITES".into(), sites.join(",")),
+            ("METAMPI_ROUTERS".into(), endpoints.join(",")),
+        ],
+    };
+    Ok((routers, plan))
+}
+
+/// Runs a router from [`ROUTER_SPEC_ENV`] if this process was started as one.
+/// Returns `false` when the variable is not set.
+pub fn run_router_from_env() -> bool {
+    let Some(line) = std::env::var_os(ROUTER_SPEC_ENV) else {
+        return false;
+    };
+    let spec = match RouterSpec::parse(&line.to_string_lossy()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("metampi router: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = crate::router::run(&spec) {
+        eprintln!("metampi router {}: {e}", spec.id);
+        std::process::exit(1);
+    }
+    true
+}
