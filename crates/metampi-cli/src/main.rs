@@ -36,6 +36,9 @@ enum Command {
     Check(check::CheckArgs),
     #[command(hide = true)]
     DemoRank,
+    /// A router between meta hosts (started by `metampi run --meta`).
+    #[command(hide = true)]
+    Router,
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,15 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::execute(args),
         Command::Trace(args) => tracecmd::execute(args),
         Command::DemoRank => demo::rank_main(),
+        Command::Router => {
+            if metampi::meta::run_router_from_env() {
+                Ok(0)
+            } else {
+                Err(anyhow::anyhow!(
+                    "`metampi router` is started by `metampi run --meta FILE`"
+                ))
+            }
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -63,9 +63,15 @@ Hostfile lines: `host`, `host:N` or `host slots=N`; `#` starts a comment.";
 #[derive(Debug, Args)]
 #[command(about = ABOUT, long_about = LONG_ABOUT, after_long_help = AFTER_LONG_HELP)]
 pub struct RunArgs {
-    /// Number of ranks for the (first) program
-    #[arg(short = 'n', value_name = "N")]
-    np: usize,
+    /// Number of ranks for the (first) program (with --meta: taken from the file)
+    #[arg(short = 'n', value_name = "N", required_unless_present = "meta")]
+    np: Option<usize>,
+
+    /// Run across the meta computer described in FILE (MetaMPICH description language or
+    /// PACX hostfile, see `metampi check`): routers between the meta hosts are started first,
+    /// ranks are numbered meta host after meta host
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["hosts", "hostfile"])]
+    meta: Option<PathBuf>,
 
     /// Hosts to place ranks on, in order: `a,b:4` gives a one slot and b four
     #[arg(long, value_name = "HOST[:SLOTS],...", conflicts_with = "hostfile")]
@@ -132,8 +138,45 @@ pub struct RunArgs {
 /// # Errors
 /// Failures to start the job (spawning, sockets). Refused command lines are reported here and
 /// give [`USAGE_EXIT`] instead, so nothing is started for them.
-pub fn execute(args: RunArgs) -> anyhow::Result<u8> {
-    let spec = match build_spec(args) {
+pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
+    // A meta job starts its routers first; they live until the job has ended.
+    let mut _routers = None;
+    let mut meta_plan = None;
+    if let Some(path) = args.meta.clone() {
+        let cfg = match metampi_config::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("metampi run: error: {e}");
+                return Ok(USAGE_EXIT);
+            }
+        };
+        let layout = cfg.layout();
+        match args.np {
+            Some(n) if n != layout.world_size => {
+                eprintln!(
+                    "metampi run: error: -n {n} differs from the {} ranks that {} describes",
+                    layout.world_size,
+                    path.display()
+                );
+                return Ok(USAGE_EXIT);
+            }
+            _ => args.np = Some(layout.world_size),
+        }
+        let exe = std::env::current_exe()?.into_os_string();
+        let (routers, plan) = metampi::meta::start(&layout, &exe, &["router".into()], &[])
+            .context("starting the routers")?;
+        _routers = Some(routers);
+        meta_plan = Some(plan);
+    }
+    let spec = match build_spec(args).map(|mut spec| {
+        if let Some(plan) = &meta_plan {
+            spec = spec.hosts(plan.hosts.clone()).launch(LaunchMethod::Local);
+            for (k, v) in &plan.env {
+                spec = spec.env(k, v);
+            }
+        }
+        spec
+    }) {
         Ok(spec) => spec,
         Err(e) => {
             eprintln!("metampi run: error: {e:#}");
@@ -155,7 +198,7 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         .env_all(args.env_all)
         .tag_output(args.tag_output)
         .stdin(args.stdin);
-    for app in split_apps(args.np, &args.command)? {
+    for app in split_apps(args.np.unwrap_or(0), &args.command)? {
         spec = spec.app(app);
     }
     if let Some(list) = &args.hosts {
@@ -307,7 +350,7 @@ mod tests {
     #[test]
     fn program_arguments_may_look_like_options() {
         let args = parse(&["-n", "2", "ls", "-l", "--all", "-n", "5"]).unwrap();
-        assert_eq!(args.np, 2);
+        assert_eq!(args.np, Some(2));
         assert_eq!(args.command, ["ls", "-l", "--all", "-n", "5"]);
     }
 

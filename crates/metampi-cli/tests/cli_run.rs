@@ -389,3 +389,47 @@ fn check_prints_layout_and_reports_errors_with_position() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn meta_job_runs_across_three_emulated_sites() {
+    let dir = std::env::temp_dir().join(format!("metampi-meta-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("three.cfg");
+    std::fs::write(
+        &cfg,
+        "PORTBASE 24600\n\
+         METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\
+         METAHOST b { LAUNCH = local; NPROCS = 2; NODES = b0; }\n\
+         METAHOST c { LAUNCH = local; NPROCS = 2; NODES = c0; }\n\
+         PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n",
+    )
+    .unwrap();
+    let exe = env!("CARGO_BIN_EXE_metampi");
+    let out = std::process::Command::new(exe)
+        .args(["run", "--meta"])
+        .arg(&cfg)
+        .args([exe, "demo-rank"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("ring token      : 10 (expected 10)"),
+        "{text}"
+    );
+    assert!(text.contains("demo: OK"), "{text}");
+    // -n that contradicts the file is refused before anything starts.
+    let out = std::process::Command::new(exe)
+        .args(["run", "-n", "3", "--meta"])
+        .arg(&cfg)
+        .args([exe, "demo-rank"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("differs"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
