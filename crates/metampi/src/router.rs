@@ -141,6 +141,12 @@ fn read_frame(s: &mut impl Read) -> io::Result<Option<(u32, Vec<u8>)>> {
         .filter(|e| !e.is_inline())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))?;
     let n = e.trailing_len();
+    if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
+        eprintln!(
+            "router frame {:?} src {} dst {} len {} frag {} trailing {n}",
+            e.kind, e.src, e.dst, e.len, e.frag
+        );
+    }
     if n > 64 << 20 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -217,6 +223,7 @@ fn link_writer(link: OutLink, rx: Receiver<(Instant, Vec<u8>)>) {
 /// Runs a router until killed. Prints `METAMPI-ROUTER-READY <port>` on stdout
 /// once local ranks may connect.
 pub fn run(spec: &RouterSpec) -> io::Result<()> {
+    crate::sys::poll::die_with_parent();
     let vertical = TcpListener::bind(&spec.vertical)?;
     let locals: Locals = Arc::new((Mutex::new(HashMap::new()), Condvar::new()));
     let mut links: Vec<SyncSender<(Instant, Vec<u8>)>> = Vec::new();

@@ -121,13 +121,30 @@ impl Ranks {
             return None;
         }
         let exe = std::env::current_exe().expect("the test executable has a path");
-        let app = AppSpec::new(self.n, exe).args([
+        let args: Vec<OsString> = [
             test_name,
             "--exact",
             "--nocapture",
             "--test-threads=1",
             "-q",
-        ]);
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let mut n = self.n;
+        let mut meta = None;
+        if let Some(text) = &self.meta {
+            let cfg =
+                metampi_config::parse_str("test.meta", text).unwrap_or_else(|e| panic!("{e}"));
+            // The routers are this executable too, started with the child marker.
+            let marker = [(OsString::from(CHILD_ENV), OsString::from(test_name))];
+            let exe_os = exe.clone().into_os_string();
+            let (routers, plan) = crate::meta::start(cfg.layout_ref(), &exe_os, &args, &marker)
+                .unwrap_or_else(|e| panic!("starting routers: {e}"));
+            n = plan.world_size;
+            meta = Some((routers, plan));
+        }
+        let app = AppSpec::new(n, exe).args(args);
         let mut spec = JobSpec::new()
             .app(app)
             .env(CHILD_ENV, test_name)
@@ -141,6 +158,12 @@ impl Ranks {
             spec = spec
                 .hosts(self.nodes.iter().map(|(h, s)| Host::new(h.clone(), *s)))
                 .launch(LaunchMethod::Local);
+        }
+        if let Some((_, plan)) = &meta {
+            spec = spec.hosts(plan.hosts.clone()).launch(LaunchMethod::Local);
+            for (k, v) in &plan.env {
+                spec = spec.env(k, v);
+            }
         }
         Some(
             metampi_launch::run(&spec)

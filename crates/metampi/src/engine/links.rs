@@ -414,7 +414,7 @@ impl Links {
                         env.frag = n as u32;
                         let last = off + n == total;
                         self.queue(
-                            dst as usize,
+                            c,
                             env.encode(None),
                             Some((sreq, off, n)),
                             last.then_some(sreq),

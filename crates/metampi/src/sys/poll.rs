@@ -47,3 +47,12 @@ pub(crate) fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Asks the kernel to kill this process when its parent exits, so routers
+/// started by a launcher never outlive it.
+pub(crate) fn die_with_parent() {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and has no memory effects.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+}
