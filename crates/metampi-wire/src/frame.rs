@@ -1,0 +1,497 @@
+//! Frame header codec: the 48-byte header, its checks and the stream decoder.
+//!
+//! Layout (all integers little-endian, like the rank-side envelope):
+//!
+//! | offset | size | field | meaning |
+//! |---:|---:|---|---|
+//! | 0 | 4 | magic | `"MPWF"` |
+//! | 4 | 1 | version | [`VERSION`] |
+//! | 5 | 1 | kind | [`FrameKind`] |
+//! | 6 | 1 | flags | bits 0–1: [`Codec`] of the payload; bit 2: failover; others zero |
+//! | 7 | 1 | link | index of the link inside its bundle |
+//! | 8 | 4 | connection | connection id both ends configured |
+//! | 12 | 8 | seq | sequence number of a `Data` frame (0 otherwise) |
+//! | 20 | 8 | ack | next sequence number the sender of this frame expects |
+//! | 28 | 8 | credit | absolute flow-control limit granted to the peer |
+//! | 36 | 4 | len | payload bytes that follow the header |
+//! | 40 | 4 | header crc | CRC32C of bytes 0..40 |
+//! | 44 | 4 | frame crc | CRC32C of bytes 0..44 followed by the payload |
+//!
+//! The header has its own CRC so that a corrupted `len` is caught at once: without it
+//! the decoder would wait for up to `len` bytes that never come before it could
+//! tell the frame was bad.
+
+use thiserror::Error;
+
+/// The four bytes every frame starts with.
+pub const MAGIC: [u8; 4] = *b"MPWF";
+/// The protocol version this crate speaks.
+pub const VERSION: u8 = 1;
+/// Size of the frame header in bytes.
+pub const HEADER_LEN: usize = 48;
+/// Largest payload any decoder accepts, whatever its configuration; bounds the memory a
+/// hostile peer can make us allocate for one frame.
+pub const MAX_PAYLOAD: usize = 16 << 20;
+
+const FLAG_CODEC_MASK: u8 = 0b11;
+const FLAG_FAILOVER: u8 = 0b100;
+
+/// What a frame is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// Carries records (message fragments); sequenced and acknowledged.
+    Data = 1,
+    /// Acknowledgement and credit update only.
+    Ack = 2,
+    /// Like `Ack`, and asks the peer to resend everything from `ack` on.
+    Nack = 3,
+    /// First frame after the transport reconnected; like `Nack`.
+    Resume = 4,
+}
+
+impl FrameKind {
+    fn from_u8(v: u8) -> Option<FrameKind> {
+        Some(match v {
+            1 => FrameKind::Data,
+            2 => FrameKind::Ack,
+            3 => FrameKind::Nack,
+            4 => FrameKind::Resume,
+            _ => return None,
+        })
+    }
+}
+
+/// How a frame's payload is encoded on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum Codec {
+    /// Payload is the record bytes themselves.
+    #[default]
+    Raw = 0,
+    /// `u32` raw length, then an LZ4 block.
+    Lz4 = 1,
+    /// `u32` raw length, then a zstd frame.
+    Zstd = 2,
+}
+
+impl Codec {
+    fn from_bits(v: u8) -> Option<Codec> {
+        Some(match v {
+            0 => Codec::Raw,
+            1 => Codec::Lz4,
+            2 => Codec::Zstd,
+            _ => return None,
+        })
+    }
+}
+
+/// A decoded frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// What the frame is for.
+    pub kind: FrameKind,
+    /// Encoding of the payload.
+    pub codec: Codec,
+    /// The records were first sent on a bundle link that has since died; they are
+    /// outside the flow-control credit (so they can always reach the receiver, which
+    /// may be waiting for exactly them before it can free any credit).
+    pub failover: bool,
+    /// Link index inside the bundle.
+    pub link: u8,
+    /// Connection id both ends agreed on.
+    pub connection: u32,
+    /// Sequence number (`Data` frames only).
+    pub seq: u64,
+    /// Next sequence number the sender expects from us (cumulative acknowledgement).
+    pub ack: u64,
+    /// Absolute credit limit granted to the receiver of this frame.
+    pub credit: u64,
+    /// Payload length in bytes.
+    pub len: u32,
+}
+
+/// Why bytes could not be decoded. Bytes from the network end up here, never in a panic.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The buffer does not start with [`MAGIC`].
+    #[error("frame does not start with the magic bytes")]
+    BadMagic,
+    /// The header's own checksum does not match.
+    #[error("header checksum mismatch")]
+    HeaderChecksum,
+    /// The checksum over header and payload does not match.
+    #[error("frame checksum mismatch")]
+    FrameChecksum,
+    /// A protocol version this build does not speak.
+    #[error("unsupported protocol version {0}")]
+    UnsupportedVersion(u8),
+    /// An unknown frame kind.
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    /// Flag bits this version does not define.
+    #[error("unknown frame flags {0:#04x}")]
+    UnknownFlags(u8),
+    /// A payload longer than the decoder accepts.
+    #[error("payload of {len} bytes exceeds the limit of {max}")]
+    PayloadTooLong {
+        /// Announced length.
+        len: u64,
+        /// Limit in force.
+        max: u64,
+    },
+    /// The payload ends inside a record or a length prefix.
+    #[error("payload truncated")]
+    Truncated,
+    /// An unknown record kind inside a payload.
+    #[error("unknown record kind {0}")]
+    UnknownRecord(u8),
+    /// Reserved bits that must be zero were set.
+    #[error("reserved field is not zero")]
+    Reserved,
+    /// A fragment that does not lie inside its message.
+    #[error("fragment at {offset}+{len} lies outside a message of {total} bytes")]
+    FragmentOutOfBounds {
+        /// Fragment offset.
+        offset: u64,
+        /// Fragment length.
+        len: u64,
+        /// Message length.
+        total: u64,
+    },
+    /// The payload uses a compression this build cannot decode.
+    #[error("payload compression {0:?} is not supported by this build")]
+    UnsupportedCodec(Codec),
+    /// The compressed payload is malformed or does not expand to its announced size.
+    #[error("payload does not decompress: {0}")]
+    Decompress(String),
+}
+
+/// Result of looking at the front of a byte buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    /// More bytes are needed; at least this many in total.
+    Incomplete(usize),
+    /// A whole, checked frame and how many bytes it used.
+    Frame {
+        /// The header.
+        header: Header,
+        /// The payload as it was on the wire (possibly compressed).
+        payload: &'a [u8],
+        /// Bytes of `buf` this frame used.
+        used: usize,
+    },
+}
+
+/// Decodes one frame from the front of `buf`, accepting payloads of at most `max_payload`
+/// bytes (capped at [`MAX_PAYLOAD`]).
+///
+/// # Errors
+/// Any [`DecodeError`] about the header or the checksums. The payload itself is not
+/// interpreted here (see [`crate::record::decode_payload`]).
+pub fn decode(buf: &[u8], max_payload: usize) -> Result<Decoded<'_>, DecodeError> {
+    let max_payload = max_payload.min(MAX_PAYLOAD);
+    // Check the magic as soon as it is there, so a resyncing reader gives up early.
+    let have = buf.len().min(MAGIC.len());
+    if buf[..have] != MAGIC[..have] {
+        return Err(DecodeError::BadMagic);
+    }
+    let Some(h) = buf.get(..HEADER_LEN) else {
+        return Ok(Decoded::Incomplete(HEADER_LEN));
+    };
+    if crc32c::crc32c(&h[..40]) != le_u32(h, 40) {
+        return Err(DecodeError::HeaderChecksum);
+    }
+    let header = parse_header(h, max_payload)?;
+    let end = HEADER_LEN + header.len as usize;
+    let Some(payload) = buf.get(HEADER_LEN..end) else {
+        return Ok(Decoded::Incomplete(end));
+    };
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..44]), payload);
+    if crc != le_u32(h, 44) {
+        return Err(DecodeError::FrameChecksum);
+    }
+    Ok(Decoded::Frame {
+        header,
+        payload,
+        used: end,
+    })
+}
+
+fn parse_header(h: &[u8], max_payload: usize) -> Result<Header, DecodeError> {
+    if h[4] != VERSION {
+        return Err(DecodeError::UnsupportedVersion(h[4]));
+    }
+    let kind = FrameKind::from_u8(h[5]).ok_or(DecodeError::UnknownKind(h[5]))?;
+    let flags = h[6];
+    if flags & !(FLAG_CODEC_MASK | FLAG_FAILOVER) != 0 {
+        return Err(DecodeError::UnknownFlags(flags));
+    }
+    let codec =
+        Codec::from_bits(flags & FLAG_CODEC_MASK).ok_or(DecodeError::UnknownFlags(flags))?;
+    let len = le_u32(h, 36);
+    if len as usize > max_payload {
+        return Err(DecodeError::PayloadTooLong {
+            len: len.into(),
+            max: max_payload as u64,
+        });
+    }
+    let failover = flags & FLAG_FAILOVER != 0;
+    if kind != FrameKind::Data && (len != 0 || codec != Codec::Raw || failover) {
+        // Control frames carry nothing; a payload there is a bug or an attack.
+        return Err(DecodeError::Reserved);
+    }
+    Ok(Header {
+        kind,
+        codec,
+        failover,
+        link: h[7],
+        connection: le_u32(h, 8),
+        seq: le_u64(h, 12),
+        ack: le_u64(h, 20),
+        credit: le_u64(h, 28),
+        len,
+    })
+}
+
+/// Appends one frame (header and payload) to `out`. `header.len` is ignored: the
+/// payload's own length is written.
+///
+/// # Panics
+/// If `payload` is longer than [`MAX_PAYLOAD`]; callers build payloads from their
+/// configuration, which is validated to stay below it.
+pub fn encode(header: &Header, payload: &[u8], out: &mut Vec<u8>) {
+    assert!(payload.len() <= MAX_PAYLOAD, "payload over MAX_PAYLOAD");
+    let start = out.len();
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(header.kind as u8);
+    out.push(header.codec as u8 | if header.failover { FLAG_FAILOVER } else { 0 });
+    out.push(header.link);
+    out.extend_from_slice(&header.connection.to_le_bytes());
+    out.extend_from_slice(&header.seq.to_le_bytes());
+    out.extend_from_slice(&header.ack.to_le_bytes());
+    out.extend_from_slice(&header.credit.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let hcrc = crc32c::crc32c(&out[start..start + 40]);
+    out.extend_from_slice(&hcrc.to_le_bytes());
+    let fcrc = crc32c::crc32c_append(crc32c::crc32c(&out[start..start + 44]), payload);
+    out.extend_from_slice(&fcrc.to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Reassembles frames from a byte stream that may be split anywhere and may contain
+/// garbage (corruption, lost bytes, the tail of a stream cut by a reconnect).
+///
+/// On any header or checksum failure it drops bytes up to the next occurrence of the
+/// magic and tries again, so one bad frame costs that frame only.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    buf: Vec<u8>,
+    /// Bytes already consumed at the front of `buf`; compacted lazily to avoid a memmove
+    /// per frame.
+    start: usize,
+    max_payload: usize,
+}
+
+/// One step of [`StreamDecoder::next_frame`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum StreamItem {
+    /// A checked frame.
+    Frame(Header, Vec<u8>),
+    /// Bytes that were skipped, and why the first skip happened.
+    Skipped(usize, DecodeError),
+}
+
+impl StreamDecoder {
+    /// A decoder accepting payloads of at most `max_payload` bytes.
+    pub fn new(max_payload: usize) -> StreamDecoder {
+        StreamDecoder {
+            buf: Vec::new(),
+            start: 0,
+            max_payload: max_payload.min(MAX_PAYLOAD),
+        }
+    }
+
+    /// Adds bytes from the stream.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 && self.start * 2 >= self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Forgets buffered bytes (the stream they came from is gone).
+    pub fn reset(&mut self) {
+        self.buf.clear();
+        self.start = 0;
+    }
+
+    /// Bytes buffered and not yet decoded.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// The next frame or skipped run, or `None` when more bytes are needed.
+    pub fn next_frame(&mut self) -> Option<StreamItem> {
+        let rest = &self.buf[self.start..];
+        if rest.is_empty() {
+            return None;
+        }
+        match decode(rest, self.max_payload) {
+            Ok(Decoded::Incomplete(_)) => None,
+            Ok(Decoded::Frame {
+                header,
+                payload,
+                used,
+            }) => {
+                let payload = payload.to_vec();
+                self.start += used;
+                Some(StreamItem::Frame(header, payload))
+            }
+            Err(e) => {
+                // A frame whose header checked out but whose payload did not had a
+                // trustworthy length: skip all of it rather than scanning its payload.
+                let skip = match e {
+                    DecodeError::FrameChecksum => {
+                        HEADER_LEN + le_u32(&rest[..HEADER_LEN], 36) as usize
+                    }
+                    _ => 1 + find_magic(&rest[1..]).unwrap_or(rest.len() - 1),
+                };
+                self.start += skip;
+                Some(StreamItem::Skipped(skip, e))
+            }
+        }
+    }
+}
+
+/// Position of the first possible start of [`MAGIC`] in `buf`, including a partial
+/// magic at its very end.
+fn find_magic(buf: &[u8]) -> Option<usize> {
+    (0..buf.len()).find(|&i| {
+        let n = (buf.len() - i).min(MAGIC.len());
+        buf[i..i + n] == MAGIC[..n]
+    })
+}
+
+pub(crate) fn le_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(kind: FrameKind, len: u32) -> Header {
+        Header {
+            kind,
+            codec: Codec::Raw,
+            failover: false,
+            link: 3,
+            connection: 0xdead_beef,
+            seq: 7,
+            ack: 5,
+            credit: 1 << 40,
+            len,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_layout() {
+        let mut out = Vec::new();
+        encode(&header(FrameKind::Data, 3), b"abc", &mut out);
+        assert_eq!(out.len(), HEADER_LEN + 3);
+        assert_eq!(&out[..4], b"MPWF");
+        assert_eq!(out[5], FrameKind::Data as u8);
+        assert_eq!(le_u64(&out, 12), 7);
+        match decode(&out, 1024).unwrap() {
+            Decoded::Frame {
+                header: h,
+                payload,
+                used,
+            } => {
+                assert_eq!(h, header(FrameKind::Data, 3));
+                assert_eq!(payload, b"abc");
+                assert_eq!(used, out.len());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_prefix_is_incomplete_and_every_bit_flip_is_caught() {
+        let mut out = Vec::new();
+        encode(&header(FrameKind::Data, 5), b"hello", &mut out);
+        for n in 0..out.len() {
+            assert!(matches!(
+                decode(&out[..n], 1024),
+                Ok(Decoded::Incomplete(_))
+            ));
+        }
+        for bit in 0..out.len() * 8 {
+            let mut bad = out.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                !matches!(decode(&bad, 1024), Ok(Decoded::Frame { .. })),
+                "flip of bit {bit} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_oversized_payload_and_payload_on_control_frames() {
+        let mut out = Vec::new();
+        encode(&header(FrameKind::Data, 100), &[0; 100], &mut out);
+        assert_eq!(
+            decode(&out, 99),
+            Err(DecodeError::PayloadTooLong { len: 100, max: 99 })
+        );
+        let mut out = Vec::new();
+        encode(&header(FrameKind::Ack, 1), &[0], &mut out);
+        assert_eq!(decode(&out, 99), Err(DecodeError::Reserved));
+    }
+
+    #[test]
+    fn stream_decoder_resyncs_after_garbage_and_corruption() {
+        let mut a = Vec::new();
+        encode(&header(FrameKind::Data, 2), b"one", &mut a);
+        let mut b = Vec::new();
+        encode(&header(FrameKind::Data, 3), b"two", &mut b);
+        let mut c = Vec::new();
+        encode(&header(FrameKind::Data, 5), b"three", &mut c);
+        let mut stream = b"junkMPW".to_vec();
+        stream.extend_from_slice(&a);
+        let corrupt_at = stream.len() + HEADER_LEN + 1;
+        stream.extend_from_slice(&b);
+        stream[corrupt_at] ^= 0x10;
+        stream.extend_from_slice(&c[..10]);
+        stream.extend_from_slice(&c);
+
+        let mut d = StreamDecoder::new(1024);
+        let mut frames = Vec::new();
+        let mut skipped = Vec::new();
+        // Feed one byte at a time: frames may be split anywhere.
+        for byte in &stream {
+            d.push(std::slice::from_ref(byte));
+            while let Some(item) = d.next_frame() {
+                match item {
+                    StreamItem::Frame(_, p) => frames.push(p),
+                    StreamItem::Skipped(_, e) => skipped.push(e),
+                }
+            }
+        }
+        assert_eq!(frames, vec![b"one".to_vec(), b"three".to_vec()]);
+        assert!(skipped.contains(&DecodeError::FrameChecksum));
+        assert_eq!(d.buffered(), 0);
+    }
+}

@@ -1,0 +1,764 @@
+//! Reliability of one link: sequence numbers, cumulative and negative acknowledgements,
+//! go-back-N retransmission, credits, resumption after a reconnect.
+//!
+//! The receiver accepts `Data` frames strictly in sequence and drops everything else, so
+//! it never buffers out-of-order frames: over a TCP stream frames only go missing through
+//! corruption or a cut connection, where resending the tail is what is needed anyway.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::compress::{decompress, Compressor};
+use crate::config::{Config, INITIAL_CREDIT};
+use crate::error::{CloseReason, ProtocolError};
+use crate::frame::{self, Codec, DecodeError, FrameKind, Header, StreamDecoder, StreamItem};
+use crate::queue::SendQueue;
+use crate::record::{decode_payload, Record};
+use crate::stats::Stats;
+
+/// What one `handle_bytes` produced for the bundle.
+#[derive(Debug, Default)]
+pub(crate) struct Received {
+    /// Records accepted in order.
+    pub(crate) records: Vec<Record>,
+    /// Records accepted in order from failover frames (outside credit).
+    pub(crate) failover: Vec<Record>,
+    /// Credit of frames the peer acknowledged, to leave the send buffer.
+    pub(crate) acked_cost: u64,
+}
+
+#[derive(Debug)]
+struct SentFrame {
+    seq: u64,
+    codec: Codec,
+    failover: bool,
+    wire: Vec<u8>,
+    cost: u64,
+    first_sent: Instant,
+    last_sent: Instant,
+    /// Reconnect epoch of the last transmission.
+    epoch: u64,
+    retransmitted: bool,
+}
+
+/// Why a go-back-N resend is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GoBack {
+    /// Retransmission timeout or our own reconnect: always.
+    Force,
+    /// The peer saw a gap: unless the frame was already resent less than a round trip
+    /// ago (the report then predates the resend). A first transmission is always
+    /// resent: a report for it arrives about one round trip after it left, so no
+    /// timing rule tells a stale report from a fresh one, and the peer sends at most
+    /// one report per gap per retransmission timeout.
+    Nack,
+    /// The peer reconnected: unless the frame was already resent on the new stream.
+    Resume,
+}
+
+#[derive(Debug)]
+struct Rtt {
+    srtt: Option<Duration>,
+    rttvar: Duration,
+}
+
+impl Rtt {
+    /// RFC 6298 smoothing.
+    fn sample(&mut self, r: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                let diff = s.abs_diff(r);
+                self.rttvar = (self.rttvar * 3 + diff) / 4;
+                self.srtt = Some((s * 7 + r) / 8);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct LinkState {
+    index: u8,
+    cfg: Config,
+    connected: bool,
+    dead: bool,
+
+    next_seq: u64,
+    unacked: VecDeque<SentFrame>,
+    peer_ack: u64,
+    peer_credit: u64,
+    sent_cost: u64,
+    resend_next: Option<u64>,
+    epoch: u64,
+    rtt: Rtt,
+    backoff: u32,
+    last_send: Instant,
+    resume_owed: bool,
+    compressor: Compressor,
+
+    decoder: StreamDecoder,
+    expected: u64,
+    recv_cost: u64,
+    consumed: u64,
+    advertised: u64,
+    acks_owed: u32,
+    ack_deadline: Option<Instant>,
+    ack_now: bool,
+    nack_owed: bool,
+    last_nack: Option<(u64, Instant)>,
+    last_recv: Instant,
+
+    stats: Stats,
+}
+
+impl LinkState {
+    pub(crate) fn new(now: Instant, cfg: &Config, index: u8) -> LinkState {
+        LinkState {
+            index,
+            cfg: cfg.clone(),
+            connected: true,
+            dead: false,
+            next_seq: 0,
+            unacked: VecDeque::new(),
+            peer_ack: 0,
+            peer_credit: INITIAL_CREDIT,
+            sent_cost: 0,
+            resend_next: None,
+            epoch: 0,
+            rtt: Rtt {
+                srtt: None,
+                rttvar: Duration::ZERO,
+            },
+            backoff: 0,
+            last_send: now,
+            resume_owed: false,
+            compressor: Compressor::new(cfg.compression, cfg.zstd_level),
+            decoder: StreamDecoder::new(cfg.max_frame_payload),
+            expected: 0,
+            recv_cost: 0,
+            consumed: 0,
+            advertised: INITIAL_CREDIT,
+            acks_owed: 0,
+            ack_deadline: None,
+            ack_now: false,
+            nack_owed: false,
+            last_nack: None,
+            last_recv: now,
+            stats: Stats::default(),
+        }
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    pub(crate) fn kill(&mut self) {
+        self.dead = true;
+    }
+
+    /// Bytes from the transport.
+    pub(crate) fn handle_bytes(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+    ) -> Result<Received, ProtocolError> {
+        let mut out = Received::default();
+        if self.dead {
+            return Ok(out);
+        }
+        self.stats.bytes_in += bytes.len() as u64;
+        self.decoder.push(bytes);
+        while let Some(item) = self.decoder.next_frame() {
+            match item {
+                StreamItem::Frame(h, payload) => self.on_frame(now, h, &payload, &mut out)?,
+                StreamItem::Skipped(n, e) => {
+                    self.stats.skipped_bytes_in += n as u64;
+                    if e != DecodeError::BadMagic {
+                        self.stats.corrupt_in += 1;
+                    }
+                    // Whatever was lost, the peer has to resend from our `expected`.
+                    self.nack_owed = true;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn on_frame(
+        &mut self,
+        now: Instant,
+        h: Header,
+        payload: &[u8],
+        out: &mut Received,
+    ) -> Result<(), ProtocolError> {
+        if h.connection != self.cfg.connection_id || h.link != self.index {
+            return Err(ProtocolError::WrongLink {
+                connection: h.connection,
+                link: h.link,
+                expected_connection: self.cfg.connection_id,
+                expected_link: self.index,
+            });
+        }
+        self.stats.frames_in += 1;
+        self.last_recv = now;
+        self.on_ack(now, h.ack, out)?;
+        self.peer_credit = self.peer_credit.max(h.credit);
+        match h.kind {
+            FrameKind::Data if h.seq < self.expected => {
+                self.stats.duplicates_in += 1;
+                // The peer resends because our acknowledgement got lost: repeat it soon.
+                self.ack_now = true;
+            }
+            FrameKind::Data if h.seq > self.expected => {
+                self.stats.out_of_order_in += 1;
+                self.nack_owed = true;
+            }
+            FrameKind::Data => self.accept(now, h, payload, out)?,
+            // Control frames carry the sender's next sequence number: a higher one than
+            // we expect reveals lost data frames at the tail without waiting for a timeout.
+            FrameKind::Ack => self.nack_owed |= h.seq > self.expected,
+            FrameKind::Nack => {
+                self.stats.nacks_in += 1;
+                self.go_back(now, h.ack, GoBack::Nack);
+                self.nack_owed |= h.seq > self.expected;
+            }
+            FrameKind::Resume => {
+                self.go_back(now, h.ack, GoBack::Resume);
+                self.ack_now = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn accept(
+        &mut self,
+        now: Instant,
+        h: Header,
+        payload: &[u8],
+        out: &mut Received,
+    ) -> Result<(), ProtocolError> {
+        let raw = decompress(h.codec, payload, self.cfg.max_frame_payload)?;
+        let records = decode_payload(&raw)?;
+        self.stats.records_in += records.len() as u64;
+        if h.failover {
+            // Outside this link's credit; the bundle bounds these separately.
+            out.failover.extend(records);
+        } else {
+            let cost: u64 = records.iter().map(Record::cost).sum();
+            let used = self.recv_cost + cost;
+            if used > self.advertised {
+                return Err(ProtocolError::FlowControl {
+                    used,
+                    granted: self.advertised,
+                });
+            }
+            self.recv_cost = used;
+            out.records.extend(records);
+        }
+        self.expected += 1;
+        self.stats.payload_raw_in += raw.len() as u64;
+        self.stats.payload_wire_in += payload.len() as u64;
+        self.acks_owed += 1;
+        if self.acks_owed >= 2 {
+            self.ack_now = true;
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now + self.cfg.ack_delay);
+        }
+        Ok(())
+    }
+
+    fn on_ack(&mut self, now: Instant, ack: u64, out: &mut Received) -> Result<(), ProtocolError> {
+        if ack > self.next_seq {
+            return Err(ProtocolError::AckBeyondSent {
+                ack,
+                sent: self.next_seq,
+            });
+        }
+        if ack <= self.peer_ack {
+            return Ok(());
+        }
+        let mut sample = None;
+        while self.unacked.front().is_some_and(|f| f.seq < ack) {
+            let Some(f) = self.unacked.pop_front() else {
+                break;
+            };
+            out.acked_cost += f.cost;
+            // Karn: a resent frame's acknowledgement says nothing about the round trip.
+            if !f.retransmitted {
+                sample = Some(f.first_sent);
+            }
+        }
+        if let Some(sent) = sample {
+            self.rtt.sample(now.saturating_duration_since(sent));
+        }
+        self.peer_ack = ack;
+        self.backoff = 0;
+        if self.resend_next.is_some_and(|r| r < ack) {
+            self.resend_next = (ack < self.next_seq).then_some(ack);
+        }
+        Ok(())
+    }
+
+    fn go_back(&mut self, now: Instant, from: u64, why: GoBack) {
+        let Some(first) = self.unacked.front().map(|f| f.seq) else {
+            return;
+        };
+        let from = from.max(first);
+        if from >= self.next_seq || self.resend_next.is_some_and(|r| r <= from) {
+            return;
+        }
+        let Some(f) = self.unacked.get((from - first) as usize) else {
+            return;
+        };
+        let skip = match why {
+            GoBack::Force => false,
+            GoBack::Nack => {
+                f.retransmitted && now < f.last_sent + self.rtt.srtt.unwrap_or(self.cfg.min_rto)
+            }
+            GoBack::Resume => f.epoch == self.epoch,
+        };
+        if !skip {
+            self.resend_next = Some(from);
+        }
+    }
+
+    fn rto(&self) -> Duration {
+        let base = match self.rtt.srtt {
+            None => self.cfg.initial_rto,
+            Some(s) => (s + self.rtt.rttvar * 4).clamp(self.cfg.min_rto, self.cfg.max_rto),
+        };
+        base.saturating_mul(1 << self.backoff.min(16))
+            .min(self.cfg.max_rto)
+    }
+
+    fn rto_deadline(&self) -> Option<Instant> {
+        if !self.connected || self.resend_next.is_some() {
+            return None;
+        }
+        self.unacked.front().map(|f| f.last_sent + self.rto())
+    }
+
+    fn credit_left(&self) -> u64 {
+        self.peer_credit.saturating_sub(self.sent_cost)
+    }
+
+    fn can_send_data(&self, queue: &SendQueue) -> bool {
+        queue.can_pull(self.cfg.max_frame_payload, self.credit_left())
+    }
+
+    fn credit_owed(&self) -> bool {
+        self.consumed + self.cfg.window >= self.advertised + self.cfg.window / 4
+    }
+
+    /// Credit taken by the application: the peer may send that much more.
+    pub(crate) fn release(&mut self, cost: u64) {
+        self.consumed += cost;
+    }
+
+    /// Returns a reason if the link died.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) -> Option<CloseReason> {
+        if self.dead {
+            return None;
+        }
+        if now >= self.last_recv + self.cfg.idle_timeout {
+            self.dead = true;
+            return Some(CloseReason::IdleTimeout(self.cfg.idle_timeout));
+        }
+        if self.rto_deadline().is_some_and(|d| now >= d) {
+            self.stats.timeouts += 1;
+            self.backoff = self.backoff.saturating_add(1);
+            self.go_back(now, self.peer_ack, GoBack::Force);
+        }
+        let keepalive_due = self.connected && now >= self.last_send + self.cfg.keepalive;
+        if keepalive_due || self.ack_deadline.is_some_and(|d| now >= d) {
+            self.ack_now = true;
+            self.ack_deadline = None;
+        }
+        None
+    }
+
+    pub(crate) fn poll_timeout(&self, queue: &SendQueue) -> Option<Instant> {
+        if self.dead {
+            return None;
+        }
+        let mut t = self.last_recv + self.cfg.idle_timeout;
+        // Deadlines whose work is already owed are left out: a driver that cannot write
+        // yet must not be woken for them again and again.
+        if self.connected {
+            if !self.ack_now {
+                t = t.min(self.last_send + self.cfg.keepalive);
+            }
+            let candidates = [
+                self.rto_deadline(),
+                self.ack_deadline,
+                self.can_send_data(queue)
+                    .then(|| queue.deadline(self.cfg.flush_delay))
+                    .flatten(),
+            ];
+            for c in candidates.into_iter().flatten() {
+                t = t.min(c);
+            }
+        }
+        Some(t)
+    }
+
+    pub(crate) fn handle_disconnect(&mut self) {
+        self.connected = false;
+    }
+
+    pub(crate) fn handle_reconnect(&mut self, now: Instant) {
+        if self.dead {
+            return;
+        }
+        self.connected = true;
+        self.decoder.reset();
+        self.epoch += 1;
+        self.resume_owed = true;
+        self.backoff = 0;
+        self.stats.reconnects += 1;
+        self.go_back(now, self.peer_ack, GoBack::Force);
+    }
+
+    /// The next frame to write to the transport, if any.
+    pub(crate) fn poll_transmit(&mut self, now: Instant, queue: &mut SendQueue) -> Option<Vec<u8>> {
+        if self.dead || !self.connected {
+            return None;
+        }
+        if self.resume_owed {
+            self.resume_owed = false;
+            return Some(self.control(now, FrameKind::Resume));
+        }
+        if self.nack_owed {
+            self.nack_owed = false;
+            let repeat = self
+                .last_nack
+                .is_some_and(|(e, at)| e == self.expected && now < at + self.rto());
+            if !repeat {
+                self.last_nack = Some((self.expected, now));
+                self.stats.nacks_out += 1;
+                return Some(self.control(now, FrameKind::Nack));
+            }
+        }
+        if let Some(seq) = self.resend_next {
+            return self.resend(now, seq);
+        }
+        if queue.ready(now, self.cfg.flush_delay, self.cfg.max_frame_payload)
+            && self.can_send_data(queue)
+        {
+            return self.send_data(now, queue);
+        }
+        let ack_due = self.ack_now || self.ack_deadline.is_some_and(|d| now >= d);
+        if ack_due || self.credit_owed() || now >= self.last_send + self.cfg.keepalive {
+            return Some(self.control(now, FrameKind::Ack));
+        }
+        None
+    }
+
+    fn header(&mut self, kind: FrameKind, codec: Codec, seq: u64) -> Header {
+        self.advertised = self.advertised.max(self.consumed + self.cfg.window);
+        Header {
+            kind,
+            codec,
+            failover: false,
+            link: self.index,
+            connection: self.cfg.connection_id,
+            seq,
+            ack: self.expected,
+            credit: self.advertised,
+            len: 0,
+        }
+    }
+
+    fn control(&mut self, now: Instant, kind: FrameKind) -> Vec<u8> {
+        let h = self.header(kind, Codec::Raw, self.next_seq);
+        let mut out = Vec::with_capacity(frame::HEADER_LEN);
+        frame::encode(&h, &[], &mut out);
+        self.sent(now, &out);
+        out
+    }
+
+    /// Bookkeeping after any frame: it carried our acknowledgement and credit.
+    fn sent(&mut self, now: Instant, bytes: &[u8]) {
+        self.last_send = now;
+        self.acks_owed = 0;
+        self.ack_deadline = None;
+        self.ack_now = false;
+        self.stats.frames_out += 1;
+        self.stats.bytes_out += bytes.len() as u64;
+    }
+
+    fn resend(&mut self, now: Instant, seq: u64) -> Option<Vec<u8>> {
+        let first = self.unacked.front()?.seq;
+        let idx = usize::try_from(seq.checked_sub(first)?).ok()?;
+        let (codec, fseq, failover) = {
+            let f = self.unacked.get(idx)?;
+            (f.codec, f.seq, f.failover)
+        };
+        let h = Header {
+            failover,
+            ..self.header(FrameKind::Data, codec, fseq)
+        };
+        let epoch = self.epoch;
+        let f = self.unacked.get_mut(idx)?;
+        let mut out = Vec::with_capacity(frame::HEADER_LEN + f.wire.len());
+        frame::encode(&h, &f.wire, &mut out);
+        f.last_sent = now;
+        f.epoch = epoch;
+        f.retransmitted = true;
+        self.resend_next = (seq + 1 < self.next_seq).then_some(seq + 1);
+        self.stats.retransmits += 1;
+        self.sent(now, &out);
+        Some(out)
+    }
+
+    fn send_data(&mut self, now: Instant, queue: &mut SendQueue) -> Option<Vec<u8>> {
+        let cap = self.cfg.max_frame_payload;
+        let failover = queue.head_is_failover();
+        let credit = if failover {
+            u64::MAX
+        } else {
+            self.credit_left()
+        };
+        let mut raw = Vec::with_capacity(cap.min(queue.bytes() as usize + 256));
+        let mut cost = 0;
+        let mut records = 0;
+        while let Some(r) = queue.pull(cap - raw.len(), credit - cost, failover) {
+            cost += r.cost();
+            r.encode(&mut raw);
+            records += 1;
+        }
+        if records == 0 {
+            return None;
+        }
+        let raw_len = raw.len();
+        let (codec, wire) = self.compressor.compress(raw);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if !failover {
+            self.sent_cost += cost;
+        }
+        let h = Header {
+            failover,
+            ..self.header(FrameKind::Data, codec, seq)
+        };
+        let mut out = Vec::with_capacity(frame::HEADER_LEN + wire.len());
+        frame::encode(&h, &wire, &mut out);
+        self.stats.records_out += records;
+        self.stats.payload_raw_out += raw_len as u64;
+        self.stats.payload_wire_out += wire.len() as u64;
+        if codec != Codec::Raw {
+            self.stats.compressed_frames_out += 1;
+        }
+        self.unacked.push_back(SentFrame {
+            seq,
+            codec,
+            failover,
+            wire,
+            cost,
+            first_sent: now,
+            last_sent: now,
+            epoch: self.epoch,
+            retransmitted: false,
+        });
+        self.sent(now, &out);
+        Some(out)
+    }
+
+    /// Records of frames never acknowledged, for another link to carry.
+    pub(crate) fn take_unacked(&mut self) -> Result<Vec<Record>, DecodeError> {
+        let mut records = Vec::new();
+        for f in self.unacked.drain(..) {
+            let raw = decompress(f.codec, &f.wire, frame::MAX_PAYLOAD)?;
+            records.extend(decode_payload(&raw)?);
+        }
+        self.resend_next = None;
+        self.stats.failed_over += records.len() as u64;
+        Ok(records)
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.unacked_frames = self.unacked.len() as u64;
+        s.unacked_bytes = self.unacked.iter().map(|f| f.wire.len() as u64).sum();
+        s.send_credit = self.credit_left();
+        s.srtt = self.rtt.srtt;
+        s.compression_skipped = self.compressor.skipped;
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{decode, Decoded};
+    use crate::record::{Envelope, Message};
+
+    fn kind_of(bytes: &[u8]) -> (FrameKind, u64) {
+        match decode(bytes, frame::MAX_PAYLOAD) {
+            Ok(Decoded::Frame { header, .. }) => (header.kind, header.seq),
+            other => panic!("not a frame: {other:?}"),
+        }
+    }
+
+    struct Pair {
+        now: Instant,
+        cfg: Config,
+        a: LinkState,
+        b: LinkState,
+        qa: SendQueue,
+        qb: SendQueue,
+    }
+
+    impl Pair {
+        fn new() -> Pair {
+            let now = Instant::now();
+            let cfg = Config::builder()
+                .compression(crate::Compression::Off)
+                .build()
+                .unwrap();
+            let mut p = Pair {
+                now,
+                a: LinkState::new(now, &cfg, 0),
+                b: LinkState::new(now, &cfg, 0),
+                cfg,
+                qa: SendQueue::default(),
+                qb: SendQueue::default(),
+            };
+            // Exchange the opening credit announcements.
+            p.flush_b();
+            p.drain_a();
+            p
+        }
+
+        /// Frames `a` sends now.
+        fn drain_a(&mut self) -> Vec<Vec<u8>> {
+            std::iter::from_fn(|| self.a.poll_transmit(self.now, &mut self.qa)).collect()
+        }
+
+        /// Everything `b` sends now, delivered to `a`.
+        fn flush_b(&mut self) -> Vec<(FrameKind, u64)> {
+            let frames: Vec<_> =
+                std::iter::from_fn(|| self.b.poll_transmit(self.now, &mut self.qb)).collect();
+            for f in &frames {
+                self.a.handle_bytes(self.now, f).unwrap();
+            }
+            frames.iter().map(|f| kind_of(f)).collect()
+        }
+
+        /// Queues one message per frame and returns the frames `a` sends.
+        fn send_frames(&mut self, n: usize) -> Vec<Vec<u8>> {
+            (0..n)
+                .flat_map(|i| {
+                    let m = Message::new(
+                        Envelope {
+                            tag: i as i32,
+                            ..Envelope::default()
+                        },
+                        vec![1u8; 100],
+                    );
+                    self.qa.push(self.now, m);
+                    self.now += self.cfg.flush_delay;
+                    self.drain_a()
+                })
+                .collect()
+        }
+
+        fn deliver_to_b(&mut self, frame: &[u8]) -> Received {
+            self.b.handle_bytes(self.now, frame).unwrap()
+        }
+    }
+
+    #[test]
+    fn a_gap_is_nacked_once_and_the_tail_resent_once() {
+        let mut p = Pair::new();
+        let frames = p.send_frames(3);
+        assert_eq!(frames.len(), 3);
+        p.now += Duration::from_millis(5);
+        assert_eq!(p.deliver_to_b(&frames[0]).records.len(), 1);
+        assert!(
+            p.deliver_to_b(&frames[2]).records.is_empty(),
+            "frame 1 is missing"
+        );
+        assert_eq!(p.flush_b(), vec![(FrameKind::Nack, 0)]);
+        let resent: Vec<_> = p.drain_a().iter().map(|f| kind_of(f)).collect();
+        assert_eq!(resent, vec![(FrameKind::Data, 1), (FrameKind::Data, 2)]);
+        // The same gap reported again before a round trip has passed changes nothing:
+        // the resends are on their way.
+        p.b.nack_owed = true;
+        p.b.last_nack = None;
+        assert_eq!(p.flush_b(), vec![(FrameKind::Nack, 0)]);
+        assert!(p.drain_a().is_empty());
+        assert_eq!(p.a.stats.retransmits, 2);
+    }
+
+    #[test]
+    fn retransmission_timeout_backs_off_and_resets_on_progress() {
+        let mut p = Pair::new();
+        let frames = p.send_frames(1);
+        let mut fired = Vec::new();
+        for _ in 0..3 {
+            let t = p.a.rto_deadline().unwrap();
+            fired.push(t);
+            p.now = t;
+            assert!(p.a.handle_timeout(p.now).is_none());
+            assert_eq!(
+                p.drain_a().iter().map(|f| kind_of(f)).collect::<Vec<_>>(),
+                vec![(FrameKind::Data, 0)]
+            );
+        }
+        let gaps: Vec<_> = fired.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(gaps[1], gaps[0] * 2, "{gaps:?}");
+        assert_eq!(p.a.backoff, 3);
+        p.deliver_to_b(&frames[0]);
+        p.b.ack_now = true;
+        p.flush_b();
+        assert_eq!((p.a.backoff, p.a.unacked.len()), (0, 0));
+        assert!(
+            p.a.rtt.srtt.is_none(),
+            "Karn: no sample from a resent frame"
+        );
+    }
+
+    #[test]
+    fn reconnect_resends_once_even_when_both_ends_resume() {
+        let mut p = Pair::new();
+        let frames = p.send_frames(3);
+        p.deliver_to_b(&frames[0]);
+        // The stream breaks with frames 1 and 2 lost; both ends reconnect.
+        p.now += Duration::from_millis(1);
+        p.a.handle_disconnect();
+        p.b.handle_disconnect();
+        p.a.handle_reconnect(p.now);
+        p.b.handle_reconnect(p.now);
+        let sent: Vec<_> = p.drain_a().iter().map(|f| kind_of(f)).collect();
+        assert_eq!(
+            sent,
+            vec![
+                (FrameKind::Resume, 3),
+                (FrameKind::Data, 0),
+                (FrameKind::Data, 1),
+                (FrameKind::Data, 2)
+            ]
+        );
+        // b's Resume (ack 1) crossed a's resends: frames 1 and 2 already went out on
+        // the new stream, so nothing is sent again.
+        assert_eq!(p.flush_b()[0], (FrameKind::Resume, 0));
+        assert!(p.drain_a().iter().all(|f| kind_of(f).0 != FrameKind::Data));
+        assert_eq!(p.a.stats.retransmits, 3);
+    }
+
+    #[test]
+    fn an_acknowledgement_of_unsent_frames_is_a_protocol_error() {
+        let mut p = Pair::new();
+        p.b.expected = 5;
+        p.b.ack_now = true;
+        let f = p.b.poll_transmit(p.now, &mut p.qb).unwrap();
+        assert_eq!(
+            p.a.handle_bytes(p.now, &f).unwrap_err(),
+            ProtocolError::AckBeyondSent { ack: 5, sent: 0 }
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! Counters and gauges of a link, readable at any time.
+
+use std::ops::AddAssign;
+use std::time::Duration;
+
+/// Statistics of one link, or of a whole bundle (the sum over its links).
+///
+/// Counters only grow; gauges (`queued_*`, `unacked_*`, `srtt`, `send_credit`) are
+/// the state at the moment the snapshot was taken.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Bytes handed out by `poll_transmit`.
+    pub bytes_out: u64,
+    /// Bytes given to `handle_bytes`.
+    pub bytes_in: u64,
+    /// Frames sent, of any kind, retransmissions included.
+    pub frames_out: u64,
+    /// Valid frames received, duplicates included.
+    pub frames_in: u64,
+    /// Records (message fragments) sent for the first time.
+    pub records_out: u64,
+    /// Records accepted in order.
+    pub records_in: u64,
+    /// Raw payload bytes of first transmissions, before compression.
+    pub payload_raw_out: u64,
+    /// The same payloads as they went on the wire.
+    pub payload_wire_out: u64,
+    /// Raw payload bytes of accepted frames, after decompression.
+    pub payload_raw_in: u64,
+    /// The same payloads as they came off the wire.
+    pub payload_wire_in: u64,
+    /// `Data` frames sent compressed.
+    pub compressed_frames_out: u64,
+    /// Frames `Compression::Auto` sent raw without trying, because recent frames did not
+    /// shrink.
+    pub compression_skipped: u64,
+    /// `Data` frames sent again.
+    pub retransmits: u64,
+    /// Retransmission timeouts that fired.
+    pub timeouts: u64,
+    /// Valid `Data` frames dropped because they were already received.
+    pub duplicates_in: u64,
+    /// Valid `Data` frames dropped because an earlier one was missing.
+    pub out_of_order_in: u64,
+    /// Frames that failed a checksum or did not parse.
+    pub corrupt_in: u64,
+    /// Bytes skipped while looking for the next frame.
+    pub skipped_bytes_in: u64,
+    /// Negative acknowledgements sent.
+    pub nacks_out: u64,
+    /// Negative acknowledgements received.
+    pub nacks_in: u64,
+    /// Records of this link, never acknowledged, handed to other links when it died.
+    pub failed_over: u64,
+    /// Times the transport reconnected.
+    pub reconnects: u64,
+    /// Gauge: messages waiting to be framed (bundle-wide queue).
+    pub queued_messages: u64,
+    /// Gauge: bytes waiting to be framed (bundle-wide queue).
+    pub queued_bytes: u64,
+    /// Gauge: frames sent and not yet acknowledged.
+    pub unacked_frames: u64,
+    /// Gauge: wire payload bytes of those frames.
+    pub unacked_bytes: u64,
+    /// Gauge: credit the peer has granted and we have not used.
+    pub send_credit: u64,
+    /// Gauge: smoothed round-trip time, once measured (the largest over a bundle).
+    pub srtt: Option<Duration>,
+}
+
+impl Stats {
+    /// Wire bytes per raw byte of the payloads sent (1.0 before anything was sent;
+    /// below 1.0 when compression pays).
+    pub fn compression_ratio_out(&self) -> f64 {
+        ratio(self.payload_wire_out, self.payload_raw_out)
+    }
+
+    /// Wire bytes per raw byte of the payloads received.
+    pub fn compression_ratio_in(&self) -> f64 {
+        ratio(self.payload_wire_in, self.payload_raw_in)
+    }
+}
+
+fn ratio(wire: u64, raw: u64) -> f64 {
+    if raw == 0 {
+        1.0
+    } else {
+        wire as f64 / raw as f64
+    }
+}
+
+impl AddAssign<&Stats> for Stats {
+    fn add_assign(&mut self, o: &Stats) {
+        self.bytes_out += o.bytes_out;
+        self.bytes_in += o.bytes_in;
+        self.frames_out += o.frames_out;
+        self.frames_in += o.frames_in;
+        self.records_out += o.records_out;
+        self.records_in += o.records_in;
+        self.payload_raw_out += o.payload_raw_out;
+        self.payload_wire_out += o.payload_wire_out;
+        self.payload_raw_in += o.payload_raw_in;
+        self.payload_wire_in += o.payload_wire_in;
+        self.compressed_frames_out += o.compressed_frames_out;
+        self.compression_skipped += o.compression_skipped;
+        self.retransmits += o.retransmits;
+        self.timeouts += o.timeouts;
+        self.duplicates_in += o.duplicates_in;
+        self.out_of_order_in += o.out_of_order_in;
+        self.corrupt_in += o.corrupt_in;
+        self.skipped_bytes_in += o.skipped_bytes_in;
+        self.nacks_out += o.nacks_out;
+        self.nacks_in += o.nacks_in;
+        self.failed_over += o.failed_over;
+        self.reconnects += o.reconnects;
+        self.queued_messages += o.queued_messages;
+        self.queued_bytes += o.queued_bytes;
+        self.unacked_frames += o.unacked_frames;
+        self.unacked_bytes += o.unacked_bytes;
+        self.send_credit += o.send_credit;
+        self.srtt = self.srtt.max(o.srtt);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_and_sum() {
+        let mut a = Stats {
+            payload_raw_out: 1000,
+            payload_wire_out: 250,
+            srtt: Some(Duration::from_millis(3)),
+            ..Stats::default()
+        };
+        assert_eq!(a.compression_ratio_out(), 0.25);
+        assert_eq!(a.compression_ratio_in(), 1.0);
+        let b = Stats {
+            payload_raw_out: 1000,
+            payload_wire_out: 1000,
+            srtt: Some(Duration::from_millis(7)),
+            ..Stats::default()
+        };
+        a += &b;
+        assert_eq!(a.compression_ratio_out(), 0.625);
+        assert_eq!(a.srtt, Some(Duration::from_millis(7)));
+    }
+}
