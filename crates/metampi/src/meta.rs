@@ -63,6 +63,14 @@ pub fn router_specs(layout: &Layout) -> Vec<RouterSpec> {
                         addr: format!("{}:{}", link.dst_address, link.port),
                         bytes_per_sec: link.options.bandwidth.map(|b| b.bytes_per_sec()),
                         latency: link.options.latency,
+                        compression: match link.options.compression {
+                            metampi_config::Compression::Off => "off",
+                            metampi_config::Compression::Lz4 => "lz4",
+                            metampi_config::Compression::Zstd => "zstd",
+                            _ => "auto",
+                        }
+                        .into(),
+                        link_id: link.id as u32,
                     }
                 })
                 .collect(),
