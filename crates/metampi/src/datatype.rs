@@ -800,3 +800,163 @@ pub fn __leak(d: UserDatatype) -> DatatypeRef<'static> {
 pub fn __ref<D: UncommittedDatatype>(d: &D) -> DatatypeRef<'static> {
     DatatypeRef::new(d.type_id())
 }
+
+/// Registers a type map under an id of its own even when an equal map exists,
+/// for types that operations must tell apart by datatype
+/// (`collective::ValueIndex`).
+pub(crate) fn register_distinct(tm: TypeMap) -> u32 {
+    let mut reg = registry().write().unwrap_or_else(|p| p.into_inner());
+    reg.push(Arc::new(tm));
+    (reg.len() - 1) as u32
+}
+
+// ---- partitioned buffers (varcount collectives) ---------------------------------
+
+/// A buffer split into one block per rank: `counts[i]` elements starting at
+/// element `displs[i]` (rsmpi's `Partitioned`).
+pub trait Partitioned {
+    /// The number of elements in each block.
+    fn counts(&self) -> &[Count];
+    /// The offset, in elements, of each block from the start of the buffer.
+    fn displs(&self) -> &[Count];
+}
+
+/// A partitioned buffer to send from.
+///
+/// The library reads `counts()[i]` elements at element `displs()[i]` from
+/// `pointer()`: an implementation of `Pointer` for a partitioned type vouches
+/// for that range.
+pub trait PartitionedBuffer: Partitioned + Pointer + AsDatatype {}
+
+/// A partitioned buffer to receive into (same contract, for writing).
+pub trait PartitionedBufferMut: Partitioned + PointerMut + AsDatatype {}
+
+/// Adds a partitioning to a `Buffer` (for `scatter_varcount_into_root` and
+/// `all_to_all_varcount_into`).
+pub struct Partition<'b, B: 'b + ?Sized, C, D> {
+    buf: &'b B,
+    counts: C,
+    displs: D,
+}
+
+impl<'b, B, C, D> Partition<'b, B, C, D>
+where
+    B: 'b + Buffer + ?Sized,
+    C: std::borrow::Borrow<[Count]>,
+    D: std::borrow::Borrow<[Count]>,
+{
+    /// Partitions `buf` into blocks of `counts` elements at `displs`.
+    ///
+    /// # Panics
+    /// When a count or displacement is negative or a block reaches past the
+    /// end of `buf` (as rsmpi asserts).
+    pub fn new(buf: &'b B, counts: C, displs: D) -> Self {
+        check_partition(buf.count(), counts.borrow(), displs.borrow());
+        Partition {
+            buf,
+            counts,
+            displs,
+        }
+    }
+}
+
+/// Adds a partitioning to a `BufferMut` (for the varcount gathers and
+/// `scatter`'s counterpart on the receiving side of all-to-all).
+pub struct PartitionMut<'b, B: 'b + ?Sized, C, D> {
+    buf: &'b mut B,
+    counts: C,
+    displs: D,
+}
+
+impl<'b, B, C, D> PartitionMut<'b, B, C, D>
+where
+    B: 'b + BufferMut + ?Sized,
+    C: std::borrow::Borrow<[Count]>,
+    D: std::borrow::Borrow<[Count]>,
+{
+    /// Partitions `buf` into blocks of `counts` elements at `displs`.
+    ///
+    /// # Panics
+    /// As [`Partition::new`].
+    pub fn new(buf: &'b mut B, counts: C, displs: D) -> Self {
+        check_partition(buf.count(), counts.borrow(), displs.borrow());
+        PartitionMut {
+            buf,
+            counts,
+            displs,
+        }
+    }
+}
+
+fn check_partition(n: Count, counts: &[Count], displs: &[Count]) {
+    assert!(
+        counts
+            .iter()
+            .zip(displs)
+            .all(|(&c, &d)| c >= 0 && d >= 0 && c.checked_add(d).is_some_and(|e| e <= n)),
+        "a partition block lies outside its buffer of {n} elements"
+    );
+}
+
+// SAFETY: the datatype is the partitioned buffer's own.
+unsafe impl<B: AsDatatype + ?Sized, C, D> AsDatatype for Partition<'_, B, C, D> {
+    type Out = B::Out;
+    fn as_datatype(&self) -> B::Out {
+        self.buf.as_datatype()
+    }
+}
+// SAFETY: the pointer of the partitioned buffer; `new` checked that every
+// block lies inside it.
+unsafe impl<B: Pointer + ?Sized, C, D> Pointer for Partition<'_, B, C, D> {
+    fn pointer(&self) -> *const std::ffi::c_void {
+        self.buf.pointer()
+    }
+}
+impl<B: ?Sized, C: std::borrow::Borrow<[Count]>, D: std::borrow::Borrow<[Count]>> Partitioned
+    for Partition<'_, B, C, D>
+{
+    fn counts(&self) -> &[Count] {
+        self.counts.borrow()
+    }
+    fn displs(&self) -> &[Count] {
+        self.displs.borrow()
+    }
+}
+impl<
+        B: Pointer + AsDatatype + ?Sized,
+        C: std::borrow::Borrow<[Count]>,
+        D: std::borrow::Borrow<[Count]>,
+    > PartitionedBuffer for Partition<'_, B, C, D>
+{
+}
+
+// SAFETY: as for `Partition`.
+unsafe impl<B: AsDatatype + ?Sized, C, D> AsDatatype for PartitionMut<'_, B, C, D> {
+    type Out = B::Out;
+    fn as_datatype(&self) -> B::Out {
+        self.buf.as_datatype()
+    }
+}
+// SAFETY: as for `Partition`, and the buffer is exclusively borrowed.
+unsafe impl<B: PointerMut + ?Sized, C, D> PointerMut for PartitionMut<'_, B, C, D> {
+    fn pointer_mut(&mut self) -> *mut std::ffi::c_void {
+        self.buf.pointer_mut()
+    }
+}
+impl<B: ?Sized, C: std::borrow::Borrow<[Count]>, D: std::borrow::Borrow<[Count]>> Partitioned
+    for PartitionMut<'_, B, C, D>
+{
+    fn counts(&self) -> &[Count] {
+        self.counts.borrow()
+    }
+    fn displs(&self) -> &[Count] {
+        self.displs.borrow()
+    }
+}
+impl<
+        B: PointerMut + AsDatatype + ?Sized,
+        C: std::borrow::Borrow<[Count]>,
+        D: std::borrow::Borrow<[Count]>,
+    > PartitionedBufferMut for PartitionMut<'_, B, C, D>
+{
+}

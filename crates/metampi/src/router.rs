@@ -221,11 +221,13 @@ fn parse_compression(s: &str) -> Option<Compression> {
 /// which already delivers every byte: resends are only for reconnects and
 /// corruption, so the retransmission timer is generous, and frames are kept
 /// small so that an emulated slow line stays pipelined.
-fn wire_config(id: u32, compression: Compression) -> Config {
+fn wire_config(id: u32, compression: Compression, slow: bool) -> Config {
     Config::builder()
         .connection_id(id)
         .max_message_len(MAX_WIRE_MESSAGE)
-        .max_frame_payload(64 << 10)
+        .max_frame_payload(if slow { 64 << 10 } else { 1 << 20 })
+        // Bundle what piles up while a frame is out, never hold a lone message.
+        .flush_delay(Duration::ZERO)
         .window(8 << 20)
         .send_buffer(8 << 20)
         .initial_rto(Duration::from_secs(1))
@@ -237,6 +239,7 @@ fn wire_config(id: u32, compression: Compression) -> Config {
             Config::builder()
                 .connection_id(id)
                 .max_message_len(MAX_WIRE_MESSAGE)
+                .flush_delay(Duration::ZERO)
                 .window(8 << 20)
                 .send_buffer(8 << 20)
                 .build()
@@ -484,7 +487,8 @@ pub fn run(spec: &RouterSpec) -> io::Result<()> {
                 return;
             }
             let comp = parse_compression(&l.compression).unwrap_or(Compression::Lz4);
-            let link = WireLink::new(Instant::now(), wire_config(l.link_id, comp));
+            let slow = l.bytes_per_sec.is_some();
+            let link = WireLink::new(Instant::now(), wire_config(l.link_id, comp, slow));
             let shaper = Shaper::new(l.bytes_per_sec, l.latency);
             drive(
                 s,
@@ -520,7 +524,9 @@ pub fn run(spec: &RouterSpec) -> io::Result<()> {
                     let Ok((_keep, wake_rx)) = UnixDatagram::pair() else {
                         return;
                     };
-                    let link = WireLink::new(Instant::now(), wire_config(id, Compression::Off));
+                    // The receiving end accepts any frame size up to the largest a sender uses.
+                    let link =
+                        WireLink::new(Instant::now(), wire_config(id, Compression::Off, false));
                     let shaper = Shaper::new(None, None);
                     drive(
                         conn,

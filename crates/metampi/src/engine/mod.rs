@@ -29,11 +29,15 @@ use crate::sys::{cma, poll};
 pub(crate) struct Engine {
     pub core: Core,
     pub links: Links,
+    /// Collective schedules in flight (blocking and nonblocking).
+    pub colls: crate::collective::schedule::Schedules,
 }
 
 impl Engine {
     pub(crate) fn progress(&mut self) -> bool {
-        self.links.progress(&mut self.core)
+        let moved = self.links.progress(&mut self.core);
+        // Collectives advance on every pass, whichever thread drives it.
+        self.colls.advance(&mut self.core, &mut self.links) || moved
     }
 }
 
@@ -367,7 +371,11 @@ impl Shared {
         let oversubscribed = local.len() > cores;
         let spin_us = env_usize("METAMPI_SPIN_US").unwrap_or(if oversubscribed { 20 } else { 200 });
         Ok(Shared {
-            engine: Mutex::new(Engine { core, links }),
+            engine: Mutex::new(Engine {
+                core,
+                links,
+                colls: Default::default(),
+            }),
             cond: Condvar::new(),
             poller: AtomicBool::new(false),
             blocked: AtomicUsize::new(0),
@@ -398,6 +406,7 @@ impl Shared {
             engine: Mutex::new(Engine {
                 core: Core::new(0, 1),
                 links,
+                colls: Default::default(),
             }),
             cond: Condvar::new(),
             poller: AtomicBool::new(false),

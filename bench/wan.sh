@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Wide-area measurements on this machine, in one go (issue 3's benchmark):
+#  1. ping-pong latency and 4 MiB bandwidth rank to rank through two routers
+#     against direct TCP between two emulated machines;
+#  2. throughput over an emulated 100 Mbit/s, 20 ms link (incompressible-ish
+#     payload: compression off) against the link rate;
+#  3. the same link with lz4 and compressible data: effective throughput
+#     against the link rate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p metampi-cli
+M=target/release/metampi
+d=$(mktemp -d)
+trap 'rm -rf "$d"; pkill -f "metampi router" || true' EXIT
+site() { # PORTBASE OPTIONS
+    cat <<CFG
+PORTBASE $1
+METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }
+METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }
+PAIR a b 1 $2
+a0 <-> b0
+CFG
+}
+site 27100 "" > "$d/plain.cfg"
+site 27200 "- { BANDWIDTH = 100Mbit; LATENCY = 20ms; COMPRESSION = off; }" > "$d/slow.cfg"
+site 27300 "- { BANDWIDTH = 100Mbit; LATENCY = 20ms; COMPRESSION = lz4; }" > "$d/slowz.cfg"
+
+# med OP BYTES COLUMN: a value from the bench table (column 4 median us, 8 MB/s)
+med() { awk -v op="$1" -v b="$2" -v col="$3" '/^# [a-z]+ \(/ {found = ($2==op); next} $1==b && found {print $col; exit}'; }
+direct=$($M bench -n 2 --machines m0:1,m1:1 --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
+routed=$($M run --meta "$d/plain.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
+dl=$(med pingpong 8 4 <<<"$direct"); rl=$(med pingpong 8 4 <<<"$routed")
+db=$(med bw 4194304 8 <<<"$direct"); rb=$(med bw 4194304 8 <<<"$routed")
+slow=$($M run --meta "$d/slow.cfg" $M bench --ops bw --sizes 1M --iters-scale 0.004)
+slowz=$($M run --meta "$d/slowz.cfg" $M bench --ops bw --sizes 1M --iters-scale 0.004)
+sb=$(med bw 1048576 8 <<<"$slow"); zb=$(med bw 1048576 8 <<<"$slowz")
+link=12.5
+r() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+printf '%-44s %10s %10s %7s %s\n' measure routed direct ratio target
+printf '%-44s %10s %10s %7s %s\n' "8-byte latency (us), through 2 routers" "$rl" "$dl" "$(r "$rl" "$dl")" "<= 2.0"
+printf '%-44s %10s %10s %7s %s\n' "4 MiB bandwidth (MB/s), through 2 routers" "$rb" "$db" "$(r "$rb" "$db")" ">= 0.9"
+printf '%-44s %10s %10s %7s %s\n' "100 Mbit/s link, no compression (MB/s)" "$sb" "$link" "$(r "$sb" "$link")" ">= 0.95"
+printf '%-44s %10s %10s %7s %s\n' "100 Mbit/s link, lz4, compressible (MB/s)" "$zb" "$link" "$(r "$zb" "$link")" "> 1.0"
+echo "(striping over several links per pair: not implemented in the router yet)"

@@ -1,0 +1,396 @@
+//! Which algorithm runs a collective: chosen by operation, communicator size
+//! and message size, or forced per operation with `METAMPI_COLL_ALG` (for
+//! example `bcast=binomial,allreduce=rabenseifner`) or [`force_algorithm`].
+//!
+//! Selection is a pure function of values every rank agrees on (operation,
+//! size, bytes per rank, commutativity, the forced table), so all ranks pick
+//! the same algorithm. A topology-aware layer (hierarchical collectives across
+//! meta hosts) slots in as further [`Algorithm`] variants chosen in
+//! `choose` from the communicator's site layout.
+
+use std::sync::{OnceLock, RwLock};
+
+use crate::error::{Error, ErrorClass};
+use crate::topology::CommInner;
+use crate::Rank;
+
+/// A collective operation, for algorithm selection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Collective {
+    /// `barrier`
+    Barrier,
+    /// `broadcast_into`
+    Broadcast,
+    /// `reduce_into`/`reduce_into_root`
+    Reduce,
+    /// `all_reduce_into`
+    AllReduce,
+    /// `gather_into*` (the varcount form is always linear)
+    Gather,
+    /// `scatter_into*` (the varcount form is always linear)
+    Scatter,
+    /// `all_gather_into` (the varcount form is always a ring)
+    AllGather,
+    /// `all_to_all_into` and `all_to_all_varcount_into`
+    AllToAll,
+    /// `scan_into`
+    Scan,
+    /// `exclusive_scan_into`
+    ExclusiveScan,
+    /// `reduce_scatter_block_into`
+    ReduceScatterBlock,
+}
+
+impl Collective {
+    const ALL: [Collective; 11] = [
+        Collective::Barrier,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllReduce,
+        Collective::Gather,
+        Collective::Scatter,
+        Collective::AllGather,
+        Collective::AllToAll,
+        Collective::Scan,
+        Collective::ExclusiveScan,
+        Collective::ReduceScatterBlock,
+    ];
+
+    /// The name used in `METAMPI_COLL_ALG`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::Barrier => "barrier",
+            Collective::Broadcast => "bcast",
+            Collective::Reduce => "reduce",
+            Collective::AllReduce => "allreduce",
+            Collective::Gather => "gather",
+            Collective::Scatter => "scatter",
+            Collective::AllGather => "allgather",
+            Collective::AllToAll => "alltoall",
+            Collective::Scan => "scan",
+            Collective::ExclusiveScan => "exscan",
+            Collective::ReduceScatterBlock => "reduce_scatter_block",
+        }
+    }
+
+    fn index(self) -> usize {
+        Collective::ALL
+            .iter()
+            .position(|&c| c == self)
+            .expect("ALL lists every variant")
+    }
+
+    /// The algorithms that implement this operation.
+    pub fn algorithms(self) -> &'static [Algorithm] {
+        use Algorithm::*;
+        match self {
+            Collective::Barrier => &[Dissemination],
+            Collective::Broadcast => &[Binomial, ScatterAllGather, Linear],
+            Collective::Reduce => &[Binomial, Linear],
+            Collective::AllReduce => &[RecursiveDoubling, Rabenseifner, ReduceBroadcast],
+            Collective::Gather | Collective::Scatter => &[Binomial, Linear],
+            Collective::AllGather => &[Bruck, Ring],
+            Collective::AllToAll => &[Pairwise, Linear],
+            Collective::Scan | Collective::ExclusiveScan => &[RecursiveDoubling, Linear],
+            Collective::ReduceScatterBlock => &[Pairwise, ReduceThenScatter],
+        }
+    }
+
+    /// Parses a name used in `METAMPI_COLL_ALG`.
+    pub fn from_name(s: &str) -> Option<Collective> {
+        let s = s.trim().to_ascii_lowercase();
+        let alias = match s.as_str() {
+            "broadcast" => "bcast",
+            "all_reduce" => "allreduce",
+            "all_gather" => "allgather",
+            "all_to_all" => "alltoall",
+            "exclusive_scan" => "exscan",
+            "reduce_scatter" => "reduce_scatter_block",
+            other => other,
+        };
+        Collective::ALL.into_iter().find(|c| c.name() == alias)
+    }
+}
+
+/// A collective algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Barrier in ⌈log2 n⌉ rounds of messages at distance 2^k (Hensgen et al.).
+    Dissemination,
+    /// Binomial tree: ⌈log2 n⌉ steps (broadcast, reduce, gather, scatter).
+    Binomial,
+    /// Broadcast as binomial scatter plus ring all-gather (van de Geijn):
+    /// about 2 × the message per rank instead of log2 n × the message.
+    ScatterAllGather,
+    /// Recursive doubling: log2 n exchanges of the whole vector (all-reduce,
+    /// scans); order-preserving, with a fold for sizes that are not powers of two.
+    RecursiveDoubling,
+    /// Rabenseifner's all-reduce: reduce-scatter by recursive halving, then
+    /// all-gather by recursive doubling. Commutative operations only.
+    Rabenseifner,
+    /// All-reduce as binomial reduce to rank 0 and binomial broadcast.
+    ReduceBroadcast,
+    /// Bruck's all-gather: ⌈log2 n⌉ steps for any n, then a local rotation.
+    Bruck,
+    /// Ring all-gather: n − 1 steps, each rank sends and receives one block.
+    Ring,
+    /// Pairwise exchange: in step s, send to rank + s and receive from rank − s.
+    Pairwise,
+    /// Everything posted at once (root to all, all to root, all to all; for
+    /// scans the chain rank by rank).
+    Linear,
+    /// Reduce-scatter as binomial reduce to rank 0 and binomial scatter.
+    ReduceThenScatter,
+}
+
+impl Algorithm {
+    const ALL: [Algorithm; 11] = [
+        Algorithm::Dissemination,
+        Algorithm::Binomial,
+        Algorithm::ScatterAllGather,
+        Algorithm::RecursiveDoubling,
+        Algorithm::Rabenseifner,
+        Algorithm::ReduceBroadcast,
+        Algorithm::Bruck,
+        Algorithm::Ring,
+        Algorithm::Pairwise,
+        Algorithm::Linear,
+        Algorithm::ReduceThenScatter,
+    ];
+
+    /// The name used in `METAMPI_COLL_ALG`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Dissemination => "dissemination",
+            Algorithm::Binomial => "binomial",
+            Algorithm::ScatterAllGather => "scatter_allgather",
+            Algorithm::RecursiveDoubling => "recursive_doubling",
+            Algorithm::Rabenseifner => "rabenseifner",
+            Algorithm::ReduceBroadcast => "reduce_bcast",
+            Algorithm::Bruck => "bruck",
+            Algorithm::Ring => "ring",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::Linear => "linear",
+            Algorithm::ReduceThenScatter => "reduce_then_scatter",
+        }
+    }
+
+    /// Parses a name used in `METAMPI_COLL_ALG`.
+    pub fn from_name(s: &str) -> Option<Algorithm> {
+        let s = s.trim().to_ascii_lowercase();
+        let alias = match s.as_str() {
+            "van_de_geijn" | "scatter_ring" => "scatter_allgather",
+            "rd" => "recursive_doubling",
+            "chain" => "linear",
+            other => other,
+        };
+        Algorithm::ALL.into_iter().find(|a| a.name() == alias)
+    }
+}
+
+/// Bytes below which broadcast stays binomial.
+const BCAST_LONG: usize = 128 << 10;
+/// Ranks below which broadcast stays binomial (MPICH's choice too).
+const BCAST_MIN_RANKS: Rank = 8;
+/// Bytes from which commutative all-reduce uses Rabenseifner.
+const ALLREDUCE_LONG: usize = 16 << 10;
+/// Total bytes (all blocks) from which gather/scatter go linear.
+const GATHER_LONG: usize = 256 << 10;
+/// Total bytes from which all-gather uses the ring instead of Bruck.
+const ALLGATHER_LONG: usize = 64 << 10;
+/// Bytes per block up to which all-to-all posts everything at once.
+const ALLTOALL_SHORT: usize = 1 << 10;
+/// Total bytes below which reduce-scatter goes through rank 0.
+const REDSCAT_SHORT: usize = 16 << 10;
+
+/// The algorithm metampi picks when nothing is forced, for an operation on
+/// `size` ranks moving `bytes` per rank (the block size for the
+/// gather/scatter/all-to-all family, the vector for reductions).
+///
+/// | operation | choice |
+/// |---|---|
+/// | barrier | dissemination |
+/// | broadcast | binomial; scatter + ring all-gather from 128 KiB on ≥ 8 ranks |
+/// | reduce | binomial (rank order to rank 0 then the root, when not commutative) |
+/// | all-reduce | recursive doubling; Rabenseifner from 16 KiB when commutative, ≥ 3 ranks |
+/// | gather, scatter | binomial; linear from 256 KiB in total |
+/// | all-gather | Bruck; ring from 64 KiB in total |
+/// | all-to-all | linear up to 1 KiB per block; pairwise above |
+/// | scan, exclusive scan | recursive doubling |
+/// | reduce-scatter-block | reduce then scatter below 16 KiB on > 4 ranks; pairwise otherwise |
+pub fn default_algorithm(op: Collective, size: Rank, bytes: usize, commutative: bool) -> Algorithm {
+    let total = bytes.saturating_mul(size.max(0) as usize);
+    match op {
+        Collective::Barrier => Algorithm::Dissemination,
+        Collective::Broadcast if size >= BCAST_MIN_RANKS && bytes >= BCAST_LONG => {
+            Algorithm::ScatterAllGather
+        }
+        Collective::Broadcast | Collective::Reduce => Algorithm::Binomial,
+        Collective::AllReduce if commutative && size >= 3 && bytes >= ALLREDUCE_LONG => {
+            Algorithm::Rabenseifner
+        }
+        Collective::AllReduce => Algorithm::RecursiveDoubling,
+        Collective::Gather | Collective::Scatter if total >= GATHER_LONG => Algorithm::Linear,
+        Collective::Gather | Collective::Scatter => Algorithm::Binomial,
+        Collective::AllGather if total >= ALLGATHER_LONG => Algorithm::Ring,
+        Collective::AllGather => Algorithm::Bruck,
+        Collective::AllToAll if bytes <= ALLTOALL_SHORT => Algorithm::Linear,
+        Collective::AllToAll => Algorithm::Pairwise,
+        Collective::Scan | Collective::ExclusiveScan => Algorithm::RecursiveDoubling,
+        Collective::ReduceScatterBlock if total < REDSCAT_SHORT && size > 4 => {
+            Algorithm::ReduceThenScatter
+        }
+        Collective::ReduceScatterBlock => Algorithm::Pairwise,
+    }
+}
+
+type Table = [Option<Algorithm>; Collective::ALL.len()];
+
+fn forced() -> &'static RwLock<Table> {
+    static F: OnceLock<RwLock<Table>> = OnceLock::new();
+    F.get_or_init(|| {
+        let mut t = [None; Collective::ALL.len()];
+        if let Ok(spec) = std::env::var("METAMPI_COLL_ALG") {
+            match parse_spec(&spec) {
+                Ok(v) => {
+                    for (c, a) in v {
+                        t[c.index()] = Some(a);
+                    }
+                }
+                // A bad setting must not go unnoticed, nor stop the job.
+                Err(e) => eprintln!("metampi: ignoring METAMPI_COLL_ALG: {e}"),
+            }
+        }
+        RwLock::new(t)
+    })
+}
+
+/// Parses `op=alg,op=alg` (the `METAMPI_COLL_ALG` syntax).
+///
+/// # Errors
+/// `Arg` for an unknown name or an algorithm that does not implement the
+/// operation.
+pub fn parse_spec(spec: &str) -> Result<Vec<(Collective, Algorithm)>, Error> {
+    let mut out = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (o, a) = item.split_once('=').ok_or_else(|| {
+            Error::new(
+                ErrorClass::Arg,
+                format!("`{item}` is not of the form op=algorithm"),
+            )
+        })?;
+        let c = Collective::from_name(o)
+            .ok_or_else(|| Error::new(ErrorClass::Arg, format!("unknown collective `{o}`")))?;
+        let alg = Algorithm::from_name(a)
+            .ok_or_else(|| Error::new(ErrorClass::Arg, format!("unknown algorithm `{a}`")))?;
+        check(c, alg)?;
+        out.push((c, alg));
+    }
+    Ok(out)
+}
+
+fn check(c: Collective, a: Algorithm) -> Result<(), Error> {
+    if c.algorithms().contains(&a) {
+        return Ok(());
+    }
+    let names: Vec<&str> = c.algorithms().iter().map(|a| a.name()).collect();
+    Err(Error::new(
+        ErrorClass::Arg,
+        format!(
+            "{} does not implement {}; choose one of {}",
+            a.name(),
+            c.name(),
+            names.join(", ")
+        ),
+    ))
+}
+
+/// Forces `alg` for every later `op` in this process (`None` returns to the
+/// automatic choice); overrides `METAMPI_COLL_ALG`. Every rank of a
+/// communicator must force the same algorithms before its next collective.
+/// Where the forced algorithm cannot serve a call (Rabenseifner with a
+/// non-commutative operation) the order-preserving default runs instead.
+///
+/// # Errors
+/// `Arg` when `alg` does not implement `op`.
+pub fn force_algorithm(op: Collective, alg: Option<Algorithm>) -> Result<(), Error> {
+    if let Some(a) = alg {
+        check(op, a)?;
+    }
+    forced().write().unwrap_or_else(|p| p.into_inner())[op.index()] = alg;
+    Ok(())
+}
+
+/// The algorithm forced for `op`, if any.
+pub fn forced_algorithm(op: Collective) -> Option<Algorithm> {
+    forced().read().unwrap_or_else(|p| p.into_inner())[op.index()]
+}
+
+/// The algorithm a call will use: the forced one where it applies, else the
+/// default. This is where a topology-aware layer would look at `comm`'s
+/// machines and sites first.
+pub(crate) fn choose(
+    comm: &CommInner,
+    op: Collective,
+    bytes: usize,
+    commutative: bool,
+) -> Algorithm {
+    let size = comm.size();
+    match forced_algorithm(op) {
+        Some(Algorithm::Rabenseifner) if !commutative => Algorithm::RecursiveDoubling,
+        Some(a) => a,
+        None => default_algorithm(op, size, bytes, commutative),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_parses_and_rejects() {
+        let v = parse_spec(" bcast=van_de_geijn, allreduce=rabenseifner ,scan=chain").unwrap();
+        assert_eq!(
+            v,
+            vec![
+                (Collective::Broadcast, Algorithm::ScatterAllGather),
+                (Collective::AllReduce, Algorithm::Rabenseifner),
+                (Collective::Scan, Algorithm::Linear)
+            ]
+        );
+        assert_eq!(
+            parse_spec("bcast=bruck").unwrap_err().class(),
+            ErrorClass::Arg
+        );
+        assert_eq!(
+            parse_spec("nope=ring").unwrap_err().class(),
+            ErrorClass::Arg
+        );
+        assert_eq!(parse_spec("bcast").unwrap_err().class(), ErrorClass::Arg);
+        assert!(parse_spec("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn every_name_round_trips() {
+        for c in Collective::ALL {
+            assert_eq!(Collective::from_name(c.name()), Some(c));
+            for &a in c.algorithms() {
+                assert_eq!(Algorithm::from_name(a.name()), Some(a));
+            }
+            // The default is always one of the operation's algorithms.
+            for size in 1..20 {
+                for bytes in [0, 100, 5000, 100_000, 1 << 20] {
+                    for comm in [false, true] {
+                        let d = default_algorithm(c, size, bytes, comm);
+                        assert!(c.algorithms().contains(&d), "{c:?} {d:?}");
+                        if !comm {
+                            assert_ne!(d, Algorithm::Rabenseifner);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,1777 @@
+//! Collective operations (MPI-1.2 §4, MPI-3 §5.12 nonblocking forms), in
+//! rsmpi's shape, plus fallible `try_*` forms and max-loc/min-loc.
+//!
+//! - Every collective runs on the communicator's collective context
+//!   (`ctx + 1`) with tags from a per-communicator call sequence, so
+//!   point-to-point receives, even with any source and any tag, never match
+//!   collective traffic (the SC99 failure of seed 000), and several
+//!   collectives in flight stay apart.
+//! - Each call is compiled into a schedule of rounds (`collective/schedule.rs`)
+//!   that the engine advances on every progress pass: the blocking forms
+//!   start one and wait, the `immediate_*` forms return a [`Request`] over
+//!   it. A schedule progresses whenever any thread of the process is inside
+//!   the library (a blocked `receive` is enough).
+//! - The algorithm is chosen per call by operation, communicator size and
+//!   message size ([`algorithm`]); `METAMPI_COLL_ALG` or [`force_algorithm`]
+//!   force one. Non-commutative operations always run an order-preserving
+//!   algorithm.
+//! - Arguments that disagree between ranks (lengths, counts) surface as
+//!   [`ErrorClass::Count`] from the `try_*` forms and `Request::try_wait` on
+//!   the ranks that notice; the rsmpi-shaped forms end the job instead, like
+//!   MPI's default error handler. A schedule with an error still runs to its
+//!   end so that other ranks are not left waiting.
+//!
+//! ```no_run
+//! use metampi::collective::SystemOperation;
+//! use metampi::traits::*;
+//!
+//! let universe = metampi::initialize().unwrap();
+//! let world = universe.world();
+//! let mine = [world.rank() as f64; 4];
+//! let mut sum = [0.0; 4];
+//! metampi::request::scope(|scope| {
+//!     let req = world.immediate_all_reduce_into(scope, &mine[..], &mut sum[..], SystemOperation::sum());
+//!     // ... computation or point-to-point traffic meanwhile ...
+//!     req.wait();
+//! });
+//! let root = world.process_at_rank(0);
+//! root.broadcast_into(&mut sum[..]);
+//! ```
+
+mod allgather;
+mod allreduce;
+mod alltoall;
+mod barrier;
+mod bcast;
+mod gather;
+mod op;
+mod reduce;
+mod scan;
+pub(crate) mod schedule;
+
+pub mod algorithm;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+pub use self::algorithm::{
+    default_algorithm, force_algorithm, forced_algorithm, Algorithm, Collective,
+};
+#[doc(hidden)]
+pub use self::op::OpApply;
+pub use self::op::{
+    reduce_local_into, try_reduce_local_into, DynBuffer, DynBufferMut, LocIndex, LocValue,
+    Operation, SystemOperation, UserOperation, ValueIndex,
+};
+
+use self::algorithm::choose;
+use self::schedule::{run, start, Builder, Reg, Schedule};
+use crate::datatype::{
+    pack, type_map, Buffer, BufferMut, Packed, PartitionedBuffer, PartitionedBufferMut, RecvLayout,
+    TypeMap, UncommittedDatatype,
+};
+use crate::error::{Error, ErrorClass, OrAbort};
+use crate::point_to_point::{recv_bytes, send_bytes, Mode};
+use crate::request::{Post, Request, Scope};
+use crate::topology::{AsCommunicator, CommInner, Communicator};
+use crate::{Count, Rank};
+
+// ---- buffers as schedule memory ------------------------------------------------------
+
+/// A send buffer as schedule memory: dense buffers are used in place.
+///
+/// # Safety
+/// `s` must stay valid and unmodified until the schedule completes.
+unsafe fn input<S: Buffer + ?Sized>(b: &mut Builder, s: &S) -> Reg {
+    match pack(s) {
+        // SAFETY: the caller's contract.
+        Packed::Dense(d) => unsafe { b.user_read(d) },
+        Packed::Packed(v) => b.owned_from(v),
+    }
+}
+
+/// A writable copy of a send buffer (reductions overwrite their operand).
+fn copy_in<S: Buffer + ?Sized>(b: &mut Builder, s: &S) -> Reg {
+    match pack(s) {
+        Packed::Dense(d) => b.owned_from(d.to_vec()),
+        Packed::Packed(v) => b.owned_from(v),
+    }
+}
+
+/// Where a rank's result goes: the user's buffer itself when dense,
+/// otherwise a packed copy unpacked at the end.
+struct Output {
+    reg: Reg,
+    unpack: Option<usize>,
+    /// Bytes per element.
+    es: usize,
+}
+
+/// # Safety
+/// `r` must stay valid, and untouched by anyone else, until the schedule
+/// completes.
+unsafe fn output<R: BufferMut + ?Sized>(b: &mut Builder, r: &mut R, keep: bool) -> Output {
+    let layout = RecvLayout::of(r);
+    let es = layout.tm.size;
+    // SAFETY: `r` is exclusively borrowed for the schedule (caller).
+    match unsafe { layout.dense() } {
+        Some(d) => Output {
+            // SAFETY: as above.
+            reg: unsafe { b.user_write(d) },
+            unpack: None,
+            es,
+        },
+        None => {
+            let reg = if keep {
+                b.owned_from(pack_layout(&layout))
+            } else {
+                b.owned(layout.capacity())
+            };
+            // SAFETY: as above.
+            let i = unsafe { b.out_layout(layout) };
+            Output {
+                reg,
+                unpack: Some(i),
+                es,
+            }
+        }
+    }
+}
+
+/// Moves the result into the user's buffer, after everything else.
+fn finish(b: &mut Builder, o: &Output, result: Reg) {
+    b.round();
+    if result != o.reg {
+        b.copy_fit(result, o.reg);
+    }
+    if let Some(i) = o.unpack {
+        b.unpack(o.reg, i);
+    }
+    b.round();
+}
+
+/// Checks a partition's counts and displacements against the communicator.
+fn partition(counts: &[Count], displs: &[Count], n: Rank) -> Result<Vec<(usize, usize)>, Error> {
+    if counts.len() != n as usize || displs.len() != n as usize {
+        return Err(Error::new(
+            ErrorClass::Count,
+            format!(
+                "a partition has {} counts and {} displacements for {n} ranks",
+                counts.len(),
+                displs.len()
+            ),
+        ));
+    }
+    counts
+        .iter()
+        .zip(displs)
+        .map(|(&c, &d)| match (usize::try_from(c), usize::try_from(d)) {
+            (Ok(c), Ok(d)) => Ok((c, d)),
+            _ => Err(Error::new(
+                ErrorClass::Count,
+                format!("negative count {c} or displacement {d} in a partition"),
+            )),
+        })
+        .collect()
+}
+
+/// The signature bytes of elements `first..first + count` of a buffer.
+///
+/// # Safety
+/// `base` must point at a buffer holding those elements of `tm`.
+unsafe fn pack_elems(base: *const u8, tm: &TypeMap, first: usize, count: usize, out: &mut Vec<u8>) {
+    for i in first..first + count {
+        for &(off, len) in &tm.blocks {
+            // SAFETY: the caller's contract; the type map describes element i.
+            let s = unsafe {
+                std::slice::from_raw_parts(base.offset((i * tm.extent) as isize + off), len)
+            };
+            out.extend_from_slice(s);
+        }
+    }
+}
+
+/// The blocks of a partitioned send buffer, one region per rank.
+///
+/// # Safety
+/// The buffer must hold the partition's elements and stay valid and
+/// unmodified until the schedule completes.
+unsafe fn input_parts<S: PartitionedBuffer + ?Sized>(
+    b: &mut Builder,
+    s: &S,
+) -> Result<Vec<Reg>, Error> {
+    let parts = partition(s.counts(), s.displs(), b.n)?;
+    let tm = type_map(s.as_datatype().type_id());
+    let base = s.pointer() as *const u8;
+    if tm.is_dense() {
+        let span = parts.iter().map(|&(c, d)| c + d).max().unwrap_or(0) * tm.extent;
+        // SAFETY: the partition lies inside the buffer (caller); `span` bytes
+        // from `base` are its elements.
+        let all = unsafe { b.user_read(std::slice::from_raw_parts(base, span)) };
+        return Ok(parts
+            .iter()
+            .map(|&(c, d)| all.at(d * tm.size, c * tm.size))
+            .collect());
+    }
+    let mut v = Vec::new();
+    let mut at = Vec::with_capacity(parts.len());
+    for &(c, d) in &parts {
+        let start = v.len();
+        // SAFETY: the caller's contract.
+        unsafe { pack_elems(base, &tm, d, c, &mut v) };
+        at.push((start, v.len() - start));
+    }
+    let all = b.owned_from(v);
+    Ok(at.into_iter().map(|(o, l)| all.at(o, l)).collect())
+}
+
+/// The blocks of a partitioned receive buffer, one region per rank, and the
+/// unpacks into the user's buffer (region, output) it needs at the end.
+type RecvParts = (Vec<Reg>, Vec<(Reg, usize)>);
+
+/// The blocks of a partitioned receive buffer, and the unpacks it needs.
+///
+/// # Safety
+/// The buffer must hold the partition's elements and stay valid, and
+/// untouched by anyone else, until the schedule completes.
+unsafe fn output_parts<R: PartitionedBufferMut + ?Sized>(
+    b: &mut Builder,
+    r: &mut R,
+) -> Result<RecvParts, Error> {
+    let parts = partition(r.counts(), r.displs(), b.n)?;
+    let mut used: Vec<(usize, usize)> = parts.iter().copied().filter(|p| p.0 > 0).collect();
+    used.sort_by_key(|p| p.1);
+    if used.windows(2).any(|w| w[0].1 + w[0].0 > w[1].1) {
+        return Err(Error::new(
+            ErrorClass::Arg,
+            "the blocks of a receive partition overlap",
+        ));
+    }
+    let dt = r.as_datatype().type_id();
+    let tm = type_map(dt);
+    let base = r.pointer_mut() as *mut u8;
+    if tm.is_dense() {
+        let span = parts.iter().map(|&(c, d)| c + d).max().unwrap_or(0) * tm.extent;
+        // SAFETY: the partition lies inside the exclusively borrowed buffer.
+        let all = unsafe { b.user_write(std::slice::from_raw_parts_mut(base, span)) };
+        let regs = parts
+            .iter()
+            .map(|&(c, d)| all.at(d * tm.size, c * tm.size))
+            .collect();
+        return Ok((regs, Vec::new()));
+    }
+    let total: usize = parts.iter().map(|&(c, _)| c * tm.size).sum();
+    let all = b.owned(total);
+    let (mut regs, mut unpacks, mut at) = (Vec::new(), Vec::new(), 0);
+    for &(c, d) in &parts {
+        let reg = all.at(at, c * tm.size);
+        at += reg.len;
+        let layout = RecvLayout {
+            tm: type_map(dt),
+            count: c,
+            // SAFETY: element `d` lies inside the buffer (partition contract).
+            base: unsafe { base.add(d * tm.extent) },
+        };
+        // SAFETY: the caller's contract.
+        unpacks.push((reg, unsafe { b.out_layout(layout) }));
+        regs.push(reg);
+    }
+    Ok((regs, unpacks))
+}
+
+fn finish_parts(b: &mut Builder, unpacks: &[(Reg, usize)]) {
+    b.round();
+    for &(reg, i) in unpacks {
+        b.unpack(reg, i);
+    }
+    b.round();
+}
+
+/// Installs `op` and returns (commutative, element size).
+///
+/// # Safety
+/// `op` must stay valid until the schedule completes (it is moved in, so
+/// only its borrows matter).
+unsafe fn set_op<'o, S: Buffer + ?Sized, O: Operation + 'o>(
+    b: &mut Builder,
+    s: &S,
+    op: O,
+) -> (bool, usize) {
+    let dt = s.as_datatype().type_id();
+    let tm = type_map(dt);
+    let commutative = op.is_commutative();
+    if let Err(e) = op.check(tm.prim, dt) {
+        b.fail(e);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { b.reduction(Box::new(op), tm.prim, dt) };
+    (commutative, tm.size)
+}
+
+/// A varcount call that cannot be planned (a malformed partition) still
+/// takes its place in the communicator's call sequence (the varcount
+/// algorithms have one phase), so that later collectives stay matched.
+fn skip_phase(b: &mut Builder, e: Error) -> Error {
+    b.phase();
+    e
+}
+
+fn count_err(msg: String) -> Error {
+    Error::new(ErrorClass::Count, msg)
+}
+
+/// Bytes per element of a buffer's datatype signature.
+fn elem_size<B: crate::datatype::AsDatatype + ?Sized>(b: &B) -> usize {
+    type_map(b.as_datatype().type_id()).size
+}
+
+/// The block size in bytes when `len` bytes of `es`-byte elements split
+/// into `n` equal blocks of whole elements; otherwise a `Count` error and
+/// the largest such block.
+fn blocks_of(b: &mut Builder, len: usize, es: usize, what: &str) -> usize {
+    let n = b.n as usize;
+    let elems = len.checked_div(es).unwrap_or(0);
+    if elems % n != 0 {
+        b.fail(count_err(format!(
+            "{what} of {elems} elements does not split into {n} equal blocks"
+        )));
+    }
+    elems / n * es
+}
+
+// ---- plans: one per operation -------------------------------------------------------
+//
+// Safety contract of every `plan_*`: the buffers passed must stay valid (the
+// receive buffers untouched by others, the send buffers unmodified) until the
+// returned schedule completes. Blocking forms wait for it; immediate forms
+// tie the buffers to the request's scope.
+
+fn plan_barrier(comm: &CommInner) -> Schedule {
+    let mut b = Builder::new(comm);
+    barrier::dissemination(&mut b);
+    b.finish()
+}
+
+unsafe fn plan_bcast<B: BufferMut + ?Sized>(comm: &CommInner, root: Rank, buf: &mut B) -> Schedule {
+    let mut b = Builder::new(comm);
+    let me = b.me;
+    // SAFETY: the plan contract.
+    let o = unsafe { output(&mut b, buf, me == root) };
+    match choose(comm, Collective::Broadcast, o.reg.len, true) {
+        Algorithm::ScatterAllGather => bcast::scatter_allgather(&mut b, root, o.reg),
+        Algorithm::Linear => bcast::linear(&mut b, root, o.reg),
+        _ => bcast::binomial(&mut b, root, o.reg),
+    }
+    if me != root {
+        finish(&mut b, &o, o.reg);
+    }
+    b.finish()
+}
+
+unsafe fn plan_reduce<'o, S, R, O>(
+    comm: &CommInner,
+    root: Rank,
+    send: &S,
+    recv: Option<&mut R>,
+    op: O,
+) -> Schedule
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation + 'o,
+{
+    let mut b = Builder::new(comm);
+    // SAFETY: the plan contract.
+    let (commutative, _) = unsafe { set_op(&mut b, send, op) };
+    let acc = copy_in(&mut b, send);
+    let r = match choose(comm, Collective::Reduce, acc.len, commutative) {
+        Algorithm::Linear => reduce::linear(&mut b, root, acc),
+        _ => {
+            let spare = b.owned(acc.len);
+            reduce::binomial(&mut b, root, acc, spare, commutative)
+        }
+    };
+    if let Some(recv) = recv.filter(|_| b.me == root) {
+        // SAFETY: the plan contract.
+        let o = unsafe { output(&mut b, recv, false) };
+        finish(&mut b, &o, r);
+    }
+    b.finish()
+}
+
+unsafe fn plan_all_reduce<'o, S, R, O>(comm: &CommInner, send: &S, recv: &mut R, op: O) -> Schedule
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation + 'o,
+{
+    let mut b = Builder::new(comm);
+    // SAFETY: the plan contract.
+    let (commutative, es) = unsafe { set_op(&mut b, send, op) };
+    // SAFETY: the plan contract.
+    let o = unsafe { output(&mut b, recv, false) };
+    // SAFETY: the plan contract.
+    let mine = unsafe { input(&mut b, send) };
+    let l = mine.len;
+    // Work in the user's buffer when it can hold the vector as it is.
+    let acc = if o.unpack.is_none() && o.reg.len == l {
+        o.reg
+    } else {
+        b.owned(l)
+    };
+    b.copy(mine, acc);
+    let tmp = b.owned(l);
+    let r = match choose(comm, Collective::AllReduce, l, commutative) {
+        Algorithm::Rabenseifner if es > 0 => allreduce::rabenseifner(&mut b, acc, tmp, es),
+        Algorithm::ReduceBroadcast => allreduce::reduce_bcast(&mut b, acc, tmp, commutative),
+        _ => allreduce::recursive_doubling(&mut b, acc, tmp, commutative),
+    };
+    finish(&mut b, &o, r);
+    b.finish()
+}
+
+unsafe fn plan_reduce_scatter_block<'o, S, R, O>(
+    comm: &CommInner,
+    send: &S,
+    recv: &mut R,
+    op: O,
+) -> Schedule
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation + 'o,
+{
+    let mut b = Builder::new(comm);
+    // SAFETY: the plan contract.
+    let (commutative, _) = unsafe { set_op(&mut b, send, op) };
+    // SAFETY: the plan contract.
+    let o = unsafe { output(&mut b, recv, false) };
+    let n = b.n as usize;
+    match choose(comm, Collective::ReduceScatterBlock, o.reg.len, commutative) {
+        Algorithm::ReduceThenScatter => {
+            let acc = copy_in(&mut b, send);
+            let bs = blocks_of(&mut b, acc.len, elem_size(send), "the reduce-scatter input");
+            let acc = acc.at(0, bs * n);
+            let spare = b.owned(acc.len);
+            let out = if o.reg.len == bs { o.reg } else { b.owned(bs) };
+            reduce::reduce_then_scatter(&mut b, acc, spare, bs, out, commutative);
+            finish(&mut b, &o, out);
+        }
+        _ => {
+            // SAFETY: the plan contract.
+            let mine = unsafe { input(&mut b, send) };
+            let bs = blocks_of(
+                &mut b,
+                mine.len,
+                elem_size(send),
+                "the reduce-scatter input",
+            );
+            let r = reduce::pairwise(&mut b, mine, bs);
+            finish(&mut b, &o, r);
+        }
+    }
+    b.finish()
+}
+
+unsafe fn plan_scan<'o, S, R, O>(
+    comm: &CommInner,
+    send: &S,
+    recv: &mut R,
+    op: O,
+    exclusive: bool,
+) -> Schedule
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation + 'o,
+{
+    let mut b = Builder::new(comm);
+    // SAFETY: the plan contract.
+    let (commutative, _) = unsafe { set_op(&mut b, send, op) };
+    // SAFETY: the plan contract.
+    let o = unsafe { output(&mut b, recv, false) };
+    // SAFETY: the plan contract.
+    let mine = unsafe { input(&mut b, send) };
+    let l = mine.len;
+    let tmp = b.owned(l);
+    let kind = if exclusive {
+        Collective::ExclusiveScan
+    } else {
+        Collective::Scan
+    };
+    let result = match choose(comm, kind, l, commutative) {
+        Algorithm::Linear => {
+            let acc = b.owned(l);
+            b.copy(mine, acc);
+            scan::linear(&mut b, acc, tmp, exclusive)
+        }
+        _ => {
+            let result = if o.unpack.is_none() && o.reg.len == l {
+                o.reg
+            } else {
+                b.owned(l)
+            };
+            if !exclusive {
+                b.copy(mine, result);
+            }
+            let partial = b.owned(l);
+            b.copy(mine, partial);
+            scan::recursive_doubling(&mut b, partial, result, tmp, commutative, exclusive)
+                .then_some(result)
+        }
+    };
+    if let Some(r) = result {
+        finish(&mut b, &o, r);
+    }
+    b.finish()
+}
+
+unsafe fn plan_gather<S, R>(
+    comm: &CommInner,
+    root: Rank,
+    send: &S,
+    recv: Option<&mut R>,
+) -> Schedule
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    let mut b = Builder::new(comm);
+    let n = b.n as usize;
+    // SAFETY: the plan contract.
+    let mine = unsafe { input(&mut b, send) };
+    // SAFETY: the plan contract.
+    let o = recv.map(|r| unsafe { output(&mut b, r, false) });
+    let bs = match &o {
+        Some(o) => blocks_of(&mut b, o.reg.len, o.es, "the gather receive buffer"),
+        None => mine.len,
+    };
+    let dst = o.as_ref().map(|o| o.reg.at(0, n * bs));
+    match choose(comm, Collective::Gather, bs, true) {
+        Algorithm::Linear => {
+            let blocks: Option<Vec<Reg>> = dst.map(|d| (0..n).map(|r| d.at(r * bs, bs)).collect());
+            gather::gather_linear(&mut b, root, mine, blocks.as_deref());
+        }
+        _ => gather::gather_binomial(&mut b, root, mine, bs, dst),
+    }
+    if let Some(o) = &o {
+        finish(&mut b, o, o.reg);
+    }
+    b.finish()
+}
+
+unsafe fn plan_gather_varcount<S, R>(
+    comm: &CommInner,
+    root: Rank,
+    send: &S,
+    recv: Option<&mut R>,
+) -> Result<Schedule, Error>
+where
+    S: Buffer + ?Sized,
+    R: PartitionedBufferMut + ?Sized,
+{
+    let mut b = Builder::new(comm);
+    // SAFETY: the plan contract.
+    let mine = unsafe { input(&mut b, send) };
+    // SAFETY: the plan contract.
+    let parts = recv.map(|r| unsafe { output_parts(&mut b, r) }).transpose();
+    let parts = parts.map_err(|e| skip_phase(&mut b, e))?;
+    gather::gather_linear(&mut b, root, mine, parts.as_ref().map(|p| &p.0[..]));
+    if let Some((_, unpacks)) = &parts {
+        finish_parts(&mut b, unpacks);
+    }
+    Ok(b.finish())
+}
+
+unsafe fn plan_scatter<S, R>(
+    comm: &CommInner,
+    root: Rank,
+    send: Option<&S>,
+    recv: &mut R,
+) -> Schedule
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    let mut b = Builder::new(comm);
+    let n = b.n as usize;
+    // SAFETY: the plan contract.
+    let src = send.map(|s| unsafe { input(&mut b, s) });
+    // SAFETY: the plan contract.
+    let o = unsafe { output(&mut b, recv, false) };
+    let bs = match src {
+        Some(s) => blocks_of(
+            &mut b,
+            s.len,
+            send.map_or(1, elem_size),
+            "the scatter send buffer",
+        ),
+        None => o.reg.len,
+    };
+    let out = if o.reg.len == bs {
+        o.reg
+    } else {
+        b.fail(count_err(format!(
+            "a scatter block of {bs} bytes does not fit a receive buffer of {} bytes",
+            o.reg.len
+        )));
+        b.owned(bs)
+    };
+    let src = src.map(|s| s.at(0, n * bs));
+    match choose(comm, Collective::Scatter, bs, true) {
+        Algorithm::Linear => {
+            let blocks: Option<Vec<Reg>> = src.map(|s| (0..n).map(|r| s.at(r * bs, bs)).collect());
+            gather::scatter_linear(&mut b, root, blocks.as_deref(), out);
+        }
+        _ => gather::scatter_binomial(&mut b, root, src, bs, out),
+    }
+    finish(&mut b, &o, out);
+    b.finish()
+}
+
+unsafe fn plan_scatter_varcount<S, R>(
+    comm: &CommInner,
+    root: Rank,
+    send: Option<&S>,
+    recv: &mut R,
+) -> Result<Schedule, Error>
+where
+    S: PartitionedBuffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    let mut b = Builder::new(comm);
+    // SAFETY: the plan contract.
+    let blocks = send.map(|s| unsafe { input_parts(&mut b, s) }).transpose();
+    let blocks = blocks.map_err(|e| skip_phase(&mut b, e))?;
+    // SAFETY: the plan contract.
+    let o = unsafe { output(&mut b, recv, false) };
+    gather::scatter_linear(&mut b, root, blocks.as_deref(), o.reg);
+    finish(&mut b, &o, o.reg);
+    Ok(b.finish())
+}
+
+unsafe fn plan_all_gather<S, R>(comm: &CommInner, send: &S, recv: &mut R) -> Schedule
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    let mut b = Builder::new(comm);
+    let n = b.n as usize;
+    // SAFETY: the plan contract.
+    let mine = unsafe { input(&mut b, send) };
+    // SAFETY: the plan contract.
+    let o = unsafe { output(&mut b, recv, false) };
+    let bs = blocks_of(&mut b, o.reg.len, o.es, "the all-gather receive buffer");
+    match choose(comm, Collective::AllGather, bs, true) {
+        Algorithm::Ring => {
+            let blocks: Vec<Reg> = (0..n).map(|r| o.reg.at(r * bs, bs)).collect();
+            allgather::ring(&mut b, mine, &blocks);
+        }
+        _ => allgather::bruck(&mut b, mine, bs, o.reg.at(0, n * bs)),
+    }
+    finish(&mut b, &o, o.reg);
+    b.finish()
+}
+
+unsafe fn plan_all_gather_varcount<S, R>(
+    comm: &CommInner,
+    send: &S,
+    recv: &mut R,
+) -> Result<Schedule, Error>
+where
+    S: Buffer + ?Sized,
+    R: PartitionedBufferMut + ?Sized,
+{
+    let mut b = Builder::new(comm);
+    // SAFETY: the plan contract.
+    let mine = unsafe { input(&mut b, send) };
+    // SAFETY: the plan contract.
+    let parts = unsafe { output_parts(&mut b, recv) };
+    let (blocks, unpacks) = parts.map_err(|e| skip_phase(&mut b, e))?;
+    allgather::ring(&mut b, mine, &blocks);
+    finish_parts(&mut b, &unpacks);
+    Ok(b.finish())
+}
+
+unsafe fn plan_all_to_all<S, R>(comm: &CommInner, send: &S, recv: &mut R) -> Schedule
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    let mut b = Builder::new(comm);
+    let n = b.n as usize;
+    // SAFETY: the plan contract.
+    let mine = unsafe { input(&mut b, send) };
+    // SAFETY: the plan contract.
+    let o = unsafe { output(&mut b, recv, false) };
+    let sbs = blocks_of(
+        &mut b,
+        mine.len,
+        elem_size(send),
+        "the all-to-all send buffer",
+    );
+    let rbs = blocks_of(&mut b, o.reg.len, o.es, "the all-to-all receive buffer");
+    let sends: Vec<Reg> = (0..n).map(|r| mine.at(r * sbs, sbs)).collect();
+    let recvs: Vec<Reg> = (0..n).map(|r| o.reg.at(r * rbs, rbs)).collect();
+    match choose(comm, Collective::AllToAll, rbs, true) {
+        Algorithm::Linear => alltoall::linear(&mut b, &sends, &recvs),
+        _ => alltoall::pairwise(&mut b, &sends, &recvs),
+    }
+    finish(&mut b, &o, o.reg);
+    b.finish()
+}
+
+unsafe fn plan_all_to_all_varcount<S, R>(
+    comm: &CommInner,
+    send: &S,
+    recv: &mut R,
+) -> Result<Schedule, Error>
+where
+    S: PartitionedBuffer + ?Sized,
+    R: PartitionedBufferMut + ?Sized,
+{
+    let mut b = Builder::new(comm);
+    // SAFETY: the plan contract.
+    let sends = unsafe { input_parts(&mut b, send) }.map_err(|e| skip_phase(&mut b, e))?;
+    // SAFETY: the plan contract.
+    let parts = unsafe { output_parts(&mut b, recv) };
+    let (recvs, unpacks) = parts.map_err(|e| skip_phase(&mut b, e))?;
+    // Block sizes differ between ranks, so only a forced choice applies.
+    match algorithm::forced_algorithm(Collective::AllToAll) {
+        Some(Algorithm::Linear) => alltoall::linear(&mut b, &sends, &recvs),
+        _ => alltoall::pairwise(&mut b, &sends, &recvs),
+    }
+    finish_parts(&mut b, &unpacks);
+    Ok(b.finish())
+}
+
+// ---- library-internal collectives ------------------------------------------------------
+
+pub(crate) fn barrier_impl<C: Communicator + ?Sized>(c: &C) -> Result<(), Error> {
+    run(plan_barrier(&c.as_handle().0))
+}
+
+/// Agrees on a fresh context id among the members of `comm` (collective).
+pub(crate) fn agree_context(comm: &CommInner) -> u32 {
+    let sh = crate::environment::shared();
+    let mine = sh.next_context.load(Ordering::SeqCst);
+    let mut ctx = 0u32;
+    // SAFETY: both buffers outlive `run`, which waits for the schedule.
+    let s = unsafe { plan_all_reduce(comm, &mine, &mut ctx, SystemOperation::max()) };
+    run(s).or_abort();
+    sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
+    ctx
+}
+
+/// Agrees on a context among `members` (world ranks) only, using point-to-point
+/// messages on the parent's collective context with a tag derived from `tag`
+/// (negative, so it never meets the positive tags of collectives).
+pub(crate) fn agree_context_among(parent: &CommInner, members: &[u32], tag: i32) -> u32 {
+    let sh = crate::environment::shared();
+    let t = -(tag.rem_euclid(1 << 20) + 2);
+    let ranks: Vec<Rank> = members.iter().map(|&w| parent.comm_of(w)).collect();
+    let leader = ranks[0];
+    let mine = sh.next_context.load(Ordering::SeqCst);
+    let ctx = if parent.rank == leader {
+        let mut best = mine;
+        for &r in &ranks[1..] {
+            let mut b = [0u8; 4];
+            recv_bytes(parent, Some(r), Some(t), &mut b, true).or_abort();
+            best = best.max(u32::from_le_bytes(b));
+        }
+        for &r in &ranks[1..] {
+            send_bytes(parent, r, t, &best.to_le_bytes(), Mode::Standard, true).or_abort();
+        }
+        best
+    } else {
+        send_bytes(parent, leader, t, &mine.to_le_bytes(), Mode::Standard, true).or_abort();
+        let mut b = [0u8; 4];
+        recv_bytes(parent, Some(leader), Some(t), &mut b, true).or_abort();
+        u32::from_le_bytes(b)
+    };
+    sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
+    ctx
+}
+
+pub(crate) fn all_gather_i32_pairs(comm: &CommInner, a: i32, b: i32) -> Vec<(i32, i32)> {
+    let mine = [a, b];
+    let mut all = vec![0i32; 2 * comm.size() as usize];
+    // SAFETY: both buffers outlive `run`, which waits for the schedule.
+    let s = unsafe { plan_all_gather(comm, &mine[..], &mut all[..]) };
+    run(s).or_abort();
+    all.chunks_exact(2).map(|c| (c[0], c[1])).collect()
+}
+
+/// Packs a (non-contiguous) receive buffer's current contents.
+pub(crate) fn pack_layout(l: &RecvLayout) -> Vec<u8> {
+    let mut out = Vec::with_capacity(l.capacity());
+    // SAFETY: the layout describes the caller's borrowed buffer.
+    unsafe { pack_elems(l.base, &l.tm, 0, l.count, &mut out) };
+    out
+}
+
+fn comm_of<C: Communicator + ?Sized>(c: &C) -> &Arc<CommInner> {
+    &c.as_handle().0
+}
+
+/// Starts `s` and wraps it in a request over `data`.
+fn request<'a, D: ?Sized, Sc: Scope<'a>>(
+    comm: &Arc<CommInner>,
+    s: Schedule,
+    data: &'a D,
+    scope: Sc,
+) -> Request<'a, D, Sc> {
+    let id = start(s);
+    Request::new(id, Arc::clone(comm), data, scope, Post::None)
+}
+
+fn not_root(what: &str) -> Error {
+    Error::new(
+        ErrorClass::Arg,
+        format!("{what} is for processes other than the root"),
+    )
+}
+
+fn only_root(what: &str) -> Error {
+    Error::new(ErrorClass::Arg, format!("{what} is for the root process"))
+}
+
+// ---- user-facing traits ---------------------------------------------------------------
+
+/// Collective operations over all members of a communicator (rsmpi's
+/// `CommunicatorCollectives`), with fallible `try_*` forms.
+///
+/// Every member must call the same collectives in the same order, blocking
+/// and immediate alike (MPI-1.2 §4.12).
+pub trait CommunicatorCollectives: Communicator {
+    /// Blocks until every member has called it (`MPI_Barrier`, MPI-1.2 §4.3).
+    fn barrier(&self) {
+        self.try_barrier().or_abort()
+    }
+
+    /// Fallible [`barrier`](Self::barrier).
+    ///
+    /// # Errors
+    /// `Other` when a peer is lost.
+    fn try_barrier(&self) -> Result<(), Error> {
+        barrier_impl(self)
+    }
+
+    /// Every member's `sendbuf`, in rank order, into every member's
+    /// `recvbuf` (`MPI_Allgather`, §4.7); the receive count per rank is
+    /// `recvbuf.count() / size`.
+    fn all_gather_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        self.try_all_gather_into(sendbuf, recvbuf).or_abort()
+    }
+
+    /// Fallible [`all_gather_into`](Self::all_gather_into).
+    ///
+    /// # Errors
+    /// `Count` when contributions and blocks differ in length.
+    fn try_all_gather_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_all_gather(comm_of(self), sendbuf, recvbuf) })
+    }
+
+    /// All-gather with a count and displacement per rank (`MPI_Allgatherv`).
+    fn all_gather_varcount_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        self.try_all_gather_varcount_into(sendbuf, recvbuf)
+            .or_abort()
+    }
+
+    /// Fallible [`all_gather_varcount_into`](Self::all_gather_varcount_into).
+    ///
+    /// # Errors
+    /// `Count` for a partition of the wrong size or a contribution of the
+    /// wrong length, `Arg` for overlapping receive blocks.
+    fn try_all_gather_varcount_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_all_gather_varcount(comm_of(self), sendbuf, recvbuf)? })
+    }
+
+    /// Block `j` of member `i`'s `sendbuf` goes to block `i` of member `j`'s
+    /// `recvbuf` (`MPI_Alltoall`, §4.8).
+    fn all_to_all_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        self.try_all_to_all_into(sendbuf, recvbuf).or_abort()
+    }
+
+    /// Fallible [`all_to_all_into`](Self::all_to_all_into).
+    ///
+    /// # Errors
+    /// `Count` when the buffers do not split into equal blocks or blocks
+    /// differ in length between ranks.
+    fn try_all_to_all_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_all_to_all(comm_of(self), sendbuf, recvbuf) })
+    }
+
+    /// All-to-all with a count and displacement per rank on both sides
+    /// (`MPI_Alltoallv`).
+    fn all_to_all_varcount_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: PartitionedBuffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        self.try_all_to_all_varcount_into(sendbuf, recvbuf)
+            .or_abort()
+    }
+
+    /// Fallible [`all_to_all_varcount_into`](Self::all_to_all_varcount_into).
+    ///
+    /// # Errors
+    /// As [`try_all_gather_varcount_into`](Self::try_all_gather_varcount_into).
+    fn try_all_to_all_varcount_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R) -> Result<(), Error>
+    where
+        S: PartitionedBuffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_all_to_all_varcount(comm_of(self), sendbuf, recvbuf)? })
+    }
+
+    /// Reduction of every member's `sendbuf` into every member's `recvbuf`
+    /// (`MPI_Allreduce`, §4.9.5).
+    fn all_reduce_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        self.try_all_reduce_into(sendbuf, recvbuf, op).or_abort()
+    }
+
+    /// Fallible [`all_reduce_into`](Self::all_reduce_into).
+    ///
+    /// # Errors
+    /// `Count` when vectors differ in length, `Type` when the operation is
+    /// not defined on the datatype.
+    fn try_all_reduce_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_all_reduce(comm_of(self), sendbuf, recvbuf, op) })
+    }
+
+    /// Reduction, then block `i` of the result to member `i`
+    /// (`MPI_Reduce_scatter_block`, MPI-2.2 §5.10.1).
+    fn reduce_scatter_block_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        self.try_reduce_scatter_block_into(sendbuf, recvbuf, op)
+            .or_abort()
+    }
+
+    /// Fallible [`reduce_scatter_block_into`](Self::reduce_scatter_block_into).
+    ///
+    /// # Errors
+    /// As [`try_all_reduce_into`](Self::try_all_reduce_into).
+    fn try_reduce_scatter_block_into<S, R, O>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_reduce_scatter_block(comm_of(self), sendbuf, recvbuf, op) })
+    }
+
+    /// Inclusive prefix reduction in rank order (`MPI_Scan`, §4.9.7).
+    fn scan_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        self.try_scan_into(sendbuf, recvbuf, op).or_abort()
+    }
+
+    /// Fallible [`scan_into`](Self::scan_into).
+    ///
+    /// # Errors
+    /// As [`try_all_reduce_into`](Self::try_all_reduce_into).
+    fn try_scan_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_scan(comm_of(self), sendbuf, recvbuf, op, false) })
+    }
+
+    /// Exclusive prefix reduction (`MPI_Exscan`, MPI-2.2 §5.11.2); rank 0's
+    /// `recvbuf` is left unchanged.
+    fn exclusive_scan_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        self.try_exclusive_scan_into(sendbuf, recvbuf, op)
+            .or_abort()
+    }
+
+    /// Fallible [`exclusive_scan_into`](Self::exclusive_scan_into).
+    ///
+    /// # Errors
+    /// As [`try_all_reduce_into`](Self::try_all_reduce_into).
+    fn try_exclusive_scan_into<S, R, O>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_scan(comm_of(self), sendbuf, recvbuf, op, true) })
+    }
+
+    /// Starts a barrier (`MPI_Ibarrier`, MPI-3 §5.12.1).
+    fn immediate_barrier(&self) -> Request<'static, ()> {
+        let comm = comm_of(self);
+        request(comm, plan_barrier(comm), &(), crate::request::StaticScope)
+    }
+
+    /// Starts an all-gather (`MPI_Iallgather`).
+    fn immediate_all_gather_into<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self);
+        // SAFETY: the request borrows both buffers for 'a and its scope makes
+        // sure it completes before 'a ends.
+        let s = unsafe { plan_all_gather(comm, sendbuf, recvbuf) };
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts a varcount all-gather (`MPI_Iallgatherv`).
+    fn immediate_all_gather_varcount_into<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + PartitionedBufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self);
+        // SAFETY: as in `immediate_all_gather_into`.
+        let s = unsafe { plan_all_gather_varcount(comm, sendbuf, recvbuf) }.or_abort();
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts an all-to-all (`MPI_Ialltoall`).
+    fn immediate_all_to_all_into<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self);
+        // SAFETY: as in `immediate_all_gather_into`.
+        let s = unsafe { plan_all_to_all(comm, sendbuf, recvbuf) };
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts a varcount all-to-all (`MPI_Ialltoallv`).
+    fn immediate_all_to_all_varcount_into<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + PartitionedBuffer + ?Sized,
+        R: 'a + PartitionedBufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self);
+        // SAFETY: as in `immediate_all_gather_into`.
+        let s = unsafe { plan_all_to_all_varcount(comm, sendbuf, recvbuf) }.or_abort();
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts an all-reduce (`MPI_Iallreduce`).
+    fn immediate_all_reduce_into<'a, S, R, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self);
+        // SAFETY: as in `immediate_all_gather_into`; `op` lives for 'a.
+        let s = unsafe { plan_all_reduce(comm, sendbuf, recvbuf, op) };
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts a reduce-scatter-block (`MPI_Ireduce_scatter_block`).
+    fn immediate_reduce_scatter_block_into<'a, S, R, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self);
+        // SAFETY: as in `immediate_all_reduce_into`.
+        let s = unsafe { plan_reduce_scatter_block(comm, sendbuf, recvbuf, op) };
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts an inclusive scan (`MPI_Iscan`).
+    fn immediate_scan_into<'a, S, R, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self);
+        // SAFETY: as in `immediate_all_reduce_into`.
+        let s = unsafe { plan_scan(comm, sendbuf, recvbuf, op, false) };
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts an exclusive scan (`MPI_Iexscan`).
+    fn immediate_exclusive_scan_into<'a, S, R, O, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self);
+        // SAFETY: as in `immediate_all_reduce_into`.
+        let s = unsafe { plan_scan(comm, sendbuf, recvbuf, op, true) };
+        request(comm, s, recvbuf, scope)
+    }
+}
+
+impl<C: Communicator + ?Sized> CommunicatorCollectives for C {}
+
+/// Collective operations with a root process (rsmpi's `Root`), with
+/// fallible `try_*` forms.
+///
+/// The non-root `_into` forms panic when called at the root and the `_root`
+/// forms panic elsewhere, as in rsmpi; the `try_*` forms return `Arg` instead.
+pub trait Root: AsCommunicator {
+    /// The root's rank.
+    fn root_rank(&self) -> Rank;
+
+    /// The root's `buffer` into every member's `buffer` (`MPI_Bcast`, §4.4).
+    fn broadcast_into<Buf>(&self, buffer: &mut Buf)
+    where
+        Buf: BufferMut + ?Sized,
+    {
+        self.try_broadcast_into(buffer).or_abort()
+    }
+
+    /// Fallible [`broadcast_into`](Self::broadcast_into).
+    ///
+    /// # Errors
+    /// `Count` when buffers differ in length between ranks.
+    fn try_broadcast_into<Buf>(&self, buffer: &mut Buf) -> Result<(), Error>
+    where
+        Buf: BufferMut + ?Sized,
+    {
+        let comm = comm_of(self.as_communicator());
+        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
+        run(unsafe { plan_bcast(comm, self.root_rank(), buffer) })
+    }
+
+    /// Sends `sendbuf` to the root (non-root side of `MPI_Gather`, §4.5).
+    fn gather_into<S>(&self, sendbuf: &S)
+    where
+        S: Buffer + ?Sized,
+    {
+        assert_ne!(self.as_communicator().rank(), self.root_rank());
+        self.try_gather_into(sendbuf).or_abort()
+    }
+
+    /// Fallible [`gather_into`](Self::gather_into).
+    ///
+    /// # Errors
+    /// `Arg` at the root; `Count` when blocks differ in length.
+    fn try_gather_into<S>(&self, sendbuf: &S) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank == self.root_rank() {
+            return Err(not_root("gather_into"));
+        }
+        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
+        run(unsafe { plan_gather(comm, self.root_rank(), sendbuf, None::<&mut [u8]>) })
+    }
+
+    /// Collects every member's `sendbuf` in rank order (root side of
+    /// `MPI_Gather`); the receive count per rank is `recvbuf.count() / size`.
+    fn gather_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        assert_eq!(self.as_communicator().rank(), self.root_rank());
+        self.try_gather_into_root(sendbuf, recvbuf).or_abort()
+    }
+
+    /// Fallible [`gather_into_root`](Self::gather_into_root).
+    ///
+    /// # Errors
+    /// `Arg` away from the root; `Count` when blocks differ in length.
+    fn try_gather_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank != self.root_rank() {
+            return Err(only_root("gather_into_root"));
+        }
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_gather(comm, self.root_rank(), sendbuf, Some(recvbuf)) })
+    }
+
+    /// Sends `sendbuf` to the root (non-root side of `MPI_Gatherv`).
+    fn gather_varcount_into<S>(&self, sendbuf: &S)
+    where
+        S: Buffer + ?Sized,
+    {
+        assert_ne!(self.as_communicator().rank(), self.root_rank());
+        self.try_gather_varcount_into(sendbuf).or_abort()
+    }
+
+    /// Fallible [`gather_varcount_into`](Self::gather_varcount_into).
+    ///
+    /// # Errors
+    /// `Arg` at the root.
+    fn try_gather_varcount_into<S>(&self, sendbuf: &S) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank == self.root_rank() {
+            return Err(not_root("gather_varcount_into"));
+        }
+        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
+        run(unsafe {
+            plan_gather_varcount(
+                comm,
+                self.root_rank(),
+                sendbuf,
+                None::<&mut crate::datatype::PartitionMut<'_, [u8], Vec<Count>, Vec<Count>>>,
+            )?
+        })
+    }
+
+    /// Collects every member's `sendbuf` into the blocks of `recvbuf` (root
+    /// side of `MPI_Gatherv`).
+    fn gather_varcount_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        assert_eq!(self.as_communicator().rank(), self.root_rank());
+        self.try_gather_varcount_into_root(sendbuf, recvbuf)
+            .or_abort()
+    }
+
+    /// Fallible [`gather_varcount_into_root`](Self::gather_varcount_into_root).
+    ///
+    /// # Errors
+    /// `Arg` away from the root or for overlapping blocks; `Count` for a
+    /// partition of the wrong size or a contribution of the wrong length.
+    fn try_gather_varcount_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: PartitionedBufferMut + ?Sized,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank != self.root_rank() {
+            return Err(only_root("gather_varcount_into_root"));
+        }
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_gather_varcount(comm, self.root_rank(), sendbuf, Some(recvbuf))? })
+    }
+
+    /// Receives this member's block from the root (non-root side of
+    /// `MPI_Scatter`, §4.6).
+    fn scatter_into<R>(&self, recvbuf: &mut R)
+    where
+        R: BufferMut + ?Sized,
+    {
+        assert_ne!(self.as_communicator().rank(), self.root_rank());
+        self.try_scatter_into(recvbuf).or_abort()
+    }
+
+    /// Fallible [`scatter_into`](Self::scatter_into).
+    ///
+    /// # Errors
+    /// `Arg` at the root; `Count` when blocks differ in length.
+    fn try_scatter_into<R>(&self, recvbuf: &mut R) -> Result<(), Error>
+    where
+        R: BufferMut + ?Sized,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank == self.root_rank() {
+            return Err(not_root("scatter_into"));
+        }
+        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
+        run(unsafe { plan_scatter(comm, self.root_rank(), None::<&[u8]>, recvbuf) })
+    }
+
+    /// Sends block `i` of `sendbuf` to member `i` (root side of
+    /// `MPI_Scatter`); the send count per rank is `sendbuf.count() / size`.
+    fn scatter_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        assert_eq!(self.as_communicator().rank(), self.root_rank());
+        self.try_scatter_into_root(sendbuf, recvbuf).or_abort()
+    }
+
+    /// Fallible [`scatter_into_root`](Self::scatter_into_root).
+    ///
+    /// # Errors
+    /// `Arg` away from the root; `Count` when blocks differ in length.
+    fn try_scatter_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank != self.root_rank() {
+            return Err(only_root("scatter_into_root"));
+        }
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_scatter(comm, self.root_rank(), Some(sendbuf), recvbuf) })
+    }
+
+    /// Receives this member's block from the root (non-root side of
+    /// `MPI_Scatterv`).
+    fn scatter_varcount_into<R>(&self, recvbuf: &mut R)
+    where
+        R: BufferMut + ?Sized,
+    {
+        assert_ne!(self.as_communicator().rank(), self.root_rank());
+        self.try_scatter_varcount_into(recvbuf).or_abort()
+    }
+
+    /// Fallible [`scatter_varcount_into`](Self::scatter_varcount_into).
+    ///
+    /// # Errors
+    /// `Arg` at the root; `Count` when the block does not fit.
+    fn try_scatter_varcount_into<R>(&self, recvbuf: &mut R) -> Result<(), Error>
+    where
+        R: BufferMut + ?Sized,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank == self.root_rank() {
+            return Err(not_root("scatter_varcount_into"));
+        }
+        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
+        run(unsafe {
+            plan_scatter_varcount(
+                comm,
+                self.root_rank(),
+                None::<&crate::datatype::Partition<'_, [u8], Vec<Count>, Vec<Count>>>,
+                recvbuf,
+            )?
+        })
+    }
+
+    /// Sends the blocks of `sendbuf` to the members (root side of
+    /// `MPI_Scatterv`).
+    fn scatter_varcount_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
+    where
+        S: PartitionedBuffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        assert_eq!(self.as_communicator().rank(), self.root_rank());
+        self.try_scatter_varcount_into_root(sendbuf, recvbuf)
+            .or_abort()
+    }
+
+    /// Fallible [`scatter_varcount_into_root`](Self::scatter_varcount_into_root).
+    ///
+    /// # Errors
+    /// `Arg` away from the root; `Count` for a partition of the wrong size
+    /// or a block that does not fit.
+    fn try_scatter_varcount_into_root<S, R>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+    ) -> Result<(), Error>
+    where
+        S: PartitionedBuffer + ?Sized,
+        R: BufferMut + ?Sized,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank != self.root_rank() {
+            return Err(only_root("scatter_varcount_into_root"));
+        }
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_scatter_varcount(comm, self.root_rank(), Some(sendbuf), recvbuf)? })
+    }
+
+    /// Contributes `sendbuf` to a reduction at the root (non-root side of
+    /// `MPI_Reduce`, §4.9.1).
+    fn reduce_into<S, O>(&self, sendbuf: &S, op: O)
+    where
+        S: Buffer + ?Sized,
+        O: Operation,
+    {
+        assert_ne!(self.as_communicator().rank(), self.root_rank());
+        self.try_reduce_into(sendbuf, op).or_abort()
+    }
+
+    /// Fallible [`reduce_into`](Self::reduce_into).
+    ///
+    /// # Errors
+    /// `Arg` at the root; as [`CommunicatorCollectives::try_all_reduce_into`].
+    fn try_reduce_into<S, O>(&self, sendbuf: &S, op: O) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        O: Operation,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank == self.root_rank() {
+            return Err(not_root("reduce_into"));
+        }
+        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
+        run(unsafe { plan_reduce(comm, self.root_rank(), sendbuf, None::<&mut [u8]>, op) })
+    }
+
+    /// Reduces every member's `sendbuf` into the root's `recvbuf`.
+    fn reduce_into_root<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        assert_eq!(self.as_communicator().rank(), self.root_rank());
+        self.try_reduce_into_root(sendbuf, recvbuf, op).or_abort()
+    }
+
+    /// Fallible [`reduce_into_root`](Self::reduce_into_root).
+    ///
+    /// # Errors
+    /// `Arg` away from the root; as [`CommunicatorCollectives::try_all_reduce_into`].
+    fn try_reduce_into_root<S, R, O>(
+        &self,
+        sendbuf: &S,
+        recvbuf: &mut R,
+        op: O,
+    ) -> Result<(), Error>
+    where
+        S: Buffer + ?Sized,
+        R: BufferMut + ?Sized,
+        O: Operation,
+    {
+        let comm = comm_of(self.as_communicator());
+        if comm.rank != self.root_rank() {
+            return Err(only_root("reduce_into_root"));
+        }
+        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
+        run(unsafe { plan_reduce(comm, self.root_rank(), sendbuf, Some(recvbuf), op) })
+    }
+
+    /// Starts a broadcast (`MPI_Ibcast`, MPI-3 §5.12.2).
+    fn immediate_broadcast_into<'a, Buf, Sc>(
+        &self,
+        scope: Sc,
+        buf: &'a mut Buf,
+    ) -> Request<'a, Buf, Sc>
+    where
+        Buf: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        // SAFETY: the request borrows the buffer for 'a and its scope makes
+        // sure it completes before 'a ends.
+        let s = unsafe { plan_bcast(comm, self.root_rank(), buf) };
+        request(comm, s, buf, scope)
+    }
+
+    /// Starts the non-root side of a gather (`MPI_Igather`); the request is
+    /// over the send buffer.
+    fn immediate_gather_into<'a, S, Sc>(&self, scope: Sc, sendbuf: &'a S) -> Request<'a, S, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_ne!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_broadcast_into`.
+        let s = unsafe { plan_gather(comm, self.root_rank(), sendbuf, None::<&mut [u8]>) };
+        request(comm, s, sendbuf, scope)
+    }
+
+    /// Starts the root side of a gather.
+    fn immediate_gather_into_root<'a, S, R, Sc>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_eq!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_broadcast_into`.
+        let s = unsafe { plan_gather(comm, self.root_rank(), sendbuf, Some(&mut *recvbuf)) };
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts the non-root side of a varcount gather (`MPI_Igatherv`).
+    fn immediate_gather_varcount_into<'a, Sc, S>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+    ) -> Request<'a, S, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_ne!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_broadcast_into`.
+        let s = unsafe {
+            plan_gather_varcount(
+                comm,
+                self.root_rank(),
+                sendbuf,
+                None::<&mut crate::datatype::PartitionMut<'_, [u8], Vec<Count>, Vec<Count>>>,
+            )
+        }
+        .or_abort();
+        request(comm, s, sendbuf, scope)
+    }
+
+    /// Starts the root side of a varcount gather.
+    fn immediate_gather_varcount_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + PartitionedBufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_eq!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_broadcast_into`.
+        let s =
+            unsafe { plan_gather_varcount(comm, self.root_rank(), sendbuf, Some(&mut *recvbuf)) }
+                .or_abort();
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts the non-root side of a scatter (`MPI_Iscatter`).
+    fn immediate_scatter_into<'a, Sc, R>(&self, scope: Sc, recvbuf: &'a mut R) -> Request<'a, R, Sc>
+    where
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_ne!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_broadcast_into`.
+        let s = unsafe { plan_scatter(comm, self.root_rank(), None::<&[u8]>, recvbuf) };
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts the root side of a scatter.
+    fn immediate_scatter_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_eq!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_broadcast_into`.
+        let s = unsafe { plan_scatter(comm, self.root_rank(), Some(sendbuf), recvbuf) };
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts the non-root side of a varcount scatter (`MPI_Iscatterv`).
+    fn immediate_scatter_varcount_into<'a, Sc, R>(
+        &self,
+        scope: Sc,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_ne!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_broadcast_into`.
+        let s = unsafe {
+            plan_scatter_varcount(
+                comm,
+                self.root_rank(),
+                None::<&crate::datatype::Partition<'_, [u8], Vec<Count>, Vec<Count>>>,
+                recvbuf,
+            )
+        }
+        .or_abort();
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts the root side of a varcount scatter.
+    fn immediate_scatter_varcount_into_root<'a, Sc, S, R>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + PartitionedBuffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_eq!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_broadcast_into`.
+        let s = unsafe { plan_scatter_varcount(comm, self.root_rank(), Some(sendbuf), recvbuf) }
+            .or_abort();
+        request(comm, s, recvbuf, scope)
+    }
+
+    /// Starts the non-root side of a reduction (`MPI_Ireduce`); the request
+    /// is over the send buffer.
+    fn immediate_reduce_into<'a, Sc, S, O>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        op: O,
+    ) -> Request<'a, S, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_ne!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_broadcast_into`; `op` lives for 'a.
+        let s = unsafe { plan_reduce(comm, self.root_rank(), sendbuf, None::<&mut [u8]>, op) };
+        request(comm, s, sendbuf, scope)
+    }
+
+    /// Starts the root side of a reduction.
+    fn immediate_reduce_into_root<'a, Sc, S, R, O>(
+        &self,
+        scope: Sc,
+        sendbuf: &'a S,
+        recvbuf: &'a mut R,
+        op: O,
+    ) -> Request<'a, R, Sc>
+    where
+        S: 'a + Buffer + ?Sized,
+        R: 'a + BufferMut + ?Sized,
+        O: 'a + Operation,
+        Sc: Scope<'a>,
+    {
+        let comm = comm_of(self.as_communicator());
+        assert_eq!(comm.rank, self.root_rank());
+        // SAFETY: as in `immediate_reduce_into`.
+        let s = unsafe { plan_reduce(comm, self.root_rank(), sendbuf, Some(&mut *recvbuf), op) };
+        request(comm, s, recvbuf, scope)
+    }
+}
+
+impl Root for crate::topology::Process<'_> {
+    fn root_rank(&self) -> Rank {
+        self.rank()
+    }
+}

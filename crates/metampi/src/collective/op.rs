@@ -1,0 +1,689 @@
+//! Reduction operations (MPI-1.2 §4.9): predefined ones, max-loc/min-loc on
+//! [`ValueIndex`] pairs, and user operations from closures.
+
+use std::any::TypeId;
+use std::sync::{OnceLock, RwLock};
+
+use crate::datatype::{
+    pack, register_distinct, type_map, Buffer, BufferMut, DatatypeRef, Equivalence, Prim,
+    RecvLayout, TypeMap, UncommittedDatatype,
+};
+use crate::error::{Error, ErrorClass, OrAbort};
+
+#[doc(hidden)]
+pub trait OpApply {
+    /// `upper = lower ∘ upper`, element-wise over values of datatype `dt`
+    /// given as signature bytes; `prim` is `dt`'s predefined kind, if any.
+    fn apply(
+        &self,
+        lower: &[u8],
+        upper: &mut [u8],
+        prim: Option<Prim>,
+        dt: u32,
+    ) -> Result<(), Error>;
+
+    /// Whether the operation is defined on datatype `dt`; checked when a
+    /// collective starts, so that every rank reports the same error.
+    fn check(&self, _prim: Option<Prim>, _dt: u32) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// A reduction operation (MPI-1.2 §4.9).
+///
+/// Operations are `Send`: a nonblocking collective keeps its operation until
+/// it completes, and whichever thread drives the library's progress may apply
+/// it. [`SystemOperation`] and `&UserOperation` qualify (a user closure must be
+/// `Sync`, as in rsmpi).
+pub trait Operation: OpApply + Send {
+    /// Whether operands may be combined in any order.
+    fn is_commutative(&self) -> bool {
+        true
+    }
+}
+
+impl<T: OpApply + ?Sized> OpApply for &T {
+    fn apply(
+        &self,
+        lower: &[u8],
+        upper: &mut [u8],
+        prim: Option<Prim>,
+        dt: u32,
+    ) -> Result<(), Error> {
+        (**self).apply(lower, upper, prim, dt)
+    }
+    fn check(&self, prim: Option<Prim>, dt: u32) -> Result<(), Error> {
+        (**self).check(prim, dt)
+    }
+}
+impl<T: Operation + Sync + ?Sized> Operation for &T {
+    fn is_commutative(&self) -> bool {
+        (**self).is_commutative()
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum SysOp {
+    Max,
+    Min,
+    Sum,
+    Product,
+    LogicalAnd,
+    BitwiseAnd,
+    LogicalOr,
+    BitwiseOr,
+    LogicalXor,
+    BitwiseXor,
+    MaxLoc,
+    MinLoc,
+}
+
+/// A predefined reduction operation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SystemOperation(SysOp);
+
+impl SystemOperation {
+    /// Maximum.
+    pub fn max() -> Self {
+        SystemOperation(SysOp::Max)
+    }
+    /// Minimum.
+    pub fn min() -> Self {
+        SystemOperation(SysOp::Min)
+    }
+    /// Sum.
+    pub fn sum() -> Self {
+        SystemOperation(SysOp::Sum)
+    }
+    /// Product.
+    pub fn product() -> Self {
+        SystemOperation(SysOp::Product)
+    }
+    /// Logical and.
+    pub fn logical_and() -> Self {
+        SystemOperation(SysOp::LogicalAnd)
+    }
+    /// Bitwise and.
+    pub fn bitwise_and() -> Self {
+        SystemOperation(SysOp::BitwiseAnd)
+    }
+    /// Logical or.
+    pub fn logical_or() -> Self {
+        SystemOperation(SysOp::LogicalOr)
+    }
+    /// Bitwise or.
+    pub fn bitwise_or() -> Self {
+        SystemOperation(SysOp::BitwiseOr)
+    }
+    /// Logical exclusive or.
+    pub fn logical_xor() -> Self {
+        SystemOperation(SysOp::LogicalXor)
+    }
+    /// Bitwise exclusive or.
+    pub fn bitwise_xor() -> Self {
+        SystemOperation(SysOp::BitwiseXor)
+    }
+    /// The largest value and the smallest index that holds it (`MPI_MAXLOC`,
+    /// MPI-1.2 §4.9.3), on buffers of [`ValueIndex`]. Not in rsmpi.
+    ///
+    /// Which pair wins when a value is NaN is unspecified.
+    pub fn max_loc() -> Self {
+        SystemOperation(SysOp::MaxLoc)
+    }
+    /// The smallest value and the smallest index that holds it
+    /// (`MPI_MINLOC`), on buffers of [`ValueIndex`]. Not in rsmpi.
+    pub fn min_loc() -> Self {
+        SystemOperation(SysOp::MinLoc)
+    }
+}
+
+macro_rules! arith {
+    ($op:expr, $lo:expr, $up:expr, $t:ty, int) => {{
+        let n = std::mem::size_of::<$t>();
+        for (a, b) in $lo.chunks_exact(n).zip($up.chunks_exact_mut(n)) {
+            let x = <$t>::from_ne_bytes(a.try_into().expect("chunks_exact gives n bytes"));
+            let y = <$t>::from_ne_bytes((&*b).try_into().expect("chunks_exact gives n bytes"));
+            let z: $t = match $op {
+                SysOp::Max => x.max(y),
+                SysOp::Min => x.min(y),
+                SysOp::Sum => x.wrapping_add(y),
+                SysOp::Product => x.wrapping_mul(y),
+                SysOp::LogicalAnd => ((x != 0) && (y != 0)) as $t,
+                SysOp::LogicalOr => ((x != 0) || (y != 0)) as $t,
+                SysOp::LogicalXor => ((x != 0) != (y != 0)) as $t,
+                SysOp::BitwiseAnd => x & y,
+                SysOp::BitwiseOr => x | y,
+                SysOp::BitwiseXor => x ^ y,
+                SysOp::MaxLoc | SysOp::MinLoc => unreachable!("handled before"),
+            };
+            b.copy_from_slice(&z.to_ne_bytes());
+        }
+        Ok(())
+    }};
+    ($op:expr, $lo:expr, $up:expr, $t:ty, float) => {{
+        let n = std::mem::size_of::<$t>();
+        for (a, b) in $lo.chunks_exact(n).zip($up.chunks_exact_mut(n)) {
+            let x = <$t>::from_ne_bytes(a.try_into().expect("chunks_exact gives n bytes"));
+            let y = <$t>::from_ne_bytes((&*b).try_into().expect("chunks_exact gives n bytes"));
+            let z: $t = match $op {
+                SysOp::Max => x.max(y),
+                SysOp::Min => x.min(y),
+                SysOp::Sum => x + y,
+                SysOp::Product => x * y,
+                other => {
+                    return Err(Error::new(
+                        ErrorClass::Type,
+                        format!("{other:?} is not defined on floating-point values"),
+                    ))
+                }
+            };
+            b.copy_from_slice(&z.to_ne_bytes());
+        }
+        Ok(())
+    }};
+}
+
+impl OpApply for SystemOperation {
+    fn apply(
+        &self,
+        lower: &[u8],
+        upper: &mut [u8],
+        prim: Option<Prim>,
+        dt: u32,
+    ) -> Result<(), Error> {
+        let op = self.0;
+        if matches!(op, SysOp::MaxLoc | SysOp::MinLoc) {
+            return apply_loc(op == SysOp::MaxLoc, lower, upper, dt);
+        }
+        let Some(p) = prim else {
+            return Err(Error::new(
+                ErrorClass::Type,
+                "predefined reductions need a datatype of one predefined kind",
+            ));
+        };
+        match p {
+            Prim::I8 => arith!(op, lower, upper, i8, int),
+            Prim::U8 => arith!(op, lower, upper, u8, int),
+            Prim::Bool => arith!(op, lower, upper, u8, int),
+            Prim::I16 => arith!(op, lower, upper, i16, int),
+            Prim::U16 => arith!(op, lower, upper, u16, int),
+            Prim::I32 => arith!(op, lower, upper, i32, int),
+            Prim::U32 => arith!(op, lower, upper, u32, int),
+            Prim::I64 => arith!(op, lower, upper, i64, int),
+            Prim::U64 => arith!(op, lower, upper, u64, int),
+            Prim::I128 => arith!(op, lower, upper, i128, int),
+            Prim::U128 => arith!(op, lower, upper, u128, int),
+            Prim::F32 => arith!(op, lower, upper, f32, float),
+            Prim::F64 => arith!(op, lower, upper, f64, float),
+        }
+    }
+
+    fn check(&self, prim: Option<Prim>, dt: u32) -> Result<(), Error> {
+        let op = self.0;
+        let ok = match (op, prim) {
+            (SysOp::MaxLoc | SysOp::MinLoc, _) => loc_kind(dt).is_some(),
+            (_, None) => false,
+            (SysOp::Max | SysOp::Min | SysOp::Sum | SysOp::Product, _) => true,
+            (_, Some(p)) => !matches!(p, Prim::F32 | Prim::F64),
+        };
+        if ok {
+            return Ok(());
+        }
+        let what = match (op, prim) {
+            (SysOp::MaxLoc | SysOp::MinLoc, _) => {
+                "needs buffers of metampi::collective::ValueIndex".to_string()
+            }
+            (_, None) => "needs a datatype of one predefined kind".to_string(),
+            _ => "is not defined on floating-point values".to_string(),
+        };
+        Err(Error::new(ErrorClass::Type, format!("{op:?} {what}")))
+    }
+}
+impl Operation for SystemOperation {}
+
+// ---- max-loc / min-loc ------------------------------------------------------------
+
+/// A value with an index, the element type of [`SystemOperation::max_loc`] and
+/// [`SystemOperation::min_loc`] (MPI's `MPI_DOUBLE_INT`, `MPI_2INT`, … as one
+/// generic type; rsmpi has none).
+///
+/// `ValueIndex<V, I>` implements [`Equivalence`] for every numeric `V` and
+/// integer `I`, so it is a buffer element like any other and may be a field
+/// of a `#[derive(Equivalence)]` struct. Its datatype is registered as a type
+/// of its own, which is how the reduction recognises it (a user struct with
+/// the same layout is not a `ValueIndex`).
+///
+/// ```no_run
+/// use metampi::collective::{SystemOperation, ValueIndex};
+/// use metampi::traits::*;
+/// let universe = metampi::initialize().unwrap();
+/// let world = universe.world();
+/// let mine = ValueIndex::new(world.rank() as f64 * 0.5, world.rank());
+/// let mut best = ValueIndex::<f64, i32>::default();
+/// world.all_reduce_into(&mine, &mut best, SystemOperation::max_loc());
+/// assert_eq!(best.index, world.size() - 1);
+/// ```
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, PartialOrd)]
+pub struct ValueIndex<V, I = i32> {
+    /// The value compared.
+    pub value: V,
+    /// Where it came from (ties go to the smaller index).
+    pub index: I,
+}
+
+impl<V, I> ValueIndex<V, I> {
+    /// A pair.
+    pub fn new(value: V, index: I) -> Self {
+        ValueIndex { value, index }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Value types of a [`ValueIndex`]: the predefined numbers.
+pub trait LocValue: Equivalence + Copy + 'static + sealed::Sealed {
+    #[doc(hidden)]
+    const PRIM: Prim;
+}
+
+/// Index types of a [`ValueIndex`]: the predefined integers.
+pub trait LocIndex: Equivalence + Copy + 'static + sealed::Sealed {
+    #[doc(hidden)]
+    const PRIM: Prim;
+}
+
+macro_rules! loc_kinds {
+    (value: $($t:ty => $p:ident),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl LocValue for $t { const PRIM: Prim = Prim::$p; }
+    )*};
+    (index: $($t:ty => $p:ident),*) => {$(
+        impl LocIndex for $t { const PRIM: Prim = Prim::$p; }
+    )*};
+}
+loc_kinds!(value: i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32, u32 => U32,
+    i64 => I64, u64 => U64, f32 => F32, f64 => F64);
+loc_kinds!(index: i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32, u32 => U32,
+    i64 => I64, u64 => U64);
+#[cfg(target_pointer_width = "64")]
+loc_kinds!(value: isize => I64, usize => U64);
+#[cfg(target_pointer_width = "64")]
+loc_kinds!(index: isize => I64, usize => U64);
+#[cfg(target_pointer_width = "32")]
+loc_kinds!(value: isize => I32, usize => U32);
+#[cfg(target_pointer_width = "32")]
+loc_kinds!(index: isize => I32, usize => U32);
+
+/// `(Rust type, datatype id, value kind, index kind)` of every `ValueIndex`
+/// instantiation used so far.
+type LocEntry = (TypeId, u32, Prim, Prim);
+
+fn loc_types() -> &'static RwLock<Vec<LocEntry>> {
+    static T: OnceLock<RwLock<Vec<LocEntry>>> = OnceLock::new();
+    T.get_or_init(|| RwLock::new(Vec::new()))
+}
+
+fn loc_kind(dt: u32) -> Option<(Prim, Prim)> {
+    let t = loc_types().read().unwrap_or_else(|p| p.into_inner());
+    t.iter().find(|e| e.1 == dt).map(|&(_, _, v, i)| (v, i))
+}
+
+// SAFETY: the datatype describes exactly the `value` and `index` fields at
+// their offsets in the `repr(C)` struct (padding excluded), both plain
+// numbers for which every byte pattern is valid.
+unsafe impl<V: LocValue, I: LocIndex> Equivalence for ValueIndex<V, I> {
+    type Out = DatatypeRef<'static>;
+
+    fn equivalent_datatype() -> DatatypeRef<'static> {
+        let key = TypeId::of::<Self>();
+        {
+            let t = loc_types().read().unwrap_or_else(|p| p.into_inner());
+            if let Some(e) = t.iter().find(|e| e.0 == key) {
+                return DatatypeRef::__from_id(e.1);
+            }
+        }
+        let mut t = loc_types().write().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = t.iter().find(|e| e.0 == key) {
+            return DatatypeRef::__from_id(e.1);
+        }
+        let (sv, si) = (V::PRIM.size(), I::PRIM.size());
+        let oi = std::mem::offset_of!(Self, index) as isize;
+        let mut blocks = vec![(0isize, sv)];
+        if oi == sv as isize {
+            blocks[0].1 += si;
+        } else {
+            blocks.push((oi, si));
+        }
+        let tm = TypeMap {
+            prim: (V::PRIM == I::PRIM).then_some(V::PRIM),
+            blocks,
+            size: sv + si,
+            extent: std::mem::size_of::<Self>(),
+            lb: 0,
+        };
+        let id = register_distinct(tm);
+        t.push((key, id, V::PRIM, I::PRIM));
+        DatatypeRef::__from_id(id)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
+enum Num {
+    Int(i128),
+    Float(f64),
+}
+
+fn read_num(p: Prim, b: &[u8]) -> Num {
+    macro_rules! rd {
+        ($t:ty) => {
+            <$t>::from_ne_bytes(b.try_into().expect("field size matches its kind"))
+        };
+    }
+    match p {
+        Prim::I8 => Num::Int(rd!(i8) as i128),
+        Prim::U8 | Prim::Bool => Num::Int(rd!(u8) as i128),
+        Prim::I16 => Num::Int(rd!(i16) as i128),
+        Prim::U16 => Num::Int(rd!(u16) as i128),
+        Prim::I32 => Num::Int(rd!(i32) as i128),
+        Prim::U32 => Num::Int(rd!(u32) as i128),
+        Prim::I64 => Num::Int(rd!(i64) as i128),
+        Prim::U64 => Num::Int(rd!(u64) as i128),
+        Prim::I128 => Num::Int(rd!(i128)),
+        Prim::U128 => Num::Int(rd!(u128) as i128),
+        Prim::F32 => Num::Float(rd!(f32) as f64),
+        Prim::F64 => Num::Float(rd!(f64)),
+    }
+}
+
+fn apply_loc(max: bool, lower: &[u8], upper: &mut [u8], dt: u32) -> Result<(), Error> {
+    let Some((pv, pi)) = loc_kind(dt) else {
+        return Err(Error::new(
+            ErrorClass::Type,
+            "max_loc and min_loc need buffers of metampi::collective::ValueIndex",
+        ));
+    };
+    let (sv, es) = (pv.size(), pv.size() + pi.size());
+    for (a, b) in lower.chunks_exact(es).zip(upper.chunks_exact_mut(es)) {
+        let (va, vb) = (read_num(pv, &a[..sv]), read_num(pv, &b[..sv]));
+        let better = if max { va > vb } else { va < vb };
+        let take = better || (va == vb && read_num(pi, &a[sv..]) < read_num(pi, &b[sv..]));
+        if take {
+            b.copy_from_slice(a);
+        }
+    }
+    Ok(())
+}
+
+// ---- user operations ----------------------------------------------------------------
+
+/// A read-only buffer of a given datatype handed to user operations.
+#[derive(Copy, Clone, Debug)]
+pub struct DynBuffer<'a> {
+    bytes: &'a [u8],
+    len: usize,
+    datatype: DatatypeRef<'a>,
+}
+
+impl<'a> DynBuffer<'a> {
+    /// Whether the elements are `T`.
+    pub fn is<T: Equivalence>(&self) -> bool {
+        T::equivalent_datatype().type_id() == self.datatype.type_id()
+    }
+
+    /// The elements as `&[T]` when they are `T`.
+    pub fn downcast<T: Equivalence>(self) -> Option<&'a [T]> {
+        if !self.is::<T>()
+            || self.bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0
+            || self.len.checked_mul(std::mem::size_of::<T>())? > self.bytes.len()
+        {
+            return None;
+        }
+        // SAFETY: the datatype is T's (checked) and describes every data byte
+        // of T (Equivalence contract); the bytes hold `len` whole values laid
+        // out as T (`UserOperation::apply` unpacks into element storage), are
+        // aligned and long enough (checked).
+        Some(unsafe { std::slice::from_raw_parts(self.bytes.as_ptr() as *const T, self.len) })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A writable buffer handed to user operations.
+#[derive(Debug)]
+pub struct DynBufferMut<'a> {
+    bytes: &'a mut [u8],
+    len: usize,
+    datatype: DatatypeRef<'a>,
+}
+
+impl<'a> DynBufferMut<'a> {
+    /// Whether the elements are `T`.
+    pub fn is<T: Equivalence>(&self) -> bool {
+        T::equivalent_datatype().type_id() == self.datatype.type_id()
+    }
+
+    /// The elements as `&mut [T]` when they are `T`.
+    pub fn downcast<T: Equivalence>(self) -> Option<&'a mut [T]> {
+        if !self.is::<T>()
+            || self.bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0
+            || self.len.checked_mul(std::mem::size_of::<T>())? > self.bytes.len()
+        {
+            return None;
+        }
+        // SAFETY: as in `DynBuffer::downcast`, and the borrow is exclusive.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.bytes.as_mut_ptr() as *mut T, self.len) })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+type UserFn<'a> = dyn Fn(DynBuffer, DynBufferMut) + Sync + 'a;
+
+/// A reduction operation from a closure `f(invec, inoutvec)` that must set
+/// `inoutvec = invec ∘ inoutvec`. Pass it by reference (`&op`), as in rsmpi.
+///
+/// The closure runs inside the library with its progress lock held, possibly
+/// on another thread than the caller's (for nonblocking collectives): it must
+/// not call metampi.
+pub struct UserOperation<'a> {
+    commute: bool,
+    f: Box<UserFn<'a>>,
+}
+
+impl<'a> UserOperation<'a> {
+    /// A non-commutative (but associative) operation: applied in rank order.
+    pub fn associative<F: Fn(DynBuffer, DynBufferMut) + Sync + 'a>(function: F) -> Self {
+        Self::new(false, function)
+    }
+    /// A commutative operation.
+    pub fn commutative<F: Fn(DynBuffer, DynBufferMut) + Sync + 'a>(function: F) -> Self {
+        Self::new(true, function)
+    }
+    /// An operation with explicit commutativity.
+    pub fn new<F: Fn(DynBuffer, DynBufferMut) + Sync + 'a>(commute: bool, function: F) -> Self {
+        UserOperation {
+            commute,
+            f: Box::new(function),
+        }
+    }
+}
+
+impl std::fmt::Debug for UserOperation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserOperation {{ commute: {} }}", self.commute)
+    }
+}
+
+/// Whether values of `tm` can be laid out in element storage (every block
+/// inside `[0, extent)`), which is what closures downcast.
+fn has_element_storage(tm: &TypeMap) -> bool {
+    tm.size > 0
+        && tm.lb >= 0
+        && tm
+            .blocks
+            .iter()
+            .all(|&(o, l)| o >= 0 && o as usize + l <= tm.extent)
+}
+
+/// Aligned scratch for `len` bytes.
+fn aligned(len: usize) -> Vec<u128> {
+    vec![0u128; len.div_ceil(16)]
+}
+
+fn as_bytes(v: &[u128]) -> &[u8] {
+    // SAFETY: u128 has no padding; any initialised u128 memory is valid bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 16) }
+}
+
+fn as_bytes_mut(v: &mut [u128]) -> &mut [u8] {
+    // SAFETY: as above, and every byte pattern is a valid u128.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, v.len() * 16) }
+}
+
+impl OpApply for UserOperation<'_> {
+    fn apply(
+        &self,
+        lower: &[u8],
+        upper: &mut [u8],
+        _prim: Option<Prim>,
+        dt: u32,
+    ) -> Result<(), Error> {
+        let tm = type_map(dt);
+        let datatype = DatatypeRef::__from_id(dt);
+        if !has_element_storage(&tm) || tm.is_dense() {
+            // Signature bytes are the element layout: copy them to aligned storage.
+            let count = upper.len().checked_div(tm.size).unwrap_or(0);
+            let n = upper.len();
+            let mut lo = aligned(n);
+            let mut up = aligned(n);
+            as_bytes_mut(&mut lo)[..n].copy_from_slice(lower);
+            as_bytes_mut(&mut up)[..n].copy_from_slice(upper);
+            (self.f)(
+                DynBuffer {
+                    bytes: &as_bytes(&lo)[..n],
+                    len: count,
+                    datatype,
+                },
+                DynBufferMut {
+                    bytes: &mut as_bytes_mut(&mut up)[..n],
+                    len: count,
+                    datatype,
+                },
+            );
+            upper.copy_from_slice(&as_bytes(&up)[..n]);
+            return Ok(());
+        }
+        // Elements with gaps (padding): unpack into element storage so the
+        // closure sees real values of its type, then pack the result back.
+        let count = upper.len() / tm.size;
+        let span = count * tm.extent;
+        let mut lo = aligned(span);
+        let mut up = aligned(span);
+        let layout = |v: &mut [u128]| RecvLayout {
+            tm: type_map(dt),
+            count,
+            base: v.as_mut_ptr() as *mut u8,
+        };
+        // SAFETY: the scratch holds `count` elements of `extent` bytes and
+        // every block lies inside its element (`has_element_storage`).
+        unsafe {
+            layout(&mut lo).unpack(lower);
+            layout(&mut up).unpack(upper);
+        }
+        (self.f)(
+            DynBuffer {
+                bytes: &as_bytes(&lo)[..span],
+                len: count,
+                datatype,
+            },
+            DynBufferMut {
+                bytes: &mut as_bytes_mut(&mut up)[..span],
+                len: count,
+                datatype,
+            },
+        );
+        let src = as_bytes(&up);
+        let mut pos = 0;
+        for i in 0..count {
+            for &(o, l) in &tm.blocks {
+                let at = i * tm.extent + o as usize;
+                upper[pos..pos + l].copy_from_slice(&src[at..at + l]);
+                pos += l;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Operation for &UserOperation<'_> {
+    fn is_commutative(&self) -> bool {
+        self.commute
+    }
+}
+
+/// Applies `op` locally: `inoutbuf = inbuf ∘ inoutbuf` (`MPI_Reduce_local`).
+///
+/// # Panics
+/// Ends the job (as MPI's fatal error handler) when the buffers differ in
+/// length or the operation is not defined on the datatype.
+pub fn reduce_local_into<S, R, O>(inbuf: &S, inoutbuf: &mut R, op: O)
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    try_reduce_local_into(inbuf, inoutbuf, op).or_abort()
+}
+
+/// Fallible [`reduce_local_into`].
+///
+/// # Errors
+/// `Count` when the buffers differ in length, `Type` when the operation is
+/// not defined on the datatype.
+pub fn try_reduce_local_into<S, R, O>(inbuf: &S, inoutbuf: &mut R, op: O) -> Result<(), Error>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let lower = pack(inbuf).bytes().to_vec();
+    let dt = inbuf.as_datatype().type_id();
+    let prim = type_map(dt).prim;
+    let layout = RecvLayout::of(inoutbuf);
+    if layout.capacity() != lower.len() {
+        return Err(Error::new(
+            ErrorClass::Count,
+            "reduce_local_into buffers differ in length",
+        ));
+    }
+    // SAFETY: `inoutbuf` is exclusively borrowed for this call.
+    match unsafe { layout.dense() } {
+        Some(upper) => op.apply(&lower, upper, prim, dt),
+        None => {
+            let mut upper = crate::collective::pack_layout(&layout);
+            op.apply(&lower, &mut upper, prim, dt)?;
+            // SAFETY: as above.
+            unsafe { layout.unpack(&upper) };
+            Ok(())
+        }
+    }
+}

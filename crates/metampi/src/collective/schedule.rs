@@ -1,0 +1,636 @@
+//! Collective schedules: every collective, blocking or not, is compiled into
+//! a list of *rounds* of point-to-point steps and local steps (libNBC's
+//! design), and the engine runs it.
+//!
+//! Contract of the runner:
+//! - Steps of a round run in order: local steps (reduce, copy, unpack) at
+//!   once, sends and receives are posted. The next round starts when every
+//!   send and receive of this round has completed.
+//! - A schedule lives in the engine (`Engine::colls`) and advances on every
+//!   progress pass, whichever thread drives it (a blocking call of any kind, a
+//!   `wait`/`test`, or the futures progress thread). Blocking collectives
+//!   start a schedule and wait for its request, so both forms share one code
+//!   path.
+//! - Each schedule completes one engine request, made as a send to no peer
+//!   (`NO_PEER`), which `Request`, `RequestCollection` and `wait_any` treat
+//!   like any other request.
+//! - Traffic goes to the communicator's collective context with tags from
+//!   the per-call sequence (`CommInner::next_coll_tag`), so no point-to-point
+//!   receive can match it and concurrent collectives stay apart.
+//! - A length mismatch or a failed message does not stop the schedule: it
+//!   runs to the end (so other ranks are not left waiting) and completes with
+//!   the first error.
+//!
+//! This module is the collectives' unsafe island: it holds raw views of user
+//! buffers and erases the lifetime of the reduction operation. The API layer
+//! keeps both alive until the schedule's request has completed (blocking
+//! calls wait; nonblocking ones are tied to a `Scope`, as in rsmpi).
+
+use crate::collective::op::OpApply;
+use crate::datatype::{Prim, RecvLayout};
+use crate::engine::core::{Core, Pattern, RecvBuf, ReqId, SendBuf};
+use crate::engine::links::Links;
+use crate::environment::shared;
+use crate::error::{Error, ErrorClass};
+use crate::sys::rawbuf::{RecvPtr, SendPtr};
+use crate::topology::CommInner;
+use crate::{Rank, Tag};
+
+/// The destination of the request a schedule completes: no rank has it, so
+/// `Core::fail_peer` never touches it.
+const NO_PEER: u32 = u32::MAX;
+
+/// A byte range of one of a schedule's buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reg {
+    pub buf: usize,
+    pub off: usize,
+    pub len: usize,
+}
+
+impl Reg {
+    /// The part `[off, off + len)` of this region.
+    pub(crate) fn at(self, off: usize, len: usize) -> Reg {
+        assert!(
+            off + len <= self.len,
+            "schedule region {off}+{len} outside {}",
+            self.len
+        );
+        Reg {
+            buf: self.buf,
+            off: self.off + off,
+            len,
+        }
+    }
+
+    fn overlaps(self, o: Reg) -> bool {
+        self.buf == o.buf && self.off < o.off + o.len && o.off < self.off + self.len
+    }
+}
+
+enum Step {
+    Send {
+        to: Rank,
+        tag: Tag,
+        src: Reg,
+    },
+    Recv {
+        from: Rank,
+        tag: Tag,
+        dst: Reg,
+    },
+    /// `upper = lower ∘ upper`.
+    Apply {
+        lower: Reg,
+        upper: Reg,
+    },
+    Copy {
+        from: Reg,
+        to: Reg,
+    },
+    /// Scatter signature bytes into a non-contiguous user buffer.
+    Unpack {
+        from: Reg,
+        out: usize,
+    },
+}
+
+/// One buffer: library-owned (a `Vec` taken apart) or a view of user memory.
+struct Mem {
+    ptr: *mut u8,
+    len: usize,
+    /// Capacity of the library's allocation; `None` for user memory.
+    owned_cap: Option<usize>,
+    writable: bool,
+}
+
+// SAFETY: `Mem` is a plain address plus ownership of a byte allocation. User
+// memory behind it stays valid until the schedule completes (module docs), and
+// every access happens under the engine lock, one thread at a time.
+unsafe impl Send for Mem {}
+
+impl Mem {
+    fn owned(v: Vec<u8>) -> Mem {
+        let mut v = std::mem::ManuallyDrop::new(v);
+        Mem {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
+            owned_cap: Some(v.capacity()),
+            writable: true,
+        }
+    }
+
+    /// The bytes of `r`.
+    ///
+    /// # Safety
+    /// Nobody may write `r` while the slice lives (schedules never read and
+    /// write one range in the same step; see `Builder` checks).
+    unsafe fn bytes(&self, r: Reg) -> &[u8] {
+        if r.len == 0 {
+            return &[];
+        }
+        // SAFETY: the builder checked `r` lies inside the buffer; the memory
+        // is alive (owned, or user memory kept alive per the module docs);
+        // the caller rules out concurrent writes.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(r.off), r.len) }
+    }
+
+    /// The bytes of `r`, writable.
+    ///
+    /// # Safety
+    /// As for [`Mem::bytes`], and no other slice of `r` may live meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn bytes_mut(&self, r: Reg) -> &mut [u8] {
+        if r.len == 0 {
+            return &mut [];
+        }
+        debug_assert!(self.writable);
+        // SAFETY: as in `bytes`; exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(r.off), r.len) }
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        if let Some(cap) = self.owned_cap {
+            // SAFETY: these are the raw parts of the `Vec` taken apart in
+            // `Mem::owned`, rebuilt exactly once.
+            drop(unsafe { Vec::from_raw_parts(self.ptr, self.len, cap) });
+        }
+    }
+}
+
+/// A user receive buffer that is written by unpacking at the end.
+struct Out(RecvLayout);
+
+// SAFETY: the layout points into a user buffer borrowed for the whole
+// collective (module docs); it is written once, under the engine lock.
+unsafe impl Send for Out {}
+
+/// The reduction a schedule applies, with the lifetime of the caller's
+/// operation erased (see `Builder::reduction`).
+struct Reduction {
+    op: Box<dyn OpApply + Send>,
+    prim: Option<Prim>,
+    dt: u32,
+}
+
+/// Builds a schedule: the algorithms in the sibling modules describe their
+/// communication pattern here, identically on every rank.
+pub(crate) struct Builder<'c> {
+    comm: &'c CommInner,
+    pub n: Rank,
+    pub me: Rank,
+    tag: Tag,
+    mem: Vec<Mem>,
+    rounds: Vec<Vec<Step>>,
+    outs: Vec<Out>,
+    red: Option<Reduction>,
+    error: Option<Error>,
+}
+
+impl<'c> Builder<'c> {
+    pub(crate) fn new(comm: &'c CommInner) -> Builder<'c> {
+        Builder {
+            comm,
+            n: comm.size(),
+            me: comm.rank,
+            tag: 0,
+            mem: Vec::new(),
+            rounds: vec![Vec::new()],
+            outs: Vec::new(),
+            red: None,
+            error: None,
+        }
+    }
+
+    /// Starts a phase: a fresh tag base from the communicator's collective
+    /// sequence. Every rank must call it the same number of times.
+    pub(crate) fn phase(&mut self) {
+        self.tag = self.comm.next_coll_tag();
+    }
+
+    /// A zeroed buffer of the library's.
+    pub(crate) fn owned(&mut self, len: usize) -> Reg {
+        self.owned_from(vec![0; len])
+    }
+
+    /// Takes `v` as a buffer of the library's.
+    pub(crate) fn owned_from(&mut self, v: Vec<u8>) -> Reg {
+        let len = v.len();
+        self.mem.push(Mem::owned(v));
+        Reg {
+            buf: self.mem.len() - 1,
+            off: 0,
+            len,
+        }
+    }
+
+    /// A read-only view of user memory.
+    ///
+    /// # Safety
+    /// `bytes` must stay valid and unmodified until the schedule completes.
+    pub(crate) unsafe fn user_read(&mut self, bytes: &[u8]) -> Reg {
+        self.mem.push(Mem {
+            ptr: bytes.as_ptr() as *mut u8,
+            len: bytes.len(),
+            owned_cap: None,
+            writable: false,
+        });
+        Reg {
+            buf: self.mem.len() - 1,
+            off: 0,
+            len: bytes.len(),
+        }
+    }
+
+    /// A writable view of user memory.
+    ///
+    /// # Safety
+    /// `bytes` must stay valid, and untouched by anyone else, until the
+    /// schedule completes.
+    pub(crate) unsafe fn user_write(&mut self, bytes: &mut [u8]) -> Reg {
+        self.mem.push(Mem {
+            ptr: bytes.as_mut_ptr(),
+            len: bytes.len(),
+            owned_cap: None,
+            writable: true,
+        });
+        Reg {
+            buf: self.mem.len() - 1,
+            off: 0,
+            len: bytes.len(),
+        }
+    }
+
+    /// Registers a user receive buffer that must be unpacked into at the end.
+    ///
+    /// # Safety
+    /// The buffer behind `layout` must stay valid, and untouched by anyone
+    /// else, until the schedule completes.
+    pub(crate) unsafe fn out_layout(&mut self, layout: RecvLayout) -> usize {
+        self.outs.push(Out(layout));
+        self.outs.len() - 1
+    }
+
+    /// Installs the reduction operation.
+    ///
+    /// # Safety
+    /// `op` must stay valid until the schedule completes: its lifetime is
+    /// erased because the engine that runs the schedule is `'static`.
+    pub(crate) unsafe fn reduction<'o>(
+        &mut self,
+        op: Box<dyn OpApply + Send + 'o>,
+        prim: Option<Prim>,
+        dt: u32,
+    ) {
+        // SAFETY: only the lifetime bound of the trait object changes; the
+        // caller keeps the operation alive for the schedule's life.
+        let op: Box<dyn OpApply + Send + 'static> = unsafe { std::mem::transmute(op) };
+        self.red = Some(Reduction { op, prim, dt });
+    }
+
+    /// Records a local error (a bad argument found while planning); the
+    /// schedule still runs so that the other ranks are not left waiting.
+    pub(crate) fn fail(&mut self, e: Error) {
+        self.error.get_or_insert(e);
+    }
+
+    /// Ends the current round: later steps wait for its messages.
+    pub(crate) fn round(&mut self) {
+        if self.rounds.last().is_some_and(|r| !r.is_empty()) {
+            self.rounds.push(Vec::new());
+        }
+    }
+
+    fn push(&mut self, s: Step) {
+        self.rounds
+            .last_mut()
+            .expect("a builder always has a current round")
+            .push(s);
+    }
+
+    fn check(&self, r: Reg, write: bool) {
+        let m = &self.mem[r.buf];
+        assert!(r.off + r.len <= m.len, "schedule region outside its buffer");
+        assert!(!write || m.writable, "schedule writes a read-only buffer");
+    }
+
+    /// A region a step of the current round writes must not be touched by
+    /// another step of the round that is still in flight. This guards the
+    /// algorithms (an overlap would corrupt data, not memory: every access is
+    /// a short-lived slice under the engine lock), so long rounds (all-to-all
+    /// on many ranks) skip the quadratic scan outside debug builds.
+    fn check_round(&self, r: Reg, write: bool) {
+        let round = self.rounds.last().expect("current round");
+        if !cfg!(debug_assertions) && round.len() > 64 {
+            return;
+        }
+        for s in round {
+            let clash = match *s {
+                Step::Send { src, .. } => write && src.overlaps(r),
+                Step::Recv { dst, .. } => dst.overlaps(r),
+                _ => false,
+            };
+            assert!(!clash, "schedule step clashes with a message in flight");
+        }
+    }
+
+    /// Sends `src` to `to` with tag `label` of the current phase.
+    pub(crate) fn send(&mut self, to: Rank, label: u32, src: Reg) {
+        self.check(src, false);
+        self.check_round(src, false);
+        let tag = self.tag + (label & 0xff) as Tag;
+        self.push(Step::Send { to, tag, src });
+    }
+
+    /// Receives exactly `dst.len` bytes from `from` into `dst`.
+    pub(crate) fn recv(&mut self, from: Rank, label: u32, dst: Reg) {
+        self.check(dst, true);
+        self.check_round(dst, true);
+        let tag = self.tag + (label & 0xff) as Tag;
+        self.push(Step::Recv { from, tag, dst });
+    }
+
+    /// `upper = lower ∘ upper` with the schedule's reduction.
+    pub(crate) fn apply(&mut self, lower: Reg, upper: Reg) {
+        assert_eq!(lower.len, upper.len, "reduction operands differ in length");
+        assert!(!lower.overlaps(upper), "reduction operands overlap");
+        self.check(lower, false);
+        self.check(upper, true);
+        self.check_round(lower, false);
+        self.check_round(upper, true);
+        self.push(Step::Apply { lower, upper });
+    }
+
+    /// Copies `from` to `to` (same length); nothing when they are the same.
+    pub(crate) fn copy(&mut self, from: Reg, to: Reg) {
+        assert_eq!(from.len, to.len, "copy between regions of different length");
+        if from == to {
+            return;
+        }
+        assert!(!from.overlaps(to), "copy between overlapping regions");
+        self.check(from, false);
+        self.check(to, true);
+        self.check_round(from, false);
+        self.check_round(to, true);
+        self.push(Step::Copy { from, to });
+    }
+
+    /// Copies as much of `from` as fits `to`; a difference in length means
+    /// this rank's arguments disagree (`Count`).
+    pub(crate) fn copy_fit(&mut self, from: Reg, to: Reg) {
+        if from.len != to.len {
+            self.fail(Error::new(
+                ErrorClass::Count,
+                format!(
+                    "a contribution of {} bytes does not match a block of {} bytes",
+                    from.len, to.len
+                ),
+            ));
+        }
+        let l = from.len.min(to.len);
+        self.copy(from.at(0, l), to.at(0, l));
+    }
+
+    /// Unpacks `from` into the user buffer registered as `out`.
+    pub(crate) fn unpack(&mut self, from: Reg, out: usize) {
+        self.check(from, false);
+        self.check_round(from, false);
+        self.push(Step::Unpack { from, out });
+    }
+
+    pub(crate) fn finish(self) -> Schedule {
+        let rounds: Vec<Vec<Step>> = self.rounds.into_iter().filter(|r| !r.is_empty()).collect();
+        Schedule {
+            ctx: self.comm.ctx + 1,
+            ranks: std::sync::Arc::clone(&self.comm.ranks),
+            mem: self.mem,
+            rounds: rounds.into_iter(),
+            pending: Vec::new(),
+            outs: self.outs,
+            red: self.red,
+            error: self.error,
+            req: 0,
+        }
+    }
+}
+
+struct Pending {
+    id: ReqId,
+    /// For a receive: the exact length expected, and the sender.
+    recv: Option<(usize, Rank)>,
+}
+
+/// A compiled collective running in the engine.
+pub(crate) struct Schedule {
+    ctx: u32,
+    ranks: std::sync::Arc<Vec<u32>>,
+    mem: Vec<Mem>,
+    rounds: std::vec::IntoIter<Vec<Step>>,
+    pending: Vec<Pending>,
+    outs: Vec<Out>,
+    red: Option<Reduction>,
+    error: Option<Error>,
+    req: ReqId,
+}
+
+impl Schedule {
+    fn fail(&mut self, e: Error) {
+        self.error.get_or_insert(e);
+    }
+
+    fn world(&self, r: Rank) -> u32 {
+        self.ranks[r as usize]
+    }
+
+    /// Collects finished messages, then starts rounds while nothing is in
+    /// flight. Returns whether anything happened; `done` tells the end.
+    fn advance(&mut self, core: &mut Core, links: &mut Links) -> bool {
+        let mut moved = false;
+        loop {
+            let mut i = 0;
+            while i < self.pending.len() {
+                let p = &self.pending[i];
+                let Some(c) = core.take(p.id) else {
+                    i += 1;
+                    continue;
+                };
+                let recv = p.recv;
+                self.pending.swap_remove(i);
+                moved = true;
+                match (c.result, recv) {
+                    (Err(e), Some((want, from))) if e.class() == ErrorClass::Truncate => {
+                        self.fail(Error::new(
+                            ErrorClass::Count,
+                            format!(
+                                "collective message from rank {from} is longer than the {want} bytes \
+                                 expected: the ranks' arguments differ"
+                            ),
+                        ))
+                    }
+                    (Err(e), _) => self.fail(e),
+                    (Ok(()), Some((want, from))) if c.status.len != want => {
+                        self.fail(Error::new(
+                            ErrorClass::Count,
+                            format!(
+                                "collective message from rank {from} has {} bytes where {want} \
+                                 were expected: the ranks' arguments differ",
+                                c.status.len
+                            ),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            if !self.pending.is_empty() {
+                return moved;
+            }
+            let Some(steps) = self.rounds.next() else {
+                return moved;
+            };
+            moved = true;
+            for s in steps {
+                self.exec(s, core, links);
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.pending.is_empty() && self.rounds.len() == 0
+    }
+
+    fn exec(&mut self, s: Step, core: &mut Core, links: &mut Links) {
+        match s {
+            Step::Send { to, tag, src } => {
+                let w = self.world(to);
+                // SAFETY: the builder's round checks keep `src` unwritten
+                // until this send completes (the round waits for it).
+                let bytes = unsafe { self.mem[src.buf].bytes(src) };
+                if links.try_send_now(core, w, self.ctx, tag, bytes) {
+                    return;
+                }
+                // SAFETY: as above; the memory outlives the request because
+                // the schedule waits for it before moving on or completing.
+                let id = core.new_send(w, SendBuf::Borrowed(unsafe { SendPtr::new(bytes) }));
+                links.post_send(core, id, w, self.ctx, tag, false);
+                self.pending.push(Pending { id, recv: None });
+            }
+            Step::Recv { from, tag, dst } => {
+                let pat = Pattern {
+                    ctx: self.ctx,
+                    src: Some(self.world(from)),
+                    tag: Some(tag),
+                };
+                // SAFETY: nothing else touches `dst` until the receive
+                // completes (builder round checks); the memory outlives it.
+                let buf = unsafe { RecvPtr::new(self.mem[dst.buf].bytes_mut(dst)) };
+                let id = core.post_recv(pat, RecvBuf::Borrowed(buf));
+                self.pending.push(Pending {
+                    id,
+                    recv: Some((dst.len, from)),
+                });
+            }
+            Step::Apply { lower, upper } => {
+                let Some(red) = &self.red else {
+                    self.fail(Error::new(ErrorClass::Other, "schedule has no operation"));
+                    return;
+                };
+                // SAFETY: the builder checked that the operands do not
+                // overlap and that no message of this round touches them.
+                let (lo, up) = unsafe {
+                    (
+                        self.mem[lower.buf].bytes(lower),
+                        self.mem[upper.buf].bytes_mut(upper),
+                    )
+                };
+                if let Err(e) = red.op.apply(lo, up, red.prim, red.dt) {
+                    self.fail(e);
+                }
+            }
+            Step::Copy { from, to } => {
+                // SAFETY: disjoint regions, not in flight (builder checks).
+                let (a, b) = unsafe {
+                    (
+                        self.mem[from.buf].bytes(from),
+                        self.mem[to.buf].bytes_mut(to),
+                    )
+                };
+                b.copy_from_slice(a);
+            }
+            Step::Unpack { from, out } => {
+                // SAFETY: `from` is not in flight (builder checks).
+                let data = unsafe { self.mem[from.buf].bytes(from) };
+                let l = &self.outs[out].0;
+                if data.len() > l.capacity() {
+                    self.fail(crate::error::truncate(data.len(), l.capacity()));
+                    return;
+                }
+                // SAFETY: the user buffer behind the layout is borrowed for
+                // the collective (`Builder::out_layout` contract).
+                unsafe { l.unpack(data) };
+            }
+        }
+    }
+
+    fn complete(mut self, core: &mut Core) {
+        match self.error.take() {
+            Some(e) => core.fail(self.req, e),
+            None => core.complete_send(self.req),
+        }
+    }
+}
+
+/// The schedules a process is running (a field of the engine).
+#[derive(Default)]
+pub(crate) struct Schedules {
+    active: Vec<Schedule>,
+}
+
+impl Schedules {
+    /// Starts `s` and returns the request that completes with it.
+    pub(crate) fn start(&mut self, mut s: Schedule, core: &mut Core, links: &mut Links) -> ReqId {
+        s.req = core.new_send(NO_PEER, SendBuf::Owned(Vec::new()));
+        let id = s.req;
+        s.advance(core, links);
+        if s.done() {
+            s.complete(core);
+        } else {
+            self.active.push(s);
+        }
+        id
+    }
+
+    /// Advances every running schedule; called on each engine progress pass.
+    pub(crate) fn advance(&mut self, core: &mut Core, links: &mut Links) -> bool {
+        if self.active.is_empty() {
+            return false;
+        }
+        let mut moved = false;
+        let mut i = 0;
+        while i < self.active.len() {
+            moved |= self.active[i].advance(core, links);
+            if self.active[i].done() {
+                let s = self.active.swap_remove(i);
+                s.complete(core);
+            } else {
+                i += 1;
+            }
+        }
+        moved
+    }
+}
+
+/// Starts a schedule; the returned request completes with it.
+pub(crate) fn start(s: Schedule) -> ReqId {
+    shared().with(|e| {
+        let crate::engine::Engine { core, links, colls } = e;
+        colls.start(s, core, links)
+    })
+}
+
+/// Runs a schedule to its end (the blocking collectives).
+pub(crate) fn run(s: Schedule) -> Result<(), Error> {
+    let id = start(s);
+    shared().wait(id).result
+}

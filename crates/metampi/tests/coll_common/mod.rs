@@ -1,0 +1,142 @@
+//! Data, operations and sequential references shared by the `coll_*` tests.
+#![allow(dead_code)]
+
+use metampi::collective::{Algorithm, Collective, UserOperation};
+use metampi::traits::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// A 2×2 integer matrix: its product is associative but not commutative.
+#[derive(Equivalence, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mat(pub [i64; 4]);
+
+impl Mat {
+    pub fn mul(self, o: Mat) -> Mat {
+        let [a, b, c, d] = self.0;
+        let [e, f, g, h] = o.0;
+        let m = |x: i64, y: i64, z: i64, w: i64| x.wrapping_mul(y).wrapping_add(z.wrapping_mul(w));
+        Mat([m(a, e, b, g), m(a, f, b, h), m(c, e, d, g), m(c, f, d, h)])
+    }
+}
+
+/// `inout = in · inout`, element-wise over matrices.
+pub fn matmul() -> UserOperation<'static> {
+    UserOperation::associative(|x, y| {
+        let x = x.downcast::<Mat>().expect("matrices");
+        let y = y.downcast::<Mat>().expect("matrices");
+        for (a, b) in x.iter().zip(y.iter_mut()) {
+            *b = a.mul(*b);
+        }
+    })
+}
+
+/// A struct with padding: its datatype is not contiguous.
+#[derive(Equivalence, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Padded {
+    pub a: u8,
+    pub b: u32,
+    pub c: u16,
+}
+
+/// Field-wise wrapping sum, commutative, on `Padded`.
+pub fn padded_sum() -> UserOperation<'static> {
+    UserOperation::commutative(|x, y| {
+        let x = x.downcast::<Padded>().expect("padded");
+        let y = y.downcast::<Padded>().expect("padded");
+        for (a, b) in x.iter().zip(y.iter_mut()) {
+            b.a = b.a.wrapping_add(a.a);
+            b.b = b.b.wrapping_add(a.b);
+            b.c = b.c.wrapping_add(a.c);
+        }
+    })
+}
+
+fn rng(seed: u64, rank: i32, salt: u64) -> StdRng {
+    StdRng::seed_from_u64(seed.wrapping_mul(1_000_003) ^ (rank as u64) << 20 ^ salt)
+}
+
+/// Rank `rank`'s integers for test `seed`: every rank can compute anyone's.
+pub fn ints(seed: u64, rank: i32, len: usize) -> Vec<i64> {
+    let mut r = rng(seed, rank, 1);
+    (0..len)
+        .map(|_| r.gen_range(-1_000_000..1_000_000))
+        .collect()
+}
+
+pub fn floats(seed: u64, rank: i32, len: usize) -> Vec<f64> {
+    let mut r = rng(seed, rank, 2);
+    (0..len).map(|_| r.gen_range(-1000.0..1000.0)).collect()
+}
+
+pub fn mats(seed: u64, rank: i32, len: usize) -> Vec<Mat> {
+    let mut r = rng(seed, rank, 3);
+    (0..len)
+        .map(|_| Mat([0; 4].map(|_| r.gen_range(-3..=3))))
+        .collect()
+}
+
+pub fn padded(seed: u64, rank: i32, len: usize) -> Vec<Padded> {
+    let mut r = rng(seed, rank, 4);
+    (0..len)
+        .map(|_| Padded {
+            a: r.gen(),
+            b: r.gen(),
+            c: r.gen(),
+        })
+        .collect()
+}
+
+/// Element-wise fold of `f` over ranks `0..=last` in rank order.
+pub fn fold<T: Clone>(
+    per_rank: impl Fn(i32) -> Vec<T>,
+    last: i32,
+    f: impl Fn(&T, &T) -> T,
+) -> Vec<T> {
+    let mut acc = per_rank(0);
+    for r in 1..=last {
+        let x = per_rank(r);
+        for (a, b) in acc.iter_mut().zip(&x) {
+            *a = f(a, b);
+        }
+    }
+    acc
+}
+
+/// Runs `f` with the automatic choice and then with every algorithm of `op`
+/// forced, and returns to the automatic choice. All ranks call it alike.
+pub fn each_alg(op: Collective, mut f: impl FnMut(Option<Algorithm>)) {
+    f(None);
+    for &a in op.algorithms() {
+        metampi::collective::force_algorithm(op, Some(a)).expect("the op's own algorithm");
+        f(Some(a));
+    }
+    metampi::collective::force_algorithm(op, None).expect("clearing is always allowed");
+}
+
+/// Counts 0..=3 and displacements with a gap of one element after each
+/// block, for a varcount buffer of `n` blocks; returns the total length.
+pub fn partition(n: i32, salt: i32) -> (Vec<i32>, Vec<i32>, usize) {
+    let counts: Vec<i32> = (0..n).map(|r| (r * 7 + salt * 3 + 1) % 4).collect();
+    let mut displs = Vec::new();
+    let mut at = 0;
+    // Reverse order of blocks in memory, so displacements are not monotonic.
+    for r in (0..n).rev() {
+        displs.push(at);
+        at += counts[r as usize] + 1;
+    }
+    displs.reverse();
+    let total = (0..n)
+        .map(|r| (displs[r as usize] + counts[r as usize] + 1) as usize)
+        .max()
+        .unwrap_or(0);
+    (counts, displs, total)
+}
+
+/// `fixed` lengths plus two drawn at random (seeded) below `max`.
+pub fn lens(seed: u64, fixed: &[usize], max: usize) -> Vec<usize> {
+    let mut r = rng(seed, 0, 5);
+    let mut v = fixed.to_vec();
+    v.push(r.gen_range(0..max));
+    v.push(r.gen_range(0..max));
+    v
+}

@@ -1,0 +1,624 @@
+//! Every blocking collective against a sequential reference on random data
+//! (fixed seeds), on 1 to 9 ranks, every root, over shared memory and forced
+//! TCP, with the automatic and every forced algorithm; zero-length
+//! contributions, non-contiguous datatypes, user operations (a commutative
+//! one and the non-commutative 2×2 matrix product), max-loc/min-loc, and the
+//! same on communicators made by `split_by_color`.
+//!
+//! One job per (size, transport) runs the whole battery: jobs spawn
+//! processes, checks are cheap.
+
+mod coll_common;
+
+use coll_common::*;
+use metampi::collective::{
+    reduce_local_into, Collective, SystemOperation, UserOperation, ValueIndex,
+};
+use metampi::datatype::{Partition, PartitionMut};
+use metampi::testing::Ranks;
+use metampi::topology::{Color, SimpleCommunicator};
+use metampi::traits::*;
+
+macro_rules! sizes {
+    ($($name:ident: $n:expr, $tcp:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            Ranks::new($n).force_tcp($tcp).run(stringify!($name), battery);
+        }
+    )*};
+}
+
+sizes! {
+    shm_1: 1, false; shm_2: 2, false; shm_3: 3, false; shm_4: 4, false; shm_5: 5, false;
+    shm_6: 6, false; shm_7: 7, false; shm_8: 8, false; shm_9: 9, false;
+    tcp_2: 2, true; tcp_3: 3, true; tcp_4: 4, true; tcp_5: 5, true;
+    tcp_6: 6, true; tcp_7: 7, true; tcp_8: 8, true; tcp_9: 9, true;
+}
+
+/// Emulated machines with uneven rank counts: shared memory inside each,
+/// TCP between them, so every collective mixes both transports.
+#[test]
+fn mixed_1_3_4() {
+    Ranks::new(8)
+        .nodes(&[("node-a", 1), ("node-b", 3), ("node-c", 4)])
+        .run("mixed_1_3_4", battery);
+}
+
+#[test]
+fn mixed_2_3() {
+    Ranks::new(5)
+        .nodes(&[("node-a", 2), ("node-b", 3)])
+        .run("mixed_2_3", battery);
+}
+
+/// Three emulated sites (1 + 3 + 4 ranks, the last on two machines) joined
+/// by routers: collectives over shared memory, TCP and routed links at once.
+#[test]
+fn three_sites_1_3_4() {
+    // Router ports outside the ranges the p2p and topology tests use.
+    let config = "PORTBASE 32100\n\
+        METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\
+        METAHOST b { LAUNCH = local; NPROCS = 3; NODES = b0; }\n\
+        METAHOST c { LAUNCH = local; NPROCS = 4; NODES = c0, c1; }\n\
+        PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n";
+    Ranks::new(8).meta(config).run("three_sites_1_3_4", battery);
+}
+
+fn battery(world: &SimpleCommunicator) {
+    full(world, 11);
+    // Two communicators made by split: even and odd world ranks, in reverse
+    // order so that communicator ranks differ from world ranks.
+    let sub = world
+        .split_by_color_with_key(Color::with_value(world.rank() % 2), -world.rank())
+        .expect("every rank has a colour");
+    assert_eq!(sub.rank(), (sub.size() - 1) - world.rank() / 2);
+    quick(&sub, 23);
+    world.barrier();
+}
+
+/// Everything, with every algorithm.
+fn full(c: &SimpleCommunicator, seed: u64) {
+    barrier(c);
+    bcast(c, seed, true);
+    reduce(c, seed + 1, true);
+    all_reduce(c, seed + 2, true);
+    gather_scatter(c, seed + 3, true);
+    varcount_rooted(c, seed + 4);
+    all_gather(c, seed + 5, true);
+    all_to_all(c, seed + 6, true);
+    scans(c, seed + 7, true);
+    reduce_scatter(c, seed + 8, true);
+    local(seed + 9);
+}
+
+/// Every operation once, automatic algorithm, on a derived communicator.
+fn quick(c: &SimpleCommunicator, seed: u64) {
+    barrier(c);
+    bcast(c, seed, false);
+    reduce(c, seed + 1, false);
+    all_reduce(c, seed + 2, false);
+    gather_scatter(c, seed + 3, false);
+    varcount_rooted(c, seed + 4);
+    all_gather(c, seed + 5, false);
+    all_to_all(c, seed + 6, false);
+    scans(c, seed + 7, false);
+    reduce_scatter(c, seed + 8, false);
+}
+
+/// Runs `f` once (automatic algorithm) or with every algorithm of `op`.
+fn algs(op: Collective, all: bool, mut f: impl FnMut(String)) {
+    if all {
+        each_alg(op, |a| f(format!("{a:?}")));
+    } else {
+        f("auto".into());
+    }
+}
+
+/// A barrier must not complete before every rank has entered it: rank 0
+/// enters only after every other rank has seen its own barrier incomplete.
+fn barrier(c: &SimpleCommunicator) {
+    let (n, me) = (c.size(), c.rank());
+    if me == 0 {
+        for _ in 1..n {
+            let (seen, _) = c.any_process().receive::<u8>();
+            assert_eq!(seen, 1);
+        }
+        c.barrier();
+    } else {
+        let req = c.immediate_barrier();
+        let req = match req.test() {
+            Ok(_) => panic!("barrier completed before rank 0 entered it"),
+            Err(r) => r,
+        };
+        c.process_at_rank(0).send(&1u8);
+        req.wait();
+    }
+    c.barrier();
+}
+
+fn bcast(c: &SimpleCommunicator, seed: u64, all: bool) {
+    let (n, me) = (c.size(), c.rank());
+    algs(Collective::Broadcast, all, |alg| {
+        for root in 0..n {
+            for len in lens(seed, &[0, 1, 13, 700], 3000) {
+                let expect = ints(seed, root, len);
+                let mut buf = if me == root {
+                    expect.clone()
+                } else {
+                    vec![-1; len]
+                };
+                c.process_at_rank(root).broadcast_into(&mut buf[..]);
+                assert_eq!(buf, expect, "bcast root {root} len {len} {alg}");
+            }
+        }
+        // Past the eager limits of both transports: rendezvous messages.
+        let root = n / 2;
+        let expect = ints(seed + 100, root, 9000);
+        let mut buf = if me == root {
+            expect.clone()
+        } else {
+            vec![0; 9000]
+        };
+        c.process_at_rank(root).broadcast_into(&mut buf[..]);
+        assert!(buf == expect, "long bcast {alg}");
+    });
+    // A non-contiguous datatype, and a single value.
+    let root = n - 1;
+    let expect = padded(seed, root, 33);
+    let mut buf = if me == root {
+        expect.clone()
+    } else {
+        vec![Padded::default(); 33]
+    };
+    c.process_at_rank(root).broadcast_into(&mut buf[..]);
+    assert_eq!(buf, expect);
+    let mut one = if me == 0 { 42u64 } else { 0 };
+    c.process_at_rank(0).broadcast_into(&mut one);
+    assert_eq!(one, 42);
+}
+
+fn reduce(c: &SimpleCommunicator, seed: u64, all: bool) {
+    let (n, me) = (c.size(), c.rank());
+    let mm = matmul();
+    algs(Collective::Reduce, all, |alg| {
+        for root in 0..n {
+            let p = c.process_at_rank(root);
+            for len in [0usize, 1, 13] {
+                let mine = ints(seed, me, len);
+                let want = fold(|r| ints(seed, r, len), n - 1, |a, b| a.wrapping_add(*b));
+                let m = mats(seed, me, len);
+                let want_m = fold(|r| mats(seed, r, len), n - 1, |a, b| a.mul(*b));
+                if me == root {
+                    let mut out = vec![7; len];
+                    p.reduce_into_root(&mine[..], &mut out[..], SystemOperation::sum());
+                    assert_eq!(out, want, "reduce sum root {root} len {len} {alg}");
+                    let mut out = vec![Mat::default(); len];
+                    p.reduce_into_root(&m[..], &mut out[..], &mm);
+                    assert_eq!(out, want_m, "reduce matmul root {root} len {len} {alg}");
+                } else {
+                    p.reduce_into(&mine[..], SystemOperation::sum());
+                    p.reduce_into(&m[..], &mm);
+                }
+            }
+        }
+        let root = n - 1;
+        let mine = ints(seed + 50, me, 9000);
+        if me == root {
+            let mut out = vec![0; 9000];
+            let want = fold(
+                |r| ints(seed + 50, r, 9000),
+                n - 1,
+                |a, b| a.wrapping_add(*b),
+            );
+            c.process_at_rank(root).reduce_into_root(
+                &mine[..],
+                &mut out[..],
+                SystemOperation::sum(),
+            );
+            assert!(out == want, "long reduce {alg}");
+        } else {
+            c.process_at_rank(root)
+                .reduce_into(&mine[..], SystemOperation::sum());
+        }
+    });
+}
+
+fn all_reduce(c: &SimpleCommunicator, seed: u64, all: bool) {
+    let (n, me) = (c.size(), c.rank());
+    let mm = matmul();
+    let add = UserOperation::commutative(|x, y| {
+        let x = x.downcast::<i64>().expect("i64");
+        for (a, b) in x.iter().zip(y.downcast::<i64>().expect("i64")) {
+            *b = b.wrapping_add(*a);
+        }
+    });
+    algs(Collective::AllReduce, all, |alg| {
+        for len in lens(seed, &[0, 1, 13, 3000], 6000) {
+            let mine = ints(seed, me, len);
+            let want = fold(|r| ints(seed, r, len), n - 1, |a, b| a.wrapping_add(*b));
+            let mut out = vec![0; len];
+            c.all_reduce_into(&mine[..], &mut out[..], SystemOperation::sum());
+            assert!(out == want, "allreduce sum len {len} {alg}");
+            let mut out = vec![0; len];
+            c.all_reduce_into(&mine[..], &mut out[..], &add);
+            assert!(out == want, "allreduce user sum len {len} {alg}");
+
+            let m = mats(seed, me, len.min(100));
+            let want = fold(|r| mats(seed, r, len.min(100)), n - 1, |a, b| a.mul(*b));
+            let mut out = vec![Mat::default(); m.len()];
+            c.all_reduce_into(&m[..], &mut out[..], &mm);
+            assert!(out == want, "allreduce matmul len {len} {alg}");
+
+            let f = floats(seed, me, len);
+            let want = fold(|r| floats(seed, r, len), n - 1, |a, b| a.max(*b));
+            let mut out = vec![0.0; len];
+            c.all_reduce_into(&f[..], &mut out[..], SystemOperation::max());
+            assert!(out == want, "allreduce max len {len} {alg}");
+            // A float sum: close to the sequential one, and identical on
+            // every rank.
+            let want = fold(|r| floats(seed, r, len), n - 1, |a, b| a + b);
+            let mut out = vec![0.0; len];
+            c.all_reduce_into(&f[..], &mut out[..], SystemOperation::sum());
+            for (a, b) in out.iter().zip(&want) {
+                assert!((a - b).abs() <= 1e-9 * (1.0 + b.abs()), "float sum {alg}");
+            }
+            let first = out.first().copied().unwrap_or(0.0).to_bits();
+            let mut firsts = vec![0u64; n as usize];
+            c.all_gather_into(&first, &mut firsts[..]);
+            assert!(firsts.iter().all(|&x| x == first), "ranks disagree {alg}");
+        }
+        // max-loc / min-loc with ties (smallest index wins).
+        let len = 5;
+        let pairs = |r: i32| -> Vec<ValueIndex<f64, i32>> {
+            (0..len)
+                .map(|i| ValueIndex::new(((r * 7 + i) % 3) as f64, r))
+                .collect()
+        };
+        let mine = pairs(me);
+        let mut out = vec![ValueIndex::default(); len as usize];
+        c.all_reduce_into(&mine[..], &mut out[..], SystemOperation::max_loc());
+        let best = |i: i32, max: bool| {
+            let v = (0..n).map(|r| (r * 7 + i) % 3);
+            let v = if max { v.max() } else { v.min() }.expect("n >= 1");
+            ValueIndex::new(
+                v as f64,
+                (0..n).find(|r| (r * 7 + i) % 3 == v).expect("some rank"),
+            )
+        };
+        for i in 0..len {
+            assert_eq!(out[i as usize], best(i, true), "max_loc {alg}");
+        }
+        c.all_reduce_into(&mine[..], &mut out[..], SystemOperation::min_loc());
+        for i in 0..len {
+            assert_eq!(out[i as usize], best(i, false), "min_loc {alg}");
+        }
+    });
+    // Logical and bitwise operations, and a user operation on a padded struct.
+    let flags = (me % 3 == 0, me % 2 == 0);
+    let mut and_or = [false; 2];
+    c.all_reduce_into(&flags.0, &mut and_or[0], SystemOperation::logical_and());
+    c.all_reduce_into(&flags.1, &mut and_or[1], SystemOperation::logical_or());
+    assert_eq!(and_or, [n == 1, true]);
+    let bits = 1u32 << (me % 32);
+    let mut x = 0u32;
+    c.all_reduce_into(&bits, &mut x, SystemOperation::bitwise_xor());
+    assert_eq!(x, (0..n).fold(0, |a, r| a ^ (1u32 << (r % 32))));
+    let p = padded(seed, me, 9);
+    let mut out = vec![Padded::default(); 9];
+    c.all_reduce_into(&p[..], &mut out[..], &padded_sum());
+    let want = fold(
+        |r| padded(seed, r, 9),
+        n - 1,
+        |a, b| Padded {
+            a: a.a.wrapping_add(b.a),
+            b: a.b.wrapping_add(b.b),
+            c: a.c.wrapping_add(b.c),
+        },
+    );
+    assert_eq!(out, want);
+}
+
+fn gather_scatter(c: &SimpleCommunicator, seed: u64, all: bool) {
+    let (n, me) = (c.size(), c.rank());
+    algs(Collective::Gather, all, |alg| {
+        for root in 0..n {
+            for len in [0usize, 1, 5] {
+                let mine = ints(seed, me, len);
+                let p = c.process_at_rank(root);
+                if me == root {
+                    let mut out = vec![-1; n as usize * len];
+                    p.gather_into_root(&mine[..], &mut out[..]);
+                    let want: Vec<i64> = (0..n).flat_map(|r| ints(seed, r, len)).collect();
+                    assert_eq!(out, want, "gather root {root} len {len} {alg}");
+                } else {
+                    p.gather_into(&mine[..]);
+                }
+            }
+        }
+        let root = n / 3;
+        let mine = padded(seed, me, 2000);
+        if me == root {
+            let mut out = vec![Padded::default(); 2000 * n as usize];
+            c.process_at_rank(root)
+                .gather_into_root(&mine[..], &mut out[..]);
+            let want: Vec<Padded> = (0..n).flat_map(|r| padded(seed, r, 2000)).collect();
+            assert!(out == want, "long padded gather {alg}");
+        } else {
+            c.process_at_rank(root).gather_into(&mine[..]);
+        }
+    });
+    algs(Collective::Scatter, all, |alg| {
+        for root in 0..n {
+            for len in [0usize, 1, 5] {
+                let p = c.process_at_rank(root);
+                let mut out = vec![-1; len];
+                if me == root {
+                    let all: Vec<i64> = (0..n).flat_map(|r| ints(seed, r, len)).collect();
+                    p.scatter_into_root(&all[..], &mut out[..]);
+                } else {
+                    p.scatter_into(&mut out[..]);
+                }
+                assert_eq!(
+                    out,
+                    ints(seed, me, len),
+                    "scatter root {root} len {len} {alg}"
+                );
+            }
+        }
+        let root = n - 1;
+        let mut out = vec![0; 6000];
+        if me == root {
+            let all: Vec<i64> = (0..n).flat_map(|r| ints(seed + 9, r, 6000)).collect();
+            c.process_at_rank(root)
+                .scatter_into_root(&all[..], &mut out[..]);
+        } else {
+            c.process_at_rank(root).scatter_into(&mut out[..]);
+        }
+        assert!(out == ints(seed + 9, me, 6000), "long scatter {alg}");
+    });
+}
+
+fn varcount_rooted(c: &SimpleCommunicator, seed: u64) {
+    let (n, me) = (c.size(), c.rank());
+    for root in 0..n {
+        let (counts, displs, total) = partition(n, root);
+        let mine = ints(seed, me, counts[me as usize] as usize);
+        let p = c.process_at_rank(root);
+        if me == root {
+            let mut buf = vec![-1i64; total];
+            let mut part = PartitionMut::new(&mut buf[..], counts.clone(), &displs[..]);
+            p.gather_varcount_into_root(&mine[..], &mut part);
+            for r in 0..n as usize {
+                let (d, k) = (displs[r] as usize, counts[r] as usize);
+                assert_eq!(
+                    buf[d..d + k],
+                    ints(seed, r as i32, k)[..],
+                    "gatherv root {root}"
+                );
+                assert_eq!(buf[d + k], -1, "gatherv wrote a gap");
+            }
+        } else {
+            p.gather_varcount_into(&mine[..]);
+        }
+        let mut out = vec![-1i64; counts[me as usize] as usize];
+        if me == root {
+            let mut buf = vec![-9i64; total];
+            for r in 0..n as usize {
+                let (d, k) = (displs[r] as usize, counts[r] as usize);
+                buf[d..d + k].copy_from_slice(&ints(seed + 1, r as i32, k));
+            }
+            let part = Partition::new(&buf[..], counts.clone(), &displs[..]);
+            p.scatter_varcount_into_root(&part, &mut out[..]);
+        } else {
+            p.scatter_varcount_into(&mut out[..]);
+        }
+        assert_eq!(out, ints(seed + 1, me, out.len()), "scatterv root {root}");
+    }
+    // Non-contiguous elements in a varcount gather.
+    let (counts, displs, total) = partition(n, 5);
+    let mine = padded(seed, me, counts[me as usize] as usize);
+    if me == 0 {
+        let mut buf = vec![Padded::default(); total];
+        p0_gatherv(c, &mine, &mut buf, &counts, &displs);
+        for r in 0..n as usize {
+            let (d, k) = (displs[r] as usize, counts[r] as usize);
+            assert_eq!(buf[d..d + k], padded(seed, r as i32, k)[..]);
+        }
+    } else {
+        c.process_at_rank(0).gather_varcount_into(&mine[..]);
+    }
+}
+
+fn p0_gatherv(
+    c: &SimpleCommunicator,
+    mine: &[Padded],
+    buf: &mut [Padded],
+    counts: &[i32],
+    displs: &[i32],
+) {
+    let mut part = PartitionMut::new(buf, counts, displs);
+    c.process_at_rank(0)
+        .gather_varcount_into_root(mine, &mut part);
+}
+
+fn all_gather(c: &SimpleCommunicator, seed: u64, all: bool) {
+    let (n, me) = (c.size(), c.rank());
+    algs(Collective::AllGather, all, |alg| {
+        for len in lens(seed, &[0, 1, 5, 1200], 600) {
+            let mine = ints(seed, me, len);
+            let mut out = vec![-1; n as usize * len];
+            c.all_gather_into(&mine[..], &mut out[..]);
+            let want: Vec<i64> = (0..n).flat_map(|r| ints(seed, r, len)).collect();
+            assert!(out == want, "allgather len {len} {alg}");
+        }
+        let mine = padded(seed, me, 3);
+        let mut out = vec![Padded::default(); 3 * n as usize];
+        c.all_gather_into(&mine[..], &mut out[..]);
+        let want: Vec<Padded> = (0..n).flat_map(|r| padded(seed, r, 3)).collect();
+        assert_eq!(out, want, "padded allgather {alg}");
+    });
+    let (counts, displs, total) = partition(n, 2);
+    let mine = ints(seed + 3, me, counts[me as usize] as usize);
+    let mut buf = vec![-1i64; total];
+    let mut part = PartitionMut::new(&mut buf[..], counts.clone(), &displs[..]);
+    c.all_gather_varcount_into(&mine[..], &mut part);
+    for r in 0..n as usize {
+        let (d, k) = (displs[r] as usize, counts[r] as usize);
+        assert_eq!(buf[d..d + k], ints(seed + 3, r as i32, k)[..], "allgatherv");
+        assert_eq!(buf[d + k], -1, "allgatherv wrote a gap");
+    }
+    let mine = padded(seed, me, counts[me as usize] as usize);
+    let mut buf = vec![Padded::default(); total];
+    let mut part = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
+    c.all_gather_varcount_into(&mine[..], &mut part);
+    for r in 0..n as usize {
+        let (d, k) = (displs[r] as usize, counts[r] as usize);
+        assert_eq!(
+            buf[d..d + k],
+            padded(seed, r as i32, k)[..],
+            "padded allgatherv"
+        );
+    }
+}
+
+/// The value rank `from` sends to rank `to` in all-to-all block `i`.
+fn a2a(seed: u64, from: i32, to: i32, i: usize) -> i64 {
+    (seed as i64) * 1_000_000 + (from as i64) * 10_000 + (to as i64) * 100 + i as i64
+}
+
+fn all_to_all(c: &SimpleCommunicator, seed: u64, all: bool) {
+    let (n, me) = (c.size(), c.rank());
+    algs(Collective::AllToAll, all, |alg| {
+        for len in lens(seed, &[0, 1, 5, 300], 400) {
+            let send: Vec<i64> = (0..n)
+                .flat_map(|to| (0..len).map(move |i| a2a(seed, me, to, i)))
+                .collect();
+            let mut out = vec![-1; n as usize * len];
+            c.all_to_all_into(&send[..], &mut out[..]);
+            let want: Vec<i64> = (0..n)
+                .flat_map(|from| (0..len).map(move |i| a2a(seed, from, me, i)))
+                .collect();
+            assert!(out == want, "alltoall len {len} {alg}");
+        }
+        // Varcount: rank i sends (i + j) % 3 values to rank j.
+        let cnt = |from: i32, to: i32| (from + to) % 3;
+        let scounts: Vec<i32> = (0..n).map(|to| cnt(me, to)).collect();
+        let sdispls: Vec<i32> = (0..n).map(|to| to * 4).collect();
+        let mut sbuf = vec![-5i64; 4 * n as usize];
+        for to in 0..n {
+            for i in 0..cnt(me, to) as usize {
+                sbuf[(to * 4) as usize + i] = a2a(seed, me, to, i);
+            }
+        }
+        let rcounts: Vec<i32> = (0..n).map(|from| cnt(from, me)).collect();
+        let rdispls: Vec<i32> = (0..n).map(|from| (n - 1 - from) * 3).collect();
+        let mut rbuf = vec![-1i64; 3 * n as usize];
+        let spart = Partition::new(&sbuf[..], scounts, &sdispls[..]);
+        let mut rpart = PartitionMut::new(&mut rbuf[..], rcounts, &rdispls[..]);
+        c.all_to_all_varcount_into(&spart, &mut rpart);
+        for from in 0..n {
+            for i in 0..3 {
+                let got = rbuf[((n - 1 - from) * 3) as usize + i as usize];
+                let want = if i < cnt(from, me) {
+                    a2a(seed, from, me, i as usize)
+                } else {
+                    -1
+                };
+                assert_eq!(got, want, "alltoallv from {from} {alg}");
+            }
+        }
+    });
+    // Non-contiguous elements.
+    let send: Vec<Padded> = (0..n)
+        .flat_map(|to| padded(seed + to as u64, me, 2))
+        .collect();
+    let mut out = vec![Padded::default(); 2 * n as usize];
+    c.all_to_all_into(&send[..], &mut out[..]);
+    let want: Vec<Padded> = (0..n)
+        .flat_map(|from| padded(seed + me as u64, from, 2))
+        .collect();
+    assert_eq!(out, want);
+}
+
+fn scans(c: &SimpleCommunicator, seed: u64, all: bool) {
+    let (n, me) = (c.size(), c.rank());
+    let mm = matmul();
+    for (op, exclusive) in [(Collective::Scan, false), (Collective::ExclusiveScan, true)] {
+        algs(op, all, |alg| {
+            for len in [0usize, 1, 13] {
+                let mine = ints(seed, me, len);
+                let m = mats(seed, me, len);
+                let mut out = vec![-77i64; len];
+                let mut outm = vec![Mat([5; 4]); len];
+                if exclusive {
+                    c.exclusive_scan_into(&mine[..], &mut out[..], SystemOperation::sum());
+                    c.exclusive_scan_into(&m[..], &mut outm[..], &mm);
+                } else {
+                    c.scan_into(&mine[..], &mut out[..], SystemOperation::sum());
+                    c.scan_into(&m[..], &mut outm[..], &mm);
+                }
+                let last = if exclusive { me - 1 } else { me };
+                if last < 0 {
+                    assert_eq!(out, vec![-77; len], "exscan touched rank 0 {alg}");
+                    assert_eq!(outm, vec![Mat([5; 4]); len], "exscan touched rank 0 {alg}");
+                } else {
+                    let want = fold(|r| ints(seed, r, len), last, |a, b| a.wrapping_add(*b));
+                    assert_eq!(out, want, "scan sum len {len} {alg} exclusive {exclusive}");
+                    let want = fold(|r| mats(seed, r, len), last, |a, b| a.mul(*b));
+                    assert_eq!(
+                        outm, want,
+                        "scan matmul len {len} {alg} exclusive {exclusive}"
+                    );
+                }
+            }
+        });
+    }
+    let _ = n;
+}
+
+fn reduce_scatter(c: &SimpleCommunicator, seed: u64, all: bool) {
+    let (n, me) = (c.size(), c.rank());
+    let mm = matmul();
+    algs(Collective::ReduceScatterBlock, all, |alg| {
+        for bs in lens(seed, &[0, 1, 5, 700], 400) {
+            let mine = ints(seed, me, n as usize * bs);
+            let mut out = vec![-1; bs];
+            c.reduce_scatter_block_into(&mine[..], &mut out[..], SystemOperation::sum());
+            let want = fold(
+                |r| ints(seed, r, n as usize * bs),
+                n - 1,
+                |a, b| a.wrapping_add(*b),
+            );
+            assert!(
+                out[..] == want[me as usize * bs..][..bs],
+                "reduce_scatter bs {bs} {alg}"
+            );
+            let bs = bs.min(6);
+            let m = mats(seed, me, n as usize * bs);
+            let mut out = vec![Mat::default(); bs];
+            c.reduce_scatter_block_into(&m[..], &mut out[..], &mm);
+            let want = fold(|r| mats(seed, r, n as usize * bs), n - 1, |a, b| a.mul(*b));
+            assert_eq!(
+                out[..],
+                want[me as usize * bs..][..bs],
+                "reduce_scatter matmul {alg}"
+            );
+        }
+    });
+}
+
+fn local(seed: u64) {
+    let a = mats(seed, 0, 4);
+    let mut b = mats(seed, 1, 4);
+    let want: Vec<Mat> = a.iter().zip(&b).map(|(x, y)| x.mul(*y)).collect();
+    reduce_local_into(&a[..], &mut b[..], &matmul());
+    assert_eq!(b, want);
+    let x = [0b1100u16, 0xff00];
+    let mut y = [0b1010u16, 0x0ff0];
+    reduce_local_into(&x[..], &mut y[..], SystemOperation::bitwise_and());
+    assert_eq!(y, [0b1000, 0x0f00]);
+    reduce_local_into(&x[..], &mut y[..], SystemOperation::bitwise_or());
+    assert_eq!(y, [0b1100, 0xff00]);
+    reduce_local_into(&x[..], &mut y[..], SystemOperation::bitwise_xor());
+    assert_eq!(y, [0, 0]);
+}
