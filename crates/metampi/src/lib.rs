@@ -73,8 +73,8 @@ pub type Address = isize;
 pub mod traits {
     pub use crate::collective::{CommunicatorCollectives, Operation, Root};
     pub use crate::datatype::{
-        AsDatatype, Buffer, BufferMut, Collection, Datatype, Equivalence, Pointer, PointerMut,
-        UncommittedDatatype,
+        AsDatatype, Buffer, BufferMut, Collection, Datatype, Equivalence, Partitioned,
+        PartitionedBuffer, PartitionedBufferMut, Pointer, PointerMut, UncommittedDatatype,
     };
     pub use crate::point_to_point::{Destination, MatchedReceiveVec, Source};
     pub use crate::topology::{AsCommunicator, Communicator, Group};

@@ -8,6 +8,8 @@
 //! meta hosts) slots in as further [`Algorithm`] variants chosen in
 //! `choose` from the communicator's site layout.
 
+#![forbid(unsafe_code)]
+
 use std::sync::{OnceLock, RwLock};
 
 use crate::error::{Error, ErrorClass};

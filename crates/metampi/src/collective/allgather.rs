@@ -1,6 +1,8 @@
 //! All-gather (MPI-1.2 §4.7): Bruck for short blocks, ring for long ones and
 //! for the varcount form.
 
+#![forbid(unsafe_code)]
+
 use super::schedule::{Builder, Reg};
 
 /// Bruck: in step k every rank sends the blocks it has (up to 2^k) to

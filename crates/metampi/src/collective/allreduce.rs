@@ -1,6 +1,8 @@
 //! All-reduce (MPI-1.2 §4.9.5): recursive doubling, Rabenseifner's
 //! reduce-scatter + all-gather, and reduce + broadcast.
 
+#![forbid(unsafe_code)]
+
 use super::schedule::{Builder, Reg};
 use super::{bcast, reduce};
 use crate::Rank;

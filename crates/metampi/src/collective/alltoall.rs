@@ -1,6 +1,8 @@
 //! All-to-all (MPI-1.2 §4.8): pairwise exchange, or everything at once for
 //! short blocks.
 
+#![forbid(unsafe_code)]
+
 use super::schedule::{Builder, Reg};
 
 /// In step s send block `rank + s` and receive from `rank - s`: each rank

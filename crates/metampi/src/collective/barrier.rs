@@ -1,5 +1,7 @@
 //! Barrier (MPI-1.2 §4.3): dissemination, ⌈log2 n⌉ rounds.
 
+#![forbid(unsafe_code)]
+
 use super::schedule::Builder;
 
 /// In round k every rank sends an empty message to `rank + 2^k` and waits

@@ -1,6 +1,8 @@
 //! Broadcast (MPI-1.2 §4.4): binomial tree, scatter + ring all-gather (van de
 //! Geijn) for long messages, and linear as a baseline.
 
+#![forbid(unsafe_code)]
+
 use super::schedule::{Builder, Reg};
 use crate::Rank;
 

@@ -1,6 +1,8 @@
 //! Gather and scatter (MPI-1.2 §4.5, §4.6): binomial trees for short blocks,
 //! linear for long ones and for the varcount forms.
 
+#![forbid(unsafe_code)]
+
 use super::bcast::{span, subtree};
 use super::schedule::{Builder, Reg};
 use crate::Rank;

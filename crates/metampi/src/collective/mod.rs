@@ -347,13 +347,13 @@ fn blocks_of(b: &mut Builder, len: usize, es: usize, what: &str) -> usize {
 // tie the buffers to the request's scope.
 
 fn plan_barrier(comm: &CommInner) -> Schedule {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "barrier");
     barrier::dissemination(&mut b);
     b.finish()
 }
 
 unsafe fn plan_bcast<B: BufferMut + ?Sized>(comm: &CommInner, root: Rank, buf: &mut B) -> Schedule {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "bcast");
     let me = b.me;
     // SAFETY: the plan contract.
     let o = unsafe { output(&mut b, buf, me == root) };
@@ -380,7 +380,7 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'o,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "reduce");
     // SAFETY: the plan contract.
     let (commutative, _) = unsafe { set_op(&mut b, send, op) };
     let acc = copy_in(&mut b, send);
@@ -405,7 +405,7 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'o,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "allreduce");
     // SAFETY: the plan contract.
     let (commutative, es) = unsafe { set_op(&mut b, send, op) };
     // SAFETY: the plan contract.
@@ -441,7 +441,7 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'o,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "reduce_scatter_block");
     // SAFETY: the plan contract.
     let (commutative, _) = unsafe { set_op(&mut b, send, op) };
     // SAFETY: the plan contract.
@@ -485,7 +485,7 @@ where
     R: BufferMut + ?Sized,
     O: Operation + 'o,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, if exclusive { "exscan" } else { "scan" });
     // SAFETY: the plan contract.
     let (commutative, _) = unsafe { set_op(&mut b, send, op) };
     // SAFETY: the plan contract.
@@ -536,7 +536,7 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "gather");
     let n = b.n as usize;
     // SAFETY: the plan contract.
     let mine = unsafe { input(&mut b, send) };
@@ -570,7 +570,7 @@ where
     S: Buffer + ?Sized,
     R: PartitionedBufferMut + ?Sized,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "gatherv");
     // SAFETY: the plan contract.
     let mine = unsafe { input(&mut b, send) };
     // SAFETY: the plan contract.
@@ -593,7 +593,7 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "scatter");
     let n = b.n as usize;
     // SAFETY: the plan contract.
     let src = send.map(|s| unsafe { input(&mut b, s) });
@@ -639,7 +639,7 @@ where
     S: PartitionedBuffer + ?Sized,
     R: BufferMut + ?Sized,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "scatterv");
     // SAFETY: the plan contract.
     let blocks = send.map(|s| unsafe { input_parts(&mut b, s) }).transpose();
     let blocks = blocks.map_err(|e| skip_phase(&mut b, e))?;
@@ -655,7 +655,7 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "allgather");
     let n = b.n as usize;
     // SAFETY: the plan contract.
     let mine = unsafe { input(&mut b, send) };
@@ -682,7 +682,7 @@ where
     S: Buffer + ?Sized,
     R: PartitionedBufferMut + ?Sized,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "allgatherv");
     // SAFETY: the plan contract.
     let mine = unsafe { input(&mut b, send) };
     // SAFETY: the plan contract.
@@ -698,7 +698,7 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "alltoall");
     let n = b.n as usize;
     // SAFETY: the plan contract.
     let mine = unsafe { input(&mut b, send) };
@@ -730,7 +730,7 @@ where
     S: PartitionedBuffer + ?Sized,
     R: PartitionedBufferMut + ?Sized,
 {
-    let mut b = Builder::new(comm);
+    let mut b = Builder::new(comm, "alltoallv");
     // SAFETY: the plan contract.
     let sends = unsafe { input_parts(&mut b, send) }.map_err(|e| skip_phase(&mut b, e))?;
     // SAFETY: the plan contract.

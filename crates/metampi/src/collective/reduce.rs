@@ -1,6 +1,8 @@
 //! Reduce and reduce-scatter-block (MPI-1.2 §4.9, MPI-2.2 §5.10): binomial
 //! trees that combine in rank order, linear baselines, pairwise exchange.
 
+#![forbid(unsafe_code)]
+
 use super::bcast::span;
 use super::gather;
 use super::schedule::{Builder, Reg};

@@ -2,6 +2,8 @@
 //! doubling, and the chain as a baseline. Both apply the operation in rank
 //! order.
 
+#![forbid(unsafe_code)]
+
 use super::schedule::{Builder, Reg};
 
 /// Recursive doubling (MPICH): `partial` covers a growing block of ranks

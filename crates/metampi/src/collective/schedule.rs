@@ -179,6 +179,7 @@ struct Reduction {
 /// communication pattern here, identically on every rank.
 pub(crate) struct Builder<'c> {
     comm: &'c CommInner,
+    name: &'static str,
     pub n: Rank,
     pub me: Rank,
     tag: Tag,
@@ -190,9 +191,11 @@ pub(crate) struct Builder<'c> {
 }
 
 impl<'c> Builder<'c> {
-    pub(crate) fn new(comm: &'c CommInner) -> Builder<'c> {
+    /// A builder for collective `name` (as it appears in traces) on `comm`.
+    pub(crate) fn new(comm: &'c CommInner, name: &'static str) -> Builder<'c> {
         Builder {
             comm,
+            name,
             n: comm.size(),
             me: comm.rank,
             tag: 0,
@@ -403,6 +406,7 @@ impl<'c> Builder<'c> {
     pub(crate) fn finish(self) -> Schedule {
         let rounds: Vec<Vec<Step>> = self.rounds.into_iter().filter(|r| !r.is_empty()).collect();
         Schedule {
+            name: self.name,
             ctx: self.comm.ctx + 1,
             ranks: std::sync::Arc::clone(&self.comm.ranks),
             mem: self.mem,
@@ -424,6 +428,7 @@ struct Pending {
 
 /// A compiled collective running in the engine.
 pub(crate) struct Schedule {
+    name: &'static str,
     ctx: u32,
     ranks: std::sync::Arc<Vec<u32>>,
     mem: Vec<Mem>,
@@ -629,8 +634,13 @@ pub(crate) fn start(s: Schedule) -> ReqId {
     })
 }
 
-/// Runs a schedule to its end (the blocking collectives).
+/// Runs a schedule to its end (the blocking collectives); traced as a
+/// region named after the collective.
 pub(crate) fn run(s: Schedule) -> Result<(), Error> {
+    let t = crate::trace::start();
+    let (name, ctx) = (s.name, s.ctx);
     let id = start(s);
-    shared().wait(id).result
+    let r = shared().wait(id).result;
+    crate::trace::record(t, crate::trace::Kind::Region, name, -1, 0, 0, ctx);
+    r
 }
