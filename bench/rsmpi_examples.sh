@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds the 58 example programs that ship with rsmpi (`mpi` 0.8.2 on
+# crates.io) against metampi renamed to `mpi`, and runs each that compiles on
+# 4 ranks with `metampi run`. Nothing of rsmpi is copied into this repository:
+# the crate is downloaded into a temporary directory.
+#
+#   bash bench/rsmpi_examples.sh [RANKS]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+RANKS=${1:-4}
+W=${WORK:-$(mktemp -d)}
+cargo build --release -q -p metampi-cli || exit 1
+mkdir -p "$W/probe" "$W/compat/examples" "$W/compat/src"
+(cd "$W/probe" && cat > Cargo.toml <<'T'
+[package]
+name = "probe"
+version = "0.0.0"
+edition = "2021"
+[dependencies]
+mpi = "=0.8.2"
+[workspace]
+T
+mkdir -p src && echo "" > src/lib.rs && cargo vendor -q "$W/vendor" >/dev/null 2>&1) || { echo "cannot download mpi 0.8.2 (no registry?)"; exit 0; }
+cp "$W/vendor/mpi/examples/"*.rs "$W/compat/examples/"
+cat > "$W/compat/Cargo.toml" <<T
+[package]
+name = "compat"
+version = "0.0.0"
+edition = "2021"
+[features]
+default = ["user-operations"]
+user-operations = []
+[dependencies]
+mpi = { package = "metampi", path = "$ROOT/crates/metampi" }
+[workspace]
+T
+echo 'fn main() { println!("cargo::rustc-check-cfg=cfg(msmpi)"); }' > "$W/compat/build.rs"
+echo "" > "$W/compat/src/lib.rs"
+(cd "$W/compat" && CARGO_TARGET_DIR="$W/target" cargo build -q --examples --keep-going >"$W/build.log" 2>&1)
+built=0; ran=0; total=0; notbuilt=(); failed=()
+for f in "$W/compat/examples/"*.rs; do
+    e=$(basename "$f" .rs); total=$((total + 1))
+    exe="$W/target/debug/examples/$e"
+    if [ ! -x "$exe" ]; then notbuilt+=("$e"); continue; fi
+    built=$((built + 1))
+    if timeout 60 target/release/metampi run -n "$RANKS" "$exe" >"$W/$e.log" 2>&1; then ran=$((ran + 1)); else failed+=("$e"); fi
+done
+echo "rsmpi 0.8.2 examples: $total; compile against metampi: $built; run OK on $RANKS ranks: $ran"
+echo "do not compile: ${notbuilt[*]:-none}"
+echo "compile but fail: ${failed[*]:-none}"
+echo "(logs in $W)"
