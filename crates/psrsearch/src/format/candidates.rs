@@ -1,0 +1,120 @@
+//! Candidate tables as CSV (one header line, then one row per candidate, numbers in Rust's
+//! shortest round-trip form) and JSON (an array of objects, via serde).
+
+use std::io::{BufRead, Write};
+
+use super::HeaderError;
+use crate::search::Candidate;
+
+const FORMAT: &str = "candidate CSV";
+const COLUMNS: [&str; 9] = [
+    "rank", "period_s", "freq_hz", "dm", "sigma", "snr", "nharm", "dm_hits", "duty",
+];
+
+/// Write the CSV table.
+///
+/// # Errors
+/// I/O errors.
+pub fn write_csv(w: &mut impl Write, cands: &[Candidate]) -> std::io::Result<()> {
+    writeln!(w, "{}", COLUMNS.join(","))?;
+    for c in cands {
+        writeln!(
+            w,
+            "{},{},{},{},{},{},{},{},{}",
+            c.rank, c.period_s, c.freq_hz, c.dm, c.sigma, c.snr, c.nharm, c.dm_hits, c.duty
+        )?;
+    }
+    Ok(())
+}
+
+/// Read a table written by [`write_csv`].
+///
+/// # Errors
+/// A different header line, or a row that does not parse.
+pub fn read_csv(r: &mut impl BufRead) -> Result<Vec<Candidate>, HeaderError> {
+    let mut lines = r.lines();
+    let io = |e: std::io::Error| HeaderError::Malformed {
+        format: FORMAT,
+        detail: e.to_string(),
+    };
+    let head = lines
+        .next()
+        .ok_or_else(|| HeaderError::missing(FORMAT, "header line"))?
+        .map_err(io)?;
+    if head.trim() != COLUMNS.join(",") {
+        return Err(HeaderError::invalid(
+            FORMAT,
+            "header line",
+            head,
+            COLUMNS.join(","),
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, line) in lines.enumerate() {
+        let line = line.map_err(io)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let bad = || {
+            HeaderError::invalid(
+                FORMAT,
+                &format!("row {}", i + 1),
+                line.clone(),
+                "9 numeric columns",
+            )
+        };
+        if f.len() != COLUMNS.len() {
+            return Err(bad());
+        }
+        let u = |s: &str| s.parse::<usize>().map_err(|_| bad());
+        let x = |s: &str| s.parse::<f64>().map_err(|_| bad());
+        out.push(Candidate {
+            rank: u(f[0])?,
+            period_s: x(f[1])?,
+            freq_hz: x(f[2])?,
+            dm: x(f[3])?,
+            sigma: x(f[4])?,
+            snr: x(f[5])?,
+            nharm: u(f[6])?,
+            dm_hits: u(f[7])?,
+            duty: x(f[8])?,
+        });
+    }
+    Ok(out)
+}
+
+/// Write the candidates as a pretty-printed JSON array.
+///
+/// # Errors
+/// I/O errors.
+pub fn write_json(w: &mut impl Write, cands: &[Candidate]) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *w, cands).map_err(std::io::Error::other)?;
+    writeln!(w)
+}
+
+/// Read a JSON array of candidates.
+///
+/// # Errors
+/// Invalid JSON or missing fields.
+pub fn read_json(r: &mut impl std::io::Read) -> Result<Vec<Candidate>, HeaderError> {
+    serde_json::from_reader(r).map_err(|e| HeaderError::Malformed {
+        format: "candidate JSON",
+        detail: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_errors() {
+        let e = read_csv(&mut "rank,period\n".as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("header line"), "{e}");
+        let text = format!("{}\n1,2,3\n", COLUMNS.join(","));
+        let e = read_csv(&mut text.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("row 1"), "{e}");
+        assert!(read_json(&mut "[{\"rank\": 1}]".as_bytes()).is_err());
+    }
+}

@@ -1,0 +1,420 @@
+//! File formats: baseband input (PSRDADA, GUPPI RAW) and products (SIGPROC, PRESTO, `.npy`).
+//!
+//! [`BasebandReader`] opens either baseband format, validates its headers and hands out
+//! blocks of [`Voltages`] by sample range, so a driver can give different
+//! workers different ranges of one file.
+
+pub mod candidates;
+pub mod dada;
+pub mod guppi;
+mod layout;
+pub mod npy;
+pub mod presto;
+pub mod sigproc;
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use crate::band::Band;
+use crate::voltages::Voltages;
+
+pub use layout::{Layout, SampleFormat};
+
+/// A header that cannot be used, with the key at fault and what was expected.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum HeaderError {
+    /// A required key is absent.
+    #[error("{format} header: required key {key} is missing")]
+    Missing {
+        /// Format name.
+        format: &'static str,
+        /// The key.
+        key: String,
+    },
+    /// A key has a value that cannot be used.
+    #[error("{format} header: {key} = {value:?} is not valid: expected {expected}")]
+    Invalid {
+        /// Format name.
+        format: &'static str,
+        /// The key.
+        key: String,
+        /// The value found.
+        value: String,
+        /// What would have been accepted.
+        expected: String,
+    },
+    /// Keys that are valid one by one but contradict each other.
+    #[error("{format} header: {detail}")]
+    Inconsistent {
+        /// Format name.
+        format: &'static str,
+        /// What contradicts what.
+        detail: String,
+    },
+    /// The header block itself is malformed.
+    #[error("{format} header: {detail}")]
+    Malformed {
+        /// Format name.
+        format: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+impl HeaderError {
+    pub(crate) fn invalid(
+        format: &'static str,
+        key: &str,
+        value: impl Into<String>,
+        expected: impl Into<String>,
+    ) -> Self {
+        HeaderError::Invalid {
+            format,
+            key: key.to_string(),
+            value: value.into(),
+            expected: expected.into(),
+        }
+    }
+
+    pub(crate) fn missing(format: &'static str, key: &str) -> Self {
+        HeaderError::Missing {
+            format,
+            key: key.to_string(),
+        }
+    }
+}
+
+/// Failure to read a file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The operating system refused.
+    #[error("cannot read {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A header is unusable.
+    #[error("bad header in {path} at byte {offset}")]
+    Header {
+        /// The file.
+        path: PathBuf,
+        /// Where the header starts.
+        offset: u64,
+        /// What is wrong.
+        #[source]
+        source: HeaderError,
+    },
+    /// The file ends before the data it announces.
+    #[error("{path} is truncated: {detail}")]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// What is missing.
+        detail: String,
+    },
+    /// Neither DADA nor GUPPI.
+    #[error("{path} is neither a DADA nor a GUPPI RAW file: {detail}")]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+        /// What the start of the file looked like.
+        detail: String,
+    },
+    /// A sample range beyond the end of the data.
+    #[error("samples {start}..{end} requested but the file holds {available}")]
+    OutOfRange {
+        /// First sample asked for.
+        start: u64,
+        /// One past the last.
+        end: u64,
+        /// Samples in the file.
+        available: u64,
+    },
+}
+
+impl ReadError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        ReadError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Which baseband format a file is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BasebandFormat {
+    /// PSRDADA: one ASCII header of `HDR_SIZE` bytes per frame.
+    Dada,
+    /// GUPPI RAW: FITS-card headers before every block.
+    Guppi,
+}
+
+/// Descriptive header values carried into products.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Metadata {
+    /// Source name.
+    pub source: String,
+    /// Telescope name.
+    pub telescope: String,
+    /// Start of the first sample as an MJD (UTC), when the header gives one.
+    pub start_mjd: Option<f64>,
+}
+
+/// One frame of a baseband file: where its payload is and which stream samples it holds.
+#[derive(Clone, Debug)]
+pub(crate) struct Frame {
+    /// Byte offset of the payload in the file.
+    pub payload_offset: u64,
+    /// First stream sample held.
+    pub first_sample: u64,
+    /// Stream samples taken from this frame (overlap with the next frame excluded).
+    pub nsamples: u64,
+    /// How samples are arranged in the payload.
+    pub layout: Layout,
+}
+
+/// A DADA or GUPPI file opened for reading blocks of samples.
+///
+/// ```no_run
+/// let mut r = psrsearch::BasebandReader::open("obs.dada")?;
+/// let block = r.read(0, 4096)?;
+/// println!("{} channels, first sample {:?}", block.nchan(), block.get(0, 0, 0));
+/// # Ok::<(), psrsearch::ReadError>(())
+/// ```
+#[derive(Debug)]
+pub struct BasebandReader {
+    path: PathBuf,
+    file: File,
+    format: BasebandFormat,
+    band: Band,
+    metadata: Metadata,
+    frames: Vec<Frame>,
+    nsamples: u64,
+    header_text: String,
+    warnings: Vec<String>,
+    scratch: Vec<u8>,
+}
+
+impl BasebandReader {
+    /// Open a file, detecting the format from its first bytes, and index all its frames.
+    ///
+    /// # Errors
+    /// I/O failures, unrecognised formats, invalid or mutually inconsistent headers, and files
+    /// too short to hold one usable frame.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ReadError> {
+        let path = path.as_ref();
+        let mut file = File::open(path).map_err(|e| ReadError::io(path, e))?;
+        let mut start = [0u8; 80];
+        let n = read_up_to(&mut file, &mut start).map_err(|e| ReadError::io(path, e))?;
+        file.seek(SeekFrom::Start(0))
+            .map_err(|e| ReadError::io(path, e))?;
+        let format = detect(&start[..n]).ok_or_else(|| ReadError::UnknownFormat {
+            path: path.to_path_buf(),
+            detail: format!(
+                "starts with {:?}",
+                String::from_utf8_lossy(&start[..n.min(40)])
+            ),
+        })?;
+        let index = match format {
+            BasebandFormat::Dada => dada::index(path, &mut file)?,
+            BasebandFormat::Guppi => guppi::index(path, &mut file)?,
+        };
+        let nsamples = index.frames.iter().map(|f| f.nsamples).sum();
+        Ok(BasebandReader {
+            path: path.to_path_buf(),
+            file,
+            format,
+            band: index.band,
+            metadata: index.metadata,
+            frames: index.frames,
+            nsamples,
+            header_text: index.header_text,
+            warnings: index.warnings,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// The format detected.
+    pub fn format(&self) -> BasebandFormat {
+        self.format
+    }
+
+    /// Frequency layout.
+    pub fn band(&self) -> &Band {
+        &self.band
+    }
+
+    /// Source, telescope, start time.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// Complete samples per channel in the stream (GUPPI block overlaps counted once).
+    pub fn nsamples(&self) -> u64 {
+        self.nsamples
+    }
+
+    /// Number of frames (DADA frames or GUPPI blocks).
+    pub fn nframes(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Text of the first header, for display.
+    pub fn header_text(&self) -> &str {
+        &self.header_text
+    }
+
+    /// Things tolerated while indexing (a truncated last frame, for instance).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Read `len` samples of every channel and polarisation starting at stream sample `start`.
+    ///
+    /// # Errors
+    /// [`ReadError::OutOfRange`] past the end of the data, or I/O failures.
+    pub fn read(&mut self, start: u64, len: usize) -> Result<Voltages, ReadError> {
+        let mut out = Voltages::zeros(self.band.nchan(), self.band.npol, len);
+        self.read_into(start, &mut out)?;
+        Ok(out)
+    }
+
+    /// As [`read`](Self::read), into an existing block whose shape gives the length.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read); also if the block's channel or polarisation count differs.
+    pub fn read_into(&mut self, start: u64, out: &mut Voltages) -> Result<(), ReadError> {
+        let len = out.nsamp() as u64;
+        let end = start + len;
+        if end > self.nsamples || out.nchan() != self.band.nchan() || out.npol() != self.band.npol {
+            return Err(ReadError::OutOfRange {
+                start,
+                end,
+                available: self.nsamples,
+            });
+        }
+        // Frames are sorted by first_sample; find the first one that overlaps.
+        let first = self
+            .frames
+            .partition_point(|f| f.first_sample + f.nsamples <= start);
+        for frame in &self.frames[first..] {
+            if frame.first_sample >= end {
+                break;
+            }
+            let t0 = start.max(frame.first_sample) - frame.first_sample;
+            let t1 = end.min(frame.first_sample + frame.nsamples) - frame.first_sample;
+            let out_offset = (frame.first_sample + t0 - start) as usize;
+            layout::read_frame_range(
+                &mut self.file,
+                frame,
+                t0 as usize..t1 as usize,
+                out,
+                out_offset,
+                &mut self.scratch,
+            )
+            .map_err(|e| ReadError::io(&self.path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a format indexer found.
+pub(crate) struct Index {
+    pub band: Band,
+    pub metadata: Metadata,
+    pub frames: Vec<Frame>,
+    pub header_text: String,
+    pub warnings: Vec<String>,
+}
+
+fn detect(start: &[u8]) -> Option<BasebandFormat> {
+    // GUPPI headers are FITS cards: an 8-character key padded with blanks, then "= ".
+    if start.len() >= 10
+        && start[8] == b'='
+        && start[..8]
+            .iter()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b"_- ".contains(b))
+    {
+        return Some(BasebandFormat::Guppi);
+    }
+    let text = String::from_utf8_lossy(start);
+    let first_key = text.split_whitespace().next().unwrap_or("");
+    if first_key == "HEADER" || text.contains("DADA") || text.starts_with("HDR_") {
+        return Some(BasebandFormat::Dada);
+    }
+    None
+}
+
+/// Fill as much of `buf` as the file allows; returns the count.
+pub(crate) fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Parse a number the way headers write them (FITS allows a `D` exponent).
+pub(crate) fn parse_f64(s: &str) -> Option<f64> {
+    let t = s.trim().replace(['D', 'd'], "E");
+    t.parse::<f64>().ok().filter(|v| v.is_finite())
+}
+
+/// Parse an integer, also accepting an integral float such as `8.0`.
+pub(crate) fn parse_i64(s: &str) -> Option<i64> {
+    let t = s.trim();
+    t.parse::<i64>().ok().or_else(|| {
+        parse_f64(t)
+            .filter(|v| v.fract() == 0.0 && v.abs() < 9e15)
+            .map(|v| v as i64)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detection() {
+        assert_eq!(
+            detect(b"HEADER       DADA                # Distributed"),
+            Some(BasebandFormat::Dada)
+        );
+        assert_eq!(
+            detect(b"SRC_NAME= 'J1810+1744'          "),
+            Some(BasebandFormat::Guppi)
+        );
+        assert_eq!(
+            detect(b"BACKEND = 'GUPPI   '          "),
+            Some(BasebandFormat::Guppi)
+        );
+        assert_eq!(detect(b"\x93NUMPY"), None);
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_f64("3.2D-07"), Some(3.2e-7));
+        assert_eq!(parse_f64(" 356.6875 "), Some(356.6875));
+        assert_eq!(parse_f64("nan"), None);
+        assert_eq!(parse_i64("8"), Some(8));
+        assert_eq!(parse_i64("8.0"), Some(8));
+        assert_eq!(parse_i64("8.5"), None);
+    }
+}

@@ -1,0 +1,536 @@
+//! `psrsearch`: simulate, dedisperse and search baseband pulsar data.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use psrsearch::demo;
+use psrsearch::format::candidates;
+use psrsearch::search::{dm_grid, search_file, Candidate, SearchConfig};
+use psrsearch::simulate::{write_simulation, Pulsar, SimConfig, SimFormat};
+use psrsearch::{BasebandReader, PlanConfig, Sideband, DEFAULT_DISPERSION_CONSTANT};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "psrsearch",
+    version,
+    about = "Coherent-dedispersion pulsar search of DADA and GUPPI baseband data"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a DADA or GUPPI file of Gaussian noise with injected, dispersed pulsars.
+    Simulate(SimulateArgs),
+    /// Print the layout a baseband file's headers describe.
+    Info {
+        /// DADA or GUPPI file.
+        file: PathBuf,
+    },
+    /// Coherently dedisperse at one DM and write time series, filterbank or voltages.
+    Dedisperse(DedisperseArgs),
+    /// Search many DMs for periodic signals; write a ranked table and plots.
+    Search(SearchArgs),
+    /// Simulate two pulsars, search for them, print the table and draw the plots.
+    Demo {
+        /// Directory for the simulated file, tables and plots.
+        #[arg(long, default_value = "psrsearch-demo")]
+        out_dir: PathBuf,
+        /// Random seed of the simulation.
+        #[arg(long, default_value_t = 2024)]
+        seed: u64,
+    },
+    /// Measure dedispersion throughput on one core.
+    Bench {
+        /// Samples per channel to process (the demo band: 4 channels, 2 polarisations).
+        #[arg(long, default_value_t = 1 << 20)]
+        nsamples: usize,
+        /// DMs sharing each forward FFT in the second measurement.
+        #[arg(long, default_value_t = 32)]
+        ndm: usize,
+        /// FFT length (default: chosen from the smear).
+        #[arg(long)]
+        fft_len: Option<usize>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormatArg {
+    /// DADA, 8-bit.
+    Dada,
+    /// DADA, 32-bit floats.
+    Dada32,
+    /// GUPPI RAW, 8-bit.
+    Guppi,
+}
+
+#[derive(Debug, Args)]
+struct SimulateArgs {
+    /// Output file.
+    #[arg(long, short)]
+    out: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "dada")]
+    format: FormatArg,
+    /// Band centre, MHz.
+    #[arg(long, default_value_t = 820.0)]
+    freq: f64,
+    /// Total bandwidth, MHz (negative: lower sideband).
+    #[arg(long, default_value_t = 8.0, allow_negative_numbers = true)]
+    bw: f64,
+    /// Channels.
+    #[arg(long, default_value_t = 4)]
+    nchan: usize,
+    /// Polarisations (1 or 2).
+    #[arg(long, default_value_t = 2)]
+    npol: usize,
+    /// Real (not complex) samples; DADA only.
+    #[arg(long)]
+    real: bool,
+    /// Duration, s.
+    #[arg(long, default_value_t = 1.0)]
+    duration: f64,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Pulsar as period_ms:dm:duty:amplitude (repeatable), e.g. 33.1:26.8:0.05:0.05.
+    #[arg(long = "pulsar")]
+    pulsars: Vec<Pulsar>,
+    /// Noise RMS per component in output units (8-bit quantisation level).
+    #[arg(long, default_value_t = 10.0)]
+    rms: f32,
+    /// GUPPI samples per block.
+    #[arg(long, default_value_t = 65536)]
+    block_samples: usize,
+    /// Dispersion constant, s MHz² cm³/pc.
+    #[arg(long, default_value_t = DEFAULT_DISPERSION_CONSTANT)]
+    dispersion_constant: f64,
+}
+
+#[derive(Debug, Args)]
+struct DedispersionOpts {
+    /// FFT length (default: a power of two ≥ 4× the overlap the smear needs).
+    #[arg(long)]
+    fft_len: Option<usize>,
+    /// Reference frequency, MHz (default: band centre).
+    #[arg(long)]
+    ref_freq: Option<f64>,
+    /// Override the header's sideband: upper or lower.
+    #[arg(long)]
+    sideband: Option<Sideband>,
+    /// Dispersion constant, s MHz² cm³/pc (default 1/2.41e-4, as dspsr, PRESTO, baseband-tasks).
+    #[arg(long, default_value_t = DEFAULT_DISPERSION_CONSTANT)]
+    dispersion_constant: f64,
+    /// Detected samples summed per output sample.
+    #[arg(long)]
+    downsample: Option<usize>,
+}
+
+impl DedispersionOpts {
+    fn config(&self, default_downsample: usize) -> PlanConfig {
+        PlanConfig {
+            fft_len: self.fft_len,
+            reference_mhz: self.ref_freq,
+            sideband: self.sideband,
+            dispersion_constant: self.dispersion_constant,
+            downsample: self.downsample.unwrap_or(default_downsample),
+            extra_overlap: 0,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct DedisperseArgs {
+    /// DADA or GUPPI file.
+    file: PathBuf,
+    /// Dispersion measure, pc cm⁻³.
+    #[arg(long)]
+    dm: f64,
+    #[command(flatten)]
+    opts: DedispersionOpts,
+    /// Write a SIGPROC time series.
+    #[arg(long)]
+    tim: Option<PathBuf>,
+    /// Write a SIGPROC filterbank of the aligned channels.
+    #[arg(long)]
+    fil: Option<PathBuf>,
+    /// Write PRESTO BASE.dat and BASE.inf.
+    #[arg(long)]
+    dat: Option<PathBuf>,
+    /// Write the time series as .npy (float32).
+    #[arg(long)]
+    npy: Option<PathBuf>,
+    /// Write the dedispersed complex voltages as .npy (complex64, nchan × npol × nsamp).
+    #[arg(long)]
+    voltages: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SearchArgs {
+    /// DADA or GUPPI file.
+    file: PathBuf,
+    /// First trial DM.
+    #[arg(long, default_value_t = 0.0)]
+    dm_start: f64,
+    /// Last trial DM.
+    #[arg(long, default_value_t = 100.0)]
+    dm_end: f64,
+    /// DM step.
+    #[arg(long, default_value_t = 2.0)]
+    dm_step: f64,
+    /// Explicit trial DMs (comma-separated), instead of the grid.
+    #[arg(long, value_delimiter = ',')]
+    dms: Vec<f64>,
+    #[command(flatten)]
+    opts: DedispersionOpts,
+    /// Report candidates at or above this significance (Gaussian sigma, trials included).
+    #[arg(long, default_value_t = 6.0)]
+    threshold: f64,
+    /// Most candidates reported.
+    #[arg(long, default_value_t = 10)]
+    max_candidates: usize,
+    /// Most harmonics summed (1, 2, 4, 8 or 16).
+    #[arg(long, default_value_t = 16)]
+    nharm: usize,
+    /// Lowest spin frequency searched, Hz.
+    #[arg(long, default_value_t = 1.0)]
+    min_freq: f64,
+    /// Highest spin frequency searched, Hz.
+    #[arg(long, default_value_t = 2000.0)]
+    max_freq: f64,
+    /// Directory for candidates.csv, candidates.json and PNG plots.
+    #[arg(long, default_value = "psrsearch-out")]
+    out_dir: PathBuf,
+    /// Skip the plots.
+    #[arg(long)]
+    no_plots: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(a) => simulate_cmd(a),
+        Command::Info { file } => info_cmd(file),
+        Command::Dedisperse(a) => dedisperse_cmd(a),
+        Command::Search(a) => search_cmd(a),
+        Command::Demo { out_dir, seed } => demo_cmd(out_dir, seed),
+        Command::Bench {
+            nsamples,
+            ndm,
+            fft_len,
+        } => bench_cmd(nsamples, ndm, fft_len),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("psrsearch: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn progress_bar(label: &'static str) -> impl FnMut(u64, u64) {
+    move |done, total| {
+        if done == total || done % 8 == 0 {
+            eprint!("\r{label}: block {done}/{total}");
+            if done == total {
+                eprintln!();
+            }
+            let _ = std::io::stderr().flush();
+        }
+    }
+}
+
+fn simulate_cmd(a: SimulateArgs) -> Result<()> {
+    let complex = !a.real;
+    let rate = a.bw.abs() * 1e6 / a.nchan.max(1) as f64 * if complex { 1.0 } else { 2.0 };
+    let cfg = SimConfig {
+        centre_mhz: a.freq,
+        bandwidth_mhz: a.bw,
+        nchan: a.nchan,
+        npol: a.npol,
+        complex,
+        nsamples: (a.duration * rate).round() as usize,
+        seed: a.seed,
+        pulsars: a.pulsars,
+        dispersion_constant: a.dispersion_constant,
+        reference_mhz: None,
+        rms: a.rms,
+        source: "SIMULATED".into(),
+    };
+    let format = match a.format {
+        FormatArg::Dada => SimFormat::Dada8,
+        FormatArg::Dada32 => SimFormat::Dada32,
+        FormatArg::Guppi => SimFormat::Guppi {
+            block_samples: a.block_samples,
+        },
+    };
+    let band = write_simulation(&cfg, format, &a.out)
+        .with_context(|| format!("simulating {}", a.out.display()))?;
+    println!(
+        "wrote {}: {} samples × {} channels × {} pol at {} MHz ({} Hz per channel), {} pulsar(s)",
+        a.out.display(),
+        cfg.nsamples,
+        band.nchan(),
+        band.npol,
+        band.band_centre_mhz(),
+        band.sample_rate_hz,
+        cfg.pulsars.len()
+    );
+    Ok(())
+}
+
+fn info_cmd(file: PathBuf) -> Result<()> {
+    let r = BasebandReader::open(&file).with_context(|| format!("opening {}", file.display()))?;
+    let b = r.band();
+    println!("format      {:?}", r.format());
+    println!("source      {}", r.metadata().source);
+    println!("telescope   {}", r.metadata().telescope);
+    if let Some(m) = r.metadata().start_mjd {
+        println!("start MJD   {m:.12}");
+    }
+    println!(
+        "samples     {} per channel in {} frame(s)",
+        r.nsamples(),
+        r.nframes()
+    );
+    println!(
+        "data        {}, {} pol, {} channel(s)",
+        if b.complex { "complex" } else { "real" },
+        b.npol,
+        b.nchan()
+    );
+    println!(
+        "rate        {} Hz ({} µs)",
+        b.sample_rate_hz,
+        1e6 / b.sample_rate_hz
+    );
+    println!(
+        "band        {} – {} MHz, {:?} sideband",
+        b.lowest_mhz(),
+        b.highest_mhz(),
+        b.sideband
+    );
+    println!("channels    {:?} MHz", b.centre_mhz);
+    for w in r.warnings() {
+        println!("warning     {w}");
+    }
+    Ok(())
+}
+
+fn dedisperse_cmd(a: DedisperseArgs) -> Result<()> {
+    let mut reader =
+        BasebandReader::open(&a.file).with_context(|| format!("opening {}", a.file.display()))?;
+    let cfg = a.opts.config(1);
+    let out = psrsearch::products::dedisperse_file(
+        &mut reader,
+        a.dm,
+        &cfg,
+        a.voltages.is_some(),
+        &mut progress_bar("dedispersing"),
+    )
+    .with_context(|| format!("dedispersing {}", a.file.display()))?;
+    let p = &out.plan;
+    eprintln!(
+        "DM {} at reference {} MHz: FFT {} samples, overlap {}, {} valid per block; {} output samples of {} µs",
+        a.dm,
+        p.reference_mhz(),
+        p.fft_len(),
+        p.overlap(),
+        p.step(),
+        out.series.data.len(),
+        out.series.tsamp_s * 1e6
+    );
+    let mut wrote = false;
+    if let Some(path) = &a.tim {
+        out.write_tim(path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+        wrote = true;
+    }
+    if let Some(path) = &a.fil {
+        out.write_fil(path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+        wrote = true;
+    }
+    if let Some(path) = &a.dat {
+        let (d, i) = out
+            .write_presto(path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {} and {}", d.display(), i.display());
+        wrote = true;
+    }
+    if let Some(path) = &a.npy {
+        out.write_series_npy(path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+        wrote = true;
+    }
+    if let Some(path) = &a.voltages {
+        out.write_voltages_npy(path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+        wrote = true;
+    }
+    if !wrote {
+        let d = &out.series.data;
+        let mean = d.iter().map(|v| *v as f64).sum::<f64>() / d.len() as f64;
+        let peak = d.iter().copied().fold(f32::MIN, f32::max);
+        println!("no output file requested; series mean {mean:.4}, peak {peak:.4} (use --tim/--fil/--dat/--npy/--voltages)");
+    }
+    Ok(())
+}
+
+fn search_cmd(a: SearchArgs) -> Result<()> {
+    let dms = if a.dms.is_empty() {
+        dm_grid(a.dm_start, a.dm_end, a.dm_step)
+    } else {
+        a.dms.clone()
+    };
+    if ![1, 2, 4, 8, 16].contains(&a.nharm) {
+        bail!("--nharm must be 1, 2, 4, 8 or 16, not {}", a.nharm);
+    }
+    let mut config = SearchConfig {
+        dms,
+        plan: a.opts.config(32),
+        threshold_sigma: a.threshold,
+        max_candidates: a.max_candidates,
+        ..SearchConfig::default()
+    };
+    config.periodicity.max_harmonics = a.nharm;
+    config.periodicity.min_freq_hz = a.min_freq;
+    config.periodicity.max_freq_hz = a.max_freq;
+    let mut reader =
+        BasebandReader::open(&a.file).with_context(|| format!("opening {}", a.file.display()))?;
+    let outcome = search_file(&mut reader, &config, &mut progress_bar("searching"))
+        .with_context(|| format!("searching {}", a.file.display()))?;
+    let table: Vec<Candidate> = outcome
+        .candidates
+        .iter()
+        .map(|c| c.candidate.clone())
+        .collect();
+    let step = if config.dms.len() > 1 {
+        config.dms[1] - config.dms[0]
+    } else {
+        0.0
+    };
+    print!("{}", demo::format_table(&table, &[], step));
+    if table.is_empty() {
+        println!("(no candidate at or above {} sigma)", a.threshold);
+    }
+    write_results(&outcome, &table, &a.out_dir, !a.no_plots)?;
+    print_timings(&outcome);
+    Ok(())
+}
+
+fn write_results(
+    outcome: &psrsearch::SearchOutcome,
+    table: &[Candidate],
+    dir: &std::path::Path,
+    plots: bool,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let csv = dir.join("candidates.csv");
+    candidates::write_csv(&mut std::fs::File::create(&csv)?, table)
+        .with_context(|| format!("writing {}", csv.display()))?;
+    let json = dir.join("candidates.json");
+    candidates::write_json(&mut std::fs::File::create(&json)?, table)
+        .with_context(|| format!("writing {}", json.display()))?;
+    println!("wrote {} and {}", csv.display(), json.display());
+    if plots {
+        let files = psrsearch::plot::plot_outcome(outcome, dir)?;
+        println!(
+            "plots: {}",
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn print_timings(o: &psrsearch::SearchOutcome) {
+    let t = &o.timings;
+    let rate = o.complex_samples as f64 * o.dms.len() as f64 / t.dedisperse_s.max(1e-9);
+    println!(
+        "time: dedispersion {:.2} s ({:.3e} sample-DM trials/s over {} DMs), periodicity {:.2} s, sifting+folding {:.2} s",
+        t.dedisperse_s,
+        rate,
+        o.dms.len(),
+        t.periodicity_s,
+        t.fold_s
+    );
+}
+
+fn demo_cmd(out_dir: PathBuf, seed: u64) -> Result<()> {
+    let obs = demo::demo_observation(seed);
+    println!(
+        "Simulating {:.2} s of 8 MHz at 820 MHz (4 channels, 2 pol) with injected pulsars:",
+        obs.nsamples as f64 / 2e6
+    );
+    for (i, p) in obs.pulsars.iter().enumerate() {
+        println!(
+            "  #{}: P = {:.4} ms, DM = {}, duty {}, amplitude {}",
+            i + 1,
+            p.period_s * 1e3,
+            p.dm,
+            p.duty_cycle,
+            p.amplitude
+        );
+    }
+    let report = demo::run_demo(&out_dir, seed, &mut progress_bar("searching"))
+        .context("running the demo")?;
+    let table: Vec<Candidate> = report
+        .outcome
+        .candidates
+        .iter()
+        .map(|c| c.candidate.clone())
+        .collect();
+    let step = demo::demo_search().dms[1] - demo::demo_search().dms[0];
+    println!(
+        "simulated in {:.2} s; searched {} DMs",
+        report.simulate_s,
+        report.outcome.dms.len()
+    );
+    print!(
+        "{}",
+        demo::format_table(&table, &report.observation.pulsars, step)
+    );
+    print_timings(&report.outcome);
+    println!(
+        "files: {}",
+        report
+            .written
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let ranks: Vec<Option<usize>> = report.recovered.clone();
+    let top = ranks.iter().all(|r| r.is_some_and(|r| r <= ranks.len()));
+    if top {
+        println!("both injected pulsars recovered at the top of the table");
+        Ok(())
+    } else {
+        bail!("injected pulsars not all at the top: ranks {ranks:?}")
+    }
+}
+
+fn bench_cmd(nsamples: usize, ndm: usize, fft_len: Option<usize>) -> Result<()> {
+    let t = demo::measure_throughput(nsamples, ndm, fft_len)?;
+    println!("FFT length {}", t.fft_len);
+    println!("one DM:   {:.3e} complex samples/s (forward FFT + chirp + inverse FFT + detection, one core)", t.one_dm_samples_per_s);
+    println!(
+        "{} DMs:  {:.3e} sample-DM trials/s (one forward FFT per block shared by all DMs)",
+        t.ndm, t.many_dm_trials_per_s
+    );
+    Ok(())
+}

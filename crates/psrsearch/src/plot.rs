@@ -1,0 +1,256 @@
+//! PNG plots of a search: S/N against DM, folded profiles, the periodogram.
+//!
+//! Text uses a subset of DejaVu Sans (ASCII and a few symbols, 24 kB) compiled into the
+//! binary, so plotting needs no system fonts; its licence is in `assets/`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+use crate::search::SearchOutcome;
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans-subset.ttf");
+static REGISTER: Once = Once::new();
+
+/// A plot could not be drawn or saved.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot draw {path}: {detail}")]
+pub struct PlotError {
+    /// File being drawn.
+    pub path: PathBuf,
+    /// What went wrong.
+    pub detail: String,
+}
+
+fn register_font() {
+    REGISTER.call_once(|| {
+        // The font is compiled in and known to parse; a failure would only lose the labels.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+const COLOURS: [RGBColor; 5] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+];
+
+/// Draw all plots for `outcome` into `dir` (created if needed); returns the files written.
+///
+/// # Errors
+/// If the directory cannot be created or a plot cannot be drawn.
+pub fn plot_outcome(outcome: &SearchOutcome, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    register_font();
+    std::fs::create_dir_all(dir).map_err(|e| PlotError {
+        path: dir.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    let mut written = Vec::new();
+    let p = dir.join("snr_vs_dm.png");
+    snr_vs_dm(outcome, &p).map_err(|detail| PlotError {
+        path: p.clone(),
+        detail,
+    })?;
+    written.push(p);
+    let p = dir.join("periodogram.png");
+    periodogram(outcome, &p).map_err(|detail| PlotError {
+        path: p.clone(),
+        detail,
+    })?;
+    written.push(p);
+    for c in outcome.candidates.iter().take(5) {
+        let p = dir.join(format!("profile_{}.png", c.candidate.rank));
+        profile(c, &p).map_err(|detail| PlotError {
+            path: p.clone(),
+            detail,
+        })?;
+        written.push(p);
+    }
+    Ok(written)
+}
+
+fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+        (l.min(v), h.max(v))
+    });
+    if !lo.is_finite() || !hi.is_finite() {
+        return (0.0, 1.0);
+    }
+    let pad = ((hi - lo) * 0.05).max(1e-9);
+    (lo - pad, hi + pad)
+}
+
+fn snr_vs_dm(outcome: &SearchOutcome, path: &Path) -> Result<(), String> {
+    let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let shown = &outcome.candidates[..outcome.candidates.len().min(5)];
+    let (dlo, dhi) = range(outcome.dms.iter().copied());
+    let (slo, shi) = range(
+        shown
+            .iter()
+            .flat_map(|c| c.snr_vs_dm.iter().copied())
+            .chain([0.0]),
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Folded S/N against trial DM", ("sans-serif", 24))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(dlo..dhi, slo..shi)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("DM (pc cm^-3)")
+        .y_desc("S/N")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, c) in shown.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let pts: Vec<(f64, f64)> = outcome
+            .dms
+            .iter()
+            .copied()
+            .zip(c.snr_vs_dm.iter().copied())
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), colour.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(format!(
+                "#{} P = {:.4} ms",
+                c.candidate.rank,
+                c.candidate.period_s * 1e3
+            ))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, colour.filled())))
+            .map_err(|e| e.to_string())?;
+    }
+    if !shown.is_empty() {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 15))
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+fn periodogram(outcome: &SearchOutcome, path: &Path) -> Result<(), String> {
+    let root = BitMapBackend::new(path, (1000, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let full = &outcome.spectrum.power;
+    let df = outcome.spectrum.df_hz;
+    // Show up to a little past the highest harmonic summed for the candidates shown.
+    let top = outcome
+        .candidates
+        .iter()
+        .take(5)
+        .map(|c| c.candidate.freq_hz * c.candidate.nharm.max(1) as f64 * 1.25)
+        .fold(0.0, f64::max);
+    let all = full.len() as f64 * df;
+    let fmax = if top > 0.0 { top.min(all) } else { all };
+    let power = &full[..((fmax / df) as usize)
+        .clamp(1, full.len().max(1))
+        .min(full.len())];
+    // Keep the plot to ~2000 points: the maximum of each group keeps narrow peaks visible.
+    let group = power.len().div_ceil(2000).max(1);
+    let pts: Vec<(f64, f64)> = power
+        .chunks(group)
+        .enumerate()
+        .map(|(i, g)| {
+            let m = g.iter().copied().fold(0.0f32, f32::max);
+            ((i * group) as f64 * df, m as f64)
+        })
+        .collect();
+    let pmax = pts.iter().map(|p| p.1).fold(1.0, f64::max) * 1.05;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("Whitened power spectrum at DM {:.2}", outcome.spectrum_dm),
+            ("sans-serif", 24),
+        )
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..fmax, 0.0..pmax)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("Frequency (Hz)")
+        .y_desc("Normalised power")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(LineSeries::new(pts, COLOURS[0].stroke_width(1)))
+        .map_err(|e| e.to_string())?;
+    for (i, c) in outcome.candidates.iter().take(5).enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let f = c.candidate.freq_hz;
+        chart
+            .draw_series(
+                (1..=c.candidate.nharm.max(1))
+                    .filter(|h| *h as f64 * f < fmax)
+                    .map(|h| TriangleMarker::new((h as f64 * f, pmax * 0.97), 5, colour.filled())),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+fn profile(c: &crate::search::CandidateDetail, path: &Path) -> Result<(), String> {
+    let root = BitMapBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let means = &c.profile.means;
+    let nb = means.len();
+    let mut sorted = means.clone();
+    sorted.sort_by(f64::total_cmp);
+    let base = sorted[nb / 2];
+    // Two rotations, as pulsar astronomers draw them.
+    let pts: Vec<(f64, f64)> = (0..2 * nb)
+        .map(|i| ((i as f64 + 0.5) / nb as f64, means[i % nb] - base))
+        .collect();
+    let (lo, hi) = range(pts.iter().map(|p| p.1));
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "#{}  P = {:.5} ms  DM = {:.2}  S/N = {:.1}",
+                c.candidate.rank,
+                c.candidate.period_s * 1e3,
+                c.candidate.dm,
+                c.candidate.snr
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..2.0, lo..hi)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("Pulse phase (cycles)")
+        .y_desc("Power above median")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let step: Vec<(f64, f64)> = pts
+        .iter()
+        .flat_map(|(x, y)| {
+            let w = 0.5 / nb as f64;
+            [(x - w, *y), (x + w, *y)]
+        })
+        .collect();
+    chart
+        .draw_series(LineSeries::new(step, BLACK.stroke_width(2)))
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}

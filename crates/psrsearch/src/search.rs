@@ -1,0 +1,400 @@
+//! The whole search: dedisperse at many DMs (one forward FFT per block), search each DM's
+//! series for periodicities, sift, fold, rank.
+//!
+//! The stages are separate functions over plain data so that a distributed driver can run
+//! [`DedispersionPlan::process_block`] on chunks of the file, periodicity searches on subsets
+//! of DMs ([`PeriodicityPlan::search`]) and then [`rank_candidates`] on the gathered results,
+//! and get exactly what [`search_file`] gets.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::assemble::{AssembleError, DmSeries, PowerAssembler};
+use crate::dedisperse::{DedispersionPlan, PlanConfig, PlanError};
+use crate::fold::{self, Profile};
+use crate::format::{BasebandReader, ReadError};
+use crate::periodicity::{PeriodicityConfig, PeriodicityPlan, PowerSpectrum, SpectralCandidate};
+use crate::sift;
+use crate::voltages::Voltages;
+
+/// Why a search failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SearchError {
+    /// Reading the input.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Planning the dedispersion.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Putting blocks together.
+    #[error(transparent)]
+    Assemble(#[from] AssembleError),
+    /// Less data than one FFT.
+    #[error("the file holds {nsamples} samples per channel, fewer than one FFT of {fft_len}")]
+    TooShort {
+        /// Samples in the file.
+        nsamples: u64,
+        /// FFT length of the plan.
+        fft_len: usize,
+    },
+}
+
+/// Settings of a search.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchConfig {
+    /// Trial DMs, pc cm⁻³.
+    pub dms: Vec<f64>,
+    /// Dedispersion settings (FFT length, reference, downsampling…).
+    pub plan: PlanConfig,
+    /// Periodicity search settings.
+    pub periodicity: PeriodicityConfig,
+    /// Candidates below this significance are not reported.
+    pub threshold_sigma: f64,
+    /// At most this many candidates are reported.
+    pub max_candidates: usize,
+    /// Largest number of profile bins.
+    pub fold_bins: usize,
+    /// Detections closer than this many Fourier bins (`1/T`) are the same signal.
+    pub freq_tolerance_bins: f64,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig {
+            dms: dm_grid(0.0, 100.0, 2.0),
+            plan: PlanConfig::default().downsample(32),
+            periodicity: PeriodicityConfig::default(),
+            threshold_sigma: 6.0,
+            max_candidates: 10,
+            fold_bins: 64,
+            freq_tolerance_bins: 1.5,
+        }
+    }
+}
+
+/// DMs from `start` to `end` inclusive in steps of `step`.
+pub fn dm_grid(start: f64, end: f64, step: f64) -> Vec<f64> {
+    if step <= 0.0 || end < start {
+        return vec![start];
+    }
+    let n = ((end - start) / step + 1e-9).floor() as usize + 1;
+    (0..n).map(|i| start + i as f64 * step).collect()
+}
+
+/// One row of the ranked table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// 1 for the most significant.
+    pub rank: usize,
+    /// Spin period, s.
+    pub period_s: f64,
+    /// Spin frequency, Hz.
+    pub freq_hz: f64,
+    /// DM trial with the highest folded S/N.
+    pub dm: f64,
+    /// Gaussian-equivalent significance of the best harmonic sum, trials included.
+    pub sigma: f64,
+    /// S/N of the folded profile at `dm`.
+    pub snr: f64,
+    /// Harmonics in the best harmonic sum.
+    pub nharm: usize,
+    /// DM trials where the signal was detected.
+    pub dm_hits: usize,
+    /// Pulse width as a fraction of the period (best boxcar).
+    pub duty: f64,
+}
+
+/// A candidate with what the plots need.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CandidateDetail {
+    /// The table row.
+    pub candidate: Candidate,
+    /// Folded profile at the best DM.
+    pub profile: Profile,
+    /// Folded S/N at every trial DM.
+    pub snr_vs_dm: Vec<f64>,
+}
+
+/// Wall-clock time spent in each stage, s.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Reading and dedispersing.
+    pub dedisperse_s: f64,
+    /// Spectra, whitening, harmonic sums.
+    pub periodicity_s: f64,
+    /// Sifting and folding.
+    pub fold_s: f64,
+}
+
+/// Everything a search produced.
+#[derive(Clone, Debug)]
+pub struct SearchOutcome {
+    /// Ranked candidates above threshold.
+    pub candidates: Vec<CandidateDetail>,
+    /// Trial DMs.
+    pub dms: Vec<f64>,
+    /// Sample interval of the dedispersed series, s.
+    pub tsamp_s: f64,
+    /// Length of each series.
+    pub nsamples: usize,
+    /// Whitened spectrum at the top candidate's DM (or DM index 0 without candidates).
+    pub spectrum: PowerSpectrum,
+    /// DM of `spectrum`.
+    pub spectrum_dm: f64,
+    /// Stage timings.
+    pub timings: Timings,
+    /// Complex samples (all channels and polarisations) dedispersed per DM.
+    pub complex_samples: u64,
+}
+
+/// Dedisperse every block of `reader` at every DM of `plan`. `progress(done, total)` is
+/// called after each block.
+///
+/// # Errors
+/// Read errors, or a file shorter than one FFT.
+pub fn dedisperse_reader(
+    reader: &mut BasebandReader,
+    plan: &DedispersionPlan,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<PowerAssembler, SearchError> {
+    let nblocks = plan.num_blocks(reader.nsamples());
+    if nblocks == 0 {
+        return Err(SearchError::TooShort {
+            nsamples: reader.nsamples(),
+            fft_len: plan.fft_len(),
+        });
+    }
+    let mut assembler = PowerAssembler::new(plan, nblocks);
+    let mut ws = plan.workspace();
+    let mut block = Voltages::zeros(plan.band().nchan(), plan.band().npol, plan.fft_len());
+    for b in 0..nblocks {
+        reader.read_into(plan.block_start(b), &mut block)?;
+        let power = plan.process_block(&mut ws, b, &block);
+        assembler.insert(&power)?;
+        progress(b + 1, nblocks);
+    }
+    Ok(assembler)
+}
+
+/// Search a file: plan, dedisperse, search each DM, rank.
+///
+/// # Errors
+/// Read, plan and assembly errors.
+pub fn search_file(
+    reader: &mut BasebandReader,
+    config: &SearchConfig,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SearchOutcome, SearchError> {
+    let t0 = Instant::now();
+    let plan = DedispersionPlan::new(reader.band(), &config.dms, &config.plan)?;
+    let assembler = dedisperse_reader(reader, &plan, progress)?;
+    let series = assembler.finish()?;
+    let dedisperse_s = t0.elapsed().as_secs_f64();
+    let nblocks = plan.num_blocks(reader.nsamples());
+    let complex_samples =
+        nblocks * plan.step() as u64 * (plan.band().nchan() * plan.band().npol) as u64;
+    let mut outcome = search_series(&series, config);
+    outcome.timings.dedisperse_s = dedisperse_s;
+    outcome.complex_samples = complex_samples;
+    Ok(outcome)
+}
+
+/// Periodicity search, sifting and folding of already dedispersed series (all of one length
+/// and sample interval, in the order of `config.dms`).
+///
+/// # Panics
+/// If `series` is empty or the series differ in length.
+pub fn search_series(series: &[DmSeries], config: &SearchConfig) -> SearchOutcome {
+    assert!(!series.is_empty(), "no series to search");
+    let len = series[0].data.len();
+    assert!(
+        series.iter().all(|s| s.data.len() == len),
+        "series lengths differ"
+    );
+    let tsamp = series[0].tsamp_s;
+    let t0 = Instant::now();
+    let plan = PeriodicityPlan::new(len, tsamp, config.periodicity.clone());
+    let detections: Vec<SpectralCandidate> = series
+        .iter()
+        .enumerate()
+        .flat_map(|(k, s)| plan.search(&s.data, k))
+        .collect();
+    let periodicity_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let candidates = rank_candidates(series, detections, config);
+    let spectrum_index = candidates
+        .first()
+        .and_then(|c| series.iter().position(|s| s.dm == c.candidate.dm))
+        .unwrap_or(0);
+    let spectrum = plan.spectrum(&series[spectrum_index].data);
+    SearchOutcome {
+        candidates,
+        dms: series.iter().map(|s| s.dm).collect(),
+        tsamp_s: tsamp,
+        nsamples: len,
+        spectrum,
+        spectrum_dm: series[spectrum_index].dm,
+        timings: Timings {
+            dedisperse_s: 0.0,
+            periodicity_s,
+            fold_s: t1.elapsed().as_secs_f64(),
+        },
+        complex_samples: 0,
+    }
+}
+
+/// Sift detections from all DMs, fold the strongest, drop harmonics and weak ones, rank.
+pub fn rank_candidates(
+    series: &[DmSeries],
+    detections: Vec<SpectralCandidate>,
+    config: &SearchConfig,
+) -> Vec<CandidateDetail> {
+    let len = series[0].data.len();
+    let tsamp = series[0].tsamp_s;
+    let tobs = len as f64 * tsamp;
+    let clusters = sift::cluster(detections, config.freq_tolerance_bins / tobs);
+    let sigmas: Vec<f64> = series.iter().map(|s| fold::std_dev(&s.data)).collect();
+    let mut refined: Vec<(CandidateDetail, f64)> = Vec::new();
+    let spectral_df = 1.0 / (crate::periodicity::padded_len(len) as f64 * tsamp);
+    let budget = (3 * config.max_candidates).max(20);
+    for cl in clusters
+        .iter()
+        .filter(|c| c.best.sigma >= config.threshold_sigma)
+        .take(budget)
+    {
+        let best = &cl.best;
+        let first = &series[best.dm_index];
+        // The harmonic sum pins the fundamental to about 1/(n·T).
+        let half = 1.0 / (best.nharm as f64 * tobs);
+        let coarse = fold::refine(&first.data, tsamp, best.freq_hz, half, config.fold_bins);
+        let nbins = coarse.means.len();
+        let snr_vs_dm: Vec<f64> = series
+            .iter()
+            .zip(&sigmas)
+            .map(|(s, sigma)| fold::profile(&s.data, tsamp, coarse.freq_hz, nbins, *sigma).snr)
+            .collect();
+        let best_dm = dm_peak(&snr_vs_dm).unwrap_or(best.dm_index);
+        let profile = fold::refine(
+            &series[best_dm].data,
+            tsamp,
+            coarse.freq_hz,
+            1.0 / (nbins as f64 * tobs),
+            config.fold_bins,
+        );
+        refined.push((
+            CandidateDetail {
+                candidate: Candidate {
+                    rank: 0,
+                    period_s: 1.0 / profile.freq_hz,
+                    freq_hz: profile.freq_hz,
+                    dm: series[best_dm].dm,
+                    sigma: best.sigma,
+                    snr: profile.snr,
+                    nharm: best.nharm,
+                    dm_hits: cl.hits.len(),
+                    duty: profile.width_bins as f64 / profile.means.len() as f64,
+                },
+                profile,
+                snr_vs_dm,
+            },
+            best.freq_hz,
+        ));
+    }
+    // Drop what a stronger candidate explains: a duplicate or simple-ratio harmonic of its
+    // refined frequency (tolerance: the folding resolution), or a peak whose spectral
+    // frequency puts one of its first 16 harmonics on a harmonic of the stronger pulsar
+    // (tolerance: the half-bin spectral grid) and which folding does not confirm. A strong
+    // pulsar's harmonics make such peaks at many ratios k/h; a real, independent pulsar
+    // folds to an S/N comparable to its spectral significance, they do not.
+    let fold_tol = 1.0 / (config.fold_bins as f64 * tobs);
+    let mut kept: Vec<CandidateDetail> = Vec::new();
+    for (c, spectral_freq) in refined {
+        let explained = kept.iter().any(|k| {
+            let fa = k.candidate.freq_hz;
+            let simple = sift::harmonic_ratio(
+                c.candidate.freq_hz,
+                fa,
+                config.periodicity.max_harmonics.max(2),
+                fold_tol,
+            )
+            .is_some();
+            // Low-order ratios (subharmonics, 2f, 3f/2…) within the spectral resolution,
+            // judged on either frequency estimate of the weaker candidate.
+            let low_order = [c.candidate.freq_hz, spectral_freq]
+                .iter()
+                .any(|f| sift::harmonic_ratio(*f, fa, 4, 0.25 * spectral_df + fold_tol).is_some());
+            let unconfirmed = c.candidate.snr < 0.8 * c.candidate.sigma;
+            simple
+                || low_order
+                || (unconfirmed
+                    && sift::shares_harmonic(spectral_freq, fa, 16, 0.5 * spectral_df, fold_tol))
+        });
+        if !explained {
+            kept.push(c);
+        }
+    }
+    kept.truncate(config.max_candidates);
+    for (i, c) in kept.iter_mut().enumerate() {
+        c.candidate.rank = i + 1;
+    }
+    kept
+}
+
+/// Index of the trial DM at the centre of the peak of an S/N-against-DM curve: the centroid
+/// of the contiguous region within 10% of the maximum. A broad pulse gives a flat-topped
+/// curve whose highest point is set by noise; its centre is not.
+pub fn dm_peak(snr: &[f64]) -> Option<usize> {
+    let (k, &max) = snr
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))?;
+    if max <= 0.0 {
+        return Some(k);
+    }
+    let floor = 0.9 * max;
+    let (mut lo, mut hi) = (k, k);
+    while lo > 0 && snr[lo - 1] >= floor {
+        lo -= 1;
+    }
+    while hi + 1 < snr.len() && snr[hi + 1] >= floor {
+        hi += 1;
+    }
+    let (mut num, mut den) = (0.0, 0.0);
+    for (i, v) in snr.iter().enumerate().take(hi + 1).skip(lo) {
+        let w = v - floor;
+        num += i as f64 * w;
+        den += w;
+    }
+    Some(if den > 0.0 {
+        (num / den).round() as usize
+    } else {
+        k
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dm_peak_is_the_centre_of_a_flat_top() {
+        assert_eq!(dm_peak(&[]), None);
+        assert_eq!(dm_peak(&[1.0, 5.0, 2.0]), Some(1));
+        // Highest point at index 2, but the plateau is centred on 4.
+        assert_eq!(
+            dm_peak(&[1.0, 9.5, 10.0, 9.8, 9.8, 9.7, 9.6, 9.5, 2.0]),
+            Some(4)
+        );
+        assert_eq!(dm_peak(&[-1.0, -0.5]), Some(1));
+    }
+
+    #[test]
+    fn grid() {
+        assert_eq!(dm_grid(0.0, 10.0, 2.5), vec![0.0, 2.5, 5.0, 7.5, 10.0]);
+        assert_eq!(dm_grid(5.0, 5.0, 1.0), vec![5.0]);
+        assert_eq!(dm_grid(5.0, 1.0, 1.0), vec![5.0]);
+        assert_eq!(dm_grid(0.0, 0.3, 0.1).len(), 4);
+    }
+}

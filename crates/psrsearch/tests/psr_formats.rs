@@ -1,0 +1,358 @@
+//! Every writer round-trips through its reader; baseband readers handle the layouts and the
+//! broken files they must reject with a clear error.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use psrsearch::format::dada::{write_dada, DadaHeader};
+use psrsearch::format::guppi::{write_guppi, GuppiHeader};
+use psrsearch::format::presto::{read_dat_inf, write_dat_inf, InfFile};
+use psrsearch::format::sigproc::{read_sigproc, write_fil, write_tim, SigprocHeader};
+use psrsearch::format::{candidates, npy};
+use psrsearch::search::Candidate;
+use psrsearch::{BasebandReader, HeaderError, ReadError, Sideband, Voltages};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rustfft::num_complex::Complex32;
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("psr_formats");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn random_voltages(nchan: usize, npol: usize, n: usize, complex: bool, seed: u64) -> Voltages {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let data = (0..nchan * npol * n)
+        .map(|_| {
+            let re = rng.gen_range(-128i32..128) as f32;
+            let im = if complex {
+                rng.gen_range(-128i32..128) as f32
+            } else {
+                0.0
+            };
+            Complex32::new(re, im)
+        })
+        .collect();
+    Voltages::from_vec(nchan, npol, n, data)
+}
+
+fn dada_header(nbit: u32, complex: bool, npol: usize, nchan: usize, bw: f64) -> DadaHeader {
+    let mut h = DadaHeader::with_defaults();
+    let rate = bw.abs() / nchan as f64 * if complex { 1.0 } else { 2.0 };
+    h.set("NBIT", nbit);
+    h.set("NDIM", if complex { 2 } else { 1 });
+    h.set("NPOL", npol);
+    h.set("NCHAN", nchan);
+    h.set("FREQ", 1400.0);
+    h.set("BW", bw);
+    h.set("TSAMP", 1.0 / rate);
+    h
+}
+
+#[test]
+fn dada_roundtrip_all_encodings() {
+    for (nbit, complex, npol, nchan, bw) in [
+        (8, true, 2, 1, 16.0),
+        (8, true, 1, 4, -8.0),
+        (32, false, 2, 3, 3.0),
+        (32, true, 2, 2, 4.0),
+        (8, false, 1, 1, 2.0),
+    ] {
+        let v = random_voltages(nchan, npol, 1000, complex, nbit as u64 + nchan as u64);
+        let path = tmp(&format!("rt_{nbit}_{complex}_{npol}_{nchan}.dada"));
+        let mut f = std::fs::File::create(&path).unwrap();
+        write_dada(&mut f, &dada_header(nbit, complex, npol, nchan, bw), &v).unwrap();
+        drop(f);
+        let mut r = BasebandReader::open(&path).unwrap();
+        assert_eq!(r.nsamples(), 1000);
+        let b = r.band();
+        assert_eq!((b.complex, b.npol, b.nchan()), (complex, npol, nchan));
+        assert_eq!(b.sideband, Sideband::from_bandwidth(bw));
+        assert_eq!(r.read(0, 1000).unwrap(), v, "nbit {nbit} complex {complex}");
+    }
+}
+
+#[test]
+fn dada_order_key_and_multiple_frames() {
+    // Two frames, each with its own header, written in TFP order by hand.
+    let (nchan, npol, n) = (3usize, 2usize, 50usize);
+    let v = random_voltages(nchan, npol, 2 * n, true, 9);
+    let mut h = dada_header(8, true, npol, nchan, 3.0);
+    h.set("ORDER", "TFP");
+    h.set("FILE_SIZE", n * nchan * npol * 2);
+    let path = tmp("tfp.dada");
+    let mut f = std::fs::File::create(&path).unwrap();
+    for frame in 0..2 {
+        f.write_all(&h.to_bytes().unwrap()).unwrap();
+        let mut payload = Vec::new();
+        for t in frame * n..(frame + 1) * n {
+            for c in 0..nchan {
+                for p in 0..npol {
+                    let z = v.get(c, p, t);
+                    payload.push(z.re as i8 as u8);
+                    payload.push(z.im as i8 as u8);
+                }
+            }
+        }
+        f.write_all(&payload).unwrap();
+    }
+    drop(f);
+    let mut r = BasebandReader::open(&path).unwrap();
+    assert_eq!(r.nframes(), 2);
+    assert_eq!(r.nsamples(), 2 * n as u64);
+    assert_eq!(r.read(0, 2 * n).unwrap(), v);
+    // A read straddling the frame boundary.
+    let part = r.read(n as u64 - 5, 10).unwrap();
+    assert_eq!(part.series(2, 1), &v.series(2, 1)[n - 5..n + 5]);
+}
+
+#[test]
+fn guppi_roundtrip_blocks_and_overlap() {
+    let v = random_voltages(4, 2, 1000, true, 4);
+    let mut t = GuppiHeader::default();
+    t.set_num("OBSFREQ", 350.0);
+    t.set_num("OBSBW", -12.5);
+    t.set_num("TBIN", 4.0 / 12.5e6);
+    let path = tmp("rt.raw");
+    let mut f = std::fs::File::create(&path).unwrap();
+    write_guppi(&mut f, &t, &v, 300).unwrap();
+    drop(f);
+    let mut r = BasebandReader::open(&path).unwrap();
+    assert_eq!(r.nframes(), 4);
+    assert_eq!(r.nsamples(), 1000);
+    assert_eq!(r.band().sideband, Sideband::Lower);
+    assert_eq!(r.band().centre_mhz[0], 350.0 + 6.25 - 1.5625);
+    assert_eq!(r.read(0, 1000).unwrap(), v);
+
+    // Blocks of 100 samples of which the last 20 repeat at the start of the next, with
+    // DIRECTIO headers: the stream must contain every sample once.
+    let v = random_voltages(2, 1, 260, true, 5);
+    let mut h = GuppiHeader::default();
+    h.set_num("OBSFREQ", 800.0);
+    h.set_num("OBSBW", 2.0);
+    h.set_num("TBIN", 1e-6);
+    h.set_num("OBSNCHAN", 2.0);
+    h.set_num("NPOL", 2.0);
+    h.set_num("NBITS", 8.0);
+    h.set_num("OVERLAP", 20.0);
+    h.set_num("BLOCSIZE", 400.0);
+    h.set_num("DIRECTIO", 1.0);
+    h.set_str("PKTFMT", "1SFA");
+    let path = tmp("overlap.raw");
+    let mut f = std::fs::File::create(&path).unwrap();
+    for start in [0usize, 80, 160] {
+        let bytes = h.to_bytes();
+        assert_eq!(bytes.len() % 512, 0);
+        f.write_all(&bytes).unwrap();
+        for c in 0..2 {
+            for t in start..start + 100 {
+                let z = v.get(c, 0, t);
+                f.write_all(&[z.re as i8 as u8, z.im as i8 as u8]).unwrap();
+            }
+        }
+    }
+    drop(f);
+    let mut r = BasebandReader::open(&path).unwrap();
+    assert_eq!(r.nsamples(), 260);
+    assert_eq!(r.read(0, 260).unwrap(), v);
+}
+
+#[test]
+fn broken_files_give_clear_errors() {
+    let path = tmp("bad_nbit.dada");
+    let mut h = dada_header(8, true, 1, 1, 1.0);
+    h.set("NBIT", 2);
+    let mut bytes = h.to_bytes().unwrap();
+    bytes.extend_from_slice(&[0; 64]);
+    std::fs::write(&path, &bytes).unwrap();
+    let e = BasebandReader::open(&path).unwrap_err();
+    match &e {
+        ReadError::Header {
+            source: HeaderError::Invalid { key, expected, .. },
+            ..
+        } => {
+            assert_eq!(key, "NBIT");
+            assert!(expected.contains('8'));
+        }
+        other => panic!("{other:?}"),
+    }
+    let chain = format!("{}: {}", e, std::error::Error::source(&e).unwrap());
+    assert!(
+        chain.contains("bad_nbit.dada") && chain.contains("NBIT"),
+        "{chain}"
+    );
+
+    let path = tmp("unknown.bin");
+    std::fs::write(&path, b"\x93NUMPY whatever").unwrap();
+    assert!(matches!(
+        BasebandReader::open(&path),
+        Err(ReadError::UnknownFormat { .. })
+    ));
+
+    let path = tmp("header_only.dada");
+    std::fs::write(&path, dada_header(8, true, 1, 1, 1.0).to_bytes().unwrap()).unwrap();
+    assert!(matches!(
+        BasebandReader::open(&path),
+        Err(ReadError::Truncated { .. })
+    ));
+
+    // A GUPPI block whose payload is cut: dropped, and with no other block, an error.
+    let v = random_voltages(2, 1, 100, true, 1);
+    let mut t = GuppiHeader::default();
+    t.set_num("OBSFREQ", 800.0);
+    t.set_num("OBSBW", 2.0);
+    t.set_num("TBIN", 1e-6);
+    let mut buf = Vec::new();
+    write_guppi(&mut buf, &t, &v, 50).unwrap();
+    let path = tmp("cut.raw");
+    std::fs::write(&path, &buf[..buf.len() - 10]).unwrap();
+    let r = BasebandReader::open(&path).unwrap();
+    assert_eq!(r.nsamples(), 50);
+    assert_eq!(r.warnings().len(), 1);
+    let first_block_end = buf.len() / 2;
+    std::fs::write(&path, &buf[..first_block_end - 1]).unwrap();
+    assert!(matches!(
+        BasebandReader::open(&path),
+        Err(ReadError::Truncated { .. })
+    ));
+
+    // Missing key, inconsistent bandwidth.
+    let path = tmp("bad_obsbw.raw");
+    let mut h = GuppiHeader::parse(&t.to_bytes()).unwrap();
+    h.set_num("BLOCSIZE", 400.0);
+    h.set_num("OBSNCHAN", 2.0);
+    h.set_num("NPOL", 2.0);
+    h.set_num("NBITS", 8.0);
+    let mut bad = h.clone();
+    bad.set_num("OBSBW", 5.0);
+    let mut bytes = bad.to_bytes();
+    bytes.extend_from_slice(&[0; 400]);
+    std::fs::write(&path, &bytes).unwrap();
+    let e = BasebandReader::open(&path).unwrap_err();
+    let msg = std::error::Error::source(&e).unwrap().to_string();
+    assert!(msg.contains("OBSBW") && msg.contains("TBIN"), "{msg}");
+}
+
+#[test]
+fn sigproc_roundtrip() {
+    let data: Vec<f32> = (0..777).map(|i| (i as f32 * 0.37).sin()).collect();
+    let h = SigprocHeader::time_series("J0534+2200", 58000.123456789, 6.4e-5, 1400.0, 56.7);
+    let mut buf = Vec::new();
+    write_tim(&mut buf, &h, &data).unwrap();
+    let (h2, d2) = read_sigproc(&mut buf.as_slice()).unwrap();
+    assert_eq!(h2, h);
+    assert_eq!(d2, data);
+
+    let mut fh = h.clone();
+    fh.nchans = 7;
+    fh.fch1_mhz = 1500.0;
+    fh.foff_mhz = -2.0;
+    let mut buf = Vec::new();
+    write_fil(&mut buf, &fh, &data[..770]).unwrap();
+    let (h3, d3) = read_sigproc(&mut buf.as_slice()).unwrap();
+    assert_eq!((h3.data_type, h3.nchans, h3.foff_mhz), (1, 7, -2.0));
+    assert_eq!(d3, &data[..770]);
+    assert!(write_fil(&mut Vec::new(), &fh, &data[..776]).is_err());
+}
+
+#[test]
+fn presto_roundtrip() {
+    let data: Vec<f32> = (0..1234).map(|i| i as f32 - 600.5).collect();
+    let inf = InfFile {
+        name: String::new(),
+        telescope: "Lovell".into(),
+        instrument: "psrsearch".into(),
+        object: "B1937+21".into(),
+        ra: "19:39:38.5612".into(),
+        dec: "21:34:59.1259".into(),
+        observer: "SC99".into(),
+        epoch_mjd: 51_500.123_456_789,
+        barycentred: false,
+        n: 0,
+        dt: 1.6e-5,
+        beam_diameter_arcsec: 720.0,
+        dm: 71.02,
+        low_channel_mhz: 1400.25,
+        total_bw_mhz: 8.0,
+        nchan: 4,
+        chan_bw_mhz: 2.0,
+        analyzer: "psrsearch".into(),
+        notes: "round trip".into(),
+    };
+    let base = tmp("series");
+    let (dat, infp) = write_dat_inf(&base, &inf, &data).unwrap();
+    assert!(dat.ends_with("series.dat") && infp.ends_with("series.inf"));
+    let (back, d) = read_dat_inf(&base).unwrap();
+    assert_eq!(d, data);
+    assert_eq!(back.name, "series");
+    assert_eq!(back.n, 1234);
+    assert!((back.epoch_mjd - inf.epoch_mjd).abs() < 1e-11);
+    assert_eq!(
+        InfFile {
+            name: String::new(),
+            n: 0,
+            epoch_mjd: inf.epoch_mjd,
+            ..back
+        },
+        inf
+    );
+    std::fs::write(&dat, [0u8; 8]).unwrap();
+    assert!(read_dat_inf(&base).is_err());
+}
+
+#[test]
+fn npy_roundtrip() {
+    let f: Vec<f32> = (0..60).map(|i| i as f32 / 3.0).collect();
+    let mut buf = Vec::new();
+    npy::write_f32(&mut buf, &[60], &f).unwrap();
+    let a = npy::read(&mut buf.as_slice()).unwrap();
+    assert_eq!(a.shape, vec![60]);
+    assert_eq!(a.data, npy::NpyData::F32(f));
+
+    let c: Vec<Complex32> = (0..24)
+        .map(|i| Complex32::new(i as f32, -(i as f32)))
+        .collect();
+    let mut buf = Vec::new();
+    npy::write_c64(&mut buf, &[2, 3, 4], &c).unwrap();
+    assert_eq!(&buf[..8], b"\x93NUMPY\x01\x00");
+    let a = npy::read(&mut buf.as_slice()).unwrap();
+    assert_eq!(a.shape, vec![2, 3, 4]);
+    assert_eq!(a.data, npy::NpyData::C64(c));
+}
+
+#[test]
+fn candidate_tables_roundtrip() {
+    let cands = vec![
+        Candidate {
+            rank: 1,
+            period_s: 0.033_130_297_1,
+            freq_hz: 30.183_9,
+            dm: 26.0,
+            sigma: 29.61,
+            snr: 37.1,
+            nharm: 16,
+            dm_hits: 33,
+            duty: 0.031_25,
+        },
+        Candidate {
+            rank: 2,
+            period_s: 1.0 / 3.0,
+            freq_hz: 3.0,
+            dm: 0.1 + 0.2,
+            sigma: 6.000_000_1,
+            snr: 7.0,
+            nharm: 1,
+            dm_hits: 1,
+            duty: 0.5,
+        },
+    ];
+    let mut buf = Vec::new();
+    candidates::write_csv(&mut buf, &cands).unwrap();
+    assert!(String::from_utf8_lossy(&buf)
+        .starts_with("rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty\n"));
+    assert_eq!(candidates::read_csv(&mut buf.as_slice()).unwrap(), cands);
+    let mut buf = Vec::new();
+    candidates::write_json(&mut buf, &cands).unwrap();
+    assert_eq!(candidates::read_json(&mut buf.as_slice()).unwrap(), cands);
+}
