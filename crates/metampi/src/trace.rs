@@ -68,7 +68,26 @@ struct Store {
     rank: u32,
     epoch: Instant,
     epoch_unix_ns: u64,
+    /// Clock reading at `epoch`; events store raw readings, converted at flush.
+    epoch_ticks: u64,
     events: Mutex<Vec<Event>>,
+}
+
+/// A cheap monotonic clock: the time-stamp counter on x86-64 (constant rate
+/// on every CPU this runs on; converted to nanoseconds against `Instant` at
+/// flush), `Instant` elsewhere.
+#[inline]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC has no preconditions; it only reads the counter.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static T0: OnceLock<Instant> = OnceLock::new();
+        T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
 }
 
 static STORE: OnceLock<Store> = OnceLock::new();
@@ -98,6 +117,7 @@ pub(crate) fn init(rank: u32) {
         rank,
         epoch: Instant::now(),
         epoch_unix_ns,
+        epoch_ticks: ticks(),
         events: Mutex::new(Vec::new()),
     });
     ENABLED.store(true, Ordering::Relaxed);
@@ -114,7 +134,7 @@ pub(crate) fn start() -> Option<u64> {
     if !ENABLED.load(Ordering::Relaxed) {
         return None;
     }
-    STORE.get().map(|s| s.epoch.elapsed().as_nanos() as u64)
+    Some(ticks())
 }
 
 /// Records a call that began at `start` (from [`start`]) and ends now.
@@ -130,7 +150,7 @@ pub(crate) fn record(
 ) {
     let Some(start_ns) = start else { return };
     let Some(s) = STORE.get() else { return };
-    let end_ns = s.epoch.elapsed().as_nanos() as u64;
+    let end_ns = ticks();
     let ev = Event {
         kind,
         name,
@@ -185,7 +205,15 @@ impl Drop for Region {
 pub(crate) fn flush() {
     let Some(s) = STORE.get() else { return };
     LOCAL.with(|l| move_to_store(&mut l.borrow_mut(), s));
-    let events = std::mem::take(&mut *s.events.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut events = std::mem::take(&mut *s.events.lock().unwrap_or_else(|p| p.into_inner()));
+    // Calibrate the counter against the monotonic clock over the whole run.
+    let span_ns = s.epoch.elapsed().as_nanos().max(1) as f64;
+    let per_ns = (ticks().wrapping_sub(s.epoch_ticks)) as f64 / span_ns;
+    let to_ns = |t: u64| (t.saturating_sub(s.epoch_ticks) as f64 / per_ns.max(1e-9)) as u64;
+    for e in &mut events {
+        e.start_ns = to_ns(e.start_ns);
+        e.end_ns = to_ns(e.end_ns);
+    }
     let path = s.dir.join(format!("rank-{}.trace", s.rank));
     let write = || -> std::io::Result<()> {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
