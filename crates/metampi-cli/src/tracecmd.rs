@@ -244,6 +244,7 @@ pub fn execute(args: TraceArgs) -> Result<u8> {
                 "recv" => [31, 119, 180],
                 "wait" => [148, 103, 189],
                 "region" => [44, 160, 44],
+                "collective" => [255, 127, 14],
                 _ => [127, 127, 127],
             };
             let (ya, yb) = if e.k == "region" {
@@ -261,6 +262,6 @@ pub fn execute(args: TraceArgs) -> Result<u8> {
         out_json.display(),
         out_png.display()
     );
-    println!("timeline colours: send red, recv blue, wait purple, user regions green");
+    println!("timeline colours: send red, recv blue, wait purple, collectives orange, user regions green");
     Ok(0)
 }

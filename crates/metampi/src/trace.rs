@@ -34,6 +34,8 @@ pub(crate) enum Kind {
     Recv,
     ISend,
     Wait,
+    /// A whole collective operation, named.
+    Collective,
     Region,
 }
 
@@ -44,6 +46,7 @@ impl Kind {
             Kind::Recv => "recv",
             Kind::ISend => "isend",
             Kind::Wait => "wait",
+            Kind::Collective => "collective",
             Kind::Region => "region",
         }
     }

@@ -641,6 +641,6 @@ pub(crate) fn run(s: Schedule) -> Result<(), Error> {
     let (name, ctx) = (s.name, s.ctx);
     let id = start(s);
     let r = shared().wait(id).result;
-    crate::trace::record(t, crate::trace::Kind::Region, name, -1, 0, 0, ctx);
+    crate::trace::record(t, crate::trace::Kind::Collective, name, -1, 0, 0, ctx);
     r
 }
