@@ -87,12 +87,17 @@ impl Collective {
     pub fn algorithms(self) -> &'static [Algorithm] {
         use Algorithm::*;
         match self {
-            Collective::Barrier => &[Dissemination],
-            Collective::Broadcast => &[Binomial, ScatterAllGather, Linear],
-            Collective::Reduce => &[Binomial, Linear],
-            Collective::AllReduce => &[RecursiveDoubling, Rabenseifner, ReduceBroadcast],
-            Collective::Gather | Collective::Scatter => &[Binomial, Linear],
-            Collective::AllGather => &[Bruck, Ring],
+            Collective::Barrier => &[Dissemination, Hierarchical],
+            Collective::Broadcast => &[Binomial, ScatterAllGather, Linear, Hierarchical],
+            Collective::Reduce => &[Binomial, Linear, Hierarchical],
+            Collective::AllReduce => &[
+                RecursiveDoubling,
+                Rabenseifner,
+                ReduceBroadcast,
+                Hierarchical,
+            ],
+            Collective::Gather | Collective::Scatter => &[Binomial, Linear, Hierarchical],
+            Collective::AllGather => &[Bruck, Ring, Hierarchical],
             Collective::AllToAll => &[Pairwise, Linear],
             Collective::Scan | Collective::ExclusiveScan => &[RecursiveDoubling, Linear],
             Collective::ReduceScatterBlock => &[Pairwise, ReduceThenScatter],
@@ -145,10 +150,16 @@ pub enum Algorithm {
     Linear,
     /// Reduce-scatter as binomial reduce to rank 0 and binomial scatter.
     ReduceThenScatter,
+    /// Topology-aware: inside each meta host, between one leader per meta
+    /// host, inside each meta host again, so that each inter-site link
+    /// carries the data as few times as the operation allows (barrier,
+    /// broadcast, reduce, all-reduce, gather, scatter, all-gather). Chosen
+    /// automatically when a communicator spans several meta hosts.
+    Hierarchical,
 }
 
 impl Algorithm {
-    const ALL: [Algorithm; 11] = [
+    const ALL: [Algorithm; 12] = [
         Algorithm::Dissemination,
         Algorithm::Binomial,
         Algorithm::ScatterAllGather,
@@ -160,6 +171,7 @@ impl Algorithm {
         Algorithm::Pairwise,
         Algorithm::Linear,
         Algorithm::ReduceThenScatter,
+        Algorithm::Hierarchical,
     ];
 
     /// The name used in `METAMPI_COLL_ALG`.
@@ -176,6 +188,7 @@ impl Algorithm {
             Algorithm::Pairwise => "pairwise",
             Algorithm::Linear => "linear",
             Algorithm::ReduceThenScatter => "reduce_then_scatter",
+            Algorithm::Hierarchical => "hierarchical",
         }
     }
 
@@ -186,6 +199,7 @@ impl Algorithm {
             "van_de_geijn" | "scatter_ring" => "scatter_allgather",
             "rd" => "recursive_doubling",
             "chain" => "linear",
+            "hier" | "topology" => "hierarchical",
             other => other,
         };
         Algorithm::ALL.into_iter().find(|a| a.name() == alias)
@@ -222,6 +236,9 @@ const REDSCAT_SHORT: usize = 16 << 10;
 /// | all-to-all | linear up to 1 KiB per block; pairwise above |
 /// | scan, exclusive scan | recursive doubling |
 /// | reduce-scatter-block | reduce then scatter below 16 KiB on > 4 ranks; pairwise otherwise |
+///
+/// This is the flat choice; a communicator that spans several meta hosts
+/// runs [`Algorithm::Hierarchical`] instead for the operations that have it.
 pub fn default_algorithm(op: Collective, size: Rank, bytes: usize, commutative: bool) -> Algorithm {
     let total = bytes.saturating_mul(size.max(0) as usize);
     match op {
@@ -330,9 +347,11 @@ pub fn forced_algorithm(op: Collective) -> Option<Algorithm> {
     forced().read().unwrap_or_else(|p| p.into_inner())[op.index()]
 }
 
-/// The algorithm a call will use: the forced one where it applies, else the
-/// default. This is where a topology-aware layer would look at `comm`'s
-/// machines and sites first.
+/// The algorithm a call will use: the forced one where it applies, else
+/// [`Algorithm::Hierarchical`] when `comm` spans several meta hosts and the
+/// operation has a hierarchical form, else the default. A non-commutative
+/// reduction whose sites' ranks are not consecutive cannot keep rank order
+/// hierarchically and takes the flat default instead (forced or not).
 pub(crate) fn choose(
     comm: &CommInner,
     op: Collective,
@@ -340,10 +359,18 @@ pub(crate) fn choose(
     commutative: bool,
 ) -> Algorithm {
     let size = comm.size();
+    let flat = || default_algorithm(op, size, bytes, commutative);
     match forced_algorithm(op) {
         Some(Algorithm::Rabenseifner) if !commutative => Algorithm::RecursiveDoubling,
+        Some(Algorithm::Hierarchical) if !super::hier::usable(comm, commutative) => flat(),
         Some(a) => a,
-        None => default_algorithm(op, size, bytes, commutative),
+        None if op.algorithms().contains(&Algorithm::Hierarchical)
+            && super::hier::spans_sites(comm)
+            && super::hier::usable(comm, commutative) =>
+        {
+            Algorithm::Hierarchical
+        }
+        None => flat(),
     }
 }
 

@@ -44,6 +44,7 @@ mod alltoall;
 mod barrier;
 mod bcast;
 mod gather;
+mod hier;
 mod op;
 mod reduce;
 mod scan;
@@ -348,7 +349,10 @@ fn blocks_of(b: &mut Builder, len: usize, es: usize, what: &str) -> usize {
 
 fn plan_barrier(comm: &CommInner) -> Schedule {
     let mut b = Builder::new(comm, "barrier");
-    barrier::dissemination(&mut b);
+    match choose(comm, Collective::Barrier, 0, true) {
+        Algorithm::Hierarchical => hier::barrier(&mut b, &hier::groups(comm)),
+        _ => barrier::dissemination(&mut b),
+    }
     b.finish()
 }
 
@@ -360,6 +364,7 @@ unsafe fn plan_bcast<B: BufferMut + ?Sized>(comm: &CommInner, root: Rank, buf: &
     match choose(comm, Collective::Broadcast, o.reg.len, true) {
         Algorithm::ScatterAllGather => bcast::scatter_allgather(&mut b, root, o.reg),
         Algorithm::Linear => bcast::linear(&mut b, root, o.reg),
+        Algorithm::Hierarchical => hier::bcast(&mut b, &hier::groups(comm), root, o.reg),
         _ => bcast::binomial(&mut b, root, o.reg),
     }
     if me != root {
@@ -386,6 +391,10 @@ where
     let acc = copy_in(&mut b, send);
     let r = match choose(comm, Collective::Reduce, acc.len, commutative) {
         Algorithm::Linear => reduce::linear(&mut b, root, acc),
+        Algorithm::Hierarchical => {
+            let spare = b.owned(acc.len);
+            hier::reduce(&mut b, &hier::groups(comm), root, acc, spare)
+        }
         _ => {
             let spare = b.owned(acc.len);
             reduce::binomial(&mut b, root, acc, spare, commutative)
@@ -424,6 +433,7 @@ where
     let r = match choose(comm, Collective::AllReduce, l, commutative) {
         Algorithm::Rabenseifner if es > 0 => allreduce::rabenseifner(&mut b, acc, tmp, es),
         Algorithm::ReduceBroadcast => allreduce::reduce_bcast(&mut b, acc, tmp, commutative),
+        Algorithm::Hierarchical => hier::all_reduce(&mut b, &hier::groups(comm), acc, tmp),
         _ => allreduce::recursive_doubling(&mut b, acc, tmp, commutative),
     };
     finish(&mut b, &o, r);
@@ -552,6 +562,7 @@ where
             let blocks: Option<Vec<Reg>> = dst.map(|d| (0..n).map(|r| d.at(r * bs, bs)).collect());
             gather::gather_linear(&mut b, root, mine, blocks.as_deref());
         }
+        Algorithm::Hierarchical => hier::gather(&mut b, &hier::groups(comm), root, mine, bs, dst),
         _ => gather::gather_binomial(&mut b, root, mine, bs, dst),
     }
     if let Some(o) = &o {
@@ -623,6 +634,7 @@ where
             let blocks: Option<Vec<Reg>> = src.map(|s| (0..n).map(|r| s.at(r * bs, bs)).collect());
             gather::scatter_linear(&mut b, root, blocks.as_deref(), out);
         }
+        Algorithm::Hierarchical => hier::scatter(&mut b, &hier::groups(comm), root, src, bs, out),
         _ => gather::scatter_binomial(&mut b, root, src, bs, out),
     }
     finish(&mut b, &o, out);
@@ -666,6 +678,10 @@ where
         Algorithm::Ring => {
             let blocks: Vec<Reg> = (0..n).map(|r| o.reg.at(r * bs, bs)).collect();
             allgather::ring(&mut b, mine, &blocks);
+        }
+        Algorithm::Hierarchical => {
+            let out = o.reg.at(0, n * bs);
+            hier::all_gather(&mut b, &hier::groups(comm), mine, bs, out)
         }
         _ => allgather::bruck(&mut b, mine, bs, o.reg.at(0, n * bs)),
     }

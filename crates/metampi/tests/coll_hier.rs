@@ -1,0 +1,378 @@
+//! Topology-aware (hierarchical) collectives across three emulated meta
+//! hosts of uneven size (1 + 3 + 4 ranks): every hierarchical operation
+//! against a sequential reference on random data, every root, automatic and
+//! forced choice, on the world and on communicators made by split (one whose
+//! sites keep consecutive ranks, one that interleaves them, where a
+//! non-commutative reduction must fall back to a flat algorithm); and the
+//! bytes that cross the inter-site links for a 1 MiB broadcast and a 1 MiB
+//! all-reduce, flat versus hierarchical, read from the routers' statistics
+//! files.
+
+mod coll_common;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use coll_common::*;
+use metampi::collective::{Algorithm, Collective, SystemOperation};
+use metampi::testing::Ranks;
+use metampi::topology::{Color, SimpleCommunicator};
+use metampi::traits::*;
+
+fn config(portbase: u16) -> String {
+    format!(
+        "PORTBASE {portbase}\n\
+         METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
+         METAHOST b {{ LAUNCH = local; NPROCS = 3; NODES = b0; }}\n\
+         METAHOST c {{ LAUNCH = local; NPROCS = 4; NODES = c0, c1; }}\n\
+         PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n"
+    )
+}
+
+/// Jobs of this file run one at a time: the statistics test sets an
+/// environment variable that the routers of any job started meanwhile
+/// would inherit.
+static JOBS: Mutex<()> = Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    JOBS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const HIER_OPS: [Collective; 7] = [
+    Collective::Barrier,
+    Collective::Broadcast,
+    Collective::Reduce,
+    Collective::AllReduce,
+    Collective::Gather,
+    Collective::Scatter,
+    Collective::AllGather,
+];
+
+/// Runs `f` with the automatic choice, then with `hierarchical` forced for
+/// every operation that has it, then back to automatic.
+fn auto_and_forced(mut f: impl FnMut(&str)) {
+    f("auto");
+    for op in HIER_OPS {
+        metampi::collective::force_algorithm(op, Some(Algorithm::Hierarchical)).unwrap();
+    }
+    f("forced hierarchical");
+    for op in HIER_OPS {
+        metampi::collective::force_algorithm(op, None).unwrap();
+    }
+}
+
+#[test]
+fn hierarchical_ops_1_3_4() {
+    let _g = lock();
+    Ranks::new(8)
+        .meta(&config(22700))
+        .timeout(Duration::from_secs(90))
+        .run("hierarchical_ops_1_3_4", |world| {
+            assert_eq!(world.num_meta_hosts(), 3);
+            auto_and_forced(|how| battery(world, 41, how));
+            // Sites keep consecutive ranks: world order reversed.
+            let rev = world
+                .split_by_color_with_key(Color::with_value(world.rank() % 2), -world.rank())
+                .expect("every rank has a colour");
+            auto_and_forced(|how| battery(&rev, 43, how));
+            // Sites interleaved: communicator ranks alternate between
+            // sites, so the matrix product must fall back to rank order.
+            let key = [3, 0, 4, 1, 5, 2, 6, 7][world.rank() as usize];
+            let mixed = world
+                .split_by_color_with_key(Color::with_value(0), key)
+                .expect("every rank has a colour");
+            assert_eq!(mixed.rank(), key);
+            auto_and_forced(|how| battery(&mixed, 47, how));
+            world.barrier();
+        });
+}
+
+fn battery(c: &SimpleCommunicator, seed: u64, how: &str) {
+    barrier(c, how);
+    bcast(c, seed, how);
+    reduce(c, seed + 1, how);
+    all_reduce(c, seed + 2, how);
+    gather_scatter(c, seed + 3, how);
+    all_gather(c, seed + 4, how);
+}
+
+/// No rank leaves the barrier before every rank has entered it: rank 0
+/// enters only after every other rank has seen its barrier incomplete.
+fn barrier(c: &SimpleCommunicator, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    if me == 0 {
+        for _ in 1..n {
+            let (seen, _) = c.any_process().receive::<u8>();
+            assert_eq!(seen, 1, "{how}");
+        }
+        c.barrier();
+    } else {
+        let req = match c.immediate_barrier().test() {
+            Ok(_) => panic!("barrier completed before rank 0 entered it ({how})"),
+            Err(r) => r,
+        };
+        c.process_at_rank(0).send(&1u8);
+        req.wait();
+    }
+    c.barrier();
+}
+
+fn bcast(c: &SimpleCommunicator, seed: u64, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    for root in 0..n {
+        for len in [0usize, 1, 13, 3000, 9000] {
+            let expect = ints(seed, root, len);
+            let mut buf = if me == root {
+                expect.clone()
+            } else {
+                vec![-1; len]
+            };
+            c.process_at_rank(root).broadcast_into(&mut buf[..]);
+            assert!(buf == expect, "bcast root {root} len {len} {how}");
+        }
+    }
+    // A non-contiguous datatype.
+    let root = n - 1;
+    let expect = padded(seed, root, 33);
+    let mut buf = if me == root {
+        expect.clone()
+    } else {
+        vec![Padded::default(); 33]
+    };
+    c.process_at_rank(root).broadcast_into(&mut buf[..]);
+    assert_eq!(buf, expect, "padded bcast {how}");
+}
+
+fn reduce(c: &SimpleCommunicator, seed: u64, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    let mm = matmul();
+    for root in 0..n {
+        let p = c.process_at_rank(root);
+        for len in [0usize, 1, 13, 2000] {
+            let mine = ints(seed, me, len);
+            let want = fold(|r| ints(seed, r, len), n - 1, |a, b| a.wrapping_add(*b));
+            let m = mats(seed, me, len);
+            let want_m = fold(|r| mats(seed, r, len), n - 1, |a, b| a.mul(*b));
+            if me == root {
+                let mut out = vec![7; len];
+                p.reduce_into_root(&mine[..], &mut out[..], SystemOperation::sum());
+                assert!(out == want, "reduce sum root {root} len {len} {how}");
+                let mut out = vec![Mat::default(); len];
+                p.reduce_into_root(&m[..], &mut out[..], &mm);
+                assert!(out == want_m, "reduce matmul root {root} len {len} {how}");
+            } else {
+                p.reduce_into(&mine[..], SystemOperation::sum());
+                p.reduce_into(&m[..], &mm);
+            }
+        }
+    }
+}
+
+fn all_reduce(c: &SimpleCommunicator, seed: u64, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    let mm = matmul();
+    for len in [0usize, 1, 13, 5000] {
+        let mine = ints(seed, me, len);
+        let want = fold(|r| ints(seed, r, len), n - 1, |a, b| a.wrapping_add(*b));
+        let mut out = vec![3; len];
+        c.all_reduce_into(&mine[..], &mut out[..], SystemOperation::sum());
+        assert!(out == want, "allreduce sum len {len} {how}");
+        let m = mats(seed, me, len);
+        let want_m = fold(|r| mats(seed, r, len), n - 1, |a, b| a.mul(*b));
+        let mut out = vec![Mat::default(); len];
+        c.all_reduce_into(&m[..], &mut out[..], &mm);
+        assert!(out == want_m, "allreduce matmul len {len} {how}");
+        let f = floats(seed, me, len);
+        let want_f = fold(|r| floats(seed, r, len), n - 1, |a, b| a.max(*b));
+        let mut out = vec![0.0; len];
+        c.all_reduce_into(&f[..], &mut out[..], SystemOperation::max());
+        assert!(out == want_f, "allreduce max len {len} {how}");
+    }
+    // Padded elements: a packed (non-dense) result buffer.
+    let p = padded(seed, me, 9);
+    let mut out = vec![Padded::default(); 9];
+    c.all_reduce_into(&p[..], &mut out[..], &padded_sum());
+    let want = fold(
+        |r| padded(seed, r, 9),
+        n - 1,
+        |a, b| Padded {
+            a: a.a.wrapping_add(b.a),
+            b: a.b.wrapping_add(b.b),
+            c: a.c.wrapping_add(b.c),
+        },
+    );
+    assert_eq!(out, want, "allreduce padded {how}");
+}
+
+fn gather_scatter(c: &SimpleCommunicator, seed: u64, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    for root in 0..n {
+        let p = c.process_at_rank(root);
+        for len in [0usize, 1, 7, 1500] {
+            let mine = ints(seed + root as u64, me, len);
+            let want: Vec<i64> = (0..n)
+                .flat_map(|r| ints(seed + root as u64, r, len))
+                .collect();
+            if me == root {
+                let mut out = vec![9; len * n as usize];
+                p.gather_into_root(&mine[..], &mut out[..]);
+                assert!(out == want, "gather root {root} len {len} {how}");
+            } else {
+                p.gather_into(&mine[..]);
+            }
+            let mut out = vec![-5; len];
+            if me == root {
+                p.scatter_into_root(&want[..], &mut out[..]);
+            } else {
+                p.scatter_into(&mut out[..]);
+            }
+            assert!(out == mine, "scatter root {root} len {len} {how}");
+        }
+    }
+}
+
+fn all_gather(c: &SimpleCommunicator, seed: u64, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    for len in [0usize, 1, 11, 4000] {
+        let mine = ints(seed, me, len);
+        let want: Vec<i64> = (0..n).flat_map(|r| ints(seed, r, len)).collect();
+        let mut out = vec![0; len * n as usize];
+        c.all_gather_into(&mine[..], &mut out[..]);
+        assert!(out == want, "allgather len {len} {how}");
+    }
+    let p = padded(seed, me, 3);
+    let want: Vec<Padded> = (0..n).flat_map(|r| padded(seed, r, 3)).collect();
+    let mut out = vec![Padded::default(); 3 * n as usize];
+    c.all_gather_into(&p[..], &mut out[..]);
+    assert_eq!(out, want, "allgather padded {how}");
+}
+
+/// Sum of `payload_raw_out` over every router link's statistics file.
+fn link_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir)
+        .expect("the statistics directory")
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("router-") && name.ends_with("-out.json")) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let key = "\"payload_raw_out\":";
+        let at = text.find(key).expect("payload_raw_out in the statistics") + key.len();
+        let digits: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        total += digits.parse::<u64>().expect("a byte count");
+    }
+    total
+}
+
+/// Inter-site bytes of `f`, measured by rank 0 between two barriers from
+/// the routers' statistics (rewritten twice a second).
+fn crossing(world: &SimpleCommunicator, dir: &std::path::Path, f: impl FnOnce()) -> u64 {
+    world.barrier();
+    std::thread::sleep(Duration::from_millis(1200));
+    let before = link_bytes(dir);
+    world.barrier();
+    f();
+    world.barrier();
+    std::thread::sleep(Duration::from_millis(1200));
+    let after = link_bytes(dir);
+    world.barrier();
+    after - before
+}
+
+#[test]
+fn hierarchical_bcast_crosses_each_site_once() {
+    let _g = lock();
+    // The ranks and routers of the job run this function too, with the
+    // variable already set by the parent.
+    let dir = match std::env::var_os("METAMPI_ROUTER_STATS") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => {
+            let d = std::env::temp_dir().join(format!("metampi-coll-hier-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            // The routers are started by this process and inherit it.
+            std::env::set_var("METAMPI_ROUTER_STATS", &d);
+            d
+        }
+    };
+    let d = dir.clone();
+    let outcome = Ranks::new(8)
+        .meta(&config(22800))
+        .env("METAMPI_ROUTER_STATS", &dir)
+        .timeout(Duration::from_secs(60))
+        .outcome("hierarchical_bcast_crosses_each_site_once", move |world| {
+            const MIB: usize = 1 << 20;
+            let me = world.rank();
+            let root = world.process_at_rank(0);
+            let expect: Vec<u8> = (0..MIB).map(|i| (i * 7 % 251) as u8).collect();
+            let run = |alg: Option<Algorithm>| {
+                metampi::collective::force_algorithm(Collective::Broadcast, alg).unwrap();
+                let mut buf = if me == 0 {
+                    expect.clone()
+                } else {
+                    vec![0; MIB]
+                };
+                let bytes = crossing(world, &d, || root.broadcast_into(&mut buf[..]));
+                assert!(buf == expect, "bcast {alg:?}");
+                bytes
+            };
+            let flat = run(Some(Algorithm::Binomial));
+            let flat_sag = run(Some(Algorithm::ScatterAllGather));
+            let auto = run(None);
+            let hier = run(Some(Algorithm::Hierarchical));
+            metampi::collective::force_algorithm(Collective::Broadcast, None).unwrap();
+            // All-reduce of 1 MiB (sum of i64): hierarchically two partials
+            // come in to site a and two results go out.
+            let reduce = |alg: Option<Algorithm>| {
+                metampi::collective::force_algorithm(Collective::AllReduce, alg).unwrap();
+                let mine: Vec<i64> = (0..MIB / 8).map(|i| (i % 97) as i64 + me as i64).collect();
+                let want: Vec<i64> = (0..MIB / 8).map(|i| 8 * (i % 97) as i64 + 28).collect();
+                let mut out = vec![0i64; MIB / 8];
+                let bytes = crossing(world, &d, || {
+                    world.all_reduce_into(&mine[..], &mut out[..], SystemOperation::sum())
+                });
+                assert!(out == want, "allreduce {alg:?}");
+                bytes
+            };
+            let ar_flat = reduce(Some(Algorithm::Rabenseifner));
+            let ar_hier = reduce(None);
+            metampi::collective::force_algorithm(Collective::AllReduce, None).unwrap();
+            if me == 0 {
+                println!(
+                    "1 MiB all-reduce, bytes over inter-site links: rabenseifner {ar_flat}, \
+                     automatic (hierarchical) {ar_hier}"
+                );
+                assert!(
+                    ar_hier <= 4 * MIB as u64 + 64 * 1024,
+                    "all-reduce {ar_hier}"
+                );
+                assert!(ar_hier < ar_flat, "all-reduce {ar_hier} vs {ar_flat}");
+                println!(
+                    "1 MiB bcast from site a, bytes over inter-site links: binomial {flat}, \
+                     scatter_allgather {flat_sag}, automatic {auto}, hierarchical {hier}"
+                );
+                // Two remote sites: the data crosses exactly two links.
+                let limit = 2 * MIB as u64 + 64 * 1024;
+                assert!(hier >= 2 * MIB as u64, "hierarchical {hier} < 2 MiB");
+                assert!(hier <= limit, "hierarchical {hier} > {limit}");
+                assert!(auto <= limit, "automatic {auto} > {limit}");
+                assert!(flat > limit, "binomial {flat} should cross more");
+            }
+        });
+    let Some(outcome) = outcome else {
+        return; // a rank or a router of the job
+    };
+    std::env::remove_var("METAMPI_ROUTER_STATS");
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(f) = &outcome.failure {
+        panic!("hierarchical_bcast_crosses_each_site_once failed: {f}");
+    }
+}
