@@ -350,8 +350,11 @@ fn hierarchical_bcast_crosses_each_site_once() {
                     "1 MiB all-reduce, bytes over inter-site links: rabenseifner {ar_flat}, \
                      automatic (hierarchical) {ar_hier}"
                 );
+                // The three leaders swap partials: each of the six directed
+                // inter-site links carries exactly one 1 MiB partial, all in
+                // one wide-area phase.
                 assert!(
-                    ar_hier <= 4 * MIB as u64 + 64 * 1024,
+                    ar_hier <= 6 * MIB as u64 + 64 * 1024,
                     "all-reduce {ar_hier}"
                 );
                 assert!(ar_hier < ar_flat, "all-reduce {ar_hier} vs {ar_flat}");

@@ -206,11 +206,48 @@ pub(super) fn reduce(
     }
 }
 
-/// All-reduce: [`reduce`] to rank 0, then [`bcast`] from it.
+/// All-reduce: rank-order reduce inside each site to its lowest rank; the
+/// leaders exchange their partials all at once (one wide-area phase instead
+/// of reduce-then-broadcast's two) and each folds them in site order, so all
+/// get the same result; then a broadcast inside each site.
 pub(super) fn all_reduce(b: &mut Builder, groups: &[Vec<Rank>], acc: Reg, spare: Reg) -> Reg {
-    let r = reduce(b, groups, 0, acc, spare);
-    bcast(b, groups, 0, r);
-    r
+    let me = b.me;
+    let mine = group_of(groups, me);
+    b.phase();
+    let r = list_reduce(b, &groups[mine], acc, spare, true);
+    b.phase();
+    let mut res = r;
+    if me == groups[mine][0] {
+        let parts: Vec<Reg> = groups
+            .iter()
+            .enumerate()
+            .map(|(g, grp)| {
+                if g == mine {
+                    r
+                } else {
+                    let p = b.owned(r.len);
+                    b.recv(grp[0], 0, p);
+                    p
+                }
+            })
+            .collect();
+        for (g, grp) in groups.iter().enumerate() {
+            if g != mine {
+                b.send(grp[0], 0, r);
+            }
+        }
+        b.round();
+        let mut folded = parts[0];
+        for &p in &parts[1..] {
+            b.apply(folded, p);
+            folded = p;
+        }
+        b.round();
+        res = folded;
+    }
+    b.phase();
+    list_bcast(b, &groups[mine], 0, res);
+    res
 }
 
 /// Barrier: fan-in inside each site, fan-in and fan-out among the leaders,
