@@ -369,7 +369,11 @@ impl Shared {
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let oversubscribed = local.len() > cores;
-        let spin_us = env_usize("METAMPI_SPIN_US").unwrap_or(if oversubscribed { 20 } else { 200 });
+        // Oversubscribed ranks yield while they spin, which hands the core to a peer
+        // that has work; blocking early costs a wake-up per message (measured:
+        // 8 ranks on 2 cores, barrier 138 µs with 20 µs of spinning, 29 µs with 1 ms).
+        let spin_us =
+            env_usize("METAMPI_SPIN_US").unwrap_or(if oversubscribed { 1000 } else { 200 });
         Ok(Shared {
             engine: Mutex::new(Engine {
                 core,
