@@ -204,14 +204,8 @@ pub(crate) fn send_bytes(
         return Ok(());
     }
     // SAFETY: we wait for completion before returning, so `bytes` outlives the request.
-    let id = post_send(
-        comm,
-        dst,
-        tag,
-        SendBuf::Borrowed(unsafe { SendPtr::new(bytes) }),
-        mode,
-        coll,
-    )?;
+    let buf = SendBuf::Borrowed(unsafe { SendPtr::new(bytes) });
+    let id = post_send(comm, dst, tag, buf, mode, coll)?;
     if mode == Mode::Buffered {
         return Ok(());
     }
