@@ -435,10 +435,7 @@ impl<'a> DynBuffer<'a> {
 
     /// The elements as `&[T]` when they are `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a [T]> {
-        if !self.is::<T>()
-            || self.bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0
-            || self.len.checked_mul(std::mem::size_of::<T>())? > self.bytes.len()
-        {
+        if !self.is::<T>() || !holds::<T>(self.bytes.as_ptr(), self.bytes.len(), self.len) {
             return None;
         }
         // SAFETY: the datatype is T's (checked) and describes every data byte
@@ -475,10 +472,7 @@ impl<'a> DynBufferMut<'a> {
 
     /// The elements as `&mut [T]` when they are `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a mut [T]> {
-        if !self.is::<T>()
-            || self.bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0
-            || self.len.checked_mul(std::mem::size_of::<T>())? > self.bytes.len()
-        {
+        if !self.is::<T>() || !holds::<T>(self.bytes.as_ptr(), self.bytes.len(), self.len) {
             return None;
         }
         // SAFETY: as in `DynBuffer::downcast`, and the borrow is exclusive.
@@ -494,6 +488,14 @@ impl<'a> DynBufferMut<'a> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
+
+/// Whether `bytes` bytes at `ptr` hold `len` aligned values of `T`.
+fn holds<T>(ptr: *const u8, bytes: usize, len: usize) -> bool {
+    ptr.align_offset(std::mem::align_of::<T>()) == 0
+        && len
+            .checked_mul(std::mem::size_of::<T>())
+            .is_some_and(|n| n <= bytes)
 }
 
 type UserFn<'a> = dyn Fn(DynBuffer, DynBufferMut) + Sync + 'a;
