@@ -71,6 +71,7 @@ pub fn router_specs(layout: &Layout) -> Vec<RouterSpec> {
                         }
                         .into(),
                         link_id: link.id as u32,
+                        peer: link.peer_router,
                     }
                 })
                 .collect(),

@@ -11,34 +11,35 @@
 //! is in the envelope.
 //!
 //! Ordering: all frames of one (source, destination) pair take the same
-//! vertical connection, the same link (chosen by destination) and the same
-//! delivering connection, each FIFO, so MPI's non-overtaking rule holds.
+//! vertical connection and the same peer connection, whose wire [`Bundle`]
+//! delivers messages in send order however its links (several TCP
+//! connections, striped) carried the fragments; delivery to a rank is FIFO.
+//! So MPI's non-overtaking rule holds.
 //!
-//! This first router is threads and blocking sockets with optional link
-//! emulation (bandwidth as a virtual-finish-time token bucket, latency as a
-//! delay line); bundling, compression, striping, acknowledgements and
-//! credits come with the `metampi-wire` protocol.
+//! One thread drives everything with non-blocking sockets and `ppoll`: a frame
+//! read from a rank goes onto the link in the same pass (no hand-over between
+//! threads, which cost a wake-up per hop). Link emulation (bandwidth as a
+//! virtual-finish-time token bucket, latency as a delay line) sits between
+//! the wire protocol and each link's socket. A link whose connection breaks
+//! is reconnected (the sending side dials again with backoff) and the wire
+//! protocol resends what was not acknowledged. Memory is bounded: a full
+//! peer connection stops the router reading from ranks, and a full queue
+//! towards ranks stops it taking messages from links, whose credit then
+//! holds the sending router back.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, BufRead, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
 use metampi_wire::Envelope as WireEnvelope;
-use metampi_wire::{
-    Compression, Config, Event, Link as WireLink, Message as WireMessage, SendError,
-};
+use metampi_wire::{Bundle, Compression, Config, Event, Message as WireMessage, SendError};
 
 use crate::envelope::{Envelope, ENV_LEN};
-
-/// Frames a link queues before senders block (bounds router memory).
-const LINK_QUEUE: usize = 256;
-/// How long a frame waits for its destination rank to connect.
-const DELIVERY_WAIT: Duration = Duration::from_secs(120);
 
 /// One outgoing link of a router.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,8 +52,11 @@ pub struct OutLink {
     pub latency: Option<Duration>,
     /// `off`, `lz4`, `zstd` or `auto`.
     pub compression: String,
-    /// Link id from the layout: both ends use it as the wire connection id.
+    /// Link id from the layout (names its statistics files at both ends).
     pub link_id: u32,
+    /// The router at the other end: links to the same peer router form one
+    /// striped connection.
+    pub peer: usize,
 }
 
 /// What a router needs to know: written by the meta launcher as one line.
@@ -67,19 +71,20 @@ pub struct RouterSpec {
 }
 
 impl RouterSpec {
-    /// `id=3;vertical=127.0.0.1:0;listen=a:1,b:2;out=host:port/BPS/LATUS/COMPRESSION/LINKID,...`
+    /// `id=3;vertical=127.0.0.1:0;listen=a:1,b:2;out=host:port/BPS/LATUS/COMPRESSION/LINKID/PEER,...`
     pub fn to_line(&self) -> String {
         let out: Vec<String> = self
             .out
             .iter()
             .map(|o| {
                 format!(
-                    "{}/{}/{}/{}/{}",
+                    "{}/{}/{}/{}/{}/{}",
                     o.addr,
                     o.bytes_per_sec.unwrap_or(0),
                     o.latency.map_or(0, |l| l.as_micros()),
                     o.compression,
-                    o.link_id
+                    o.link_id,
+                    o.peer
                 )
             })
             .collect();
@@ -117,11 +122,14 @@ impl RouterSpec {
                 "out" => {
                     for o in list(v) {
                         let parts: Vec<&str> = o.split('/').collect();
-                        let [addr, bps, lat, comp, id] = parts[..] else {
+                        let [addr, bps, lat, comp, id, peer] = parts[..] else {
                             return Err(format!(
-                                "bad link `{o}` (expected addr/bytes_per_sec/latency_us/compression/id)"
+                                "bad link `{o}` (expected addr/bytes_per_sec/latency_us/compression/id/peer)"
                             ));
                         };
+                        let peer: usize = peer
+                            .parse()
+                            .map_err(|_| format!("bad peer router in `{o}`"))?;
                         if parse_compression(comp).is_none() {
                             return Err(format!("bad compression `{comp}` in `{o}`"));
                         }
@@ -136,6 +144,7 @@ impl RouterSpec {
                             latency: (lat > 0).then(|| Duration::from_micros(lat)),
                             compression: comp.to_string(),
                             link_id,
+                            peer,
                         });
                     }
                 }
@@ -147,64 +156,6 @@ impl RouterSpec {
         }
         Ok(spec)
     }
-}
-
-/// Reads one frame (envelope and payload); `None` at a clean end of stream.
-fn read_frame(s: &mut impl Read) -> io::Result<Option<(u32, Vec<u8>)>> {
-    let mut env = [0u8; ENV_LEN];
-    match s.read_exact(&mut env) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let e = Envelope::decode(&env)
-        .filter(|e| !e.is_inline())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))?;
-    let n = e.trailing_len();
-    if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
-        eprintln!(
-            "router frame {:?} src {} dst {} len {} frag {} trailing {n}",
-            e.kind, e.src, e.dst, e.len, e.frag
-        );
-    }
-    if n > 64 << 20 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "frame larger than 64 MiB",
-        ));
-    }
-    let mut frame = Vec::with_capacity(ENV_LEN + n);
-    frame.extend_from_slice(&env);
-    frame.resize(ENV_LEN + n, 0);
-    s.read_exact(&mut frame[ENV_LEN..])?;
-    Ok(Some((e.dst, frame)))
-}
-
-type Locals = Arc<(Mutex<HashMap<u32, Arc<Mutex<TcpStream>>>>, Condvar)>;
-
-fn deliver(locals: &Locals, dst: u32, frame: &[u8]) -> io::Result<()> {
-    let (map, cv) = &**locals;
-    let deadline = Instant::now() + DELIVERY_WAIT;
-    let mut g = map.lock().unwrap_or_else(|p| p.into_inner());
-    let conn = loop {
-        if let Some(c) = g.get(&dst) {
-            break Arc::clone(c);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("rank {dst} never connected to this router"),
-            ));
-        }
-        g = cv
-            .wait_timeout(g, left)
-            .map(|r| r.0)
-            .unwrap_or_else(|p| p.into_inner().0);
-    };
-    drop(g);
-    let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
-    c.write_all(frame)
 }
 
 fn parse_compression(s: &str) -> Option<Compression> {
@@ -251,7 +202,7 @@ fn wire_config(id: u32, compression: Compression, slow: bool) -> Config {
 /// Acknowledgement delay on router links (µs). Delayed acknowledgements cost
 /// a ping-pong through two routers about 0.5 ms each way (measured with the
 /// wire crate's 1 ms default), so acknowledge at once.
-const ACK_DELAY_US: u64 = 0;
+const ACK_DELAY_US: u64 = 2000;
 
 /// Largest frame a rank hands a router (an eager message or a rendezvous fragment).
 const MAX_WIRE_MESSAGE: u64 = 1 << 20;
@@ -261,6 +212,9 @@ const MAX_WIRE_MESSAGE: u64 = 1 << 20;
 /// latency; it is written to the socket when it would arrive. The wire
 /// protocol is only asked for more bytes when the emulated line is idle, so
 /// its retransmission timer sees the link's real round trip, not a queue.
+/// How far ahead of the emulated line the shaper takes frames.
+const LINE_SLACK: Duration = Duration::from_millis(2);
+
 struct Shaper {
     bytes_per_sec: Option<u64>,
     latency: Option<Duration>,
@@ -278,9 +232,10 @@ impl Shaper {
         }
     }
 
-    /// Whether the emulated line can take more bytes now.
+    /// Whether the emulated line can take more bytes now: a little before it
+    /// is idle, so that the loop waking late never leaves the line unused.
     fn can_take(&self, now: Instant) -> bool {
-        self.next_free <= now && self.queue.len() < 4096
+        self.next_free <= now + LINE_SLACK && self.queue.len() < 4096
     }
 
     fn push(&mut self, now: Instant, bytes: Vec<u8>) {
@@ -294,13 +249,11 @@ impl Shaper {
             .push_back((done + self.latency.unwrap_or_default(), bytes, 0));
     }
 
-    /// Writes what is due; returns when it next wants to run, if ever.
-    fn write(&mut self, s: &mut TcpStream, now: Instant) -> io::Result<Option<Instant>> {
+    /// Writes what is due (its arrival time has come).
+    fn write(&mut self, s: &mut TcpStream, now: Instant) -> io::Result<()> {
         while let Some((due, bytes, done)) = self.queue.front_mut() {
             if *due > now {
-                // Wake for the next arrival, or earlier when the line frees up.
-                let free = (self.next_free > now).then_some(self.next_free);
-                return Ok(Some(free.map_or(*due, |f| f.min(*due))));
+                break;
             }
             match s.write(&bytes[*done..]) {
                 Ok(n) => {
@@ -309,12 +262,23 @@ impl Shaper {
                         self.queue.pop_front();
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok((self.next_free > now).then_some(self.next_free))
+        Ok(())
+    }
+
+    /// When a timer of the emulated line next needs the loop (an arrival
+    /// falls due, or the line frees up); `None` when nothing waits on time.
+    fn due(&self, now: Instant) -> Option<Instant> {
+        let free = (self.next_free > now + LINE_SLACK).then_some(self.next_free - LINE_SLACK);
+        match self.queue.front() {
+            Some(f) if f.0 <= now => None,
+            Some(f) => Some(free.map_or(f.0, |t| t.min(f.0))),
+            None => free,
+        }
     }
 
     fn blocked_on_socket(&self, now: Instant) -> bool {
@@ -349,120 +313,836 @@ fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats) {
     }
 }
 
-/// Drives one link's wire state machine over its TCP connection: frames from
-/// `out` (the sending side) become messages, delivered messages go to local
-/// ranks. Returns when the connection ends.
-fn drive(
-    mut s: TcpStream,
-    mut link: WireLink,
-    out: Option<Receiver<Vec<u8>>>,
-    waker: UnixDatagram,
-    locals: Locals,
-    mut shaper: Shaper,
-    stats: Option<std::path::PathBuf>,
-) {
-    let _ = s.set_nonblocking(true);
-    let _ = waker.set_nonblocking(true);
-    let mut pending: Option<WireMessage> = None;
-    let mut buf = vec![0u8; 256 << 10];
-    let mut last_stats = Instant::now();
-    loop {
-        let now = Instant::now();
-        // Outbound: until the protocol's send buffer is full.
-        loop {
-            let m = match pending.take() {
-                Some(m) => m,
-                None => match out.as_ref().map(|r| r.try_recv()) {
-                    Some(Ok(frame)) => {
-                        let e = Envelope::decode(&frame)
-                            .map(|e| (e.src, e.dst, e.context, e.tag))
-                            .unwrap_or_default();
-                        WireMessage::new(
-                            WireEnvelope {
-                                src: e.0,
-                                dst: e.1,
-                                context: e.2,
-                                tag: e.3,
-                            },
-                            frame,
-                        )
-                    }
-                    _ => break,
-                },
-            };
-            match link.send_message(now, m) {
-                Ok(()) => {}
-                Err(SendError::WouldBlock(m)) => {
-                    pending = Some(m);
+/// Where a router process stands with one TCP connection to a peer router.
+struct WireConn {
+    stream: TcpStream,
+    shaper: Shaper,
+}
+
+/// One logical connection to or from a peer router: a wire [`Bundle`] over
+/// one TCP connection per configured link (striping).
+struct Peer {
+    bundle: Bundle,
+    /// The link's current connection; `None` while it is down.
+    conns: Vec<Option<WireConn>>,
+    /// Emulation of each link, applied to its sending side.
+    emulation: Vec<(Option<u64>, Option<Duration>)>,
+    /// Outgoing side: where each link connects, for reconnecting.
+    addrs: Vec<String>,
+    /// Outgoing side: a connector thread is working on the link.
+    connecting: Vec<bool>,
+    /// The link has been connected before (a new connection is a reconnect).
+    seen: Vec<bool>,
+    /// Layout ids of the links.
+    layout_ids: Vec<u32>,
+    stats: Vec<Option<std::path::PathBuf>>,
+    label: String,
+}
+
+/// A local rank's connection (vertical traffic).
+struct RankConn {
+    rank: u32,
+    stream: TcpStream,
+    rx: BytesMut,
+    /// A frame the peer connection could not take yet; reading waits for it.
+    held: Option<(usize, WireMessage)>,
+    tx: VecDeque<Bytes>,
+    /// Bytes of `tx`'s front already written.
+    tx_off: usize,
+}
+
+/// A connection that has not said who it is yet.
+struct Hello {
+    stream: TcpStream,
+    got: Vec<u8>,
+    /// A peer router's link (12-byte hello) rather than a local rank (4 bytes).
+    link: bool,
+    since: Instant,
+}
+
+/// Hello of a link connection: magic, sending router (wire connection id),
+/// link index, number of links, the link's id in the layout.
+const LINK_MAGIC: &[u8; 4] = b"MPLK";
+const LINK_HELLO: usize = 16;
+/// A connection that has not identified itself in this time is dropped.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes queued towards local ranks before the router stops taking messages
+/// from its links (the wire credit then holds the senders back).
+const DELIVER_LIMIT: usize = 32 << 20;
+/// Bytes read from one connection per pass, so no sender starves the others.
+const READ_BUDGET: usize = 4 << 20;
+/// Size of one read from a connection.
+const READ_CHUNK: usize = 256 << 10;
+
+fn link_hello(conn: u32, link: u16, links: u16, layout_id: u32) -> [u8; LINK_HELLO] {
+    let mut h = [0u8; LINK_HELLO];
+    h[..4].copy_from_slice(LINK_MAGIC);
+    h[4..8].copy_from_slice(&conn.to_le_bytes());
+    h[8..10].copy_from_slice(&link.to_le_bytes());
+    h[10..12].copy_from_slice(&links.to_le_bytes());
+    h[12..16].copy_from_slice(&layout_id.to_le_bytes());
+    h
+}
+
+/// Reads what is available into `rx` (at most `READ_BUDGET`); `Ok(false)` at
+/// the end of the stream.
+fn fill(stream: &mut TcpStream, rx: &mut BytesMut, want: usize) -> io::Result<bool> {
+    let mut total = 0;
+    while total < READ_BUDGET {
+        let start = rx.len();
+        let chunk = READ_CHUNK.max(want.saturating_sub(start));
+        rx.resize(start + chunk, 0);
+        match stream.read(&mut rx[start..]) {
+            Ok(0) => {
+                rx.truncate(start);
+                return Ok(false);
+            }
+            Ok(n) => {
+                rx.truncate(start + n);
+                total += n;
+                if n < chunk {
                     break;
                 }
-                Err(e) => {
-                    eprintln!("metampi router: link refused a message: {e}");
-                    return;
+            }
+            Err(e) => {
+                rx.truncate(start);
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => break,
+                    io::ErrorKind::Interrupted => {}
+                    _ => return Err(e),
                 }
             }
         }
-        // Inbound bytes.
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) => return,
-                Ok(n) => link.handle_bytes(now, &buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return,
-            }
+    }
+    Ok(true)
+}
+
+/// The next whole frame (envelope and payload) at the front of `rx`, or the
+/// number of bytes the frame in progress needs.
+fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
+    if rx.len() < ENV_LEN {
+        return Ok(Err(ENV_LEN));
+    }
+    let e = Envelope::decode(&rx[..ENV_LEN])
+        .filter(|e| !e.is_inline())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))?;
+    let n = e.trailing_len();
+    if n as u64 > MAX_WIRE_MESSAGE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {n} bytes is larger than a router takes"),
+        ));
+    }
+    if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
+        eprintln!(
+            "router frame {:?} src {} dst {} len {} frag {} trailing {n}",
+            e.kind, e.src, e.dst, e.len, e.frag
+        );
+    }
+    if rx.len() < ENV_LEN + n {
+        return Ok(Err(ENV_LEN + n));
+    }
+    Ok(Ok(rx.split_to(ENV_LEN + n).freeze()))
+}
+
+fn wire_message(frame: Bytes) -> WireMessage {
+    let e = Envelope::decode(&frame[..ENV_LEN])
+        .map(|e| (e.src, e.dst, e.context, e.tag))
+        .unwrap_or_default();
+    WireMessage::new(
+        WireEnvelope {
+            src: e.0,
+            dst: e.1,
+            context: e.2,
+            tag: e.3,
+        },
+        frame,
+    )
+}
+
+/// Writes queued buffers with `writev`; `Ok(false)` when the peer is gone.
+fn flush_queue(stream: &mut TcpStream, q: &mut VecDeque<Bytes>, off: &mut usize) -> io::Result<()> {
+    while !q.is_empty() {
+        let mut slices = Vec::with_capacity(q.len().min(64));
+        for (i, b) in q.iter().take(64).enumerate() {
+            slices.push(IoSlice::new(if i == 0 { &b[*off..] } else { &b[..] }));
         }
-        if link.poll_timeout().is_some_and(|t| t <= now) {
-            link.handle_timeout(now);
-        }
-        while let Some(ev) = link.poll_event() {
-            match ev {
-                Event::Delivered(m) => {
-                    if let Err(e) = deliver(&locals, m.envelope.dst, &m.data) {
-                        eprintln!(
-                            "metampi router: delivery to rank {} failed: {e}",
-                            m.envelope.dst
-                        );
-                        return;
+        match stream.write_vectored(&slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(mut n) => {
+                while n > 0 {
+                    let left = q[0].len() - *off;
+                    if n >= left {
+                        n -= left;
+                        *off = 0;
+                        q.pop_front();
+                    } else {
+                        *off += n;
+                        n = 0;
                     }
                 }
-                Event::Closed(r) => {
-                    eprintln!("metampi router: link closed: {r:?}");
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// What one poll entry stands for.
+#[derive(Clone, Copy)]
+enum Slot {
+    Vertical,
+    Listener,
+    Hello,
+    Rank(usize),
+    Link(bool, usize, usize),
+    Waker,
+}
+
+/// A router's whole state, driven by one thread: every socket is
+/// non-blocking and a frame read from a rank goes onto the wide-area link in
+/// the same pass, without a hand-over between threads.
+struct Router {
+    id: usize,
+    vertical: TcpListener,
+    listeners: Vec<TcpListener>,
+    hellos: Vec<Hello>,
+    ranks: Vec<RankConn>,
+    /// Outgoing connections, one per peer router.
+    out: Vec<Peer>,
+    /// Incoming connections, by the sending router's id.
+    inbound: HashMap<u32, Peer>,
+    /// Messages for ranks that have not connected yet.
+    waiting: HashMap<u32, VecDeque<Bytes>>,
+    /// Bytes queued towards local ranks (all of `tx` and `waiting`).
+    to_ranks: usize,
+    connected_tx: std::sync::mpsc::Sender<(usize, usize, TcpStream)>,
+    connected_rx: std::sync::mpsc::Receiver<(usize, usize, TcpStream)>,
+    waker: (Arc<UnixDatagram>, UnixDatagram),
+    last_stats: Instant,
+}
+
+/// Starts a thread that connects link `link` of peer `peer` to `addr`,
+/// retrying with backoff, and hands the connection (hello sent) to the loop.
+fn spawn_connector(r: &Router, peer: usize, link: usize, addr: String, hello: [u8; LINK_HELLO]) {
+    let tx = r.connected_tx.clone();
+    let waker = Arc::clone(&r.waker.0);
+    std::thread::spawn(move || {
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            if let Ok(mut s) = TcpStream::connect(&addr) {
+                let _ = s.set_nodelay(true);
+                if s.write_all(&hello).is_ok() && s.set_nonblocking(true).is_ok() {
+                    let _ = tx.send((peer, link, s));
+                    let _ = waker.send(&[1]);
                     return;
+                }
+            }
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    });
+}
+
+impl Router {
+    fn new(
+        spec: &RouterSpec,
+        vertical: TcpListener,
+        listeners: Vec<TcpListener>,
+    ) -> io::Result<Router> {
+        let (connected_tx, connected_rx) = std::sync::mpsc::channel();
+        let (w0, w1) = UnixDatagram::pair()?;
+        w0.set_nonblocking(true)?;
+        w1.set_nonblocking(true)?;
+        let now = Instant::now();
+        // One striped connection per peer router, links in spec order.
+        let mut peers: Vec<(usize, Vec<&OutLink>)> = Vec::new();
+        for l in &spec.out {
+            match peers.iter_mut().find(|p| p.0 == l.peer) {
+                Some(p) => p.1.push(l),
+                None => peers.push((l.peer, vec![l])),
+            }
+        }
+        let mut out = Vec::new();
+        for (peer, links) in &peers {
+            let comp = parse_compression(&links[0].compression).unwrap_or(Compression::Lz4);
+            let slow = links.iter().any(|l| l.bytes_per_sec.is_some());
+            let bundle = Bundle::new(now, wire_config(spec.id as u32, comp, slow), links.len())
+                .map_err(|e| io::Error::other(format!("router {}: {e}", spec.id)))?;
+            out.push(Peer {
+                bundle,
+                conns: links.iter().map(|_| None).collect(),
+                emulation: links.iter().map(|l| (l.bytes_per_sec, l.latency)).collect(),
+                addrs: links.iter().map(|l| l.addr.clone()).collect(),
+                connecting: vec![false; links.len()],
+                seen: vec![false; links.len()],
+                layout_ids: links.iter().map(|l| l.link_id).collect(),
+                stats: links
+                    .iter()
+                    .map(|l| stats_path(spec.id, l.link_id, "out"))
+                    .collect(),
+                label: format!("to router {peer}"),
+            });
+        }
+        let r = Router {
+            id: spec.id,
+            vertical,
+            listeners,
+            hellos: Vec::new(),
+            ranks: Vec::new(),
+            out,
+            inbound: HashMap::new(),
+            waiting: HashMap::new(),
+            to_ranks: 0,
+            connected_tx,
+            connected_rx,
+            waker: (Arc::new(w0), w1),
+            last_stats: now,
+        };
+        Ok(r)
+    }
+
+    fn start_connectors(&mut self) {
+        for p in 0..self.out.len() {
+            for l in 0..self.out[p].conns.len() {
+                self.connect(p, l);
+            }
+        }
+    }
+
+    fn connect(&mut self, p: usize, l: usize) {
+        let peer = &mut self.out[p];
+        if peer.connecting[l] {
+            return;
+        }
+        peer.connecting[l] = true;
+        let hello = link_hello(
+            self.id as u32,
+            l as u16,
+            peer.conns.len() as u16,
+            peer.layout_ids[l],
+        );
+        let addr = peer.addrs[l].clone();
+        spawn_connector(self, p, l, addr, hello);
+    }
+
+    fn peer_mut(&mut self, outgoing: bool, key: usize) -> Option<&mut Peer> {
+        if outgoing {
+            self.out.get_mut(key)
+        } else {
+            self.inbound.get_mut(&(key as u32))
+        }
+    }
+
+    /// A link's connection broke: the wire protocol resends what was not
+    /// acknowledged once it is back (the outgoing side reconnects; the
+    /// incoming side waits for the peer to).
+    fn link_lost(&mut self, now: Instant, outgoing: bool, key: usize, link: usize, why: &str) {
+        let id = self.id;
+        if let Some(p) = self.peer_mut(outgoing, key) {
+            if p.conns[link].take().is_some() {
+                if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
+                    eprintln!("metampi router {id}: link {link} {} lost ({why})", p.label);
+                }
+                p.bundle.handle_disconnect(now, link);
+            }
+        }
+        if outgoing {
+            self.out[key].connecting[link] = false;
+            self.connect(key, link);
+        }
+    }
+
+    fn accept_all(&mut self, now: Instant) {
+        while let Ok((s, _)) = self.vertical.accept() {
+            self.new_hello(s, false, now);
+        }
+        for i in 0..self.listeners.len() {
+            while let Ok((s, _)) = self.listeners[i].accept() {
+                self.new_hello(s, true, now);
+            }
+        }
+    }
+
+    fn new_hello(&mut self, s: TcpStream, link: bool, now: Instant) {
+        if s.set_nonblocking(true).is_err() {
+            return;
+        }
+        let _ = s.set_nodelay(true);
+        self.hellos.push(Hello {
+            stream: s,
+            got: Vec::new(),
+            link,
+            since: now,
+        });
+    }
+
+    fn read_hellos(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.hellos.len() {
+            let h = &mut self.hellos[i];
+            let need = if h.link { LINK_HELLO } else { 4 };
+            let mut b = [0u8; LINK_HELLO];
+            let want = need - h.got.len();
+            let mut drop_it = now.duration_since(h.since) > HELLO_TIMEOUT;
+            match h.stream.read(&mut b[..want]) {
+                Ok(0) => drop_it = true,
+                Ok(n) => h.got.extend_from_slice(&b[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => drop_it = true,
+            }
+            if drop_it {
+                self.hellos.swap_remove(i);
+                continue;
+            }
+            if h.got.len() < need {
+                i += 1;
+                continue;
+            }
+            let h = self.hellos.swap_remove(i);
+            if h.link {
+                self.attach_link(now, h);
+            } else {
+                self.attach_rank(h);
+            }
+        }
+    }
+
+    fn attach_rank(&mut self, h: Hello) {
+        let rank = u32::from_le_bytes([h.got[0], h.got[1], h.got[2], h.got[3]]);
+        let tx = self.waiting.remove(&rank).unwrap_or_default();
+        self.ranks.push(RankConn {
+            rank,
+            stream: h.stream,
+            rx: BytesMut::with_capacity(2 * READ_CHUNK),
+            held: None,
+            tx,
+            tx_off: 0,
+        });
+    }
+
+    fn attach_link(&mut self, now: Instant, h: Hello) {
+        let g = &h.got;
+        let conn = u32::from_le_bytes([g[4], g[5], g[6], g[7]]);
+        let link = u16::from_le_bytes([g[8], g[9]]) as usize;
+        let links = u16::from_le_bytes([g[10], g[11]]) as usize;
+        let layout_id = u32::from_le_bytes([g[12], g[13], g[14], g[15]]);
+        if &g[..4] != LINK_MAGIC || link >= links {
+            eprintln!(
+                "metampi router {}: refused a connection with a bad link hello",
+                self.id
+            );
+            return;
+        }
+        let id = self.id;
+        let p = self.inbound.entry(conn).or_insert_with(|| {
+            // The receiving end accepts any frame size up to the largest a sender uses.
+            let cfg = wire_config(conn, Compression::Off, false);
+            Peer {
+                bundle: Bundle::new(now, cfg, links).expect("1 <= links < 65536 checked"),
+                conns: (0..links).map(|_| None).collect(),
+                emulation: vec![(None, None); links],
+                addrs: Vec::new(),
+                connecting: Vec::new(),
+                seen: vec![false; links],
+                layout_ids: vec![0; links],
+                stats: vec![None; links],
+                label: format!("from router {conn}"),
+            }
+        });
+        if p.conns.len() != links {
+            eprintln!(
+                "metampi router {id}: refused link {link} from router {conn}: it announced {links} links, earlier {}",
+                p.conns.len()
+            );
+            return;
+        }
+        let again = p.seen[link];
+        p.seen[link] = true;
+        p.layout_ids[link] = layout_id;
+        p.stats[link] = stats_path(id, layout_id, "in");
+        p.conns[link] = Some(WireConn {
+            stream: h.stream,
+            shaper: Shaper::new(None, None),
+        });
+        if again {
+            p.bundle.handle_reconnect(now, link);
+        }
+    }
+
+    fn take_connected(&mut self, now: Instant) {
+        while let Ok((p, l, stream)) = self.connected_rx.try_recv() {
+            let peer = &mut self.out[p];
+            peer.connecting[l] = false;
+            let (bps, lat) = peer.emulation[l];
+            let first = !peer.seen[l];
+            peer.seen[l] = true;
+            peer.conns[l] = Some(WireConn {
+                stream,
+                shaper: Shaper::new(bps, lat),
+            });
+            if !first {
+                peer.bundle.handle_reconnect(now, l);
+            }
+        }
+    }
+
+    /// Frames from local ranks onto the outgoing connections.
+    fn read_ranks(&mut self, now: Instant, ready: &[bool]) {
+        let nout = self.out.len();
+        let mut i = 0;
+        while i < self.ranks.len() {
+            let mut gone = false;
+            let rc = &mut self.ranks[i];
+            if let Some((p, m)) = rc.held.take() {
+                if let Err(SendError::WouldBlock(m)) = self.out[p].bundle.send_message(now, m) {
+                    rc.held = Some((p, m));
+                }
+            }
+            if rc.held.is_none() {
+                if ready.get(i).copied().unwrap_or(true) {
+                    let want = match take_frame(&mut rc.rx) {
+                        Ok(Err(n)) => n,
+                        _ => 0,
+                    };
+                    match fill(&mut rc.stream, &mut rc.rx, want) {
+                        Ok(open) => gone = !open,
+                        Err(_) => gone = true,
+                    }
+                }
+                // Frames already read wait here after a full link, whatever the socket says.
+                loop {
+                    match take_frame(&mut rc.rx) {
+                        Ok(Ok(frame)) => {
+                            let m = wire_message(frame);
+                            let p = m.envelope.dst as usize % nout;
+                            match self.out[p].bundle.send_message(now, m) {
+                                Ok(()) => {}
+                                Err(SendError::WouldBlock(m)) => {
+                                    rc.held = Some((p, m));
+                                    break;
+                                }
+                                Err(e) => {
+                                    eprintln!(
+                                        "metampi router {}: dropping rank {}'s connection: {e}",
+                                        self.id, rc.rank
+                                    );
+                                    gone = true;
+                                    break;
+                                }
+                            }
+                        }
+                        Ok(Err(_)) => break,
+                        Err(e) => {
+                            eprintln!(
+                                "metampi router {}: dropping rank {}'s connection: {e}",
+                                self.id, rc.rank
+                            );
+                            gone = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            if gone && rc.held.is_none() {
+                let rc = self.ranks.swap_remove(i);
+                self.to_ranks -= rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    /// Feeds a link connection's bytes to its bundle; drives its transmit side.
+    fn service_peer(&mut self, now: Instant, outgoing: bool, key: usize, readable: &[bool]) {
+        let mut lost = Vec::new();
+        {
+            let Some(p) = self.peer_mut(outgoing, key) else {
+                return;
+            };
+            let mut buf = BytesMut::new();
+            for l in 0..p.conns.len() {
+                let Some(c) = p.conns[l].as_mut() else {
+                    continue;
+                };
+                if readable.get(l).copied().unwrap_or(true) {
+                    buf.clear();
+                    match fill(&mut c.stream, &mut buf, 0) {
+                        Ok(true) => {}
+                        Ok(false) => lost.push((l, "closed by the peer".to_string())),
+                        Err(e) => lost.push((l, e.to_string())),
+                    }
+                    if !buf.is_empty() {
+                        p.bundle.handle_bytes(now, l, &buf);
+                    }
+                }
+            }
+            if p.bundle.poll_timeout().is_some_and(|t| t <= now) {
+                p.bundle.handle_timeout(now);
+            }
+            for l in 0..p.conns.len() {
+                let Some(c) = p.conns[l].as_mut() else {
+                    continue;
+                };
+                while c.shaper.can_take(now) {
+                    match p.bundle.poll_transmit(now, l) {
+                        Some(bytes) => c.shaper.push(now, bytes),
+                        None => break,
+                    }
+                }
+                if let Err(e) = c.shaper.write(&mut c.stream, now) {
+                    lost.push((l, e.to_string()));
+                }
+            }
+        }
+        for (l, why) in lost {
+            self.link_lost(now, outgoing, key, l, &why);
+        }
+        self.take_events(outgoing, key);
+    }
+
+    /// Messages the links delivered go to their ranks, while the queue
+    /// towards ranks has room (otherwise the wire credit stops the sender).
+    fn take_events(&mut self, outgoing: bool, key: usize) {
+        let id = self.id;
+        loop {
+            if self.to_ranks >= DELIVER_LIMIT {
+                return;
+            }
+            let Some(p) = self.peer_mut(outgoing, key) else {
+                return;
+            };
+            let Some(ev) = p.bundle.poll_event() else {
+                return;
+            };
+            match ev {
+                Event::Delivered(m) => {
+                    let dst = m.envelope.dst;
+                    self.to_ranks += m.data.len();
+                    match self.ranks.iter_mut().find(|r| r.rank == dst) {
+                        Some(r) => r.tx.push_back(m.data),
+                        None => self.waiting.entry(dst).or_default().push_back(m.data),
+                    }
+                }
+                Event::LinkDead { link, reason } => {
+                    eprintln!(
+                        "metampi router {id}: link {link} {} is dead: {reason:?}",
+                        p.label
+                    );
+                }
+                Event::Closed(reason) => {
+                    eprintln!(
+                        "metampi router {id}: the connection {} is gone: {reason:?}",
+                        p.label
+                    );
+                    std::process::exit(3);
                 }
                 _ => {}
             }
         }
-        while shaper.can_take(now) {
-            match link.poll_transmit(now) {
-                Some(bytes) => shaper.push(now, bytes),
-                None => break,
+    }
+
+    fn write_ranks(&mut self) {
+        let mut i = 0;
+        while i < self.ranks.len() {
+            let rc = &mut self.ranks[i];
+            let before = rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
+            let res = flush_queue(&mut rc.stream, &mut rc.tx, &mut rc.tx_off);
+            let after = rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
+            self.to_ranks -= before - after;
+            if res.is_err() {
+                // The rank is gone; its reader notices the end of stream too.
+                self.to_ranks -= after;
+                rc.tx.clear();
+                rc.tx_off = 0;
+            }
+            i += 1;
+        }
+    }
+
+    fn write_stats(&mut self, now: Instant) {
+        if now.duration_since(self.last_stats) < Duration::from_millis(500) {
+            return;
+        }
+        self.last_stats = now;
+        if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
+            let ranks: Vec<String> = self
+                .ranks
+                .iter()
+                .map(|r| {
+                    format!(
+                        "rank {} tx {} held {} rx {}",
+                        r.rank,
+                        r.tx.len(),
+                        r.held.is_some(),
+                        r.rx.len()
+                    )
+                })
+                .collect();
+            eprintln!(
+                "router {}: to_ranks {} waiting {:?} ranks [{}] recv held {:?}",
+                self.id,
+                self.to_ranks,
+                self.waiting
+                    .iter()
+                    .map(|(k, v)| (*k, v.len()))
+                    .collect::<Vec<_>>(),
+                ranks.join("; "),
+                self.inbound
+                    .values()
+                    .map(|p| p.bundle.receive_buffered())
+                    .collect::<Vec<_>>()
+            );
+        }
+        for p in self.out.iter().chain(self.inbound.values()) {
+            for (l, path) in p.stats.iter().enumerate() {
+                if let (Some(path), Some(mut st)) = (path, p.bundle.link_stats(l)) {
+                    let all = p.bundle.stats();
+                    st.queued_messages = all.queued_messages;
+                    st.queued_bytes = all.queued_bytes;
+                    write_stats(path, &st);
+                }
             }
         }
-        let shaper_due = match shaper.write(&mut s, now) {
-            Ok(d) => d,
-            Err(_) => return,
-        };
-        if let Some(p) = &stats {
-            if now.duration_since(last_stats) > Duration::from_millis(500) {
-                write_stats(p, &link.stats());
-                last_stats = now;
+    }
+
+    fn run(&mut self) -> io::Result<()> {
+        self.start_connectors();
+        let mut pfds: Vec<libc::pollfd> = Vec::new();
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut rank_ready: Vec<bool> = Vec::new();
+        let mut link_ready: HashMap<(bool, usize), Vec<bool>> = HashMap::new();
+        let mut first = true;
+        loop {
+            let now = Instant::now();
+            let ready = |want: fn(&Slot) -> bool| {
+                first
+                    || pfds
+                        .iter()
+                        .zip(&slots)
+                        .any(|(fd, slot)| fd.revents != 0 && want(slot))
+            };
+            if ready(|s| matches!(s, Slot::Waker)) {
+                let mut b = [0u8; 64];
+                while self.waker.1.recv(&mut b).is_ok() {}
+                self.take_connected(now);
             }
+            if ready(|s| matches!(s, Slot::Vertical | Slot::Listener)) {
+                self.accept_all(now);
+            }
+            if !self.hellos.is_empty() {
+                self.read_hellos(now);
+            }
+            rank_ready.clear();
+            rank_ready.resize(self.ranks.len(), first);
+            link_ready.clear();
+            for (fd, slot) in pfds.iter().zip(&slots) {
+                let ready = fd.revents != 0;
+                match *slot {
+                    Slot::Rank(i) => {
+                        if let Some(r) = rank_ready.get_mut(i) {
+                            *r |= ready;
+                        }
+                    }
+                    Slot::Link(o, k, l) => {
+                        let v = link_ready.entry((o, k)).or_default();
+                        if v.len() <= l {
+                            v.resize(l + 1, false);
+                        }
+                        v[l] |= ready;
+                    }
+                    _ => {}
+                }
+            }
+            first = false;
+            self.read_ranks(now, &rank_ready);
+            for k in 0..self.out.len() {
+                let r = link_ready.remove(&(true, k)).unwrap_or_default();
+                self.service_peer(now, true, k, &r);
+            }
+            let keys: Vec<u32> = self.inbound.keys().copied().collect();
+            for k in keys {
+                let r = link_ready.remove(&(false, k as usize)).unwrap_or_default();
+                self.service_peer(now, false, k as usize, &r);
+            }
+            // Delivery may have been waiting for room towards the ranks.
+            self.write_ranks();
+            for k in 0..self.out.len() {
+                self.take_events(true, k);
+            }
+            let keys: Vec<u32> = self.inbound.keys().copied().collect();
+            for k in keys {
+                self.take_events(false, k as usize);
+            }
+            self.write_ranks();
+            self.write_stats(now);
+
+            // Sleep until a socket is ready or a timer is due.
+            let mut wake = now + Duration::from_millis(100);
+            pfds.clear();
+            slots.clear();
+            let mut add = |pfds: &mut Vec<libc::pollfd>, fd: i32, w: bool, slot: Slot| {
+                pfds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN | if w { libc::POLLOUT } else { 0 },
+                    revents: 0,
+                });
+                slots.push(slot);
+            };
+            add(&mut pfds, self.vertical.as_raw_fd(), false, Slot::Vertical);
+            for l in &self.listeners {
+                add(&mut pfds, l.as_raw_fd(), false, Slot::Listener);
+            }
+            for h in &self.hellos {
+                add(&mut pfds, h.stream.as_raw_fd(), false, Slot::Hello);
+            }
+            let mut busy = false;
+            for (i, r) in self.ranks.iter().enumerate() {
+                // A rank whose frame waits for link room is not read until there is room.
+                let fd = if r.held.is_some() {
+                    -1
+                } else {
+                    r.stream.as_raw_fd()
+                };
+                busy |= r.held.is_some();
+                add(&mut pfds, fd, !r.tx.is_empty(), Slot::Rank(i));
+                if !r.tx.is_empty() && r.held.is_some() {
+                    pfds.last_mut().expect("just pushed").fd = r.stream.as_raw_fd();
+                }
+            }
+            let peers = self
+                .out
+                .iter()
+                .enumerate()
+                .map(|(k, p)| (true, k, p))
+                .chain(self.inbound.iter().map(|(k, p)| (false, *k as usize, p)));
+            for (o, k, p) in peers {
+                if let Some(t) = p.bundle.poll_timeout() {
+                    wake = wake.min(t);
+                }
+                for (l, c) in p.conns.iter().enumerate() {
+                    let Some(c) = c else { continue };
+                    if let Some(t) = c.shaper.due(now) {
+                        wake = wake.min(t);
+                    }
+                    add(
+                        &mut pfds,
+                        c.stream.as_raw_fd(),
+                        c.shaper.blocked_on_socket(now),
+                        Slot::Link(o, k, l),
+                    );
+                }
+            }
+            add(&mut pfds, self.waker.1.as_raw_fd(), false, Slot::Waker);
+            if busy {
+                // Held frames: retry soon (the link's acknowledgements also wake us).
+                wake = wake.min(now + Duration::from_millis(1));
+            }
+            let timeout = wake.saturating_duration_since(Instant::now());
+            crate::sys::poll::wait_fds(&mut pfds, timeout)?;
         }
-        let mut wake = now + Duration::from_millis(100);
-        if let Some(t) = link.poll_timeout() {
-            wake = wake.min(t);
-        }
-        if let Some(t) = shaper_due {
-            wake = wake.min(t);
-        }
-        let fds = [
-            (s.as_raw_fd(), shaper.blocked_on_socket(Instant::now())),
-            (waker.as_raw_fd(), false),
-        ];
-        let _ = crate::sys::poll::wait(&fds, wake.saturating_duration_since(Instant::now()));
-        let mut b = [0u8; 64];
-        while waker.recv(&mut b).is_ok() {}
     }
 }
 
@@ -470,116 +1150,20 @@ fn drive(
 /// once local ranks may connect.
 pub fn run(spec: &RouterSpec) -> io::Result<()> {
     crate::sys::poll::die_with_parent();
+    crate::sys::poll::keep_freed_memory();
     let vertical = TcpListener::bind(&spec.vertical)?;
-    let locals: Locals = Arc::new((Mutex::new(HashMap::new()), Condvar::new()));
-    let mut links: Vec<(SyncSender<Vec<u8>>, Arc<UnixDatagram>)> = Vec::new();
-    for l in &spec.out {
-        let (tx, rx) = sync_channel(LINK_QUEUE);
-        let (wake_tx, wake_rx) = UnixDatagram::pair()?;
-        let _ = wake_tx.set_nonblocking(true);
-        let l = l.clone();
-        let locals = Arc::clone(&locals);
-        let router = spec.id;
-        std::thread::spawn(move || {
-            let mut s = loop {
-                match TcpStream::connect(&l.addr) {
-                    Ok(s) => break s,
-                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
-                }
-            };
-            let _ = s.set_nodelay(true);
-            // The acceptor learns which link (wire connection id) this is.
-            if s.write_all(&l.link_id.to_le_bytes()).is_err() {
-                return;
-            }
-            let comp = parse_compression(&l.compression).unwrap_or(Compression::Lz4);
-            let slow = l.bytes_per_sec.is_some();
-            let link = WireLink::new(Instant::now(), wire_config(l.link_id, comp, slow));
-            let shaper = Shaper::new(l.bytes_per_sec, l.latency);
-            drive(
-                s,
-                link,
-                Some(rx),
-                wake_rx,
-                locals,
-                shaper,
-                stats_path(router, l.link_id, "out"),
-            );
-            eprintln!(
-                "metampi router {router}: link {} to {} ended",
-                l.link_id, l.addr
-            );
-        });
-        links.push((tx, Arc::new(wake_tx)));
-    }
+    vertical.set_nonblocking(true)?;
+    let mut listeners = Vec::new();
     for addr in &spec.listen {
-        let listener = TcpListener::bind(addr)?;
-        let locals = Arc::clone(&locals);
-        let router = spec.id;
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let locals = Arc::clone(&locals);
-                std::thread::spawn(move || {
-                    let mut id = [0u8; 4];
-                    if conn.read_exact(&mut id).is_err() {
-                        return;
-                    }
-                    let id = u32::from_le_bytes(id);
-                    let _ = conn.set_nodelay(true);
-                    let Ok((_keep, wake_rx)) = UnixDatagram::pair() else {
-                        return;
-                    };
-                    // The receiving end accepts any frame size up to the largest a sender uses.
-                    let link =
-                        WireLink::new(Instant::now(), wire_config(id, Compression::Off, false));
-                    let shaper = Shaper::new(None, None);
-                    drive(
-                        conn,
-                        link,
-                        None,
-                        wake_rx,
-                        locals,
-                        shaper,
-                        stats_path(router, id, "in"),
-                    );
-                });
-            }
-        });
+        let l = TcpListener::bind(addr)?;
+        l.set_nonblocking(true)?;
+        listeners.push(l);
     }
-    println!("METAMPI-ROUTER-READY {}", vertical.local_addr()?.port());
+    let port = vertical.local_addr()?.port();
+    let mut router = Router::new(spec, vertical, listeners)?;
+    println!("METAMPI-ROUTER-READY {port}");
     io::stdout().flush()?;
-    for conn in vertical.incoming() {
-        let mut conn = conn?;
-        let mut hello = [0u8; 4];
-        if conn.read_exact(&mut hello).is_err() {
-            continue;
-        }
-        let rank = u32::from_le_bytes(hello);
-        let _ = conn.set_nodelay(true);
-        let writer = Arc::new(Mutex::new(conn.try_clone()?));
-        {
-            let (map, cv) = &*locals;
-            map.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(rank, writer);
-            cv.notify_all();
-        }
-        let links = links.clone();
-        std::thread::spawn(move || loop {
-            match read_frame(&mut conn) {
-                Ok(Some((dst, frame))) => {
-                    let (tx, waker) = &links[dst as usize % links.len()];
-                    if tx.send(frame).is_err() {
-                        return;
-                    }
-                    let _ = waker.send(&[1]);
-                }
-                _ => return,
-            }
-        });
-    }
-    Ok(())
+    router.run()
 }
 
 /// Reads the ready line of a router started as a child process.
@@ -617,12 +1201,14 @@ mod tests {
                 latency: Some(Duration::from_millis(20)),
                 compression: "lz4".into(),
                 link_id: 4,
+                peer: 1,
             }],
         };
         assert_eq!(RouterSpec::parse(&s.to_line()).unwrap(), s);
         assert!(RouterSpec::parse("id=x;out=a/0/0").is_err());
         assert!(RouterSpec::parse("id=1").is_err());
         assert!(RouterSpec::parse("id=1;out=a/0").is_err());
-        assert!(RouterSpec::parse("id=1;out=a/0/0/gzip/1").is_err());
+        assert!(RouterSpec::parse("id=1;out=a/0/0/gzip/1/0").is_err());
+        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1").is_err());
     }
 }
