@@ -168,9 +168,26 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
         _routers = Some(routers);
         meta_plan = Some(plan);
     }
+    // Meta hosts in network namespaces need their ranks started through `ip netns exec`:
+    // one application per node then, built from the plan.
+    let mut netns_apps = None;
+    if let Some(plan) = meta_plan
+        .as_ref()
+        .filter(|p| p.prefixes.iter().any(|p| !p.is_empty()))
+    {
+        let apps = split_apps(plan.world_size, &args.command)?;
+        let [app] = &apps[..] else {
+            eprintln!("metampi run: error: --meta with network namespaces runs one program");
+            return Ok(USAGE_EXIT);
+        };
+        netns_apps = Some(plan.apps(&app.program, &app.args));
+    }
     let spec = match build_spec(args).map(|mut spec| {
         if let Some(plan) = &meta_plan {
             spec = spec.hosts(plan.hosts.clone()).launch(LaunchMethod::Local);
+            if let Some(apps) = netns_apps {
+                spec = spec.replace_apps(apps);
+            }
             for (k, v) in &plan.env {
                 spec = spec.env(k, v);
             }

@@ -73,6 +73,9 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
                 // The monitor outlives the server, so the receiver is still there.
                 let _ = tx.send(Event::Pmi(event));
             }),
+            // Ranks on this machine bootstrap over a Unix socket: it reaches them in
+            // any network namespace (emulated sites) and keeps them off the network.
+            true,
         )
         .map_err(LaunchError::Pmi)?
     };
@@ -114,6 +117,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         plan: &plan,
         job,
         pmi_port: pmi.addr().port(),
+        pmi_unix: pmi.unix_path(),
         cwd: cwd.as_deref(),
         capture: capture.clone(),
         done: done_tx,
@@ -227,6 +231,7 @@ struct StartContext<'a> {
     plan: &'a Plan,
     job: JobId,
     pmi_port: u16,
+    pmi_unix: Option<&'a Path>,
     cwd: Option<&'a Path>,
     capture: Option<CaptureBuffers>,
     done: Sender<()>,
@@ -252,13 +257,14 @@ fn start_rank(
         None
     };
 
-    let pmi_host = match rank_plan.start {
-        Start::Local => "127.0.0.1",
-        _ => ctx.plan.pmi_host.as_str(),
+    let pmi = match (&rank_plan.start, ctx.pmi_unix) {
+        (Start::Local, Some(path)) => format!("unix:{}", path.display()),
+        (Start::Local, None) => format!("127.0.0.1:{}", ctx.pmi_port),
+        _ => format!("{}:{}", ctx.plan.pmi_host, ctx.pmi_port),
     };
     let mut env: Vec<(OsString, OsString)> = ctx.plan.env.clone();
     let metampi = [
-        ("METAMPI_PMI", format!("{pmi_host}:{}", ctx.pmi_port)),
+        ("METAMPI_PMI", pmi),
         ("METAMPI_JOB", ctx.job.to_string()),
         ("METAMPI_RANK", rank.to_string()),
         ("METAMPI_SIZE", ctx.plan.size.to_string()),

@@ -26,6 +26,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -258,6 +260,8 @@ pub struct PmiServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
+    unix_path: Option<PathBuf>,
+    unix_acceptor: Option<JoinHandle<()>>,
     events: Option<Receiver<PmiEvent>>,
 }
 
@@ -277,7 +281,7 @@ struct State {
     fence_generation: u64,
     shutdown: bool,
     /// Clones of every accepted stream, so shutdown can unblock their threads.
-    streams: Vec<TcpStream>,
+    streams: Vec<Conn>,
     handlers: Vec<JoinHandle<()>>,
 }
 
@@ -294,19 +298,29 @@ impl PmiServer {
             // The receiver goes away only with the server itself.
             let _ = tx.send(event);
         });
-        let mut server = Self::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), size, job, sink)?;
+        let mut server = Self::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), size, job, sink, false)?;
         server.events = Some(rx);
         Ok(server)
     }
 
-    /// Starts a server on `ip` (port chosen by the OS) that hands events to `sink`.
+    /// Starts a server on `ip` (port chosen by the OS) that hands events to `sink`;
+    /// with `unix`, also on a Unix socket in the temporary directory, which ranks on this
+    /// machine reach whatever network namespace they run in.
     pub(crate) fn bind(
         ip: IpAddr,
         size: usize,
         job: JobId,
         sink: EventSink,
+        unix: bool,
     ) -> io::Result<PmiServer> {
         let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
+        let unix_listener = if unix {
+            let path = std::env::temp_dir().join(format!("metampi-pmi-{job}.sock"));
+            let _ = std::fs::remove_file(&path);
+            Some((UnixListener::bind(&path)?, path))
+        } else {
+            None
+        };
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             job,
@@ -323,14 +337,38 @@ impl PmiServer {
             std::thread::Builder::new()
                 .name("metampi-pmi-accept".into())
                 .stack_size(128 * 1024)
-                .spawn(move || accept_loop(&shared, &listener))?
+                .spawn(move || {
+                    accept_loop(&shared, listener.incoming().map(|c| c.map(Conn::Tcp)));
+                })?
         };
+        let mut unix_path = None;
+        let mut unix_acceptor = None;
+        if let Some((l, path)) = unix_listener {
+            let shared = Arc::clone(&shared);
+            unix_path = Some(path);
+            unix_acceptor = Some(
+                std::thread::Builder::new()
+                    .name("metampi-pmi-accept-unix".into())
+                    .stack_size(128 * 1024)
+                    .spawn(move || {
+                        accept_loop(&shared, l.incoming().map(|c| c.map(Conn::Unix)));
+                    })?,
+            );
+        }
         Ok(PmiServer {
             addr,
             shared,
             acceptor: Some(acceptor),
+            unix_path,
+            unix_acceptor,
             events: None,
         })
+    }
+
+    /// The Unix socket ranks on this machine may connect to instead (`unix:PATH` in
+    /// `METAMPI_PMI`), when the server has one.
+    pub fn unix_path(&self) -> Option<&Path> {
+        self.unix_path.as_deref()
     }
 
     /// The address ranks connect to.
@@ -377,6 +415,15 @@ impl PmiServer {
                 let _ = acceptor.join();
             }
         }
+        if let Some(path) = self.unix_path.take() {
+            let woke = UnixStream::connect(&path).is_ok();
+            if let Some(acceptor) = self.unix_acceptor.take() {
+                if woke {
+                    let _ = acceptor.join();
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        }
         for handler in wake {
             let _ = handler.join();
         }
@@ -407,8 +454,53 @@ impl Shared {
     }
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
-    for stream in listener.incoming() {
+/// A connection, over TCP or a Unix socket.
+#[derive(Debug)]
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Conn {
+    fn try_clone(&self) -> io::Result<Conn> {
+        Ok(match self {
+            Conn::Tcp(s) => Conn::Tcp(s.try_clone()?),
+            Conn::Unix(s) => Conn::Unix(s.try_clone()?),
+        })
+    }
+
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.shutdown(how),
+            Conn::Unix(s) => s.shutdown(how),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(buf),
+            Conn::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(buf),
+            Conn::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, incoming: impl Iterator<Item = io::Result<Conn>>) {
+    for stream in incoming {
         let Ok(stream) = stream else {
             // Transient (EMFILE, ECONNABORTED): the listener itself stays usable.
             continue;
@@ -435,8 +527,10 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
 }
 
 /// Serves one connection until it closes, errs, or the server shuts down.
-fn serve(shared: &Shared, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
+fn serve(shared: &Shared, stream: Conn) {
+    if let Conn::Tcp(s) = &stream {
+        let _ = s.set_nodelay(true);
+    }
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
@@ -617,8 +711,8 @@ pub enum PmiClientError {
 /// A blocking client for [`PmiServer`], as a rank uses it.
 #[derive(Debug)]
 pub struct PmiClient {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    reader: BufReader<Conn>,
+    writer: Conn,
 }
 
 impl PmiClient {
@@ -633,6 +727,22 @@ impl PmiClient {
     ) -> Result<PmiClient, PmiClientError> {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
+        Self::hello(Conn::Tcp(stream), job, rank)
+    }
+
+    /// Connects over the server's Unix socket ([`PmiServer::unix_path`]) and says `HELLO`.
+    ///
+    /// # Errors
+    /// Connection failure or `ERR` from the server.
+    pub fn connect_unix(
+        path: impl AsRef<Path>,
+        job: JobId,
+        rank: usize,
+    ) -> Result<PmiClient, PmiClientError> {
+        Self::hello(Conn::Unix(UnixStream::connect(path)?), job, rank)
+    }
+
+    fn hello(stream: Conn, job: JobId, rank: usize) -> Result<PmiClient, PmiClientError> {
         let mut client = PmiClient {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
@@ -666,7 +776,10 @@ impl PmiClient {
                 name: "METAMPI_RANK",
                 problem: e.to_string(),
             })?;
-        PmiClient::connect(addr.as_str(), job, rank)
+        match addr.strip_prefix("unix:") {
+            Some(path) => PmiClient::connect_unix(path, job, rank),
+            None => PmiClient::connect(addr.as_str(), job, rank),
+        }
     }
 
     /// Publishes `key = value`; visible to every rank after the next [`PmiClient::fence`].

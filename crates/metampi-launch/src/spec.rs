@@ -169,6 +169,13 @@ pub const RESERVED_ENV: [&str; 8] = [
 ];
 
 impl JobSpec {
+    /// Replaces every application given so far.
+    #[must_use]
+    pub fn replace_apps(mut self, apps: impl IntoIterator<Item = AppSpec>) -> Self {
+        self.apps = apps.into_iter().collect();
+        self
+    }
+
     /// An empty job: add at least one [`AppSpec`].
     pub fn new() -> Self {
         Self::default()

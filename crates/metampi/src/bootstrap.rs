@@ -3,12 +3,42 @@
 //! Ranks publish their endpoints with `PUT`, meet at `FENCE`, and read each
 //! other's with `GET`. `ABORT` asks the launcher to end the job.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+
+/// The connection to the launcher: TCP, or a Unix socket (`unix:PATH`) for
+/// ranks on the launcher's machine, in whatever network namespace.
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(buf),
+            Conn::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(buf),
+            Conn::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
 
 pub(crate) struct Pmi {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    reader: BufReader<Conn>,
+    writer: Conn,
 }
 
 fn bad(msg: String) -> io::Error {
@@ -17,11 +47,20 @@ fn bad(msg: String) -> io::Error {
 
 impl Pmi {
     pub(crate) fn connect(addr: &str, job: &str, rank: u32) -> io::Result<Pmi> {
-        let s = TcpStream::connect(addr)?;
-        s.set_nodelay(true)?;
+        let (reader, writer) = match addr.strip_prefix("unix:") {
+            Some(path) => {
+                let s = UnixStream::connect(path)?;
+                (Conn::Unix(s.try_clone()?), Conn::Unix(s))
+            }
+            None => {
+                let s = TcpStream::connect(addr)?;
+                s.set_nodelay(true)?;
+                (Conn::Tcp(s.try_clone()?), Conn::Tcp(s))
+            }
+        };
         let mut p = Pmi {
-            reader: BufReader::new(s.try_clone()?),
-            writer: s,
+            reader: BufReader::new(reader),
+            writer,
         };
         p.call(&format!("HELLO {job} {rank}"))?;
         Ok(p)

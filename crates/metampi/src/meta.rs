@@ -4,14 +4,16 @@
 //! ranks contiguous per host).
 //!
 //! This launcher starts meta hosts whose `LAUNCH` is `local` (sites emulated on
-//! this machine, each node a separate emulated machine).
+//! this machine, each node a separate emulated machine) or `netns NAME` (the
+//! same inside a Linux network namespace, with the addresses given there:
+//! `ip netns exec NAME` runs its routers and ranks).
 
 use std::ffi::OsString;
 use std::io::BufReader;
 use std::process::{Child, Command, Stdio};
 
 use metampi_config::{Launch, Layout};
-use metampi_launch::Host;
+use metampi_launch::{AppSpec, Host};
 
 use crate::router::{read_ready, OutLink, RouterSpec};
 
@@ -39,6 +41,39 @@ pub struct MetaPlan {
     pub hosts: Vec<Host>,
     /// Variables for every rank (`METAMPI_SITES`, `METAMPI_ROUTERS`).
     pub env: Vec<(String, String)>,
+    /// Per entry of `hosts`: the command that runs a process there
+    /// (`ip netns exec NAME`), empty for this machine as it is.
+    pub prefixes: Vec<Vec<OsString>>,
+}
+
+impl MetaPlan {
+    /// The applications that run `program args...` on every rank: one when
+    /// every host runs processes as they are, else one per host with its
+    /// prefix (ranks stay numbered host after host).
+    pub fn apps(&self, program: &OsString, args: &[OsString]) -> Vec<AppSpec> {
+        if self.prefixes.iter().all(Vec::is_empty) {
+            return vec![AppSpec::new(self.world_size, program).args(args)];
+        }
+        self.hosts
+            .iter()
+            .zip(&self.prefixes)
+            .map(|(h, pre)| match pre.split_first() {
+                None => AppSpec::new(h.slots, program).args(args),
+                Some((p, rest)) => AppSpec::new(h.slots, p).args(rest).arg(program).args(args),
+            })
+            .collect()
+    }
+}
+
+/// The command prefix that starts a process on meta host `launch`.
+fn prefix(launch: &Launch) -> Vec<OsString> {
+    match launch {
+        Launch::Netns(ns) => ["ip", "netns", "exec", ns.as_str()]
+            .iter()
+            .map(OsString::from)
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The router spec for every router in the layout.
@@ -88,10 +123,10 @@ pub fn start(
     env: &[(OsString, OsString)],
 ) -> std::io::Result<(Routers, MetaPlan)> {
     for h in &layout.hosts {
-        if !matches!(h.launch, Launch::Local) {
+        if !matches!(h.launch, Launch::Local | Launch::Netns(_)) {
             return Err(std::io::Error::other(format!(
-                "meta host `{}`: only LAUNCH = local is supported by this launcher so far",
-                h.name
+                "meta host `{}`: LAUNCH = {} is not supported by this launcher yet (local and netns are)",
+                h.name, h.launch
             )));
         }
     }
@@ -101,7 +136,16 @@ pub fn start(
     let mut endpoints = Vec::new();
     for spec in router_specs(layout) {
         let r = &layout.routers[spec.id];
-        let mut child = Command::new(program)
+        let pre = prefix(&layout.hosts[r.host].launch);
+        let mut cmd = match pre.split_first() {
+            Some((p, rest)) => {
+                let mut c = Command::new(p);
+                c.args(rest).arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
+        let mut child = cmd
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env(ROUTER_SPEC_ENV, spec.to_line())
@@ -126,6 +170,16 @@ pub fn start(
                 .map(move |n| Host::new(format!("{}.{}", h.name, n.name), n.nprocs))
         })
         .collect();
+    let prefixes = layout
+        .hosts
+        .iter()
+        .flat_map(|h| {
+            h.nodes
+                .iter()
+                .filter(|n| n.nprocs > 0)
+                .map(move |_| prefix(&h.launch))
+        })
+        .collect();
     let sites: Vec<String> = layout
         .hosts
         .iter()
@@ -138,6 +192,7 @@ pub fn start(
             ("METAMPI_SITES".into(), sites.join(",")),
             ("METAMPI_ROUTERS".into(), endpoints.join(",")),
         ],
+        prefixes,
     };
     Ok((routers, plan))
 }

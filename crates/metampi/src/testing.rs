@@ -144,7 +144,7 @@ impl Ranks {
             n = plan.world_size;
             meta = Some((routers, plan));
         }
-        let app = AppSpec::new(n, exe).args(args);
+        let app = AppSpec::new(n, &exe).args(&args);
         let mut spec = JobSpec::new()
             .app(app)
             .env(CHILD_ENV, test_name)
@@ -160,7 +160,11 @@ impl Ranks {
                 .launch(LaunchMethod::Local);
         }
         if let Some((_, plan)) = &meta {
-            spec = spec.hosts(plan.hosts.clone()).launch(LaunchMethod::Local);
+            let exe = exe.clone().into_os_string();
+            spec = spec
+                .replace_apps(plan.apps(&exe, &args))
+                .hosts(plan.hosts.clone())
+                .launch(LaunchMethod::Local);
             for (k, v) in &plan.env {
                 spec = spec.env(k, v);
             }
@@ -169,5 +173,81 @@ impl Ranks {
             metampi_launch::run(&spec)
                 .unwrap_or_else(|e| panic!("launching {test_name} failed: {e}")),
         )
+    }
+}
+
+/// Whether this process is a rank started by [`Ranks`] (not the test that
+/// launches them), so set-up that belongs to the launching side can be skipped.
+pub fn is_rank() -> bool {
+    std::env::var_os(CHILD_ENV).is_some()
+}
+
+/// Two Linux network namespaces joined by a veth pair, with addresses
+/// `10.77.0.1` and `10.77.0.2`: two sites with real addresses on one
+/// machine. Removed again when dropped.
+#[derive(Debug)]
+pub struct NetnsPair {
+    /// Namespace names.
+    pub names: [String; 2],
+    /// The address of each namespace's end of the veth pair.
+    pub addrs: [&'static str; 2],
+}
+
+impl NetnsPair {
+    /// Creates the pair; names derive from `tag` and this process, so
+    /// concurrent tests do not collide. Fails (with the reason) where
+    /// namespaces cannot be made, for example without root.
+    pub fn create(tag: &str) -> Result<NetnsPair, String> {
+        let h = tag
+            .bytes()
+            .chain(std::process::id().to_le_bytes())
+            .fold(0x811c_9dc5u32, |h, b| {
+                (h ^ b as u32).wrapping_mul(0x0100_0193)
+            });
+        let names = [format!("mpt{h:08x}a"), format!("mpt{h:08x}b")];
+        let veth = [format!("mv{h:08x}a"), format!("mv{h:08x}b")];
+        let pair = NetnsPair {
+            names,
+            addrs: ["10.77.0.1", "10.77.0.2"],
+        };
+        let ip = |args: &[&str]| -> Result<(), String> {
+            let out = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("cannot run `ip`: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`ip {}` failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        let [a, b] = &pair.names;
+        ip(&["netns", "add", a])?;
+        ip(&["netns", "add", b])?;
+        ip(&[
+            "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
+        ])?;
+        for ((ns, addr), dev) in pair.names.iter().zip(pair.addrs).zip(&veth) {
+            let cidr = format!("{addr}/24");
+            ip(&["link", "set", dev, "netns", ns])?;
+            ip(&["-n", ns, "addr", "add", &cidr, "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(pair)
+    }
+}
+
+impl Drop for NetnsPair {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", n])
+                .output();
+        }
     }
 }

@@ -26,6 +26,30 @@ fn three_sites(test: &str) -> String {
     )
 }
 
+/// Two meta hosts of 3 ranks, each in a network namespace of its own, and
+/// the namespaces (removed when dropped). `None`, after saying why, where
+/// namespaces cannot be made; ranks get a placeholder (they do not read it).
+fn netns_sites(test: &str) -> Option<(Option<metampi::testing::NetnsPair>, String)> {
+    if metampi::testing::is_rank() {
+        return Some((None, String::new()));
+    }
+    let ns = match metampi::testing::NetnsPair::create(test) {
+        Ok(ns) => ns,
+        Err(e) => {
+            eprintln!("SKIPPED {test}: cannot create network namespaces here ({e})");
+            return None;
+        }
+    };
+    let cfg = format!(
+        "PORTBASE 29500\n\
+         METAHOST a {{ LAUNCH = netns {}; NPROCS = 3; NODES = a0 ({}); }}\n\
+         METAHOST b {{ LAUNCH = netns {}; NPROCS = 3; NODES = b0 ({}); }}\n\
+         PAIR a b 1\na0 <-> b0\n",
+        ns.names[0], ns.addrs[0], ns.names[1], ns.addrs[1]
+    );
+    Some((Some(ns), cfg))
+}
+
 /// Generates one test per (ranks, transport) for a scenario.
 macro_rules! matrix {
     ($scenario:ident) => {
@@ -65,6 +89,16 @@ macro_rules! matrix {
                 Ranks::new(8)
                     .meta(&three_sites(name))
                     .run(name, super::$scenario);
+            }
+            /// Two sites of 3 ranks in network namespaces with real addresses,
+            /// joined by routers over a veth pair.
+            #[test]
+            fn two_netns_sites_6() {
+                let name = concat!(stringify!($scenario), "::two_netns_sites_6");
+                let Some((_ns, cfg)) = netns_sites(name) else {
+                    return;
+                };
+                Ranks::new(6).meta(&cfg).run(name, super::$scenario);
             }
             /// Two emulated machines of 3 ranks: shared memory inside, TCP between.
             #[test]
