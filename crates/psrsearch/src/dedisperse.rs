@@ -61,7 +61,7 @@ pub enum PlanError {
 }
 
 /// Tuning of a [`DedispersionPlan`]; `Default` plus chainable setters.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PlanConfig {
     /// FFT length; `None` picks a power of two of at least four times the overlap.
     pub fft_len: Option<usize>,

@@ -11,7 +11,10 @@
 //! - [`PeriodicityPlan`] whitens, harmonic-sums and scores each series;
 //!   [`rank_candidates`](search::rank_candidates) sifts, folds and ranks;
 //! - [`simulate`](simulate::simulate) makes test data with injected pulsars;
-//! - [`format`](mod@format) writes SIGPROC, PRESTO, `.npy` and candidate tables, [`plot`] PNGs.
+//! - [`format`](mod@format) writes SIGPROC, PRESTO, `.npy` and candidate tables, [`plot`] PNGs;
+//! - [`distributed::search_distributed`] runs the same search over a metampi job spanning
+//!   several meta hosts (servers on the data host, clients everywhere, the SC99 static
+//!   [`balance`], request/reply or scheduled service); [`metajob`] starts such a job.
 //!
 //! Plans are `Send + Sync` and blocks are independent, so work can be split by DM and by
 //! data chunk without changing a single bit of the result.
@@ -43,13 +46,16 @@
 #![warn(missing_docs)]
 
 pub mod assemble;
+pub mod balance;
 pub mod band;
 pub mod chirp;
 pub mod dedisperse;
 pub mod demo;
+pub mod distributed;
 pub mod dm;
 pub mod fold;
 pub mod format;
+pub mod metajob;
 pub mod periodicity;
 pub mod plot;
 pub mod products;

@@ -4,9 +4,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod dist_cli;
+
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use psrsearch::demo;
+use psrsearch::distributed::ServiceMode;
 use psrsearch::format::candidates;
 use psrsearch::search::{dm_grid, search_file, Candidate, SearchConfig};
 use psrsearch::simulate::{write_simulation, Pulsar, SimConfig, SimFormat};
@@ -36,7 +39,8 @@ enum Command {
     Dedisperse(DedisperseArgs),
     /// Search many DMs for periodic signals; write a ranked table and plots.
     Search(SearchArgs),
-    /// Simulate two pulsars, search for them, print the table and draw the plots.
+    /// Simulate two pulsars, search for them over an emulated 3-site metacomputer on this
+    /// machine, print the table and draw the plots.
     Demo {
         /// Directory for the simulated file, tables and plots.
         #[arg(long, default_value = "psrsearch-demo")]
@@ -44,7 +48,25 @@ enum Command {
         /// Random seed of the simulation.
         #[arg(long, default_value_t = 2024)]
         seed: u64,
+        /// Search in this process only (no metacomputer).
+        #[arg(long)]
+        single: bool,
+        /// Service mode of the distributed search: request or scheduled.
+        #[arg(long, default_value = "scheduled")]
+        mode: ServiceMode,
+        /// Use this meta-computer description instead of the embedded one.
+        #[arg(long)]
+        meta: Option<PathBuf>,
     },
+    /// Print the static load balance: units per meta host, predicted times, dead time, and
+    /// the fewest clients that saturate each link.
+    Plan(dist_cli::PlanArgs),
+    /// One rank of a distributed search (started by `demo` and `search --meta`).
+    #[command(hide = true)]
+    Rank(dist_cli::RankArgs),
+    /// A router between meta hosts (started by `demo` and `search --meta`).
+    #[command(hide = true)]
+    Router,
     /// Measure dedispersion throughput on one core.
     Bench {
         /// Samples per channel to process (the demo band: 4 channels, 2 polarisations).
@@ -209,16 +231,38 @@ struct SearchArgs {
     /// Skip the plots.
     #[arg(long)]
     no_plots: bool,
+    /// Search distributed over the meta computer this description defines (meta hosts with
+    /// LAUNCH = local, emulated on this machine).
+    #[arg(long)]
+    meta: Option<PathBuf>,
+    /// Service mode with --meta: request or scheduled.
+    #[arg(long, default_value = "request")]
+    mode: ServiceMode,
 }
 
 fn main() -> ExitCode {
+    // Routers of a meta job are this executable with their spec in the environment.
+    if metampi::meta::run_router_from_env() {
+        return ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(a) => simulate_cmd(a),
         Command::Info { file } => info_cmd(file),
         Command::Dedisperse(a) => dedisperse_cmd(a),
         Command::Search(a) => search_cmd(a),
-        Command::Demo { out_dir, seed } => demo_cmd(out_dir, seed),
+        Command::Demo {
+            out_dir,
+            seed,
+            single,
+            mode,
+            meta,
+        } => demo_cmd(out_dir, seed, single, mode, meta),
+        Command::Plan(a) => dist_cli::plan_main(a),
+        Command::Rank(a) => dist_cli::rank_main(a),
+        Command::Router => Err(anyhow::anyhow!(
+            "`psrsearch router` is started by `psrsearch demo` and `search --meta`"
+        )),
         Command::Bench {
             nsamples,
             ndm,
@@ -406,6 +450,15 @@ fn search_cmd(a: SearchArgs) -> Result<()> {
     config.periodicity.max_harmonics = a.nharm;
     config.periodicity.min_freq_hz = a.min_freq;
     config.periodicity.max_freq_hz = a.max_freq;
+    if let Some(meta) = &a.meta {
+        let text =
+            std::fs::read_to_string(meta).with_context(|| format!("reading {}", meta.display()))?;
+        let file = std::fs::canonicalize(&a.file)
+            .with_context(|| format!("opening {}", a.file.display()))?;
+        let r = dist_cli::run_job(&file, &config, a.mode, &text, &a.out_dir, !a.no_plots)?;
+        println!("distributed search took {:.2} s", r.wall_s);
+        return Ok(());
+    }
     let mut reader =
         BasebandReader::open(&a.file).with_context(|| format!("opening {}", a.file.display()))?;
     let outcome = search_file(&mut reader, &config, &mut progress_bar("searching"))
@@ -429,7 +482,7 @@ fn search_cmd(a: SearchArgs) -> Result<()> {
     Ok(())
 }
 
-fn write_results(
+pub(crate) fn write_results(
     outcome: &psrsearch::SearchOutcome,
     table: &[Candidate],
     dir: &std::path::Path,
@@ -457,7 +510,7 @@ fn write_results(
     Ok(())
 }
 
-fn print_timings(o: &psrsearch::SearchOutcome) {
+pub(crate) fn print_timings(o: &psrsearch::SearchOutcome) {
     let t = &o.timings;
     let rate = o.complex_samples as f64 * o.dms.len() as f64 / t.dedisperse_s.max(1e-9);
     println!(
@@ -470,7 +523,14 @@ fn print_timings(o: &psrsearch::SearchOutcome) {
     );
 }
 
-fn demo_cmd(out_dir: PathBuf, seed: u64) -> Result<()> {
+fn demo_cmd(
+    out_dir: PathBuf,
+    seed: u64,
+    single: bool,
+    mode: ServiceMode,
+    meta: Option<PathBuf>,
+) -> Result<()> {
+    let t_start = std::time::Instant::now();
     let obs = demo::demo_observation(seed);
     println!(
         "Simulating {:.2} s of 8 MHz at 820 MHz (4 channels, 2 pol) with injected pulsars:",
@@ -486,35 +546,78 @@ fn demo_cmd(out_dir: PathBuf, seed: u64) -> Result<()> {
             p.amplitude
         );
     }
-    let report = demo::run_demo(&out_dir, seed, &mut progress_bar("searching"))
-        .context("running the demo")?;
-    let table: Vec<Candidate> = report
-        .outcome
-        .candidates
-        .iter()
-        .map(|c| c.candidate.clone())
-        .collect();
     let step = demo::demo_search().dms[1] - demo::demo_search().dms[0];
-    println!(
-        "simulated in {:.2} s; searched {} DMs",
-        report.simulate_s,
-        report.outcome.dms.len()
-    );
-    print!(
-        "{}",
-        demo::format_table(&table, &report.observation.pulsars, step)
-    );
-    print_timings(&report.outcome);
-    println!(
-        "files: {}",
+    let table: Vec<Candidate> = if single {
+        let report = demo::run_demo(&out_dir, seed, &mut progress_bar("searching"))
+            .context("running the demo")?;
+        println!(
+            "simulated in {:.2} s; searched {} DMs in this process",
+            report.simulate_s,
+            report.outcome.dms.len()
+        );
+        print_timings(&report.outcome);
+        println!(
+            "files: {}",
+            report
+                .written
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         report
-            .written
+            .outcome
+            .candidates
             .iter()
-            .map(|f| f.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let ranks: Vec<Option<usize>> = report.recovered.clone();
+            .map(|c| c.candidate.clone())
+            .collect()
+    } else {
+        std::fs::create_dir_all(&out_dir)
+            .with_context(|| format!("creating {}", out_dir.display()))?;
+        let file = std::fs::canonicalize(&out_dir)?.join("demo.dada");
+        let t = std::time::Instant::now();
+        write_simulation(&obs, SimFormat::Dada8, &file)
+            .with_context(|| format!("simulating {}", file.display()))?;
+        println!(
+            "simulated {} in {:.2} s",
+            file.display(),
+            t.elapsed().as_secs_f64()
+        );
+        let description = match &meta {
+            Some(p) => {
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+            }
+            None => dist_cli::demo_description()?,
+        };
+        println!(
+            "starting an emulated metacomputer on this machine ({mode}):\n{}",
+            description
+                .lines()
+                .filter(|l| !l.trim_start().starts_with('#'))
+                .map(|l| format!("  | {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let dir = std::fs::canonicalize(&out_dir)?;
+        let r = dist_cli::run_job(&file, &demo::demo_search(), mode, &description, &dir, true)?;
+        println!(
+            "distributed search (routers, ranks, set-up, search) took {:.2} s",
+            r.wall_s
+        );
+        r.candidates
+    };
+    print!("{}", demo::format_table(&table, &obs.pulsars, step));
+    println!("demo wall time {:.1} s", t_start.elapsed().as_secs_f64());
+    let ranks: Vec<Option<usize>> = obs
+        .pulsars
+        .iter()
+        .map(|p| {
+            table
+                .iter()
+                .find(|c| demo::recovers(p, c, step))
+                .map(|c| c.rank)
+        })
+        .collect();
     let top = ranks.iter().all(|r| r.is_some_and(|r| r <= ranks.len()));
     if top {
         println!("both injected pulsars recovered at the top of the table");

@@ -42,7 +42,7 @@ pub enum SearchError {
 }
 
 /// Settings of a search.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SearchConfig {
     /// Trial DMs, pc cm⁻³.
     pub dms: Vec<f64>,
@@ -207,21 +207,47 @@ pub fn search_file(
 /// # Panics
 /// If `series` is empty or the series differ in length.
 pub fn search_series(series: &[DmSeries], config: &SearchConfig) -> SearchOutcome {
-    assert!(!series.is_empty(), "no series to search");
-    let len = series[0].data.len();
-    assert!(
-        series.iter().all(|s| s.data.len() == len),
-        "series lengths differ"
-    );
-    let tsamp = series[0].tsamp_s;
     let t0 = Instant::now();
-    let plan = PeriodicityPlan::new(len, tsamp, config.periodicity.clone());
+    let plan = periodicity_plan(series, config);
     let detections: Vec<SpectralCandidate> = series
         .iter()
         .enumerate()
         .flat_map(|(k, s)| plan.search(&s.data, k))
         .collect();
     let periodicity_s = t0.elapsed().as_secs_f64();
+    outcome_from_detections(series, detections, config, periodicity_s)
+}
+
+/// The periodicity plan [`search_series`] uses for these series.
+///
+/// # Panics
+/// If `series` is empty or the series differ in length.
+pub fn periodicity_plan(series: &[DmSeries], config: &SearchConfig) -> PeriodicityPlan {
+    assert!(!series.is_empty(), "no series to search");
+    let len = series[0].data.len();
+    assert!(
+        series.iter().all(|s| s.data.len() == len),
+        "series lengths differ"
+    );
+    PeriodicityPlan::new(len, series[0].tsamp_s, config.periodicity.clone())
+}
+
+/// Sifting, folding and ranking of detections already made, as [`search_series`] does after
+/// its periodicity search: `detections` must be in the order that search produces them (DM
+/// index order, each DM's list as [`PeriodicityPlan::search`] returns it). A distributed
+/// search that gathers per-DM lists and concatenates them in DM order gets the same outcome.
+///
+/// # Panics
+/// If `series` is empty.
+pub fn outcome_from_detections(
+    series: &[DmSeries],
+    detections: Vec<SpectralCandidate>,
+    config: &SearchConfig,
+    periodicity_s: f64,
+) -> SearchOutcome {
+    let plan = periodicity_plan(series, config);
+    let len = series[0].data.len();
+    let tsamp = series[0].tsamp_s;
     let t1 = Instant::now();
     let candidates = rank_candidates(series, detections, config);
     let spectrum_index = candidates

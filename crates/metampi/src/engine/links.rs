@@ -131,6 +131,9 @@ pub(crate) struct Links {
     self_q: VecDeque<(Envelope, Vec<u8>)>,
     pub eager_shm: usize,
     pub eager_tcp: usize,
+    /// Eager limit through a router: a rendezvous handshake costs a wide-area
+    /// round trip, so larger messages go eagerly there (buffered by the receiver).
+    pub eager_router: usize,
     pub cma: bool,
     pub my_sleep: Option<SleepFlag>,
     pub wake: UnixDatagram,
@@ -152,6 +155,7 @@ impl Links {
             self_q: VecDeque::new(),
             eager_shm: 32 << 10,
             eager_tcp: 64 << 10,
+            eager_router: 512 << 10,
             cma: false,
             my_sleep: None,
             wake,
@@ -276,7 +280,12 @@ impl Links {
                 let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
                 env.dst = dst;
                 env.sreq = id;
-                if len <= self.eager_tcp {
+                let eager = if d >= self.world() {
+                    self.eager_router
+                } else {
+                    self.eager_tcp
+                };
+                if len <= eager {
                     self.queue(
                         d,
                         env.encode(None),

@@ -374,6 +374,11 @@ impl Shared {
         if let Some(n) = env_usize("METAMPI_EAGER_LIMIT") {
             links.eager_shm = n;
             links.eager_tcp = n;
+            links.eager_router = n;
+        }
+        if let Some(n) = env_usize("METAMPI_EAGER_ROUTER") {
+            // A router takes frames of at most 1 MiB, envelope included.
+            links.eager_router = n.min((1 << 20) - 64);
         }
         let mut core = Core::new(rank, size as usize);
         for &r in &shm_ranks {

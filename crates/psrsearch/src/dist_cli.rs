@@ -1,0 +1,507 @@
+//! The distributed search from the command line: the driver that starts a meta job, the rank
+//! body it relaunches this executable as, the progress display, and `psrsearch plan`.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use metampi::traits::*;
+use psrsearch::balance::{self, BalanceInput, HostModel};
+use psrsearch::distributed::{self, DistConfig, Progress, ServiceMode};
+use psrsearch::metajob::{self, MetaJob};
+use psrsearch::search::{dm_grid, Candidate, SearchConfig};
+use psrsearch::{BasebandReader, DedispersionPlan, PlanConfig};
+
+const PROGRESS_ENV: &str = "PSRSEARCH_PROGRESS";
+
+/// Arguments of the hidden `rank` subcommand (one rank of a distributed search).
+#[derive(Debug, Args)]
+pub struct RankArgs {
+    /// Baseband file (read by the servers on the data host).
+    pub file: PathBuf,
+    /// The search settings as JSON (written by the driver).
+    #[arg(long)]
+    pub config_json: String,
+    /// Service mode: request or scheduled.
+    #[arg(long, default_value = "request")]
+    pub mode: ServiceMode,
+    /// Meta-computer description (host names, link bandwidths).
+    #[arg(long)]
+    pub description: Option<PathBuf>,
+    /// Where the root writes tables, plots and the report.
+    #[arg(long)]
+    pub out_dir: PathBuf,
+    /// Clients per server.
+    #[arg(long, default_value_t = distributed::MAX_CLIENTS_PER_SERVER)]
+    pub clients_per_server: usize,
+    /// Skip the plots.
+    #[arg(long)]
+    pub no_plots: bool,
+    /// Measure every link at start-up instead of trusting the description's BANDWIDTH.
+    #[arg(long)]
+    pub measure_links: bool,
+}
+
+/// The body of every rank.
+pub fn rank_main(a: RankArgs) -> Result<()> {
+    let (universe, _) = metampi::initialize_with_threading(metampi::Threading::Multiple)
+        .context("metampi was already initialised")?;
+    let world = universe.world();
+    let search: SearchConfig =
+        serde_json::from_str(&a.config_json).context("parsing --config-json")?;
+    let description = match &a.description {
+        Some(p) => Some(
+            metampi_config::load(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .layout(),
+        ),
+        None => None,
+    };
+    let config = DistConfig {
+        search,
+        mode: a.mode,
+        clients_per_server: a.clients_per_server,
+        description,
+        measure_links: a.measure_links,
+    };
+    let mut sink = ProgressSink::from_env();
+    let result = distributed::search_distributed(&world, &a.file, &config, &mut |p| sink.send(p));
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("psrsearch: rank {}: {e}", world.rank());
+            world.abort(2);
+        }
+    };
+    if let Some(d) = report {
+        sink.finish();
+        let table: Vec<Candidate> = d
+            .outcome
+            .candidates
+            .iter()
+            .map(|c| c.candidate.clone())
+            .collect();
+        crate::write_results(&d.outcome, &table, &a.out_dir, !a.no_plots)?;
+        println!(
+            "{} over {} meta host(s): {} server(s), {} clients",
+            d.mode,
+            d.hosts.len(),
+            d.servers,
+            d.clients
+        );
+        for n in &d.link_notes {
+            println!("link  {n}");
+        }
+        println!("static plan (time per unit measured on every client at once):");
+        println!("{}", d.allocation);
+        println!("{}", host_table(&d.hosts));
+        crate::print_timings(&d.outcome);
+        println!(
+            "service {:.2} s, whole distributed search {:.2} s",
+            d.service_s, d.total_s
+        );
+        let report = serde_json::json!({
+            "mode": d.mode,
+            "service_s": d.service_s,
+            "total_s": d.total_s,
+            "hosts": d.hosts,
+            "plan": d.allocation.to_string(),
+        });
+        let path = a.out_dir.join("distributed.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    drop(universe);
+    Ok(())
+}
+
+fn host_table(hosts: &[distributed::HostReport]) -> String {
+    let mut s = format!(
+        "{:<12} {:>7} {:>6} {:>13} {:>12} {:>8} {:>10} {:>10}\n",
+        "host", "clients", "units", "planned (s)", "measured (s)", "diff", "busy (s)", "idle (s)"
+    );
+    for h in hosts.iter().filter(|h| h.clients > 0) {
+        s.push_str(&format!(
+            "{:<12} {:>7} {:>6} {:>13.2} {:>12.2} {:>7.0}% {:>10.2} {:>10.2}\n",
+            h.name,
+            h.clients,
+            h.units,
+            h.predicted_s,
+            h.measured_s,
+            100.0 * (h.measured_s - h.predicted_s) / h.predicted_s.max(1e-9),
+            h.busy_s,
+            h.idle_s
+        ));
+    }
+    let measured: Vec<f64> = hosts
+        .iter()
+        .filter(|h| h.units > 0)
+        .map(|h| h.measured_s)
+        .collect();
+    let (lo, hi) = measured
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(a, b), &m| (a.min(m), b.max(m)));
+    if !measured.is_empty() {
+        s.push_str(&format!(
+            "finish times spread {:.0}% (earliest {:.2} s, latest {:.2} s)",
+            100.0 * (hi - lo) / hi.max(1e-9),
+            lo,
+            hi
+        ));
+    }
+    s
+}
+
+/// Where the root's progress goes: to the driver's display over loopback TCP when it gave
+/// an address, else a line on stderr now and then.
+struct ProgressSink {
+    stream: Option<TcpStream>,
+    last: Option<Instant>,
+}
+
+impl ProgressSink {
+    fn from_env() -> Self {
+        let stream = std::env::var(PROGRESS_ENV)
+            .ok()
+            .and_then(|a| TcpStream::connect(a).ok());
+        ProgressSink { stream, last: None }
+    }
+
+    fn send(&mut self, p: &Progress) {
+        let hosts: Vec<String> = p
+            .hosts
+            .iter()
+            .map(|(n, d, t)| format!("{n}={d}/{t}"))
+            .collect();
+        let line = format!(
+            "{} {} {} {:.2} {}\n",
+            p.phase,
+            p.done,
+            p.total,
+            p.elapsed_s,
+            hosts.join(",")
+        );
+        if let Some(s) = &mut self.stream {
+            if s.write_all(line.as_bytes()).is_ok() {
+                return;
+            }
+            self.stream = None;
+        }
+        if self
+            .last
+            .is_none_or(|t| t.elapsed() > Duration::from_secs(1))
+            || p.done == p.total
+        {
+            self.last = Some(Instant::now());
+            eprint!("progress: {line}");
+        }
+    }
+
+    fn finish(&mut self) {
+        self.stream = None;
+    }
+}
+
+/// The driver's live display of the root's progress lines, on stderr.
+fn spawn_display() -> Result<(String, std::thread::JoinHandle<()>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("progress listener")?;
+    let addr = listener.local_addr()?.to_string();
+    let handle = std::thread::spawn(move || {
+        let Ok((stream, _)) = listener.accept() else {
+            return;
+        };
+        let mut phase = String::new();
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 4 {
+                continue;
+            }
+            if f[0] != phase && !phase.is_empty() {
+                eprintln!();
+            }
+            phase = f[0].to_string();
+            let (done, total): (u64, u64) = (f[1].parse().unwrap_or(0), f[2].parse().unwrap_or(1));
+            let width = 30;
+            let filled = (done * width / total.max(1)) as usize;
+            let hosts = f.get(4).map(|h| h.replace(',', " ")).unwrap_or_default();
+            eprint!(
+                "\r{:<13} [{}{}] {:>4}/{:<4} {:>6}s  {}   ",
+                f[0],
+                "#".repeat(filled),
+                ".".repeat(width as usize - filled),
+                done,
+                total,
+                f[3],
+                hosts
+            );
+            let _ = std::io::stderr().flush();
+        }
+        eprintln!();
+    });
+    Ok((addr, handle))
+}
+
+/// What a finished distributed run left in its output directory.
+pub struct JobResult {
+    pub candidates: Vec<Candidate>,
+    pub wall_s: f64,
+}
+
+/// Run the distributed search of `file` as a meta job over `description`; the root writes
+/// its tables and plots into `out_dir`.
+pub fn run_job(
+    file: &Path,
+    config: &SearchConfig,
+    mode: ServiceMode,
+    description: &str,
+    out_dir: &Path,
+    plots: bool,
+) -> Result<JobResult> {
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let cfg_path = out_dir.join("metacomputer.cfg");
+    std::fs::write(&cfg_path, description)
+        .with_context(|| format!("writing {}", cfg_path.display()))?;
+    let _ = std::fs::remove_file(out_dir.join("candidates.json"));
+    let (addr, display) = spawn_display()?;
+    let mut rank_args: Vec<OsString> = vec![
+        "rank".into(),
+        file.into(),
+        "--config-json".into(),
+        serde_json::to_string(config)?.into(),
+        "--mode".into(),
+        match mode {
+            ServiceMode::RequestReply => "request",
+            ServiceMode::Scheduled => "scheduled",
+        }
+        .into(),
+        "--description".into(),
+        cfg_path.clone().into(),
+        "--out-dir".into(),
+        out_dir.into(),
+    ];
+    if !plots {
+        rank_args.push("--no-plots".into());
+    }
+    if std::env::var_os("PSRSEARCH_MEASURE_LINKS").is_some() {
+        rank_args.push("--measure-links".into());
+    }
+    let t = Instant::now();
+    let outcome = metajob::run(&MetaJob {
+        description_name: cfg_path.display().to_string(),
+        description: description.to_string(),
+        rank_args,
+        env: vec![(PROGRESS_ENV.into(), addr.into())],
+        timeout: Duration::from_secs(600),
+    })?;
+    let wall_s = t.elapsed().as_secs_f64();
+    // The root has closed its end (or the job is gone): the display thread ends.
+    let _ = display.join();
+    if let Some(f) = &outcome.failure {
+        bail!("the distributed search failed: {f}");
+    }
+    let json = out_dir.join("candidates.json");
+    let text = std::fs::read_to_string(&json)
+        .with_context(|| format!("reading {} written by the root", json.display()))?;
+    let candidates: Vec<Candidate> =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))?;
+    Ok(JobResult { candidates, wall_s })
+}
+
+/// The demo's metacomputer with a free port base.
+pub fn demo_description() -> Result<String> {
+    let probe = metajob::demo_description(40000);
+    let links = metampi_config::parse_str("demo", &probe)?
+        .layout()
+        .links
+        .len();
+    Ok(metajob::demo_description(metajob::free_port_base(links)?))
+}
+
+/// Arguments of `psrsearch plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Baseband file to plan for (default: the demo observation, not simulated).
+    pub file: Option<PathBuf>,
+    /// Meta-computer description with BANDWIDTH (and LATENCY) on its PAIRs (default: the
+    /// demo's).
+    #[arg(long)]
+    pub description: Option<PathBuf>,
+    /// First trial DM (default: the demo's 0–64 in steps of 2).
+    #[arg(long, default_value_t = 0.0)]
+    pub dm_start: f64,
+    /// Last trial DM.
+    #[arg(long, default_value_t = 64.0)]
+    pub dm_end: f64,
+    /// DM step.
+    #[arg(long, default_value_t = 2.0)]
+    pub dm_step: f64,
+    /// FFT length (default: chosen from the smear).
+    #[arg(long)]
+    pub fft_len: Option<usize>,
+    /// Downsampling factor.
+    #[arg(long, default_value_t = 32)]
+    pub downsample: usize,
+    /// Seconds per unit on one idle core (default: measured here on a synthetic block).
+    #[arg(long)]
+    pub tau_s: Option<f64>,
+    /// Cores shared by the meta hosts with LAUNCH = local (default: this machine's).
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// Read rate of the servers, MB/s.
+    #[arg(long, default_value_t = 500.0)]
+    pub disk_rate: f64,
+    /// Clients per server.
+    #[arg(long, default_value_t = distributed::MAX_CLIENTS_PER_SERVER)]
+    pub clients_per_server: usize,
+}
+
+/// `psrsearch plan`: the static allocation, predicted time per host, and the fewest clients
+/// that saturate each link.
+pub fn plan_main(a: PlanArgs) -> Result<()> {
+    let (text, name) = match &a.description {
+        Some(p) => (
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => (
+            metajob::demo_description(40000),
+            "the demo description".into(),
+        ),
+    };
+    let layout = metampi_config::parse_auto(&name, &text)?.layout();
+    let dms = dm_grid(a.dm_start, a.dm_end, a.dm_step);
+    let mut pc = PlanConfig::default().downsample(a.downsample);
+    pc.fft_len = a.fft_len;
+    let (band, nsamples) = match &a.file {
+        Some(f) => {
+            let r = BasebandReader::open(f).with_context(|| format!("opening {}", f.display()))?;
+            (r.band().clone(), r.nsamples())
+        }
+        None => {
+            let o = psrsearch::demo::demo_observation(1);
+            let rate = o.bandwidth_mhz.abs() * 1e6 / o.nchan as f64;
+            let band = psrsearch::Band::from_total(
+                o.centre_mhz,
+                o.bandwidth_mhz,
+                o.nchan,
+                rate,
+                o.complex,
+                o.npol,
+            );
+            (band, o.nsamples as u64)
+        }
+    };
+    let plan = DedispersionPlan::new(&band, &dms, &pc)?;
+    let units = plan.num_blocks(nsamples);
+    if units == 0 {
+        bail!("the data hold no whole block of {} samples", plan.fft_len());
+    }
+    let tau = match a.tau_s {
+        Some(t) => t,
+        None => distributed::calibrate(&plan),
+    };
+    // Ranks: servers on the data host (the first), one per `clients_per_server` clients.
+    let size: usize = layout.hosts.iter().map(|h| h.ranks.len()).sum();
+    let per = a
+        .clients_per_server
+        .clamp(1, distributed::MAX_CLIENTS_PER_SERVER);
+    let servers = size.div_ceil(per + 1).max(1);
+    let clients_total = size.saturating_sub(servers);
+    let local = layout
+        .hosts
+        .iter()
+        .all(|h| matches!(h.launch, metampi_config::Launch::Local));
+    let cores = a
+        .cores
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let share = if local {
+        (clients_total as f64 / cores as f64).max(1.0)
+    } else {
+        1.0
+    };
+    let mut hosts = Vec::new();
+    for (i, h) in layout.hosts.iter().enumerate() {
+        let clients = if i == 0 {
+            h.ranks.len().saturating_sub(servers)
+        } else {
+            h.ranks.len()
+        };
+        let link = |from: usize, to: usize| -> Result<Option<(f64, f64)>> {
+            let links: Vec<_> = layout.links_between(from, to).collect();
+            if links.is_empty() {
+                return Ok(None);
+            }
+            let mut bw = 0.0;
+            let mut lat: f64 = 0.0;
+            for l in links {
+                let Some(b) = l.options.bandwidth else {
+                    bail!(
+                        "the link {} → {} has no BANDWIDTH; give one (or run the search, which measures it)",
+                        layout.hosts[from].name,
+                        layout.hosts[to].name
+                    );
+                };
+                bw += b.bytes_per_sec() as f64;
+                lat = lat.max(l.options.latency.map_or(0.0, |d| d.as_secs_f64()));
+            }
+            Ok(Some((bw, lat)))
+        };
+        let (bandwidth, return_bandwidth, latency_s) = if i == 0 {
+            (None, None, 0.0)
+        } else {
+            let out = link(0, i)?
+                .with_context(|| format!("no PAIR from {} to {}", layout.hosts[0].name, h.name))?;
+            let back = link(i, 0)?.map(|b| b.0);
+            (Some(out.0), back.or(Some(out.0)), out.1)
+        };
+        hosts.push(HostModel {
+            name: h.name.clone(),
+            clients,
+            proc_s: tau * share,
+            bandwidth,
+            return_bandwidth,
+            latency_s,
+        });
+    }
+    let input = BalanceInput {
+        hosts,
+        units,
+        unit_bytes: distributed::unit_bytes_8bit(&plan) as f64,
+        result_bytes: distributed::result_bytes(&plan) as f64,
+        disk_rate: a.disk_rate * 1e6,
+        n_slopes: dms.len(),
+    };
+    let alloc = balance::allocate(&input)?;
+    println!(
+        "{} DMs, FFT {} (step {}), {} units; τ·n_slopes = {:.4} s per unit on one idle core{}",
+        dms.len(),
+        plan.fft_len(),
+        plan.step(),
+        units,
+        tau,
+        if share > 1.0 {
+            format!(
+                "; {clients_total} clients share {cores} cores here, so {:.4} s each",
+                tau * share
+            )
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "{} server(s) on {}; the data host is {}",
+        servers, layout.hosts[0].name, layout.hosts[0].name
+    );
+    println!("{alloc}");
+    for (h, a) in input.hosts.iter().zip(&alloc.hosts).skip(1) {
+        println!(
+            "fewest clients that saturate the link to {}: {} (it has {})",
+            h.name, a.saturating_clients, h.clients
+        );
+    }
+    Ok(())
+}

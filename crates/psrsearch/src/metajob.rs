@@ -1,0 +1,137 @@
+//! Starting a program as a metampi job over a meta-computer description: routers between the
+//! meta hosts first, then the ranks (MetaMPICH's `mpirun -meta`). The program relaunches
+//! itself: routers are this executable with the router spec in their environment (its
+//! `main` must call [`metampi::meta::run_router_from_env`] first and exit when that returns
+//! `true`), ranks are this executable with the arguments given.
+//!
+//! [`demo_description`] is the embedded three-site metacomputer of `psrsearch demo`.
+
+use std::ffi::OsString;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use metampi_launch::{AppSpec, JobOutcome, JobSpec, LaunchMethod, OutputMode, StdinTarget};
+
+/// Why a meta job could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetaJobError {
+    /// The description does not parse or validate.
+    #[error(transparent)]
+    Config(#[from] metampi_config::ConfigError),
+    /// Routers or ranks could not be started.
+    #[error("cannot start the job: {0}")]
+    Start(#[from] std::io::Error),
+    /// The launcher refused or failed.
+    #[error(transparent)]
+    Launch(#[from] metampi_launch::LaunchError),
+    /// No block of free ports was found for the routers.
+    #[error("no free block of {0} TCP ports found for the routers")]
+    NoPorts(usize),
+}
+
+/// A job to run.
+#[derive(Clone, Debug)]
+pub struct MetaJob {
+    /// Name of the description in error messages (usually its path).
+    pub description_name: String,
+    /// The description text.
+    pub description: String,
+    /// Arguments of every rank (this executable is the program).
+    pub rank_args: Vec<OsString>,
+    /// Extra environment for every rank.
+    pub env: Vec<(OsString, OsString)>,
+    /// Limit for the whole job.
+    pub timeout: Duration,
+}
+
+/// Run `job`: parse the description, start its routers, run the ranks, stop the routers.
+///
+/// # Errors
+/// A bad description, or routers or ranks that cannot be started. A job that runs but fails
+/// is reported in the returned outcome.
+pub fn run(job: &MetaJob) -> Result<JobOutcome, MetaJobError> {
+    let cfg = metampi_config::parse_auto(&job.description_name, &job.description)?;
+    let layout = cfg.layout();
+    let exe = std::env::current_exe()?.into_os_string();
+    let (_routers, plan) = metampi::meta::start(&layout, &exe, &["router".into()], &[])?;
+    let mut spec = JobSpec::new()
+        .app(AppSpec::new(plan.world_size, exe).args(job.rank_args.clone()))
+        .hosts(plan.hosts.clone())
+        .launch(LaunchMethod::Local)
+        .stdin(StdinTarget::None)
+        .output(OutputMode::Terminal)
+        .timeout(job.timeout);
+    for (k, v) in &plan.env {
+        spec = spec.env(k, v);
+    }
+    for (k, v) in &job.env {
+        spec = spec.env(k, v);
+    }
+    Ok(metampi_launch::run(&spec)?)
+}
+
+/// The demo's metacomputer, after the SC99 run: the data at Jodrell Bank (a server and two
+/// clients), three clients at Stuttgart behind a fast link and two at Pittsburgh behind a slow
+/// transatlantic one. Compression is off so the links run at their nominal rates.
+pub fn demo_description(port_base: u16) -> String {
+    format!(
+        "# psrsearch demo: three emulated sites on this machine\n\
+         PORTBASE {port_base}\n\
+         METAHOST jodrell {{ LAUNCH = local; NPROCS = 3; NODES = jb0; }}\n\
+         METAHOST stuttgart {{ LAUNCH = local; NPROCS = 3; NODES = hlrs0; }}\n\
+         METAHOST pittsburgh {{ LAUNCH = local; NPROCS = 2; NODES = psc0; }}\n\
+         PAIR jodrell stuttgart 1 - {{ BANDWIDTH = 100Mbit; LATENCY = 5ms; COMPRESSION = off; }}\n\
+         jb0 <-> hlrs0\n\
+         PAIR jodrell pittsburgh 1 - {{ BANDWIDTH = 40Mbit; LATENCY = 40ms; COMPRESSION = off; }}\n\
+         jb0 <-> psc0\n\
+         PAIR stuttgart pittsburgh 1 - {{ BANDWIDTH = 50Mbit; LATENCY = 30ms; COMPRESSION = off; }}\n\
+         hlrs0 <-> psc0\n"
+    )
+}
+
+/// A port base with `count` consecutive free ports on loopback, probing from a base derived
+/// from the process id so that concurrent jobs rarely collide.
+///
+/// # Errors
+/// [`MetaJobError::NoPorts`] when 200 tries find nothing.
+pub fn free_port_base(count: usize) -> Result<u16, MetaJobError> {
+    let span = 20_000u32;
+    let mut base = 30_000 + (std::process::id().wrapping_mul(7919) % span);
+    for _ in 0..200 {
+        let ok = (0..count as u32).all(|k| {
+            u16::try_from(base + k)
+                .ok()
+                .is_some_and(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        });
+        if ok {
+            if let Ok(b) = u16::try_from(base) {
+                return Ok(b);
+            }
+        }
+        base = 30_000 + (base - 30_000 + 97) % span;
+    }
+    Err(MetaJobError::NoPorts(count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_description_parses_with_three_uneven_sites() {
+        let cfg = metampi_config::parse_str("demo", &demo_description(31000)).unwrap();
+        let l = cfg.layout();
+        assert_eq!(l.world_size, 8);
+        let sizes: Vec<usize> = l.hosts.iter().map(|h| h.ranks.len()).collect();
+        assert_eq!(sizes, vec![3, 3, 2]);
+        let bw = |a, b| {
+            l.links_between(a, b)
+                .map(|k| k.options.bandwidth.unwrap().bytes_per_sec())
+                .sum::<u64>()
+        };
+        assert_eq!(bw(0, 1), 12_500_000);
+        assert_eq!(bw(0, 2), 5_000_000);
+        assert_eq!(bw(2, 0), 5_000_000);
+    }
+}
