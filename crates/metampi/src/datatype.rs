@@ -72,6 +72,9 @@ pub(crate) struct TypeMap {
     pub extent: usize,
     /// Lower bound (smallest offset), usually 0.
     pub lb: isize,
+    /// The values of one element in packed order, as runs of (value size,
+    /// count): what a byte-order conversion reverses.
+    pub units: Vec<(u8, usize)>,
 }
 
 impl TypeMap {
@@ -83,6 +86,7 @@ impl TypeMap {
             size,
             extent: size,
             lb: 0,
+            units: vec![(size as u8, 1)],
         }
     }
 
@@ -90,6 +94,7 @@ impl TypeMap {
         prim: Option<Prim>,
         mut blocks: Vec<(isize, usize)>,
         extent_hint: Option<(isize, usize)>,
+        units: Vec<(u8, usize)>,
     ) -> TypeMap {
         blocks.retain(|b| b.1 > 0);
         // Merge neighbours so dense layouts become one block.
@@ -112,6 +117,25 @@ impl TypeMap {
             size,
             extent,
             lb,
+            units,
+        }
+    }
+
+    /// Appends `times` copies of this map's value runs to `out`.
+    fn push_units(&self, times: usize, out: &mut Vec<(u8, usize)>) {
+        let mut push = |(s, c): (u8, usize)| match out.last_mut() {
+            Some(last) if last.0 == s => last.1 += c,
+            _ if c > 0 => out.push((s, c)),
+            _ => {}
+        };
+        if let [one] = self.units[..] {
+            push((one.0, one.1 * times));
+        } else {
+            for _ in 0..times {
+                for &u in &self.units {
+                    push(u);
+                }
+            }
         }
     }
 
@@ -311,7 +335,9 @@ fn hvector(count: usize, blocklength: usize, stride_bytes: isize, old: &TypeMap)
     } else {
         ((count - 1) as isize * stride_bytes).unsigned_abs() + blocklength * old.extent
     };
-    TypeMap::from_blocks(old.prim, blocks, Some((0, extent)))
+    let mut units = Vec::new();
+    old.push_units(count * blocklength, &mut units);
+    TypeMap::from_blocks(old.prim, blocks, Some((0, extent)), units)
 }
 
 fn hindexed(blocklengths: &[Count], displs_bytes: &[isize], old: &TypeMap) -> TypeMap {
@@ -321,10 +347,12 @@ fn hindexed(blocklengths: &[Count], displs_bytes: &[isize], old: &TypeMap) -> Ty
         "blocklengths and displacements differ in length"
     );
     let mut blocks = Vec::new();
+    let mut units = Vec::new();
     for (&bl, &d) in blocklengths.iter().zip(displs_bytes) {
         blocks.extend(old.repeat(ucount(bl), old.extent as isize, d));
+        old.push_units(ucount(bl), &mut units);
     }
-    TypeMap::from_blocks(old.prim, blocks, None)
+    TypeMap::from_blocks(old.prim, blocks, None, units)
 }
 
 macro_rules! constructors {
@@ -418,16 +446,18 @@ macro_rules! constructors {
                 );
                 let mut blocks = Vec::new();
                 let mut prims = Vec::new();
+                let mut units = Vec::new();
                 for ((&bl, &d), t) in blocklengths.iter().zip(displacements).zip(types) {
                     let old = type_map(t.type_id());
                     prims.push(old.prim);
                     blocks.extend(old.repeat(ucount(bl), old.extent as isize, d as isize));
+                    old.push_units(ucount(bl), &mut units);
                 }
                 let prim = match prims.first() {
                     Some(&p) if prims.iter().all(|&q| q == p) => p,
                     _ => None,
                 };
-                $wrap(register(TypeMap::from_blocks(prim, blocks, None)))
+                $wrap(register(TypeMap::from_blocks(prim, blocks, None, units)))
             }
         }
     };
@@ -690,6 +720,24 @@ impl Packed<'_> {
         match self {
             Packed::Dense(b) => b,
             Packed::Packed(v) => v,
+        }
+    }
+}
+
+/// Converts packed data of whole `tm` elements between byte orders by
+/// reversing every multi-byte value (a trailing partial element is left alone).
+pub(crate) fn swap_packed(tm: &TypeMap, data: &mut [u8]) {
+    if tm.size == 0 || tm.units.iter().all(|u| u.0 <= 1) {
+        return;
+    }
+    for elem in data.chunks_exact_mut(tm.size) {
+        let mut at = 0;
+        for &(s, c) in &tm.units {
+            let s = s as usize;
+            for v in elem[at..at + s * c].chunks_exact_mut(s.max(1)) {
+                v.reverse();
+            }
+            at += s * c;
         }
     }
 }

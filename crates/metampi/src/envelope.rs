@@ -52,6 +52,8 @@ impl Kind {
 
 /// Flag: the payload sits inside the envelope.
 pub(crate) const F_INLINE: u8 = 1;
+/// Flag: the typed payload is big-endian (receiver makes right).
+pub(crate) const F_BIG_ENDIAN: u8 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Envelope {

@@ -191,6 +191,19 @@ pub fn start(
         env: vec![
             ("METAMPI_SITES".into(), sites.join(",")),
             ("METAMPI_ROUTERS".into(), endpoints.join(",")),
+            (
+                "METAMPI_SITE_ORDERS".into(),
+                layout
+                    .hosts
+                    .iter()
+                    .map(|h| match h.byte_order {
+                        metampi_config::ByteOrder::Big => "big",
+                        metampi_config::ByteOrder::Little => "little",
+                        _ => "native",
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
         ],
         prefixes,
     };

@@ -27,6 +27,8 @@ pub struct Status {
     tag: Tag,
     bytes: usize,
     cancelled: bool,
+    /// The payload arrived in the other byte order and must be converted.
+    foreign: bool,
 }
 
 impl Status {
@@ -36,6 +38,7 @@ impl Status {
             tag: raw.tag,
             bytes: raw.len,
             cancelled: raw.cancelled,
+            foreign: raw.big_endian != cfg!(target_endian = "big"),
         }
     }
 
@@ -254,6 +257,23 @@ pub(crate) fn recv_vec_bytes(
     Ok((c.data.unwrap_or_default(), st))
 }
 
+/// The bytes of `buf` as they go to communicator rank `dst`: converted to
+/// this meta host's declared byte order when it differs from the machine's
+/// and `dst` is on another meta host (the receiver makes right).
+fn pack_for<'b, B: Buffer + ?Sized>(comm: &CommInner, dst: Rank, buf: &'b B) -> Packed<'b> {
+    let p = pack(buf);
+    let info = &shared().info;
+    if !info.swap_routed || !comm.world_of(dst).is_ok_and(|w| info.swap_to(w)) {
+        return p;
+    }
+    let mut v = p.bytes().to_vec();
+    crate::datatype::swap_packed(
+        &crate::datatype::type_map(buf.as_datatype().type_id()),
+        &mut v,
+    );
+    Packed::Packed(v)
+}
+
 /// Turns packed bytes into the engine's send buffer.
 pub(crate) fn send_buf(p: Packed<'_>) -> SendBuf {
     match p {
@@ -270,7 +290,10 @@ pub(crate) fn recv_target<B: BufferMut + ?Sized>(buf: &mut B) -> (RecvBuf, Post)
     // SAFETY: `buf` is exclusively borrowed by the caller for the request's life.
     match unsafe { layout.dense() } {
         // SAFETY: as above.
-        Some(d) => (RecvBuf::Borrowed(unsafe { RecvPtr::new(d) }), Post::None),
+        Some(d) => (
+            RecvBuf::Borrowed(unsafe { RecvPtr::new(d) }),
+            Post::Dense(layout),
+        ),
         None => {
             let cap = layout.capacity();
             (RecvBuf::Owned(Vec::new()), Post::Unpack(layout, cap))
@@ -281,20 +304,36 @@ pub(crate) fn recv_target<B: BufferMut + ?Sized>(buf: &mut B) -> (RecvBuf, Post)
 /// Finishes a completed receive: truncation check and unpacking.
 pub(crate) fn finish(c: Completed, post: &Post) -> Result<(), Error> {
     c.result?;
-    if let Post::Unpack(layout, cap) = post {
-        let data = c.data.unwrap_or_default();
-        if data.len() > *cap {
-            return Err(truncate(data.len(), *cap));
+    let foreign = c.status.big_endian != cfg!(target_endian = "big");
+    match post {
+        Post::Unpack(layout, cap) => {
+            let mut data = c.data.unwrap_or_default();
+            if data.len() > *cap {
+                return Err(truncate(data.len(), *cap));
+            }
+            if foreign {
+                crate::datatype::swap_packed(&layout.tm, &mut data);
+            }
+            // SAFETY: the request that owned this layout kept the buffer borrowed until now.
+            unsafe { layout.unpack(&data) };
         }
-        // SAFETY: the request that owned this layout kept the buffer borrowed until now.
-        unsafe { layout.unpack(&data) };
+        Post::Dense(layout) if foreign => {
+            // SAFETY: the dense buffer was borrowed by the request until now and the
+            // receive wrote its first `len` bytes (at most its capacity).
+            let bytes = unsafe { std::slice::from_raw_parts_mut(layout.base, c.status.len) };
+            crate::datatype::swap_packed(&layout.tm, bytes);
+        }
+        _ => {}
     }
     Ok(())
 }
 
 /// Converts received signature bytes into `count` values of `T`.
-fn vec_from_bytes<T: Equivalence>(data: &[u8]) -> Result<Vec<T>, Error> {
+fn vec_from_bytes<T: Equivalence>(mut data: Vec<u8>, st: &Status) -> Result<Vec<T>, Error> {
     let dt = T::equivalent_datatype();
+    if st.foreign {
+        crate::datatype::swap_packed(&crate::datatype::type_map(dt.type_id()), &mut data);
+    }
     let size = crate::datatype::size_of_type(dt.type_id());
     if size == 0 {
         return Ok(Vec::new());
@@ -319,14 +358,14 @@ fn vec_from_bytes<T: Equivalence>(data: &[u8]) -> Result<Vec<T>, Error> {
     // data bytes of `T` (Equivalence contract), and `data` holds all of them,
     // so every element is fully initialised before `set_len`.
     unsafe {
-        layout.unpack(data);
+        layout.unpack(&data);
         v.set_len(n);
     }
     Ok(v)
 }
 
-fn one_from_bytes<T: Equivalence>(data: &[u8]) -> Result<T, Error> {
-    let mut v = vec_from_bytes::<T>(data)?;
+fn one_from_bytes<T: Equivalence>(data: Vec<u8>, st: &Status) -> Result<T, Error> {
+    let mut v = vec_from_bytes::<T>(data, st)?;
     if v.len() != 1 {
         return Err(Error::new(
             ErrorClass::Count,
@@ -411,6 +450,9 @@ pub unsafe trait Source: AsCommunicator {
             let bytes =
                 unsafe { std::slice::from_raw_parts_mut(slot.as_mut_ptr() as *mut u8, size) };
             let st = recv_bytes(comm, self.source(), tag, bytes, false)?;
+            if st.foreign {
+                crate::datatype::swap_packed(&tm, bytes);
+            }
             if st.bytes != size {
                 return Err(Error::new(
                     ErrorClass::Count,
@@ -424,7 +466,7 @@ pub unsafe trait Source: AsCommunicator {
             return Ok((unsafe { slot.assume_init() }, st));
         }
         let (data, st) = recv_vec_bytes(comm, self.source(), tag, false)?;
-        Ok((one_from_bytes(&data)?, st))
+        Ok((one_from_bytes(data, &st)?, st))
     }
 
     /// Receives into `buf` with `tag`.
@@ -471,7 +513,7 @@ pub unsafe trait Source: AsCommunicator {
     ) -> Result<(Vec<Msg>, Status), Error> {
         let comm = &self.as_communicator().as_handle().0;
         let (data, st) = recv_vec_bytes(comm, self.source(), tag, false)?;
-        Ok((vec_from_bytes(&data)?, st))
+        Ok((vec_from_bytes(data, &st)?, st))
     }
 
     /// Starts a receive into `buf` with `tag`; complete it before the scope ends.
@@ -655,7 +697,7 @@ pub trait Destination: AsCommunicator {
         let t = trace::start();
         let comm = &self.as_communicator().as_handle().0;
         let dst = self.destination_rank();
-        let packed = pack(buf);
+        let packed = pack_for(comm, dst, buf);
         let len = packed.bytes().len();
         let r = send_packed(comm, dst, tag, packed, mode);
         if t.is_some() {
@@ -718,7 +760,7 @@ pub trait Destination: AsCommunicator {
     {
         let t = trace::start();
         let comm = &self.as_communicator().as_handle().0;
-        let data = match (mode, pack(buf)) {
+        let data = match (mode, pack_for(comm, self.destination_rank(), buf)) {
             (Mode::Buffered, p) => SendBuf::Owned(p.bytes().to_vec()),
             (_, p) => send_buf(p),
         };
@@ -910,6 +952,7 @@ impl Message {
                 tag: u.env.tag,
                 len: u.env.len as usize,
                 cancelled: false,
+                big_endian: u.env.flags & crate::envelope::F_BIG_ENDIAN != 0,
             },
         );
         (
@@ -937,7 +980,10 @@ impl Message {
         let c = shared().wait(id);
         let st = Status::from_raw(&self.comm, c.status);
         c.result.or_abort();
-        (one_from_bytes(&c.data.unwrap_or_default()).or_abort(), st)
+        (
+            one_from_bytes(c.data.unwrap_or_default(), &st).or_abort(),
+            st,
+        )
     }
 
     /// Receives the message into `buf`.
@@ -987,7 +1033,10 @@ impl MatchedReceiveVec for (Message, Status) {
         let c = shared().wait(id);
         let st = Status::from_raw(&m.comm, c.status);
         c.result.or_abort();
-        (vec_from_bytes(&c.data.unwrap_or_default()).or_abort(), st)
+        (
+            vec_from_bytes(c.data.unwrap_or_default(), &st).or_abort(),
+            st,
+        )
     }
 }
 
@@ -1074,7 +1123,7 @@ impl<T: Equivalence> ReceiveVecFuture<T> {
     fn convert(&self, c: Completed) -> Result<(Vec<T>, Status), Error> {
         let st = Status::from_raw(&self.comm, c.status);
         c.result?;
-        Ok((vec_from_bytes(&c.data.unwrap_or_default())?, st))
+        Ok((vec_from_bytes(c.data.unwrap_or_default(), &st)?, st))
     }
 
     /// Blocks until the message is there.

@@ -17,6 +17,9 @@ use crate::topology::CommInner;
 /// What to do with a completed request's data.
 pub(crate) enum Post {
     None,
+    /// A dense receive: its bytes are converted in place if they arrived in
+    /// the other byte order.
+    Dense(RecvLayout),
     /// Unpack a non-dense receive into the user's buffer (capacity in bytes).
     Unpack(RecvLayout, usize),
 }

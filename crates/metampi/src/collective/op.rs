@@ -363,6 +363,7 @@ unsafe impl<V: LocValue, I: LocIndex> Equivalence for ValueIndex<V, I> {
             size: sv + si,
             extent: std::mem::size_of::<Self>(),
             lb: 0,
+            units: vec![(sv as u8, 1), (si as u8, 1)],
         };
         let id = register_distinct(tm);
         t.push((key, id, V::PRIM, I::PRIM));

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::task::Waker;
 
-use crate::envelope::{Envelope, Kind};
+use crate::envelope::{Envelope, Kind, F_BIG_ENDIAN};
 use crate::error::{truncate, Error, ErrorClass};
 use crate::sys::cma;
 use crate::sys::rawbuf::{RecvPtr, SendPtr};
@@ -22,6 +22,8 @@ pub(crate) struct RawStatus {
     pub tag: i32,
     pub len: usize,
     pub cancelled: bool,
+    /// The payload is big-endian (the sender's meta host declares that order).
+    pub big_endian: bool,
 }
 
 pub(crate) enum SendBuf {
@@ -389,6 +391,7 @@ impl Core {
                 tag: u.env.tag,
                 len: u.env.len as usize,
                 cancelled: false,
+                big_endian: u.env.flags & F_BIG_ENDIAN != 0,
             })
     }
 
@@ -428,6 +431,7 @@ impl Core {
             tag: env.tag,
             len: payload.len(),
             cancelled: false,
+            big_endian: env.flags & F_BIG_ENDIAN != 0,
         };
         let mut err = None;
         if let Some(Slot {
@@ -460,6 +464,7 @@ impl Core {
             tag: env.tag,
             len,
             cancelled: false,
+            big_endian: env.flags & F_BIG_ENDIAN != 0,
         };
         let pid = self.pids.get(env.src as usize).copied().unwrap_or(0);
         let mut fin = Envelope::new(Kind::Fin, self.rank, env.context, env.tag, 0);
@@ -481,6 +486,23 @@ impl Core {
             });
             self.complete(id, status, Some(err));
             return;
+        }
+        // A vector of the announced size must be possible: a corrupt or hostile RTS
+        // fails this receive (the sender is told to finish) instead of the allocator
+        // aborting the process.
+        if let RecvBuf::Owned(v) = buf {
+            if v.try_reserve_exact(len).is_err() {
+                let err = Error::new(
+                    ErrorClass::Count,
+                    format!("cannot allocate {len} bytes for an incoming message"),
+                );
+                self.out.push_back(Action::Ctrl {
+                    dst: env.src,
+                    env: fin,
+                });
+                self.complete(id, status, Some(err));
+                return;
+            }
         }
         let dst = buf.prepare(len);
         if env.addr != 0 && pid > 0 && cma::read_from(pid, env.addr, dst).is_ok() {

@@ -17,7 +17,7 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 use super::core::{Action, Core, ReqId};
-use crate::envelope::{Envelope, Kind, ENV_LEN, INLINE_MAX};
+use crate::envelope::{Envelope, Kind, ENV_LEN, F_BIG_ENDIAN, INLINE_MAX};
 use crate::error::{Error, ErrorClass};
 use crate::sys::ring::{Consumer, Producer};
 use crate::sys::shm::Segment;
@@ -134,6 +134,9 @@ pub(crate) struct Links {
     /// Eager limit through a router: a rendezvous handshake costs a wide-area
     /// round trip, so larger messages go eagerly there (buffered by the receiver).
     pub eager_router: usize,
+    /// Point-to-point payloads through routers are in big-endian order (this
+    /// meta host declares it; the sender converted them).
+    pub routed_big_endian: bool,
     pub cma: bool,
     pub my_sleep: Option<SleepFlag>,
     pub wake: UnixDatagram,
@@ -156,6 +159,7 @@ impl Links {
             eager_shm: 32 << 10,
             eager_tcp: 64 << 10,
             eager_router: 512 << 10,
+            routed_big_endian: cfg!(target_endian = "big"),
             cma: false,
             my_sleep: None,
             wake,
@@ -230,11 +234,13 @@ impl Links {
         let len = core.send_bytes(id).map_or(0, |b| b.len());
         let kind = if sync { Kind::EagerSync } else { Kind::Eager };
         let d = self.chan(dst);
+        let order = self.order_flag(d, ctx);
         match &self.peers[d] {
             Link::Via(_) => {}
             Link::Local => {
                 let data = core.send_bytes(id).map(<[u8]>::to_vec).unwrap_or_default();
                 let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
+                env.flags |= order;
                 env.dst = dst;
                 env.sreq = id;
                 self.self_q.push_back((env, data));
@@ -245,6 +251,7 @@ impl Links {
             Link::Shm(l) => {
                 let eager = self.eager_shm.min(l.prod.max_payload());
                 let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
+                env.flags |= order;
                 env.dst = dst;
                 env.sreq = id;
                 if len <= INLINE_MAX && !sync {
@@ -278,6 +285,7 @@ impl Links {
                     return;
                 }
                 let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
+                env.flags |= order;
                 env.dst = dst;
                 env.sreq = id;
                 let eager = if d >= self.world() {
@@ -318,6 +326,7 @@ impl Links {
             return false;
         }
         let mut env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
+        env.flags |= self.order_flag(d, ctx);
         env.dst = dst;
         match &mut self.peers[d] {
             Link::Shm(l) => {
@@ -365,6 +374,23 @@ impl Links {
                 }
             }
             Link::Local | Link::Via(_) => false,
+        }
+    }
+
+    /// The byte-order flag of a message on channel `d` in context `ctx`:
+    /// user point-to-point traffic through a router is in the meta host's
+    /// declared order, everything else in this machine's.
+    fn order_flag(&self, d: usize, ctx: u32) -> u8 {
+        let routed_user = d >= self.world() && ctx % 2 == 0;
+        let big = if routed_user {
+            self.routed_big_endian
+        } else {
+            cfg!(target_endian = "big")
+        };
+        if big {
+            F_BIG_ENDIAN
+        } else {
+            0
         }
     }
 

@@ -50,6 +50,31 @@ pub(crate) struct JobInfo {
     /// Meta host (site) of every world rank; all 0 without a meta-computer.
     pub sites: Vec<u32>,
     pub appnum: u32,
+    /// This meta host declares a byte order other than this machine's, so
+    /// typed point-to-point data to other meta hosts is converted on sending.
+    pub swap_routed: bool,
+}
+
+impl JobInfo {
+    /// Whether typed data sent to world rank `w` must be converted first.
+    pub(crate) fn swap_to(&self, w: u32) -> bool {
+        self.swap_routed && self.sites.get(w as usize) != self.sites.get(self.rank as usize)
+    }
+}
+
+/// Whether the meta host `site` declares big-endian data
+/// (`METAMPI_SITE_ORDERS`: `native`, `little` or `big` per meta host).
+fn site_big_endian(site: u32) -> io::Result<bool> {
+    let native = cfg!(target_endian = "big");
+    let Ok(v) = std::env::var("METAMPI_SITE_ORDERS") else {
+        return Ok(native);
+    };
+    match v.split(',').nth(site as usize).map(str::trim) {
+        None | Some("native") => Ok(native),
+        Some("big") => Ok(true),
+        Some("little") => Ok(false),
+        Some(o) => Err(other(format!("METAMPI_SITE_ORDERS has a bad order `{o}`"))),
+    }
 }
 
 pub(crate) struct Shared {
@@ -341,6 +366,8 @@ impl Shared {
             routers.push((to, s));
         }
         let mut links = Links::new(rank, peers, wake);
+        links.routed_big_endian = site_big_endian(my_site)?;
+        let swap_routed = links.routed_big_endian != cfg!(target_endian = "big");
         let mut by_site: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
         for (to, s) in routers {
             let c = links.add_channel(Links::tcp(s));
@@ -414,6 +441,7 @@ impl Shared {
                 nodes,
                 sites,
                 appnum,
+                swap_routed,
             },
             pmi: Mutex::new(Some(pmi)),
             self_wake: Some(SocketAddr::from_abstract_name(format!(
@@ -446,6 +474,7 @@ impl Shared {
                 nodes: vec![crate::environment::hostname()],
                 sites: vec![0],
                 appnum: 0,
+                swap_routed: false,
             },
             pmi: Mutex::new(None),
             self_wake: None,
