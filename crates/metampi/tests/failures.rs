@@ -114,3 +114,77 @@ fn fatal_truncation_names_rank_and_cause() {
     assert!(text.contains("rank 1"), "{text}");
     assert!(text.contains("MPI_ERR_TRUNCATE"), "{text}");
 }
+
+/// Processes (routers or ranks) of the test `name`, found by the marker the
+/// test harness puts in their environment; `spec` narrows it to a router.
+fn processes_of(name: &str, spec: Option<&str>) -> Vec<u32> {
+    let marker = format!("METAMPI_TEST_RANK_OF={name}");
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+        let has = |v: &str| vars.iter().any(|x| x.starts_with(v.as_bytes()));
+        if has(&marker) && spec.is_none_or(has) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+const TWO_SITES: &str = "PORTBASE 24700\n\
+     METAHOST a { LAUNCH = local; NPROCS = 2; NODES = a0; }\n\
+     METAHOST b { LAUNCH = local; NPROCS = 2; NODES = b0; }\n\
+     PAIR a b 1\na0 <-> b0\n";
+
+fn killed_router(world: &metampi::topology::SimpleCommunicator) {
+    // One message across first, so the routers are known to carry traffic.
+    if world.rank() == 0 {
+        world.process_at_rank(2).send(&7u32);
+        for pid in processes_of(
+            "killed_router_ends_the_job",
+            Some("METAMPI_ROUTER_SPEC=id=0;"),
+        ) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+        }
+    } else if world.rank() == 2 {
+        let _ = world.process_at_rank(0).receive::<u32>();
+    }
+    // Then everyone waits for a message from the other site that never comes.
+    let other = (world.rank() + 2) % 4;
+    let _ = world.process_at_rank(other).receive::<u64>();
+}
+
+#[test]
+fn killed_router_ends_the_job() {
+    let t0 = Instant::now();
+    let outcome = Ranks::new(4)
+        .meta(TWO_SITES)
+        .timeout(Duration::from_secs(60))
+        .outcome("killed_router_ends_the_job", killed_router);
+    let Some(o) = outcome else {
+        std::process::exit(0);
+    };
+    let took = t0.elapsed();
+    let f = o.failure.expect("the job must fail");
+    let text = f.to_string();
+    assert!(text.contains("router"), "{text}");
+    assert!(text.contains("meta host(s) 1"), "{text}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {text}");
+    // Nothing of the job is left: ranks reaped by the launcher, routers by the harness.
+    std::thread::sleep(Duration::from_millis(200));
+    let left = processes_of("killed_router_ends_the_job", None);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}

@@ -145,6 +145,10 @@ pub(crate) struct Links {
     extra: usize,
     /// Frames waiting in any out-queue (fast check for the progress loop).
     pending: usize,
+    /// Why the job must end (a router connection broke).
+    pub fatal: Option<String>,
+    /// Meta host of every world rank (to name what a lost router served).
+    pub sites: Vec<u32>,
 }
 
 impl Links {
@@ -166,6 +170,8 @@ impl Links {
             segments: Vec::new(),
             extra: 0,
             pending: 0,
+            fatal: None,
+            sites: Vec::new(),
         }
     }
 
@@ -580,11 +586,32 @@ impl Links {
 
     /// Fails the requests of every peer reached through channel `c`.
     fn fail_channel(&mut self, core: &mut Core, c: usize, why: &str) {
+        if c >= self.world() && self.fatal.is_none() {
+            // A lost router cuts this rank off from a whole meta host: waits on
+            // any source or in collectives could never finish, so the job ends.
+            let since = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            self.fatal = Some(format!(
+                "lost the connection to its router for meta host(s) {} at unix time {since:.3} ({why})",
+                self.sites_via(c)
+            ));
+        }
         for p in 0..self.world() {
             if self.chan(p as u32) == c {
                 core.fail_peer(p as u32, why);
             }
         }
+    }
+
+    /// The meta hosts whose ranks channel `c` carries, as a list.
+    fn sites_via(&self, c: usize) -> String {
+        let mut v: Vec<u32> = (0..self.world())
+            .filter(|&p| self.chan(p as u32) == c)
+            .filter_map(|p| self.sites.get(p).copied())
+            .collect();
+        v.dedup();
+        v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
     }
 
     /// Drains the wake-up socket after a blocking wait.

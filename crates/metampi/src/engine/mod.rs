@@ -36,6 +36,9 @@ pub(crate) struct Engine {
 impl Engine {
     pub(crate) fn progress(&mut self) -> bool {
         let moved = self.links.progress(&mut self.core);
+        if let Some(why) = self.links.fatal.take() {
+            crate::environment::abort_job(1, &why);
+        }
         // Collectives advance on every pass, whichever thread drives it.
         self.colls.advance(&mut self.core, &mut self.links) || moved
     }
@@ -367,6 +370,7 @@ impl Shared {
         }
         let mut links = Links::new(rank, peers, wake);
         links.routed_big_endian = site_big_endian(my_site)?;
+        links.sites = sites.clone();
         let swap_routed = links.routed_big_endian != cfg!(target_endian = "big");
         let mut by_site: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
         for (to, s) in routers {
