@@ -122,6 +122,19 @@ pub fn start(
     args: &[OsString],
     env: &[(OsString, OsString)],
 ) -> std::io::Result<(Routers, MetaPlan)> {
+    start_with_dial(layout, program, args, env, &mut |a| Ok(a.to_string()))
+}
+
+/// Like [`start`], but routers dial `dial(addr)` instead of each link's
+/// `addr`: a proxy in between can watch or disturb the link (tests use it to
+/// inject faults).
+pub fn start_with_dial(
+    layout: &Layout,
+    program: &OsString,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    dial: &mut dyn FnMut(&str) -> std::io::Result<String>,
+) -> std::io::Result<(Routers, MetaPlan)> {
     for h in &layout.hosts {
         if !matches!(h.launch, Launch::Local | Launch::Netns(_)) {
             return Err(std::io::Error::other(format!(
@@ -134,7 +147,10 @@ pub fn start(
         children: Vec::new(),
     };
     let mut endpoints = Vec::new();
-    for spec in router_specs(layout) {
+    for mut spec in router_specs(layout) {
+        for o in &mut spec.out {
+            o.addr = dial(&o.addr)?;
+        }
         let r = &layout.routers[spec.id];
         let pre = prefix(&layout.hosts[r.host].launch);
         let mut cmd = match pre.split_first() {

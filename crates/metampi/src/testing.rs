@@ -23,11 +23,19 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Arc;
+
 use metampi_launch::{AppSpec, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget};
 
 use crate::topology::SimpleCommunicator;
 
 const CHILD_ENV: &str = "METAMPI_TEST_RANK_OF";
+
+/// The counts of every fault proxy of a job, filled as the proxies start.
+pub type ProxyCounts = Arc<std::sync::Mutex<Vec<Arc<FaultCounts>>>>;
 
 /// A multi-rank test job.
 #[derive(Debug, Clone)]
@@ -37,6 +45,7 @@ pub struct Ranks {
     nodes: Vec<(String, usize)>,
     meta: Option<String>,
     timeout: Duration,
+    faults: Option<(Faults, ProxyCounts)>,
 }
 
 impl Ranks {
@@ -48,6 +57,7 @@ impl Ranks {
             nodes: Vec::new(),
             meta: None,
             timeout: Duration::from_secs(120),
+            faults: None,
         }
     }
 
@@ -80,6 +90,14 @@ impl Ranks {
     pub fn meta(mut self, config: &str) -> Ranks {
         self.meta = Some(config.to_string());
         self
+    }
+
+    /// Puts a [`FaultProxy`] with `faults` in every router link of a
+    /// [`Ranks::meta`] job; the returned list fills with their counts.
+    pub fn faulty_links(mut self, faults: Faults) -> (Ranks, ProxyCounts) {
+        let counts = Arc::new(std::sync::Mutex::new(Vec::new()));
+        self.faults = Some((faults, Arc::clone(&counts)));
+        (self, counts)
     }
 
     /// Time limit for the whole job (default 120 s).
@@ -139,10 +157,28 @@ impl Ranks {
             // The routers are this executable too, started with the child marker.
             let marker = [(OsString::from(CHILD_ENV), OsString::from(test_name))];
             let exe_os = exe.clone().into_os_string();
-            let (routers, plan) = crate::meta::start(cfg.layout_ref(), &exe_os, &args, &marker)
-                .unwrap_or_else(|e| panic!("starting routers: {e}"));
+            let mut proxies = Vec::new();
+            let mut dial = |addr: &str| -> std::io::Result<String> {
+                let Some((f, counts)) = &self.faults else {
+                    return Ok(addr.to_string());
+                };
+                let mut f = *f;
+                f.seed ^= proxies.len() as u64;
+                // A router link's 16-byte hello passes untouched.
+                let p = FaultProxy::start(addr, f, 16)?;
+                counts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(Arc::clone(&p.counts));
+                let a = p.addr().to_string();
+                proxies.push(p);
+                Ok(a)
+            };
+            let (routers, plan) =
+                crate::meta::start_with_dial(cfg.layout_ref(), &exe_os, &args, &marker, &mut dial)
+                    .unwrap_or_else(|e| panic!("starting routers: {e}"));
             n = plan.world_size;
-            meta = Some((routers, plan));
+            meta = Some((routers, plan, proxies));
         }
         let app = AppSpec::new(n, &exe).args(&args);
         let mut spec = JobSpec::new()
@@ -159,7 +195,7 @@ impl Ranks {
                 .hosts(self.nodes.iter().map(|(h, s)| Host::new(h.clone(), *s)))
                 .launch(LaunchMethod::Local);
         }
-        if let Some((_, plan)) = &meta {
+        if let Some((_, plan, _)) = &meta {
             let exe = exe.clone().into_os_string();
             spec = spec
                 .replace_apps(plan.apps(&exe, &args))
@@ -248,6 +284,234 @@ impl Drop for NetnsPair {
             let _ = std::process::Command::new("ip")
                 .args(["netns", "del", n])
                 .output();
+        }
+    }
+}
+
+/// Faults a [`FaultProxy`] injects, as probabilities per forwarded chunk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Flip one bit.
+    pub flip: f64,
+    /// Drop the chunk.
+    pub drop: f64,
+    /// Send the chunk twice.
+    pub duplicate: f64,
+    /// Hold the chunk back and send it after the next one.
+    pub swap: f64,
+    /// Pause a few milliseconds before sending.
+    pub delay: f64,
+    /// Cut the connection (both directions).
+    pub cut: f64,
+    /// Seed of the proxy's random choices.
+    pub seed: u64,
+}
+
+/// Counts of what a [`FaultProxy`] did.
+#[derive(Debug, Default)]
+pub struct FaultCounts {
+    pub chunks: AtomicU64,
+    pub flipped: AtomicU64,
+    pub dropped: AtomicU64,
+    pub duplicated: AtomicU64,
+    pub swapped: AtomicU64,
+    pub delayed: AtomicU64,
+    pub cut: AtomicU64,
+}
+
+impl FaultCounts {
+    /// Faults injected in all.
+    pub fn injected(&self) -> u64 {
+        [
+            &self.flipped,
+            &self.dropped,
+            &self.duplicated,
+            &self.swapped,
+            &self.cut,
+        ]
+        .iter()
+        .map(|c| c.load(AtomicOrdering::Relaxed))
+        .sum()
+    }
+}
+
+/// A TCP proxy on loopback that forwards every connection to `target` and
+/// disturbs the bytes: flipped bits, lost, duplicated and reordered chunks,
+/// pauses and cut connections, chosen by a seeded generator. The first
+/// `skip` bytes of each connection (a router link's hello) pass untouched.
+pub struct FaultProxy {
+    addr: std::net::SocketAddr,
+    /// What was done so far.
+    pub counts: Arc<FaultCounts>,
+    stop: Arc<AtomicBool>,
+}
+
+impl FaultProxy {
+    /// Starts the proxy for `target` (`host:port`).
+    pub fn start(target: &str, faults: Faults, skip: usize) -> std::io::Result<FaultProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let counts = Arc::new(FaultCounts::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s, target) = (Arc::clone(&counts), Arc::clone(&stop), target.to_string());
+        std::thread::spawn(move || {
+            let mut conn_no = 0u64;
+            while !s.load(AtomicOrdering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        conn_no += 1;
+                        let Ok(server) = TcpStream::connect(&target) else {
+                            continue;
+                        };
+                        let _ = client.set_nonblocking(false);
+                        let seed = faults.seed ^ conn_no.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                        pump_pair(client, server, faults, seed, skip, &c, &s);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Ok(FaultProxy { addr, counts, stop })
+    }
+
+    /// Where to connect instead of the target.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, AtomicOrdering::Relaxed);
+    }
+}
+
+/// Forwards both directions of one proxied connection on two threads.
+fn pump_pair(
+    client: TcpStream,
+    server: TcpStream,
+    faults: Faults,
+    seed: u64,
+    skip: usize,
+    counts: &Arc<FaultCounts>,
+    stop: &Arc<AtomicBool>,
+) {
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    let (k1, k2) = (Arc::clone(counts), Arc::clone(counts));
+    let (st1, st2) = (Arc::clone(stop), Arc::clone(stop));
+    std::thread::spawn(move || pump(client, server, faults, seed, skip, &k1, &st1));
+    std::thread::spawn(move || pump(s2, c2, faults, seed ^ 1, 0, &k2, &st2));
+}
+
+/// Copies `from` to `to` chunk by chunk, applying `faults`.
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    f: Faults,
+    seed: u64,
+    mut skip: usize,
+    n: &FaultCounts,
+    stop: &AtomicBool,
+) {
+    use rand_core_lite::Rng64;
+    let mut rng = Rng64::new(seed);
+    let mut buf = vec![0u8; 16 << 10];
+    let mut held: Option<Vec<u8>> = None;
+    let cut = |a: &TcpStream, b: &TcpStream| {
+        let _ = a.shutdown(std::net::Shutdown::Both);
+        let _ = b.shutdown(std::net::Shutdown::Both);
+    };
+    loop {
+        if stop.load(AtomicOrdering::Relaxed) {
+            return cut(&from, &to);
+        }
+        let got = match from.read(&mut buf) {
+            Ok(0) | Err(_) => return cut(&from, &to),
+            Ok(k) => k,
+        };
+        let mut chunk = buf[..got].to_vec();
+        if skip > 0 {
+            // The hello passes as it is; faults start after it.
+            let k = skip.min(chunk.len());
+            skip -= k;
+            if to.write_all(&chunk[..k]).is_err() {
+                return cut(&from, &to);
+            }
+            chunk.drain(..k);
+            if chunk.is_empty() {
+                continue;
+            }
+        }
+        n.chunks.fetch_add(1, AtomicOrdering::Relaxed);
+        if rng.chance(f.cut) {
+            n.cut.fetch_add(1, AtomicOrdering::Relaxed);
+            return cut(&from, &to);
+        }
+        if rng.chance(f.delay) {
+            n.delayed.fetch_add(1, AtomicOrdering::Relaxed);
+            std::thread::sleep(Duration::from_millis(1 + rng.below(5)));
+        }
+        if rng.chance(f.drop) {
+            n.dropped.fetch_add(1, AtomicOrdering::Relaxed);
+            continue;
+        }
+        if rng.chance(f.flip) {
+            n.flipped.fetch_add(1, AtomicOrdering::Relaxed);
+            let bit = rng.below(chunk.len() as u64 * 8);
+            chunk[(bit / 8) as usize] ^= 1 << (bit % 8);
+        }
+        let mut out = Vec::new();
+        if held.is_none() && rng.chance(f.swap) {
+            n.swapped.fetch_add(1, AtomicOrdering::Relaxed);
+            held = Some(chunk);
+            continue;
+        }
+        out.push(chunk.clone());
+        if rng.chance(f.duplicate) {
+            n.duplicated.fetch_add(1, AtomicOrdering::Relaxed);
+            out.push(chunk);
+        }
+        if let Some(h) = held.take() {
+            out.push(h);
+        }
+        for c in out {
+            if to.write_all(&c).is_err() {
+                return cut(&from, &to);
+            }
+        }
+    }
+}
+
+/// A small deterministic generator for the proxy (splitmix64), so the
+/// library needs no random-number dependency.
+mod rand_core_lite {
+    pub struct Rng64(u64);
+
+    impl Rng64 {
+        pub fn new(seed: u64) -> Rng64 {
+            Rng64(seed)
+        }
+
+        pub fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        pub fn chance(&mut self, p: f64) -> bool {
+            let x = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+            p > 0.0 && x < p
+        }
+
+        pub fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
         }
     }
 }
