@@ -371,8 +371,11 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 const DELIVER_LIMIT: usize = 32 << 20;
 /// Bytes read from one connection per pass, so no sender starves the others.
 const READ_BUDGET: usize = 4 << 20;
-/// Size of one read from a connection.
+/// Size of one read from a link connection.
 const READ_CHUNK: usize = 256 << 10;
+/// Size of one read from a rank's connection, unless a frame needs more: a
+/// router may serve hundreds of ranks (SC99: 256 clients on one site).
+const RANK_READ_CHUNK: usize = 64 << 10;
 
 fn link_hello(conn: u32, link: u16, links: u16, layout_id: u32) -> [u8; LINK_HELLO] {
     let mut h = [0u8; LINK_HELLO];
@@ -386,11 +389,11 @@ fn link_hello(conn: u32, link: u16, links: u16, layout_id: u32) -> [u8; LINK_HEL
 
 /// Reads what is available into `rx` (at most `READ_BUDGET`); `Ok(false)` at
 /// the end of the stream.
-fn fill(stream: &mut TcpStream, rx: &mut BytesMut, want: usize) -> io::Result<bool> {
+fn fill(stream: &mut TcpStream, rx: &mut BytesMut, want: usize, min: usize) -> io::Result<bool> {
     let mut total = 0;
     while total < READ_BUDGET {
         let start = rx.len();
-        let chunk = READ_CHUNK.max(want.saturating_sub(start));
+        let chunk = min.max(want.saturating_sub(start));
         rx.resize(start + chunk, 0);
         match stream.read(&mut rx[start..]) {
             Ok(0) => {
@@ -716,7 +719,7 @@ impl Router {
         self.ranks.push(RankConn {
             rank,
             stream: h.stream,
-            rx: BytesMut::with_capacity(2 * READ_CHUNK),
+            rx: BytesMut::with_capacity(RANK_READ_CHUNK),
             held: None,
             tx,
             tx_off: 0,
@@ -807,7 +810,7 @@ impl Router {
                         Ok(Err(n)) => n,
                         _ => 0,
                     };
-                    match fill(&mut rc.stream, &mut rc.rx, want) {
+                    match fill(&mut rc.stream, &mut rc.rx, want, RANK_READ_CHUNK) {
                         Ok(open) => gone = !open,
                         Err(_) => gone = true,
                     }
@@ -869,7 +872,7 @@ impl Router {
                 };
                 if readable.get(l).copied().unwrap_or(true) {
                     buf.clear();
-                    match fill(&mut c.stream, &mut buf, 0) {
+                    match fill(&mut c.stream, &mut buf, 0, READ_CHUNK) {
                         Ok(true) => {}
                         Ok(false) => lost.push((l, "closed by the peer".to_string())),
                         Err(e) => lost.push((l, e.to_string())),
@@ -967,6 +970,30 @@ impl Router {
             return;
         }
         self.last_stats = now;
+        if let Some(dir) = std::env::var_os("METAMPI_ROUTER_STATS") {
+            // Memory of the whole router process: the SC99 buffer case is about it.
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let kb = |key: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let queued: u64 = self.out.iter().map(|p| p.bundle.send_buffered()).sum();
+            let text = format!(
+                "{{\"rss_kb\":{},\"peak_rss_kb\":{},\"ranks\":{},\"to_ranks_bytes\":{},\"send_buffered\":{queued}}}\n",
+                kb("VmRSS:"),
+                kb("VmHWM:"),
+                self.ranks.len(),
+                self.to_ranks
+            );
+            let path = std::path::PathBuf::from(dir).join(format!("router-{}.json", self.id));
+            let tmp = path.with_extension("tmp");
+            if std::fs::write(&tmp, text).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
+        }
         if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
             let ranks: Vec<String> = self
                 .ranks
