@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -118,6 +118,10 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         job,
         pmi_port: pmi.addr().port(),
         pmi_unix: pmi.unix_path(),
+        secret: job_secret().map_err(|source| LaunchError::Io {
+            what: "cannot make the job secret",
+            source,
+        })?,
         cwd: cwd.as_deref(),
         capture: capture.clone(),
         done: done_tx,
@@ -232,6 +236,8 @@ struct StartContext<'a> {
     job: JobId,
     pmi_port: u16,
     pmi_unix: Option<&'a Path>,
+    /// The job secret (64 hex digits) unless the job's environment sets one.
+    secret: String,
     cwd: Option<&'a Path>,
     capture: Option<CaptureBuffers>,
     done: Sender<()>,
@@ -263,6 +269,11 @@ fn start_rank(
         _ => format!("{}:{}", ctx.plan.pmi_host, ctx.pmi_port),
     };
     let mut env: Vec<(OsString, OsString)> = ctx.plan.env.clone();
+    // Every job has a secret its processes prove to each other (challenge and
+    // response); the caller may have chosen it (meta jobs share it with routers).
+    if !env.iter().any(|(k, _)| k == "METAMPI_SECRET") {
+        env.push(("METAMPI_SECRET".into(), ctx.secret.clone().into()));
+    }
     let metampi = [
         ("METAMPI_PMI", pmi),
         ("METAMPI_JOB", ctx.job.to_string()),
@@ -551,4 +562,15 @@ impl Monitor<'_> {
             }
         }
     }
+}
+
+/// The job secret: the launcher's own `METAMPI_SECRET` when it has one (a
+/// job started inside a job, or by a user who chose it), else 256 random bits.
+fn job_secret() -> io::Result<String> {
+    if let Ok(s) = std::env::var("METAMPI_SECRET") {
+        return Ok(s);
+    }
+    let mut k = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut k)?;
+    Ok(k.iter().map(|b| format!("{b:02x}")).collect())
 }

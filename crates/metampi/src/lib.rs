@@ -38,6 +38,7 @@
 //! [`traits::Source::immediate_receive_vec`]) need no scope and are real
 //! `Future`s woken by the library.
 
+pub mod auth;
 mod bootstrap;
 pub mod collective;
 pub mod datatype;
@@ -79,4 +80,96 @@ pub mod traits {
     pub use crate::point_to_point::{Destination, MatchedReceiveVec, Source};
     pub use crate::topology::{AsCommunicator, Communicator, Group};
     pub use metampi_derive::Equivalence;
+}
+
+/// Entry points for the fuzz targets in `fuzz/` and the hostile-input tests: the decoders
+/// of bytes that peers send, which are private otherwise. Not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::io::Write;
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::os::unix::net::UnixDatagram;
+
+    use crate::engine::core::{Core, Pattern, RecvBuf, SendBuf};
+    use crate::engine::links::{Link, Links};
+    use crate::envelope::{Envelope, ENV_LEN};
+    use crate::sys::rawbuf::RecvPtr;
+
+    /// Length of the rank-side envelope.
+    pub const ENVELOPE_LEN: usize = ENV_LEN;
+
+    /// Decodes the front of `bytes` as a 64-byte envelope: its kind, message length and
+    /// the payload bytes that follow it on a stream; `None` when the decoder refuses it.
+    /// What it accepts must survive a re-encoding unchanged.
+    ///
+    /// # Panics
+    /// When an accepted envelope does not round-trip (a decoder bug).
+    pub fn decode_envelope(bytes: &[u8]) -> Option<(u8, u64, u64)> {
+        let env = Envelope::decode(bytes)?;
+        let inline = env.is_inline().then(|| &bytes[32..32 + env.len as usize]);
+        let again = Envelope::decode(&env.encode(inline));
+        assert_eq!(again, Some(env), "envelope does not round-trip");
+        Some((env.kind as u8, env.len, env.trailing_len() as u64))
+    }
+
+    /// Feeds `bytes` to a rank's matching engine as the stream a TCP peer (world rank 1)
+    /// sent, through the real stream reader, until the peer's end of stream closes the
+    /// link. Rank 0 has posted receives into fixed buffers and into a vector of the
+    /// message's size, and holds an owned send, so eager
+    /// delivery, rendezvous, data fragments and acknowledgements all find a target.
+    ///
+    /// # Errors
+    /// Only when the loopback sockets cannot be set up.
+    pub fn rank_stream(bytes: &[u8]) -> std::io::Result<()> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let mut peer = TcpStream::connect(listener.local_addr()?)?;
+        let (mine, _) = listener.accept()?;
+        mine.set_nonblocking(true)?;
+        let (wake, _wake_peer) = UnixDatagram::pair()?;
+        wake.set_nonblocking(true)?;
+        // Declared before the engine so that they outlive every request that points at them.
+        let mut small = [0u8; 48];
+        let mut exact = [0u8; 8];
+        let mut large = vec![0u8; 96 << 10];
+        let mut core = Core::new(0, 2);
+        let mut links = Links::new(0, vec![Link::Local, Links::tcp(mine)], wake);
+        let any = |ctx| Pattern {
+            ctx,
+            src: None,
+            tag: None,
+        };
+        // SAFETY: the three buffers are declared before `core` and so dropped after it,
+        // each backs one request, and nothing else touches them while the requests live.
+        let (small, exact, large) = unsafe {
+            (
+                RecvPtr::new(&mut small),
+                RecvPtr::new(&mut exact),
+                RecvPtr::new(&mut large),
+            )
+        };
+        core.post_recv(any(0), RecvBuf::Borrowed(small));
+        core.post_recv(any(0), RecvBuf::Borrowed(large));
+        core.post_recv(
+            Pattern {
+                ctx: 2,
+                src: Some(1),
+                tag: Some(7),
+            },
+            RecvBuf::Borrowed(exact),
+        );
+        core.post_recv(any(4), RecvBuf::Owned(Vec::new()));
+        core.new_send(1, SendBuf::Owned(vec![0x5a; 70 << 10]));
+        // Loopback takes a fuzz input whole; a longer one only has its tail cut off.
+        peer.set_nonblocking(true)?;
+        let _ = peer.write_all(bytes);
+        let _ = peer.shutdown(Shutdown::Write);
+        for _ in 0..64 {
+            if !links.progress(&mut core) && !links.has_pending() {
+                break;
+            }
+        }
+        drop(links);
+        drop(core);
+        Ok(())
+    }
 }

@@ -146,6 +146,11 @@ pub fn start_with_dial(
     let mut routers = Routers {
         children: Vec::new(),
     };
+    // Routers and ranks of the job prove this secret to each other.
+    let secret = match std::env::var("METAMPI_SECRET") {
+        Ok(s) => s,
+        Err(_) => crate::auth::Secret::random()?.to_hex(),
+    };
     let mut endpoints = Vec::new();
     for mut spec in router_specs(layout) {
         for o in &mut spec.out {
@@ -165,6 +170,7 @@ pub fn start_with_dial(
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env(ROUTER_SPEC_ENV, spec.to_line())
+            .env("METAMPI_SECRET", &secret)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()?;
@@ -207,6 +213,7 @@ pub fn start_with_dial(
         env: vec![
             ("METAMPI_SITES".into(), sites.join(",")),
             ("METAMPI_ROUTERS".into(), endpoints.join(",")),
+            ("METAMPI_SECRET".into(), secret),
             (
                 "METAMPI_SITE_ORDERS".into(),
                 layout

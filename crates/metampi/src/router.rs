@@ -39,6 +39,7 @@ use bytes::{Bytes, BytesMut};
 use metampi_wire::Envelope as WireEnvelope;
 use metampi_wire::{Bundle, Compression, Config, Event, Message as WireMessage, SendError};
 
+use crate::auth;
 use crate::envelope::{Envelope, ENV_LEN};
 
 /// One outgoing link of a router.
@@ -337,6 +338,8 @@ struct Peer {
     layout_ids: Vec<u32>,
     stats: Vec<Option<std::path::PathBuf>>,
     label: String,
+    /// Frames written and bytes read per link, with `METAMPI_TRACE`.
+    trace: Option<crate::trace::LinkLog>,
 }
 
 /// A local rank's connection (vertical traffic).
@@ -354,11 +357,19 @@ struct RankConn {
 /// A connection that has not said who it is yet.
 struct Hello {
     stream: TcpStream,
+    /// The handshake's challenge sent to this connection.
+    nonce: [u8; auth::NONCE],
+    /// The answer so far: nonce, proof, hello.
     got: Vec<u8>,
-    /// A peer router's link (12-byte hello) rather than a local rank (4 bytes).
+    /// A peer router's link (16-byte hello) rather than a local rank (4 bytes).
     link: bool,
     since: Instant,
 }
+
+/// Handshake context of a rank's connection to its router (see `auth`).
+pub const VERTICAL_CTX: &str = "metampi rank-router";
+/// Handshake context of a link between routers.
+const LINK_CTX: &str = "metampi router-router";
 
 /// Hello of a link connection: magic, sending router (wire connection id),
 /// link index, number of links, the link's id in the layout.
@@ -525,6 +536,8 @@ struct Router {
     connected_rx: std::sync::mpsc::Receiver<(usize, usize, TcpStream)>,
     waker: (Arc<UnixDatagram>, UnixDatagram),
     last_stats: Instant,
+    /// The job secret every connection must prove.
+    key: auth::Secret,
 }
 
 /// Starts a thread that connects link `link` of peer `peer` to `addr`,
@@ -532,15 +545,24 @@ struct Router {
 fn spawn_connector(r: &Router, peer: usize, link: usize, addr: String, hello: [u8; LINK_HELLO]) {
     let tx = r.connected_tx.clone();
     let waker = Arc::clone(&r.waker.0);
+    let (key, id) = (r.key.clone(), r.id);
     std::thread::spawn(move || {
         let mut backoff = Duration::from_millis(10);
         loop {
             if let Ok(mut s) = TcpStream::connect(&addr) {
                 let _ = s.set_nodelay(true);
-                if s.write_all(&hello).is_ok() && s.set_nonblocking(true).is_ok() {
-                    let _ = tx.send((peer, link, s));
-                    let _ = waker.send(&[1]);
-                    return;
+                match auth::connect(&mut s, &key, LINK_CTX, &hello) {
+                    Ok(()) => {
+                        if s.set_nonblocking(true).is_ok() {
+                            let _ = tx.send((peer, link, s));
+                            let _ = waker.send(&[1]);
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                        eprintln!("metampi router {id}: link {link} to {addr}: {e}");
+                    }
+                    Err(_) => {}
                 }
             }
             std::thread::sleep(backoff);
@@ -587,6 +609,7 @@ impl Router {
                     .map(|l| stats_path(spec.id, l.link_id, "out"))
                     .collect(),
                 label: format!("to router {peer}"),
+                trace: crate::trace::LinkLog::open(spec.id, true, *peer),
             });
         }
         let r = Router {
@@ -603,6 +626,7 @@ impl Router {
             connected_rx,
             waker: (Arc::new(w0), w1),
             last_stats: now,
+            key: auth::Secret::from_env()?,
         };
         Ok(r)
     }
@@ -669,13 +693,19 @@ impl Router {
         }
     }
 
-    fn new_hello(&mut self, s: TcpStream, link: bool, now: Instant) {
+    fn new_hello(&mut self, mut s: TcpStream, link: bool, now: Instant) {
         if s.set_nonblocking(true).is_err() {
             return;
         }
         let _ = s.set_nodelay(true);
+        // The challenge: 16 bytes always fit a new connection's send buffer.
+        let Ok(nonce) = auth::nonce() else { return };
+        if s.write_all(&nonce).is_err() {
+            return;
+        }
         self.hellos.push(Hello {
             stream: s,
+            nonce,
             got: Vec::new(),
             link,
             since: now,
@@ -686,8 +716,8 @@ impl Router {
         let mut i = 0;
         while i < self.hellos.len() {
             let h = &mut self.hellos[i];
-            let need = if h.link { LINK_HELLO } else { 4 };
-            let mut b = [0u8; LINK_HELLO];
+            let need = auth::NONCE + auth::TAG + if h.link { LINK_HELLO } else { 4 };
+            let mut b = [0u8; auth::NONCE + auth::TAG + LINK_HELLO];
             let want = need - h.got.len();
             let mut drop_it = now.duration_since(h.since) > HELLO_TIMEOUT;
             match h.stream.read(&mut b[..want]) {
@@ -704,7 +734,25 @@ impl Router {
                 i += 1;
                 continue;
             }
-            let h = self.hellos.swap_remove(i);
+            let mut h = self.hellos.swap_remove(i);
+            let ctx = if h.link { LINK_CTX } else { VERTICAL_CTX };
+            let hello = match auth::check(&self.key, ctx, &h.nonce, &h.got) {
+                Ok(hello) => hello.to_vec(),
+                Err(e) => {
+                    let from = h.stream.peer_addr().map(|a| a.to_string());
+                    eprintln!(
+                        "metampi router {}: refused a connection from {}: {e}",
+                        self.id,
+                        from.as_deref().unwrap_or("?")
+                    );
+                    continue;
+                }
+            };
+            let proof = self.key.acceptor_tag(ctx, &h.got[..auth::NONCE], &h.nonce);
+            if h.stream.write_all(&proof).is_err() {
+                continue;
+            }
+            h.got = hello;
             if h.link {
                 self.attach_link(now, h);
             } else {
@@ -753,6 +801,7 @@ impl Router {
                 layout_ids: vec![0; links],
                 stats: vec![None; links],
                 label: format!("from router {conn}"),
+                trace: crate::trace::LinkLog::open(id, false, conn as usize),
             }
         });
         if p.conns.len() != links {
@@ -878,6 +927,9 @@ impl Router {
                         Err(e) => lost.push((l, e.to_string())),
                     }
                     if !buf.is_empty() {
+                        if let Some(t) = p.trace.as_mut() {
+                            t.record(now, p.layout_ids[l], buf.len(), true);
+                        }
                         p.bundle.handle_bytes(now, l, &buf);
                     }
                 }
@@ -891,7 +943,12 @@ impl Router {
                 };
                 while c.shaper.can_take(now) {
                     match p.bundle.poll_transmit(now, l) {
-                        Some(bytes) => c.shaper.push(now, bytes),
+                        Some(bytes) => {
+                            if let Some(t) = p.trace.as_mut() {
+                                t.record(now, p.layout_ids[l], bytes.len(), false);
+                            }
+                            c.shaper.push(now, bytes)
+                        }
                         None => break,
                     }
                 }

@@ -164,8 +164,9 @@ impl Ranks {
                 };
                 let mut f = *f;
                 f.seed ^= proxies.len() as u64;
-                // A router link's 16-byte hello passes untouched.
-                let p = FaultProxy::start(addr, f, 16)?;
+                // A router link's handshake passes untouched: challenge (16
+                // bytes) and proof (32) back, answer (48) and hello (16) forth.
+                let p = FaultProxy::start(addr, f, (64, 48))?;
                 counts
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -338,7 +339,8 @@ impl FaultCounts {
 /// A TCP proxy on loopback that forwards every connection to `target` and
 /// disturbs the bytes: flipped bits, lost, duplicated and reordered chunks,
 /// pauses and cut connections, chosen by a seeded generator. The first
-/// `skip` bytes of each connection (a router link's hello) pass untouched.
+/// `skip.0` bytes towards the target and `skip.1` bytes back (a router
+/// link's handshake) pass untouched.
 pub struct FaultProxy {
     addr: std::net::SocketAddr,
     /// What was done so far.
@@ -348,7 +350,11 @@ pub struct FaultProxy {
 
 impl FaultProxy {
     /// Starts the proxy for `target` (`host:port`).
-    pub fn start(target: &str, faults: Faults, skip: usize) -> std::io::Result<FaultProxy> {
+    pub fn start(
+        target: &str,
+        faults: Faults,
+        skip: (usize, usize),
+    ) -> std::io::Result<FaultProxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
@@ -393,7 +399,7 @@ fn pump_pair(
     server: TcpStream,
     faults: Faults,
     seed: u64,
-    skip: usize,
+    skip: (usize, usize),
     counts: &Arc<FaultCounts>,
     stop: &Arc<AtomicBool>,
 ) {
@@ -404,8 +410,8 @@ fn pump_pair(
     };
     let (k1, k2) = (Arc::clone(counts), Arc::clone(counts));
     let (st1, st2) = (Arc::clone(stop), Arc::clone(stop));
-    std::thread::spawn(move || pump(client, server, faults, seed, skip, &k1, &st1));
-    std::thread::spawn(move || pump(s2, c2, faults, seed ^ 1, 0, &k2, &st2));
+    std::thread::spawn(move || pump(client, server, faults, seed, skip.0, &k1, &st1));
+    std::thread::spawn(move || pump(s2, c2, faults, seed ^ 1, skip.1, &k2, &st2));
 }
 
 /// Copies `from` to `to` chunk by chunk, applying `faults`.

@@ -141,6 +141,9 @@ fn parse_sites(size: u32) -> io::Result<Vec<u32>> {
     Ok(sites)
 }
 
+/// Context of the handshake between two ranks (see `auth`).
+const RANK_CTX: &str = "metampi rank-rank";
+
 /// Names the physical machine (the kernel's boot id), so ranks on emulated
 /// nodes of one machine know they share its cores.
 fn machine_id() -> String {
@@ -321,23 +324,39 @@ impl Shared {
                     && sites[r as usize] == my_site
             })
             .collect();
+        let needs_key = !tcp_peers.is_empty() || parse_routers()?.iter().any(|r| r.0 == my_site);
+        let key = if needs_key {
+            Some(crate::auth::Secret::from_env()?)
+        } else {
+            None
+        };
         for &r in tcp_peers.iter().filter(|&&r| r > rank) {
             let addr = &tcp_addrs[r as usize];
             let mut s = TcpStream::connect(addr.as_str())
                 .map_err(|e| other(format!("connecting to rank {r} at {addr}: {e}")))?;
-            use std::io::Write;
-            s.write_all(&rank.to_le_bytes())?;
+            let key = key.as_ref().expect("made when there are TCP peers");
+            crate::auth::connect(&mut s, key, RANK_CTX, &rank.to_le_bytes())
+                .map_err(|e| other(format!("authenticating with rank {r} at {addr}: {e}")))?;
             peers[r as usize] = Links::tcp(s);
         }
-        for _ in tcp_peers.iter().filter(|&&r| r < rank) {
-            let (mut s, _) = listener.accept()?;
-            let mut b = [0u8; 4];
-            use std::io::Read;
-            s.read_exact(&mut b)?;
-            let r = u32::from_le_bytes(b);
-            if r >= rank || !tcp_peers.contains(&r) {
+        let mut expected: Vec<u32> = tcp_peers.iter().copied().filter(|&r| r < rank).collect();
+        while !expected.is_empty() {
+            let (mut s, from) = listener.accept()?;
+            let key = key.as_ref().expect("made when there are TCP peers");
+            // A connection that cannot prove the job secret is logged and
+            // dropped; the job goes on waiting for its real peers.
+            let hello = match crate::auth::accept(&mut s, key, RANK_CTX, 4) {
+                Ok(h) => h,
+                Err(e) => {
+                    eprintln!("metampi: rank {rank}: refused a connection from {from}: {e}");
+                    continue;
+                }
+            };
+            let r = u32::from_le_bytes([hello[0], hello[1], hello[2], hello[3]]);
+            let Some(i) = expected.iter().position(|&x| x == r) else {
                 return Err(other(format!("unexpected TCP hello from rank {r}")));
-            }
+            };
+            expected.swap_remove(i);
             peers[r as usize] = Links::tcp(s);
         }
         // Explicit 4 MiB buffers beat loopback autotuning for streaming (measured).
@@ -362,8 +381,14 @@ impl Shared {
             }
             let mut s = TcpStream::connect(addr.as_str())
                 .map_err(|e| other(format!("connecting to the router at {addr}: {e}")))?;
-            use std::io::Write;
-            s.write_all(&rank.to_le_bytes())?;
+            let key = key.as_ref().expect("made when there are routers");
+            crate::auth::connect(
+                &mut s,
+                key,
+                crate::router::VERTICAL_CTX,
+                &rank.to_le_bytes(),
+            )
+            .map_err(|e| other(format!("authenticating with the router at {addr}: {e}")))?;
             s.set_nodelay(true)?;
             s.set_nonblocking(true)?;
             routers.push((to, s));
