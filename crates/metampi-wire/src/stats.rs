@@ -91,34 +91,40 @@ fn ratio(wire: u64, raw: u64) -> f64 {
 }
 
 impl AddAssign<&Stats> for Stats {
+    /// Sums saturate: a gauge such as `send_credit` holds what the peer announced, and
+    /// a peer may grant `u64::MAX` on every link of a bundle.
     fn add_assign(&mut self, o: &Stats) {
-        self.bytes_out += o.bytes_out;
-        self.bytes_in += o.bytes_in;
-        self.frames_out += o.frames_out;
-        self.frames_in += o.frames_in;
-        self.records_out += o.records_out;
-        self.records_in += o.records_in;
-        self.payload_raw_out += o.payload_raw_out;
-        self.payload_wire_out += o.payload_wire_out;
-        self.payload_raw_in += o.payload_raw_in;
-        self.payload_wire_in += o.payload_wire_in;
-        self.compressed_frames_out += o.compressed_frames_out;
-        self.compression_skipped += o.compression_skipped;
-        self.retransmits += o.retransmits;
-        self.timeouts += o.timeouts;
-        self.duplicates_in += o.duplicates_in;
-        self.out_of_order_in += o.out_of_order_in;
-        self.corrupt_in += o.corrupt_in;
-        self.skipped_bytes_in += o.skipped_bytes_in;
-        self.nacks_out += o.nacks_out;
-        self.nacks_in += o.nacks_in;
-        self.failed_over += o.failed_over;
-        self.reconnects += o.reconnects;
-        self.queued_messages += o.queued_messages;
-        self.queued_bytes += o.queued_bytes;
-        self.unacked_frames += o.unacked_frames;
-        self.unacked_bytes += o.unacked_bytes;
-        self.send_credit += o.send_credit;
+        self.bytes_out = self.bytes_out.saturating_add(o.bytes_out);
+        self.bytes_in = self.bytes_in.saturating_add(o.bytes_in);
+        self.frames_out = self.frames_out.saturating_add(o.frames_out);
+        self.frames_in = self.frames_in.saturating_add(o.frames_in);
+        self.records_out = self.records_out.saturating_add(o.records_out);
+        self.records_in = self.records_in.saturating_add(o.records_in);
+        self.payload_raw_out = self.payload_raw_out.saturating_add(o.payload_raw_out);
+        self.payload_wire_out = self.payload_wire_out.saturating_add(o.payload_wire_out);
+        self.payload_raw_in = self.payload_raw_in.saturating_add(o.payload_raw_in);
+        self.payload_wire_in = self.payload_wire_in.saturating_add(o.payload_wire_in);
+        self.compressed_frames_out = self
+            .compressed_frames_out
+            .saturating_add(o.compressed_frames_out);
+        self.compression_skipped = self
+            .compression_skipped
+            .saturating_add(o.compression_skipped);
+        self.retransmits = self.retransmits.saturating_add(o.retransmits);
+        self.timeouts = self.timeouts.saturating_add(o.timeouts);
+        self.duplicates_in = self.duplicates_in.saturating_add(o.duplicates_in);
+        self.out_of_order_in = self.out_of_order_in.saturating_add(o.out_of_order_in);
+        self.corrupt_in = self.corrupt_in.saturating_add(o.corrupt_in);
+        self.skipped_bytes_in = self.skipped_bytes_in.saturating_add(o.skipped_bytes_in);
+        self.nacks_out = self.nacks_out.saturating_add(o.nacks_out);
+        self.nacks_in = self.nacks_in.saturating_add(o.nacks_in);
+        self.failed_over = self.failed_over.saturating_add(o.failed_over);
+        self.reconnects = self.reconnects.saturating_add(o.reconnects);
+        self.queued_messages = self.queued_messages.saturating_add(o.queued_messages);
+        self.queued_bytes = self.queued_bytes.saturating_add(o.queued_bytes);
+        self.unacked_frames = self.unacked_frames.saturating_add(o.unacked_frames);
+        self.unacked_bytes = self.unacked_bytes.saturating_add(o.unacked_bytes);
+        self.send_credit = self.send_credit.saturating_add(o.send_credit);
         self.srtt = self.srtt.max(o.srtt);
     }
 }
@@ -146,5 +152,18 @@ mod tests {
         a += &b;
         assert_eq!(a.compression_ratio_out(), 0.625);
         assert_eq!(a.srtt, Some(Duration::from_millis(7)));
+    }
+
+    #[test]
+    fn sums_saturate() {
+        let mut a = Stats {
+            send_credit: u64::MAX,
+            ..Stats::default()
+        };
+        a += &Stats {
+            send_credit: 65_536,
+            ..Stats::default()
+        };
+        assert_eq!(a.send_credit, u64::MAX);
     }
 }

@@ -154,8 +154,10 @@ impl Ranks {
         if let Some(text) = &self.meta {
             let cfg =
                 metampi_config::parse_str("test.meta", text).unwrap_or_else(|e| panic!("{e}"));
-            // The routers are this executable too, started with the child marker.
-            let marker = [(OsString::from(CHILD_ENV), OsString::from(test_name))];
+            // The routers are this executable too, started with the child
+            // marker; they get the job's variables as well.
+            let mut marker = vec![(OsString::from(CHILD_ENV), OsString::from(test_name))];
+            marker.extend(self.env.iter().cloned());
             let exe_os = exe.clone().into_os_string();
             let mut proxies = Vec::new();
             let mut dial = |addr: &str| -> std::io::Result<String> {
@@ -304,6 +306,9 @@ pub struct Faults {
     pub delay: f64,
     /// Cut the connection (both directions).
     pub cut: f64,
+    /// After this many chunks (all connections together) the link goes down
+    /// for good: connections are cut and new ones refused. 0: never.
+    pub down_after: u64,
     /// Seed of the proxy's random choices.
     pub seed: u64,
 }
@@ -318,6 +323,8 @@ pub struct FaultCounts {
     pub swapped: AtomicU64,
     pub delayed: AtomicU64,
     pub cut: AtomicU64,
+    /// The proxy went down for good ([`Faults::down_after`]).
+    pub down: AtomicBool,
 }
 
 impl FaultCounts {
@@ -366,6 +373,10 @@ impl FaultProxy {
             while !s.load(AtomicOrdering::Relaxed) {
                 match listener.accept() {
                     Ok((client, _)) => {
+                        if c.down.load(AtomicOrdering::Relaxed) {
+                            drop(client);
+                            continue;
+                        }
                         conn_no += 1;
                         let Ok(server) = TcpStream::connect(&target) else {
                             continue;
@@ -453,7 +464,13 @@ fn pump(
                 continue;
             }
         }
-        n.chunks.fetch_add(1, AtomicOrdering::Relaxed);
+        let seen = n.chunks.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+        if f.down_after > 0 && seen >= f.down_after {
+            n.down.store(true, AtomicOrdering::Relaxed);
+        }
+        if n.down.load(AtomicOrdering::Relaxed) {
+            return cut(&from, &to);
+        }
         if rng.chance(f.cut) {
             n.cut.fetch_add(1, AtomicOrdering::Relaxed);
             return cut(&from, &to);

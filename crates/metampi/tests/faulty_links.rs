@@ -105,6 +105,7 @@ fn exactly_once_in_order_through_faulty_links() {
         delay: 0.01,
         cut: 0.002,
         seed: 2026,
+        ..Default::default()
     };
     let (ranks, counts) = Ranks::new(6)
         .meta(CONFIG)

@@ -296,6 +296,7 @@ pub fn run_job(
         rank_args,
         env: vec![(PROGRESS_ENV.into(), addr.into())],
         timeout: Duration::from_secs(600),
+        stdin_to_root: false,
     })?;
     let wall_s = t.elapsed().as_secs_f64();
     // The root has closed its end (or the job is gone): the display thread ends.

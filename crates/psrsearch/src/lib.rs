@@ -15,6 +15,9 @@
 //! - [`distributed::search_distributed`] runs the same search over a metampi job spanning
 //!   several meta hosts (servers on the data host, clients everywhere, the SC99 static
 //!   [`balance`], request/reply or scheduled service); [`metajob`] starts such a job.
+//! - [`distributed::stream::stream_search`] searches an ordered DADA stream
+//!   ([`format::stream::DadaStream`]) as it arrives: a master and a two-stage pipeline of
+//!   ranks, with the lag from block arrival to result.
 //!
 //! Plans are `Send + Sync` and blocks are independent, so work can be split by DM and by
 //! data chunk without changing a single bit of the result.

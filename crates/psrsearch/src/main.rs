@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod dist_cli;
+mod stream_cli;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -58,6 +59,15 @@ enum Command {
         #[arg(long)]
         meta: Option<PathBuf>,
     },
+    /// Search an ordered DADA stream (stdin, or one TCP connection with --listen) as it
+    /// arrives: a master rank cuts it into blocks, stage-1 ranks dedisperse them at every
+    /// trial DM, a stage-2 rank reassembles them in order, searches what has arrived every
+    /// --search-every blocks and the whole stream at its end; reports each block's lag from
+    /// arrival to result.
+    Stream(stream_cli::StreamArgs),
+    /// One rank of a streaming search (started by `stream`).
+    #[command(hide = true)]
+    StreamRank(stream_cli::StreamRankArgs),
     /// Print the static load balance: units per meta host, predicted times, dead time, and
     /// the fewest clients that saturate each link.
     Plan(dist_cli::PlanArgs),
@@ -192,10 +202,9 @@ struct DedisperseArgs {
     voltages: Option<PathBuf>,
 }
 
+/// Trial DMs, dedispersion and periodicity settings shared by `search` and `stream`.
 #[derive(Debug, Args)]
-struct SearchArgs {
-    /// DADA or GUPPI file.
-    file: PathBuf,
+struct SearchOpts {
     /// First trial DM.
     #[arg(long, default_value_t = 0.0)]
     dm_start: f64,
@@ -225,6 +234,38 @@ struct SearchArgs {
     /// Highest spin frequency searched, Hz.
     #[arg(long, default_value_t = 2000.0)]
     max_freq: f64,
+}
+
+impl SearchOpts {
+    fn config(&self) -> Result<SearchConfig> {
+        let dms = if self.dms.is_empty() {
+            dm_grid(self.dm_start, self.dm_end, self.dm_step)
+        } else {
+            self.dms.clone()
+        };
+        if ![1, 2, 4, 8, 16].contains(&self.nharm) {
+            bail!("--nharm must be 1, 2, 4, 8 or 16, not {}", self.nharm);
+        }
+        let mut config = SearchConfig {
+            dms,
+            plan: self.opts.config(32),
+            threshold_sigma: self.threshold,
+            max_candidates: self.max_candidates,
+            ..SearchConfig::default()
+        };
+        config.periodicity.max_harmonics = self.nharm;
+        config.periodicity.min_freq_hz = self.min_freq;
+        config.periodicity.max_freq_hz = self.max_freq;
+        Ok(config)
+    }
+}
+
+#[derive(Debug, Args)]
+struct SearchArgs {
+    /// DADA or GUPPI file.
+    file: PathBuf,
+    #[command(flatten)]
+    search: SearchOpts,
     /// Directory for candidates.csv, candidates.json and PNG plots.
     #[arg(long, default_value = "psrsearch-out")]
     out_dir: PathBuf,
@@ -260,6 +301,8 @@ fn main() -> ExitCode {
         } => demo_cmd(out_dir, seed, single, mode, meta),
         Command::Plan(a) => dist_cli::plan_main(a),
         Command::Rank(a) => dist_cli::rank_main(a),
+        Command::Stream(a) => stream_cli::stream_main(a),
+        Command::StreamRank(a) => stream_cli::stream_rank_main(a),
         Command::Router => Err(anyhow::anyhow!(
             "`psrsearch router` is started by `psrsearch demo` and `search --meta`"
         )),
@@ -381,15 +424,20 @@ fn dedisperse_cmd(a: DedisperseArgs) -> Result<()> {
     .with_context(|| format!("dedispersing {}", a.file.display()))?;
     let p = &out.plan;
     eprintln!(
-        "DM {} at reference {} MHz: FFT {} samples, overlap {}, {} valid per block; {} output samples of {} µs",
+        "DM {} at reference {} MHz: FFT {} samples, overlap {}, lead {}, {} valid per block; {} output samples of {} µs",
         a.dm,
         p.reference_mhz(),
         p.fft_len(),
         p.overlap(),
+        p.lead(),
         p.step(),
         out.series.data.len(),
         out.series.tsamp_s * 1e6
     );
+    if let Some((start, _)) = &out.voltages {
+        // Where the voltages sit in time, for comparisons with other dedispersers.
+        eprintln!("voltages start at input sample {start} (at the reference frequency)");
+    }
     let mut wrote = false;
     if let Some(path) = &a.tim {
         out.write_tim(path)
@@ -432,24 +480,7 @@ fn dedisperse_cmd(a: DedisperseArgs) -> Result<()> {
 }
 
 fn search_cmd(a: SearchArgs) -> Result<()> {
-    let dms = if a.dms.is_empty() {
-        dm_grid(a.dm_start, a.dm_end, a.dm_step)
-    } else {
-        a.dms.clone()
-    };
-    if ![1, 2, 4, 8, 16].contains(&a.nharm) {
-        bail!("--nharm must be 1, 2, 4, 8 or 16, not {}", a.nharm);
-    }
-    let mut config = SearchConfig {
-        dms,
-        plan: a.opts.config(32),
-        threshold_sigma: a.threshold,
-        max_candidates: a.max_candidates,
-        ..SearchConfig::default()
-    };
-    config.periodicity.max_harmonics = a.nharm;
-    config.periodicity.min_freq_hz = a.min_freq;
-    config.periodicity.max_freq_hz = a.max_freq;
+    let config = a.search.config()?;
     if let Some(meta) = &a.meta {
         let text =
             std::fs::read_to_string(meta).with_context(|| format!("reading {}", meta.display()))?;
@@ -475,7 +506,7 @@ fn search_cmd(a: SearchArgs) -> Result<()> {
     };
     print!("{}", demo::format_table(&table, &[], step));
     if table.is_empty() {
-        println!("(no candidate at or above {} sigma)", a.threshold);
+        println!("(no candidate at or above {} sigma)", a.search.threshold);
     }
     write_results(&outcome, &table, &a.out_dir, !a.no_plots)?;
     print_timings(&outcome);

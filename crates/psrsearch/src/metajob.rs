@@ -43,6 +43,9 @@ pub struct MetaJob {
     pub env: Vec<(OsString, OsString)>,
     /// Limit for the whole job.
     pub timeout: Duration,
+    /// Forward this process's standard input to world rank 0 (a streaming search reading
+    /// stdin); otherwise every rank's is empty.
+    pub stdin_to_root: bool,
 }
 
 /// Run `job`: parse the description, start its routers, run the ranks, stop the routers.
@@ -59,7 +62,11 @@ pub fn run(job: &MetaJob) -> Result<JobOutcome, MetaJobError> {
         .app(AppSpec::new(plan.world_size, exe).args(job.rank_args.clone()))
         .hosts(plan.hosts.clone())
         .launch(LaunchMethod::Local)
-        .stdin(StdinTarget::None)
+        .stdin(if job.stdin_to_root {
+            StdinTarget::Rank(0)
+        } else {
+            StdinTarget::None
+        })
         .output(OutputMode::Terminal)
         .timeout(job.timeout);
     for (k, v) in &plan.env {

@@ -46,6 +46,10 @@ pub(crate) enum Msg {
         dm_index: u64,
         list: Vec<SpectralCandidate>,
     },
+    /// Streaming master → stage ranks: the input ended after `blocks` blocks.
+    StreamEnd { blocks: u64 },
+    /// Streaming stage 2 → master: `block` is reassembled in order (its result is out).
+    Ack { block: u64 },
 }
 
 /// A message that does not decode.
@@ -117,6 +121,14 @@ impl Msg {
                     w.f64(c.sigma);
                 }
             }
+            Msg::StreamEnd { blocks } => {
+                w.u8(12);
+                w.u64(*blocks);
+            }
+            Msg::Ack { block } => {
+                w.u8(13);
+                w.u64(*block);
+            }
         }
         w.0
     }
@@ -180,6 +192,8 @@ impl Msg {
                 }
                 Msg::Detections { dm_index, list }
             }
+            12 => Msg::StreamEnd { blocks: r.u64()? },
+            13 => Msg::Ack { block: r.u64()? },
             k => return Err(DecodeError(format!("unknown message kind {k}"))),
         };
         if r.at != bytes.len() {
@@ -379,6 +393,8 @@ mod tests {
             voltages: f,
         });
         roundtrip(Msg::Request { block: 9 });
+        roundtrip(Msg::StreamEnd { blocks: 17 });
+        roundtrip(Msg::Ack { block: 5 });
         roundtrip(Msg::Result {
             block: 3,
             power: vec![1.0, f32::MIN_POSITIVE, 3.5],

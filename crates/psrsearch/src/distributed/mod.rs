@@ -30,6 +30,7 @@
 
 mod codec;
 mod service;
+pub mod stream;
 
 use std::path::Path;
 use std::time::Instant;

@@ -489,6 +489,8 @@ fn describe(m: &Msg) -> String {
         Msg::Series { dm_index, .. } => format!("series of DM {dm_index}"),
         Msg::SeriesEnd => "series end".into(),
         Msg::Detections { dm_index, .. } => format!("detections of DM {dm_index}"),
+        Msg::StreamEnd { blocks } => format!("end of stream after {blocks} blocks"),
+        Msg::Ack { block } => format!("acknowledgement of block {block}"),
     }
 }
 

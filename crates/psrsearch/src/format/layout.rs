@@ -117,7 +117,7 @@ impl Layout {
         self.sample.bytes() * if self.complex { 2 } else { 1 }
     }
 
-    fn decode(&self, b: &[u8]) -> Complex32 {
+    pub(crate) fn decode(&self, b: &[u8]) -> Complex32 {
         match (self.sample, self.complex) {
             (SampleFormat::Int8, true) => Complex32::new(b[0] as i8 as f32, b[1] as i8 as f32),
             (SampleFormat::Int8, false) => Complex32::new(b[0] as i8 as f32, 0.0),

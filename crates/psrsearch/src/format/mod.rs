@@ -11,6 +11,7 @@ mod layout;
 pub mod npy;
 pub mod presto;
 pub mod sigproc;
+pub mod stream;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};

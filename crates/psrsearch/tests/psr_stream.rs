@@ -1,0 +1,216 @@
+//! `psrsearch stream` on 3 ranks (master, one stage-1 rank, stage 2): a simulated observation
+//! is fed at a throttled rate over TCP (and unthrottled through stdin); the lag from block
+//! arrival to result stays bounded, and the candidates of the whole stream equal the
+//! non-streaming search of the same file bit for bit.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use psrsearch::distributed::stream::StreamReport;
+use psrsearch::search::{dm_grid, search_file, Candidate, SearchConfig};
+use psrsearch::simulate::{write_simulation, Pulsar, SimConfig, SimFormat};
+use psrsearch::{BasebandReader, DedispersionPlan, PlanConfig};
+
+static JOBS: Mutex<()> = Mutex::new(());
+
+const EXE: &str = env!("CARGO_BIN_EXE_psrsearch");
+
+fn observation(nsamples: usize) -> SimConfig {
+    SimConfig {
+        nchan: 2,
+        npol: 1,
+        bandwidth_mhz: 2.0,
+        nsamples,
+        seed: 11,
+        pulsars: vec![Pulsar {
+            period_s: 0.01,
+            dm: 5.0,
+            duty_cycle: 0.05,
+            amplitude: 1.0,
+        }],
+        ..SimConfig::default()
+    }
+}
+
+fn search() -> SearchConfig {
+    SearchConfig {
+        dms: dm_grid(0.0, 10.0, 2.5),
+        plan: PlanConfig::default().downsample(16).fft_len(4096),
+        ..SearchConfig::default()
+    }
+}
+
+/// The command line matching [`search`].
+fn stream_command(out: &Path) -> Command {
+    let mut c = Command::new(EXE);
+    c.args([
+        "stream",
+        "--ranks",
+        "3",
+        "--dm-start",
+        "0",
+        "--dm-end",
+        "10",
+        "--dm-step",
+        "2.5",
+        "--fft-len",
+        "4096",
+        "--downsample",
+        "16",
+        "--search-every",
+        "16",
+        "--no-plots",
+        "--out-dir",
+    ])
+    .arg(out);
+    c
+}
+
+fn setup(name: &str, nsamples: usize) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("psr-stream-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("obs.dada");
+    write_simulation(&observation(nsamples), SimFormat::Dada8, &file).unwrap();
+    (dir, file)
+}
+
+fn candidates(dir: &Path) -> Vec<Candidate> {
+    let text = std::fs::read_to_string(dir.join("candidates.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn single(file: &Path) -> Vec<Candidate> {
+    let mut reader = BasebandReader::open(file).unwrap();
+    let outcome = search_file(&mut reader, &search(), &mut |_, _| {}).unwrap();
+    outcome
+        .candidates
+        .into_iter()
+        .map(|c| c.candidate)
+        .collect()
+}
+
+fn wait_ok(child: std::process::Child, limit: Duration) -> String {
+    let t = Instant::now();
+    let mut child = child;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                status.success(),
+                "psrsearch stream failed: {status}\n{text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return text;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            panic!("psrsearch stream did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn stream_over_tcp_at_a_throttled_rate_keeps_lag_bounded_and_finds_the_same_candidates() {
+    let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+    let nsamples = 1 << 18;
+    let (dir, file) = setup("tcp", nsamples);
+    let out = dir.join("out");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let child = stream_command(&out)
+        .args(["--listen", &addr])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The master binds once the ranks are up.
+    let t = Instant::now();
+    let mut sock = loop {
+        match TcpStream::connect(&addr) {
+            Ok(s) => break s,
+            Err(_) if t.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("the master never listened on {addr}: {e}"),
+        }
+    };
+    // The rate limiter: the whole file in 2.5 s, 8 KiB at a time on schedule — about a tenth
+    // of real time for this band, far below what three ranks can process.
+    let bytes = std::fs::read(&file).unwrap();
+    let rate = bytes.len() as f64 / 2.5;
+    let start = Instant::now();
+    for (k, chunk) in bytes.chunks(8192).enumerate() {
+        let due = Duration::from_secs_f64(k as f64 * 8192.0 / rate);
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+        sock.write_all(chunk).unwrap();
+    }
+    drop(sock);
+    let stdout = wait_ok(child, Duration::from_secs(60));
+
+    let report: StreamReport =
+        serde_json::from_slice(&std::fs::read(out.join("stream_lag.json")).unwrap()).unwrap();
+    let reader = BasebandReader::open(&file).unwrap();
+    let plan = DedispersionPlan::new(reader.band(), &search().dms, &search().plan).unwrap();
+    assert_eq!(report.blocks.len() as u64, plan.num_blocks(nsamples as u64));
+    assert_eq!(report.samples, nsamples as u64);
+    assert!(report.input_s > 2.0, "the input was throttled: {report:?}");
+    let (first, last) = (report.median_lag(5, false), report.median_lag(5, true));
+    let worst = report.blocks.iter().map(|b| b.lag_s()).fold(0.0, f64::max);
+    eprintln!(
+        "lag: first {:.1} ms, last {:.1} ms, worst {:.1} ms over {} blocks",
+        first * 1e3,
+        last * 1e3,
+        worst * 1e3,
+        report.blocks.len()
+    );
+    // Bounded: the last blocks wait no longer than a small multiple of the first ones (plus
+    // scheduling noise on a shared machine), and no block waits as long as the stream lasts.
+    assert!(last <= 4.0 * first + 0.1, "lag grew: {first} s → {last} s");
+    assert!(worst < 1.0, "a block waited {worst} s");
+    assert!(stdout.contains("interim search after"), "{stdout}");
+
+    let expected = single(&file);
+    assert!(!expected.is_empty(), "the injected pulsar is found");
+    assert!((expected[0].period_s - 0.01).abs() < 1e-5);
+    assert_eq!(
+        candidates(&out),
+        expected,
+        "streaming and file search differ"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn stream_from_stdin_finds_the_same_candidates() {
+    let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+    let (dir, file) = setup("stdin", 1 << 17);
+    let out = dir.join("out");
+    let mut child = stream_command(&out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || stdin.write_all(&bytes));
+    let stdout = wait_ok(child, Duration::from_secs(60));
+    feeder.join().unwrap().unwrap();
+    assert!(stdout.contains("lag (block arrival to result)"), "{stdout}");
+    assert_eq!(candidates(&out), single(&file));
+    std::fs::remove_dir_all(&dir).ok();
+}
