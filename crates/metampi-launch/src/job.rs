@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::command;
 use crate::error::LaunchError;
 use crate::outcome::{JobFailure, JobOutcome, RankId, RankResult};
-use crate::pmi::{JobId, PmiEvent, PmiServer};
+use crate::pmi::{JobId, JobKey, PmiEvent, PmiServer};
 use crate::spec::{JobSpec, OutputMode, Plan, RankPlan, Start, StdinTarget};
 use crate::stdio::{self, Sink, StdinPump, Stream};
 use crate::sys::{self, SignalSubscription};
@@ -63,6 +63,19 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
     } else {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     };
+    // Every job has a secret its processes prove to each other (challenge and
+    // response); the caller may have chosen it (meta jobs share it with routers).
+    let secret = match plan.env.iter().find(|(k, _)| k == "METAMPI_SECRET") {
+        Some((_, v)) => v.to_string_lossy().into_owned(),
+        None => job_secret().map_err(|source| LaunchError::Io {
+            what: "cannot make the job secret",
+            source,
+        })?,
+    };
+    let key = JobKey::from_hex(&secret).ok_or(LaunchError::Io {
+        what: "METAMPI_SECRET must be 64 hexadecimal digits",
+        source: io::Error::from(io::ErrorKind::InvalidInput),
+    })?;
     let pmi = {
         let tx = events_tx.clone();
         PmiServer::bind(
@@ -76,6 +89,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
             // Ranks on this machine bootstrap over a Unix socket: it reaches them in
             // any network namespace (emulated sites) and keeps them off the network.
             true,
+            Some(key),
         )
         .map_err(LaunchError::Pmi)?
     };
@@ -118,10 +132,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         job,
         pmi_port: pmi.addr().port(),
         pmi_unix: pmi.unix_path(),
-        secret: job_secret().map_err(|source| LaunchError::Io {
-            what: "cannot make the job secret",
-            source,
-        })?,
+        secret,
         cwd: cwd.as_deref(),
         capture: capture.clone(),
         done: done_tx,
@@ -269,8 +280,6 @@ fn start_rank(
         _ => format!("{}:{}", ctx.plan.pmi_host, ctx.pmi_port),
     };
     let mut env: Vec<(OsString, OsString)> = ctx.plan.env.clone();
-    // Every job has a secret its processes prove to each other (challenge and
-    // response); the caller may have chosen it (meta jobs share it with routers).
     if !env.iter().any(|(k, _)| k == "METAMPI_SECRET") {
         env.push(("METAMPI_SECRET".into(), ctx.secret.clone().into()));
     }

@@ -36,6 +36,74 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+/// Handshake context of the bootstrap connection.
+const PMI_CTX: &[u8] = b"metampi pmi";
+
+/// A job's secret as the bootstrap exchange uses it: a rank proves it knows
+/// it with `AUTH` (the server's challenge) and an HMAC-SHA256 in `HELLO`, and
+/// the server proves it back in its `OK`; the secret never crosses the wire.
+#[derive(Clone)]
+pub struct JobKey([u8; 32]);
+
+impl fmt::Debug for JobKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JobKey(..)")
+    }
+}
+
+impl JobKey {
+    /// From 64 hex digits (`METAMPI_SECRET`).
+    pub fn from_hex(text: &str) -> Option<JobKey> {
+        let v = unhex(text.trim())?;
+        Some(JobKey(v.try_into().ok()?))
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        use hmac::Mac;
+        let mut m = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0)
+            .expect("HMAC takes keys of any length");
+        for p in parts {
+            m.update(p);
+        }
+        m.finalize().into_bytes().into()
+    }
+
+    /// The `HELLO` line answering `challenge` (the hex after `CHALLENGE`), and
+    /// the proof the server must send back in `OK <proof>`.
+    pub fn hello(&self, challenge: &str, job: JobId, rank: usize) -> Option<(String, String)> {
+        let na = unhex(challenge)?;
+        let nc = random_bytes::<16>().ok()?;
+        let who = format!("{job} {rank}");
+        let tag = self.mac(&[b"C", PMI_CTX, &na, &nc, who.as_bytes()]);
+        let expect = hex(&self.mac(&[b"A", PMI_CTX, &nc, &na]));
+        Some((format!("HELLO {who} {} {}", hex(&nc), hex(&tag)), expect))
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(t: &str) -> Option<Vec<u8>> {
+    if t.len() % 2 != 0 || t.len() > 128 {
+        return None;
+    }
+    (0..t.len() / 2)
+        .map(|i| u8::from_str_radix(t.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Compares in time independent of where the inputs differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
+}
+
 /// Longest request line accepted, in bytes, without the newline.
 pub const MAX_LINE: usize = 64 * 1024;
 
@@ -89,13 +157,18 @@ impl FromStr for JobId {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Request<'a> {
-    /// `HELLO <job> <rank>`
+    /// `HELLO <job> <rank> [<nonce> <proof>]`
     Hello {
         /// The job id the rank was given.
         job: JobId,
         /// Its global rank.
         rank: usize,
+        /// The client's challenge and its answer to the server's (hex), when the
+        /// server asked for proof of the job secret.
+        proof: Option<(&'a str, &'a str)>,
     },
+    /// `AUTH`: asks for a challenge before `HELLO`.
+    Auth,
     /// `PUT <key> <value>`
     Put {
         /// Non-empty, no whitespace.
@@ -194,12 +267,19 @@ impl<'a> Request<'a> {
         };
         match command {
             "HELLO" => {
-                arity(3, "HELLO", "a job id and a rank")?;
+                if fields.len() != 5 {
+                    arity(3, "HELLO", "a job id and a rank, then optionally a nonce and a proof")?;
+                }
                 let job = fields[1].parse::<JobId>()?;
                 let rank = fields[2]
                     .parse::<usize>()
                     .map_err(|_| ProtocolError::BadRank(excerpt(fields[2])))?;
-                Ok(Request::Hello { job, rank })
+                let proof = (fields.len() == 5).then(|| (fields[3], fields[4]));
+                Ok(Request::Hello { job, rank, proof })
+            }
+            "AUTH" => {
+                arity(1, "AUTH", "no arguments")?;
+                Ok(Request::Auth)
             }
             "PUT" => {
                 arity(3, "PUT", "a key and a value")?;
@@ -268,6 +348,8 @@ pub struct PmiServer {
 struct Shared {
     job: JobId,
     size: usize,
+    /// The job secret ranks must prove in `HELLO`, when the job has one.
+    key: Option<JobKey>,
     state: Mutex<State>,
     fence_done: Condvar,
     sink: EventSink,
@@ -298,7 +380,8 @@ impl PmiServer {
             // The receiver goes away only with the server itself.
             let _ = tx.send(event);
         });
-        let mut server = Self::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), size, job, sink, false)?;
+        let mut server =
+            Self::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), size, job, sink, false, None)?;
         server.events = Some(rx);
         Ok(server)
     }
@@ -312,6 +395,7 @@ impl PmiServer {
         job: JobId,
         sink: EventSink,
         unix: bool,
+        key: Option<JobKey>,
     ) -> io::Result<PmiServer> {
         let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
         let unix_listener = if unix {
@@ -331,6 +415,7 @@ impl PmiServer {
             }),
             fence_done: Condvar::new(),
             sink,
+            key,
         });
         let acceptor = {
             let shared = Arc::clone(&shared);
@@ -537,6 +622,7 @@ fn serve(shared: &Shared, stream: Conn) {
     let mut reader = BufReader::new(read_half);
     let mut writer = stream;
     let mut me: Option<usize> = None;
+    let mut challenge = None;
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -561,7 +647,7 @@ fn serve(shared: &Shared, stream: Conn) {
             line.pop();
         }
         let reply = match std::str::from_utf8(&line) {
-            Ok(text) => handle(shared, &mut me, text),
+            Ok(text) => handle(shared, &mut me, &mut challenge, text),
             Err(_) => Reply::Err("request is not valid UTF-8".into()),
         };
         if writer.write_all(reply.to_line().as_bytes()).is_err() {
@@ -578,6 +664,8 @@ enum Reply {
     Val(String),
     None,
     Err(String),
+    Challenge(String),
+    Proof(String),
 }
 
 impl Reply {
@@ -586,20 +674,49 @@ impl Reply {
             Reply::Ok => "OK\n".into(),
             Reply::Val(v) => format!("VAL {v}\n"),
             Reply::None => "NONE\n".into(),
+            Reply::Challenge(n) => format!("CHALLENGE {n}\n"),
+            Reply::Proof(p) => format!("OK {p}\n"),
             Reply::Err(msg) => format!("ERR {msg}\n"),
         }
     }
 }
 
-fn handle(shared: &Shared, me: &mut Option<usize>, text: &str) -> Reply {
+fn handle(
+    shared: &Shared,
+    me: &mut Option<usize>,
+    challenge: &mut Option<[u8; 16]>,
+    text: &str,
+) -> Reply {
     let request = match Request::parse(text) {
         Ok(r) => r,
         Err(e) => return Reply::Err(e.to_string()),
     };
     let rank = match (request.clone(), *me) {
-        (Request::Hello { job, rank }, None) => {
+        (Request::Auth, None) => {
+            let Ok(n) = random_bytes::<16>() else {
+                return Reply::Err("no randomness for a challenge".into());
+            };
+            *challenge = Some(n);
+            return Reply::Challenge(hex(&n));
+        }
+        (Request::Hello { job, rank, proof }, None) => {
             if job != shared.job {
                 return Reply::Err(format!("job id {job} is not this job's"));
+            }
+            // With a job secret, a rank proves it knows it (and learns that we do).
+            let mut server_proof = None;
+            if let Some(key) = &shared.key {
+                let (Some(na), Some((nc, tag))) = (challenge.take(), proof) else {
+                    return Reply::Err("this job needs AUTH and a proof in HELLO".into());
+                };
+                let (Some(nc), Some(tag)) = (unhex(nc), unhex(tag)) else {
+                    return Reply::Err("the nonce and proof must be hex".into());
+                };
+                let who = format!("{job} {rank}");
+                if !same(&tag, &key.mac(&[b"C", PMI_CTX, &na, &nc, who.as_bytes()])) {
+                    return Reply::Err("the proof does not match this job's secret".into());
+                }
+                server_proof = Some(hex(&key.mac(&[b"A", PMI_CTX, &nc, &na])));
             }
             if rank >= shared.size {
                 return Reply::Err(format!(
@@ -613,8 +730,12 @@ fn handle(shared: &Shared, me: &mut Option<usize>, text: &str) -> Reply {
             }
             state.ranks[rank].connected = true;
             *me = Some(rank);
-            return Reply::Ok;
+            return match server_proof {
+                Some(p) => Reply::Proof(p),
+                None => Reply::Ok,
+            };
         }
+        (Request::Auth, Some(_)) => return Reply::Err("AUTH comes before HELLO".into()),
         (Request::Hello { .. }, Some(rank)) => {
             return Reply::Err(format!("this connection already said HELLO as rank {rank}"))
         }
@@ -644,7 +765,7 @@ fn handle(shared: &Shared, me: &mut Option<usize>, text: &str) -> Reply {
             shared.lock().ranks[rank].finalized = true;
             Reply::Ok
         }
-        Request::Hello { .. } => Reply::Err("HELLO handled above".into()),
+        Request::Hello { .. } | Request::Auth => Reply::Err("HELLO handled above".into()),
     }
 }
 
@@ -747,7 +868,23 @@ impl PmiClient {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
         };
-        client.expect_ok(&format!("HELLO {job} {rank}"))?;
+        // A job started by the launcher has a secret: prove it (and check the server's proof).
+        match std::env::var("METAMPI_SECRET").ok().and_then(|k| JobKey::from_hex(&k)) {
+            Some(key) => {
+                let reply = client.request("AUTH")?;
+                let Some(challenge) = reply.strip_prefix("CHALLENGE ") else {
+                    return Err(unexpected(reply));
+                };
+                let (line, expect) = key
+                    .hello(challenge, job, rank)
+                    .ok_or_else(|| unexpected(reply.clone()))?;
+                let reply = client.request(&line)?;
+                if reply.strip_prefix("OK ") != Some(expect.as_str()) {
+                    return Err(unexpected(reply));
+                }
+            }
+            None => client.expect_ok(&format!("HELLO {job} {rank}"))?,
+        }
         Ok(client)
     }
 
@@ -902,7 +1039,11 @@ mod tests {
     fn parses_every_request() {
         assert_eq!(
             Request::parse("HELLO 0123456789abcdef 7"),
-            Ok(Request::Hello { job: JOB, rank: 7 })
+            Ok(Request::Hello {
+                job: JOB,
+                rank: 7,
+                proof: None
+            })
         );
         assert_eq!(
             Request::parse("PUT k v=1"),
@@ -1028,6 +1169,51 @@ mod tests {
         let mut reply = String::new();
         conn.0.read_line(&mut reply).unwrap();
         reply
+    }
+
+    #[test]
+    fn a_job_secret_is_proved_and_strangers_wrong_keys_and_replays_are_refused() {
+        let job = JobId::random();
+        let hexkey = "ab".repeat(32);
+        let key = JobKey::from_hex(&hexkey).unwrap();
+        let server = PmiServer::bind(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            3,
+            job,
+            Box::new(|_| {}),
+            false,
+            Some(key.clone()),
+        )
+        .unwrap();
+        let challenge = |c: &mut (BufReader<TcpStream>, TcpStream)| {
+            let r = say(c, b"AUTH\n");
+            r.trim().strip_prefix("CHALLENGE ").unwrap().to_string()
+        };
+        // A stranger that knows the job id but not the secret.
+        let mut c = raw(server.addr());
+        assert!(say(&mut c, format!("HELLO {job} 0\n").as_bytes()).starts_with("ERR "));
+        // A wrong secret.
+        let wrong = JobKey::from_hex(&"cd".repeat(32)).unwrap();
+        let na = challenge(&mut c);
+        let (line, _) = wrong.hello(&na, job, 0).unwrap();
+        assert!(say(&mut c, format!("{line}\n").as_bytes()).starts_with("ERR "));
+        // A replay of a valid answer to an earlier challenge.
+        let mut first = raw(server.addr());
+        let na1 = challenge(&mut first);
+        let (recorded, _) = key.hello(&na1, job, 1).unwrap();
+        drop(first);
+        let mut c = raw(server.addr());
+        let na2 = challenge(&mut c);
+        assert_ne!(na1, na2);
+        assert!(say(&mut c, format!("{recorded}\n").as_bytes()).starts_with("ERR "));
+        assert!(!server.rank_state(1).unwrap().connected);
+        // The real rank: accepted, and the server proves the secret back.
+        let mut c = raw(server.addr());
+        let na = challenge(&mut c);
+        let (line, expect) = key.hello(&na, job, 2).unwrap();
+        assert_eq!(say(&mut c, format!("{line}\n").as_bytes()).trim(), format!("OK {expect}"));
+        assert!(server.rank_state(2).unwrap().connected);
+        assert_eq!(say(&mut c, b"PUT k v\n").trim(), "OK");
     }
 
     #[test]

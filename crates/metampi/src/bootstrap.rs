@@ -62,7 +62,29 @@ impl Pmi {
             reader: BufReader::new(reader),
             writer,
         };
-        p.call(&format!("HELLO {job} {rank}"))?;
+        // Prove the job secret to the launcher, and check its proof back.
+        let key = std::env::var("METAMPI_SECRET").ok();
+        match key.as_deref().and_then(metampi_launch::JobKey::from_hex) {
+            Some(key) => {
+                let reply = p.call("AUTH")?;
+                let challenge = reply
+                    .strip_prefix("CHALLENGE ")
+                    .ok_or_else(|| bad(format!("launcher answered AUTH with `{reply}`")))?;
+                let job_id = job
+                    .parse()
+                    .map_err(|_| bad(format!("METAMPI_JOB `{job}` is not a job id")))?;
+                let (line, expect) = key
+                    .hello(challenge, job_id, rank as usize)
+                    .ok_or_else(|| bad("cannot answer the launcher's challenge".into()))?;
+                let reply = p.call(&line)?;
+                if reply.strip_prefix("OK ") != Some(expect.as_str()) {
+                    return Err(bad("the launcher did not prove the job secret".into()));
+                }
+            }
+            None => {
+                p.call(&format!("HELLO {job} {rank}"))?;
+            }
+        }
         Ok(p)
     }
 
