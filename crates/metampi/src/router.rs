@@ -185,6 +185,8 @@ fn wire_config(id: u32, compression: Compression, slow: bool) -> Config {
         .send_buffer(8 << 20)
         .initial_rto(Duration::from_secs(1))
         .min_rto(Duration::from_millis(500))
+        .idle_timeout(link_timeout())
+        .keepalive((link_timeout() / 3).min(Duration::from_secs(1)))
         .compression(compression)
         .build()
         .unwrap_or_else(|_| {
@@ -198,6 +200,17 @@ fn wire_config(id: u32, compression: Compression, slow: bool) -> Config {
                 .build()
                 .expect("the default wire configuration is valid")
         })
+}
+
+/// How long a link may stay silent or disconnected before it is given up
+/// (`METAMPI_LINK_TIMEOUT`, seconds; default 10). A connection whose links
+/// are all given up ends the router, and with it the job.
+fn link_timeout() -> Duration {
+    std::env::var("METAMPI_LINK_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|&s| s > 0.0)
+        .map_or(Duration::from_secs(10), Duration::from_secs_f64)
 }
 
 /// Acknowledgement delay on router links (µs). Delayed acknowledgements cost
@@ -287,6 +300,19 @@ impl Shaper {
     }
 }
 
+/// ", down since <UTC time>" for a message, when known.
+fn lost_since(t: Option<std::time::SystemTime>) -> String {
+    let Some(t) = t else {
+        return String::new();
+    };
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (h, m, s) = (secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    let ago = t.elapsed().map_or(0.0, |d| d.as_secs_f64());
+    format!(", down since {h:02}:{m:02}:{s:02} UTC ({ago:.1} s)")
+}
+
 /// Where a link's statistics are written while the job runs.
 fn stats_path(router: usize, link: u32, side: &str) -> Option<std::path::PathBuf> {
     let dir = std::env::var_os("METAMPI_ROUTER_STATS")?;
@@ -336,6 +362,8 @@ struct Peer {
     seen: Vec<bool>,
     /// Layout ids of the links.
     layout_ids: Vec<u32>,
+    /// When each link's connection broke, while it is down.
+    lost_at: Vec<Option<std::time::SystemTime>>,
     stats: Vec<Option<std::path::PathBuf>>,
     label: String,
     /// Frames written and bytes read per link, with `METAMPI_TRACE`.
@@ -603,6 +631,7 @@ impl Router {
                 addrs: links.iter().map(|l| l.addr.clone()).collect(),
                 connecting: vec![false; links.len()],
                 seen: vec![false; links.len()],
+                lost_at: vec![None; links.len()],
                 layout_ids: links.iter().map(|l| l.link_id).collect(),
                 stats: links
                     .iter()
@@ -670,6 +699,7 @@ impl Router {
         let id = self.id;
         if let Some(p) = self.peer_mut(outgoing, key) {
             if p.conns[link].take().is_some() {
+                p.lost_at[link] = Some(std::time::SystemTime::now());
                 if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
                     eprintln!("metampi router {id}: link {link} {} lost ({why})", p.label);
                 }
@@ -798,6 +828,7 @@ impl Router {
                 addrs: Vec::new(),
                 connecting: Vec::new(),
                 seen: vec![false; links],
+                lost_at: vec![None; links],
                 layout_ids: vec![0; links],
                 stats: vec![None; links],
                 label: format!("from router {conn}"),
@@ -813,6 +844,7 @@ impl Router {
         }
         let again = p.seen[link];
         p.seen[link] = true;
+        p.lost_at[link] = None;
         p.layout_ids[link] = layout_id;
         p.stats[link] = stats_path(id, layout_id, "in");
         p.conns[link] = Some(WireConn {
@@ -831,6 +863,7 @@ impl Router {
             let (bps, lat) = peer.emulation[l];
             let first = !peer.seen[l];
             peer.seen[l] = true;
+            peer.lost_at[l] = None;
             peer.conns[l] = Some(WireConn {
                 stream,
                 shaper: Shaper::new(bps, lat),
@@ -988,14 +1021,18 @@ impl Router {
                 }
                 Event::LinkDead { link, reason } => {
                     eprintln!(
-                        "metampi router {id}: link {link} {} is dead: {reason:?}",
-                        p.label
+                        "metampi router {id}: link l{} {} given up ({reason:?}){}",
+                        p.layout_ids.get(link).copied().unwrap_or(0),
+                        p.label,
+                        lost_since(p.lost_at.get(link).copied().flatten())
                     );
                 }
                 Event::Closed(reason) => {
+                    let since = p.lost_at.iter().flatten().min().copied();
                     eprintln!(
-                        "metampi router {id}: the connection {} is gone: {reason:?}",
-                        p.label
+                        "metampi router {id}: the connection {} is gone ({reason:?}){}; ending the job",
+                        p.label,
+                        lost_since(since)
                     );
                     std::process::exit(3);
                 }

@@ -188,3 +188,43 @@ fn killed_router_ends_the_job() {
     let left = processes_of("killed_router_ends_the_job", None);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
+
+fn link_goes_down(world: &metampi::topology::SimpleCommunicator) {
+    // Traffic across the sites until the link dies, then a wait that only the
+    // link timeout can end.
+    let other = (world.rank() + 2) % 4;
+    for i in 0..1000u32 {
+        let (got, _) = metampi::point_to_point::send_receive::<u32, _, _, _>(
+            &i,
+            &world.process_at_rank(other),
+            &world.process_at_rank(other),
+        );
+        assert_eq!(got, i);
+    }
+}
+
+#[test]
+fn link_down_past_its_timeout_ends_the_job() {
+    let t0 = Instant::now();
+    let faults = metampi::testing::Faults {
+        down_after: 40,
+        seed: 7,
+        ..Default::default()
+    };
+    let (ranks, _counts) = Ranks::new(4)
+        .meta(&TWO_SITES.replace("24700", "24800"))
+        .env("METAMPI_LINK_TIMEOUT", "2")
+        .timeout(Duration::from_secs(60))
+        .faulty_links(faults);
+    let Some(o) = ranks.outcome("link_down_past_its_timeout_ends_the_job", link_goes_down) else {
+        std::process::exit(0);
+    };
+    let took = t0.elapsed();
+    let f = o.failure.expect("the job must fail");
+    let text = f.to_string();
+    assert!(text.contains("router"), "{text}");
+    // The link timeout (2 s) plus detection, far below the job timeout.
+    assert!(took < Duration::from_secs(15), "took {took:?}: {text}");
+    let left = processes_of("link_down_past_its_timeout_ends_the_job", None);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
