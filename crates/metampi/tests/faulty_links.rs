@@ -5,7 +5,7 @@
 //! stream of messages (0 bytes to 200 KiB) to every other rank, each
 //! carrying its source, sequence number and checksum; receivers check that
 //! nothing is lost, duplicated, corrupted or reordered. Longer soak:
-//! `METAMPI_SOAK_MESSAGES=20000 cargo test --release -p metampi --test faulty_links`.
+//! `METAMPI_SOAK_MESSAGES=2000 cargo test --release -p metampi --test faulty_links`.
 
 use std::time::Duration;
 
@@ -54,11 +54,16 @@ fn message(src: i32, dst: i32, seq: u32) -> Vec<u8> {
     m
 }
 
-fn traffic(world: &metampi::topology::SimpleCommunicator) {
-    let per_pair: u32 = std::env::var("METAMPI_SOAK_MESSAGES")
+/// Messages each rank sends to each other rank.
+fn per_pair() -> u32 {
+    std::env::var("METAMPI_SOAK_MESSAGES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(60);
+        .unwrap_or(60)
+}
+
+fn traffic(world: &metampi::topology::SimpleCommunicator) {
+    let per_pair = per_pair();
     let (me, size) = (world.rank(), world.size());
     let mut next = vec![0u32; size as usize];
     {
@@ -109,7 +114,7 @@ fn exactly_once_in_order_through_faulty_links() {
     };
     let (ranks, counts) = Ranks::new(6)
         .meta(CONFIG)
-        .timeout(Duration::from_secs(120))
+        .timeout(Duration::from_secs(120 + u64::from(per_pair())))
         .faulty_links(faults);
     ranks.run("exactly_once_in_order_through_faulty_links", traffic);
     if metampi::testing::is_rank() {
