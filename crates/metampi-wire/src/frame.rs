@@ -21,6 +21,7 @@
 //! the decoder would wait for up to `len` bytes that never come before it could
 //! tell the frame was bad.
 
+use bytes::{Buf, Bytes, BytesMut};
 use thiserror::Error;
 
 /// The four bytes every frame starts with.
@@ -288,18 +289,17 @@ pub fn encode(header: &Header, payload: &[u8], out: &mut Vec<u8>) {
 /// magic and tries again, so one bad frame costs that frame only.
 #[derive(Debug, Default)]
 pub struct StreamDecoder {
-    buf: Vec<u8>,
-    /// Bytes already consumed at the front of `buf`; compacted lazily to avoid a memmove
-    /// per frame.
-    start: usize,
+    /// Bytes not decoded yet; a decoded frame is split off the front, so its
+    /// payload is handed out without a copy.
+    buf: BytesMut,
     max_payload: usize,
 }
 
 /// One step of [`StreamDecoder::next_frame`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum StreamItem {
-    /// A checked frame.
-    Frame(Header, Vec<u8>),
+    /// A checked frame (its payload shares the decoder's buffer, no copy).
+    Frame(Header, Bytes),
     /// Bytes that were skipped, and why the first skip happened.
     Skipped(usize, DecodeError),
 }
@@ -308,35 +308,29 @@ impl StreamDecoder {
     /// A decoder accepting payloads of at most `max_payload` bytes.
     pub fn new(max_payload: usize) -> StreamDecoder {
         StreamDecoder {
-            buf: Vec::new(),
-            start: 0,
+            buf: BytesMut::new(),
             max_payload: max_payload.min(MAX_PAYLOAD),
         }
     }
 
     /// Adds bytes from the stream.
     pub fn push(&mut self, bytes: &[u8]) {
-        if self.start > 0 && self.start * 2 >= self.buf.len() {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
         self.buf.extend_from_slice(bytes);
     }
 
     /// Forgets buffered bytes (the stream they came from is gone).
     pub fn reset(&mut self) {
         self.buf.clear();
-        self.start = 0;
     }
 
     /// Bytes buffered and not yet decoded.
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start
+        self.buf.len()
     }
 
     /// The next frame or skipped run, or `None` when more bytes are needed.
     pub fn next_frame(&mut self) -> Option<StreamItem> {
-        let rest = &self.buf[self.start..];
+        let rest = &self.buf[..];
         if rest.is_empty() {
             return None;
         }
@@ -347,9 +341,10 @@ impl StreamDecoder {
                 payload,
                 used,
             }) => {
-                let payload = payload.to_vec();
-                self.start += used;
-                Some(StreamItem::Frame(header, payload))
+                let at = payload.as_ptr() as usize - rest.as_ptr() as usize;
+                let len = payload.len();
+                let frame = self.buf.split_to(used).freeze();
+                Some(StreamItem::Frame(header, frame.slice(at..at + len)))
             }
             Err(e) => {
                 // A frame whose header checked out but whose payload did not had a
@@ -360,7 +355,8 @@ impl StreamDecoder {
                     }
                     _ => 1 + find_magic(&rest[1..]).unwrap_or(rest.len() - 1),
                 };
-                self.start += skip;
+                let skip = skip.min(self.buf.len());
+                self.buf.advance(skip);
                 Some(StreamItem::Skipped(skip, e))
             }
         }

@@ -8,6 +8,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use crate::compress::{decompress, Compressor};
 use crate::config::{Config, INITIAL_CREDIT};
 use crate::error::{CloseReason, ProtocolError};
@@ -173,7 +175,7 @@ impl LinkState {
         self.decoder.push(bytes);
         while let Some(item) = self.decoder.next_frame() {
             match item {
-                StreamItem::Frame(h, payload) => self.on_frame(now, h, &payload, &mut out)?,
+                StreamItem::Frame(h, payload) => self.on_frame(now, h, payload, &mut out)?,
                 StreamItem::Skipped(n, e) => {
                     self.stats.skipped_bytes_in += n as u64;
                     if e != DecodeError::BadMagic {
@@ -191,7 +193,7 @@ impl LinkState {
         &mut self,
         now: Instant,
         h: Header,
-        payload: &[u8],
+        payload: Bytes,
         out: &mut Received,
     ) -> Result<(), ProtocolError> {
         if h.connection != self.cfg.connection_id || h.link != self.index {
@@ -237,10 +239,15 @@ impl LinkState {
         &mut self,
         now: Instant,
         h: Header,
-        payload: &[u8],
+        payload: Bytes,
         out: &mut Received,
     ) -> Result<(), ProtocolError> {
-        let raw = decompress(h.codec, payload, self.cfg.max_frame_payload)?;
+        // Uncompressed payloads are used as they are (records slice them, no copy).
+        let raw = if h.codec == Codec::Raw {
+            payload.clone()
+        } else {
+            decompress(h.codec, &payload, self.cfg.max_frame_payload)?
+        };
         let records = decode_payload(&raw)?;
         self.stats.records_in += records.len() as u64;
         if h.failover {
