@@ -8,6 +8,7 @@ mod bench;
 mod check;
 mod demo;
 mod png;
+mod progress;
 mod run;
 mod tracecmd;
 
@@ -28,9 +29,9 @@ enum Command {
     Run(run::RunArgs),
     /// Run a demonstration job: 4 ranks on 2 emulated machines of this computer.
     Demo(demo::DemoArgs),
-    /// Measure ping-pong, bandwidth and collectives over message sizes (OSU-style table, JSON, CSV, SVG).
+    /// Measure ping-pong, bandwidth and collectives over message sizes (OSU-style table, JSON, CSV, SVG/PNG plot).
     Bench(bench::BenchArgs),
-    /// Merge the per-rank traces of `metampi run --trace DIR` into a Perfetto file, summary and timeline.
+    /// Merge the rank and router traces of `metampi run --trace DIR` into a Perfetto file, summary and timeline.
     Trace(tracecmd::TraceArgs),
     /// Validate a meta-computer description (or PACX hostfile) and print the resolved layout.
     Check(check::CheckArgs),

@@ -2,7 +2,7 @@
 //! [`metampi_launch::JobSpec`] and runs it.
 
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -33,6 +33,8 @@ Every rank gets these environment variables:
     METAMPI_NODE         host the rank is placed on (same value = same machine)
     METAMPI_LOCAL_RANK   index among the ranks on the same node
     METAMPI_LOCAL_SIZE   number of ranks on the same node
+    METAMPI_PROGRESS     1 when this command's stderr is a terminal (tools may draw progress
+                         on /dev/tty, since rank output reaches the terminal through pipes)
 
 Placement: --hosts a,b:4 gives a one slot and b four; ranks fill the slots in order and, if
 there are more ranks than slots, wrap round-robin over the hosts. Without --hosts or
@@ -151,6 +153,27 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             }
         };
         let layout = cfg.layout();
+        // SECRET_FILE: the job secret every site shares (a site started by hand
+        // needs the same one); otherwise a fresh one is made for this job.
+        if let Some(file) = &cfg.globals.secret_file {
+            let path = match file.strip_prefix("~/") {
+                Some(rest) => std::env::var_os("HOME")
+                    .map(|h| PathBuf::from(h).join(rest))
+                    .unwrap_or_else(|| PathBuf::from(file)),
+                None => PathBuf::from(file),
+            };
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading SECRET_FILE {}", path.display()))?;
+            if metampi::auth::Secret::from_hex(&text).is_none() {
+                eprintln!(
+                    "metampi run: error: SECRET_FILE {} must hold 64 hexadecimal digits (e.g. `openssl rand -hex 32`)",
+                    path.display()
+                );
+                return Ok(USAGE_EXIT);
+            }
+            // Read by the routers and the launcher started below (one thread so far).
+            std::env::set_var("METAMPI_SECRET", text.trim());
+        }
         match args.np {
             Some(n) if n != layout.world_size => {
                 eprintln!(
@@ -163,7 +186,14 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             _ => args.np = Some(layout.world_size),
         }
         let exe = std::env::current_exe()?.into_os_string();
-        let (routers, plan) = metampi::meta::start(&layout, &exe, &["router".into()], &[])
+        // Routers record their links into the trace directory too.
+        let mut router_env = Vec::new();
+        if let Some(dir) = &args.trace {
+            let abs = trace_dir(dir)?;
+            write_sites(&abs, &layout)?;
+            router_env.push(("METAMPI_TRACE".into(), abs.into_os_string()));
+        }
+        let (routers, plan) = metampi::meta::start(&layout, &exe, &["router".into()], &router_env)
             .context("starting the routers")?;
         _routers = Some(routers);
         meta_plan = Some(plan);
@@ -241,16 +271,34 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         spec = spec.timeout(timeout);
     }
     if let Some(dir) = &args.trace {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating trace directory {}", dir.display()))?;
-        let abs =
-            std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
-        spec = spec.env("METAMPI_TRACE", abs.into_os_string());
+        spec = spec.env("METAMPI_TRACE", trace_dir(dir)?.into_os_string());
+    }
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        spec = spec.env(crate::progress::PROGRESS_ENV, "1");
     }
     if let Some(RankList(ranks)) = args.debug {
         spec = spec.debug_ranks(ranks);
     }
     Ok(spec)
+}
+
+/// Creates the trace directory and returns its absolute path (ranks and routers may run
+/// elsewhere).
+fn trace_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating trace directory {}", dir.display()))?;
+    std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))
+}
+
+/// Writes `DIR/sites.json` for `metampi trace`: the meta hosts' names and the meta host of
+/// every router, so that link traffic can be summed per pair of meta hosts.
+fn write_sites(dir: &Path, layout: &metampi_config::Layout) -> anyhow::Result<()> {
+    let v = serde_json::json!({
+        "sites": layout.hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>(),
+        "routers": layout.routers.iter().map(|r| r.host).collect::<Vec<_>>(),
+    });
+    let path = dir.join("sites.json");
+    std::fs::write(&path, format!("{v}\n")).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Splits `PROGRAM ARGS... : -n M PROGRAM2 ARGS2... : ...` into apps.

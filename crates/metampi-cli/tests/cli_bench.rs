@@ -85,6 +85,22 @@ fn bench_writes_documented_json_csv_and_plot() {
     assert!(std::fs::read_to_string(&overlay)
         .unwrap()
         .contains("t pingpong"));
+    // The same overlay as PNG: a valid signature and IHDR of the figure's size.
+    let png = dir.join("o.png");
+    let st = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["bench", "plot"])
+        .arg(&json)
+        .arg(&json)
+        .arg("-o")
+        .arg(&png)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let b = std::fs::read(&png).unwrap();
+    assert!(b.starts_with(b"\x89PNG\r\n\x1a\n"));
+    assert_eq!(&b[12..16], b"IHDR");
+    assert_eq!(u32::from_be_bytes(b[16..20].try_into().unwrap()), 1120);
+    assert_eq!(u32::from_be_bytes(b[20..24].try_into().unwrap()), 420);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

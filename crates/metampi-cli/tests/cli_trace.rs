@@ -1,5 +1,6 @@
 //! `metampi run --trace` + `metampi trace`: exact message counts and bytes
-//! per pair for a job with known traffic, and a valid trace-event file.
+//! per pair for a job with known traffic, and a valid trace-event file; with
+//! `--meta`, one track per router link and bytes per pair of meta hosts.
 
 use std::process::Command;
 
@@ -73,7 +74,15 @@ fn traced_job_counts_messages_exactly() {
         }
     }
     assert_eq!(sends, 44);
-    assert_eq!(evs.iter().filter(|e| e["ph"] == "M").count(), 4);
+    let rank_tracks = evs
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == 0)
+        .count();
+    assert_eq!(rank_tracks, 4);
+    assert!(
+        !evs.iter().any(|e| e["pid"] == 1),
+        "no routers, no link tracks"
+    );
     let png = std::fs::read(dir.join("timeline.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -90,5 +99,113 @@ fn trace_of_an_empty_directory_is_an_error() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no rank-*.trace files"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two meta hosts of one rank each, joined by one router pair striped over
+/// two links each way: the ping-pong between ranks 0 and 1 goes through both
+/// routers.
+const TWO_SITES: &str = "PORTBASE 26470
+METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }
+METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }
+PAIR a b 1 - { COMPRESSION = off; }
+a0 <-> b0, a0 <-> b0
+";
+
+#[test]
+fn traced_meta_job_has_router_link_tracks_and_site_pair_bytes() {
+    let dir = std::env::temp_dir().join(format!("metampi-trace-meta-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("two.meta");
+    std::fs::write(&cfg, TWO_SITES).unwrap();
+    let tdir = dir.join("trace");
+    let exe = env!("CARGO_BIN_EXE_metampi");
+    let st = Command::new(exe)
+        .arg("run")
+        .arg("--meta")
+        .arg(&cfg)
+        .arg("--trace")
+        .arg(&tdir)
+        .args([
+            exe,
+            "bench",
+            "--ops",
+            "pingpong",
+            "--sizes",
+            "64:64",
+            "--iters-scale",
+            "0.01",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let out = Command::new(exe).arg("trace").arg(&tdir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    // from, to, messages, payload, wire
+    let site_rows: Vec<Vec<String>> = summary
+        .lines()
+        .skip_while(|l| !l.starts_with("bytes by meta-host pair"))
+        .skip(2)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(site_rows.len(), 2, "{summary}");
+    for (row, (from, to)) in site_rows.iter().zip([("a", "b"), ("b", "a")]) {
+        assert_eq!((row[0].as_str(), row[1].as_str()), (from, to), "{summary}");
+        // 20 timed and 2 warm-up messages of 64 bytes each way.
+        assert_eq!(row[2], "22", "{summary}");
+        assert_eq!(row[3], (22 * 64).to_string(), "{summary}");
+        // Each message also carries its 64-byte envelope through the routers.
+        let wire: u64 = row[4].parse().unwrap();
+        assert!(wire >= 22 * (64 + 64), "{summary}");
+    }
+
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tdir.join("trace.json")).unwrap()).unwrap();
+    let evs = v["traceEvents"].as_array().unwrap();
+    let names: Vec<(u64, String)> = evs
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == 1)
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    // Layout links l0, l1 go from router 0 to router 1, l2, l3 back; each
+    // router traces both ends it holds of the links that carried traffic.
+    for want in [
+        "router 0 link 0 (to router 1)",
+        "router 1 link 0 (from router 0)",
+        "router 1 link 2 (to router 0)",
+        "router 0 link 2 (from router 1)",
+    ] {
+        assert!(names.iter().any(|(_, n)| n == want), "{want}: {names:?}");
+    }
+    // Bytes router 0 wrote towards router 1 on its links, and bytes router 1 read from them.
+    let link_bytes = |track: &str, cat: &str| -> u64 {
+        let tid = names.iter().find(|(_, n)| n == track).unwrap().0;
+        evs.iter()
+            .filter(|e| e["pid"] == 1 && e["tid"] == tid && e["cat"] == cat)
+            .map(|e| e["args"]["bytes"].as_u64().unwrap())
+            .sum()
+    };
+    let written = link_bytes("router 0 link 0 (to router 1)", "link-out");
+    let read = link_bytes("router 1 link 0 (from router 0)", "link-in");
+    assert!(written >= 22 * 128, "{written}");
+    assert!(read > 0 && read <= written, "{read} of {written}");
+    let png = std::fs::read(tdir.join("timeline.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
     let _ = std::fs::remove_dir_all(&dir);
 }

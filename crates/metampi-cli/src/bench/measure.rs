@@ -1,5 +1,9 @@
 //! The measurement loops, run on every rank.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use anyhow::{bail, Result};
 use metampi::collective::SystemOperation;
 use metampi::topology::SimpleCommunicator;
@@ -7,6 +11,7 @@ use metampi::traits::*;
 
 use super::report::{BenchReport, Row, Stats};
 use super::BenchArgs;
+use crate::progress::Progress;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -297,6 +302,19 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
             eprintln!("metampi bench: --pair {a},{b} is outside a world of {size}; skipping point-to-point operations");
         }
     }
+    let skip = |op: Op, bytes: usize| {
+        (op.is_p2p() && (!p2p_ok || size < 2))
+            || (matches!(op, Op::Barrier) && bytes != cfg.sizes[0])
+            || (matches!(op, Op::Reduce | Op::AllReduce) && bytes % 4 != 0)
+    };
+    let points = cfg
+        .ops
+        .iter()
+        .flat_map(|&op| cfg.sizes.iter().map(move |&b| (op, b)))
+        .filter(|&(op, b)| !skip(op, b))
+        .count();
+    let mut progress = (me == 0).then(|| Ticker::start(points as u64));
+    let mut point = 0u64;
     for &op in &cfg.ops {
         if op.is_p2p() && (!p2p_ok || size < 2) {
             continue;
@@ -305,12 +323,18 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
             report.print_op_header(op);
         }
         for &bytes in &cfg.sizes {
-            if matches!(op, Op::Barrier) && bytes != cfg.sizes[0] {
+            if skip(op, bytes) {
                 continue;
             }
-            if matches!(op, Op::Reduce | Op::AllReduce) && bytes % 4 != 0 {
-                continue;
+            if let Some(p) = &mut progress {
+                let size = match bytes {
+                    b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+                    b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+                    b => format!("{b} B"),
+                };
+                p.begin(point, format!("{} {size}", op.name()));
             }
+            point += 1;
             let (iters, warm) = iterations(bytes, cfg.iters_scale);
             world.barrier();
             let _ = run_op(&world, op, bytes, warm, cfg.pair);
@@ -334,11 +358,15 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
                     .collect();
                 let stats = Stats::from_seconds(&per_iter);
                 let row = Row::new(op, bytes, iters, &stats);
+                if let Some(p) = &mut progress {
+                    p.end();
+                }
                 report.print_row(&row);
                 report.results.push(row);
             }
         }
     }
+    drop(progress);
     if me == 0 {
         if let Some(p) = &args.json {
             std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
@@ -349,12 +377,86 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
             println!("# wrote {}", p.display());
         }
         if let Some(p) = &args.plot {
-            super::plot::write_svg(std::slice::from_ref(&report), p)?;
+            super::plot::write_plot(std::slice::from_ref(&report), p)?;
             println!("# wrote {}", p.display());
         }
     }
     drop(universe);
     Ok(0)
+}
+
+/// Rank 0's progress line for a sweep. It is drawn from a thread, and only
+/// once a point has run for a while: rank 0's table rows reach the terminal
+/// through the launcher's pipe, so a line drawn right after a row could land
+/// before the row itself.
+struct Ticker {
+    state: Arc<Mutex<TickState>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct TickState {
+    progress: Progress,
+    /// Index, name and start of the point being measured.
+    current: Option<(u64, String, Instant)>,
+}
+
+/// A point is shown once it has run this long.
+const SHOW_AFTER: Duration = Duration::from_millis(500);
+
+impl Ticker {
+    fn start(points: u64) -> Ticker {
+        let progress = Progress::for_rank("metampi bench", points);
+        let active = progress.active();
+        let state = Arc::new(Mutex::new(TickState {
+            progress,
+            current: None,
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = active.then(|| {
+            let (state, stop) = (Arc::clone(&state), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                    let TickState { progress, current } = &mut *st;
+                    if let Some((i, what, t0)) = current {
+                        if t0.elapsed() >= SHOW_AFTER {
+                            let what = format!("{what}, {:.0} s", t0.elapsed().as_secs_f64());
+                            progress.update(*i, &what, true);
+                        }
+                    }
+                }
+            })
+        });
+        Ticker {
+            state,
+            stop,
+            thread,
+        }
+    }
+
+    fn begin(&mut self, index: u64, what: String) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.current = Some((index, what, Instant::now()));
+    }
+
+    /// Erases the line before a row is printed.
+    fn end(&mut self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.current = None;
+        st.progress.clear();
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.end();
+    }
 }
 
 #[cfg(test)]

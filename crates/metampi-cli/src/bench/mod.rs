@@ -56,19 +56,19 @@ pub struct BenchArgs {
     /// Write the results as CSV.
     #[arg(long)]
     csv: Option<PathBuf>,
-    /// Draw latency and bandwidth against message size (SVG).
+    /// Draw latency and bandwidth against message size: PNG when FILE ends in `.png`, SVG otherwise.
     #[arg(long)]
     plot: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand, Clone)]
 enum BenchSub {
-    /// Overlay several JSON result files in one figure (SVG).
+    /// Overlay several JSON result files in one figure (PNG when the output ends in `.png`, SVG otherwise).
     Plot {
         /// Result files written by `metampi bench --json` (or bench/c/osu_like).
         #[arg(required = true)]
         inputs: Vec<PathBuf>,
-        /// The figure to write.
+        /// The figure to write (`.png` or `.svg`).
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -84,7 +84,7 @@ pub fn execute(args: BenchArgs) -> Result<u8> {
                 serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
             reports.push(r);
         }
-        plot::write_svg(&reports, output)?;
+        plot::write_plot(&reports, output)?;
         println!("wrote {}", output.display());
         return Ok(0);
     }
@@ -103,6 +103,9 @@ pub fn execute(args: BenchArgs) -> Result<u8> {
         .timeout(Duration::from_secs(3600));
     if args.tcp {
         spec = spec.env("METAMPI_FORCE_TCP", "1");
+    }
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        spec = spec.env(crate::progress::PROGRESS_ENV, "1");
     }
     if let Some(m) = &args.machines {
         let hosts = Host::parse_list(m).map_err(|e| anyhow::anyhow!("--machines: {e}"))?;

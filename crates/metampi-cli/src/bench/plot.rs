@@ -1,6 +1,7 @@
-//! Log-log SVG figures of bench results: latency (median) and bandwidth
-//! against message size, one line per (run, operation), as in seed 001
-//! Figs. 10–11. Plain SVG text, so it needs no fonts or graphics libraries.
+//! Log-log figures of bench results: latency (median) and bandwidth against
+//! message size, one line per (run, operation), as in seed 001 Figs. 10–11.
+//! SVG is written as plain text (no fonts or graphics libraries); PNG is drawn
+//! with plotters' bitmap backend and a font compiled into the binary.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -157,13 +158,18 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Writes a two-panel figure: latency of non-bandwidth operations, bandwidth of the others.
-pub fn write_svg(reports: &[BenchReport], path: &Path) -> Result<()> {
+/// The latency and bandwidth series of `reports`: one line per (run, operation).
+fn series(reports: &[BenchReport]) -> (Vec<Series>, Vec<Series>) {
     let mut lat = Vec::new();
     let mut bw = Vec::new();
     for r in reports {
-        let mut ops: Vec<&str> = r.results.iter().map(|x| x.op.as_str()).collect();
-        ops.dedup();
+        // Operations in order of first appearance (rows of one file may interleave them).
+        let mut ops: Vec<&str> = Vec::new();
+        for x in &r.results {
+            if !ops.contains(&x.op.as_str()) {
+                ops.push(&x.op);
+            }
+        }
         for op in ops {
             let rows: Vec<_> = r.results.iter().filter(|x| x.op == op).collect();
             let name = if reports.len() > 1 {
@@ -187,6 +193,24 @@ pub fn write_svg(reports: &[BenchReport], path: &Path) -> Result<()> {
             }
         }
     }
+    (lat, bw)
+}
+
+/// Writes the figure as PNG when `path` ends in `.png`, as SVG otherwise.
+pub fn write_plot(reports: &[BenchReport], path: &Path) -> Result<()> {
+    let png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if png {
+        write_png(reports, path)
+    } else {
+        write_svg(reports, path)
+    }
+}
+
+/// Writes a two-panel figure: latency of non-bandwidth operations, bandwidth of the others.
+pub fn write_svg(reports: &[BenchReport], path: &Path) -> Result<()> {
+    let (lat, bw) = series(reports);
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{H}" font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>"#,
         2.0 * W
@@ -196,4 +220,134 @@ pub fn write_svg(reports: &[BenchReport], path: &Path) -> Result<()> {
     svg.push_str("</svg>\n");
     std::fs::write(path, svg)?;
     Ok(())
+}
+
+/// Text in PNG figures uses a subset of DejaVu Sans compiled into the binary (the same as
+/// psrsearch's plots; licence in `assets/`), so drawing needs no system fonts.
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans-subset.ttf");
+
+/// The same two panels as [`write_svg`], drawn into a PNG with plotters.
+pub fn write_png(reports: &[BenchReport], path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        // The font is compiled in and known to parse; a failure would only lose the labels.
+        let _ =
+            plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, FONT);
+    });
+    let (lat, bw) = series(reports);
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
+    let root = BitMapBackend::new(path, ((2.0 * W) as u32, H as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (left, right) = root.split_horizontally(W as u32);
+    for (area, title, ylabel, series) in [
+        (&left, "latency (median)", "microseconds", &lat),
+        (&right, "bandwidth", "MB/s", &bw),
+    ] {
+        let pts: Vec<(f64, f64)> = series
+            .iter()
+            .flat_map(|s| s.points.iter().copied())
+            .filter(|p| p.0 > 0.0 && p.1 > 0.0)
+            .collect();
+        if pts.is_empty() {
+            area.titled(&format!("{title}: no data"), ("sans-serif", 16))
+                .map_err(|e| err(&e))?;
+            continue;
+        }
+        let (xmin, xmax) = pts
+            .iter()
+            .fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.0), a.1.max(p.0)));
+        let (ymin, ymax) = pts
+            .iter()
+            .fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.1), a.1.max(p.1)));
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(
+                (xmin.max(1.0) / 1.5..xmax * 1.5).log_scale().base(2.0),
+                (ymin / 1.5..ymax * 1.5).log_scale(),
+            )
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("message size (bytes)")
+            .y_desc(ylabel)
+            .x_label_formatter(&|x| fmt_bytes(2f64.powf(x.log2().round())))
+            .y_label_formatter(&|y| format!("{y}"))
+            .label_style(("sans-serif", 12))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (i, s) in series.iter().enumerate() {
+            let hex = COLORS[i % COLORS.len()];
+            let rgb = |k: usize| u8::from_str_radix(&hex[k..k + 2], 16).unwrap_or(0);
+            let colour = RGBColor(rgb(1), rgb(3), rgb(5));
+            let points: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .copied()
+                .filter(|p| p.0 > 0.0 && p.1 > 0.0)
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(s.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 18, y)], colour.stroke_width(2))
+                });
+            chart
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 3, colour.filled())),
+                )
+                .map_err(|e| err(&e))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn png_and_svg_figures_are_written() {
+        let text = r#"{"tool":"metampi bench","version":"0","label":"t","ranks":2,"pair":[0,1],
+            "transport":"auto","results":[
+            {"op":"pingpong","bytes":8,"iterations":10,"min_us":1.0,"median_us":1.5,"p90_us":2.0,
+             "p99_us":2.0,"max_us":3.0,"mean_us":1.6,"mbps":null},
+            {"op":"pingpong","bytes":1024,"iterations":10,"min_us":2.0,"median_us":2.5,"p90_us":3.0,
+             "p99_us":3.0,"max_us":4.0,"mean_us":2.6,"mbps":null},
+            {"op":"bw","bytes":8,"iterations":10,"min_us":1.0,"median_us":1.5,"p90_us":2.0,
+             "p99_us":2.0,"max_us":3.0,"mean_us":1.6,"mbps":5.0},
+            {"op":"bw","bytes":1024,"iterations":10,"min_us":1.0,"median_us":1.5,"p90_us":2.0,
+             "p99_us":2.0,"max_us":3.0,"mean_us":1.6,"mbps":600.0}]}"#;
+        let r: BenchReport = serde_json::from_str(text).unwrap();
+        let dir = std::env::temp_dir().join(format!("metampi-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let png = dir.join("fig.png");
+        write_plot(std::slice::from_ref(&r), &png).unwrap();
+        let b = std::fs::read(&png).unwrap();
+        assert!(b.starts_with(b"\x89PNG\r\n\x1a\n"));
+        // Width and height in the IHDR chunk.
+        assert_eq!(
+            u32::from_be_bytes(b[16..20].try_into().unwrap()),
+            2 * W as u32
+        );
+        assert_eq!(u32::from_be_bytes(b[20..24].try_into().unwrap()), H as u32);
+        let svg = dir.join("fig.svg");
+        write_plot(&[r.clone(), r], &svg).unwrap();
+        assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
