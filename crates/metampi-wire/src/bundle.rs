@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use crate::config::{Config, ConfigError};
 use crate::error::{CloseReason, ProtocolError, SendError};
-use crate::link_state::LinkState;
+use crate::link_state::{LinkState, Transmit};
 use crate::queue::SendQueue;
 use crate::reassembly::{Accepted, Reassembler};
 use crate::record::Message;
@@ -156,6 +156,14 @@ impl Bundle {
     /// The next bytes to write to link `link`'s transport.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, link: usize) -> Option<Vec<u8>> {
+        self.poll_transmit_parts(now, link).map(|t| t.to_vec())
+    }
+
+    /// Like [`Bundle::poll_transmit`], but the frame as header and payload, the
+    /// payload shared with the copy kept for resending (write both with one
+    /// `writev`; no copy of the payload).
+    #[must_use]
+    pub fn poll_transmit_parts(&mut self, now: Instant, link: usize) -> Option<Transmit> {
         self.links
             .get_mut(link)?
             .poll_transmit(now, &mut self.queue)

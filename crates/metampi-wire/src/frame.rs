@@ -263,23 +263,33 @@ fn parse_header(h: &[u8], max_payload: usize) -> Result<Header, DecodeError> {
 /// If `payload` is longer than [`MAX_PAYLOAD`]; callers build payloads from their
 /// configuration, which is validated to stay below it.
 pub fn encode(header: &Header, payload: &[u8], out: &mut Vec<u8>) {
-    assert!(payload.len() <= MAX_PAYLOAD, "payload over MAX_PAYLOAD");
-    let start = out.len();
-    out.extend_from_slice(&MAGIC);
-    out.push(VERSION);
-    out.push(header.kind as u8);
-    out.push(header.codec as u8 | if header.failover { FLAG_FAILOVER } else { 0 });
-    out.push(header.link);
-    out.extend_from_slice(&header.connection.to_le_bytes());
-    out.extend_from_slice(&header.seq.to_le_bytes());
-    out.extend_from_slice(&header.ack.to_le_bytes());
-    out.extend_from_slice(&header.credit.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    let hcrc = crc32c::crc32c(&out[start..start + 40]);
-    out.extend_from_slice(&hcrc.to_le_bytes());
-    let fcrc = crc32c::crc32c_append(crc32c::crc32c(&out[start..start + 44]), payload);
-    out.extend_from_slice(&fcrc.to_le_bytes());
+    out.extend_from_slice(&encode_header(header, payload));
     out.extend_from_slice(payload);
+}
+
+/// The header of a frame carrying `payload`, checksums included: the frame is
+/// this followed by the payload, which can then be written from where it is.
+///
+/// # Panics
+/// When `payload` is longer than [`MAX_PAYLOAD`].
+pub fn encode_header(header: &Header, payload: &[u8]) -> [u8; HEADER_LEN] {
+    assert!(payload.len() <= MAX_PAYLOAD, "payload over MAX_PAYLOAD");
+    let mut h = [0u8; HEADER_LEN];
+    h[..4].copy_from_slice(&MAGIC);
+    h[4] = VERSION;
+    h[5] = header.kind as u8;
+    h[6] = header.codec as u8 | if header.failover { FLAG_FAILOVER } else { 0 };
+    h[7] = header.link;
+    h[8..12].copy_from_slice(&header.connection.to_le_bytes());
+    h[12..20].copy_from_slice(&header.seq.to_le_bytes());
+    h[20..28].copy_from_slice(&header.ack.to_le_bytes());
+    h[28..36].copy_from_slice(&header.credit.to_le_bytes());
+    h[36..40].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    let hcrc = crc32c::crc32c(&h[..40]);
+    h[40..44].copy_from_slice(&hcrc.to_le_bytes());
+    let fcrc = crc32c::crc32c_append(crc32c::crc32c(&h[..44]), payload);
+    h[44..48].copy_from_slice(&fcrc.to_le_bytes());
+    h
 }
 
 /// Reassembles frames from a byte stream that may be split anywhere and may contain

@@ -76,5 +76,6 @@ pub use config::{Config, ConfigBuilder, ConfigError, INITIAL_CREDIT};
 pub use error::{CloseReason, ProtocolError, SendError};
 pub use frame::{Codec, DecodeError};
 pub use link::Link;
+pub use link_state::Transmit;
 pub use record::{Envelope, Message};
 pub use stats::Stats;

@@ -29,12 +29,42 @@ pub(crate) struct Received {
     pub(crate) acked_cost: u64,
 }
 
+/// One frame to write: its header, then its payload (shared, not copied,
+/// with the copy a link keeps until the frame is acknowledged).
+#[derive(Debug, Clone)]
+pub struct Transmit {
+    /// The 48-byte header with both checksums.
+    pub header: [u8; frame::HEADER_LEN],
+    /// The payload as it goes on the wire.
+    pub payload: Bytes,
+}
+
+impl Transmit {
+    /// Bytes of the whole frame.
+    pub fn len(&self) -> usize {
+        self.header.len() + self.payload.len()
+    }
+
+    /// Never true: a frame has at least its header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The frame in one buffer (a copy).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        v.extend_from_slice(&self.header);
+        v.extend_from_slice(&self.payload);
+        v
+    }
+}
+
 #[derive(Debug)]
 struct SentFrame {
     seq: u64,
     codec: Codec,
     failover: bool,
-    wire: Vec<u8>,
+    wire: Bytes,
     cost: u64,
     first_sent: Instant,
     last_sent: Instant,
@@ -429,8 +459,13 @@ impl LinkState {
         self.go_back(now, self.peer_ack, GoBack::Force);
     }
 
-    /// The next frame to write to the transport, if any.
-    pub(crate) fn poll_transmit(&mut self, now: Instant, queue: &mut SendQueue) -> Option<Vec<u8>> {
+    /// The next frame to write to the transport, if any, as its header and
+    /// its payload (which is shared with the copy kept for resending).
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now: Instant,
+        queue: &mut SendQueue,
+    ) -> Option<Transmit> {
         if self.dead || !self.connected {
             return None;
         }
@@ -479,25 +514,27 @@ impl LinkState {
         }
     }
 
-    fn control(&mut self, now: Instant, kind: FrameKind) -> Vec<u8> {
+    fn control(&mut self, now: Instant, kind: FrameKind) -> Transmit {
         let h = self.header(kind, Codec::Raw, self.next_seq);
-        let mut out = Vec::with_capacity(frame::HEADER_LEN);
-        frame::encode(&h, &[], &mut out);
-        self.sent(now, &out);
-        out
+        let t = Transmit {
+            header: frame::encode_header(&h, &[]),
+            payload: Bytes::new(),
+        };
+        self.sent(now, t.len());
+        t
     }
 
     /// Bookkeeping after any frame: it carried our acknowledgement and credit.
-    fn sent(&mut self, now: Instant, bytes: &[u8]) {
+    fn sent(&mut self, now: Instant, bytes: usize) {
         self.last_send = now;
         self.acks_owed = 0;
         self.ack_deadline = None;
         self.ack_now = false;
         self.stats.frames_out += 1;
-        self.stats.bytes_out += bytes.len() as u64;
+        self.stats.bytes_out += bytes as u64;
     }
 
-    fn resend(&mut self, now: Instant, seq: u64) -> Option<Vec<u8>> {
+    fn resend(&mut self, now: Instant, seq: u64) -> Option<Transmit> {
         let first = self.unacked.front()?.seq;
         let idx = usize::try_from(seq.checked_sub(first)?).ok()?;
         let (codec, fseq, failover) = {
@@ -510,18 +547,20 @@ impl LinkState {
         };
         let epoch = self.epoch;
         let f = self.unacked.get_mut(idx)?;
-        let mut out = Vec::with_capacity(frame::HEADER_LEN + f.wire.len());
-        frame::encode(&h, &f.wire, &mut out);
+        let out = Transmit {
+            header: frame::encode_header(&h, &f.wire),
+            payload: f.wire.clone(),
+        };
         f.last_sent = now;
         f.epoch = epoch;
         f.retransmitted = true;
         self.resend_next = (seq + 1 < self.next_seq).then_some(seq + 1);
         self.stats.retransmits += 1;
-        self.sent(now, &out);
+        self.sent(now, out.len());
         Some(out)
     }
 
-    fn send_data(&mut self, now: Instant, queue: &mut SendQueue) -> Option<Vec<u8>> {
+    fn send_data(&mut self, now: Instant, queue: &mut SendQueue) -> Option<Transmit> {
         let cap = self.cfg.max_frame_payload;
         let failover = queue.head_is_failover();
         let credit = if failover {
@@ -551,8 +590,11 @@ impl LinkState {
             failover,
             ..self.header(FrameKind::Data, codec, seq)
         };
-        let mut out = Vec::with_capacity(frame::HEADER_LEN + wire.len());
-        frame::encode(&h, &wire, &mut out);
+        let wire = Bytes::from(wire);
+        let out = Transmit {
+            header: frame::encode_header(&h, &wire),
+            payload: wire.clone(),
+        };
         self.stats.records_out += records;
         self.stats.payload_raw_out += raw_len as u64;
         self.stats.payload_wire_out += wire.len() as u64;
@@ -570,7 +612,7 @@ impl LinkState {
             epoch: self.epoch,
             retransmitted: false,
         });
-        self.sent(now, &out);
+        self.sent(now, out.len());
         Some(out)
     }
 
@@ -642,13 +684,17 @@ mod tests {
 
         /// Frames `a` sends now.
         fn drain_a(&mut self) -> Vec<Vec<u8>> {
-            std::iter::from_fn(|| self.a.poll_transmit(self.now, &mut self.qa)).collect()
+            std::iter::from_fn(|| self.a.poll_transmit(self.now, &mut self.qa))
+                .map(|t| t.to_vec())
+                .collect()
         }
 
         /// Everything `b` sends now, delivered to `a`.
         fn flush_b(&mut self) -> Vec<(FrameKind, u64)> {
             let frames: Vec<_> =
-                std::iter::from_fn(|| self.b.poll_transmit(self.now, &mut self.qb)).collect();
+                std::iter::from_fn(|| self.b.poll_transmit(self.now, &mut self.qb))
+                    .map(|t| t.to_vec())
+                    .collect();
             for f in &frames {
                 self.a.handle_bytes(self.now, f).unwrap();
             }
@@ -762,7 +808,7 @@ mod tests {
         let mut p = Pair::new();
         p.b.expected = 5;
         p.b.ack_now = true;
-        let f = p.b.poll_transmit(p.now, &mut p.qb).unwrap();
+        let f = p.b.poll_transmit(p.now, &mut p.qb).unwrap().to_vec();
         assert_eq!(
             p.a.handle_bytes(p.now, &f).unwrap_err(),
             ProtocolError::AckBeyondSent { ack: 5, sent: 0 }

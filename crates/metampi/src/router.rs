@@ -37,7 +37,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use metampi_wire::Envelope as WireEnvelope;
-use metampi_wire::{Bundle, Compression, Config, Event, Message as WireMessage, SendError};
+use metampi_wire::{
+    Bundle, Compression, Config, Event, Message as WireMessage, SendError, Transmit,
+};
 
 use crate::auth;
 use crate::envelope::{Envelope, ENV_LEN};
@@ -233,7 +235,8 @@ struct Shaper {
     bytes_per_sec: Option<u64>,
     latency: Option<Duration>,
     next_free: Instant,
-    queue: VecDeque<(Instant, Vec<u8>, usize)>,
+    /// Frames waiting for their arrival time, with the bytes already written.
+    queue: VecDeque<(Instant, Transmit, usize)>,
 }
 
 impl Shaper {
@@ -252,7 +255,7 @@ impl Shaper {
         self.next_free <= now + LINE_SLACK && self.queue.len() < 4096
     }
 
-    fn push(&mut self, now: Instant, bytes: Vec<u8>) {
+    fn push(&mut self, now: Instant, bytes: Transmit) {
         let mut done = now;
         if let Some(bps) = self.bytes_per_sec {
             done =
@@ -265,14 +268,22 @@ impl Shaper {
 
     /// Writes what is due (its arrival time has come).
     fn write(&mut self, s: &mut TcpStream, now: Instant) -> io::Result<()> {
-        while let Some((due, bytes, done)) = self.queue.front_mut() {
+        while let Some((due, t, done)) = self.queue.front_mut() {
             if *due > now {
                 break;
             }
-            match s.write(&bytes[*done..]) {
+            // Header and payload in one writev: the payload is not copied.
+            let h = t.header.len();
+            let r = if *done < h {
+                s.write_vectored(&[IoSlice::new(&t.header[*done..]), IoSlice::new(&t.payload)])
+            } else {
+                s.write(&t.payload[*done - h..])
+            };
+            let total = t.len();
+            match r {
                 Ok(n) => {
                     *done += n;
-                    if *done == bytes.len() {
+                    if *done == total {
                         self.queue.pop_front();
                     }
                 }
@@ -975,7 +986,7 @@ impl Router {
                     continue;
                 };
                 while c.shaper.can_take(now) {
-                    match p.bundle.poll_transmit(now, l) {
+                    match p.bundle.poll_transmit_parts(now, l) {
                         Some(bytes) => {
                             if let Some(t) = p.trace.as_mut() {
                                 t.record(now, p.layout_ids[l], bytes.len(), false);
