@@ -23,7 +23,7 @@ fn config(portbase: u16) -> String {
     format!(
         "PORTBASE {portbase}\n\
          METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
-         METAHOST b {{ LAUNCH = local; NPROCS = 3; NODES = b0; }}\n\
+         METAHOST b {{ LAUNCH = local; NPROCS = 3; NODES = b0, b1; }}\n\
          METAHOST c {{ LAUNCH = local; NPROCS = 4; NODES = c0, c1; }}\n\
          PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n"
     )
@@ -38,7 +38,7 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
     JOBS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-const HIER_OPS: [Collective; 7] = [
+const HIER_OPS: [Collective; 8] = [
     Collective::Barrier,
     Collective::Broadcast,
     Collective::Reduce,
@@ -46,6 +46,7 @@ const HIER_OPS: [Collective; 7] = [
     Collective::Gather,
     Collective::Scatter,
     Collective::AllGather,
+    Collective::AllToAll,
 ];
 
 /// Runs `f` with the automatic choice, then with `hierarchical` forced for
@@ -90,10 +91,11 @@ fn hierarchical_ops_1_3_4() {
 fn battery(c: &SimpleCommunicator, seed: u64, how: &str) {
     barrier(c, how);
     bcast(c, seed, how);
-    reduce(c, seed + 1, how);
-    all_reduce(c, seed + 2, how);
+    check_reduce(c, seed + 1, how, &[0, 1, 13, 2000]);
+    check_all_reduce(c, seed + 2, how);
     gather_scatter(c, seed + 3, how);
     all_gather(c, seed + 4, how);
+    all_to_all(c, seed + 5, how);
 }
 
 /// No rank leaves the barrier before every rank has entered it: rank 0
@@ -143,67 +145,6 @@ fn bcast(c: &SimpleCommunicator, seed: u64, how: &str) {
     assert_eq!(buf, expect, "padded bcast {how}");
 }
 
-fn reduce(c: &SimpleCommunicator, seed: u64, how: &str) {
-    let (n, me) = (c.size(), c.rank());
-    let mm = matmul();
-    for root in 0..n {
-        let p = c.process_at_rank(root);
-        for len in [0usize, 1, 13, 2000] {
-            let mine = ints(seed, me, len);
-            let want = fold(|r| ints(seed, r, len), n - 1, |a, b| a.wrapping_add(*b));
-            let m = mats(seed, me, len);
-            let want_m = fold(|r| mats(seed, r, len), n - 1, |a, b| a.mul(*b));
-            if me == root {
-                let mut out = vec![7; len];
-                p.reduce_into_root(&mine[..], &mut out[..], SystemOperation::sum());
-                assert!(out == want, "reduce sum root {root} len {len} {how}");
-                let mut out = vec![Mat::default(); len];
-                p.reduce_into_root(&m[..], &mut out[..], &mm);
-                assert!(out == want_m, "reduce matmul root {root} len {len} {how}");
-            } else {
-                p.reduce_into(&mine[..], SystemOperation::sum());
-                p.reduce_into(&m[..], &mm);
-            }
-        }
-    }
-}
-
-fn all_reduce(c: &SimpleCommunicator, seed: u64, how: &str) {
-    let (n, me) = (c.size(), c.rank());
-    let mm = matmul();
-    for len in [0usize, 1, 13, 5000] {
-        let mine = ints(seed, me, len);
-        let want = fold(|r| ints(seed, r, len), n - 1, |a, b| a.wrapping_add(*b));
-        let mut out = vec![3; len];
-        c.all_reduce_into(&mine[..], &mut out[..], SystemOperation::sum());
-        assert!(out == want, "allreduce sum len {len} {how}");
-        let m = mats(seed, me, len);
-        let want_m = fold(|r| mats(seed, r, len), n - 1, |a, b| a.mul(*b));
-        let mut out = vec![Mat::default(); len];
-        c.all_reduce_into(&m[..], &mut out[..], &mm);
-        assert!(out == want_m, "allreduce matmul len {len} {how}");
-        let f = floats(seed, me, len);
-        let want_f = fold(|r| floats(seed, r, len), n - 1, |a, b| a.max(*b));
-        let mut out = vec![0.0; len];
-        c.all_reduce_into(&f[..], &mut out[..], SystemOperation::max());
-        assert!(out == want_f, "allreduce max len {len} {how}");
-    }
-    // Padded elements: a packed (non-dense) result buffer.
-    let p = padded(seed, me, 9);
-    let mut out = vec![Padded::default(); 9];
-    c.all_reduce_into(&p[..], &mut out[..], &padded_sum());
-    let want = fold(
-        |r| padded(seed, r, 9),
-        n - 1,
-        |a, b| Padded {
-            a: a.a.wrapping_add(b.a),
-            b: a.b.wrapping_add(b.b),
-            c: a.c.wrapping_add(b.c),
-        },
-    );
-    assert_eq!(out, want, "allreduce padded {how}");
-}
-
 fn gather_scatter(c: &SimpleCommunicator, seed: u64, how: &str) {
     let (n, me) = (c.size(), c.rank());
     for root in 0..n {
@@ -247,8 +188,31 @@ fn all_gather(c: &SimpleCommunicator, seed: u64, how: &str) {
     assert_eq!(out, want, "allgather padded {how}");
 }
 
+/// Block `to` of rank `from`'s all-to-all send buffer.
+fn a2a_block(seed: u64, from: i32, to: i32, len: usize) -> Vec<i64> {
+    ints(seed + 1000 * to as u64, from, len)
+}
+
+fn all_to_all(c: &SimpleCommunicator, seed: u64, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    for len in [0usize, 1, 5, 700] {
+        let send: Vec<i64> = (0..n).flat_map(|to| a2a_block(seed, me, to, len)).collect();
+        let want: Vec<i64> = (0..n)
+            .flat_map(|from| a2a_block(seed, from, me, len))
+            .collect();
+        let mut out = vec![-1; len * n as usize];
+        c.all_to_all_into(&send[..], &mut out[..]);
+        assert!(out == want, "alltoall len {len} {how}");
+    }
+}
+
 /// Sum of `payload_raw_out` over every router link's statistics file.
 fn link_bytes(dir: &std::path::Path) -> u64 {
+    link_stat(dir, "payload_raw_out")
+}
+
+/// Sum of statistic `key` over every router link's statistics file.
+fn link_stat(dir: &std::path::Path, key: &str) -> u64 {
     let mut total = 0;
     for e in std::fs::read_dir(dir)
         .expect("the statistics directory")
@@ -261,8 +225,8 @@ fn link_bytes(dir: &std::path::Path) -> u64 {
         let Ok(text) = std::fs::read_to_string(e.path()) else {
             continue;
         };
-        let key = "\"payload_raw_out\":";
-        let at = text.find(key).expect("payload_raw_out in the statistics") + key.len();
+        let key = format!("\"{key}\":");
+        let at = text.find(&key).expect("the key in the statistics") + key.len();
         let digits: String = text[at..]
             .chars()
             .take_while(|c| c.is_ascii_digit())
@@ -275,16 +239,25 @@ fn link_bytes(dir: &std::path::Path) -> u64 {
 /// Inter-site bytes of `f`, measured by rank 0 between two barriers from
 /// the routers' statistics (rewritten twice a second).
 fn crossing(world: &SimpleCommunicator, dir: &std::path::Path, f: impl FnOnce()) -> u64 {
+    crossing_stats(world, dir, f).0
+}
+
+/// Inter-site (payload bytes, frames) of `f`, as [`crossing`].
+fn crossing_stats(
+    world: &SimpleCommunicator,
+    dir: &std::path::Path,
+    f: impl FnOnce(),
+) -> (u64, u64) {
     world.barrier();
     std::thread::sleep(Duration::from_millis(1200));
-    let before = link_bytes(dir);
+    let before = (link_bytes(dir), link_stat(dir, "frames_out"));
     world.barrier();
     f();
     world.barrier();
     std::thread::sleep(Duration::from_millis(1200));
-    let after = link_bytes(dir);
+    let after = (link_bytes(dir), link_stat(dir, "frames_out"));
     world.barrier();
-    after - before
+    (after.0 - before.0, after.1 - before.1)
 }
 
 #[test]
@@ -345,6 +318,40 @@ fn hierarchical_bcast_crosses_each_site_once() {
             let ar_flat = reduce(Some(Algorithm::Rabenseifner));
             let ar_hier = reduce(None);
             metampi::collective::force_algorithm(Collective::AllReduce, None).unwrap();
+            // All-to-all of 4 KiB blocks: 38 of the 64 blocks go between
+            // sites (1 x 3 + 1 x 4 + 3 x 4 ordered pairs, both ways).
+            const BS: usize = 4096;
+            let a2a = |alg: Option<Algorithm>| {
+                metampi::collective::force_algorithm(Collective::AllToAll, alg).unwrap();
+                let send: Vec<u8> = (0..8 * BS)
+                    .map(|i| (i / BS * 16 + me as usize) as u8)
+                    .collect();
+                let want: Vec<u8> = (0..8 * BS)
+                    .map(|i| (me as usize * 16 + i / BS) as u8)
+                    .collect();
+                let mut out = vec![0u8; 8 * BS];
+                let s =
+                    crossing_stats(world, &d, || world.all_to_all_into(&send[..], &mut out[..]));
+                assert!(out == want, "alltoall {alg:?}");
+                s
+            };
+            let (a2a_flat, a2a_flat_msgs) = a2a(Some(Algorithm::Pairwise));
+            let (a2a_hier, a2a_hier_msgs) = a2a(None);
+            metampi::collective::force_algorithm(Collective::AllToAll, None).unwrap();
+            if me == 0 {
+                println!(
+                    "all-to-all of 4 KiB blocks, over inter-site links: pairwise {a2a_flat} bytes \
+                     in {a2a_flat_msgs} frames, automatic (hierarchical) {a2a_hier} bytes in \
+                     {a2a_hier_msgs} frames"
+                );
+                // Every block crosses once, in one message per ordered pair
+                // of sites (6 envelopes instead of 38), plus the barrier
+                // that ends the measurement.
+                let data = 38 * BS as u64;
+                assert!(a2a_hier >= data, "all-to-all {a2a_hier} < {data}");
+                assert!(a2a_hier <= data + 4 * 1024, "all-to-all {a2a_hier}");
+                assert!(a2a_hier < a2a_flat, "all-to-all {a2a_hier} vs {a2a_flat}");
+            }
             if me == 0 {
                 println!(
                     "1 MiB all-reduce, bytes over inter-site links: rabenseifner {ar_flat}, \

@@ -6,10 +6,11 @@
 //! size, bytes per rank, commutativity, the forced table), so all ranks pick
 //! the same algorithm. A topology-aware layer (hierarchical collectives across
 //! meta hosts) slots in as further [`Algorithm`] variants chosen in
-//! `choose` from the communicator's site layout.
+//! `choose` from the communicator's site and machine layout.
 
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, RwLock};
 
 use crate::error::{Error, ErrorClass};
@@ -98,7 +99,7 @@ impl Collective {
             ],
             Collective::Gather | Collective::Scatter => &[Binomial, Linear, Hierarchical],
             Collective::AllGather => &[Bruck, Ring, Hierarchical],
-            Collective::AllToAll => &[Pairwise, Linear],
+            Collective::AllToAll => &[Pairwise, Linear, Hierarchical],
             Collective::Scan | Collective::ExclusiveScan => &[RecursiveDoubling, Linear],
             Collective::ReduceScatterBlock => &[Pairwise, ReduceThenScatter],
         }
@@ -150,11 +151,14 @@ pub enum Algorithm {
     Linear,
     /// Reduce-scatter as binomial reduce to rank 0 and binomial scatter.
     ReduceThenScatter,
-    /// Topology-aware: inside each meta host, between one leader per meta
-    /// host, inside each meta host again, so that each inter-site link
-    /// carries the data as few times as the operation allows (barrier,
-    /// broadcast, reduce, all-reduce, gather, scatter, all-gather). Chosen
-    /// automatically when a communicator spans several meta hosts.
+    /// Topology-aware: inside each machine, among the machines of a meta
+    /// host, between one leader per meta host, and back down, so that each
+    /// inter-site and inter-machine link carries the data as few times as
+    /// the operation allows (barrier, broadcast, reduce, all-reduce, gather,
+    /// scatter, all-gather, all-to-all). Chosen automatically when a
+    /// communicator spans several meta hosts; for barrier, broadcast, reduce
+    /// and all-reduce also when it spans several machines of which one holds
+    /// two of its ranks or more.
     Hierarchical,
 }
 
@@ -238,7 +242,9 @@ const REDSCAT_SHORT: usize = 16 << 10;
 /// | reduce-scatter-block | reduce then scatter below 16 KiB on > 4 ranks; pairwise otherwise |
 ///
 /// This is the flat choice; a communicator that spans several meta hosts
-/// runs [`Algorithm::Hierarchical`] instead for the operations that have it.
+/// (for barrier, broadcast, reduce and all-reduce also one that spans
+/// several machines sharing memory) runs [`Algorithm::Hierarchical`] instead
+/// for the operations that have it.
 pub fn default_algorithm(op: Collective, size: Rank, bytes: usize, commutative: bool) -> Algorithm {
     let total = bytes.saturating_mul(size.max(0) as usize);
     match op {
@@ -267,6 +273,10 @@ pub fn default_algorithm(op: Collective, size: Rank, bytes: usize, commutative: 
 
 type Table = [Option<Algorithm>; Collective::ALL.len()];
 
+/// Whether any algorithm may be forced: lets a call skip the table's lock
+/// in the usual case where nothing is (set before the table changes).
+static ANY_FORCED: AtomicBool = AtomicBool::new(false);
+
 fn forced() -> &'static RwLock<Table> {
     static F: OnceLock<RwLock<Table>> = OnceLock::new();
     F.get_or_init(|| {
@@ -275,6 +285,7 @@ fn forced() -> &'static RwLock<Table> {
             match parse_spec(&spec) {
                 Ok(v) => {
                     for (c, a) in v {
+                        ANY_FORCED.store(true, Ordering::Release);
                         t[c.index()] = Some(a);
                     }
                 }
@@ -337,6 +348,7 @@ fn check(c: Collective, a: Algorithm) -> Result<(), Error> {
 pub fn force_algorithm(op: Collective, alg: Option<Algorithm>) -> Result<(), Error> {
     if let Some(a) = alg {
         check(op, a)?;
+        ANY_FORCED.store(true, Ordering::Release);
     }
     forced().write().unwrap_or_else(|p| p.into_inner())[op.index()] = alg;
     Ok(())
@@ -344,14 +356,21 @@ pub fn force_algorithm(op: Collective, alg: Option<Algorithm>) -> Result<(), Err
 
 /// The algorithm forced for `op`, if any.
 pub fn forced_algorithm(op: Collective) -> Option<Algorithm> {
-    forced().read().unwrap_or_else(|p| p.into_inner())[op.index()]
+    // The table is read from the environment on first use.
+    let table = forced();
+    if !ANY_FORCED.load(Ordering::Acquire) {
+        return None;
+    }
+    table.read().unwrap_or_else(|p| p.into_inner())[op.index()]
 }
 
 /// The algorithm a call will use: the forced one where it applies, else
 /// [`Algorithm::Hierarchical`] when `comm` spans several meta hosts and the
-/// operation has a hierarchical form, else the default. A non-commutative
-/// reduction whose sites' ranks are not consecutive cannot keep rank order
-/// hierarchically and takes the flat default instead (forced or not).
+/// operation has a hierarchical form (barrier, broadcast, reduce and
+/// all-reduce also when it spans several machines sharing memory among some
+/// of its ranks), else the default. A non-commutative reduction whose sites'
+/// ranks are not consecutive cannot keep rank order hierarchically and
+/// takes the flat default instead (forced or not).
 pub(crate) fn choose(
     comm: &CommInner,
     op: Collective,
@@ -364,14 +383,26 @@ pub(crate) fn choose(
         Some(Algorithm::Rabenseifner) if !commutative => Algorithm::RecursiveDoubling,
         Some(Algorithm::Hierarchical) if !super::hier::usable(comm, commutative) => flat(),
         Some(a) => a,
-        None if op.algorithms().contains(&Algorithm::Hierarchical)
-            && super::hier::spans_sites(comm)
+        None if size > 2
+            && op.algorithms().contains(&Algorithm::Hierarchical)
+            && auto_hierarchical(comm, op)
             && super::hier::usable(comm, commutative) =>
         {
             Algorithm::Hierarchical
         }
         None => flat(),
     }
+}
+
+/// Whether `op` on `comm` goes hierarchical when nothing is forced.
+fn auto_hierarchical(comm: &CommInner, op: Collective) -> bool {
+    if super::hier::spans_sites(comm) {
+        return true;
+    }
+    matches!(
+        op,
+        Collective::Barrier | Collective::Broadcast | Collective::Reduce | Collective::AllReduce
+    ) && super::hier::spans_shared_machines(comm)
 }
 
 #[cfg(test)]

@@ -1,49 +1,152 @@
-//! Topology-aware (hierarchical) collectives across meta hosts (PACX-MPI's
-//! design): the ranks of a communicator are grouped by site, each group has
-//! a leader (its lowest rank, or the root for the root's group), and every
-//! operation runs in three stages — inside each site, between the leaders,
-//! inside each site again — so that the wide-area links carry each piece of
-//! data as few times as the operation allows:
+//! Topology-aware (hierarchical) collectives (PACX-MPI's design), on two
+//! levels: meta hosts (sites, joined by routers over wide-area links) and,
+//! inside each, machines (nodes, joined by TCP; ranks of one machine talk
+//! over shared memory). The communicator's ranks are grouped by site; each
+//! site is split further by machine ([`Tiers`]). When every member lies on
+//! one site the machines themselves are the top-level groups. Each group
+//! has a leader (its lowest rank, or the root in the root's group), and every
+//! operation runs in stages — inside each machine, among the machine leaders
+//! of a site, among the site leaders, and back down — so that each slower
+//! link carries each piece of data as few times as the operation allows:
 //!
-//! - broadcast: the root sends once to each remote site's leader, then a
-//!   binomial broadcast runs inside every site;
-//! - reduce / all-reduce: binomial reduce inside each site (rank order), the
-//!   leaders send their partial once to the root (rank 0 for all-reduce), which
-//!   folds them in site order; all-reduce then broadcasts as above. With a
-//!   non-commutative operation this keeps rank order only when every site's
-//!   ranks are consecutive, which [`usable`] checks (otherwise the flat
-//!   algorithm runs);
-//! - barrier: fan-in inside each site, among the leaders, fan-out;
-//! - gather / scatter: the leader of each remote site collects (hands out)
-//!   its members' blocks and exchanges one aggregated message with the root;
+//! - broadcast: the root sends once to each remote site's leader, then inside
+//!   every site a binomial tree over its machine leaders and a binomial tree
+//!   inside each machine;
+//! - reduce / all-reduce: binomial reduce inside each machine (rank order),
+//!   among the machine leaders of each site, then the site leaders send
+//!   their partial once to the root (for all-reduce: to each other), which
+//!   folds them in site order; all-reduce then broadcasts inside each site
+//!   as above. With a non-commutative operation this keeps rank order only
+//!   when every group's ranks are consecutive, which [`tiers`] checks: it
+//!   drops the machine level when machines interleave, and gives up (the
+//!   flat algorithm runs) when sites do;
+//! - barrier: fan-in inside machines, machine leaders, site leaders; fan-out
+//!   the same way back;
+//! - gather / scatter: the leader of each remote top-level group collects
+//!   (hands out) its members' blocks and exchanges one aggregated message
+//!   with the root;
 //! - all-gather: gather at the leaders, one aggregated message between each
-//!   pair of leaders, broadcast inside each site.
+//!   pair of leaders, broadcast inside each group;
+//! - all-to-all: members of a group exchange directly; blocks for other
+//!   groups go in one message to the leader, the leaders exchange one
+//!   aggregated message per ordered pair of groups, and each leader hands
+//!   every member one message holding all its blocks from other groups.
 //!
 //! Every rank calls `Builder::phase` the same number of times whatever its
 //! role, as the schedule contract requires.
 
 #![forbid(unsafe_code)]
 
+use std::sync::OnceLock;
+
 use super::bcast::span;
 use super::schedule::{Builder, Reg};
+use crate::environment::shared;
 use crate::topology::{site_of_world, CommInner};
 use crate::Rank;
 
-/// The communicator's ranks grouped by site: each group ascending, the
-/// groups ordered by their lowest rank (so group 0 holds rank 0).
-pub(crate) fn groups(comm: &CommInner) -> Vec<Vec<Rank>> {
-    let mut by_site: Vec<(usize, Vec<Rank>)> = Vec::new();
-    for (r, &w) in comm.ranks.iter().enumerate() {
-        let s = site_of_world(w);
-        match by_site.iter_mut().find(|(site, _)| *site == s) {
-            Some((_, g)) => g.push(r as Rank),
-            None => by_site.push((s, vec![r as Rank])),
-        }
-    }
-    by_site.into_iter().map(|(_, g)| g).collect()
+/// A communicator's hierarchy, identical on every member.
+pub(crate) struct Tiers {
+    /// Top-level groups (sites; machines when the communicator lies on one
+    /// site): each ascending, ordered by lowest rank, so group 0 holds rank 0.
+    pub groups: Vec<Vec<Rank>>,
+    /// For each top-level group its machines, each ascending and ordered by
+    /// lowest rank (one entry, the group itself, where the machine level is
+    /// not used).
+    pub nodes: Vec<Vec<Vec<Rank>>>,
 }
 
-/// Whether the communicator has members on two sites or more.
+/// The machine index of every world rank (equal names, equal index).
+fn node_ids() -> &'static [u32] {
+    static IDS: OnceLock<Vec<u32>> = OnceLock::new();
+    IDS.get_or_init(|| {
+        let names = &shared().info.nodes;
+        let mut seen: Vec<&str> = Vec::new();
+        names
+            .iter()
+            .map(|n| match seen.iter().position(|s| *s == n.as_str()) {
+                Some(i) => i as u32,
+                None => {
+                    seen.push(n.as_str());
+                    (seen.len() - 1) as u32
+                }
+            })
+            .collect()
+    })
+}
+
+fn node_of_world(w: u32) -> u32 {
+    node_ids().get(w as usize).copied().unwrap_or(0)
+}
+
+/// `ranks` (ascending communicator ranks) grouped by `key`: each group
+/// ascending, the groups ordered by their lowest rank.
+fn group_by<K: PartialEq>(
+    ranks: impl Iterator<Item = Rank>,
+    key: impl Fn(Rank) -> K,
+) -> Vec<Vec<Rank>> {
+    let mut by: Vec<(K, Vec<Rank>)> = Vec::new();
+    for r in ranks {
+        let k = key(r);
+        match by.iter_mut().find(|(x, _)| *x == k) {
+            Some((_, g)) => g.push(r),
+            None => by.push((k, vec![r])),
+        }
+    }
+    by.into_iter().map(|(_, g)| g).collect()
+}
+
+fn consecutive(g: &[Rank]) -> bool {
+    (g[g.len() - 1] - g[0]) as usize + 1 == g.len()
+}
+
+/// The communicator's hierarchy, or `None` when it cannot keep rank order
+/// for a non-commutative operation (the sites' ranks interleave; with a
+/// single site, the machines' ranks do). For a non-commutative operation a
+/// site whose machines interleave is treated as one machine.
+pub(crate) fn tiers(comm: &CommInner, commutative: bool) -> Option<Tiers> {
+    let n = comm.size();
+    let site = |r: Rank| site_of_world(comm.ranks[r as usize]);
+    let node = |r: Rank| node_of_world(comm.ranks[r as usize]);
+    let sites = group_by(0..n, site);
+    if sites.len() > 1 {
+        if !commutative && !sites.iter().all(|g| consecutive(g)) {
+            return None;
+        }
+        let nodes = sites
+            .iter()
+            .map(|g| {
+                let m = group_by(g.iter().copied(), node);
+                if commutative || m.iter().all(|x| consecutive(x)) {
+                    m
+                } else {
+                    vec![g.clone()]
+                }
+            })
+            .collect();
+        return Some(Tiers {
+            groups: sites,
+            nodes,
+        });
+    }
+    let machines = group_by(0..n, node);
+    if !commutative && !machines.iter().all(|g| consecutive(g)) {
+        return None;
+    }
+    let nodes = machines.iter().map(|g| vec![g.clone()]).collect();
+    Some(Tiers {
+        groups: machines,
+        nodes,
+    })
+}
+
+/// Whether the hierarchical algorithms can serve an operation on `comm`
+/// (see [`tiers`]).
+pub(crate) fn usable(comm: &CommInner, commutative: bool) -> bool {
+    commutative || tiers(comm, commutative).is_some()
+}
+
+/// Whether the communicator spans several sites.
 pub(crate) fn spans_sites(comm: &CommInner) -> bool {
     let mut it = comm.ranks.iter().map(|&w| site_of_world(w));
     match it.next() {
@@ -52,14 +155,29 @@ pub(crate) fn spans_sites(comm: &CommInner) -> bool {
     }
 }
 
-/// Whether the hierarchical algorithms can serve an operation: always for
-/// commutative ones; for the others only when every site's ranks are
-/// consecutive, so that site-by-site combining keeps rank order.
-pub(crate) fn usable(comm: &CommInner, commutative: bool) -> bool {
-    commutative
-        || groups(comm)
-            .iter()
-            .all(|g| (g[g.len() - 1] - g[0]) as usize + 1 == g.len())
+/// Whether the communicator spans several machines, one at least with two
+/// of its ranks or more (with one rank per machine a hierarchy saves
+/// nothing).
+pub(crate) fn spans_shared_machines(comm: &CommInner) -> bool {
+    let ids = node_ids();
+    let node = |w: u32| ids.get(w as usize).copied().unwrap_or(0);
+    let Some(&first) = comm.ranks.first() else {
+        return false;
+    };
+    let first = node(first);
+    if comm.ranks.iter().all(|&w| node(w) == first) {
+        return false;
+    }
+    let mut seen: Vec<u32> = Vec::new();
+    comm.ranks.iter().any(|&w| {
+        let k = node(w);
+        if seen.contains(&k) {
+            true
+        } else {
+            seen.push(k);
+            false
+        }
+    })
 }
 
 /// The group that holds rank `r`.
@@ -137,9 +255,48 @@ fn list_reduce(b: &mut Builder, list: &[Rank], mut acc: Reg, mut tmp: Reg, combi
     acc
 }
 
-/// Broadcast: once from the root to each remote site's leader, then a
-/// binomial tree inside each site.
-pub(super) fn bcast(b: &mut Builder, groups: &[Vec<Rank>], root: Rank, data: Reg) {
+/// Reduction inside one top-level group whose machines are `nodes`:
+/// binomial inside this rank's machine, then among the machine leaders (the
+/// lowest rank of each), towards the group's lowest rank. Two phases.
+fn group_reduce(b: &mut Builder, nodes: &[Vec<Rank>], acc: Reg, tmp: Reg, combine: bool) -> Reg {
+    let me = b.me;
+    b.phase();
+    let mine = group_of(nodes, me);
+    let r = list_reduce(b, &nodes[mine], acc, tmp, combine);
+    let spare = if r == acc { tmp } else { acc };
+    b.phase();
+    if nodes.len() > 1 && me == nodes[mine][0] {
+        let leaders: Vec<Rank> = nodes.iter().map(|m| m[0]).collect();
+        return list_reduce(b, &leaders, r, spare, combine);
+    }
+    r
+}
+
+/// Broadcast inside one top-level group whose machines are `nodes`, from
+/// `from` (a member): binomial among the machine leaders (`from` leads its
+/// own machine), then binomial inside each machine. Two phases.
+fn group_bcast(b: &mut Builder, nodes: &[Vec<Rank>], from: Rank, data: Reg) {
+    let me = b.me;
+    b.phase();
+    if nodes.len() > 1 {
+        let leaders: Vec<Rank> = (0..nodes.len()).map(|m| leader(nodes, m, from)).collect();
+        let at = group_of(nodes, from);
+        list_bcast(b, &leaders, at, data);
+    }
+    b.phase();
+    let mine = group_of(nodes, me);
+    let l = leader(nodes, mine, from);
+    let at = nodes[mine]
+        .iter()
+        .position(|&r| r == l)
+        .expect("the leader is a member");
+    list_bcast(b, &nodes[mine], at, data);
+}
+
+/// Broadcast: once from the root to each remote group's leader, then inside
+/// each group (machine leaders, then machines).
+pub(super) fn bcast(b: &mut Builder, t: &Tiers, root: Rank, data: Reg) {
+    let groups = &t.groups;
     let me = b.me;
     let mine = group_of(groups, me);
     b.phase();
@@ -151,30 +308,18 @@ pub(super) fn bcast(b: &mut Builder, groups: &[Vec<Rank>], root: Rank, data: Reg
         b.recv(root, 0, data);
     }
     b.round();
-    b.phase();
-    let l = leader(groups, mine, root);
-    let at = groups[mine]
-        .iter()
-        .position(|&r| r == l)
-        .expect("the leader is a member");
-    list_bcast(b, &groups[mine], at, data);
+    group_bcast(b, &t.nodes[mine], leader(groups, mine, root), data);
 }
 
-/// Reduce to `root`: rank-order reduce inside each site to its lowest rank,
-/// one partial per site to the root, folded in site order. `acc` holds this
-/// rank's contribution, `spare` scratch of the same length; returns where
-/// the root's result lies.
-pub(super) fn reduce(
-    b: &mut Builder,
-    groups: &[Vec<Rank>],
-    root: Rank,
-    acc: Reg,
-    spare: Reg,
-) -> Reg {
+/// Reduce to `root`: rank-order reduce inside each group to its lowest rank,
+/// one partial per group to the root, folded in group order. `acc` holds
+/// this rank's contribution, `spare` scratch of the same length; returns
+/// where the root's result lies.
+pub(super) fn reduce(b: &mut Builder, t: &Tiers, root: Rank, acc: Reg, spare: Reg) -> Reg {
+    let groups = &t.groups;
     let me = b.me;
     let mine = group_of(groups, me);
-    b.phase();
-    let r = list_reduce(b, &groups[mine], acc, spare, true);
+    let r = group_reduce(b, &t.nodes[mine], acc, spare, true);
     b.phase();
     if me == root {
         let parts: Vec<Reg> = groups
@@ -206,18 +351,18 @@ pub(super) fn reduce(
     }
 }
 
-/// All-reduce: rank-order reduce inside each site to its lowest rank; the
+/// All-reduce: rank-order reduce inside each group to its lowest rank; the
 /// leaders exchange their partials all at once (one wide-area phase instead
-/// of reduce-then-broadcast's two) and each folds them in site order, so all
-/// get the same result; then a broadcast inside each site.
-pub(super) fn all_reduce(b: &mut Builder, groups: &[Vec<Rank>], acc: Reg, spare: Reg) -> Reg {
+/// of reduce-then-broadcast's two) and each folds them in group order, so
+/// all get the same result; then a broadcast inside each group.
+pub(super) fn all_reduce(b: &mut Builder, t: &Tiers, acc: Reg, spare: Reg) -> Reg {
+    let groups = &t.groups;
     let me = b.me;
     let mine = group_of(groups, me);
-    b.phase();
-    let r = list_reduce(b, &groups[mine], acc, spare, true);
+    let r = group_reduce(b, &t.nodes[mine], acc, spare, true);
     b.phase();
     let mut res = r;
-    if me == groups[mine][0] {
+    if me == groups[mine][0] && groups.len() > 1 {
         let parts: Vec<Reg> = groups
             .iter()
             .enumerate()
@@ -245,25 +390,150 @@ pub(super) fn all_reduce(b: &mut Builder, groups: &[Vec<Rank>], acc: Reg, spare:
         b.round();
         res = folded;
     }
-    b.phase();
-    list_bcast(b, &groups[mine], 0, res);
+    group_bcast(b, &t.nodes[mine], groups[mine][0], res);
     res
 }
 
-/// Barrier: fan-in inside each site, fan-in and fan-out among the leaders,
-/// fan-out inside each site.
-pub(super) fn barrier(b: &mut Builder, groups: &[Vec<Rank>]) {
+/// Barrier: fan-in inside each group (machines, then machine leaders),
+/// fan-in and fan-out among the group leaders, fan-out inside each group.
+pub(super) fn barrier(b: &mut Builder, t: &Tiers) {
+    let groups = &t.groups;
     let mine = group_of(groups, b.me);
     let (e1, e2) = (b.owned(0), b.owned(0));
     let leaders: Vec<Rank> = groups.iter().map(|g| g[0]).collect();
-    b.phase();
-    list_reduce(b, &groups[mine], e1, e2, false);
+    group_reduce(b, &t.nodes[mine], e1, e2, false);
     b.phase();
     list_reduce(b, &leaders, e1, e2, false);
     b.phase();
     list_bcast(b, &leaders, 0, e1);
+    group_bcast(b, &t.nodes[mine], groups[mine][0], e1);
+}
+
+/// All-to-all of `bs`-byte blocks (`send[r]`/`recv[r]` for rank r): members
+/// of a group exchange directly; each member sends its blocks for all other
+/// groups in one message to its group's leader; leaders exchange one message
+/// per ordered pair of groups (for each member of the receiving group, the
+/// blocks from each member of the sending group); each leader sends every
+/// member one message with all its blocks from other groups. Three phases.
+pub(super) fn all_to_all(
+    b: &mut Builder,
+    groups: &[Vec<Rank>],
+    send: &[Reg],
+    recv: &[Reg],
+    bs: usize,
+) {
+    let me = b.me;
+    let my = group_of(groups, me);
+    let members = &groups[my];
+    let l = members[0];
+    let outside = b.n as usize - members.len();
+    // Offset of rank r's block inside a member's outward pack (the blocks
+    // for every rank outside the group, group by group, in rank order).
+    let mut out_at = vec![usize::MAX; b.n as usize];
+    let mut at = 0;
+    for g in (0..groups.len()).filter(|&g| g != my) {
+        for &r in &groups[g] {
+            out_at[r as usize] = at;
+            at += bs;
+        }
+    }
+    // Phase 1: exchange inside the group; outward blocks to the leader.
     b.phase();
-    list_bcast(b, &groups[mine], 0, e1);
+    let pack = b.owned(outside * bs);
+    for g in (0..groups.len()).filter(|&g| g != my) {
+        for &r in &groups[g] {
+            b.copy_fit(send[r as usize], pack.at(out_at[r as usize], bs));
+        }
+    }
+    b.copy_fit(send[me as usize], recv[me as usize]);
+    b.round();
+    for &m in members.iter().filter(|&&m| m != me) {
+        b.recv(m, 0, recv[m as usize]);
+        b.send(m, 0, send[m as usize]);
+    }
+    let mut inbox = Vec::new();
+    if me == l {
+        for &m in members {
+            if m == me || outside == 0 {
+                inbox.push(pack);
+            } else {
+                let p = b.owned(outside * bs);
+                b.recv(m, 1, p);
+                inbox.push(p);
+            }
+        }
+    } else if outside > 0 {
+        b.send(l, 1, pack);
+    }
+    b.round();
+    // Phase 2: leaders exchange one message per ordered pair of groups,
+    // destination-major: for each member of the receiving group, the blocks
+    // from each member of the sending group in rank order.
+    b.phase();
+    let mut from_groups: Vec<(usize, Reg)> = Vec::new();
+    if me == l {
+        let mut aggs = Vec::new();
+        for grp in groups
+            .iter()
+            .enumerate()
+            .filter(|&(g, _)| g != my)
+            .map(|(_, x)| x)
+        {
+            let agg = b.owned(grp.len() * members.len() * bs);
+            for (ki, &k) in grp.iter().enumerate() {
+                for (mi, &from) in inbox.iter().enumerate() {
+                    let dst = agg.at((ki * members.len() + mi) * bs, bs);
+                    b.copy(from.at(out_at[k as usize], bs), dst);
+                }
+            }
+            aggs.push((grp[0], agg));
+        }
+        b.round();
+        for (g, grp) in groups.iter().enumerate().filter(|&(g, _)| g != my) {
+            let q = b.owned(members.len() * grp.len() * bs);
+            b.recv(grp[0], 2, q);
+            from_groups.push((g, q));
+        }
+        for (to, agg) in aggs {
+            b.send(to, 2, agg);
+        }
+        b.round();
+    }
+    // Phase 3: each leader hands every member its blocks from other groups.
+    b.phase();
+    let mine_in = b.owned(outside * bs);
+    if me == l {
+        let mut packs = Vec::new();
+        for (mi, &m) in members.iter().enumerate() {
+            let dst = if m == me {
+                mine_in
+            } else {
+                b.owned(outside * bs)
+            };
+            let mut at = 0;
+            for &(g, q) in &from_groups {
+                let w = groups[g].len() * bs;
+                b.copy(q.at(mi * w, w), dst.at(at, w));
+                at += w;
+            }
+            if m != me && outside > 0 {
+                packs.push((m, dst));
+            }
+        }
+        b.round();
+        for (m, p) in packs {
+            b.send(m, 3, p);
+        }
+    } else if outside > 0 {
+        b.recv(l, 3, mine_in);
+    }
+    b.round();
+    for g in (0..groups.len()).filter(|&g| g != my) {
+        for &r in &groups[g] {
+            b.copy(mine_in.at(out_at[r as usize], bs), recv[r as usize]);
+        }
+    }
+    b.round();
 }
 
 /// Gather of `bs`-byte blocks to `root` into `dst` (n blocks, root only):

@@ -341,6 +341,12 @@ fn blocks_of(b: &mut Builder, len: usize, es: usize, what: &str) -> usize {
 }
 
 // ---- plans: one per operation -------------------------------------------------------
+
+/// The hierarchy of `comm` for a call that `choose` sent to the hierarchical
+/// algorithms.
+fn tiers(comm: &CommInner, commutative: bool) -> hier::Tiers {
+    hier::tiers(comm, commutative).expect("`choose` picks Hierarchical only where it is usable")
+}
 //
 // Safety contract of every `plan_*`: the buffers passed must stay valid (the
 // receive buffers untouched by others, the send buffers unmodified) until the
@@ -350,7 +356,7 @@ fn blocks_of(b: &mut Builder, len: usize, es: usize, what: &str) -> usize {
 fn plan_barrier(comm: &CommInner) -> Schedule {
     let mut b = Builder::new(comm, "barrier");
     match choose(comm, Collective::Barrier, 0, true) {
-        Algorithm::Hierarchical => hier::barrier(&mut b, &hier::groups(comm)),
+        Algorithm::Hierarchical => hier::barrier(&mut b, &tiers(comm, true)),
         _ => barrier::dissemination(&mut b),
     }
     b.finish()
@@ -364,7 +370,7 @@ unsafe fn plan_bcast<B: BufferMut + ?Sized>(comm: &CommInner, root: Rank, buf: &
     match choose(comm, Collective::Broadcast, o.reg.len, true) {
         Algorithm::ScatterAllGather => bcast::scatter_allgather(&mut b, root, o.reg),
         Algorithm::Linear => bcast::linear(&mut b, root, o.reg),
-        Algorithm::Hierarchical => hier::bcast(&mut b, &hier::groups(comm), root, o.reg),
+        Algorithm::Hierarchical => hier::bcast(&mut b, &tiers(comm, true), root, o.reg),
         _ => bcast::binomial(&mut b, root, o.reg),
     }
     if me != root {
@@ -393,7 +399,7 @@ where
         Algorithm::Linear => reduce::linear(&mut b, root, acc),
         Algorithm::Hierarchical => {
             let spare = b.owned(acc.len);
-            hier::reduce(&mut b, &hier::groups(comm), root, acc, spare)
+            hier::reduce(&mut b, &tiers(comm, commutative), root, acc, spare)
         }
         _ => {
             let spare = b.owned(acc.len);
@@ -433,7 +439,7 @@ where
     let r = match choose(comm, Collective::AllReduce, l, commutative) {
         Algorithm::Rabenseifner if es > 0 => allreduce::rabenseifner(&mut b, acc, tmp, es),
         Algorithm::ReduceBroadcast => allreduce::reduce_bcast(&mut b, acc, tmp, commutative),
-        Algorithm::Hierarchical => hier::all_reduce(&mut b, &hier::groups(comm), acc, tmp),
+        Algorithm::Hierarchical => hier::all_reduce(&mut b, &tiers(comm, commutative), acc, tmp),
         _ => allreduce::recursive_doubling(&mut b, acc, tmp, commutative),
     };
     finish(&mut b, &o, r);
@@ -562,7 +568,9 @@ where
             let blocks: Option<Vec<Reg>> = dst.map(|d| (0..n).map(|r| d.at(r * bs, bs)).collect());
             gather::gather_linear(&mut b, root, mine, blocks.as_deref());
         }
-        Algorithm::Hierarchical => hier::gather(&mut b, &hier::groups(comm), root, mine, bs, dst),
+        Algorithm::Hierarchical => {
+            hier::gather(&mut b, &tiers(comm, true).groups, root, mine, bs, dst)
+        }
         _ => gather::gather_binomial(&mut b, root, mine, bs, dst),
     }
     if let Some(o) = &o {
@@ -634,7 +642,9 @@ where
             let blocks: Option<Vec<Reg>> = src.map(|s| (0..n).map(|r| s.at(r * bs, bs)).collect());
             gather::scatter_linear(&mut b, root, blocks.as_deref(), out);
         }
-        Algorithm::Hierarchical => hier::scatter(&mut b, &hier::groups(comm), root, src, bs, out),
+        Algorithm::Hierarchical => {
+            hier::scatter(&mut b, &tiers(comm, true).groups, root, src, bs, out)
+        }
         _ => gather::scatter_binomial(&mut b, root, src, bs, out),
     }
     finish(&mut b, &o, out);
@@ -681,7 +691,7 @@ where
         }
         Algorithm::Hierarchical => {
             let out = o.reg.at(0, n * bs);
-            hier::all_gather(&mut b, &hier::groups(comm), mine, bs, out)
+            hier::all_gather(&mut b, &tiers(comm, true).groups, mine, bs, out)
         }
         _ => allgather::bruck(&mut b, mine, bs, o.reg.at(0, n * bs)),
     }
@@ -731,6 +741,9 @@ where
     let recvs: Vec<Reg> = (0..n).map(|r| o.reg.at(r * rbs, rbs)).collect();
     match choose(comm, Collective::AllToAll, rbs, true) {
         Algorithm::Linear => alltoall::linear(&mut b, &sends, &recvs),
+        Algorithm::Hierarchical => {
+            hier::all_to_all(&mut b, &tiers(comm, true).groups, &sends, &recvs, rbs)
+        }
         _ => alltoall::pairwise(&mut b, &sends, &recvs),
     }
     finish(&mut b, &o, o.reg);

@@ -606,13 +606,19 @@ impl Shared {
                 // before seeing the flag is caught here (Dekker-style).
                 self.set_sleeping(&e, true);
                 let moved = e.progress();
-                if moved || check(&mut e).is_some() {
+                // A completion found here must be returned, not dropped: the
+                // check may have taken it (a request's slot is freed by `take`).
+                let done = if moved { None } else { check(&mut e) };
+                if moved || done.is_some() {
                     self.set_sleeping(&e, false);
                     self.poller.store(false, Ordering::SeqCst);
                     let wakers = std::mem::take(&mut e.core.wakers);
                     drop(e);
                     self.after_progress(wakers);
-                    continue;
+                    match done {
+                        Some(r) => break r,
+                        None => continue,
+                    }
                 }
                 e.links.poll_fds(&mut fds);
                 drop(e);

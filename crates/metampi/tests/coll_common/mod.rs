@@ -1,7 +1,8 @@
 //! Data, operations and sequential references shared by the `coll_*` tests.
 #![allow(dead_code)]
 
-use metampi::collective::{Algorithm, Collective, UserOperation};
+use metampi::collective::{Algorithm, Collective, SystemOperation, UserOperation};
+use metampi::topology::SimpleCommunicator;
 use metampi::traits::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -139,4 +140,69 @@ pub fn lens(seed: u64, fixed: &[usize], max: usize) -> Vec<usize> {
     v.push(r.gen_range(0..max));
     v.push(r.gen_range(0..max));
     v
+}
+
+/// Reduce (sum and the non-commutative matrix product) against the sequential
+/// reference, every root, each length of `lens`.
+pub fn check_reduce(c: &SimpleCommunicator, seed: u64, how: &str, lens: &[usize]) {
+    let (n, me) = (c.size(), c.rank());
+    let mm = matmul();
+    for root in 0..n {
+        let p = c.process_at_rank(root);
+        for &len in lens {
+            let mine = ints(seed, me, len);
+            let want = fold(|r| ints(seed, r, len), n - 1, |a, b| a.wrapping_add(*b));
+            let m = mats(seed, me, len);
+            let want_m = fold(|r| mats(seed, r, len), n - 1, |a, b| a.mul(*b));
+            if me == root {
+                let mut out = vec![7; len];
+                p.reduce_into_root(&mine[..], &mut out[..], SystemOperation::sum());
+                assert!(out == want, "reduce sum root {root} len {len} {how}");
+                let mut out = vec![Mat::default(); len];
+                p.reduce_into_root(&m[..], &mut out[..], &mm);
+                assert!(out == want_m, "reduce matmul root {root} len {len} {how}");
+            } else {
+                p.reduce_into(&mine[..], SystemOperation::sum());
+                p.reduce_into(&m[..], &mm);
+            }
+        }
+    }
+}
+
+/// All-reduce (sum, matrix product, max of floats, a padded type) against
+/// the sequential reference.
+pub fn check_all_reduce(c: &SimpleCommunicator, seed: u64, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    let mm = matmul();
+    for len in [0usize, 1, 13, 5000] {
+        let mine = ints(seed, me, len);
+        let want = fold(|r| ints(seed, r, len), n - 1, |a, b| a.wrapping_add(*b));
+        let mut out = vec![3; len];
+        c.all_reduce_into(&mine[..], &mut out[..], SystemOperation::sum());
+        assert!(out == want, "allreduce sum len {len} {how}");
+        let m = mats(seed, me, len);
+        let want_m = fold(|r| mats(seed, r, len), n - 1, |a, b| a.mul(*b));
+        let mut out = vec![Mat::default(); len];
+        c.all_reduce_into(&m[..], &mut out[..], &mm);
+        assert!(out == want_m, "allreduce matmul len {len} {how}");
+        let f = floats(seed, me, len);
+        let want_f = fold(|r| floats(seed, r, len), n - 1, |a, b| a.max(*b));
+        let mut out = vec![0.0; len];
+        c.all_reduce_into(&f[..], &mut out[..], SystemOperation::max());
+        assert!(out == want_f, "allreduce max len {len} {how}");
+    }
+    // Padded elements: a packed (non-dense) result buffer.
+    let p = padded(seed, me, 9);
+    let mut out = vec![Padded::default(); 9];
+    c.all_reduce_into(&p[..], &mut out[..], &padded_sum());
+    let want = fold(
+        |r| padded(seed, r, 9),
+        n - 1,
+        |a, b| Padded {
+            a: a.a.wrapping_add(b.a),
+            b: a.b.wrapping_add(b.b),
+            c: a.c.wrapping_add(b.c),
+        },
+    );
+    assert_eq!(out, want, "allreduce padded {how}");
 }
