@@ -26,7 +26,7 @@ pub struct RankArgs {
     /// The search settings as JSON (written by the driver).
     #[arg(long)]
     pub config_json: String,
-    /// Service mode: request or scheduled.
+    /// Service mode: request, scheduled or dynamic.
     #[arg(long, default_value = "request")]
     pub mode: ServiceMode,
     /// Meta-computer description (host names, link bandwidths).
@@ -44,6 +44,23 @@ pub struct RankArgs {
     /// Measure every link at start-up instead of trusting the description's BANDWIDTH.
     #[arg(long)]
     pub measure_links: bool,
+    /// Make one meta host's clients sleep after every unit: `NAME:SECONDS`.
+    #[arg(long, value_parser = parse_slow_host)]
+    pub slow_host: Option<(String, f64)>,
+}
+
+/// `NAME:SECONDS` of `--slow-host` (and of `PSRSEARCH_SLOW_HOST`).
+fn parse_slow_host(s: &str) -> Result<(String, f64), String> {
+    let (name, secs) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{s}`: expected NAME:SECONDS"))?;
+    let secs: f64 = secs
+        .parse()
+        .map_err(|e| format!("`{s}`: bad seconds: {e}"))?;
+    if !(0.0..=10.0).contains(&secs) {
+        return Err(format!("`{s}`: seconds must be within 0..=10"));
+    }
+    Ok((name.to_string(), secs))
 }
 
 /// The body of every rank.
@@ -67,6 +84,7 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
         clients_per_server: a.clients_per_server,
         description,
         measure_links: a.measure_links,
+        slow_host: a.slow_host.clone(),
     };
     let mut sink = ProgressSink::from_env();
     let result = distributed::search_distributed(&world, &a.file, &config, &mut |p| sink.send(p));
@@ -96,6 +114,9 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
         for n in &d.link_notes {
             println!("link  {n}");
         }
+        if let Some((name, secs)) = &a.slow_host {
+            println!("slowed host: {name} sleeps {secs} s after every unit (unknown to the plan)");
+        }
         println!("static plan (time per unit measured on every client at once):");
         println!("{}", d.allocation);
         println!("{}", host_table(&d.hosts));
@@ -121,15 +142,24 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
 
 fn host_table(hosts: &[distributed::HostReport]) -> String {
     let mut s = format!(
-        "{:<12} {:>7} {:>6} {:>13} {:>12} {:>8} {:>10} {:>10}\n",
-        "host", "clients", "units", "planned (s)", "measured (s)", "diff", "busy (s)", "idle (s)"
+        "{:<12} {:>7} {:>6} {:>5} {:>13} {:>12} {:>8} {:>10} {:>10}\n",
+        "host",
+        "clients",
+        "units",
+        "done",
+        "planned (s)",
+        "measured (s)",
+        "diff",
+        "busy (s)",
+        "idle (s)"
     );
     for h in hosts.iter().filter(|h| h.clients > 0) {
         s.push_str(&format!(
-            "{:<12} {:>7} {:>6} {:>13.2} {:>12.2} {:>7.0}% {:>10.2} {:>10.2}\n",
+            "{:<12} {:>7} {:>6} {:>5} {:>13.2} {:>12.2} {:>7.0}% {:>10.2} {:>10.2}\n",
             h.name,
             h.clients,
             h.units,
+            h.done_units,
             h.predicted_s,
             h.measured_s,
             100.0 * (h.measured_s - h.predicted_s) / h.predicted_s.max(1e-9),
@@ -276,6 +306,7 @@ pub fn run_job(
         match mode {
             ServiceMode::RequestReply => "request",
             ServiceMode::Scheduled => "scheduled",
+            ServiceMode::Dynamic => "dynamic",
         }
         .into(),
         "--description".into(),
@@ -288,6 +319,12 @@ pub fn run_job(
     }
     if std::env::var_os("PSRSEARCH_MEASURE_LINKS").is_some() {
         rank_args.push("--measure-links".into());
+    }
+    if let Some(slow) = std::env::var_os("PSRSEARCH_SLOW_HOST") {
+        let text = slow.to_string_lossy();
+        parse_slow_host(&text).map_err(|e| anyhow::anyhow!("PSRSEARCH_SLOW_HOST: {e}"))?;
+        rank_args.push("--slow-host".into());
+        rank_args.push(slow);
     }
     let t = Instant::now();
     let outcome = metajob::run(&MetaJob {

@@ -52,7 +52,7 @@ enum Command {
         /// Search in this process only (no metacomputer).
         #[arg(long)]
         single: bool,
-        /// Service mode of the distributed search: request or scheduled.
+        /// Service mode of the distributed search: request, scheduled or dynamic.
         #[arg(long, default_value = "scheduled")]
         mode: ServiceMode,
         /// Use this meta-computer description instead of the embedded one.
@@ -276,7 +276,7 @@ struct SearchArgs {
     /// LAUNCH = local, emulated on this machine).
     #[arg(long)]
     meta: Option<PathBuf>,
-    /// Service mode with --meta: request or scheduled.
+    /// Service mode with --meta: request, scheduled or dynamic.
     #[arg(long, default_value = "request")]
     mode: ServiceMode,
 }

@@ -1,6 +1,8 @@
 //! The distributed search gives exactly the candidates of the single-process search: on one
 //! site (with one and with two servers) and on three emulated sites with uneven rank counts
-//! (links probed at start-up), in request/reply and in scheduled-service mode.
+//! (links probed at start-up), in request/reply, scheduled-service and dynamic mode; and with
+//! one host slowed behind the plan's back, the dynamic mode moves units off it and finishes
+//! sooner than the static plan.
 //!
 //! Each test is a multi-rank job run by `metampi::testing::Ranks` (the ranks are this test
 //! executable again); the jobs of this file run one at a time.
@@ -12,7 +14,7 @@ use std::time::Duration;
 use metampi::testing::Ranks;
 use metampi::topology::SimpleCommunicator;
 use metampi::traits::*;
-use psrsearch::distributed::{search_distributed, DistConfig, ServiceMode};
+use psrsearch::distributed::{search_distributed, DistConfig, DistOutcome, ServiceMode};
 use psrsearch::search::{dm_grid, search_file, SearchConfig};
 use psrsearch::simulate::{write_simulation, Pulsar, SimConfig, SimFormat};
 use psrsearch::{BasebandReader, PlanConfig};
@@ -51,6 +53,13 @@ fn search() -> SearchConfig {
 /// Rank 0 writes the observation and tells everyone where; all search it distributed; the
 /// root compares with the single-process search.
 fn distributed_equals_single(world: &SimpleCommunicator, mode: ServiceMode, per_server: usize) {
+    let file = write_observation(world);
+    check_against_single(world, &file, mode, per_server, None);
+    remove_observation(world, &file);
+}
+
+/// Rank 0 writes the observation; everyone learns its path.
+fn write_observation(world: &SimpleCommunicator) -> PathBuf {
     let mut path = Vec::new();
     if world.rank() == 0 {
         let dir = std::env::temp_dir().join(format!("psr-dist-{}", std::process::id()));
@@ -63,13 +72,33 @@ fn distributed_equals_single(world: &SimpleCommunicator, mode: ServiceMode, per_
     world.process_at_rank(0).broadcast_into(&mut len);
     path.resize(len as usize, 0);
     world.process_at_rank(0).broadcast_into(&mut path[..]);
-    let file = PathBuf::from(String::from_utf8(path).unwrap());
+    PathBuf::from(String::from_utf8(path).unwrap())
+}
+
+fn remove_observation(world: &SimpleCommunicator, file: &std::path::Path) {
+    world.barrier();
+    if world.rank() == 0 {
+        let _ = std::fs::remove_dir_all(file.parent().unwrap());
+    }
+    world.barrier();
+}
+
+/// Search `file` distributed (collective); the root checks the candidates against the
+/// single-process search and returns the outcome.
+fn check_against_single(
+    world: &SimpleCommunicator,
+    file: &std::path::Path,
+    mode: ServiceMode,
+    per_server: usize,
+    slow_host: Option<(&str, f64)>,
+) -> Option<DistOutcome> {
     let mut config = DistConfig::new(search());
     config.mode = mode;
     config.clients_per_server = per_server;
-    let out = search_distributed(world, &file, &config, &mut |_| {}).unwrap();
-    if let Some(d) = out {
-        let mut reader = BasebandReader::open(&file).unwrap();
+    config.slow_host = slow_host.map(|(n, s)| (n.to_string(), s));
+    let out = search_distributed(world, file, &config, &mut |_| {}).unwrap();
+    if let Some(d) = &out {
+        let mut reader = BasebandReader::open(file).unwrap();
         let single = search_file(&mut reader, &search(), &mut |_, _| {}).unwrap();
         assert!(!single.candidates.is_empty(), "the test pulsar is found");
         assert_eq!(d.outcome.candidates, single.candidates, "candidates differ");
@@ -77,10 +106,12 @@ fn distributed_equals_single(world: &SimpleCommunicator, mode: ServiceMode, per_
         assert_eq!(d.outcome.spectrum, single.spectrum);
         let units: u64 = d.hosts.iter().map(|h| h.units).sum();
         assert_eq!(units, d.allocation.input.units);
+        let done: u64 = d.hosts.iter().map(|h| h.done_units).sum();
+        assert_eq!(done, d.allocation.input.units, "every unit computed once");
         assert_eq!(d.mode, mode);
-        let _ = std::fs::remove_dir_all(file.parent().unwrap());
     }
     world.barrier();
+    out
 }
 
 fn three_sites(portbase: u16) -> String {
@@ -141,3 +172,59 @@ fn three_sites_scheduled() {
             distributed_equals_single(w, ServiceMode::Scheduled, 128)
         });
 }
+
+#[test]
+fn three_sites_dynamic() {
+    let _g = lock();
+    Ranks::new(6)
+        .meta(&three_sites(23891))
+        .timeout(Duration::from_secs(120))
+        .run("three_sites_dynamic", |w| {
+            distributed_equals_single(w, ServiceMode::Dynamic, 128)
+        });
+}
+
+/// The data host `a` (on this small job the plan gives it every unit: moving a unit costs more
+/// than computing it) sleeps after every unit, which calibration does not see. Scheduled service must wait for it; the dynamic mode
+/// moves units to the other hosts and finishes sooner, with the same candidates.
+#[test]
+fn three_sites_slow_host_dynamic_beats_static() {
+    let _g = lock();
+    Ranks::new(6)
+        .meta(&three_sites(23901))
+        .timeout(Duration::from_secs(180))
+        .run("three_sites_slow_host_dynamic_beats_static", |w| {
+            let file = write_observation(w);
+            let slow = Some(("site 0", SLOW_S));
+            let fixed = check_against_single(w, &file, ServiceMode::Scheduled, 128, slow);
+            let dynamic = check_against_single(w, &file, ServiceMode::Dynamic, 128, slow);
+            if let (Some(s), Some(d)) = (fixed, dynamic) {
+                let slowed = |o: &DistOutcome| o.hosts.iter().find(|h| h.name == "site 0").cloned();
+                let (sb, db) = (slowed(&s).unwrap(), slowed(&d).unwrap());
+                eprintln!(
+                    "static: service {:.2} s, a did {}/{} units; dynamic: service {:.2} s, a did \
+                     {}/{} units",
+                    s.service_s, sb.done_units, sb.units, d.service_s, db.done_units, db.units
+                );
+                for h in s.hosts.iter().chain(&d.hosts) {
+                    eprintln!("  {h:?}");
+                }
+                assert_eq!(sb.done_units, sb.units, "scheduled service keeps the plan");
+                assert!(
+                    db.done_units + 3 <= db.units,
+                    "dynamic mode moved at least 3 units off the slow host"
+                );
+                // Static waits ≥ 33 × SLOW_S for host a; dynamic about PREFETCH × SLOW_S.
+                assert!(
+                    d.service_s < 0.6 * s.service_s,
+                    "dynamic ({:.2} s) finishes well before static ({:.2} s)",
+                    d.service_s,
+                    s.service_s
+                );
+            }
+            remove_observation(w, &file);
+        });
+}
+
+/// Seconds host `b` sleeps after every unit in the slow-host test.
+const SLOW_S: f64 = 0.05;

@@ -25,8 +25,11 @@ pub(crate) enum Msg {
     Result { block: u64, power: Vec<f32> },
     /// Client → server: all units done. Seconds computing and waiting for data.
     SignOff { busy_s: f64, idle_s: f64 },
-    /// Server → root: my clients are done; per client `(world rank, finish s, busy s, idle s)`.
-    ServerDone { clients: Vec<(u64, f64, f64, f64)> },
+    /// Server → root: my clients are done; per client
+    /// `(world rank, finish s, busy s, idle s, units computed)`.
+    ServerDone {
+        clients: Vec<(u64, f64, f64, f64, u64)>,
+    },
     /// Root → client: bandwidth probe of `len` bytes (answer with `Echo`).
     Probe { payload: Vec<u8> },
     /// Client → root: probe received.
@@ -50,6 +53,10 @@ pub(crate) enum Msg {
     StreamEnd { blocks: u64 },
     /// Streaming stage 2 → master: `block` is reassembled in order (its result is out).
     Ack { block: u64 },
+    /// Client → server (dynamic mode): send me whichever unit you choose.
+    Next,
+    /// Server → client (dynamic mode): no unit for you; ask no more.
+    Drained,
 }
 
 /// A message that does not decode.
@@ -84,11 +91,12 @@ impl Msg {
             Msg::ServerDone { clients } => {
                 w.u8(5);
                 w.u64(clients.len() as u64);
-                for &(r, f, b, i) in clients {
+                for &(r, f, b, i, n) in clients {
                     w.u64(r);
                     w.f64(f);
                     w.f64(b);
                     w.f64(i);
+                    w.u64(n);
                 }
             }
             Msg::Probe { payload } => {
@@ -129,6 +137,8 @@ impl Msg {
                 w.u8(13);
                 w.u64(*block);
             }
+            Msg::Next => w.u8(14),
+            Msg::Drained => w.u8(15),
         }
         w.0
     }
@@ -156,10 +166,10 @@ impl Msg {
                 idle_s: r.f64()?,
             },
             5 => {
-                let n = r.len(32)?;
+                let n = r.len(40)?;
                 let mut clients = Vec::with_capacity(n);
                 for _ in 0..n {
-                    clients.push((r.u64()?, r.f64()?, r.f64()?, r.f64()?));
+                    clients.push((r.u64()?, r.f64()?, r.f64()?, r.f64()?, r.u64()?));
                 }
                 Msg::ServerDone { clients }
             }
@@ -194,6 +204,8 @@ impl Msg {
             }
             12 => Msg::StreamEnd { blocks: r.u64()? },
             13 => Msg::Ack { block: r.u64()? },
+            14 => Msg::Next,
+            15 => Msg::Drained,
             k => return Err(DecodeError(format!("unknown message kind {k}"))),
         };
         if r.at != bytes.len() {
@@ -404,8 +416,10 @@ mod tests {
             idle_s: 0.25,
         });
         roundtrip(Msg::ServerDone {
-            clients: vec![(3, 1.0, 0.5, 0.1)],
+            clients: vec![(3, 1.0, 0.5, 0.1, 7)],
         });
+        roundtrip(Msg::Next);
+        roundtrip(Msg::Drained);
         roundtrip(Msg::Probe {
             payload: vec![1, 2, 3],
         });

@@ -15,9 +15,12 @@
 //!    times a small and a large message to one client of each remote host.
 //! 2. **Static balance** ([`crate::balance`]): units per host and per client; blocks are dealt
 //!    in contiguous runs, host after host.
-//! 3. **Service**, in one of two [`ServiceMode`]s: request/reply (a client asks for each unit;
-//!    request type in the message body, one tag for everything) or scheduled service (the
-//!    server pushes each client's units in a fixed round-robin order; no requests at all).
+//! 3. **Service**, in one of three [`ServiceMode`]s: request/reply (a client asks for each
+//!    unit; request type in the message body, one tag for everything), scheduled service (the
+//!    server pushes each client's units in a fixed round-robin order; no requests at all), or
+//!    dynamic (the plan's units as per-client queues; a client with an empty queue takes the
+//!    last unit of the client predicted to finish last, when its measured rate and link say
+//!    it will finish it sooner).
 //!    A server has one sender thread per meta host it serves, so slow links do not hold up
 //!    fast ones, and each client asks for (or is sent) its next unit while it computes the
 //!    current one. Results (detected power, `[dm][chan][sample]`) go back to the server,
@@ -61,6 +64,11 @@ pub enum ServiceMode {
     RequestReply,
     /// The server sends every client its planned units in a fixed order; no requests.
     Scheduled,
+    /// Starts from the static plan, then rebalances while running: clients ask for "a next
+    /// unit", the server keeps the plan's per-client queues and lets a client whose queue is
+    /// empty take the last unit of the client predicted to finish last, when the thief's
+    /// measured rate and link say it will finish that unit sooner (see [`service`]).
+    Dynamic,
 }
 
 impl std::str::FromStr for ServiceMode {
@@ -69,8 +77,9 @@ impl std::str::FromStr for ServiceMode {
         match s {
             "request" | "request-reply" | "rr" => Ok(ServiceMode::RequestReply),
             "scheduled" | "schedule" | "push" => Ok(ServiceMode::Scheduled),
+            "dynamic" | "steal" => Ok(ServiceMode::Dynamic),
             _ => Err(format!(
-                "unknown service mode `{s}`: expected `request` or `scheduled`"
+                "unknown service mode `{s}`: expected `request`, `scheduled` or `dynamic`"
             )),
         }
     }
@@ -81,6 +90,7 @@ impl std::fmt::Display for ServiceMode {
         f.write_str(match self {
             ServiceMode::RequestReply => "request/reply",
             ServiceMode::Scheduled => "scheduled service",
+            ServiceMode::Dynamic => "dynamic (work stealing)",
         })
     }
 }
@@ -99,6 +109,10 @@ pub struct DistConfig {
     pub description: Option<metampi_config::Layout>,
     /// Probe every link at start-up even where the description gives a bandwidth.
     pub measure_links: bool,
+    /// Make the clients of one meta host (by name) sleep this many seconds after every unit,
+    /// after calibration, so the host is slower than the plan believes (for testing the
+    /// dynamic mode). Only the root's setting counts.
+    pub slow_host: Option<(String, f64)>,
 }
 
 impl DistConfig {
@@ -110,6 +124,7 @@ impl DistConfig {
             clients_per_server: MAX_CLIENTS_PER_SERVER,
             description: None,
             measure_links: false,
+            slow_host: None,
         }
     }
 }
@@ -173,6 +188,8 @@ pub struct HostReport {
     pub busy_s: f64,
     /// Mean seconds per client spent waiting for data.
     pub idle_s: f64,
+    /// Units the host's clients actually computed (differs from `units` in dynamic mode).
+    pub done_units: u64,
 }
 
 /// What the root gets back.
@@ -205,6 +222,18 @@ struct Setup {
     config: SearchConfig,
     nsamples: u64,
     mode: ServiceMode,
+    /// Meta host whose clients sleep after every unit, and for how long.
+    slow: Option<(usize, f64)>,
+}
+
+/// What the plan predicts for one client of a meta host, in `Roles::site_list` order: the
+/// dynamic mode's rates before any are measured.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct SiteCost {
+    /// Seconds to compute one unit.
+    pub unit_s: f64,
+    /// Seconds to move one unit over the host's link (bytes / bandwidth + latency).
+    pub transfer_s: f64,
 }
 
 /// Who does what; the same on every rank.
@@ -311,11 +340,19 @@ pub fn search_distributed(
             });
         blob = match setup {
             Ok(r) => {
+                let slow = config.slow_host.as_ref().and_then(|(name, secs)| {
+                    roles
+                        .site_list
+                        .iter()
+                        .find(|&&s| site_name(config.description.as_ref(), s) == *name)
+                        .map(|&s| (s, *secs))
+                });
                 let s = Setup {
                     band: r.band().clone(),
                     config: config.search.clone(),
                     nsamples: r.nsamples(),
                     mode: config.mode,
+                    slow,
                 };
                 reader = Some(r);
                 let mut b = vec![1u8];
@@ -372,6 +409,7 @@ pub fn search_distributed(
 
     // The balance, made at the root and broadcast as per-rank unit lists.
     let mut assignment_blob = Vec::new();
+    let mut cost_blob = Vec::new();
     let mut allocation = None;
     if is_root {
         let r = reader
@@ -423,16 +461,40 @@ pub fn search_distributed(
                 assignment_blob.extend(b.to_le_bytes());
             }
         }
+        let costs: Vec<SiteCost> = alloc
+            .input
+            .hosts
+            .iter()
+            .map(|h| SiteCost {
+                unit_s: h.proc_s,
+                transfer_s: h.bandwidth.map_or(0.0, |bw| unit_bytes / bw.max(1.0)) + h.latency_s,
+            })
+            .collect();
+        cost_blob = serde_json::to_vec(&costs).map_err(|e| DistError::Root(e.to_string()))?;
         allocation = Some(alloc);
     }
     broadcast_bytes(&comm, roles.root(), &mut assignment_blob);
     let assignment = decode_assignment(&assignment_blob, comm.size() as usize, nblocks)?;
+    broadcast_bytes(&comm, roles.root(), &mut cost_blob);
+    let costs: Vec<SiteCost> = serde_json::from_slice(&cost_blob)
+        .map_err(|e| DistError::Protocol(format!("plan costs: {e}")))?;
 
     // Service.
     comm.barrier();
     let t0 = Instant::now();
     let served = if let Some(server) = roles.server_of[me as usize] {
-        service::client(&comm, &plan, server, &assignment[me as usize], setup.mode)?;
+        let slow_s = setup
+            .slow
+            .filter(|&(s, _)| s == roles.sites[me as usize])
+            .map_or(0.0, |(_, secs)| secs);
+        service::client(
+            &comm,
+            &plan,
+            server,
+            &assignment[me as usize],
+            setup.mode,
+            slow_s,
+        )?;
         None
     } else {
         let names: Vec<String> = roles
@@ -450,6 +512,7 @@ pub fn search_distributed(
                 mode: setup.mode,
                 t0,
                 names: &names,
+                costs: &costs,
             },
             progress,
         )?)
@@ -508,6 +571,7 @@ pub fn search_distributed(
                 measured_s: stats.iter().map(|c| c.finish_s).fold(0.0, f64::max),
                 busy_s: stats.iter().map(|c| c.busy_s).sum::<f64>() / n,
                 idle_s: stats.iter().map(|c| c.idle_s).sum::<f64>() / n,
+                done_units: stats.iter().map(|c| c.units).sum(),
             }
         })
         .collect();

@@ -15,7 +15,7 @@ use metampi::traits::*;
 use metampi::Rank;
 
 use super::codec::{Msg, TAG};
-use super::{DistError, Progress, Roles, Served, ServiceMode};
+use super::{DistError, Progress, Roles, Served, ServiceMode, SiteCost};
 use crate::assemble::DmSeries;
 use crate::dedisperse::{BlockPower, DedispersionPlan};
 use crate::format::BasebandReader;
@@ -33,6 +33,8 @@ pub(crate) struct ServerJob<'a> {
     pub t0: Instant,
     /// Meta host names, in `roles.site_list` order.
     pub names: &'a [String],
+    /// The plan's per-unit costs, in `roles.site_list` order.
+    pub costs: &'a [SiteCost],
 }
 
 /// How one client's run went.
@@ -43,6 +45,8 @@ pub(crate) struct ClientStats {
     pub finish_s: f64,
     pub busy_s: f64,
     pub idle_s: f64,
+    /// Units whose results it returned.
+    pub units: u64,
 }
 
 fn recv(p: &impl Source) -> Result<(Msg, Rank), DistError> {
@@ -80,7 +84,11 @@ pub(crate) fn client(
     server: Rank,
     units: &[u64],
     mode: ServiceMode,
+    slow_s: f64,
 ) -> Result<(), DistError> {
+    if mode == ServiceMode::Dynamic {
+        return client_dynamic(comm, plan, server, slow_s);
+    }
     let to_server = comm.try_process_at_rank(server)?;
     let (mut busy, mut idle) = (0.0, 0.0);
     let mut ws = plan.workspace();
@@ -126,17 +134,90 @@ pub(crate) fn client(
             }
         };
         let t = Instant::now();
-        let power = plan.process_block(&mut ws, block, &voltages);
+        let out = compute(plan, &mut ws, block, &voltages, slow_s);
         busy += t.elapsed().as_secs_f64();
-        let out = Msg::Result {
-            block,
-            power: power.data,
-        }
-        .encode();
         if let Some(s) = sending.take() {
             s.wait()?;
         }
         sending = Some(to_server.try_immediate_send_owned(out, TAG)?);
+    }
+    if let Some(s) = sending.take() {
+        s.wait()?;
+    }
+    send(
+        comm,
+        server,
+        &Msg::SignOff {
+            busy_s: busy,
+            idle_s: idle,
+        },
+    )
+}
+
+/// Dedisperse one unit (then sleep `slow_s`, the emulated slower host) and encode its result.
+fn compute(
+    plan: &DedispersionPlan,
+    ws: &mut crate::dedisperse::Workspace,
+    block: u64,
+    voltages: &Voltages,
+    slow_s: f64,
+) -> Vec<u8> {
+    let power = plan.process_block(ws, block, voltages);
+    if slow_s > 0.0 {
+        std::thread::sleep(std::time::Duration::from_secs_f64(slow_s));
+    }
+    Msg::Result {
+        block,
+        power: power.data,
+    }
+    .encode()
+}
+
+/// A dynamic-mode client: keep [`PREFETCH`] `Next` requests outstanding, compute whatever
+/// unit the server sends, stop asking after the first `Drained`, sign off once every request
+/// has been answered.
+fn client_dynamic(
+    comm: &SimpleCommunicator,
+    plan: &DedispersionPlan,
+    server: Rank,
+    slow_s: f64,
+) -> Result<(), DistError> {
+    let to_server = comm.try_process_at_rank(server)?;
+    let (mut busy, mut idle) = (0.0, 0.0);
+    let mut ws = plan.workspace();
+    let mut pending = VecDeque::new();
+    for _ in 0..PREFETCH {
+        send(comm, server, &Msg::Next)?;
+        pending.push_back(to_server.try_immediate_receive_vec::<u8>(Some(TAG))?);
+    }
+    let mut drained = false;
+    let mut sending: Option<SendFuture<u8>> = None;
+    while let Some(recv) = pending.pop_front() {
+        let t = Instant::now();
+        let (bytes, _) = recv.wait()?;
+        idle += t.elapsed().as_secs_f64();
+        match Msg::decode(&bytes)? {
+            Msg::Data { block, voltages } => {
+                if !drained {
+                    send(comm, server, &Msg::Next)?;
+                    pending.push_back(to_server.try_immediate_receive_vec::<u8>(Some(TAG))?);
+                }
+                let t = Instant::now();
+                let out = compute(plan, &mut ws, block, &voltages, slow_s);
+                busy += t.elapsed().as_secs_f64();
+                if let Some(s) = sending.take() {
+                    s.wait()?;
+                }
+                sending = Some(to_server.try_immediate_send_owned(out, TAG)?);
+            }
+            Msg::Drained => drained = true,
+            m => {
+                return Err(DistError::Protocol(format!(
+                    "expected a unit or `drained` from server {server}, got {}",
+                    describe(&m)
+                )))
+            }
+        }
     }
     if let Some(s) = sending.take() {
         s.wait()?;
@@ -171,12 +252,21 @@ pub(crate) fn server(
         .filter(|&r| roles.server_of[r as usize] == Some(me))
         .collect();
     let reader = Mutex::new(BasebandReader::open(job.file).map_err(SearchError::from)?);
+    let pool = Mutex::new(Pool::new(job, &mine));
     let (tx, rx) = mpsc::channel::<Event>();
     std::thread::scope(|sc| {
         for &c in &mine {
             let tx = tx.clone();
             let reader = &reader;
+            let pool = &pool;
             match job.mode {
+                ServiceMode::Dynamic => {
+                    sc.spawn(move || {
+                        if let Err(e) = serve_dynamic(comm, job, reader, pool, c, &tx) {
+                            fatal(comm, "serving a client", &e);
+                        }
+                    });
+                }
                 ServiceMode::RequestReply => {
                     sc.spawn(move || {
                         if let Err(e) = serve_requests(comm, job, reader, c, &tx) {
@@ -282,6 +372,7 @@ fn serve_requests(
     let p = comm.try_process_at_rank(client)?;
     let units = &job.assignment[client as usize];
     let mut in_flight: VecDeque<SendFuture<u8>> = VecDeque::new();
+    let mut done = 0;
     loop {
         let (bytes, _) = p.try_receive_vec_with_tag::<u8>(Some(TAG))?;
         match Msg::decode(&bytes)? {
@@ -295,7 +386,175 @@ fn serve_requests(
                 in_flight.push_back(start_unit(comm, job, reader, client, block)?);
             }
             m => {
-                if pass_on(job, client, bytes, m, tx)? {
+                if pass_on(
+                    job,
+                    client,
+                    bytes,
+                    m,
+                    tx,
+                    &mut |b| units.contains(&b),
+                    &mut done,
+                )? {
+                    for s in in_flight {
+                        s.wait()?;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Dynamic mode's shared state on one server: the static plan's queue of every client it
+/// serves, who holds which unit, and each client's measured rate.
+///
+/// The rule (a client asks for a unit with its own queue empty): find the client `v` with the
+/// latest predicted finish, `(outstanding_v + queued_v) · rate_v`; hand the asker `c` the last
+/// unit of `v`'s queue when `c` would finish it sooner,
+/// `transfer_c + (outstanding_c + 1) · rate_c < (outstanding_v + queued_v) · rate_v`, else
+/// answer `Drained`. `rate` is the measured interval between a client's results once it has
+/// returned two, before that the plan's `max(unit_s, transfer_s)`, and never less than the
+/// time the client has been holding work without returning any (so a host that stalls, or
+/// is slower than calibrated, is seen before its second result); `transfer` is the plan's
+/// time to move a unit over the asker's link, so a slow-link host is not handed a unit it
+/// would deliver late.
+pub(crate) struct Pool {
+    /// Per world rank: units still to hand out, in the plan's order.
+    queues: Vec<VecDeque<u64>>,
+    /// Per block: the client it was handed to.
+    holder: Vec<Option<Rank>>,
+    /// Per world rank: units handed out whose result has not come back.
+    outstanding: Vec<u64>,
+    /// Per world rank: results received, and the times of the first and the last.
+    returned: Vec<(u64, f64, f64)>,
+    /// Per world rank: since when it has held work without returning a result.
+    holding_since: Vec<f64>,
+    /// Per world rank: the plan's seconds per unit and per transfer of its host.
+    planned: Vec<SiteCost>,
+}
+
+impl Pool {
+    fn new(job: &ServerJob<'_>, mine: &[Rank]) -> Pool {
+        let size = job.assignment.len();
+        let nblocks: usize = job.assignment.iter().map(Vec::len).sum();
+        let mut queues = vec![VecDeque::new(); size];
+        let mut planned = vec![SiteCost::default(); size];
+        for &c in mine {
+            queues[c as usize] = job.assignment[c as usize].iter().copied().collect();
+            let k = job
+                .roles
+                .site_list
+                .iter()
+                .position(|&s| s == job.roles.sites[c as usize]);
+            if let Some(cost) = k.and_then(|k| job.costs.get(k)) {
+                planned[c as usize] = *cost;
+            }
+        }
+        Pool {
+            queues,
+            holder: vec![None; nblocks],
+            outstanding: vec![0; size],
+            returned: vec![(0, 0.0, 0.0); size],
+            holding_since: vec![0.0; size],
+            planned,
+        }
+    }
+
+    /// Seconds per unit of client `c` at `now`: measured between results, else planned; at
+    /// least as long as it has now been holding work without a result.
+    fn rate(&self, c: usize, now: f64) -> f64 {
+        let base = match self.returned[c] {
+            (n, first, last) if n >= 2 => (last - first) / (n - 1) as f64,
+            _ => self.planned[c].unit_s.max(self.planned[c].transfer_s),
+        };
+        if self.outstanding[c] > 0 {
+            base.max(now - self.holding_since[c])
+        } else {
+            base
+        }
+    }
+
+    /// The unit to send client `c` at `now`, or `None` when it should stop asking.
+    fn next_for(&mut self, c: Rank, now: f64) -> Option<u64> {
+        let c = c as usize;
+        let b = match self.queues[c].pop_front() {
+            Some(b) => b,
+            None => {
+                let finish = |p: &Pool, v: usize| {
+                    (p.outstanding[v] + p.queues[v].len() as u64) as f64 * p.rate(v, now)
+                };
+                let victim = (0..self.queues.len())
+                    .filter(|&v| v != c && !self.queues[v].is_empty())
+                    .max_by(|&a, &b| finish(self, a).total_cmp(&finish(self, b)))?;
+                let mine = self.planned[c].transfer_s
+                    + (self.outstanding[c] + 1) as f64 * self.rate(c, now);
+                if mine >= finish(self, victim) {
+                    return None;
+                }
+                self.queues[victim].pop_back()?
+            }
+        };
+        self.holder[b as usize] = Some(c as Rank);
+        if self.outstanding[c] == 0 {
+            self.holding_since[c] = now;
+        }
+        self.outstanding[c] += 1;
+        Some(b)
+    }
+
+    /// Record client `c`'s result for `block` at `now`; `false` if `c` was not given it.
+    fn returned(&mut self, c: Rank, block: u64, now: f64) -> bool {
+        if self.holder.get(block as usize).copied().flatten() != Some(c) {
+            return false;
+        }
+        self.holder[block as usize] = None;
+        let c = c as usize;
+        self.outstanding[c] = self.outstanding[c].saturating_sub(1);
+        let r = &mut self.returned[c];
+        if r.0 == 0 {
+            r.1 = now;
+        }
+        r.0 += 1;
+        r.2 = now;
+        self.holding_since[c] = now;
+        true
+    }
+}
+
+/// Dynamic mode: answer each `Next` with a unit from the pool (the client's own queue first,
+/// then one taken from the client predicted to finish last) or `Drained`; pass results on
+/// until the sign-off.
+fn serve_dynamic(
+    comm: &SimpleCommunicator,
+    job: &ServerJob<'_>,
+    reader: &Mutex<BasebandReader>,
+    pool: &Mutex<Pool>,
+    client: Rank,
+    tx: &mpsc::Sender<Event>,
+) -> Result<(), DistError> {
+    let p = comm.try_process_at_rank(client)?;
+    let lock = || pool.lock().unwrap_or_else(|p| p.into_inner());
+    let mut in_flight: VecDeque<SendFuture<u8>> = VecDeque::new();
+    let mut done = 0;
+    loop {
+        let (bytes, _) = p.try_receive_vec_with_tag::<u8>(Some(TAG))?;
+        match Msg::decode(&bytes)? {
+            Msg::Next => {
+                while in_flight.len() >= PREFETCH {
+                    if let Some(s) = in_flight.pop_front() {
+                        s.wait()?;
+                    }
+                }
+                let next = lock().next_for(client, job.t0.elapsed().as_secs_f64());
+                match next {
+                    Some(b) => in_flight.push_back(start_unit(comm, job, reader, client, b)?),
+                    None => send(comm, client, &Msg::Drained)?,
+                }
+            }
+            m => {
+                let now = job.t0.elapsed().as_secs_f64();
+                let mut owns = |b| lock().returned(client, b, now);
+                if pass_on(job, client, bytes, m, tx, &mut owns, &mut done)? {
                     for s in in_flight {
                         s.wait()?;
                     }
@@ -314,10 +573,20 @@ fn take_results(
     tx: &mpsc::Sender<Event>,
 ) -> Result<(), DistError> {
     let p = comm.try_process_at_rank(client)?;
+    let units = &job.assignment[client as usize];
+    let mut done = 0;
     loop {
         let (bytes, _) = p.try_receive_vec_with_tag::<u8>(Some(TAG))?;
         let m = Msg::decode(&bytes)?;
-        if pass_on(job, client, bytes, m, tx)? {
+        if pass_on(
+            job,
+            client,
+            bytes,
+            m,
+            tx,
+            &mut |b| units.contains(&b),
+            &mut done,
+        )? {
             return Ok(());
         }
     }
@@ -330,10 +599,13 @@ fn pass_on(
     bytes: Vec<u8>,
     m: Msg,
     tx: &mpsc::Sender<Event>,
+    owns: &mut dyn FnMut(u64) -> bool,
+    units: &mut u64,
 ) -> Result<bool, DistError> {
     let gone = || DistError::Protocol("the collecting thread has stopped".into());
     match m {
-        Msg::Result { block, power } if job.assignment[client as usize].contains(&block) => {
+        Msg::Result { block, power } if owns(block) => {
+            *units += 1;
             tx.send(Event::Result(bytes, BlockPower { block, data: power }))
                 .map_err(|_| gone())?;
             Ok(false)
@@ -344,6 +616,7 @@ fn pass_on(
                 finish_s: job.t0.elapsed().as_secs_f64(),
                 busy_s,
                 idle_s,
+                units: *units,
             }))
             .map_err(|_| gone())?;
             Ok(true)
@@ -371,12 +644,13 @@ fn take_forwarded(
                 .send(Event::Result(Vec::new(), BlockPower { block, data: power }))
                 .map_err(|_| gone())?,
             Msg::ServerDone { clients } => {
-                for (r, f, b, i) in clients {
+                for (r, f, b, i, n) in clients {
                     tx.send(Event::Done(ClientStats {
                         rank: r as Rank,
                         finish_s: f,
                         busy_s: b,
                         idle_s: i,
+                        units: n,
                     }))
                     .map_err(|_| gone())?;
                 }
@@ -465,7 +739,7 @@ fn collect(
             &Msg::ServerDone {
                 clients: stats
                     .iter()
-                    .map(|c| (c.rank as u64, c.finish_s, c.busy_s, c.idle_s))
+                    .map(|c| (c.rank as u64, c.finish_s, c.busy_s, c.idle_s, c.units))
                     .collect(),
             },
         )?;
@@ -491,6 +765,8 @@ fn describe(m: &Msg) -> String {
         Msg::Detections { dm_index, .. } => format!("detections of DM {dm_index}"),
         Msg::StreamEnd { blocks } => format!("end of stream after {blocks} blocks"),
         Msg::Ack { block } => format!("acknowledgement of block {block}"),
+        Msg::Next => "request for any unit".into(),
+        Msg::Drained => "no more units".into(),
     }
 }
 
