@@ -12,13 +12,15 @@ RUNS=${RUNS:-5}
 LAT=${LAT:-8}
 BW=${BW:-4194304}
 
-if ! command -v mpicc >/dev/null || ! command -v mpiexec.mpich >/dev/null; then
+# mpicc.mpich, not mpicc: with Open MPI installed too, `mpicc` may be Open MPI's,
+# and its binaries under mpiexec.mpich would each be a world of one.
+if ! command -v mpicc.mpich >/dev/null || ! command -v mpiexec.mpich >/dev/null; then
     echo "installing mpich (apt)..." >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mpich libmpich-dev) >/dev/null
 fi
 out=${OUT:-target/bench}
 mkdir -p "$out"
-mpicc -O2 -w -o "$out/pingpong_mpich" bench/c/pingpong.c
+mpicc.mpich -O2 -w -o "$out/pingpong_mpich" bench/c/pingpong.c
 cargo build --release -q -p metampi-cli -p metampi --example pingpong
 MR=target/release/metampi
 PP=target/release/examples/pingpong
