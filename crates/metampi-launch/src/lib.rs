@@ -65,7 +65,7 @@ pub use outcome::{
     describe_signal, signal_name, JobFailure, JobOutcome, RankId, RankResult, TIMEOUT_EXIT_CODE,
 };
 pub use pmi::{
-    JobId, JobKey, PmiClient, PmiClientError, PmiEvent, PmiServer, ProtocolError, RankPmiState, Request,
-    MAX_LINE,
+    JobId, JobKey, PmiClient, PmiClientError, PmiEvent, PmiServer, ProtocolError, RankPmiState,
+    Request, MAX_LINE,
 };
 pub use spec::{AppSpec, JobSpec, LaunchMethod, OutputMode, StdinTarget, RESERVED_ENV};

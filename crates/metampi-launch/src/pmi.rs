@@ -268,7 +268,11 @@ impl<'a> Request<'a> {
         match command {
             "HELLO" => {
                 if fields.len() != 5 {
-                    arity(3, "HELLO", "a job id and a rank, then optionally a nonce and a proof")?;
+                    arity(
+                        3,
+                        "HELLO",
+                        "a job id and a rank, then optionally a nonce and a proof",
+                    )?;
                 }
                 let job = fields[1].parse::<JobId>()?;
                 let rank = fields[2]
@@ -380,8 +384,14 @@ impl PmiServer {
             // The receiver goes away only with the server itself.
             let _ = tx.send(event);
         });
-        let mut server =
-            Self::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), size, job, sink, false, None)?;
+        let mut server = Self::bind(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            size,
+            job,
+            sink,
+            false,
+            None,
+        )?;
         server.events = Some(rx);
         Ok(server)
     }
@@ -869,7 +879,10 @@ impl PmiClient {
             writer: stream,
         };
         // A job started by the launcher has a secret: prove it (and check the server's proof).
-        match std::env::var("METAMPI_SECRET").ok().and_then(|k| JobKey::from_hex(&k)) {
+        match std::env::var("METAMPI_SECRET")
+            .ok()
+            .and_then(|k| JobKey::from_hex(&k))
+        {
             Some(key) => {
                 let reply = client.request("AUTH")?;
                 let Some(challenge) = reply.strip_prefix("CHALLENGE ") else {
@@ -1211,7 +1224,10 @@ mod tests {
         let mut c = raw(server.addr());
         let na = challenge(&mut c);
         let (line, expect) = key.hello(&na, job, 2).unwrap();
-        assert_eq!(say(&mut c, format!("{line}\n").as_bytes()).trim(), format!("OK {expect}"));
+        assert_eq!(
+            say(&mut c, format!("{line}\n").as_bytes()).trim(),
+            format!("OK {expect}")
+        );
         assert!(server.rank_state(2).unwrap().connected);
         assert_eq!(say(&mut c, b"PUT k v\n").trim(), "OK");
     }

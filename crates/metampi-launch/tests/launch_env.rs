@@ -76,7 +76,10 @@ fn every_rank_gets_the_metampi_variables() {
         assert_eq!(s.job.len(), 16);
         // Ranks on this machine bootstrap over the server's Unix socket.
         let path = s.pmi.strip_prefix("unix:").expect("local PMI socket");
-        assert!(path.ends_with(&format!("metampi-pmi-{}.sock", s.job)), "{path}");
+        assert!(
+            path.ends_with(&format!("metampi-pmi-{}.sock", s.job)),
+            "{path}"
+        );
     }
 }
 

@@ -94,8 +94,7 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
     let start = Instant::now();
     // Rank 0 fails only once rank 1 has had time to ignore SIGTERM (a loaded
     // machine may otherwise deliver the signal before the trap is set).
-    let script =
-        "if [ \"$METAMPI_RANK\" = 0 ]; then sleep 0.5; exit 1; fi; trap '' TERM; sleep 30";
+    let script = "if [ \"$METAMPI_RANK\" = 0 ]; then sleep 0.5; exit 1; fi; trap '' TERM; sleep 30";
     let outcome = run(&captured(sh(2, script))).unwrap();
     let took = start.elapsed();
     assert!(
