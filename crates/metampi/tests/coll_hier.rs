@@ -89,60 +89,13 @@ fn hierarchical_ops_1_3_4() {
 }
 
 fn battery(c: &SimpleCommunicator, seed: u64, how: &str) {
-    barrier(c, how);
-    bcast(c, seed, how);
+    check_barrier(c, how);
+    check_bcast(c, seed, how, &[0, 1, 13, 3000, 9000]);
     check_reduce(c, seed + 1, how, &[0, 1, 13, 2000]);
     check_all_reduce(c, seed + 2, how);
     gather_scatter(c, seed + 3, how);
     all_gather(c, seed + 4, how);
     all_to_all(c, seed + 5, how);
-}
-
-/// No rank leaves the barrier before every rank has entered it: rank 0
-/// enters only after every other rank has seen its barrier incomplete.
-fn barrier(c: &SimpleCommunicator, how: &str) {
-    let (n, me) = (c.size(), c.rank());
-    if me == 0 {
-        for _ in 1..n {
-            let (seen, _) = c.any_process().receive::<u8>();
-            assert_eq!(seen, 1, "{how}");
-        }
-        c.barrier();
-    } else {
-        let req = match c.immediate_barrier().test() {
-            Ok(_) => panic!("barrier completed before rank 0 entered it ({how})"),
-            Err(r) => r,
-        };
-        c.process_at_rank(0).send(&1u8);
-        req.wait();
-    }
-    c.barrier();
-}
-
-fn bcast(c: &SimpleCommunicator, seed: u64, how: &str) {
-    let (n, me) = (c.size(), c.rank());
-    for root in 0..n {
-        for len in [0usize, 1, 13, 3000, 9000] {
-            let expect = ints(seed, root, len);
-            let mut buf = if me == root {
-                expect.clone()
-            } else {
-                vec![-1; len]
-            };
-            c.process_at_rank(root).broadcast_into(&mut buf[..]);
-            assert!(buf == expect, "bcast root {root} len {len} {how}");
-        }
-    }
-    // A non-contiguous datatype.
-    let root = n - 1;
-    let expect = padded(seed, root, 33);
-    let mut buf = if me == root {
-        expect.clone()
-    } else {
-        vec![Padded::default(); 33]
-    };
-    c.process_at_rank(root).broadcast_into(&mut buf[..]);
-    assert_eq!(buf, expect, "padded bcast {how}");
 }
 
 fn gather_scatter(c: &SimpleCommunicator, seed: u64, how: &str) {

@@ -206,3 +206,51 @@ pub fn check_all_reduce(c: &SimpleCommunicator, seed: u64, how: &str) {
     );
     assert_eq!(out, want, "allreduce padded {how}");
 }
+
+/// No rank leaves the barrier before every rank has entered it: rank 0
+/// enters only after every other rank has seen its barrier incomplete.
+pub fn check_barrier(c: &SimpleCommunicator, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    if me == 0 {
+        for _ in 1..n {
+            let (seen, _) = c.any_process().receive::<u8>();
+            assert_eq!(seen, 1, "{how}");
+        }
+        c.barrier();
+    } else {
+        let req = match c.immediate_barrier().test() {
+            Ok(_) => panic!("barrier completed before rank 0 entered it ({how})"),
+            Err(r) => r,
+        };
+        c.process_at_rank(0).send(&1u8);
+        req.wait();
+    }
+    c.barrier();
+}
+
+/// Broadcast from every root, each length of `lens`, and a non-contiguous datatype.
+pub fn check_bcast(c: &SimpleCommunicator, seed: u64, how: &str, lens: &[usize]) {
+    let (n, me) = (c.size(), c.rank());
+    for root in 0..n {
+        for &len in lens {
+            let expect = ints(seed, root, len);
+            let mut buf = if me == root {
+                expect.clone()
+            } else {
+                vec![-1; len]
+            };
+            c.process_at_rank(root).broadcast_into(&mut buf[..]);
+            assert!(buf == expect, "bcast root {root} len {len} {how}");
+        }
+    }
+    // A non-contiguous datatype.
+    let root = n - 1;
+    let expect = padded(seed, root, 33);
+    let mut buf = if me == root {
+        expect.clone()
+    } else {
+        vec![Padded::default(); 33]
+    };
+    c.process_at_rank(root).broadcast_into(&mut buf[..]);
+    assert_eq!(buf, expect, "padded bcast {how}");
+}
