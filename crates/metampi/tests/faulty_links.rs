@@ -114,6 +114,10 @@ fn exactly_once_in_order_through_faulty_links() {
     };
     let (ranks, counts) = Ranks::new(6)
         .meta(CONFIG)
+        // Bytes dropped inside a frame stall a link until resends fill the
+        // frame's announced length (several retransmission timeouts): more
+        // than the default 10 s link timeout on a loaded machine.
+        .env("METAMPI_LINK_TIMEOUT", "60")
         .timeout(Duration::from_secs(120 + u64::from(per_pair())))
         .faulty_links(faults);
     ranks.run("exactly_once_in_order_through_faulty_links", traffic);
