@@ -289,8 +289,8 @@ pub(crate) fn recv_target<B: BufferMut + ?Sized>(buf: &mut B) -> (RecvBuf, Post)
     let layout = RecvLayout::of(buf);
     // SAFETY: `buf` is exclusively borrowed by the caller for the request's life.
     match unsafe { layout.dense() } {
-        // SAFETY: as above.
         Some(d) => (
+            // SAFETY: as above: the buffer outlives the request.
             RecvBuf::Borrowed(unsafe { RecvPtr::new(d) }),
             Post::Dense(layout),
         ),
