@@ -4,19 +4,17 @@
 
 use std::process::Command;
 
-#[test]
-fn traced_job_counts_messages_exactly() {
-    let dir = std::env::temp_dir().join(format!("metampi-trace-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// Runs a traced 64-byte ping-pong bench (`metampi run ARGS --trace DIR
+/// metampi bench ...`: 20 timed + 2 warm-up round trips), then `metampi
+/// trace DIR`, and returns the summary it prints.
+fn traced_pingpong(run_args: &[&str], dir: &std::path::Path) -> String {
     let exe = env!("CARGO_BIN_EXE_metampi");
-    // pingpong of 64 bytes with --iters-scale 0.01: 20 timed + 2 warm-up round trips.
     let st = Command::new(exe)
         .arg("run")
+        .args(run_args)
         .arg("--trace")
-        .arg(&dir)
+        .arg(dir)
         .args([
-            "-n",
-            "4",
             exe,
             "bench",
             "--ops",
@@ -33,13 +31,21 @@ fn traced_job_counts_messages_exactly() {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let out = Command::new(exe).arg("trace").arg(&dir).output().unwrap();
+    let out = Command::new(exe).arg("trace").arg(dir).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let summary = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn traced_job_counts_messages_exactly() {
+    let dir = std::env::temp_dir().join(format!("metampi-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // pingpong of 64 bytes with --iters-scale 0.01: 20 timed + 2 warm-up round trips.
+    let summary = traced_pingpong(&["-n", "4"], &dir);
     let pair_lines: Vec<Vec<u64>> = summary
         .lines()
         .skip_while(|l| !l.starts_with("messages by rank pair"))
@@ -120,37 +126,8 @@ fn traced_meta_job_has_router_link_tracks_and_site_pair_bytes() {
     let cfg = dir.join("two.meta");
     std::fs::write(&cfg, TWO_SITES).unwrap();
     let tdir = dir.join("trace");
-    let exe = env!("CARGO_BIN_EXE_metampi");
-    let st = Command::new(exe)
-        .arg("run")
-        .arg("--meta")
-        .arg(&cfg)
-        .arg("--trace")
-        .arg(&tdir)
-        .args([
-            exe,
-            "bench",
-            "--ops",
-            "pingpong",
-            "--sizes",
-            "64:64",
-            "--iters-scale",
-            "0.01",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let out = Command::new(exe).arg("trace").arg(&tdir).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary = String::from_utf8_lossy(&out.stdout);
+    let cfg = cfg.to_string_lossy().into_owned();
+    let summary = traced_pingpong(&["--meta", &cfg], &tdir);
     // from, to, messages, payload, wire
     let site_rows: Vec<Vec<String>> = summary
         .lines()

@@ -38,30 +38,6 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
     JOBS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-const HIER_OPS: [Collective; 8] = [
-    Collective::Barrier,
-    Collective::Broadcast,
-    Collective::Reduce,
-    Collective::AllReduce,
-    Collective::Gather,
-    Collective::Scatter,
-    Collective::AllGather,
-    Collective::AllToAll,
-];
-
-/// Runs `f` with the automatic choice, then with `hierarchical` forced for
-/// every operation that has it, then back to automatic.
-fn auto_and_forced(mut f: impl FnMut(&str)) {
-    f("auto");
-    for op in HIER_OPS {
-        metampi::collective::force_algorithm(op, Some(Algorithm::Hierarchical)).unwrap();
-    }
-    f("forced hierarchical");
-    for op in HIER_OPS {
-        metampi::collective::force_algorithm(op, None).unwrap();
-    }
-}
-
 #[test]
 fn hierarchical_ops_1_3_4() {
     let _g = lock();

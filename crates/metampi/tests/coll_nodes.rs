@@ -12,34 +12,9 @@
 mod coll_common;
 
 use coll_common::*;
-use metampi::collective::{Algorithm, Collective};
 use metampi::testing::Ranks;
 use metampi::topology::{Color, SimpleCommunicator};
 use metampi::traits::*;
-
-const HIER_OPS: [Collective; 8] = [
-    Collective::Barrier,
-    Collective::Broadcast,
-    Collective::Reduce,
-    Collective::AllReduce,
-    Collective::Gather,
-    Collective::Scatter,
-    Collective::AllGather,
-    Collective::AllToAll,
-];
-
-/// Runs `f` with the automatic choice, then with `hierarchical` forced for
-/// every operation that has it, then with the flat defaults forced back.
-fn auto_and_forced(mut f: impl FnMut(&str)) {
-    f("auto");
-    for op in HIER_OPS {
-        metampi::collective::force_algorithm(op, Some(Algorithm::Hierarchical)).unwrap();
-    }
-    f("forced hierarchical");
-    for op in HIER_OPS {
-        metampi::collective::force_algorithm(op, None).unwrap();
-    }
-}
 
 fn splits_and_battery(world: &SimpleCommunicator, seed: u64) {
     auto_and_forced(|how| battery(world, seed, how));

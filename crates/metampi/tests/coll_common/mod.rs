@@ -254,3 +254,28 @@ pub fn check_bcast(c: &SimpleCommunicator, seed: u64, how: &str, lens: &[usize])
     c.process_at_rank(root).broadcast_into(&mut buf[..]);
     assert_eq!(buf, expect, "padded bcast {how}");
 }
+
+/// Operations that have a hierarchical algorithm.
+pub const HIER_OPS: [Collective; 8] = [
+    Collective::Barrier,
+    Collective::Broadcast,
+    Collective::Reduce,
+    Collective::AllReduce,
+    Collective::Gather,
+    Collective::Scatter,
+    Collective::AllGather,
+    Collective::AllToAll,
+];
+
+/// Runs `f` with the automatic choice, then with `hierarchical` forced for
+/// every operation that has it, then back to automatic.
+pub fn auto_and_forced(mut f: impl FnMut(&str)) {
+    f("auto");
+    for op in HIER_OPS {
+        metampi::collective::force_algorithm(op, Some(Algorithm::Hierarchical)).unwrap();
+    }
+    f("forced hierarchical");
+    for op in HIER_OPS {
+        metampi::collective::force_algorithm(op, None).unwrap();
+    }
+}
