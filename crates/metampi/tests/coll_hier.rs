@@ -72,6 +72,10 @@ fn battery(c: &SimpleCommunicator, seed: u64, how: &str) {
     gather_scatter(c, seed + 3, how);
     all_gather(c, seed + 4, how);
     all_to_all(c, seed + 5, how);
+    check_scan(c, seed + 6, false, how);
+    check_scan(c, seed + 7, true, how);
+    check_reduce_scatter(c, seed + 8, &[0, 1, 3, 300], how);
+    check_all_gather_varcount(c, seed + 9, how);
 }
 
 fn gather_scatter(c: &SimpleCommunicator, seed: u64, how: &str) {
@@ -264,6 +268,65 @@ fn hierarchical_bcast_crosses_each_site_once() {
                 assert!(out == want, "alltoall {alg:?}");
                 s
             };
+            // Reduce-scatter of 16 KiB blocks: pairwise sends the 38 blocks
+            // whose owner is on another site; hierarchically each site
+            // leader sends every other leader only that site's blocks,
+            // 7 + 5 + 4 = 16 in all.
+            const RS: usize = 16 << 10;
+            let rs = |alg: Option<Algorithm>| {
+                metampi::collective::force_algorithm(Collective::ReduceScatterBlock, alg).unwrap();
+                let mine: Vec<i64> = (0..RS).map(|i| (i % 89) as i64 * (me as i64 + 1)).collect();
+                let mut out = vec![0i64; RS / 8];
+                let bytes = crossing(world, &d, || {
+                    world.reduce_scatter_block_into(&mine[..], &mut out[..], SystemOperation::sum())
+                });
+                let want: Vec<i64> = (0..RS / 8)
+                    .map(|i| ((me as usize * RS / 8 + i) % 89) as i64 * 36)
+                    .collect();
+                assert!(out == want, "reduce_scatter {alg:?}");
+                bytes
+            };
+            let rs_flat = rs(Some(Algorithm::Pairwise));
+            let rs_hier = rs(None);
+            metampi::collective::force_algorithm(Collective::ReduceScatterBlock, None).unwrap();
+            // Inclusive scan of 128 KiB: only the last ranks of the three
+            // sites (0, 3, 7) trade totals across sites, four messages.
+            const SC: usize = 128 << 10;
+            let scan = |alg: Option<Algorithm>| {
+                metampi::collective::force_algorithm(Collective::Scan, alg).unwrap();
+                let mine: Vec<i64> = (0..SC / 8).map(|i| (i % 13) as i64 + me as i64).collect();
+                let mut out = vec![0i64; SC / 8];
+                let bytes = crossing(world, &d, || {
+                    world.scan_into(&mine[..], &mut out[..], SystemOperation::sum())
+                });
+                let k = me as i64 + 1;
+                let want: Vec<i64> = (0..SC / 8)
+                    .map(|i| (i % 13) as i64 * k + k * (k - 1) / 2)
+                    .collect();
+                assert!(out == want, "scan {alg:?}");
+                bytes
+            };
+            let scan_flat = scan(Some(Algorithm::RecursiveDoubling));
+            let scan_hier = scan(None);
+            metampi::collective::force_algorithm(Collective::Scan, None).unwrap();
+            if me == 0 {
+                println!(
+                    "reduce-scatter of 16 KiB blocks over inter-site links: pairwise {rs_flat} \
+                     bytes, automatic (hierarchical) {rs_hier}; 128 KiB scan: recursive \
+                     doubling {scan_flat}, automatic (hierarchical) {scan_hier}"
+                );
+                let rs_data = 16 * RS as u64;
+                assert!(rs_hier >= rs_data, "reduce-scatter {rs_hier} < {rs_data}");
+                assert!(rs_hier <= rs_data + 8 * 1024, "reduce-scatter {rs_hier}");
+                assert!(
+                    rs_flat >= 38 * RS as u64,
+                    "pairwise reduce-scatter {rs_flat}"
+                );
+                let sc_data = 4 * SC as u64;
+                assert!(scan_hier >= sc_data, "scan {scan_hier} < {sc_data}");
+                assert!(scan_hier <= sc_data + 8 * 1024, "scan {scan_hier}");
+                assert!(scan_hier < scan_flat, "scan {scan_hier} vs {scan_flat}");
+            }
             let (a2a_flat, a2a_flat_msgs) = a2a(Some(Algorithm::Pairwise));
             let (a2a_hier, a2a_hier_msgs) = a2a(None);
             metampi::collective::force_algorithm(Collective::AllToAll, None).unwrap();

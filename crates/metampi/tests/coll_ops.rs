@@ -457,28 +457,7 @@ fn all_gather(c: &SimpleCommunicator, seed: u64, all: bool) {
         let want: Vec<Padded> = (0..n).flat_map(|r| padded(seed, r, 3)).collect();
         assert_eq!(out, want, "padded allgather {alg}");
     });
-    let (counts, displs, total) = partition(n, 2);
-    let mine = ints(seed + 3, me, counts[me as usize] as usize);
-    let mut buf = vec![-1i64; total];
-    let mut part = PartitionMut::new(&mut buf[..], counts.clone(), &displs[..]);
-    c.all_gather_varcount_into(&mine[..], &mut part);
-    for r in 0..n as usize {
-        let (d, k) = (displs[r] as usize, counts[r] as usize);
-        assert_eq!(buf[d..d + k], ints(seed + 3, r as i32, k)[..], "allgatherv");
-        assert_eq!(buf[d + k], -1, "allgatherv wrote a gap");
-    }
-    let mine = padded(seed, me, counts[me as usize] as usize);
-    let mut buf = vec![Padded::default(); total];
-    let mut part = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
-    c.all_gather_varcount_into(&mine[..], &mut part);
-    for r in 0..n as usize {
-        let (d, k) = (displs[r] as usize, counts[r] as usize);
-        assert_eq!(
-            buf[d..d + k],
-            padded(seed, r as i32, k)[..],
-            "padded allgatherv"
-        );
-    }
+    check_all_gather_varcount(c, seed, "auto");
 }
 
 /// The value rank `from` sends to rank `to` in all-to-all block `i`.
@@ -541,69 +520,14 @@ fn all_to_all(c: &SimpleCommunicator, seed: u64, all: bool) {
 }
 
 fn scans(c: &SimpleCommunicator, seed: u64, all: bool) {
-    let (n, me) = (c.size(), c.rank());
-    let mm = matmul();
     for (op, exclusive) in [(Collective::Scan, false), (Collective::ExclusiveScan, true)] {
-        algs(op, all, |alg| {
-            for len in [0usize, 1, 13] {
-                let mine = ints(seed, me, len);
-                let m = mats(seed, me, len);
-                let mut out = vec![-77i64; len];
-                let mut outm = vec![Mat([5; 4]); len];
-                if exclusive {
-                    c.exclusive_scan_into(&mine[..], &mut out[..], SystemOperation::sum());
-                    c.exclusive_scan_into(&m[..], &mut outm[..], &mm);
-                } else {
-                    c.scan_into(&mine[..], &mut out[..], SystemOperation::sum());
-                    c.scan_into(&m[..], &mut outm[..], &mm);
-                }
-                let last = if exclusive { me - 1 } else { me };
-                if last < 0 {
-                    assert_eq!(out, vec![-77; len], "exscan touched rank 0 {alg}");
-                    assert_eq!(outm, vec![Mat([5; 4]); len], "exscan touched rank 0 {alg}");
-                } else {
-                    let want = fold(|r| ints(seed, r, len), last, |a, b| a.wrapping_add(*b));
-                    assert_eq!(out, want, "scan sum len {len} {alg} exclusive {exclusive}");
-                    let want = fold(|r| mats(seed, r, len), last, |a, b| a.mul(*b));
-                    assert_eq!(
-                        outm, want,
-                        "scan matmul len {len} {alg} exclusive {exclusive}"
-                    );
-                }
-            }
-        });
+        algs(op, all, |alg| check_scan(c, seed, exclusive, &alg));
     }
-    let _ = n;
 }
 
 fn reduce_scatter(c: &SimpleCommunicator, seed: u64, all: bool) {
-    let (n, me) = (c.size(), c.rank());
-    let mm = matmul();
     algs(Collective::ReduceScatterBlock, all, |alg| {
-        for bs in lens(seed, &[0, 1, 5, 700], 400) {
-            let mine = ints(seed, me, n as usize * bs);
-            let mut out = vec![-1; bs];
-            c.reduce_scatter_block_into(&mine[..], &mut out[..], SystemOperation::sum());
-            let want = fold(
-                |r| ints(seed, r, n as usize * bs),
-                n - 1,
-                |a, b| a.wrapping_add(*b),
-            );
-            assert!(
-                out[..] == want[me as usize * bs..][..bs],
-                "reduce_scatter bs {bs} {alg}"
-            );
-            let bs = bs.min(6);
-            let m = mats(seed, me, n as usize * bs);
-            let mut out = vec![Mat::default(); bs];
-            c.reduce_scatter_block_into(&m[..], &mut out[..], &mm);
-            let want = fold(|r| mats(seed, r, n as usize * bs), n - 1, |a, b| a.mul(*b));
-            assert_eq!(
-                out[..],
-                want[me as usize * bs..][..bs],
-                "reduce_scatter matmul {alg}"
-            );
-        }
+        check_reduce_scatter(c, seed, &lens(seed, &[0, 1, 5, 700], 400), &alg)
     });
 }
 

@@ -100,8 +100,10 @@ impl Collective {
             Collective::Gather | Collective::Scatter => &[Binomial, Linear, Hierarchical],
             Collective::AllGather => &[Bruck, Ring, Hierarchical],
             Collective::AllToAll => &[Pairwise, Linear, Hierarchical],
-            Collective::Scan | Collective::ExclusiveScan => &[RecursiveDoubling, Linear],
-            Collective::ReduceScatterBlock => &[Pairwise, ReduceThenScatter],
+            Collective::Scan | Collective::ExclusiveScan => {
+                &[RecursiveDoubling, Linear, Hierarchical]
+            }
+            Collective::ReduceScatterBlock => &[Pairwise, ReduceThenScatter, Hierarchical],
         }
     }
 

@@ -30,7 +30,16 @@
 //! - all-to-all: members of a group exchange directly; blocks for other
 //!   groups go in one message to the leader, the leaders exchange one
 //!   aggregated message per ordered pair of groups, and each leader hands
-//!   every member one message holding all its blocks from other groups.
+//!   every member one message holding all its blocks from other groups;
+//! - scan / exclusive scan (sites with consecutive ranks only, whatever the
+//!   operation): recursive doubling inside each site, then only the sites'
+//!   last ranks trade totals across sites and hand the prefix down;
+//! - reduce-scatter-block: reduce inside each site, each leader sends every
+//!   other leader only the blocks of that site's members, then scatters;
+//! - all-gather-varcount: as all-gather, on a packed copy of the blocks
+//!   (every rank knows every count), so gaps in the user's buffer stay as
+//!   they were. Gather/scatter/all-to-all with varying counts stay flat:
+//!   a site leader does not know its members' counts.
 //!
 //! Every rank calls `Builder::phase` the same number of times whatever its
 //! role, as the schedule contract requires.
@@ -40,6 +49,7 @@
 use std::sync::OnceLock;
 
 use super::bcast::span;
+use super::scan;
 use super::schedule::{Builder, Reg};
 use crate::environment::shared;
 use crate::topology::{site_of_world, CommInner};
@@ -695,4 +705,193 @@ pub(super) fn all_gather(b: &mut Builder, groups: &[Vec<Rank>], mine: Reg, bs: u
     }
     b.phase();
     list_bcast(b, &groups[my], 0, out);
+}
+
+/// Inclusive or exclusive scan over `groups` whose ranks are consecutive
+/// (so group order is rank order): recursive doubling inside each group;
+/// the last rank of each group, which then holds its group's total, joins
+/// an exclusive scan of the totals among the groups' last ranks (the only
+/// wide-area traffic: ⌈log2 groups⌉ rounds); it broadcasts its group's
+/// prefix to the members, which fold it in front of their own result.
+/// `mine` is this rank's contribution (only read); returns whether
+/// `result` was written (an exclusive scan leaves rank 0's alone).
+pub(super) fn scan(
+    b: &mut Builder,
+    groups: &[Vec<Rank>],
+    mine: Reg,
+    result: Reg,
+    commutative: bool,
+    exclusive: bool,
+) -> bool {
+    let me = b.me;
+    let g = group_of(groups, me);
+    let members = &groups[g];
+    let l = mine.len;
+    let (partial, tmp) = (b.owned(l), b.owned(l));
+    b.copy(mine, partial);
+    if !exclusive {
+        b.copy(mine, result);
+    }
+    let mut have =
+        scan::list_recursive_doubling(b, members, [partial, result, tmp], commutative, exclusive);
+    // The group's total, on its last rank.
+    let last = members[members.len() - 1];
+    let total = b.owned(l);
+    if me == last {
+        if exclusive {
+            b.copy(mine, total);
+            if have {
+                b.apply(result, total);
+            }
+        } else {
+            b.copy(result, total);
+        }
+        b.round();
+    }
+    let lasts: Vec<Rank> = groups.iter().map(|m| m[m.len() - 1]).collect();
+    let (prefix, spare) = (b.owned(l), b.owned(l));
+    let got = scan::list_recursive_doubling(b, &lasts, [total, prefix, spare], commutative, true);
+    b.phase();
+    if g > 0 {
+        list_bcast(b, members, members.len() - 1, prefix);
+        if have {
+            b.apply(prefix, result);
+        } else {
+            b.copy(prefix, result);
+            have = true;
+        }
+        b.round();
+    }
+    debug_assert!(me != last || g == 0 || got);
+    have
+}
+
+/// Reduce-scatter of `bs`-byte blocks (`acc`: this rank's n blocks, which
+/// it may overwrite; `spare`: scratch as long): rank-order reduce of the
+/// whole vector inside each group to its lowest rank; each leader sends every
+/// other leader that group's members' blocks in one message, folds what
+/// arrives in group order and hands each member its block (into `out`).
+pub(super) fn reduce_scatter_block(
+    b: &mut Builder,
+    t: &Tiers,
+    acc: Reg,
+    spare: Reg,
+    bs: usize,
+    out: Reg,
+) {
+    let groups = &t.groups;
+    let me = b.me;
+    let my = group_of(groups, me);
+    let r = group_reduce(b, &t.nodes[my], acc, spare, true);
+    b.phase();
+    let l = groups[my][0];
+    if me != l {
+        b.recv(l, 1, out);
+        b.round();
+        return;
+    }
+    // Group h's members' blocks of this group's partial, packed.
+    let mut packs = Vec::with_capacity(groups.len());
+    for members in groups {
+        let pack = if consecutive(members) {
+            r.at(members[0] as usize * bs, members.len() * bs)
+        } else {
+            let p = b.owned(members.len() * bs);
+            for (j, &m) in members.iter().enumerate() {
+                b.copy(r.at(m as usize * bs, bs), p.at(j * bs, bs));
+            }
+            p
+        };
+        packs.push(pack);
+    }
+    b.round();
+    let mine_len = groups[my].len() * bs;
+    let parts: Vec<Reg> = groups
+        .iter()
+        .enumerate()
+        .map(|(h, members)| {
+            if h == my {
+                packs[h]
+            } else {
+                let p = b.owned(mine_len);
+                b.recv(members[0], 0, p);
+                b.send(members[0], 0, packs[h]);
+                p
+            }
+        })
+        .collect();
+    b.round();
+    let mut res = parts[0];
+    for &p in &parts[1..] {
+        b.apply(res, p);
+        res = p;
+    }
+    b.round();
+    for (j, &m) in groups[my].iter().enumerate() {
+        if m == me {
+            b.copy(res.at(j * bs, bs), out);
+        } else {
+            b.send(m, 1, res.at(j * bs, bs));
+        }
+    }
+    b.round();
+}
+
+/// All-gather of blocks of different lengths (`blocks[r]`: where rank r's
+/// block goes): each group's lowest rank collects its members' blocks, the
+/// leaders exchange one message per pair, and each leader broadcasts the
+/// whole packed set inside its group, where every rank unpacks it. The
+/// packed copy keeps the gaps between the user's blocks untouched.
+pub(super) fn all_gather_varcount(
+    b: &mut Builder,
+    groups: &[Vec<Rank>],
+    mine: Reg,
+    blocks: &[Reg],
+) {
+    let me = b.me;
+    let my = group_of(groups, me);
+    let l = groups[my][0];
+    // Offset of every rank's block in the packed set (group after group)
+    // and of every group's part.
+    let mut at = vec![0; b.n as usize];
+    let mut part = Vec::with_capacity(groups.len());
+    let mut total = 0;
+    for members in groups {
+        let start = total;
+        for &m in members {
+            at[m as usize] = total;
+            total += blocks[m as usize].len;
+        }
+        part.push((start, total - start));
+    }
+    let all = b.owned(total);
+    let slot = |r: Rank| all.at(at[r as usize], blocks[r as usize].len);
+    b.phase();
+    if me == l {
+        for &m in &groups[my] {
+            if m == me {
+                b.copy_fit(mine, slot(m));
+            } else {
+                b.recv(m, 0, slot(m));
+            }
+        }
+    } else {
+        b.send(l, 0, mine);
+    }
+    b.round();
+    b.phase();
+    if me == l {
+        let own = all.at(part[my].0, part[my].1);
+        for (h, members) in groups.iter().enumerate().filter(|&(h, _)| h != my) {
+            b.send(members[0], 0, own);
+            b.recv(members[0], 0, all.at(part[h].0, part[h].1));
+        }
+        b.round();
+    }
+    b.phase();
+    list_bcast(b, &groups[my], 0, all);
+    for (r, &blk) in blocks.iter().enumerate() {
+        b.copy(slot(r as Rank), blk);
+    }
+    b.round();
 }

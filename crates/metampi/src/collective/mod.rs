@@ -464,6 +464,15 @@ where
     let o = unsafe { output(&mut b, recv, false) };
     let n = b.n as usize;
     match choose(comm, Collective::ReduceScatterBlock, o.reg.len, commutative) {
+        Algorithm::Hierarchical => {
+            let acc = copy_in(&mut b, send);
+            let bs = blocks_of(&mut b, acc.len, elem_size(send), "the reduce-scatter input");
+            let acc = acc.at(0, bs * n);
+            let spare = b.owned(acc.len);
+            let out = if o.reg.len == bs { o.reg } else { b.owned(bs) };
+            hier::reduce_scatter_block(&mut b, &tiers(comm, commutative), acc, spare, bs, out);
+            finish(&mut b, &o, out);
+        }
         Algorithm::ReduceThenScatter => {
             let acc = copy_in(&mut b, send);
             let bs = blocks_of(&mut b, acc.len, elem_size(send), "the reduce-scatter input");
@@ -509,29 +518,44 @@ where
     // SAFETY: the plan contract.
     let mine = unsafe { input(&mut b, send) };
     let l = mine.len;
-    let tmp = b.owned(l);
     let kind = if exclusive {
         Collective::ExclusiveScan
     } else {
         Collective::Scan
     };
-    let result = match choose(comm, kind, l, commutative) {
-        Algorithm::Linear => {
-            let acc = b.owned(l);
+    let alg = choose(comm, kind, l, commutative);
+    // Across sites the scan needs every site's ranks consecutive, whatever
+    // the operation (a prefix is a run of ranks); otherwise it runs flat.
+    let hierarchy = match alg {
+        Algorithm::Hierarchical => hier::tiers(comm, false),
+        _ => None,
+    };
+    // The result goes straight to the user's buffer where it can.
+    let result_reg = |b: &mut Builder| {
+        if o.unpack.is_none() && o.reg.len == l {
+            o.reg
+        } else {
+            b.owned(l)
+        }
+    };
+    let result = match (alg, hierarchy) {
+        (_, Some(t)) => {
+            let result = result_reg(&mut b);
+            hier::scan(&mut b, &t.groups, mine, result, commutative, exclusive).then_some(result)
+        }
+        (Algorithm::Linear, None) => {
+            let (acc, tmp) = (b.owned(l), b.owned(l));
             b.copy(mine, acc);
             scan::linear(&mut b, acc, tmp, exclusive)
         }
         _ => {
-            let result = if o.unpack.is_none() && o.reg.len == l {
-                o.reg
-            } else {
-                b.owned(l)
-            };
+            let result = result_reg(&mut b);
             if !exclusive {
                 b.copy(mine, result);
             }
             let partial = b.owned(l);
             b.copy(mine, partial);
+            let tmp = b.owned(l);
             scan::recursive_doubling(&mut b, partial, result, tmp, commutative, exclusive)
                 .then_some(result)
         }
@@ -713,8 +737,21 @@ where
     let mine = unsafe { input(&mut b, send) };
     // SAFETY: the plan contract.
     let parts = unsafe { output_parts(&mut b, recv) };
-    let (blocks, unpacks) = parts.map_err(|e| skip_phase(&mut b, e))?;
-    allgather::ring(&mut b, mine, &blocks);
+    let alg = choose(comm, Collective::AllGather, 0, true);
+    let (blocks, unpacks) = parts.map_err(|e| {
+        // The hierarchical form takes three phases.
+        if alg == Algorithm::Hierarchical {
+            b.phase();
+            b.phase();
+        }
+        skip_phase(&mut b, e)
+    })?;
+    match alg {
+        Algorithm::Hierarchical => {
+            hier::all_gather_varcount(&mut b, &tiers(comm, true).groups, mine, &blocks)
+        }
+        _ => allgather::ring(&mut b, mine, &blocks),
+    }
     finish_parts(&mut b, &unpacks);
     Ok(b.finish())
 }

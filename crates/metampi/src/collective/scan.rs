@@ -5,20 +5,69 @@
 #![forbid(unsafe_code)]
 
 use super::schedule::{Builder, Reg};
+use crate::Rank;
 
 /// Recursive doubling (MPICH): `partial` covers a growing block of ranks
 /// around this one, `result` the ranks up to this one. Returns whether
 /// `result` was written (an exclusive scan leaves rank 0's alone).
 pub(super) fn recursive_doubling(
     b: &mut Builder,
-    mut partial: Reg,
+    partial: Reg,
     result: Reg,
-    mut tmp: Reg,
+    tmp: Reg,
     commutative: bool,
     exclusive: bool,
 ) -> bool {
     let (n, me) = (b.n, b.me);
     b.phase();
+    doubling_over(
+        b,
+        n,
+        me,
+        &|x| x,
+        [partial, result, tmp],
+        commutative,
+        exclusive,
+    )
+}
+
+/// [`recursive_doubling`] over the ranks of `list` (ascending), in list
+/// order; ranks outside the list only take the phase. Hierarchical scans
+/// run it inside each site and then among the sites.
+pub(super) fn list_recursive_doubling(
+    b: &mut Builder,
+    list: &[Rank],
+    regs: [Reg; 3],
+    commutative: bool,
+    exclusive: bool,
+) -> bool {
+    b.phase();
+    let Some(me) = list.iter().position(|&r| r == b.me) else {
+        return false;
+    };
+    let abs = |x: Rank| list[x as usize];
+    doubling_over(
+        b,
+        list.len() as Rank,
+        me as Rank,
+        &abs,
+        regs,
+        commutative,
+        exclusive,
+    )
+}
+
+/// The exchange of recursive doubling among `n` ranks, this one being
+/// `me`, where `abs` maps an index to the communicator rank.
+fn doubling_over(
+    b: &mut Builder,
+    n: Rank,
+    me: Rank,
+    abs: &dyn Fn(Rank) -> Rank,
+    [mut partial, result, mut tmp]: [Reg; 3],
+    commutative: bool,
+    exclusive: bool,
+) -> bool {
     let mut have = !exclusive;
     let mut pending: Option<bool> = None;
     let (mut mask, mut k) = (1, 0);
@@ -36,8 +85,8 @@ pub(super) fn recursive_doubling(
                     commutative,
                 );
             }
-            b.send(dst, k, partial);
-            b.recv(dst, k, tmp);
+            b.send(abs(dst), k, partial);
+            b.recv(abs(dst), k, tmp);
             b.round();
             pending = Some(dst < me);
         }

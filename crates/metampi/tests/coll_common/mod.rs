@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use metampi::collective::{Algorithm, Collective, SystemOperation, UserOperation};
+use metampi::datatype::PartitionMut;
 use metampi::topology::SimpleCommunicator;
 use metampi::traits::*;
 use rand::rngs::StdRng;
@@ -255,8 +256,105 @@ pub fn check_bcast(c: &SimpleCommunicator, seed: u64, how: &str, lens: &[usize])
     assert_eq!(buf, expect, "padded bcast {how}");
 }
 
+/// Inclusive or exclusive scan (sum and the non-commutative matrix
+/// product) against the sequential reference; an exclusive scan must leave
+/// rank 0's buffer alone.
+pub fn check_scan(c: &SimpleCommunicator, seed: u64, exclusive: bool, how: &str) {
+    let me = c.rank();
+    let mm = matmul();
+    for len in [0usize, 1, 13] {
+        let mine = ints(seed, me, len);
+        let m = mats(seed, me, len);
+        let mut out = vec![-77i64; len];
+        let mut outm = vec![Mat([5; 4]); len];
+        if exclusive {
+            c.exclusive_scan_into(&mine[..], &mut out[..], SystemOperation::sum());
+            c.exclusive_scan_into(&m[..], &mut outm[..], &mm);
+        } else {
+            c.scan_into(&mine[..], &mut out[..], SystemOperation::sum());
+            c.scan_into(&m[..], &mut outm[..], &mm);
+        }
+        let last = if exclusive { me - 1 } else { me };
+        if last < 0 {
+            assert_eq!(out, vec![-77; len], "exscan touched rank 0 {how}");
+            assert_eq!(outm, vec![Mat([5; 4]); len], "exscan touched rank 0 {how}");
+        } else {
+            let want = fold(|r| ints(seed, r, len), last, |a, b| a.wrapping_add(*b));
+            assert_eq!(out, want, "scan sum len {len} {how} exclusive {exclusive}");
+            let want = fold(|r| mats(seed, r, len), last, |a, b| a.mul(*b));
+            assert_eq!(
+                outm, want,
+                "scan matmul len {len} {how} exclusive {exclusive}"
+            );
+        }
+    }
+}
+
+/// Reduce-scatter-block (sum, and the matrix product on blocks of at most 6)
+/// against the sequential reference, for each block length of `lens`.
+pub fn check_reduce_scatter(c: &SimpleCommunicator, seed: u64, lens: &[usize], how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    let mm = matmul();
+    for &bs in lens {
+        let mine = ints(seed, me, n as usize * bs);
+        let mut out = vec![-1; bs];
+        c.reduce_scatter_block_into(&mine[..], &mut out[..], SystemOperation::sum());
+        let want = fold(
+            |r| ints(seed, r, n as usize * bs),
+            n - 1,
+            |a, b| a.wrapping_add(*b),
+        );
+        assert!(
+            out[..] == want[me as usize * bs..][..bs],
+            "reduce_scatter bs {bs} {how}"
+        );
+        let bs = bs.min(6);
+        let m = mats(seed, me, n as usize * bs);
+        let mut out = vec![Mat::default(); bs];
+        c.reduce_scatter_block_into(&m[..], &mut out[..], &mm);
+        let want = fold(|r| mats(seed, r, n as usize * bs), n - 1, |a, b| a.mul(*b));
+        assert_eq!(
+            out[..],
+            want[me as usize * bs..][..bs],
+            "reduce_scatter matmul {how}"
+        );
+    }
+}
+
+/// All-gather-varcount into a partition with gaps and blocks in reverse
+/// order (gaps must stay untouched), plain and with a padded type.
+pub fn check_all_gather_varcount(c: &SimpleCommunicator, seed: u64, how: &str) {
+    let (n, me) = (c.size(), c.rank());
+    let (counts, displs, total) = partition(n, 2);
+    let mine = ints(seed + 3, me, counts[me as usize] as usize);
+    let mut buf = vec![-1i64; total];
+    let mut part = PartitionMut::new(&mut buf[..], counts.clone(), &displs[..]);
+    c.all_gather_varcount_into(&mine[..], &mut part);
+    for r in 0..n as usize {
+        let (d, k) = (displs[r] as usize, counts[r] as usize);
+        assert_eq!(
+            buf[d..d + k],
+            ints(seed + 3, r as i32, k)[..],
+            "allgatherv {how}"
+        );
+        assert_eq!(buf[d + k], -1, "allgatherv wrote a gap {how}");
+    }
+    let mine = padded(seed, me, counts[me as usize] as usize);
+    let mut buf = vec![Padded::default(); total];
+    let mut part = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
+    c.all_gather_varcount_into(&mine[..], &mut part);
+    for r in 0..n as usize {
+        let (d, k) = (displs[r] as usize, counts[r] as usize);
+        assert_eq!(
+            buf[d..d + k],
+            padded(seed, r as i32, k)[..],
+            "padded allgatherv {how}"
+        );
+    }
+}
+
 /// Operations that have a hierarchical algorithm.
-pub const HIER_OPS: [Collective; 8] = [
+pub const HIER_OPS: [Collective; 11] = [
     Collective::Barrier,
     Collective::Broadcast,
     Collective::Reduce,
@@ -265,6 +363,9 @@ pub const HIER_OPS: [Collective; 8] = [
     Collective::Scatter,
     Collective::AllGather,
     Collective::AllToAll,
+    Collective::Scan,
+    Collective::ExclusiveScan,
+    Collective::ReduceScatterBlock,
 ];
 
 /// Runs `f` with the automatic choice, then with `hierarchical` forced for
