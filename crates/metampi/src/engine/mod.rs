@@ -176,6 +176,76 @@ fn parse_routers() -> io::Result<Vec<(u32, u32, String)>> {
         .collect()
 }
 
+/// Accepts the TCP connections of the lower ranks in `expected`, each
+/// handshake in a thread of its own: a stranger that connects and then says
+/// nothing (or trickles bytes) holds only its own thread until the
+/// handshake timeout, while the real peers are accepted meanwhile.
+fn accept_peers(
+    rank: u32,
+    listener: &TcpListener,
+    key: &crate::auth::Secret,
+    mut expected: Vec<u32>,
+) -> io::Result<Vec<(u32, TcpStream)>> {
+    use std::os::fd::AsRawFd;
+    use std::sync::mpsc;
+    // Every handshake thread reports once: the peer, or `None` if refused.
+    let (tx, rx) = mpsc::channel::<Option<(u32, TcpStream)>>();
+    let mut done = Vec::with_capacity(expected.len());
+    let mut pending = 0usize;
+    listener.set_nonblocking(true)?;
+    while !expected.is_empty() {
+        // Collect finished handshakes, then wait briefly for new connections.
+        while let Ok(got) = rx.try_recv() {
+            pending -= 1;
+            let Some((r, s)) = got else { continue };
+            let Some(i) = expected.iter().position(|&x| x == r) else {
+                return Err(other(format!("unexpected TCP hello from rank {r}")));
+            };
+            expected.swap_remove(i);
+            done.push((r, s));
+        }
+        if expected.is_empty() {
+            break;
+        }
+        match listener.accept() {
+            Ok((s, from)) => {
+                s.set_nonblocking(false)?;
+                let (tx, key) = (tx.clone(), key.clone());
+                pending += 1;
+                std::thread::Builder::new()
+                    .name("metampi-accept".into())
+                    .spawn(move || {
+                        let mut s = s;
+                        // A connection that cannot prove the job secret is
+                        // logged and dropped; the job goes on waiting for its
+                        // real peers.
+                        match crate::auth::accept(&mut s, &key, RANK_CTX, 4) {
+                            Ok(h) => {
+                                let r = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+                                let _ = tx.send(Some((r, s)));
+                            }
+                            Err(e) => {
+                                eprintln!(
+                                    "metampi: rank {rank}: refused a connection from {from}: {e}"
+                                );
+                                let _ = tx.send(None);
+                            }
+                        }
+                    })?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Short waits while handshakes run, so a finished one is
+                // taken promptly; longer ones while nobody is connecting.
+                let t = if pending > 0 { 1 } else { 50 };
+                poll::wait(&[(listener.as_raw_fd(), false)], Duration::from_millis(t))?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    listener.set_nonblocking(false)?;
+    Ok(done)
+}
+
 impl Shared {
     /// Joins the job described by the launcher's environment, or starts a
     /// world of one when there is no launcher.
@@ -339,25 +409,12 @@ impl Shared {
                 .map_err(|e| other(format!("authenticating with rank {r} at {addr}: {e}")))?;
             peers[r as usize] = Links::tcp(s);
         }
-        let mut expected: Vec<u32> = tcp_peers.iter().copied().filter(|&r| r < rank).collect();
-        while !expected.is_empty() {
-            let (mut s, from) = listener.accept()?;
+        let expected: Vec<u32> = tcp_peers.iter().copied().filter(|&r| r < rank).collect();
+        if !expected.is_empty() {
             let key = key.as_ref().expect("made when there are TCP peers");
-            // A connection that cannot prove the job secret is logged and
-            // dropped; the job goes on waiting for its real peers.
-            let hello = match crate::auth::accept(&mut s, key, RANK_CTX, 4) {
-                Ok(h) => h,
-                Err(e) => {
-                    eprintln!("metampi: rank {rank}: refused a connection from {from}: {e}");
-                    continue;
-                }
-            };
-            let r = u32::from_le_bytes([hello[0], hello[1], hello[2], hello[3]]);
-            let Some(i) = expected.iter().position(|&x| x == r) else {
-                return Err(other(format!("unexpected TCP hello from rank {r}")));
-            };
-            expected.swap_remove(i);
-            peers[r as usize] = Links::tcp(s);
+            for (r, s) in accept_peers(rank, &listener, key, expected)? {
+                peers[r as usize] = Links::tcp(s);
+            }
         }
         // Explicit 4 MiB buffers beat loopback autotuning for streaming (measured).
         let tcp_buf = env_usize("METAMPI_TCP_BUF").unwrap_or(4 << 20);
@@ -707,5 +764,72 @@ impl Shared {
     /// Blocks until request `id` completes and returns its result.
     pub(crate) fn wait(&self, id: core::ReqId) -> core::Completed {
         self.wait_until(|e| e.core.take(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::{self, Secret};
+
+    /// Silent strangers connected first must not hold up the real peers:
+    /// each handshake runs on its own, so the two peers get in long before
+    /// the strangers' 10-second handshake timeout.
+    #[test]
+    fn silent_strangers_do_not_delay_peers() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let key = Secret::random().unwrap();
+        let strangers: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let peers: Vec<_> = [1u32, 0]
+            .into_iter()
+            .map(|r| {
+                let key = key.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(50));
+                    let mut s = TcpStream::connect(addr).unwrap();
+                    auth::connect(&mut s, &key, RANK_CTX, &r.to_le_bytes()).unwrap();
+                    s
+                })
+            })
+            .collect();
+        let t = Instant::now();
+        let mut got = accept_peers(2, &listener, &key, vec![0, 1]).unwrap();
+        let took = t.elapsed();
+        got.sort_by_key(|p| p.0);
+        assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), [0, 1]);
+        assert!(
+            took < Duration::from_secs(5),
+            "peers waited {took:?} behind strangers"
+        );
+        for p in peers {
+            p.join().unwrap();
+        }
+        drop(strangers);
+    }
+
+    /// A wrong secret is refused and the real peer still gets in.
+    #[test]
+    fn wrong_secret_is_refused_and_peer_accepted() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let key = Secret::random().unwrap();
+        let bad = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let wrong = Secret::random().unwrap();
+            auth::connect(&mut s, &wrong, RANK_CTX, &0u32.to_le_bytes()).unwrap_err()
+        });
+        let k = key.clone();
+        let good = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            let mut s = TcpStream::connect(addr).unwrap();
+            auth::connect(&mut s, &k, RANK_CTX, &0u32.to_le_bytes()).unwrap();
+        });
+        let got = accept_peers(1, &listener, &key, vec![0]).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, 0);
+        let e = bad.join().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        good.join().unwrap();
     }
 }
