@@ -46,14 +46,16 @@ pub(super) fn binomial(b: &mut Builder, root: Rank, data: Reg) {
 
 /// Van de Geijn's broadcast: a binomial scatter of n chunks, then a ring
 /// all-gather of the chunks. Each rank moves about twice the message instead
-/// of log2 n times.
-pub(super) fn scatter_allgather(b: &mut Builder, root: Rank, data: Reg) {
+/// of log2 n times. Chunks are whole `es`-byte elements (a message between
+/// meta hosts of different byte order is converted element by element).
+pub(super) fn scatter_allgather(b: &mut Builder, root: Rank, data: Reg, es: usize) {
     let (n, me) = (b.n, b.me);
     b.phase();
     let rel = (me - root + n) % n;
     let abs = |x: Rank| (x + root) % n;
     let len = data.len;
-    let cs = len.div_ceil(n as usize);
+    let es = es.max(1);
+    let cs = len.div_ceil(es).div_ceil(n as usize) * es;
     let at = |c: Rank| (c as usize * cs).min(len);
     let chunks = |a: Rank, z: Rank| data.at(at(a), at(z) - at(a));
     let low = span(rel, n);

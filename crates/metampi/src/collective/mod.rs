@@ -84,6 +84,7 @@ use crate::{Count, Rank};
 /// # Safety
 /// `s` must stay valid and unmodified until the schedule completes.
 unsafe fn input<S: Buffer + ?Sized>(b: &mut Builder, s: &S) -> Reg {
+    b.elements(s.as_datatype().type_id());
     match pack(s) {
         // SAFETY: the caller's contract.
         Packed::Dense(d) => unsafe { b.user_read(d) },
@@ -93,6 +94,7 @@ unsafe fn input<S: Buffer + ?Sized>(b: &mut Builder, s: &S) -> Reg {
 
 /// A writable copy of a send buffer (reductions overwrite their operand).
 fn copy_in<S: Buffer + ?Sized>(b: &mut Builder, s: &S) -> Reg {
+    b.elements(s.as_datatype().type_id());
     match pack(s) {
         Packed::Dense(d) => b.owned_from(d.to_vec()),
         Packed::Packed(v) => b.owned_from(v),
@@ -114,6 +116,7 @@ struct Output {
 unsafe fn output<R: BufferMut + ?Sized>(b: &mut Builder, r: &mut R, keep: bool) -> Output {
     let layout = RecvLayout::of(r);
     let es = layout.tm.size;
+    b.elements(r.as_datatype().type_id());
     // SAFETY: `r` is exclusively borrowed for the schedule (caller).
     match unsafe { layout.dense() } {
         Some(d) => Output {
@@ -202,6 +205,7 @@ unsafe fn input_parts<S: PartitionedBuffer + ?Sized>(
     s: &S,
 ) -> Result<Vec<Reg>, Error> {
     let parts = partition(s.counts(), s.displs(), b.n)?;
+    b.elements(s.as_datatype().type_id());
     let tm = type_map(s.as_datatype().type_id());
     let base = s.pointer() as *const u8;
     if tm.is_dense() {
@@ -240,6 +244,7 @@ unsafe fn output_parts<R: PartitionedBufferMut + ?Sized>(
     r: &mut R,
 ) -> Result<RecvParts, Error> {
     let parts = partition(r.counts(), r.displs(), b.n)?;
+    b.elements(r.as_datatype().type_id());
     let mut used: Vec<(usize, usize)> = parts.iter().copied().filter(|p| p.0 > 0).collect();
     used.sort_by_key(|p| p.1);
     if used.windows(2).any(|w| w[0].1 + w[0].0 > w[1].1) {
@@ -299,6 +304,7 @@ unsafe fn set_op<'o, S: Buffer + ?Sized, O: Operation + 'o>(
     op: O,
 ) -> (bool, usize) {
     let dt = s.as_datatype().type_id();
+    b.elements(dt);
     let tm = type_map(dt);
     let commutative = op.is_commutative();
     if let Err(e) = op.check(tm.prim, dt) {
@@ -368,7 +374,7 @@ unsafe fn plan_bcast<B: BufferMut + ?Sized>(comm: &CommInner, root: Rank, buf: &
     // SAFETY: the plan contract.
     let o = unsafe { output(&mut b, buf, me == root) };
     match choose(comm, Collective::Broadcast, o.reg.len, true) {
-        Algorithm::ScatterAllGather => bcast::scatter_allgather(&mut b, root, o.reg),
+        Algorithm::ScatterAllGather => bcast::scatter_allgather(&mut b, root, o.reg, o.es),
         Algorithm::Linear => bcast::linear(&mut b, root, o.reg),
         Algorithm::Hierarchical => hier::bcast(&mut b, &tiers(comm, true), root, o.reg),
         _ => bcast::binomial(&mut b, root, o.reg),

@@ -32,7 +32,9 @@
 //! calls wait; nonblocking ones are tied to a `Scope`, as in rsmpi).
 
 use crate::collective::op::OpApply;
-use crate::datatype::{Prim, RecvLayout};
+use std::sync::Arc;
+
+use crate::datatype::{swap_packed, type_map, Prim, RecvLayout, TypeMap};
 use crate::engine::core::{Core, Pattern, RecvBuf, ReqId, SendBuf};
 use crate::engine::links::Links;
 use crate::environment::shared;
@@ -247,6 +249,9 @@ pub(crate) struct Builder<'c> {
     outs: Vec<Out>,
     red: Option<Reduction>,
     error: Option<Error>,
+    /// The element layout of the data, where meta hosts differ in byte
+    /// order (see [`Builder::elements`]).
+    swap: Option<Arc<TypeMap>>,
 }
 
 impl<'c> Builder<'c> {
@@ -266,6 +271,18 @@ impl<'c> Builder<'c> {
             outs: Vec::new(),
             red: None,
             error: None,
+            swap: None,
+        }
+    }
+
+    /// Records the datatype of the collective's data. Where some meta host
+    /// declares another byte order than this machine's, messages to other
+    /// meta hosts are converted to this host's declared order and messages
+    /// from them back (receiver makes right), element by element; every
+    /// region a message carries is whole elements of it.
+    pub(crate) fn elements(&mut self, type_id: u32) {
+        if self.swap.is_none() && shared().info.orders_differ {
+            self.swap = Some(type_map(type_id));
         }
     }
 
@@ -478,14 +495,15 @@ impl<'c> Builder<'c> {
             red: self.red,
             error: self.error,
             req: 0,
+            swap: self.swap,
         }
     }
 }
 
 struct Pending {
     id: ReqId,
-    /// For a receive: the exact length expected, and the sender.
-    recv: Option<(usize, Rank)>,
+    /// For a receive: where it goes (its exact length), and the sender.
+    recv: Option<(Reg, Rank)>,
 }
 
 /// A compiled collective running in the engine.
@@ -504,6 +522,7 @@ pub(crate) struct Schedule {
     red: Option<Reduction>,
     error: Option<Error>,
     req: ReqId,
+    swap: Option<Arc<TypeMap>>,
 }
 
 impl Drop for Schedule {
@@ -540,6 +559,16 @@ impl Schedule {
                 let recv = p.recv;
                 self.pending.swap_remove(i);
                 moved = true;
+                if let (Some(tm), Some((dst, _)), Ok(())) = (&self.swap, recv, &c.result) {
+                    if c.status.big_endian != cfg!(target_endian = "big") {
+                        let len = c.status.len.min(dst.len);
+                        // SAFETY: the receive into `dst` has completed and no
+                        // other step touches it before the next round.
+                        let bytes = unsafe { self.mem[dst.buf].bytes_mut(dst.at(0, len)) };
+                        swap_packed(tm, bytes);
+                    }
+                }
+                let recv = recv.map(|(dst, from)| (dst.len, from));
                 match (c.result, recv) {
                     (Err(e), Some((want, from))) if e.class() == ErrorClass::Truncate => {
                         self.fail(Error::new(
@@ -602,6 +631,17 @@ impl Schedule {
                 // SAFETY: the builder's round checks keep `src` unwritten
                 // until this send completes (the round waits for it).
                 let bytes = unsafe { self.mem[src.buf].bytes(src) };
+                if let Some(tm) = self.swap.as_ref().filter(|_| shared().info.swap_to(w)) {
+                    let mut v = bytes.to_vec();
+                    swap_packed(tm, &mut v);
+                    if links.try_send_now(core, w, self.ctx, tag, &v) {
+                        return;
+                    }
+                    let id = core.new_send(w, SendBuf::Owned(v));
+                    links.post_send(core, id, w, self.ctx, tag, false);
+                    self.pending.push(Pending { id, recv: None });
+                    return;
+                }
                 if links.try_send_now(core, w, self.ctx, tag, bytes) {
                     return;
                 }
@@ -623,7 +663,7 @@ impl Schedule {
                 let id = core.post_recv(pat, RecvBuf::Borrowed(buf));
                 self.pending.push(Pending {
                     id,
-                    recv: Some((dst.len, from)),
+                    recv: Some((dst, from)),
                 });
             }
             Step::Apply { lower, upper } => {

@@ -240,7 +240,7 @@ impl Links {
         let len = core.send_bytes(id).map_or(0, |b| b.len());
         let kind = if sync { Kind::EagerSync } else { Kind::Eager };
         let d = self.chan(dst);
-        let order = self.order_flag(d, ctx);
+        let order = self.order_flag(d);
         match &self.peers[d] {
             Link::Via(_) => {}
             Link::Local => {
@@ -332,7 +332,7 @@ impl Links {
             return false;
         }
         let mut env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
-        env.flags |= self.order_flag(d, ctx);
+        env.flags |= self.order_flag(d);
         env.dst = dst;
         match &mut self.peers[d] {
             Link::Shm(l) => {
@@ -383,12 +383,13 @@ impl Links {
         }
     }
 
-    /// The byte-order flag of a message on channel `d` in context `ctx`:
-    /// user point-to-point traffic through a router is in the meta host's
-    /// declared order, everything else in this machine's.
-    fn order_flag(&self, d: usize, ctx: u32) -> u8 {
-        let routed_user = d >= self.world() && ctx % 2 == 0;
-        let big = if routed_user {
+    /// The byte-order flag of a message on channel `d`: traffic through a
+    /// router is in the meta host's declared order (typed point-to-point
+    /// data and collective schedules convert before sending; receivers
+    /// of untyped bytes ignore the flag), everything else in this machine's.
+    fn order_flag(&self, d: usize) -> u8 {
+        let routed = d >= self.world();
+        let big = if routed {
             self.routed_big_endian
         } else {
             cfg!(target_endian = "big")

@@ -56,6 +56,9 @@ pub(crate) struct JobInfo {
     /// This meta host declares a byte order other than this machine's, so
     /// typed point-to-point data to other meta hosts is converted on sending.
     pub swap_routed: bool,
+    /// Some meta host declares a byte order other than this machine's, so
+    /// collective messages between meta hosts may need converting.
+    pub orders_differ: bool,
 }
 
 impl JobInfo {
@@ -454,6 +457,14 @@ impl Shared {
         links.routed_big_endian = site_big_endian(my_site)?;
         links.sites = sites.clone();
         let swap_routed = links.routed_big_endian != cfg!(target_endian = "big");
+        let mut orders_differ = false;
+        for site in sites
+            .iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<u32>>()
+        {
+            orders_differ |= site_big_endian(site)? != cfg!(target_endian = "big");
+        }
         let mut by_site: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
         for (to, s) in routers {
             let c = links.add_channel(Links::tcp(s));
@@ -528,6 +539,7 @@ impl Shared {
                 sites,
                 appnum,
                 swap_routed,
+                orders_differ,
             },
             pmi: Mutex::new(Some(pmi)),
             self_wake: Some(SocketAddr::from_abstract_name(format!(
@@ -561,6 +573,7 @@ impl Shared {
                 sites: vec![0],
                 appnum: 0,
                 swap_routed: false,
+                orders_differ: false,
             },
             pmi: Mutex::new(None),
             self_wake: None,
