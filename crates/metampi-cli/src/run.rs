@@ -71,7 +71,9 @@ pub struct RunArgs {
 
     /// Run across the meta computer described in FILE (MetaMPICH description language or
     /// PACX hostfile, see `metampi check`): routers between the meta hosts are started first,
-    /// ranks are numbered meta host after meta host
+    /// ranks are numbered meta host after meta host. Each meta host starts as its LAUNCH says:
+    /// here (local, netns NAME), through ssh or a command template, or by hand (manual: the
+    /// command to run on each of its machines is printed on stderr)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["hosts", "hostfile"])]
     meta: Option<PathBuf>,
 
@@ -123,6 +125,16 @@ pub struct RunArgs {
     /// Start these ranks under gdbserver and print how to attach gdb: `0,2` or `1-3`
     #[arg(long, value_name = "RANKS", value_parser = parse_ranks)]
     debug: Option<RankList>,
+
+    /// Name or address by which ranks on other machines reach this launcher (default: this
+    /// machine's host name)
+    #[arg(long, value_name = "HOST")]
+    pmi_host: Option<String>,
+
+    /// With --meta: how long ranks of meta hosts started by hand (LAUNCH = manual) have to
+    /// join after their commands are printed, in seconds (exit status 124 when they do not)
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "300")]
+    join_timeout: Duration,
 
     /// PROGRAM and its arguments; more programs after a lone `:`, each as `-n M PROGRAM ARGS...`
     #[arg(
@@ -193,8 +205,27 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             write_sites(&abs, &layout)?;
             router_env.push(("METAMPI_TRACE".into(), abs.into_os_string()));
         }
-        let (routers, plan) = metampi::meta::start(&layout, &exe, &["router".into()], &router_env)
-            .context("starting the routers")?;
+        let opts = metampi::meta::StartOptions {
+            secret_file: cfg.globals.secret_file.clone(),
+            ..Default::default()
+        };
+        let started = metampi::meta::start_with_options(
+            &layout,
+            &exe,
+            &["router".into()],
+            &router_env,
+            &opts,
+            &mut |a| Ok(a.to_string()),
+        );
+        let (routers, plan) = match started {
+            Ok(started) => started,
+            // A description that cannot be launched is refused like a bad command line.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                eprintln!("metampi run: error: {e}");
+                return Ok(USAGE_EXIT);
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("starting the routers")),
+        };
         _routers = Some(routers);
         meta_plan = Some(plan);
     }
@@ -244,7 +275,11 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         .launch(args.launch)
         .env_all(args.env_all)
         .tag_output(args.tag_output)
-        .stdin(args.stdin);
+        .stdin(args.stdin)
+        .join_timeout(args.join_timeout);
+    if let Some(host) = args.pmi_host {
+        spec = spec.pmi_host(host);
+    }
     for app in split_apps(args.np.unwrap_or(0), &args.command)? {
         spec = spec.app(app);
     }

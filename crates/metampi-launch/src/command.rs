@@ -3,7 +3,9 @@
 //!
 //! A remote rank's environment cannot be passed through `execve`, so it travels inside the
 //! command line as `env VAR=value ... program args`, every word single-quoted where needed so
-//! that the remote shell sees exactly the bytes the launcher had.
+//! that the remote shell sees exactly the bytes the launcher had. The job secret is the
+//! exception: it goes as the first line of the process's standard input ([`remote_line`]), so
+//! no command line that `ps` shows on either machine holds it.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -60,35 +62,93 @@ pub(crate) fn env_command_line(
     words.join(&b' ')
 }
 
-/// The argv of `ssh -o BatchMode=yes HOST 'cd CWD && env ... program args'`.
+/// The argv of `ssh -o BatchMode=yes ARGS... COMMAND_LINE`; `args` are the options and the
+/// destination (`["node7"]`, `["-p", "2222", "me@node7"]`, `["-J", "login", "node7"]`).
 ///
 /// BatchMode makes a missing key fail at once instead of prompting for a password on a terminal
 /// that several ranks share.
-pub(crate) fn ssh_argv(host: &str, cwd: &Path, command_line: &[u8]) -> Vec<OsString> {
-    let mut remote = b"cd ".to_vec();
-    remote.extend_from_slice(&shell_quote(cwd.as_os_str()));
-    remote.extend_from_slice(b" && ");
-    remote.extend_from_slice(command_line);
-    vec![
-        "ssh".into(),
-        "-o".into(),
-        "BatchMode=yes".into(),
-        host.into(),
-        OsString::from_vec(remote),
-    ]
+pub(crate) fn ssh_argv(args: &[String], command_line: &[u8]) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = vec!["ssh".into(), "-o".into(), "BatchMode=yes".into()];
+    argv.extend(args.iter().map(OsString::from));
+    argv.push(OsString::from_vec(command_line.to_vec()));
+    argv
+}
+
+/// The variable the job secret travels in; remote command lines never carry it.
+pub(crate) const SECRET_ENV: &str = "METAMPI_SECRET";
+
+/// How a process started on another machine uses its standard input after the secret line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RemoteStdin {
+    /// The rest of stdin is the process's own (the rank that reads the launcher's stdin).
+    Forward,
+    /// The process gets `/dev/null`; the end of stdin means the launcher is gone (ssh closed),
+    /// so the process is stopped: SIGTERM, then SIGKILL after two seconds.
+    Watch,
+}
+
+/// The shell command line that runs `program args` with `env` on another machine:
+/// `sh -c 'SCRIPT'`. The script reads the job secret from the first line of its standard input
+/// (so that it never appears in a command line that `ps` shows, there or here), changes to
+/// `cwd`, and runs `env VARS... program args` there.
+///
+/// With [`RemoteStdin::Watch`] the process runs in the background while the script waits for
+/// either it to end (its status is the script's) or stdin to close: without a terminal, sshd
+/// signals nothing to a remote command whose client went away, so an ended ssh would otherwise
+/// leave the process running. The wrapper is `sh -c` because the remote login shell may be csh
+/// or fish, which read neither `&&` lists in this form nor `$!`.
+pub(crate) fn remote_line(
+    cwd: &Path,
+    env: &[(OsString, OsString)],
+    program: &OsStr,
+    args: &[OsString],
+    stdin: RemoteStdin,
+) -> Vec<u8> {
+    let env: Vec<(OsString, OsString)> = env
+        .iter()
+        .filter(|(name, _)| name != SECRET_ENV)
+        .cloned()
+        .collect();
+    let command = env_command_line(&env, program, args);
+    let mut script = b"IFS= read -r METAMPI_SECRET || { echo 'metampi: no job secret on standard \
+input (the launch command must pass stdin on)' >&2; exit 125; }; export METAMPI_SECRET; cd "
+        .to_vec();
+    script.extend_from_slice(&shell_quote(cwd.as_os_str()));
+    script.extend_from_slice(b" || exit 127; ");
+    match stdin {
+        RemoteStdin::Forward => {
+            script.extend_from_slice(b"exec ");
+            script.extend_from_slice(&command);
+        }
+        RemoteStdin::Watch => {
+            // fd 3 keeps the real stdin for the watcher: an asynchronous list gets /dev/null
+            // as its stdin unless redirected explicitly.
+            script.extend_from_slice(&command);
+            script.extend_from_slice(
+                b" </dev/null & p=$!; exec 3<&0; { while read -r _; do :; done; \
+kill -TERM $p; sleep 2; kill -KILL $p; } <&3 >/dev/null 2>&1 & w=$!; exec 3<&-; \
+wait $p; s=$?; kill $w 2>/dev/null; exit $s",
+            );
+        }
+    }
+    let mut line = b"sh -c ".to_vec();
+    line.extend_from_slice(&shell_quote(OsStr::from_bytes(&script)));
+    line
 }
 
 /// The argv that starts one rank: the program itself, the program under `gdbserver` on a
-/// loopback port, or the ssh / template command carrying `env` (the rank's whole environment,
-/// which `execve` cannot carry to another machine).
+/// loopback port, or the ssh / template command carrying [`remote_line`] (the rank's whole
+/// environment, which `execve` cannot carry to another machine). `None` for a rank started by
+/// hand.
 pub(crate) fn rank_argv(
     start: &Start,
     debug_port: Option<u16>,
     app: &AppSpec,
     env: &[(OsString, OsString)],
     cwd: &Path,
-    template: &[String],
-) -> Vec<OsString> {
+    stdin: RemoteStdin,
+) -> Option<Vec<OsString>> {
+    let remote = || remote_line(cwd, env, &app.program, &app.args, stdin);
     match start {
         Start::Local => {
             let mut argv = match debug_port {
@@ -100,14 +160,11 @@ pub(crate) fn rank_argv(
             };
             argv.push(app.program.clone());
             argv.extend(app.args.iter().cloned());
-            argv
+            Some(argv)
         }
-        Start::Ssh { host } => ssh_argv(host, cwd, &env_command_line(env, &app.program, &app.args)),
-        Start::Template { host } => template_argv(
-            template,
-            host,
-            &env_command_line(env, &app.program, &app.args),
-        ),
+        Start::Ssh(args) => Some(ssh_argv(args, &remote())),
+        Start::Template { words, vars } => Some(template_argv(words, vars, &remote())),
+        Start::Manual => None,
     }
 }
 
@@ -182,12 +239,18 @@ pub(crate) fn parse_template(template: &str) -> Result<Vec<String>, String> {
     Ok(words)
 }
 
-/// Substitutes `{host}` and `{cmd}` in template words.
+/// Substitutes `{cmd}` and the placeholders of `vars` (`{host}` for `--launch`; `{node}` and
+/// `{host}` for a meta host) in template words.
 ///
 /// `{cmd}` becomes one argv word holding a shell command line, which is what ssh-like tools
 /// expect (`ssh {host} {cmd}`, `sh -c {cmd}`). A template that is just `{cmd}` is run as
-/// `sh -c CMD`, since a command line is not a program name.
-pub(crate) fn template_argv(words: &[String], host: &str, command_line: &[u8]) -> Vec<OsString> {
+/// `sh -c CMD`, since a command line is not a program name. Values are inserted as they are,
+/// after the template was split into words, so they cannot add words.
+pub(crate) fn template_argv(
+    words: &[String],
+    vars: &[(String, String)],
+    command_line: &[u8],
+) -> Vec<OsString> {
     if words.len() == 1 && words[0] == "{cmd}" {
         return vec![
             "sh".into(),
@@ -200,17 +263,21 @@ pub(crate) fn template_argv(words: &[String], host: &str, command_line: &[u8]) -
         .map(|word| {
             let mut out = Vec::with_capacity(word.len());
             let mut rest = word.as_bytes();
-            while !rest.is_empty() {
-                if let Some(tail) = rest.strip_prefix(b"{host}") {
-                    out.extend_from_slice(host.as_bytes());
-                    rest = tail;
-                } else if let Some(tail) = rest.strip_prefix(b"{cmd}") {
+            'scan: while !rest.is_empty() {
+                if let Some(tail) = rest.strip_prefix(b"{cmd}") {
                     out.extend_from_slice(command_line);
                     rest = tail;
-                } else {
-                    out.push(rest[0]);
-                    rest = &rest[1..];
+                    continue;
                 }
+                for (name, value) in vars {
+                    if let Some(tail) = rest.strip_prefix(name.as_bytes()) {
+                        out.extend_from_slice(value.as_bytes());
+                        rest = tail;
+                        continue 'scan;
+                    }
+                }
+                out.push(rest[0]);
+                rest = &rest[1..];
             }
             OsString::from_vec(out)
         })
@@ -295,20 +362,128 @@ mod tests {
     }
 
     #[test]
-    fn ssh_command_changes_directory_then_runs() {
-        let line = env_command_line(&[], OsStr::new("prog"), &["x y".into()]);
-        let argv = ssh_argv("node7", Path::new("/home/me/my dir"), &line);
+    fn ssh_argv_puts_options_and_destination_before_the_command() {
+        let argv = ssh_argv(&["-p".into(), "2222".into(), "me@n7".into()], b"true");
         assert_eq!(
             argv,
-            [
-                "ssh",
-                "-o",
-                "BatchMode=yes",
-                "node7",
-                "cd '/home/me/my dir' && env prog 'x y'"
-            ]
-            .map(OsString::from)
+            ["ssh", "-o", "BatchMode=yes", "-p", "2222", "me@n7", "true"].map(OsString::from)
         );
+    }
+
+    /// Runs a remote command line here with `stdin` as its standard input, which stays open
+    /// until the command has ended (as ssh keeps it) unless `close` says to close it at once.
+    fn run_remote_line(line: &[u8], stdin: &[u8], close: bool) -> std::process::Output {
+        use std::io::{Read, Write};
+        let mut child = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(OsStr::from_bytes(line))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin).unwrap();
+        if close {
+            drop(input);
+            return child.wait_with_output().unwrap();
+        }
+        let mut stdout = Vec::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_end(&mut stdout)
+            .unwrap();
+        let mut stderr = Vec::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_end(&mut stderr)
+            .unwrap();
+        let status = child.wait().unwrap();
+        drop(input);
+        std::process::Output {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+
+    #[test]
+    fn remote_line_takes_the_secret_from_stdin_and_keeps_it_off_the_command_line() {
+        let dir = std::env::temp_dir();
+        let env = vec![
+            (OsString::from("METAMPI_SECRET"), OsString::from("s3cret")),
+            (OsString::from("MSG"), OsString::from("it's")),
+        ];
+        let script = "printf '%s|%s|%s|' \"$METAMPI_SECRET\" \"$MSG\" \"$(pwd)\"; cat";
+        let args = ["-c".into(), script.into()];
+        for (mode, out) in [
+            (RemoteStdin::Forward, "s3cret|it's|DIR|rest\n"),
+            (RemoteStdin::Watch, "s3cret|it's|DIR|"),
+        ] {
+            let line = remote_line(&dir, &env, OsStr::new("sh"), &args, mode);
+            let text = String::from_utf8(line.clone()).unwrap();
+            assert!(text.starts_with("sh -c "), "{text}");
+            assert!(!text.contains("s3cret"), "{text}");
+            let result = run_remote_line(&line, b"s3cret\nrest\n", mode == RemoteStdin::Forward);
+            assert!(result.status.success(), "{result:?}");
+            let expect = out.replace("DIR", &dir.canonicalize().unwrap().display().to_string());
+            assert_eq!(String::from_utf8(result.stdout).unwrap(), expect);
+        }
+    }
+
+    #[test]
+    fn remote_line_reports_a_missing_secret_and_passes_exit_codes_on() {
+        let args = ["-c".into(), "exit 7".into()];
+        let line = remote_line(
+            Path::new("/"),
+            &[],
+            OsStr::new("sh"),
+            &args,
+            RemoteStdin::Watch,
+        );
+        let result = run_remote_line(&line, b"", true);
+        assert_eq!(result.status.code(), Some(125));
+        assert!(String::from_utf8_lossy(&result.stderr).contains("no job secret"));
+        let result = run_remote_line(&line, b"k\n", false);
+        assert_eq!(result.status.code(), Some(7));
+    }
+
+    #[test]
+    fn watched_remote_process_stops_when_stdin_closes() {
+        use std::io::{BufRead, Write};
+        // The process would sleep for a minute; closing stdin (what a dying ssh does) ends it.
+        let args = ["-c".into(), "echo started; exec sleep 60".into()];
+        let line = remote_line(
+            Path::new("/"),
+            &[],
+            OsStr::new("sh"),
+            &args,
+            RemoteStdin::Watch,
+        );
+        let mut child = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(OsStr::from_bytes(&line))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"k\n").unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert_eq!(first, "started\n");
+        let t0 = std::time::Instant::now();
+        drop(stdin);
+        let status = child.wait().unwrap();
+        // sh reports the SIGTERM'd sleep as 128 + 15.
+        assert_eq!(status.code(), Some(143));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
     }
 
     #[test]
@@ -316,32 +491,38 @@ mod tests {
         let app = AppSpec::new(1, "prog").args(["a b"]);
         let env = vec![(OsString::from("METAMPI_RANK"), OsString::from("0"))];
         let cwd = Path::new("/w");
-        let argv = |start: Start, port: Option<u16>, template: &[String]| {
-            rank_argv(&start, port, &app, &env, cwd, template)
-                .into_iter()
-                .map(|w| w.into_string().unwrap())
-                .collect::<Vec<_>>()
+        let remote = remote_line(
+            cwd,
+            &env,
+            OsStr::new("prog"),
+            &["a b".into()],
+            RemoteStdin::Forward,
+        );
+        let remote = String::from_utf8(remote).unwrap();
+        let argv = |start: Start, port: Option<u16>| {
+            rank_argv(&start, port, &app, &env, cwd, RemoteStdin::Forward).map(|argv| {
+                argv.into_iter()
+                    .map(|w| w.into_string().unwrap())
+                    .collect::<Vec<_>>()
+            })
         };
-        assert_eq!(argv(Start::Local, None, &[]), ["prog", "a b"]);
+        assert_eq!(argv(Start::Local, None).unwrap(), ["prog", "a b"]);
         assert_eq!(
-            argv(Start::Local, Some(4711), &[]),
+            argv(Start::Local, Some(4711)).unwrap(),
             ["gdbserver", "127.0.0.1:4711", "prog", "a b"]
         );
         assert_eq!(
-            argv(Start::Ssh { host: "n1".into() }, None, &[]),
-            [
-                "ssh",
-                "-o",
-                "BatchMode=yes",
-                "n1",
-                "cd /w && env METAMPI_RANK=0 prog 'a b'"
-            ]
+            argv(Start::Ssh(vec!["n1".into()]), None).unwrap(),
+            ["ssh", "-o", "BatchMode=yes", "n1", remote.as_str()]
         );
+        assert!(remote.contains("cd /w ||") && remote.contains("exec env METAMPI_RANK=0 prog"));
         let words = parse_template("rsh {host} {cmd}").unwrap();
+        let vars = vec![("{host}".to_string(), "n2".to_string())];
         assert_eq!(
-            argv(Start::Template { host: "n2".into() }, None, &words),
-            ["rsh", "n2", "env METAMPI_RANK=0 prog 'a b'"]
+            argv(Start::Template { words, vars }, None).unwrap(),
+            ["rsh", "n2", remote.as_str()]
         );
+        assert_eq!(argv(Start::Manual, None), None);
     }
 
     #[test]
@@ -367,14 +548,15 @@ mod tests {
     #[test]
     fn template_substitution_keeps_cmd_one_word() {
         let line = env_command_line(&[], OsStr::new("prog"), &["a b".into()]);
+        let host_n1 = vec![("{host}".to_string(), "n1".to_string())];
         let words = parse_template("ssh -p 2222 user@{host} {cmd}").unwrap();
         assert_eq!(
-            template_argv(&words, "n1", &line),
+            template_argv(&words, &host_n1, &line),
             ["ssh", "-p", "2222", "user@n1", "env prog 'a b'"].map(OsString::from)
         );
         let words = parse_template("{cmd}").unwrap();
         assert_eq!(
-            template_argv(&words, "n1", &line),
+            template_argv(&words, &host_n1, &line),
             ["sh", "-c", "env prog 'a b'"].map(OsString::from)
         );
     }
@@ -387,8 +569,21 @@ mod tests {
             OsStr::new("sh"),
             &["-c".into(), "printf %s \"$V\"".into()],
         );
-        let argv = template_argv(&parse_template("sh -c {cmd}").unwrap(), "h", &line);
+        let argv = template_argv(&parse_template("sh -c {cmd}").unwrap(), &[], &line);
         let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
         assert_eq!(String::from_utf8(out.stdout).unwrap(), "it's here");
+    }
+
+    #[test]
+    fn meta_placeholders_are_substituted_inside_words() {
+        let words = parse_template("srun -w {node} --job-name=mpi-{host} {cmd}").unwrap();
+        let vars = vec![
+            ("{node}".to_string(), "n3".to_string()),
+            ("{host}".to_string(), "beta".to_string()),
+        ];
+        assert_eq!(
+            template_argv(&words, &vars, b"true"),
+            ["srun", "-w", "n3", "--job-name=mpi-beta", "true"].map(OsString::from)
+        );
     }
 }

@@ -4,14 +4,20 @@ use std::fmt;
 
 use thiserror::Error;
 
+use crate::remote::HostLaunch;
+
 /// A machine ranks can be placed on, with the number of ranks it takes before placement moves
 /// on to the next host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
-    /// Host name as given (also what ssh connects to and what `METAMPI_NODE` says).
+    /// Host name as given (also what ssh connects to, unless [`Host::launch`] says otherwise,
+    /// and what `METAMPI_NODE` says).
     pub name: String,
     /// Ranks placed here in the first pass; at least 1.
     pub slots: usize,
+    /// How ranks placed here start, overriding the job's
+    /// [`LaunchMethod`](crate::LaunchMethod); `None` follows it.
+    pub launch: Option<HostLaunch>,
 }
 
 impl Host {
@@ -20,7 +26,15 @@ impl Host {
         Host {
             name: name.into(),
             slots,
+            launch: None,
         }
+    }
+
+    /// Starts the ranks placed here with `launch`, whatever the job's launch method.
+    #[must_use]
+    pub fn with_launch(mut self, launch: HostLaunch) -> Self {
+        self.launch = Some(launch);
+        self
     }
 
     /// Parses a comma-separated host list as given to `--hosts`: `a,b:4` means `a` with one slot

@@ -16,10 +16,11 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::command;
+use crate::command::{self, RemoteStdin};
 use crate::error::LaunchError;
 use crate::outcome::{JobFailure, JobOutcome, RankId, RankResult};
 use crate::pmi::{JobId, JobKey, PmiEvent, PmiServer};
+use crate::remote::{self, HostLaunch, ManualProcess, SecretSource};
 use crate::spec::{JobSpec, OutputMode, Plan, RankPlan, Start, StdinTarget};
 use crate::stdio::{self, Sink, StdinPump, Stream};
 use crate::sys::{self, SignalSubscription};
@@ -142,11 +143,17 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
 
     let mut ids: Vec<RankId> = Vec::with_capacity(plan.size);
     let mut stdin_targets: Vec<ChildStdin> = Vec::new();
+    // The stdin of every remote rank that does not read the launcher's: held open while the
+    // job runs, since its end tells the remote side that the launcher is gone.
+    let mut keep_open: Vec<ChildStdin> = Vec::new();
+    let mut by_hand: Vec<(usize, ManualProcess)> = Vec::new();
     for rank_plan in &plan.ranks {
         match start_rank(&mut ctx, rank_plan) {
-            Ok((id, stdin)) => {
-                ids.push(id);
-                stdin_targets.extend(stdin);
+            Ok(started) => {
+                ids.push(started.id);
+                stdin_targets.extend(started.stdin);
+                keep_open.extend(started.keep_open);
+                by_hand.extend(started.by_hand);
             }
             Err(e) => {
                 kill_started(&ids, &events);
@@ -155,7 +162,17 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         }
     }
     let forwarders = ctx.forwarders;
+    let secret = std::mem::take(&mut ctx.secret);
     drop(ctx);
+    if !by_hand.is_empty() {
+        print_manual_commands(
+            spec,
+            &plan,
+            &by_hand,
+            cwd.as_deref().unwrap_or(Path::new(".")),
+            &secret,
+        );
+    }
 
     let stdin_pump = if stdin_targets.is_empty() {
         None
@@ -175,12 +192,16 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
     let mut monitor = Monitor {
         ids: &ids,
         statuses: vec![None; plan.size],
-        alive: plan.size,
+        alive: ids.iter().filter(|id| !id.by_hand).count(),
+        by_hand_alive: ids.iter().filter(|id| id.by_hand).count(),
+        joined: vec![false; plan.size],
         events: &events,
         pmi: &pmi,
     };
     let deadline = spec.timeout.map(|t| started_at + t);
-    let failure = monitor.watch(deadline, spec.timeout.unwrap_or_default());
+    let join =
+        (!by_hand.is_empty()).then(|| (Instant::now() + spec.join_timeout, spec.join_timeout));
+    let failure = monitor.watch(deadline, spec.timeout.unwrap_or_default(), join);
     if let Some(failure) = &failure {
         eprintln!("{WHO}: {failure}");
         let first = match failure {
@@ -193,6 +214,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
     if let Some(pump) = stdin_pump {
         pump.stop();
     }
+    drop(keep_open);
     // Ranks are gone; their pipes close unless a leftover child of theirs holds them open.
     let mut pending =
         stdio::wait_forwarders(&done_rx, forwarders, Instant::now() + stdio::OUTPUT_GRACE);
@@ -241,6 +263,17 @@ enum Event {
     Signal(i32),
 }
 
+/// What starting one rank produced.
+struct Started {
+    id: RankId,
+    /// Its stdin, when it reads the launcher's.
+    stdin: Option<ChildStdin>,
+    /// The stdin of a remote rank that must stay open while the job runs.
+    keep_open: Option<ChildStdin>,
+    /// A rank started by hand: what its command must run.
+    by_hand: Option<(usize, ManualProcess)>,
+}
+
 struct StartContext<'a> {
     spec: &'a JobSpec,
     plan: &'a Plan,
@@ -256,12 +289,10 @@ struct StartContext<'a> {
     forwarders: usize,
 }
 
-/// Spawns one rank with its forwarders and waiter thread. On error, the rank (if it started)
-/// has been killed and reaped.
-fn start_rank(
-    ctx: &mut StartContext<'_>,
-    rank_plan: &RankPlan,
-) -> Result<(RankId, Option<ChildStdin>), LaunchError> {
+/// Spawns one rank with its forwarders and waiter thread, or, for a rank started by hand,
+/// works out what its command must run. On error, the rank (if it started) has been killed and
+/// reaped.
+fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Started, LaunchError> {
     let placement = &rank_plan.placement;
     let rank = placement.rank;
     let app = &ctx.spec.apps[placement.app];
@@ -299,11 +330,45 @@ fn start_rank(
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
 
+    let reads_stdin = match ctx.spec.stdin {
+        StdinTarget::All => true,
+        StdinTarget::Rank(r) => r == rank,
+        StdinTarget::None => false,
+    };
     // Invariant: plan() sets all_local = false when any rank is remote, and run() resolves
     // cwd in exactly that case, so the fallback is never used for an ssh rank.
     let cwd = ctx.cwd.unwrap_or(Path::new("."));
-    let template = ctx.plan.template.as_deref().unwrap_or(&[]);
-    let argv = command::rank_argv(&rank_plan.start, debug_port, app, &env, cwd, template);
+    let remote_stdin = if reads_stdin {
+        RemoteStdin::Forward
+    } else {
+        RemoteStdin::Watch
+    };
+    let Some(argv) = command::rank_argv(&rank_plan.start, debug_port, app, &env, cwd, remote_stdin)
+    else {
+        return Ok(Started {
+            id: RankId {
+                rank,
+                pid: 0,
+                host: placement.node.clone(),
+                by_hand: true,
+            },
+            stdin: None,
+            keep_open: None,
+            // Start::Manual comes only from a host's HostLaunch, so the rank has a host.
+            by_hand: placement.host.map(|h| {
+                (
+                    h,
+                    ManualProcess {
+                        name: format!("rank {rank}"),
+                        env,
+                        program: app.program.clone(),
+                        args: app.args.clone(),
+                    },
+                )
+            }),
+        });
+    };
+    let remote = rank_plan.start != Start::Local;
     let program_display = argv
         .first()
         .map(|p| p.to_string_lossy().into_owned())
@@ -323,17 +388,14 @@ fn start_rank(
 
     let mut cmd = Command::new(program);
     cmd.args(args).process_group(0);
-    if rank_plan.start == Start::Local {
+    if !remote {
         // Remote ranks carry their environment inside the command line instead.
         cmd.envs(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
     }
     sys::kill_when_parent_dies(&mut cmd);
-    let reads_stdin = match ctx.spec.stdin {
-        StdinTarget::All => true,
-        StdinTarget::Rank(r) => r == rank,
-        StdinTarget::None => false,
-    };
-    cmd.stdin(if reads_stdin {
+    // A remote rank's stdin carries the job secret first, and then either the launcher's
+    // stdin or nothing until the job ends.
+    cmd.stdin(if reads_stdin || remote {
         Stdio::piped()
     } else {
         Stdio::null()
@@ -365,6 +427,7 @@ fn start_rank(
         rank,
         pid,
         host: placement.node.clone(),
+        by_hand: false,
     };
     let kill_and_reap = |err: io::Error| {
         let _ = sys::kill_group(pid, libc::SIGKILL);
@@ -409,7 +472,21 @@ fn start_rank(
         .map_err(kill_and_reap)?;
         ctx.forwarders += 1;
     }
+    if remote {
+        // After the forwarders: should the command be gone already, its message still shows.
+        let secret = env
+            .iter()
+            .find(|(k, _)| k == command::SECRET_ENV)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        remote::write_secret_line(&mut child, &secret);
+    }
     let stdin = child.stdin.take();
+    let (stdin, keep_open) = if reads_stdin {
+        (stdin, None)
+    } else {
+        (None, stdin)
+    };
     // std's Child neither kills nor reaps on drop; the waiter below owns the reaping.
     drop(child);
     let events = ctx.events.clone();
@@ -421,13 +498,96 @@ fn start_rank(
             let _ = events.send(Event::Exited { rank, status });
         })
         .map_err(kill_and_reap)?;
-    Ok((id, stdin))
+    Ok(Started {
+        id,
+        stdin,
+        keep_open,
+        by_hand: None,
+    })
+}
+
+/// Prints, for every host whose ranks are started by hand, the one command to run there (see
+/// [`remote::manual_command`]), on stderr.
+fn print_manual_commands(
+    spec: &JobSpec,
+    plan: &Plan,
+    by_hand: &[(usize, ManualProcess)],
+    cwd: &Path,
+    secret: &str,
+) {
+    let mut hosts: Vec<usize> = by_hand.iter().map(|(h, _)| *h).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    let mut inline = false;
+    for h in hosts {
+        let host = &spec.hosts[h];
+        let Some(HostLaunch::Manual {
+            helpers,
+            secret_file,
+        }) = &host.launch
+        else {
+            continue;
+        };
+        let source = match secret_file {
+            Some(path) => SecretSource::File(path.clone()),
+            None => {
+                inline = true;
+                SecretSource::Inline(secret.to_string())
+            }
+        };
+        let ranks: Vec<ManualProcess> = by_hand
+            .iter()
+            .filter(|(x, _)| *x == h)
+            .map(|(_, p)| p.clone())
+            .collect();
+        let mut what = vec![describe_ranks(
+            &plan
+                .ranks
+                .iter()
+                .filter(|r| r.placement.host == Some(h))
+                .map(|r| r.placement.rank)
+                .collect::<Vec<_>>(),
+        )];
+        what.extend(helpers.iter().map(|p| p.name.clone()));
+        eprintln!(
+            "{WHO}: start {} on {} by hand: run this command in a shell on that machine:",
+            what.join(", "),
+            host.name
+        );
+        eprintln!("{}", remote::manual_command(cwd, &source, helpers, &ranks));
+    }
+    if inline {
+        eprintln!(
+            "{WHO}: note: these commands contain the job secret (whoever sees them can join \
+             the job); a secret file that the machines share keeps it out of them"
+        );
+    }
+    eprintln!(
+        "{WHO}: waiting up to {} s for the ranks started by hand to join",
+        spec.join_timeout.as_secs()
+    );
+}
+
+/// `rank 3` or `ranks 3-5` for consecutive ranks, `ranks 1, 4` otherwise.
+fn describe_ranks(ranks: &[usize]) -> String {
+    match ranks {
+        [one] => format!("rank {one}"),
+        [first, .., last] if last - first + 1 == ranks.len() => format!("ranks {first}-{last}"),
+        _ => format!(
+            "ranks {}",
+            ranks
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// Stops the ranks started so far after a failed start, and waits for their waiters.
 fn kill_started(ids: &[RankId], events: &Receiver<Event>) {
     signal_groups(ids, libc::SIGKILL);
-    let mut remaining = ids.len();
+    let mut remaining = ids.iter().filter(|id| !id.by_hand).count();
     while remaining > 0 {
         match events.recv() {
             Ok(Event::Exited { .. }) => remaining -= 1,
@@ -438,7 +598,8 @@ fn kill_started(ids: &[RankId], events: &Receiver<Event>) {
 }
 
 fn signal_groups(ids: &[RankId], signal: i32) {
-    for id in ids {
+    // Ranks started by hand have no process here (pid 0, which kill_group refuses anyway).
+    for id in ids.iter().filter(|id| !id.by_hand) {
         // ESRCH just means the whole group is already gone.
         let _ = sys::kill_group(id.pid, signal);
     }
@@ -453,24 +614,56 @@ fn free_port() -> io::Result<u16> {
 struct Monitor<'a> {
     ids: &'a [RankId],
     statuses: Vec<Option<ExitStatus>>,
+    /// Ranks the launcher started that have not exited.
     alive: usize,
+    /// Ranks started by hand whose connection to the key-value server has not closed.
+    by_hand_alive: usize,
+    /// Which ranks have said `HELLO`.
+    joined: Vec<bool>,
     events: &'a Receiver<Event>,
     pmi: &'a PmiServer,
 }
 
 impl Monitor<'_> {
     /// Blocks until every rank has exited cleanly or something fails; returns the failure.
-    fn watch(&mut self, deadline: Option<Instant>, timeout: Duration) -> Option<JobFailure> {
-        while self.alive > 0 {
-            let event = match deadline {
-                Some(deadline) => {
+    /// `join` is the deadline (and the timeout it came from) for ranks started by hand to
+    /// connect.
+    fn watch(
+        &mut self,
+        deadline: Option<Instant>,
+        timeout: Duration,
+        join: Option<(Instant, Duration)>,
+    ) -> Option<JobFailure> {
+        while self.alive + self.by_hand_alive > 0 {
+            let waiting: Vec<RankId> = self
+                .ids
+                .iter()
+                .filter(|id| id.by_hand && !self.joined[id.rank])
+                .cloned()
+                .collect();
+            let join = join.filter(|_| !waiting.is_empty());
+            let until = match (deadline, join) {
+                (Some(d), Some((j, _))) => Some(d.min(j)),
+                (d, j) => d.or(j.map(|(j, _)| j)),
+            };
+            let event = match until {
+                Some(until) => {
                     match self
                         .events
-                        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                        .recv_timeout(until.saturating_duration_since(Instant::now()))
                     {
                         Ok(event) => event,
                         Err(RecvTimeoutError::Timeout) => {
-                            return Some(JobFailure::Timeout { after: timeout })
+                            return Some(match (deadline, join) {
+                                (Some(d), _) if d <= until => {
+                                    JobFailure::Timeout { after: timeout }
+                                }
+                                (_, Some((_, after))) => JobFailure::NotJoined {
+                                    ranks: waiting,
+                                    after,
+                                },
+                                _ => JobFailure::Timeout { after: timeout },
+                            })
                         }
                         Err(RecvTimeoutError::Disconnected) => return None,
                     }
@@ -495,10 +688,43 @@ impl Monitor<'_> {
                         message,
                     })
                 }
+                Event::Pmi(PmiEvent::Joined { rank }) => {
+                    if let Some(j) = self.joined.get_mut(rank) {
+                        *j = true;
+                    }
+                }
+                Event::Pmi(PmiEvent::Left { rank }) => {
+                    if let Some(failure) = self.record_departure(rank) {
+                        return Some(failure);
+                    }
+                }
                 Event::Signal(signal) => return Some(JobFailure::Interrupted { signal }),
             }
         }
         None
+    }
+
+    /// A rank's key-value connection closed. That is how a rank started by hand ends (the
+    /// launcher has no process to wait for); ranks it started are judged by their exit.
+    fn record_departure(&mut self, rank: usize) -> Option<JobFailure> {
+        let id = self.ids.get(rank)?.clone();
+        if !id.by_hand {
+            return None;
+        }
+        self.by_hand_alive -= 1;
+        let pmi = self.pmi.rank_state(rank).unwrap_or_default();
+        if let Some((code, message)) = pmi.abort {
+            return Some(JobFailure::Aborted {
+                rank: id,
+                code,
+                message,
+            });
+        }
+        if pmi.finalized {
+            None
+        } else {
+            Some(JobFailure::Vanished { rank: id })
+        }
     }
 
     fn record_exit(&mut self, rank: usize, status: io::Result<ExitStatus>) -> Option<JobFailure> {

@@ -21,6 +21,15 @@
 //! Ranks are numbered app after app; placement fills each host's slots in order, then wraps
 //! round-robin ([`place`]). The key-value protocol is described in [`pmi`].
 //!
+//! # Ranks on other machines
+//! Ranks on other hosts start through ssh or a command template ([`LaunchMethod`], or per
+//! host with [`Host::with_launch`] and a [`HostLaunch`]), carrying their environment on the
+//! command line and the job secret on the first line of their stdin; they are stopped when that
+//! stdin closes (see [`HostLaunch`] and [`spawn_remote`]). A host whose ranks are started by
+//! hand gets one printed command ([`manual_command`]); the launcher waits for its ranks to
+//! connect ([`JobSpec::join_timeout`]) and learns that they ended from their key-value
+//! connections.
+//!
 //! # Failure handling
 //! The first rank to exit non-zero, die by a signal, `ABORT`, or exit 0 after connecting to
 //! the key-value server but without `FINALIZE` ends the job; so do the timeout and
@@ -54,6 +63,7 @@ mod host;
 mod job;
 mod outcome;
 pub mod pmi;
+mod remote;
 mod spec;
 mod stdio;
 mod sys;
@@ -68,4 +78,9 @@ pub use pmi::{
     JobId, JobKey, PmiClient, PmiClientError, PmiEvent, PmiServer, ProtocolError, RankPmiState,
     Request, MAX_LINE,
 };
-pub use spec::{AppSpec, JobSpec, LaunchMethod, OutputMode, StdinTarget, RESERVED_ENV};
+pub use remote::{
+    manual_command, spawn_remote, HostLaunch, ManualProcess, SecretSource, HELPER_GRACE_SECS,
+};
+pub use spec::{
+    AppSpec, JobSpec, LaunchMethod, OutputMode, StdinTarget, DEFAULT_JOIN_TIMEOUT, RESERVED_ENV,
+};

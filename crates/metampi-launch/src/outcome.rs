@@ -57,7 +57,8 @@ pub struct RankResult {
     /// Who it was.
     pub id: RankId,
     /// Its wait status; ranks killed during cleanup show the signal that ended them. `None`
-    /// only if the status could not be collected (something else in this process reaped it).
+    /// for a rank started by hand (the launcher has no process to wait for) and if the status
+    /// could not be collected (something else in this process reaped it).
     pub status: Option<ExitStatus>,
 }
 
@@ -68,15 +69,21 @@ pub struct RankId {
     /// Global rank.
     pub rank: usize,
     /// Pid of the process the launcher started (ssh for remote ranks, gdbserver for debugged
-    /// ones).
+    /// ones); 0 for a rank started by hand.
     pub pid: u32,
     /// `METAMPI_NODE` of the rank.
     pub host: String,
+    /// The user started it with a printed command; the launcher has no process for it.
+    pub by_hand: bool,
 }
 
 impl fmt::Display for RankId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rank {} (pid {} on {})", self.rank, self.pid, self.host)
+        if self.by_hand {
+            write!(f, "rank {} (started by hand on {})", self.rank, self.host)
+        } else {
+            write!(f, "rank {} (pid {} on {})", self.rank, self.pid, self.host)
+        }
     }
 }
 
@@ -120,6 +127,20 @@ pub enum JobFailure {
         /// The `waitpid` error.
         reason: String,
     },
+    /// Ranks started by hand did not connect to the launcher within the join timeout.
+    NotJoined {
+        /// Those that did not, in rank order.
+        ranks: Vec<RankId>,
+        /// The join timeout.
+        after: Duration,
+    },
+    /// A rank started by hand closed its connection to the launcher without `FINALIZE`: it
+    /// crashed, was killed, or its machine lost the network. (The launcher cannot tell which:
+    /// it has no process to wait for.)
+    Vanished {
+        /// Who.
+        rank: RankId,
+    },
     /// The job ran longer than its timeout.
     Timeout {
         /// The timeout.
@@ -140,14 +161,17 @@ impl JobFailure {
             | JobFailure::Signaled { rank, .. }
             | JobFailure::Aborted { rank, .. }
             | JobFailure::NoFinalize { rank }
+            | JobFailure::Vanished { rank }
             | JobFailure::Lost { rank, .. } => Some(rank),
+            JobFailure::NotJoined { ranks, .. } => ranks.first(),
             JobFailure::Timeout { .. } | JobFailure::Interrupted { .. } => None,
         }
     }
 
     /// The launcher's exit status for this failure: the rank's own code; 128 + signal for a
     /// signal, as shells report it; the abort code (1 if it was 0, low 8 bits otherwise);
-    /// 124 for a timeout; 1 for a rank that skipped `FINALIZE` or was lost.
+    /// 124 for a timeout, also for ranks started by hand that never joined; 1 for a rank that
+    /// skipped `FINALIZE`, vanished or was lost.
     pub fn exit_code(&self) -> i32 {
         let low_byte_nonzero = |code: i32| match code & 0xff {
             0 => 1,
@@ -159,8 +183,10 @@ impl JobFailure {
                 (128 + signal).min(255)
             }
             JobFailure::Aborted { code, .. } => low_byte_nonzero(*code),
-            JobFailure::NoFinalize { .. } | JobFailure::Lost { .. } => 1,
-            JobFailure::Timeout { .. } => TIMEOUT_EXIT_CODE,
+            JobFailure::NoFinalize { .. }
+            | JobFailure::Lost { .. }
+            | JobFailure::Vanished { .. } => 1,
+            JobFailure::Timeout { .. } | JobFailure::NotJoined { .. } => TIMEOUT_EXIT_CODE,
         }
     }
 
@@ -196,6 +222,31 @@ impl fmt::Display for JobFailure {
             ),
             JobFailure::Lost { rank, reason } => {
                 write!(f, "{rank} could not be waited for: {reason}")
+            }
+            JobFailure::Vanished { rank } => write!(
+                f,
+                "{rank} closed its connection to the launcher without calling finalize \
+                 (it crashed, was killed, or its machine lost the network)"
+            ),
+            JobFailure::NotJoined { ranks, after } => {
+                let mut nodes: Vec<&str> = ranks.iter().map(|r| r.host.as_str()).collect();
+                nodes.dedup();
+                let numbers: Vec<String> = ranks.iter().map(|r| r.rank.to_string()).collect();
+                let (command, machine) = if nodes.len() == 1 {
+                    ("command", "that machine")
+                } else {
+                    ("commands", "those machines")
+                };
+                write!(
+                    f,
+                    "{} {} (started by hand on {nodes}) did not join within {}: run the {command} \
+                     printed for {nodes} on {machine}, and check that it can reach this one \
+                     (--pmi-host) and find its program; stopping the job",
+                    if ranks.len() == 1 { "rank" } else { "ranks" },
+                    numbers.join(", "),
+                    describe_duration(*after),
+                    nodes = nodes.join(", "),
+                )
             }
             JobFailure::Timeout { after } => write!(
                 f,
@@ -275,7 +326,46 @@ mod tests {
             rank: 2,
             pid: 1234,
             host: "hostA".into(),
+            by_hand: false,
         }
+    }
+
+    fn by_hand(rank: usize, host: &str) -> RankId {
+        RankId {
+            rank,
+            pid: 0,
+            host: host.into(),
+            by_hand: true,
+        }
+    }
+
+    #[test]
+    fn ranks_started_by_hand_are_named_by_machine() {
+        let f = JobFailure::NotJoined {
+            ranks: vec![
+                by_hand(3, "gamma.g0"),
+                by_hand(4, "gamma.g0"),
+                by_hand(6, "gamma.g1"),
+            ],
+            after: Duration::from_secs(30),
+        };
+        assert_eq!(
+            f.to_string(),
+            "ranks 3, 4, 6 (started by hand on gamma.g0, gamma.g1) did not join within 30 s: \
+             run the commands printed for gamma.g0, gamma.g1 on those machines, and check that \
+             it can reach this one (--pmi-host) and find its program; stopping the job"
+        );
+        assert_eq!(f.exit_code(), TIMEOUT_EXIT_CODE);
+        assert_eq!(f.rank().map(|r| r.rank), Some(3));
+        let f = JobFailure::Vanished {
+            rank: by_hand(5, "delta.d0"),
+        };
+        assert_eq!(
+            f.to_string(),
+            "rank 5 (started by hand on delta.d0) closed its connection to the launcher \
+             without calling finalize (it crashed, was killed, or its machine lost the network)"
+        );
+        assert_eq!(f.exit_code(), 1);
     }
 
     #[test]

@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -35,6 +36,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use thiserror::Error;
+
+use crate::sys;
 
 /// Handshake context of the bootstrap connection.
 const PMI_CTX: &[u8] = b"metampi pmi";
@@ -322,6 +325,19 @@ pub enum PmiEvent {
         /// Its message.
         message: String,
     },
+    /// A rank completed `HELLO`: it is running and has joined the job. This is how the
+    /// launcher learns that a rank it did not start itself (one started by hand) is there.
+    Joined {
+        /// Who.
+        rank: usize,
+    },
+    /// The connection of a rank that had said `HELLO` closed: the rank ended (cleanly if it
+    /// sent `FINALIZE` first, see [`PmiServer::rank_state`]) or lost the network. For ranks
+    /// the launcher did not start, this is the only sign that they are gone.
+    Left {
+        /// Who.
+        rank: usize,
+    },
 }
 
 /// What the server knows about one rank.
@@ -365,6 +381,9 @@ struct State {
     ranks: Vec<RankPmiState>,
     fence_waiting: usize,
     fence_generation: u64,
+    /// The current fence's wake-up pipe: its write end is dropped when the fence completes,
+    /// which makes the read end readable for every waiter polling it next to its connection.
+    fence_wake: Option<(Arc<OwnedFd>, OwnedFd)>,
     shutdown: bool,
     /// Clones of every accepted stream, so shutdown can unblock their threads.
     streams: Vec<Conn>,
@@ -374,15 +393,18 @@ struct State {
 impl PmiServer {
     /// Starts a server for a job of `size` ranks on `127.0.0.1`, on a free port.
     ///
-    /// Events (aborts) queue up for [`PmiServer::recv_event_timeout`].
+    /// Aborts queue up for [`PmiServer::recv_event_timeout`] (joins and departures are left
+    /// out: this server is for tests and tools that watch for aborts).
     ///
     /// # Errors
     /// The socket cannot be bound or the accept thread cannot start.
     pub fn start(size: usize, job: JobId) -> io::Result<PmiServer> {
         let (tx, rx) = mpsc::channel();
         let sink: EventSink = Box::new(move |event| {
-            // The receiver goes away only with the server itself.
-            let _ = tx.send(event);
+            if matches!(event, PmiEvent::Abort { .. }) {
+                // The receiver goes away only with the server itself.
+                let _ = tx.send(event);
+            }
         });
         let mut server = Self::bind(
             IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -572,6 +594,15 @@ impl Conn {
     }
 }
 
+impl AsRawFd for Conn {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Conn::Tcp(s) => s.as_raw_fd(),
+            Conn::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
 impl Read for Conn {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
@@ -621,8 +652,17 @@ fn accept_loop(shared: &Arc<Shared>, incoming: impl Iterator<Item = io::Result<C
     }
 }
 
-/// Serves one connection until it closes, errs, or the server shuts down.
+/// Serves one connection until it closes, errs, or the server shuts down; then reports the
+/// departure of the rank it belonged to, if it said `HELLO`.
 fn serve(shared: &Shared, stream: Conn) {
+    let mut me: Option<usize> = None;
+    serve_lines(shared, stream, &mut me);
+    if let Some(rank) = me {
+        (shared.sink)(PmiEvent::Left { rank });
+    }
+}
+
+fn serve_lines(shared: &Shared, stream: Conn, me: &mut Option<usize>) {
     if let Conn::Tcp(s) = &stream {
         let _ = s.set_nodelay(true);
     }
@@ -631,7 +671,6 @@ fn serve(shared: &Shared, stream: Conn) {
     };
     let mut reader = BufReader::new(read_half);
     let mut writer = stream;
-    let mut me: Option<usize> = None;
     let mut challenge = None;
     let mut line = Vec::new();
     loop {
@@ -657,9 +696,12 @@ fn serve(shared: &Shared, stream: Conn) {
             line.pop();
         }
         let reply = match std::str::from_utf8(&line) {
-            Ok(text) => handle(shared, &mut me, &mut challenge, text),
+            Ok(text) => handle(shared, me, &mut challenge, text, writer.as_raw_fd()),
             Err(_) => Reply::Err("request is not valid UTF-8".into()),
         };
+        if matches!(reply, Reply::Closed) {
+            return;
+        }
         if writer.write_all(reply.to_line().as_bytes()).is_err() {
             return;
         }
@@ -670,6 +712,8 @@ fn serve(shared: &Shared, stream: Conn) {
 }
 
 enum Reply {
+    /// The rank closed its connection while waiting (in a fence): nothing to answer.
+    Closed,
     Ok,
     Val(String),
     None,
@@ -687,15 +731,18 @@ impl Reply {
             Reply::Challenge(n) => format!("CHALLENGE {n}\n"),
             Reply::Proof(p) => format!("OK {p}\n"),
             Reply::Err(msg) => format!("ERR {msg}\n"),
+            Reply::Closed => String::new(),
         }
     }
 }
 
+/// Answers one request; `conn` is the connection's fd, watched while a fence waits.
 fn handle(
     shared: &Shared,
     me: &mut Option<usize>,
     challenge: &mut Option<[u8; 16]>,
     text: &str,
+    conn: RawFd,
 ) -> Reply {
     let request = match Request::parse(text) {
         Ok(r) => r,
@@ -739,7 +786,9 @@ fn handle(
                 return Reply::Err(format!("rank {rank} is already connected"));
             }
             state.ranks[rank].connected = true;
+            drop(state);
             *me = Some(rank);
+            (shared.sink)(PmiEvent::Joined { rank });
             return match server_proof {
                 Some(p) => Reply::Proof(p),
                 None => Reply::Ok,
@@ -761,7 +810,7 @@ fn handle(
             Some(value) => Reply::Val(value.clone()),
             None => Reply::None,
         },
-        Request::Fence => fence(shared),
+        Request::Fence => fence(shared, conn),
         Request::Abort { code, message } => {
             shared.lock().ranks[rank].abort = Some((code, message.to_string()));
             (shared.sink)(PmiEvent::Abort {
@@ -781,15 +830,56 @@ fn handle(
 
 /// A reusable barrier: a generation counter, so a rank released from fence k that races ahead
 /// into fence k+1 cannot be confused with the stragglers of fence k.
-fn fence(shared: &Shared) -> Reply {
+///
+/// A waiter watches its connection too (`conn`, polled next to the fence's wake-up pipe): a
+/// rank that the launcher did not start, one started by hand, can only be seen to have gone by
+/// its connection closing, and a rank waiting in a fence is where it sits most of the time
+/// while the others start.
+fn fence(shared: &Shared, conn: RawFd) -> Reply {
     let mut state = shared.lock();
     let generation = state.fence_generation;
     state.fence_waiting += 1;
     if state.fence_waiting >= shared.size {
         state.fence_waiting = 0;
         state.fence_generation += 1;
+        // Dropping the write end wakes every waiter's poll.
+        state.fence_wake = None;
         shared.fence_done.notify_all();
         return Reply::Ok;
+    }
+    let wake = match &state.fence_wake {
+        Some((read, _)) => Some(Arc::clone(read)),
+        None => sys::pipe().ok().map(|(read, write)| {
+            let read = Arc::new(read);
+            state.fence_wake = Some((Arc::clone(&read), write));
+            read
+        }),
+    };
+    if let Some(wake) = wake {
+        drop(state);
+        loop {
+            // Bounded, so that a wake-up can never be missed for long, whatever happens to
+            // the pipe.
+            let ready = sys::poll_either_for(conn, wake.as_raw_fd(), Duration::from_secs(1));
+            state = shared.lock();
+            if state.fence_generation != generation {
+                return Reply::Ok;
+            }
+            if state.shutdown {
+                break;
+            }
+            match ready {
+                Ok(Some(sys::Ready::First)) if sys::peer_closed(conn).unwrap_or(false) => {
+                    // Gone for good: this fence cannot count it.
+                    state.fence_waiting -= 1;
+                    return Reply::Closed;
+                }
+                Ok(None) => drop(state),
+                // A request sent while waiting (which no client does) or a failed poll: fall
+                // back to waiting for the fence alone.
+                _ => break,
+            }
+        }
     }
     while state.fence_generation == generation && !state.shutdown {
         state = shared
@@ -1299,6 +1389,65 @@ mod tests {
             let state = server.rank_state(rank).unwrap();
             assert!(state.connected && state.finalized);
         }
+    }
+
+    /// A server whose every event (joins and departures too) arrives on the returned channel.
+    fn server_with_events(size: usize) -> (PmiServer, Receiver<PmiEvent>) {
+        let (tx, rx) = mpsc::channel();
+        let sink: EventSink = Box::new(move |event| {
+            let _ = tx.send(event);
+        });
+        let server = PmiServer::bind(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            size,
+            JOB,
+            sink,
+            false,
+            None,
+        )
+        .unwrap();
+        (server, rx)
+    }
+
+    #[test]
+    fn joins_and_departures_are_events_even_during_a_fence() {
+        let (server, events) = server_with_events(3);
+        let wait = Duration::from_secs(5);
+        let a = PmiClient::connect(server.addr(), JOB, 0).unwrap();
+        assert_eq!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::Joined { rank: 0 }
+        );
+        let addr = server.addr();
+        // Rank 1 enters a fence that cannot complete (rank 2 never comes), then dies: its
+        // departure is seen at once, not when the fence would have completed.
+        let waiter = std::thread::spawn(move || {
+            let mut b = PmiClient::connect(addr, JOB, 1).unwrap();
+            b.writer.write_all(b"FENCE\n").unwrap();
+            b
+        });
+        assert_eq!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::Joined { rank: 1 }
+        );
+        let b = waiter.join().unwrap();
+        // Give the server time to enter the fence; if it has not yet, it finds the connection
+        // closed there all the same.
+        std::thread::sleep(Duration::from_millis(100));
+        drop(b);
+        assert_eq!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::Left { rank: 1 }
+        );
+        assert_eq!(server.shared.lock().fence_waiting, 0);
+        // A finalized rank's departure is an event as well; its state tells the two apart.
+        a.finalize().unwrap();
+        assert_eq!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::Left { rank: 0 }
+        );
+        assert!(server.rank_state(0).unwrap().finalized);
+        assert!(!server.rank_state(1).unwrap().finalized);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::command;
 use crate::error::LaunchError;
 use crate::host::{self, Host, HostSpecError, HostSpecErrorKind, Placement};
+use crate::remote::HostLaunch;
 use crate::sys;
 
 /// One MIMD application: `n` ranks running `program args...`.
@@ -126,7 +127,12 @@ pub struct JobSpec {
     pub(crate) launch: LaunchMethod,
     pub(crate) pmi_host: Option<String>,
     pub(crate) forward_signals: bool,
+    pub(crate) join_timeout: Duration,
 }
+
+/// How long ranks started by hand have to connect to the launcher by default: time to open a
+/// shell on each machine and paste a command.
+pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum EnvSetting {
@@ -152,6 +158,7 @@ impl Default for JobSpec {
             launch: LaunchMethod::default(),
             pmi_host: None,
             forward_signals: true,
+            join_timeout: DEFAULT_JOIN_TIMEOUT,
         }
     }
 }
@@ -287,6 +294,14 @@ impl JobSpec {
         self
     }
 
+    /// How long ranks started by hand ([`HostLaunch::Manual`]) have to connect to the launcher
+    /// before the job is given up, naming them (default [`DEFAULT_JOIN_TIMEOUT`]).
+    #[must_use]
+    pub fn join_timeout(mut self, timeout: Duration) -> Self {
+        self.join_timeout = timeout;
+        self
+    }
+
     /// Total number of ranks.
     pub fn world_size(&self) -> usize {
         self.apps.iter().map(|a| a.n).sum()
@@ -330,16 +345,30 @@ impl JobSpec {
         if self.timeout == Some(Duration::ZERO) {
             return Err(LaunchError::ZeroTimeout);
         }
-        let template =
-            match &self.launch {
-                LaunchMethod::Template(t) => Some(command::parse_template(t).map_err(
-                    |reason| LaunchError::BadTemplate {
-                        template: t.clone(),
-                        reason,
-                    },
-                )?),
-                _ => None,
-            };
+        let parse = |t: &String| {
+            command::parse_template(t).map_err(|reason| LaunchError::BadTemplate {
+                template: t.clone(),
+                reason,
+            })
+        };
+        let template = match &self.launch {
+            LaunchMethod::Template(t) => Some(parse(t)?),
+            _ => None,
+        };
+        // How each host's ranks start when the host says so itself.
+        let mut host_starts = Vec::with_capacity(self.hosts.len());
+        for h in &self.hosts {
+            host_starts.push(match &h.launch {
+                None => None,
+                Some(HostLaunch::Local) => Some(Start::Local),
+                Some(HostLaunch::Ssh(args)) => Some(Start::Ssh(args.clone())),
+                Some(HostLaunch::Template { template, vars }) => Some(Start::Template {
+                    words: parse(template)?,
+                    vars: vars.clone(),
+                }),
+                Some(HostLaunch::Manual { .. }) => Some(Start::Manual),
+            });
+        }
         let env = self.resolve_env()?;
 
         let local_node = sys::hostname();
@@ -354,16 +383,16 @@ impl JobSpec {
         let ranks: Vec<RankPlan> = placements
             .into_iter()
             .map(|placement| {
-                let start = match (placement.host, &self.launch) {
+                let own = placement.host.and_then(|h| host_starts[h].clone());
+                let start = own.unwrap_or_else(|| match (placement.host, &self.launch) {
                     (None, _) | (_, LaunchMethod::Local) => Start::Local,
                     (Some(h), _) if is_local_host(&self.hosts[h].name) => Start::Local,
                     (Some(h), LaunchMethod::Template(_)) => Start::Template {
-                        host: self.hosts[h].name.clone(),
+                        words: template.clone().unwrap_or_default(),
+                        vars: vec![("{host}".into(), self.hosts[h].name.clone())],
                     },
-                    (Some(h), _) => Start::Ssh {
-                        host: self.hosts[h].name.clone(),
-                    },
-                };
+                    (Some(h), _) => Start::Ssh(vec![self.hosts[h].name.clone()]),
+                });
                 RankPlan { placement, start }
             })
             .collect();
@@ -406,7 +435,6 @@ impl JobSpec {
             size,
             ranks,
             env,
-            template,
             debug_ranks,
             all_local,
             pmi_host: self.pmi_host.clone().unwrap_or(local_node),
@@ -459,7 +487,6 @@ pub(crate) struct Plan {
     pub(crate) ranks: Vec<RankPlan>,
     /// `-x` and `--env-all` variables, resolved.
     pub(crate) env: Vec<(OsString, OsString)>,
-    pub(crate) template: Option<Vec<String>>,
     pub(crate) debug_ranks: Vec<usize>,
     pub(crate) all_local: bool,
     pub(crate) pmi_host: String,
@@ -471,11 +498,19 @@ pub(crate) struct RankPlan {
     pub(crate) start: Start,
 }
 
+/// How one rank starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Start {
     Local,
-    Ssh { host: String },
-    Template { host: String },
+    /// ssh with these options and destination before the remote command.
+    Ssh(Vec<String>),
+    /// A template split into words, and its placeholders besides `{cmd}` with their values.
+    Template {
+        words: Vec<String>,
+        vars: Vec<(String, String)>,
+    },
+    /// Printed for the user to start (the host's [`HostLaunch::Manual`]).
+    Manual,
 }
 
 fn host_error(host: &Host) -> LaunchError {
@@ -622,9 +657,7 @@ mod tests {
         assert!(!plan.all_local);
         assert_eq!(
             plan.ranks[1].start,
-            Start::Ssh {
-                host: "remote-node-a".into()
-            }
+            Start::Ssh(vec!["remote-node-a".into()])
         );
         let err = spec.clone().debug_ranks([0]).validate().unwrap_err();
         assert!(
@@ -674,5 +707,62 @@ mod tests {
         assert_eq!(plan.env[0], ("B".into(), "2".into()));
         assert_eq!(plan.env[1], ("A".into(), "3".into()));
         assert_eq!(plan.env[2].0, "PATH");
+    }
+
+    #[test]
+    fn hosts_may_override_the_launch_method() {
+        let hosts = [
+            Host::new("here", 1).with_launch(HostLaunch::Local),
+            Host::new("beta.b0", 1).with_launch(HostLaunch::ssh("login", Some("b0")).unwrap()),
+            Host::new("gamma.g0", 1).with_launch(HostLaunch::Template {
+                template: "srun -w {node} {cmd}".into(),
+                vars: vec![("{node}".into(), "g0".into())],
+            }),
+            Host::new("delta.d0", 1).with_launch(HostLaunch::Manual {
+                helpers: Vec::new(),
+                secret_file: None,
+            }),
+        ];
+        let plan = JobSpec::new()
+            .app(sh(4))
+            .hosts(hosts.clone())
+            .launch(LaunchMethod::Local)
+            .plan()
+            .unwrap();
+        let starts: Vec<_> = plan.ranks.iter().map(|r| r.start.clone()).collect();
+        assert_eq!(
+            starts,
+            [
+                Start::Local,
+                Start::Ssh(vec!["-J".into(), "login".into(), "b0".into()]),
+                Start::Template {
+                    words: vec!["srun".into(), "-w".into(), "{node}".into(), "{cmd}".into()],
+                    vars: vec![("{node}".into(), "g0".into())],
+                },
+                Start::Manual,
+            ]
+        );
+        assert!(!plan.all_local);
+        // Ranks started by hand cannot run under gdbserver here either.
+        let err = JobSpec::new()
+            .app(sh(4))
+            .hosts(hosts)
+            .debug_ranks([3])
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(err, LaunchError::DebugRemoteRank { rank: 3, .. }),
+            "{err}"
+        );
+        let bad = Host::new("x", 1).with_launch(HostLaunch::Template {
+            template: "srun '{cmd}".into(),
+            vars: Vec::new(),
+        });
+        let err = JobSpec::new()
+            .app(sh(1))
+            .hosts([bad])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("unterminated"), "{err}");
     }
 }

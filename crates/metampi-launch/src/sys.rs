@@ -67,25 +67,15 @@ pub(crate) fn hostname() -> String {
 /// A pipe, both ends close-on-exec so ranks do not inherit them.
 pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: `fds` is a valid array of two c_ints for pipe to fill.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+    // Close-on-exec from the start: a rank spawned by another thread between `pipe` and a
+    // later `fcntl` would inherit the write end and keep the read end from ever seeing EOF.
+    // SAFETY: `fds` is a valid array of two c_ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: pipe succeeded, so both fds are open and owned by nobody else yet.
+    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else yet.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    set_cloexec(read.as_raw_fd())?;
-    set_cloexec(write.as_raw_fd())?;
     Ok((read, write))
-}
-
-fn set_cloexec(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on an fd we own, with integer arguments only.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    // SAFETY: as above.
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 fn set_nonblocking(fd: RawFd) -> io::Result<()> {
@@ -114,11 +104,67 @@ pub(crate) fn read_fd(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// Whether the peer of connected socket `fd` has closed it: a peek finds end of file (or the
+/// connection was reset). Does not block and consumes nothing.
+pub(crate) fn peer_closed(fd: RawFd) -> io::Result<bool> {
+    let mut byte = 0u8;
+    // SAFETY: the pointer and length describe `byte`, writable for the duration of the call;
+    // MSG_PEEK leaves the data in the socket and MSG_DONTWAIT keeps the call from blocking.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n >= 0 {
+        return Ok(n == 0);
+    }
+    let err = io::Error::last_os_error();
+    match err.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(false),
+        io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => Ok(true),
+        _ => Err(err),
+    }
+}
+
 /// Which of two fds became ready in [`poll_either`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ready {
     First,
     Second,
+}
+
+/// Like [`poll_either`], giving up after `timeout` (`None`).
+pub(crate) fn poll_either_for(
+    first: RawFd,
+    second: RawFd,
+    timeout: std::time::Duration,
+) -> io::Result<Option<Ready>> {
+    let mut fds = [first, second].map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `fds` is a valid array of two pollfd structs and its length is passed along.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    if r < 0 {
+        let err = io::Error::last_os_error();
+        return if err.kind() == io::ErrorKind::Interrupted {
+            Ok(None)
+        } else {
+            Err(err)
+        };
+    }
+    Ok(if fds[1].revents != 0 {
+        Some(Ready::Second)
+    } else if fds[0].revents != 0 {
+        Some(Ready::First)
+    } else {
+        None
+    })
 }
 
 /// Blocks until `first` or `second` is readable (or hung up / invalid, which also makes a read
