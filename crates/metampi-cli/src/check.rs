@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
+use metampi_config::{Launch, MetaConfig, Tls};
 
 /// Options of `metampi check`.
 #[derive(Debug, Args)]
@@ -16,6 +17,9 @@ pub fn execute(args: CheckArgs) -> Result<u8> {
     match metampi_config::load(&args.file) {
         Ok(cfg) => {
             print!("{}", cfg.layout());
+            for w in tls_warnings(&cfg) {
+                eprintln!("warning: {w}");
+            }
             Ok(0)
         }
         Err(e) => {
@@ -28,4 +32,53 @@ pub fn execute(args: CheckArgs) -> Result<u8> {
             Ok(1)
         }
     }
+}
+
+/// What would stop TLS links at start-up and can be seen from here: a build
+/// without TLS, and certificate files of meta hosts started on this machine
+/// that cannot be read (the routers read them; paths of remote meta hosts
+/// are not checked).
+fn tls_warnings(cfg: &MetaConfig) -> Vec<String> {
+    let layout = cfg.layout_ref();
+    let mut out = Vec::new();
+    let tls_links: Vec<String> = layout
+        .links
+        .iter()
+        .filter(|l| l.options.tls != Tls::Off)
+        .map(|l| format!("l{}", l.id))
+        .collect();
+    if !tls_links.is_empty() && !metampi::router::tls::AVAILABLE {
+        out.push(format!(
+            "this metampi was built without TLS (cargo feature `tls`); links {} ask for it",
+            tls_links.join(" ")
+        ));
+    }
+    for (i, h) in cfg.hosts.iter().enumerate() {
+        let on = layout
+            .links
+            .iter()
+            .any(|l| l.options.tls == Tls::On && (l.from_host == i || l.to_host == i));
+        if !on || !matches!(h.launch, Launch::Local | Launch::Netns(_)) {
+            continue;
+        }
+        let files = [
+            ("TLSCERT", &h.tls.cert),
+            ("TLSKEY", &h.tls.key),
+            ("TLSCA", &h.tls.ca),
+        ];
+        for (key, path) in files {
+            let Some(path) = path else { continue };
+            let full = match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+                (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+                _ => PathBuf::from(path),
+            };
+            if let Err(e) = std::fs::File::open(&full) {
+                out.push(format!(
+                    "meta host '{}': {key} {path} cannot be read here: {e}",
+                    h.name
+                ));
+            }
+        }
+    }
+    out
 }

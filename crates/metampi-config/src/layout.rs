@@ -8,7 +8,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use crate::model::{Address, ByteOrder, Device, Launch, LinkOptions};
+use crate::model::{format_pin, Address, ByteOrder, Device, HostTls, Launch, LinkOptions, Tls};
 
 /// The resolved placement. `Display` prints it as aligned tables (what `metampi check`
 /// shows).
@@ -37,6 +37,8 @@ pub struct HostLayout {
     pub launch: Launch,
     /// Its byte order.
     pub byte_order: ByteOrder,
+    /// Its TLS identity for links with `TLS = on`.
+    pub tls: HostTls,
     /// Its nodes, in configuration order.
     pub nodes: Vec<NodeLayout>,
 }
@@ -336,6 +338,49 @@ impl fmt::Display for Layout {
             }
             t.write(f)?;
         }
+        self.write_tls(f)
+    }
+}
+
+impl Layout {
+    /// What the links' TLS settings mean: who presents which certificate and how it is
+    /// checked (`TLS = on`), and a note for `TLS = auto`. Nothing when every link is plain.
+    fn write_tls(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let uses = |mode: Tls| self.links.iter().any(|l| l.options.tls == mode);
+        if uses(Tls::On) {
+            writeln!(f, "\ntls identities (links with tls=on)")?;
+            let mut t = Table::new(&["HOST", "TLSCERT", "TLSKEY", "CHECKED BY"]);
+            for (i, h) in self.hosts.iter().enumerate() {
+                if !self
+                    .links
+                    .iter()
+                    .any(|l| l.options.tls == Tls::On && (l.from_host == i || l.to_host == i))
+                {
+                    continue;
+                }
+                let mut checks = Vec::new();
+                if let Some(ca) = &h.tls.ca {
+                    checks.push(format!("CA {ca}, name {}", h.tls.name_or(&h.name)));
+                }
+                for p in &h.tls.pins {
+                    checks.push(format!("pin {}", format_pin(p)));
+                }
+                let cell = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+                t.row(vec![
+                    h.name.clone(),
+                    cell(&h.tls.cert),
+                    cell(&h.tls.key),
+                    checks.join("; "),
+                ]);
+            }
+            t.write(f)?;
+        }
+        if uses(Tls::Auto) {
+            writeln!(
+                f,
+                "\ntls=auto: each router derives a key and self-signed certificate from the job secret; the two ends of a link pin each other's certificate"
+            )?;
+        }
         Ok(())
     }
 }
@@ -359,6 +404,7 @@ mod tests {
             device: Device::Auto,
             launch: Launch::Local,
             byte_order: ByteOrder::Native,
+            tls: HostTls::default(),
             nodes: vec![NodeLayout {
                 name: format!("{name}0"),
                 address: Address::Host(format!("{name}0")),

@@ -50,8 +50,8 @@ use std::path::Path;
 pub use error::{ConfigError, ErrorKind, Pos};
 pub use layout::{HostLayout, Layout, LinkLayout, Listen, NodeLayout, RouterLayout};
 pub use model::{
-    Address, ByteOrder, Compression, Device, Format, Globals, Launch, Link, LinkOptions,
-    MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls, TlsConfig,
+    format_pin, Address, ByteOrder, Compression, Device, Format, Globals, HostTls, Launch, Link,
+    LinkOptions, MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls,
     DEFAULT_PORT_BASE,
 };
 pub use units::Bandwidth;

@@ -119,6 +119,9 @@ pub struct MetaHost {
     pub launch: Launch,
     /// The byte order its processes use on the wire (`BYTEORDER`).
     pub byte_order: ByteOrder,
+    /// Its TLS identity for links with `TLS = on` (`TLSCERT`, `TLSKEY`, `TLSCA`, `TLSPIN`,
+    /// `TLSNAME`).
+    pub tls: HostTls,
     /// Its nodes, in file order (MetaMPICH sorted them by name; metampi keeps the order given).
     pub nodes: Vec<Node>,
     /// `LAUNCH = local` was written (for it or globally): nodes without an address are
@@ -384,7 +387,7 @@ pub struct LinkOptions {
     pub latency: Option<Duration>,
     /// Payload compression (`COMPRESSION`).
     pub compression: Compression,
-    /// Transport security (`TLS`, `CERT`, `KEY`, `CA`, `PIN`).
+    /// Transport security (`TLS`).
     pub tls: Tls,
     /// How long the router may hold small messages to bundle them (`BUNDLE_DEADLINE`).
     pub bundle_deadline: Option<Duration>,
@@ -402,14 +405,7 @@ impl LinkOptions {
             parts.push(format!("+{}", format_duration(l)));
         }
         parts.push(format!("compress={}", self.compression));
-        parts.push(format!(
-            "tls={}",
-            if matches!(self.tls, Tls::Off) {
-                "off"
-            } else {
-                "on"
-            }
-        ));
+        parts.push(format!("tls={}", self.tls));
         if let Some(d) = self.bundle_deadline {
             parts.push(format!("bundle={}", format_duration(d)));
         }
@@ -442,26 +438,71 @@ impl fmt::Display for Compression {
     }
 }
 
-/// Transport security of a link.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+/// Transport security of a link (`TLS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Tls {
-    /// Plain TCP (authenticated by the job secret when `SECRET_FILE` is set).
+    /// Plain TCP, authenticated by the job secret (HMAC challenge and response), not
+    /// encrypted.
     #[default]
     Off,
-    /// TLS with these credentials.
-    On(TlsConfig),
+    /// TLS 1.3 with a key and self-signed certificate that every router derives from the job
+    /// secret and its id; each end pins the certificate the other derives. Needs no setup;
+    /// authenticates as much as the job secret does, and encrypts.
+    Auto,
+    /// TLS 1.3 with the meta hosts' own certificates (`TLSCERT`, `TLSKEY`), each end
+    /// checking the other by `TLSCA` and/or `TLSPIN` (see [`HostTls`]).
+    On,
 }
 
-/// TLS credentials: this end's certificate and key, and how to check the peer (a CA
-/// bundle, a certificate pin, or both).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TlsConfig {
-    /// PEM certificate chain path (`CERT`).
-    pub cert: String,
-    /// PEM private key path (`KEY`).
-    pub key: String,
-    /// PEM CA bundle path (`CA`).
+impl fmt::Display for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Off => "off",
+            Self::Auto => "auto",
+            Self::On => "on",
+        })
+    }
+}
+
+/// A meta host's TLS identity for links with `TLS = on`: what its routers present, and how
+/// the routers of other meta hosts recognise it. Each field comes from the `METAHOST` block,
+/// else from the top level (a default for every meta host). Paths are read by the routers,
+/// on the machines they run on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct HostTls {
+    /// PEM certificate chain its routers present (`TLSCERT`), leaf first.
+    pub cert: Option<String>,
+    /// PEM private key of that certificate (`TLSKEY`).
+    pub key: Option<String>,
+    /// PEM bundle of the certificate authorities that vouch for its certificate (`TLSCA`):
+    /// a peer accepts its certificate when it chains to one of them and names
+    /// [`HostTls::name`].
     pub ca: Option<String>,
-    /// SHA-256 fingerprint of the peer certificate (`PIN`).
-    pub pin: Option<[u8; 32]>,
+    /// SHA-256 fingerprints of the certificates it may present (`TLSPIN`); a peer accepts
+    /// only these when any are given.
+    pub pins: Vec<[u8; 32]>,
+    /// The DNS name its certificate must carry when checked against `TLSCA` (`TLSNAME`);
+    /// `None` means the meta host's name.
+    pub name: Option<String>,
+}
+
+impl HostTls {
+    /// Whether nothing is set.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// The name a CA-checked certificate must carry: `TLSNAME`, else `host_name`.
+    #[must_use]
+    pub fn name_or<'a>(&'a self, host_name: &'a str) -> &'a str {
+        self.name.as_deref().unwrap_or(host_name)
+    }
+}
+
+/// Formats a certificate fingerprint as `TLSPIN` takes it: `sha256:` and 64 hex digits.
+#[must_use]
+pub fn format_pin(pin: &[u8; 32]) -> String {
+    let hex: String = pin.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }

@@ -31,10 +31,10 @@ pub(crate) const TOP_KEYWORDS: &[&str] = &[
     "LATENCY",
     "COMPRESSION",
     "TLS",
-    "CERT",
-    "KEY",
-    "CA",
-    "PIN",
+    "TLSCERT",
+    "TLSKEY",
+    "TLSCA",
+    "TLSPIN",
     "BUNDLE_DEADLINE",
 ];
 
@@ -71,6 +71,11 @@ pub(crate) const METAHOST_KEYS: &[&str] = &[
     "METAKEY",
     "LAUNCH",
     "BYTEORDER",
+    "TLSCERT",
+    "TLSKEY",
+    "TLSCA",
+    "TLSPIN",
+    "TLSNAME",
 ];
 
 /// Settings of a PAIR (header block or inline) and of a link.
@@ -80,12 +85,12 @@ pub(crate) const LINK_KEYS: &[&str] = &[
     "LATENCY",
     "COMPRESSION",
     "TLS",
-    "CERT",
-    "KEY",
-    "CA",
-    "PIN",
     "BUNDLE_DEADLINE",
 ];
+
+/// TLS credentials are properties of a meta host (one site, one identity), not of a link:
+/// a link has two ends, and one `CERT` could not say whose certificate it is.
+const HOST_TLS_KEYS: &[&str] = &["TLSCERT", "TLSKEY", "TLSCA", "TLSPIN", "TLSNAME"];
 
 /// Per-node attributes.
 const NODE_KEYS: &[&str] = &["MAXPROCS", "SLOTS"];
@@ -308,11 +313,24 @@ pub(crate) fn unknown_keyword(
     context: &'static str,
     choices: &'static [&'static str],
 ) -> ErrorKind {
+    let in_link = std::ptr::eq(choices, LINK_KEYS);
+    let hint = match word {
+        "CERT" | "KEY" | "CA" | "PIN" => format!(
+            "; TLS credentials belong to meta hosts: TLS{word} in a METAHOST block, or at top level for every meta host"
+        ),
+        w if in_link && HOST_TLS_KEYS.contains(&w) => format!(
+            "; {w} describes a meta host: put it in the METAHOST block of the meta host it belongs to (or at top level for every meta host); links only choose TLS = off, auto or on"
+        ),
+        "TLSNAME" if !in_link => {
+            "; TLSNAME names one meta host's certificate: put it in that METAHOST block".to_owned()
+        }
+        _ => suggestion(word, choices),
+    };
     ErrorKind::UnknownKeyword {
         keyword: word.to_owned(),
         context,
         expected: choices,
-        hint: suggestion(word, choices),
+        hint,
     }
 }
 
@@ -1260,9 +1278,10 @@ mod tests {
 
     #[test]
     fn settings_join_tokens() {
-        let ast = parse_ok("METAHOST a { LAUNCH = ssh me@host:22; }\nPAIR a b 1 - { PIN = sha256:AB:cd; }\nx -> y PORT=7000\n");
+        let ast = parse_ok("METAHOST a { LAUNCH = ssh me@host:22; TLSPIN = sha256:AB:cd; }\nPAIR a b 1 - { LATENCY = 1 ms; }\nx -> y PORT=7000\n");
         assert_eq!(ast.metahosts[0].settings[0].value, "ssh me@host:22");
-        assert_eq!(ast.pairs[0].settings[0].value, "sha256:AB:cd");
+        assert_eq!(ast.metahosts[0].settings[1].value, "sha256:AB:cd");
+        assert_eq!(ast.pairs[0].settings[0].value, "1 ms");
         assert_eq!(ast.pairs[0].lines[0].links[0].settings[0].value, "7000");
     }
 

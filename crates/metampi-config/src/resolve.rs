@@ -11,8 +11,8 @@ use std::time::Duration;
 use crate::error::{ConfigError, ErrorKind, Pos};
 use crate::layout::{HostLayout, Layout, LinkLayout, Listen, NodeLayout, RouterLayout};
 use crate::model::{
-    Address, ByteOrder, Compression, Device, Format, Globals, Launch, Link, LinkOptions,
-    MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls, TlsConfig,
+    Address, ByteOrder, Compression, Device, Format, Globals, HostTls, Launch, Link, LinkOptions,
+    MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls,
 };
 use crate::parser::{
     AddrAst, AddrKind, Ast, EndpointAst, HostDecl, MetaHostAst, NodeEntry, NodeSpec, PairAst,
@@ -50,6 +50,8 @@ struct GlobalState {
     globals: Globals,
     launch: Option<Launch>,
     byte_order: Option<ByteOrder>,
+    /// `TLSCERT`, `TLSKEY`, `TLSCA`, `TLSPIN` at top level: defaults for every meta host.
+    tls: HostTls,
     opts: OptLayer,
     auto_pos: Option<Pos>,
 }
@@ -161,23 +163,124 @@ fn parse_byte_order(s: &Setting) -> RResult<ByteOrder> {
     }
 }
 
-fn parse_pin(s: &Setting) -> RResult<[u8; 32]> {
-    let v = s.value.trim();
+/// `TLSPIN`: one or more certificate fingerprints, separated by commas (several allow a
+/// certificate to be replaced without stopping every site at once).
+fn parse_pins(s: &Setting) -> RResult<Vec<[u8; 32]>> {
+    let expected = "SHA-256 certificate fingerprints: 'sha256:' and 64 hex digits each (colons between bytes allowed), separated by commas";
+    s.value
+        .split(',')
+        .map(|p| parse_pin(p).ok_or_else(|| bad_value(s, expected)))
+        .collect()
+}
+
+fn parse_pin(text: &str) -> Option<[u8; 32]> {
+    let v = text.trim();
     let v = match (v.get(..7), v.get(7..)) {
         (Some(prefix), Some(rest)) if prefix.eq_ignore_ascii_case("sha256:") => rest,
         _ => v,
     };
     let hex: String = v.chars().filter(|c| *c != ':').collect();
-    let expected = "a SHA-256 certificate fingerprint: 'sha256:' and 64 hex digits (colons between bytes allowed)";
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(bad_value(s, expected));
+        return None;
     }
     let mut out = [0u8; 32];
     for (i, byte) in out.iter_mut().enumerate() {
-        *byte =
-            u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad_value(s, expected))?;
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
-    Ok(out)
+    Some(out)
+}
+
+/// Whether `name` can be the DNS name (subjectAltName) a certificate is checked for:
+/// labels of letters, digits, `-` and `_` (as rustls accepts), not starting or ending with
+/// `-`, at most 63 characters each and 253 in all, and not an IPv4 address.
+pub(crate) fn is_dns_name(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.parse::<Ipv4Addr>().is_err()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// Sets one of the TLS identity settings of a meta host (or of all of them, at top level);
+/// `false` when `s` is not one.
+fn set_host_tls(t: &mut HostTls, s: &Setting) -> RResult<bool> {
+    let v = s.value.trim();
+    let path = || -> RResult<String> {
+        if v.is_empty() {
+            Err(bad_value(s, "a file path"))
+        } else {
+            Ok(v.to_owned())
+        }
+    };
+    match s.key.as_str() {
+        "TLSCERT" => t.cert = Some(path()?),
+        "TLSKEY" => t.key = Some(path()?),
+        "TLSCA" => t.ca = Some(path()?),
+        "TLSPIN" => t.pins = parse_pins(s)?,
+        "TLSNAME" => {
+            if !is_dns_name(v) {
+                return Err(bad_value(
+                    s,
+                    "a DNS name, the one the meta host's certificate carries (letters, digits, '-' and '_' in dot-separated labels)",
+                ));
+            }
+            t.name = Some(v.to_owned());
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// A link with `TLS = on` (set at `pos`) between meta hosts `a` and `b`: both need a
+/// certificate and key to present, and a way for the other to check it.
+fn check_tls_on(pos: Pos, from: &MetaHost, to: &MetaHost) -> RResult<()> {
+    let context = format!("TLS = on for the links {} -> {}", from.name, to.name);
+    for h in [from, to] {
+        let missing = |field: &'static str, help: String| {
+            (
+                pos,
+                ErrorKind::MissingField {
+                    field,
+                    context: context.clone(),
+                    help,
+                },
+            )
+        };
+        let n = &h.name;
+        if h.tls.cert.is_none() {
+            return Err(missing(
+                "TLSCERT",
+                format!("give meta host '{n}' TLSCERT = <PEM certificate chain> in its METAHOST block (or at top level for every meta host); TLS = auto needs no certificates"),
+            ));
+        }
+        if h.tls.key.is_none() {
+            return Err(missing(
+                "TLSKEY",
+                format!("give meta host '{n}' TLSKEY = <PEM private key of its TLSCERT>"),
+            ));
+        }
+        if h.tls.ca.is_none() && h.tls.pins.is_empty() {
+            return Err(missing(
+                "TLSCA or TLSPIN",
+                format!("say how the other side checks meta host '{n}': TLSCA = <PEM bundle of the CA that signed its certificate> or TLSPIN = sha256:<64 hex digits of its certificate>"),
+            ));
+        }
+        if h.tls.ca.is_some() && !is_dns_name(h.tls.name_or(n)) {
+            return Err(missing(
+                "TLSNAME",
+                format!("its certificate is checked against TLSCA for the meta host's name, and '{n}' is not a DNS name: give meta host '{n}' TLSNAME = <the DNS name in its certificate>"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Link settings given at one level (global, PAIR, link).
@@ -187,11 +290,7 @@ struct OptLayer {
     bandwidth: Option<Bandwidth>,
     latency: Option<Duration>,
     compression: Option<Compression>,
-    tls: Option<(bool, Pos)>,
-    cert: Option<String>,
-    key: Option<String>,
-    ca: Option<String>,
-    pin: Option<[u8; 32]>,
+    tls: Option<(Tls, Pos)>,
     bundle: Option<Duration>,
 }
 
@@ -211,13 +310,6 @@ impl OptLayer {
 
     fn set(&mut self, s: &Setting) -> RResult<()> {
         let v = s.value.trim();
-        let path = |s: &Setting| -> RResult<String> {
-            if v.is_empty() {
-                Err(bad_value(s, "a file path"))
-            } else {
-                Ok(v.to_owned())
-            }
-        };
         match s.key.as_str() {
             "PORT" => {
                 let ports = parse_port_list(v).map_err(|e| {
@@ -248,17 +340,14 @@ impl OptLayer {
                 });
             }
             "TLS" => {
-                let on = match v.to_ascii_lowercase().as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(bad_value(s, "on or off")),
+                let mode = match v.to_ascii_lowercase().as_str() {
+                    "off" => Tls::Off,
+                    "auto" => Tls::Auto,
+                    "on" => Tls::On,
+                    _ => return Err(bad_value(s, "off, auto (keys derived from the job secret, no setup) or on (the meta hosts' TLSCERT and TLSKEY)")),
                 };
-                self.tls = Some((on, s.pos));
+                self.tls = Some((mode, s.pos));
             }
-            "CERT" => self.cert = Some(path(s)?),
-            "KEY" => self.key = Some(path(s)?),
-            "CA" => self.ca = Some(path(s)?),
-            "PIN" => self.pin = Some(parse_pin(s)?),
             _ => {
                 return Err((
                     s.pos,
@@ -281,51 +370,19 @@ impl OptLayer {
             latency: self.latency.or(base.latency),
             compression: self.compression.or(base.compression),
             tls: self.tls.or(base.tls),
-            cert: self.cert.clone().or_else(|| base.cert.clone()),
-            key: self.key.clone().or_else(|| base.key.clone()),
-            ca: self.ca.clone().or_else(|| base.ca.clone()),
-            pin: self.pin.or(base.pin),
             bundle: self.bundle.or(base.bundle),
         }
     }
 
-    fn finish(&self) -> RResult<LinkOptions> {
+    /// The effective options of a link from meta host `from` to `to`.
+    fn finish(&self, from: &MetaHost, to: &MetaHost) -> RResult<LinkOptions> {
         let tls = match self.tls {
-            Some((true, pos)) => {
-                let missing = |field: &'static str, help: &str| {
-                    (
-                        pos,
-                        ErrorKind::MissingField {
-                            field,
-                            context: "TLS = on".into(),
-                            help: help.to_owned(),
-                        },
-                    )
-                };
-                let cert = self.cert.clone().ok_or_else(|| {
-                    missing(
-                        "CERT",
-                        "give CERT = <PEM certificate chain> (TLS also needs KEY, and CA or PIN)",
-                    )
-                })?;
-                let key = self
-                    .key
-                    .clone()
-                    .ok_or_else(|| missing("KEY", "give KEY = <PEM private key of CERT>"))?;
-                if self.ca.is_none() && self.pin.is_none() {
-                    return Err(missing(
-                        "CA or PIN",
-                        "give CA = <PEM CA bundle> or PIN = sha256:<64 hex digits> to check the peer",
-                    ));
-                }
-                Tls::On(TlsConfig {
-                    cert,
-                    key,
-                    ca: self.ca.clone(),
-                    pin: self.pin,
-                })
+            Some((Tls::On, pos)) => {
+                check_tls_on(pos, from, to)?;
+                Tls::On
             }
-            _ => Tls::Off,
+            Some((mode, _)) => mode,
+            None => Tls::Off,
         };
         Ok(LinkOptions {
             bandwidth: self.bandwidth,
@@ -342,6 +399,7 @@ fn resolve_globals(ast: &Ast) -> RResult<GlobalState> {
         globals: Globals::default(),
         launch: None,
         byte_order: None,
+        tls: HostTls::default(),
         opts: OptLayer::default(),
         auto_pos: None,
     };
@@ -374,7 +432,11 @@ fn resolve_globals(ast: &Ast) -> RResult<GlobalState> {
             }
             "LAUNCH" => g.launch = Some(parse_launch(s)?),
             "BYTEORDER" => g.byte_order = Some(parse_byte_order(s)?),
-            _ => g.opts.set(s)?,
+            _ => {
+                if !set_host_tls(&mut g.tls, s)? {
+                    g.opts.set(s)?;
+                }
+            }
         }
     }
     if let Some((pos, opt)) = &ast.auto_router {
@@ -601,6 +663,7 @@ fn resolve_host(
         device: Device::Auto,
         launch: Launch::Local,
         byte_order: g.byte_order.unwrap_or_default(),
+        tls: g.tls.clone(),
         nodes: Vec::new(),
         loopback: false,
         frontend: None,
@@ -649,7 +712,9 @@ fn resolve_host(
                 "LAUNCH" => launch = Some(parse_launch(s)?),
                 "BYTEORDER" => h.byte_order = parse_byte_order(s)?,
                 _ => {
-                    h.legacy.insert(s.key.clone(), v);
+                    if !set_host_tls(&mut h.tls, s)? {
+                        h.legacy.insert(s.key.clone(), v);
+                    }
                 }
             }
         }
@@ -1219,7 +1284,7 @@ fn resolve_pairs(
                     ));
                 }
                 let link_layer = OptLayer::from_settings(&link.settings, "on this link")?;
-                let options = link_layer.over(&base).finish()?;
+                let options = link_layer.over(&base).finish(&hosts[from], &hosts[to])?;
                 let link_port = match &link_layer.ports {
                     Some((ports, p)) if ports.len() == 1 => Some((ports[0], *p)),
                     Some((ports, p)) => {
@@ -1337,7 +1402,6 @@ fn resolve_pairs(
 
     // Every ordered pair needs routers: written, implied, or generated by AUTO_ROUTER.
     let have: BTreeSet<(usize, usize)> = specs.iter().map(|s| (s.from, s.to)).collect();
-    let auto_options = g.opts.finish()?;
     for a in 0..hosts.len() {
         for b in 0..hosts.len() {
             if a == b || have.contains(&(a, b)) {
@@ -1352,6 +1416,7 @@ fn resolve_pairs(
                     },
                 ));
             };
+            let auto_options = g.opts.finish(&hosts[a], &hosts[b])?;
             let src_node = gateway_node(&hosts[a]);
             // If the reverse direction is written out, aim at its first router's node.
             let dst_node = specs
@@ -1379,7 +1444,7 @@ fn resolve_pairs(
                         dst_address,
                         dst_pos: auto_pos,
                         port: None,
-                        options: auto_options.clone(),
+                        options: auto_options,
                         pos: auto_pos,
                     }],
                 }],
@@ -1607,6 +1672,7 @@ fn build(
             device: h.device,
             launch: h.launch.clone(),
             byte_order: h.byte_order,
+            tls: h.tls.clone(),
             nodes,
         });
         base += h.nprocs;

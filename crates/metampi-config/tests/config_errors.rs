@@ -54,24 +54,25 @@ fn unknown_keywords() {
         err("METAHOST A { NODE = a0; }"),
         "t.cfg:1:14: unknown keyword 'NODE' in METAHOST block (expected one of TYPE, NODES, ROUTERS, \
          NPROCS, FRONTEND, USER, EXECPATH, EXECNAME, EXECARGS, ENVFILE, ENV, MPIROOT, ROUTEREXEC, \
-         DEVOPTS, CONFPATH, CONFNAME, METAKEY, LAUNCH, BYTEORDER); did you mean 'NODES'?"
+         DEVOPTS, CONFPATH, CONFNAME, METAKEY, LAUNCH, BYTEORDER, TLSCERT, TLSKEY, TLSCA, TLSPIN, \
+         TLSNAME); did you mean 'NODES'?"
     );
     assert_eq!(
         err("METAHOTS A { }"),
         "t.cfg:1:1: unknown keyword 'METAHOTS' at top level (expected one of NUMHOSTS, OPTIONS, \
          CONNECTIONS, METAHOST, PAIR, NICDEF, AUTO_ROUTER, PORTBASE, ROUTERTIMEOUT, SPLITSIZE, \
          ISEND_NUM, HETERO, EXCHANGE_ORDER, SECRET_FILE, LAUNCH, BYTEORDER, BANDWIDTH, LATENCY, \
-         COMPRESSION, TLS, CERT, KEY, CA, PIN, BUNDLE_DEADLINE); did you mean 'METAHOST'?"
+         COMPRESSION, TLS, TLSCERT, TLSKEY, TLSCA, TLSPIN, BUNDLE_DEADLINE); did you mean 'METAHOST'?"
     );
     assert_eq!(
         err(&format!("{TWO}PAIR A B 1 - BANDWITH=1Gbit\na0 <-> b0\n")),
         "t.cfg:3:14: unknown keyword 'BANDWITH' in PAIR options (expected one of PORT, BANDWIDTH, \
-         LATENCY, COMPRESSION, TLS, CERT, KEY, CA, PIN, BUNDLE_DEADLINE); did you mean 'BANDWIDTH'?"
+         LATENCY, COMPRESSION, TLS, BUNDLE_DEADLINE); did you mean 'BANDWIDTH'?"
     );
     assert_eq!(
         err(&format!("{TWO}PAIR A B 1 -\na0 <-> b0 SPEED=1Gbit\n")),
         "t.cfg:4:11: unknown keyword 'SPEED' in link options (expected one of PORT, BANDWIDTH, \
-         LATENCY, COMPRESSION, TLS, CERT, KEY, CA, PIN, BUNDLE_DEADLINE)"
+         LATENCY, COMPRESSION, TLS, BUNDLE_DEADLINE)"
     );
     assert_eq!(
         err("NET sciA TYPE ch_smi\n"),
@@ -319,11 +320,7 @@ fn unit_errors() {
     );
     assert_eq!(
         pair("TLS = maybe"),
-        "t.cfg:3:22: bad value 'maybe' for TLS: expected on or off"
-    );
-    assert_eq!(
-        pair("PIN = sha256:abcd"),
-        "t.cfg:3:22: bad value 'sha256:abcd' for PIN: expected a SHA-256 certificate fingerprint: 'sha256:' and 64 hex digits (colons between bytes allowed)"
+        "t.cfg:3:22: bad value 'maybe' for TLS: expected off, auto (keys derived from the job secret, no setup) or on (the meta hosts' TLSCERT and TLSKEY)"
     );
     assert_eq!(err("ROUTERTIMEOUT 2 fortnights\nMETAHOST A { }\n"), "t.cfg:1:15: bad duration '2 fortnights': unknown unit 'fortnights' (expected ns, us, ms, s, min or h)");
     assert_eq!(
@@ -335,22 +332,15 @@ fn unit_errors() {
 #[test]
 fn missing_required_fields() {
     let pair = |opt: &str| err(&format!("{TWO}PAIR A B 1 - {{ {opt} }}\na0 <-> b0\n"));
+    // TLS = on: see config_tls.rs for every case.
     assert_eq!(
         pair("TLS = on;"),
-        "t.cfg:3:16: TLS = on is missing CERT: give CERT = <PEM certificate chain> (TLS also needs KEY, and CA or PIN)"
-    );
-    assert_eq!(
-        pair("TLS = on; CERT = c.pem;"),
-        "t.cfg:3:16: TLS = on is missing KEY: give KEY = <PEM private key of CERT>"
-    );
-    assert_eq!(
-        pair("TLS = on; CERT = c.pem; KEY = k.pem;"),
-        "t.cfg:3:16: TLS = on is missing CA or PIN: give CA = <PEM CA bundle> or PIN = sha256:<64 hex digits> to check the peer"
+        "t.cfg:3:16: TLS = on for the links A -> B is missing TLSCERT: give meta host 'A' TLSCERT = <PEM certificate chain> in its METAHOST block (or at top level for every meta host); TLS = auto needs no certificates"
     );
     // A global TLS = on applies to every link, generated ones included.
     assert_eq!(
         err("TLS = on\nMETAHOST A { }\nMETAHOST B { }\nAUTO_ROUTER\n"),
-        "t.cfg:1:1: TLS = on is missing CERT: give CERT = <PEM certificate chain> (TLS also needs KEY, and CA or PIN)"
+        "t.cfg:1:1: TLS = on for the links A -> B is missing TLSCERT: give meta host 'A' TLSCERT = <PEM certificate chain> in its METAHOST block (or at top level for every meta host); TLS = auto needs no certificates"
     );
     assert_eq!(
         err("METAHOST A { NPROCS = MAX; NODES = a0 2, a1; }"),

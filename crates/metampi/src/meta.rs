@@ -3,19 +3,38 @@
 //! layout of `metampi-config` (PACX-MPI numbering: meta hosts in file order,
 //! ranks contiguous per host).
 //!
-//! This launcher starts meta hosts whose `LAUNCH` is `local` (sites emulated on
-//! this machine, each node a separate emulated machine) or `netns NAME` (the
-//! same inside a Linux network namespace, with the addresses given there:
-//! `ip netns exec NAME` runs its routers and ranks).
+//! How a meta host's routers and ranks start follows its `LAUNCH`:
+//! - `local`: on this machine (sites emulated here, each node a separate
+//!   emulated machine);
+//! - `netns NAME`: the same inside a Linux network namespace, with the
+//!   addresses given there (`ip netns exec NAME` runs its routers and ranks);
+//! - `ssh DEST` and command templates: on the node, through ssh (to `DEST`, or
+//!   to the node with `DEST` as jump host when the meta host has several
+//!   nodes) or through the template, with the environment on the command line
+//!   and the job secret on the first line of stdin (see
+//!   [`metampi_launch::HostLaunch`]); routers listen for their site's ranks on
+//!   the node's address and report their port through the launch command's
+//!   stdout;
+//! - `manual`: the launcher prints one command per node for the user to run
+//!   there; its routers listen for ranks on fixed ports (after the highest link
+//!   port of the layout), since nobody can read their ready line.
+//!
+//! PACX-MPI startup commands (`Launch::Verbatim`) are refused: they start the
+//! machine's own MPI, whose processes cannot join a metampi job.
 
 use std::ffi::OsString;
 use std::io::BufReader;
 use std::process::{Child, Command, Stdio};
 
-use metampi_config::{Launch, Layout};
+use metampi_config::{Launch, Layout, Tls};
 use metampi_launch::{AppSpec, Host};
+// Launching meta hosts on other machines.
+use metampi_config::{Address, HostLayout, NodeLayout};
+use metampi_launch::{HostLaunch, ManualProcess, SecretSource};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use crate::router::{read_ready, OutLink, RouterSpec};
+use crate::router::{read_ready, tls, Identity, LinkTls, OutLink, PeerCheck, RouterSpec};
 
 /// Environment variable that carries a router's spec to a router process.
 pub const ROUTER_SPEC_ENV: &str = "METAMPI_ROUTER_SPEC";
@@ -28,8 +47,43 @@ pub struct Routers {
 impl Drop for Routers {
     fn drop(&mut self) {
         for c in &mut self.children {
+            // A router on another machine stops when the stdin of its launch command
+            // closes (see `metampi_launch::spawn_remote`); killing ssh closes it too, but
+            // an orderly end of file reaches the far side first.
+            drop(c.stdin.take());
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+}
+
+impl Routers {
+    /// Keeps `child` (stopped when the routers are dropped) and returns its
+    /// stdout, where it reports ready.
+    fn push(&mut self, mut child: Child) -> std::io::Result<std::process::ChildStdout> {
+        let out = child.stdout.take();
+        self.children.push(child);
+        out.ok_or_else(|| std::io::Error::other("router stdout is not piped"))
+    }
+}
+
+/// What a meta launch needs besides the layout.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    /// The description's `SECRET_FILE`, as written: commands printed for meta
+    /// hosts started by hand read the job secret from this file on their
+    /// machines instead of carrying it.
+    pub secret_file: Option<String>,
+    /// How long a router may take to report that it is ready (through ssh,
+    /// this includes logging in).
+    pub ready_timeout: Duration,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        StartOptions {
+            secret_file: None,
+            ready_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -65,6 +119,111 @@ impl MetaPlan {
     }
 }
 
+/// How the processes on node `n` of `host` start through a command: ssh or a
+/// template (`None` for local, netns and manual meta hosts).
+///
+/// # Errors
+/// A PACX-MPI startup command, or an ssh destination or template that cannot
+/// be used, with a message naming the meta host.
+fn node_launch(host: &HostLayout, n: usize) -> std::io::Result<Option<HostLaunch>> {
+    let node = &host.nodes[n];
+    let bad = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("meta host `{}`: {why}", host.name),
+        )
+    };
+    match &host.launch {
+        Launch::Local | Launch::Netns(_) | Launch::Manual => Ok(None),
+        // One node: the destination is that machine. Several: each node is
+        // reached through the destination, the meta host's way in.
+        Launch::Ssh(dest) => {
+            let via = (host.nodes.len() > 1).then_some(node.name.as_str());
+            HostLaunch::ssh(dest, via)
+                .map(Some)
+                .map_err(|e| bad(format!("LAUNCH = ssh {dest}: {e}")))
+        }
+        Launch::Command(template) => {
+            let launch = HostLaunch::Template {
+                template: template.clone(),
+                vars: vec![
+                    ("{node}".into(), node.name.clone()),
+                    ("{host}".into(), host.name.clone()),
+                ],
+            };
+            launch
+                .argv(b"true")
+                .map_err(|e| bad(format!("LAUNCH = {template:?}: {e}")))?;
+            Ok(Some(launch))
+        }
+        Launch::Verbatim(command) => Err(bad(format!(
+            "the PACX-MPI startup command `{command}` starts that machine's own MPI, whose \
+             processes cannot join a metampi job; describe the meta host with LAUNCH = ssh HOST \
+             (or a template such as \"rsh HOST {{cmd}}\") in the description language, or drop \
+             the command from the hostfile line to start it by hand (LAUNCH = manual)"
+        ))),
+    }
+}
+
+/// Where a router on `node` listens for its site's ranks, and the address
+/// they use: the node's IP address; for a node known by name, every interface
+/// (a name may resolve to a loopback address on the node itself, as Debian's
+/// `127.0.1.1` for the machine's own name does), reached by that name.
+fn vertical_address(host: &HostLayout, node: &NodeLayout) -> std::io::Result<(String, String)> {
+    match &node.address {
+        Address::Ip(_) => Ok((node.address.to_string(), node.address.to_string())),
+        Address::Host(name) => Ok(("0.0.0.0".into(), name.clone())),
+        other => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "meta host `{}`: node {} runs a router but its address `{other}` is not a TCP \
+                 address, which its ranks would need to reach the router",
+                host.name, node.name
+            ),
+        )),
+    }
+}
+
+/// Prints the command for every node started by hand that runs routers but
+/// no ranks (the others' routers are started by the command of their ranks,
+/// which the rank launcher prints).
+fn print_router_only_nodes(
+    layout: &Layout,
+    helpers: &[((usize, usize), ManualProcess)],
+    cwd: &std::path::Path,
+    opts: &StartOptions,
+    secret: &str,
+) {
+    let source = match &opts.secret_file {
+        Some(path) => SecretSource::File(path.clone()),
+        None => SecretSource::Inline(secret.to_string()),
+    };
+    for (h, host) in layout.hosts.iter().enumerate() {
+        for (n, node) in host.nodes.iter().enumerate() {
+            let mine: Vec<ManualProcess> = helpers
+                .iter()
+                .filter(|(at, _)| *at == (h, n))
+                .map(|(_, p)| p.clone())
+                .collect();
+            if node.nprocs > 0 || mine.is_empty() {
+                continue;
+            }
+            let names: Vec<&str> = mine.iter().map(|p| p.name.as_str()).collect();
+            eprintln!(
+                "metampi run: start {} on {}.{} by hand: run this command in a shell on that \
+                 machine:",
+                names.join(", "),
+                host.name,
+                node.name
+            );
+            eprintln!(
+                "{}",
+                metampi_launch::manual_command(cwd, &source, &mine, &[])
+            );
+        }
+    }
+}
+
 /// The command prefix that starts a process on meta host `launch`.
 fn prefix(launch: &Launch) -> Vec<OsString> {
     match launch {
@@ -77,7 +236,42 @@ fn prefix(launch: &Launch) -> Vec<OsString> {
 }
 
 /// The router spec for every router in the layout.
+///
+/// A link with `TLS = auto` gets, at both ends, the identity each router
+/// derives from the job secret and a pin of the one its peer derives (no key
+/// is written anywhere); a link with `TLS = on` names the meta hosts' own
+/// files, which the routers read on their machines, and how each end checks
+/// the other (`TLSCA` with the name, `TLSPIN`). A build without the `tls`
+/// feature cannot run such links: the routers that have them carry the
+/// reason in [`RouterSpec::error`] and report it when started;
+/// [`try_router_specs`] returns it instead.
 pub fn router_specs(layout: &Layout) -> Vec<RouterSpec> {
+    let mut specs = plain_router_specs(layout);
+    if let Err(e) = add_tls(layout, &mut specs) {
+        for r in &layout.routers {
+            let uses_tls = layout
+                .links
+                .iter()
+                .any(|l| l.options.tls != Tls::Off && (l.router == r.id || l.peer_router == r.id));
+            if uses_tls {
+                specs[r.id].error = Some(format!("TLS for router links: {e}"));
+            }
+        }
+    }
+    specs
+}
+
+/// [`router_specs`], failing at once when the links' TLS cannot be set up.
+///
+/// # Errors
+/// Without the `tls` feature when a link asks for TLS.
+pub fn try_router_specs(layout: &Layout) -> std::io::Result<Vec<RouterSpec>> {
+    let mut specs = plain_router_specs(layout);
+    add_tls(layout, &mut specs)?;
+    Ok(specs)
+}
+
+fn plain_router_specs(layout: &Layout) -> Vec<RouterSpec> {
     layout
         .routers
         .iter()
@@ -89,6 +283,7 @@ pub fn router_specs(layout: &Layout) -> Vec<RouterSpec> {
                 .iter()
                 .map(|l| format!("{}:{}", l.address, l.port))
                 .collect(),
+            listen_tls: Vec::new(),
             out: r
                 .links_out
                 .iter()
@@ -107,11 +302,99 @@ pub fn router_specs(layout: &Layout) -> Vec<RouterSpec> {
                         .into(),
                         link_id: link.id as u32,
                         peer: link.peer_router,
+                        tls: None,
                     }
                 })
                 .collect(),
+            identities: Vec::new(),
+            error: None,
         })
         .collect()
+}
+
+/// Fills in the TLS of every link that has it, at both ends.
+fn add_tls(layout: &Layout, specs: &mut [RouterSpec]) -> std::io::Result<()> {
+    let Some(first) = layout.links.iter().find(|l| l.options.tls != Tls::Off) else {
+        return Ok(());
+    };
+    if !tls::AVAILABLE {
+        return Err(std::io::Error::other(format!(
+            "link l{} ({} -> {}) has TLS = {}, but this metampi was built without the `tls` \
+             feature: rebuild with default features, or set TLS = off",
+            first.id,
+            layout.hosts[first.from_host].name,
+            layout.hosts[first.to_host].name,
+            first.options.tls
+        )));
+    }
+    // The index of an identity in its router's spec, added on first use.
+    let index =
+        |spec: &mut RouterSpec, id: Identity| match spec.identities.iter().position(|i| *i == id) {
+            Some(i) => i,
+            None => {
+                spec.identities.push(id);
+                spec.identities.len() - 1
+            }
+        };
+    for link in &layout.links {
+        let (a, b) = (link.router, link.peer_router);
+        let files = |host: usize| -> std::io::Result<Identity> {
+            let h = &layout.hosts[host];
+            // metampi-config refuses TLS = on without both.
+            match (&h.tls.cert, &h.tls.key) {
+                (Some(cert), Some(key)) => Ok(Identity::Files {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => Err(std::io::Error::other(format!(
+                    "meta host {} has no TLSCERT or TLSKEY",
+                    h.name
+                ))),
+            }
+        };
+        let check = |host: usize| {
+            let h = &layout.hosts[host];
+            PeerCheck::Certificate {
+                name: h.tls.name_or(&h.name).to_owned(),
+                ca: h.tls.ca.clone(),
+                pins: h.tls.pins.clone(),
+            }
+        };
+        // (the sender's identity and check of b, the receiver's of a)
+        let (out, listen) = match link.options.tls {
+            Tls::Off => continue,
+            Tls::Auto => (
+                LinkTls {
+                    identity: index(&mut specs[a], Identity::Auto),
+                    peer: PeerCheck::Auto { router: b },
+                },
+                LinkTls {
+                    identity: index(&mut specs[b], Identity::Auto),
+                    peer: PeerCheck::Auto { router: a },
+                },
+            ),
+            Tls::On => (
+                LinkTls {
+                    identity: index(&mut specs[a], files(link.from_host)?),
+                    peer: check(link.to_host),
+                },
+                LinkTls {
+                    identity: index(&mut specs[b], files(link.to_host)?),
+                    peer: check(link.from_host),
+                },
+            ),
+        };
+        let routers = &layout.routers;
+        if let Some(k) = routers[a].links_out.iter().position(|&l| l == link.id) {
+            specs[a].out[k].tls = Some(out);
+        }
+        if let Some(k) = routers[b].listen.iter().position(|l| l.link == link.id) {
+            let lt = &mut specs[b].listen_tls;
+            lt.resize(routers[b].listen.len(), None);
+            lt[k] = Some(listen);
+        }
+    }
+    Ok(())
 }
 
 /// Starts every router as `program args...` (with the spec in the
@@ -135,14 +418,34 @@ pub fn start_with_dial(
     env: &[(OsString, OsString)],
     dial: &mut dyn FnMut(&str) -> std::io::Result<String>,
 ) -> std::io::Result<(Routers, MetaPlan)> {
+    start_with_options(layout, program, args, env, &StartOptions::default(), dial)
+}
+
+/// Like [`start_with_dial`], with [`StartOptions`].
+///
+/// # Errors
+/// A meta host that cannot be launched (a PACX-MPI startup command, an ssh
+/// destination or template that cannot be used, a router node without a TCP
+/// address), before anything starts; a router that cannot be started or does
+/// not report ready in time (the routers started so far are stopped).
+pub fn start_with_options(
+    layout: &Layout,
+    program: &OsString,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    opts: &StartOptions,
+    dial: &mut dyn FnMut(&str) -> std::io::Result<String>,
+) -> std::io::Result<(Routers, MetaPlan)> {
+    // How every node is reached, checked before anything starts.
+    let mut launches = Vec::with_capacity(layout.hosts.len());
     for h in &layout.hosts {
-        if !matches!(h.launch, Launch::Local | Launch::Netns(_)) {
-            return Err(std::io::Error::other(format!(
-                "meta host `{}`: LAUNCH = {} is not supported by this launcher yet (local and netns are)",
-                h.name, h.launch
-            )));
-        }
+        launches.push(
+            (0..h.nodes.len())
+                .map(|n| node_launch(h, n))
+                .collect::<std::io::Result<Vec<_>>>()?,
+        );
     }
+    let cwd = std::env::current_dir()?;
     let mut routers = Routers {
         children: Vec::new(),
     };
@@ -151,45 +454,159 @@ pub fn start_with_dial(
         Ok(s) => s,
         Err(_) => crate::auth::Secret::random()?.to_hex(),
     };
-    let mut endpoints = Vec::new();
-    for mut spec in router_specs(layout) {
+    // Routers started by hand listen for their ranks on ports fixed in advance,
+    // above every port the layout's links use.
+    let mut manual_port = layout
+        .routers
+        .iter()
+        .flat_map(|r| r.listen.iter().map(|l| l.port))
+        .max()
+        .unwrap_or(metampi_config::DEFAULT_PORT_BASE);
+    // Per router: the address its site's ranks use, and its port once known.
+    let mut endpoints: Vec<(String, Option<u16>)> = Vec::new();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let mut waiting = Vec::new();
+    // The routers that the command of a node started by hand starts, by (host, node).
+    let mut helpers: Vec<((usize, usize), ManualProcess)> = Vec::new();
+    for mut spec in try_router_specs(layout)? {
         for o in &mut spec.out {
             o.addr = dial(&o.addr)?;
         }
         let r = &layout.routers[spec.id];
-        let pre = prefix(&layout.hosts[r.host].launch);
-        let mut cmd = match pre.split_first() {
-            Some((p, rest)) => {
-                let mut c = Command::new(p);
-                c.args(rest).arg(program);
-                c
+        let host = &layout.hosts[r.host];
+        let node = &host.nodes[r.node];
+        let what = format!(
+            "router {} of meta host `{}` on node {}",
+            r.id, host.name, node.name
+        );
+        let child = match (&host.launch, &launches[r.host][r.node]) {
+            (Launch::Manual, _) => {
+                let (bind, addr) = vertical_address(host, node)?;
+                manual_port = manual_port.checked_add(1).ok_or_else(|| {
+                    std::io::Error::other(format!(
+                        "{what}: no port is left above the links' ports for its ranks"
+                    ))
+                })?;
+                spec.vertical = format!("{bind}:{manual_port}");
+                endpoints.push((addr, Some(manual_port)));
+                let mut router_env = env.to_vec();
+                router_env.push((ROUTER_SPEC_ENV.into(), spec.to_line().into()));
+                helpers.push((
+                    (r.host, r.node),
+                    ManualProcess {
+                        name: format!("router {}", r.id),
+                        env: router_env,
+                        program: program.clone(),
+                        args: args.to_vec(),
+                    },
+                ));
+                continue;
             }
-            None => Command::new(program),
+            (_, Some(launch)) => {
+                let (bind, addr) = vertical_address(host, node)?;
+                spec.vertical = format!("{bind}:0");
+                endpoints.push((addr, None));
+                let mut router_env = env.to_vec();
+                router_env.push((ROUTER_SPEC_ENV.into(), spec.to_line().into()));
+                metampi_launch::spawn_remote(launch, &cwd, &router_env, &secret, program, args)
+                    .map_err(|e| std::io::Error::other(format!("starting {what}: {e}")))?
+            }
+            (_, None) => {
+                endpoints.push(("127.0.0.1".into(), None));
+                let pre = prefix(&host.launch);
+                let mut cmd = match pre.split_first() {
+                    Some((p, rest)) => {
+                        let mut c = Command::new(p);
+                        c.args(rest).arg(program);
+                        c
+                    }
+                    None => Command::new(program),
+                };
+                cmd.args(args)
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .env(ROUTER_SPEC_ENV, spec.to_line())
+                    .env("METAMPI_SECRET", &secret)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .spawn()?
+            }
         };
-        let mut child = cmd
-            .args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .env(ROUTER_SPEC_ENV, spec.to_line())
-            .env("METAMPI_SECRET", &secret)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let out = child
-            .stdout
-            .take()
-            .ok_or_else(|| std::io::Error::other("router stdout"))?;
-        routers.children.push(child);
-        let port = read_ready(&mut BufReader::new(out))?;
-        endpoints.push(format!("{}>{}@127.0.0.1:{port}", r.host, r.peer));
+        let out = routers.push(child)?;
+        let index = endpoints.len() - 1;
+        let tx = ready_tx.clone();
+        // One reader per router, so that routers (through ssh: logins) start in
+        // parallel and a silent one is noticed at the deadline.
+        std::thread::Builder::new()
+            .name(format!("metampi-ready-{}", r.id))
+            .spawn(move || {
+                let _ = tx.send((index, read_ready(&mut BufReader::new(out))));
+            })?;
+        waiting.push((index, what));
     }
+    drop(ready_tx);
+    let deadline = Instant::now() + opts.ready_timeout;
+    while !waiting.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match ready_rx.recv_timeout(left) {
+            Ok((index, Ok(port))) => {
+                endpoints[index].1 = Some(port);
+                waiting.retain(|(i, _)| *i != index);
+            }
+            Ok((index, Err(e))) => {
+                let what = waiting
+                    .iter()
+                    .find(|(i, _)| *i == index)
+                    .map_or("a router", |(_, w)| w.as_str());
+                return Err(std::io::Error::other(format!(
+                    "{what} did not start: {e} (its messages, and those of ssh or the launch \
+                     command, are above)"
+                )));
+            }
+            Err(_) => {
+                let names: Vec<&str> = waiting.iter().map(|(_, w)| w.as_str()).collect();
+                return Err(std::io::Error::other(format!(
+                    "{} did not report ready within {} s",
+                    names.join(", "),
+                    opts.ready_timeout.as_secs()
+                )));
+            }
+        }
+    }
+    let endpoints: Vec<String> = layout
+        .routers
+        .iter()
+        .zip(&endpoints)
+        .map(|(r, (addr, port))| format!("{}>{}@{addr}:{}", r.host, r.peer, port.unwrap_or(0)))
+        .collect();
+    print_router_only_nodes(layout, &helpers, &cwd, opts, &secret);
     let hosts = layout
         .hosts
         .iter()
-        .flat_map(|h| {
+        .enumerate()
+        .flat_map(|(hi, h)| {
+            let launches = &launches[hi];
+            let helpers = &helpers;
             h.nodes
                 .iter()
-                .filter(|n| n.nprocs > 0)
-                .map(move |n| Host::new(format!("{}.{}", h.name, n.name), n.nprocs))
+                .enumerate()
+                .filter(|(_, n)| n.nprocs > 0)
+                .map(move |(ni, n)| {
+                    let host = Host::new(format!("{}.{}", h.name, n.name), n.nprocs);
+                    match (&h.launch, &launches[ni]) {
+                        // Ranks started by hand: the node's command starts its
+                        // routers first.
+                        (Launch::Manual, _) => host.with_launch(HostLaunch::Manual {
+                            helpers: helpers
+                                .iter()
+                                .filter(|(at, _)| *at == (hi, ni))
+                                .map(|(_, p)| p.clone())
+                                .collect(),
+                            secret_file: opts.secret_file.clone(),
+                        }),
+                        (_, Some(launch)) => host.with_launch(launch.clone()),
+                        (_, None) => host,
+                    }
+                })
         })
         .collect();
     let prefixes = layout
@@ -251,4 +668,104 @@ pub fn run_router_from_env() -> bool {
         std::process::exit(1);
     }
     true
+}
+
+#[cfg(test)]
+mod launch_tests {
+    use super::*;
+
+    fn layout(text: &str) -> Layout {
+        metampi_config::parse_str("t.cfg", text)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .layout()
+    }
+
+    fn refusal(layout: &Layout) -> String {
+        let exe = OsString::from("/bin/false");
+        match start(layout, &exe, &[], &[]) {
+            Ok(_) => panic!("the layout was launched"),
+            Err(e) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+                e.to_string()
+            }
+        }
+    }
+
+    #[test]
+    fn pacx_startup_commands_are_refused_with_the_way_out() {
+        let cfg = metampi_config::parse_pacx_str(
+            "hosts",
+            "h1 2 tcp\nh2 2 tcp (rsh h2 mpirun -np 4 ./app)\n",
+        )
+        .unwrap();
+        assert_eq!(
+            refusal(&cfg.layout()),
+            "meta host `h2`: the PACX-MPI startup command `rsh h2 mpirun -np 4 ./app` starts \
+             that machine's own MPI, whose processes cannot join a metampi job; describe the \
+             meta host with LAUNCH = ssh HOST (or a template such as \"rsh HOST {cmd}\") in the \
+             description language, or drop the command from the hostfile line to start it by \
+             hand (LAUNCH = manual)"
+        );
+    }
+
+    #[test]
+    fn unusable_ssh_destinations_and_router_addresses_are_refused() {
+        let two = |launch: &str, node_b: &str| {
+            layout(&format!(
+                "METAHOST a {{ LAUNCH = local; NODES = a0; }}\n\
+                 METAHOST b {{ LAUNCH = {launch}; NODES = {node_b}; }}\n\
+                 PAIR a b 1\na0 -> {}\nPAIR b a 1\n{} -> a0\n",
+                node_b.split_whitespace().next().unwrap_or(""),
+                node_b.split_whitespace().next().unwrap_or(""),
+            ))
+        };
+        assert_eq!(
+            refusal(&two("ssh -login", "b0 (127.0.0.1)")),
+            "meta host `b`: LAUNCH = ssh -login: `-login` is not a usable host name for ssh \
+             (letters, digits, `.`, `-`, `_`; not starting with `-`)"
+        );
+        let atm = layout(
+            "METAHOST a { LAUNCH = local; NODES = a0; }\n\
+             METAHOST b { LAUNCH = manual; NODES = b0 (ATM_PVC 0.0.42); }\n\
+             PAIR a b 1\na0 -> ATM_PVC 0.0.42\nPAIR b a 1\nATM_PVC 0.0.42 -> a0\n",
+        );
+        assert_eq!(
+            refusal(&atm),
+            "meta host `b`: node b0 runs a router but its address `ATM_PVC 0.0.42` is not a \
+             TCP address, which its ranks would need to reach the router"
+        );
+    }
+
+    #[test]
+    fn nodes_of_a_cluster_are_reached_through_its_ssh_destination() {
+        let l = layout(
+            "METAHOST a { LAUNCH = local; NODES = a0; }\n\
+             METAHOST b { LAUNCH = ssh me@login:2222; NODES = n1 (10.0.0.1), n2 (10.0.0.2); }\n\
+             METAHOST c { LAUNCH = \"srun -w {node} -J {host} {cmd}\"; NODES = c0 (10.1.0.1); }\n\
+             AUTO_ROUTER\n",
+        );
+        let b = &l.hosts[1];
+        assert_eq!(
+            node_launch(b, 1).unwrap(),
+            Some(HostLaunch::Ssh(vec![
+                "-J".into(),
+                "me@login:2222".into(),
+                "me@n2".into()
+            ]))
+        );
+        let c = &l.hosts[2];
+        let argv = node_launch(c, 0).unwrap().unwrap().argv(b"CMD").unwrap();
+        assert_eq!(
+            argv,
+            Some(
+                ["srun", "-w", "c0", "-J", "c", "CMD"]
+                    .map(OsString::from)
+                    .to_vec()
+            )
+        );
+        assert_eq!(
+            vertical_address(b, &b.nodes[0]).unwrap(),
+            ("10.0.0.1".to_string(), "10.0.0.1".to_string())
+        );
+    }
 }

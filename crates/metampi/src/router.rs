@@ -44,6 +44,10 @@ use metampi_wire::{
 use crate::auth;
 use crate::envelope::{Envelope, ENV_LEN};
 
+pub mod tls;
+
+pub use tls::{Identity, LinkTls, PeerCheck};
+
 /// One outgoing link of a router.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutLink {
@@ -60,9 +64,15 @@ pub struct OutLink {
     /// The router at the other end: links to the same peer router form one
     /// striped connection.
     pub peer: usize,
+    /// TLS on this link (`None`: plain TCP).
+    pub tls: Option<LinkTls>,
 }
 
 /// What a router needs to know: written by the meta launcher as one line.
+///
+/// No key material travels in it: `TLS = auto` keys are derived from the
+/// job secret (which reaches the router as before), and `TLS = on` names the
+/// meta hosts' files, which the router reads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RouterSpec {
     pub id: usize,
@@ -70,17 +80,132 @@ pub struct RouterSpec {
     pub vertical: String,
     /// Where the peer site's routers connect.
     pub listen: Vec<String>,
+    /// Per entry of `listen`: the TLS a link arriving there must speak
+    /// (`None`, and every entry when the list is empty: plain TCP).
+    pub listen_tls: Vec<Option<LinkTls>>,
     pub out: Vec<OutLink>,
+    /// The TLS identities its links present ([`LinkTls::identity`]).
+    pub identities: Vec<Identity>,
+    /// Why this router cannot run, found by the launcher (TLS links in a
+    /// build without the `tls` feature): the router reports it and exits.
+    pub error: Option<String>,
+}
+
+/// Percent-encodes all but unreserved characters, so that paths and messages
+/// fit between the spec's separators (`;` `=` `,` `/` `|`).
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad escape in `{text}`"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("`{text}` is not UTF-8"))
+}
+
+fn hex32(b: &[u8; 32]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex32(text: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if text.len() != 64 {
+        return None;
+    }
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// `IDENTITY|auto|ROUTER`, `IDENTITY|NAME|CA|PIN+PIN`, or `-` for a plain link.
+fn tls_to_text(t: Option<&LinkTls>) -> String {
+    let Some(t) = t else {
+        return "-".into();
+    };
+    match &t.peer {
+        PeerCheck::Auto { router } => format!("{}|auto|{router}", t.identity),
+        PeerCheck::Certificate { name, ca, pins } => {
+            let pins: Vec<String> = pins.iter().map(hex32).collect();
+            format!(
+                "{}|{}|{}|{}",
+                t.identity,
+                encode(name),
+                ca.as_deref().map(encode).unwrap_or_default(),
+                pins.join("+")
+            )
+        }
+    }
+}
+
+fn tls_from_text(text: &str) -> Result<Option<LinkTls>, String> {
+    if text == "-" {
+        return Ok(None);
+    }
+    let parts: Vec<&str> = text.split('|').collect();
+    let identity = parts
+        .first()
+        .and_then(|i| i.parse().ok())
+        .ok_or_else(|| format!("bad TLS identity in `{text}`"))?;
+    let peer = match parts[1..] {
+        ["auto", router] => PeerCheck::Auto {
+            router: router
+                .parse()
+                .map_err(|_| format!("bad peer router in `{text}`"))?,
+        },
+        [name, ca, pins] => PeerCheck::Certificate {
+            name: decode(name)?,
+            ca: if ca.is_empty() {
+                None
+            } else {
+                Some(decode(ca)?)
+            },
+            pins: pins
+                .split('+')
+                .filter(|p| !p.is_empty())
+                .map(|p| unhex32(p).ok_or_else(|| format!("bad pin in `{text}`")))
+                .collect::<Result<_, _>>()?,
+        },
+        _ => return Err(format!("bad TLS setting `{text}`")),
+    };
+    Ok(Some(LinkTls { identity, peer }))
 }
 
 impl RouterSpec {
-    /// `id=3;vertical=127.0.0.1:0;listen=a:1,b:2;out=host:port/BPS/LATUS/COMPRESSION/LINKID/PEER,...`
+    /// `id=3;vertical=127.0.0.1:0;listen=a:1,b:2;out=host:port/BPS/LATUS/COMPRESSION/LINKID/PEER[/TLS],...`,
+    /// and with TLS `;listentls=TLS,...;ids=ID,...`, where a
+    /// link's TLS is `-` (plain) or `IDENTITY|NAME|CA|PIN+PIN` (text
+    /// percent-encoded, pins in hex) or `IDENTITY|auto|ROUTER`, and an
+    /// identity is `auto` or `CERT|KEY`. A plain job's line is what it was
+    /// before TLS existed.
     pub fn to_line(&self) -> String {
         let out: Vec<String> = self
             .out
             .iter()
             .map(|o| {
-                format!(
+                let mut e = format!(
                     "{}/{}/{}/{}/{}/{}",
                     o.addr,
                     o.bytes_per_sec.unwrap_or(0),
@@ -88,16 +213,44 @@ impl RouterSpec {
                     o.compression,
                     o.link_id,
                     o.peer
-                )
+                );
+                if o.tls.is_some() {
+                    e.push('/');
+                    e.push_str(&tls_to_text(o.tls.as_ref()));
+                }
+                e
             })
             .collect();
-        format!(
+        let mut line = format!(
             "id={};vertical={};listen={};out={}",
             self.id,
             self.vertical,
             self.listen.join(","),
             out.join(",")
-        )
+        );
+        if self.listen_tls.iter().any(Option::is_some) {
+            let l: Vec<String> = self
+                .listen_tls
+                .iter()
+                .map(|t| tls_to_text(t.as_ref()))
+                .collect();
+            line.push_str(&format!(";listentls={}", l.join(",")));
+        }
+        if !self.identities.is_empty() {
+            let ids: Vec<String> = self
+                .identities
+                .iter()
+                .map(|i| match i {
+                    Identity::Auto => "auto".to_string(),
+                    Identity::Files { cert, key } => format!("{}|{}", encode(cert), encode(key)),
+                })
+                .collect();
+            line.push_str(&format!(";ids={}", ids.join(",")));
+        }
+        if let Some(e) = &self.error {
+            line.push_str(&format!(";error={}", encode(e)));
+        }
+        line
     }
 
     /// Parses [`RouterSpec::to_line`].
@@ -106,7 +259,10 @@ impl RouterSpec {
             id: 0,
             vertical: "127.0.0.1:0".into(),
             listen: Vec::new(),
+            listen_tls: Vec::new(),
             out: Vec::new(),
+            identities: Vec::new(),
+            error: None,
         };
         let list = |v: &str| -> Vec<String> {
             v.split(',')
@@ -122,13 +278,37 @@ impl RouterSpec {
                 "id" => spec.id = v.parse().map_err(|_| format!("bad router id `{v}`"))?,
                 "vertical" => spec.vertical = v.to_string(),
                 "listen" => spec.listen = list(v),
+                "listentls" => {
+                    spec.listen_tls = list(v)
+                        .iter()
+                        .map(|t| tls_from_text(t))
+                        .collect::<Result<_, _>>()?;
+                }
+                "ids" => {
+                    for i in list(v) {
+                        let parts: Vec<&str> = i.split('|').collect();
+                        spec.identities.push(match parts[..] {
+                            ["auto"] => Identity::Auto,
+                            [cert, key] => Identity::Files {
+                                cert: decode(cert)?,
+                                key: decode(key)?,
+                            },
+                            _ => return Err(format!("bad TLS identity `{i}`")),
+                        });
+                    }
+                }
+                "error" => spec.error = Some(decode(v)?),
                 "out" => {
                     for o in list(v) {
                         let parts: Vec<&str> = o.split('/').collect();
-                        let [addr, bps, lat, comp, id, peer] = parts[..] else {
-                            return Err(format!(
-                                "bad link `{o}` (expected addr/bytes_per_sec/latency_us/compression/id/peer)"
-                            ));
+                        let (addr, bps, lat, comp, id, peer, tls) = match parts[..] {
+                            [a, b, l, c, i, p] => (a, b, l, c, i, p, None),
+                            [a, b, l, c, i, p, t] => (a, b, l, c, i, p, tls_from_text(t)?),
+                            _ => {
+                                return Err(format!(
+                                    "bad link `{o}` (expected addr/bytes_per_sec/latency_us/compression/id/peer[/tls])"
+                                ))
+                            }
                         };
                         let peer: usize = peer
                             .parse()
@@ -148,6 +328,7 @@ impl RouterSpec {
                             compression: comp.to_string(),
                             link_id,
                             peer,
+                            tls,
                         });
                     }
                 }
@@ -156,6 +337,20 @@ impl RouterSpec {
         }
         if spec.out.is_empty() {
             return Err("a router needs at least one outgoing link".into());
+        }
+        if spec.listen_tls.len() > spec.listen.len() {
+            return Err("more listener TLS settings than listeners".into());
+        }
+        let ids = spec.identities.len();
+        let named = spec
+            .out
+            .iter()
+            .filter_map(|o| o.tls.as_ref())
+            .chain(spec.listen_tls.iter().flatten());
+        for t in named {
+            if t.identity >= ids {
+                return Err(format!("TLS identity {} is not in the spec", t.identity));
+            }
         }
         Ok(spec)
     }
@@ -297,6 +492,42 @@ impl Shaper {
         Ok(())
     }
 
+    /// [`Shaper::write`] through a TLS session: what is due is encrypted as
+    /// far as the session's bounded send buffer takes it, and the records go
+    /// out as the socket takes them; `done` counts bytes the session took.
+    fn write_tls(
+        &mut self,
+        s: &mut TcpStream,
+        t: &mut tls::TlsStream,
+        now: Instant,
+    ) -> io::Result<()> {
+        loop {
+            t.flush(s)?;
+            if t.wants_write() {
+                return Ok(());
+            }
+            let Some((due, f, done)) = self.queue.front_mut() else {
+                return Ok(());
+            };
+            if *due > now {
+                return Ok(());
+            }
+            let h = f.header.len();
+            let n = if *done < h {
+                t.write_plain(&[IoSlice::new(&f.header[*done..]), IoSlice::new(&f.payload)])?
+            } else {
+                t.write_plain(&[IoSlice::new(&f.payload[*done - h..])])?
+            };
+            *done += n;
+            if *done == f.len() {
+                self.queue.pop_front();
+            }
+            if n == 0 {
+                return Ok(());
+            }
+        }
+    }
+
     /// When a timer of the emulated line next needs the loop (an arrival
     /// falls due, or the line frees up); `None` when nothing waits on time.
     fn due(&self, now: Instant) -> Option<Instant> {
@@ -357,6 +588,38 @@ fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats) {
 struct WireConn {
     stream: TcpStream,
     shaper: Shaper,
+    /// The TLS session on `stream`, on a link with TLS.
+    tls: Option<Box<tls::TlsStream>>,
+}
+
+impl WireConn {
+    /// Reads what arrived (decrypted on a TLS link) into `buf`; `Ok(false)`
+    /// at the end of the stream.
+    fn read(&mut self, buf: &mut BytesMut) -> io::Result<bool> {
+        match self.tls.as_mut() {
+            None => fill(&mut self.stream, buf, 0, READ_CHUNK),
+            Some(t) => t.fill(&mut self.stream, buf, READ_BUDGET),
+        }
+    }
+
+    /// Writes the shaper's due frames.
+    fn write(&mut self, now: Instant) -> io::Result<()> {
+        match self.tls.as_mut() {
+            None => self.shaper.write(&mut self.stream, now),
+            Some(t) => self.shaper.write_tls(&mut self.stream, t, now),
+        }
+    }
+
+    /// Bytes wait inside the TLS session: read again without waiting for
+    /// the socket.
+    fn pending(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.pending())
+    }
+
+    /// The loop must wait for the socket to take bytes.
+    fn wants_write(&self, now: Instant) -> bool {
+        self.shaper.blocked_on_socket(now) || self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
 }
 
 /// One logical connection to or from a peer router: a wire [`Bundle`] over
@@ -369,6 +632,8 @@ struct Peer {
     emulation: Vec<(Option<u64>, Option<Duration>)>,
     /// Outgoing side: where each link connects, for reconnecting.
     addrs: Vec<String>,
+    /// Outgoing side: each link's TLS end (`None`: plain).
+    dialers: Vec<Option<tls::Dialer>>,
     /// Outgoing side: a connector thread is working on the link.
     connecting: Vec<bool>,
     /// The link has been connected before (a new connection is a reconnect).
@@ -398,6 +663,8 @@ struct RankConn {
 /// A connection that has not said who it is yet.
 struct Hello {
     stream: TcpStream,
+    /// On a TLS listener: the session the handshake and the hello run in.
+    tls: Option<Box<tls::TlsStream>>,
     /// The handshake's challenge sent to this connection.
     nonce: [u8; auth::NONCE],
     /// The answer so far: nonce, proof, hello.
@@ -418,6 +685,8 @@ const LINK_MAGIC: &[u8; 4] = b"MPLK";
 const LINK_HELLO: usize = 16;
 /// A connection that has not identified itself in this time is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a dialling router waits for its peer during the handshakes.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes queued towards local ranks before the router stops taking messages
 /// from its links (the wire credit then holds the senders back).
 const DELIVER_LIMIT: usize = 32 << 20;
@@ -573,35 +842,64 @@ struct Router {
     waiting: HashMap<u32, VecDeque<Bytes>>,
     /// Bytes queued towards local ranks (all of `tx` and `waiting`).
     to_ranks: usize,
-    connected_tx: std::sync::mpsc::Sender<(usize, usize, TcpStream)>,
-    connected_rx: std::sync::mpsc::Receiver<(usize, usize, TcpStream)>,
+    connected_tx: std::sync::mpsc::Sender<Connected>,
+    connected_rx: std::sync::mpsc::Receiver<Connected>,
+    /// Per listener: its TLS end (`None`: plain).
+    acceptors: Vec<Option<tls::Acceptor>>,
     waker: (Arc<UnixDatagram>, UnixDatagram),
     last_stats: Instant,
     /// The job secret every connection must prove.
     key: auth::Secret,
 }
 
+/// A link connection a connector thread made: peer, link, socket, and the
+/// TLS session on it for a TLS link.
+type Connected = (usize, usize, TcpStream, Option<Box<tls::TlsStream>>);
+
 /// Starts a thread that connects link `link` of peer `peer` to `addr`,
 /// retrying with backoff, and hands the connection (hello sent) to the loop.
-fn spawn_connector(r: &Router, peer: usize, link: usize, addr: String, hello: [u8; LINK_HELLO]) {
+fn spawn_connector(
+    r: &Router,
+    peer: usize,
+    link: usize,
+    addr: String,
+    hello: [u8; LINK_HELLO],
+    dialer: Option<tls::Dialer>,
+) {
     let tx = r.connected_tx.clone();
     let waker = Arc::clone(&r.waker.0);
     let (key, id) = (r.key.clone(), r.id);
     std::thread::spawn(move || {
         let mut backoff = Duration::from_millis(10);
+        // A refusal is logged when it first happens or changes, not on every retry.
+        let mut last_refusal = String::new();
         loop {
             if let Ok(mut s) = TcpStream::connect(&addr) {
                 let _ = s.set_nodelay(true);
-                match auth::connect(&mut s, &key, LINK_CTX, &hello) {
-                    Ok(()) => {
+                let res = match &dialer {
+                    None => auth::connect(&mut s, &key, LINK_CTX, &hello).map(|()| None),
+                    Some(d) => d
+                        .connect(&mut s, &key, LINK_CTX, &hello, HANDSHAKE_TIMEOUT)
+                        .map(|t| Some(Box::new(t))),
+                };
+                match res {
+                    Ok(t) => {
                         if s.set_nonblocking(true).is_ok() {
-                            let _ = tx.send((peer, link, s));
+                            let _ = tx.send((peer, link, s, t));
                             let _ = waker.send(&[1]);
                             return;
                         }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                        eprintln!("metampi router {id}: link {link} to {addr}: {e}");
+                    // Refusals, and a TLS link whose peer does not speak TLS.
+                    Err(e)
+                        if e.kind() == io::ErrorKind::PermissionDenied
+                            || (dialer.is_some() && e.kind() == io::ErrorKind::InvalidData) =>
+                    {
+                        let why = tls::describe_error(&e);
+                        if why != last_refusal {
+                            eprintln!("metampi router {id}: link {link} to {addr}: {why}");
+                            last_refusal = why;
+                        }
                     }
                     Err(_) => {}
                 }
@@ -623,16 +921,22 @@ impl Router {
         w0.set_nonblocking(true)?;
         w1.set_nonblocking(true)?;
         let now = Instant::now();
+        let key = auth::Secret::from_env()?;
+        let (dialers, acceptors) = tls::setup(spec, &key)?;
         // One striped connection per peer router, links in spec order.
-        let mut peers: Vec<(usize, Vec<&OutLink>)> = Vec::new();
-        for l in &spec.out {
+        type Links<'a> = (Vec<&'a OutLink>, Vec<Option<tls::Dialer>>);
+        let mut peers: Vec<(usize, Links)> = Vec::new();
+        for (l, d) in spec.out.iter().zip(dialers) {
             match peers.iter_mut().find(|p| p.0 == l.peer) {
-                Some(p) => p.1.push(l),
-                None => peers.push((l.peer, vec![l])),
+                Some((_, (links, dialers))) => {
+                    links.push(l);
+                    dialers.push(d);
+                }
+                None => peers.push((l.peer, (vec![l], vec![d]))),
             }
         }
         let mut out = Vec::new();
-        for (peer, links) in &peers {
+        for (peer, (links, dialers)) in peers {
             let comp = parse_compression(&links[0].compression).unwrap_or(Compression::Lz4);
             let slow = links.iter().any(|l| l.bytes_per_sec.is_some());
             let bundle = Bundle::new(now, wire_config(spec.id as u32, comp, slow), links.len())
@@ -642,6 +946,7 @@ impl Router {
                 conns: links.iter().map(|_| None).collect(),
                 emulation: links.iter().map(|l| (l.bytes_per_sec, l.latency)).collect(),
                 addrs: links.iter().map(|l| l.addr.clone()).collect(),
+                dialers,
                 connecting: vec![false; links.len()],
                 seen: vec![false; links.len()],
                 lost_at: vec![None; links.len()],
@@ -651,7 +956,7 @@ impl Router {
                     .map(|l| stats_path(spec.id, l.link_id, "out"))
                     .collect(),
                 label: format!("to router {peer}"),
-                trace: crate::trace::LinkLog::open(spec.id, true, *peer),
+                trace: crate::trace::LinkLog::open(spec.id, true, peer),
             });
         }
         let r = Router {
@@ -666,9 +971,10 @@ impl Router {
             to_ranks: 0,
             connected_tx,
             connected_rx,
+            acceptors,
             waker: (Arc::new(w0), w1),
             last_stats: now,
-            key: auth::Secret::from_env()?,
+            key,
         };
         Ok(r)
     }
@@ -694,7 +1000,8 @@ impl Router {
             peer.layout_ids[l],
         );
         let addr = peer.addrs[l].clone();
-        spawn_connector(self, p, l, addr, hello);
+        let dialer = peer.dialers[l].clone();
+        spawn_connector(self, p, l, addr, hello, dialer);
     }
 
     fn peer_mut(&mut self, outgoing: bool, key: usize) -> Option<&mut Peer> {
@@ -727,27 +1034,56 @@ impl Router {
 
     fn accept_all(&mut self, now: Instant) {
         while let Ok((s, _)) = self.vertical.accept() {
-            self.new_hello(s, false, now);
+            self.new_hello(s, None, now);
         }
         for i in 0..self.listeners.len() {
             while let Ok((s, _)) = self.listeners[i].accept() {
-                self.new_hello(s, true, now);
+                self.new_hello(s, Some(i), now);
             }
         }
     }
 
-    fn new_hello(&mut self, mut s: TcpStream, link: bool, now: Instant) {
+    /// A new connection on the vertical listener (`listener` is `None`) or
+    /// on a link listener.
+    fn new_hello(&mut self, mut s: TcpStream, listener: Option<usize>, now: Instant) {
         if s.set_nonblocking(true).is_err() {
             return;
         }
         let _ = s.set_nodelay(true);
-        // The challenge: 16 bytes always fit a new connection's send buffer.
         let Ok(nonce) = auth::nonce() else { return };
-        if s.write_all(&nonce).is_err() {
-            return;
-        }
+        let acceptor = listener
+            .and_then(|i| self.acceptors.get(i))
+            .and_then(Option::as_ref);
+        let tls = match acceptor {
+            None => {
+                // The challenge: 16 bytes always fit a new connection's send buffer.
+                if s.write_all(&nonce).is_err() {
+                    return;
+                }
+                None
+            }
+            Some(a) => {
+                // The challenge waits in the session until the handshake is done.
+                let mut t = match a.start() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("metampi router {}: {e}", self.id);
+                        return;
+                    }
+                };
+                if !t
+                    .write_plain(&[IoSlice::new(&nonce)])
+                    .is_ok_and(|n| n == nonce.len())
+                {
+                    return;
+                }
+                Some(Box::new(t))
+            }
+        };
+        let link = listener.is_some();
         self.hellos.push(Hello {
             stream: s,
+            tls,
             nonce,
             got: Vec::new(),
             link,
@@ -755,22 +1091,65 @@ impl Router {
         });
     }
 
+    fn refused(&self, stream: &TcpStream, why: &str) {
+        let from = stream.peer_addr().map(|a| a.to_string());
+        eprintln!(
+            "metampi router {}: refused a connection from {}: {why}",
+            self.id,
+            from.as_deref().unwrap_or("?")
+        );
+    }
+
     fn read_hellos(&mut self, now: Instant) {
         let mut i = 0;
         while i < self.hellos.len() {
             let h = &mut self.hellos[i];
             let need = auth::NONCE + auth::TAG + if h.link { LINK_HELLO } else { 4 };
-            let mut b = [0u8; auth::NONCE + auth::TAG + LINK_HELLO];
             let want = need - h.got.len();
-            let mut drop_it = now.duration_since(h.since) > HELLO_TIMEOUT;
-            match h.stream.read(&mut b[..want]) {
-                Ok(0) => drop_it = true,
-                Ok(n) => h.got.extend_from_slice(&b[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => drop_it = true,
+            let timed_out = now.duration_since(h.since) > HELLO_TIMEOUT;
+            // `Some(None)`: drop quietly (gone, or silent as a port scan);
+            // `Some(Some(why))`: refuse and log.
+            let mut drop_it: Option<Option<String>> = None;
+            match h.tls.as_mut() {
+                None => {
+                    let mut b = [0u8; auth::NONCE + auth::TAG + LINK_HELLO];
+                    match h.stream.read(&mut b[..want]) {
+                        Ok(0) => drop_it = Some(None),
+                        Ok(n) => h.got.extend_from_slice(&b[..n]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) => drop_it = Some(None),
+                    }
+                    if timed_out && drop_it.is_none() {
+                        drop_it = Some(None);
+                    }
+                }
+                Some(t) => {
+                    let mut plain = BytesMut::new();
+                    match t.fill(&mut h.stream, &mut plain, want) {
+                        Ok(open) => {
+                            h.got.extend_from_slice(&plain);
+                            if !open {
+                                drop_it = Some(None);
+                            }
+                        }
+                        Err(e) => drop_it = Some(Some(tls::describe_error(&e))),
+                    }
+                    if h.got.len() > need {
+                        drop_it = Some(Some("it sent more than its hello".into()));
+                    } else if timed_out && drop_it.is_none() && h.got.len() < need {
+                        drop_it = Some(Some(if t.is_established() {
+                            "no hello within the time limit".into()
+                        } else {
+                            "no TLS handshake within the time limit (a router without TLS?)".into()
+                        }));
+                    }
+                }
             }
-            if drop_it {
-                self.hellos.swap_remove(i);
+            if let Some(why) = drop_it {
+                let h = self.hellos.swap_remove(i);
+                if let Some(why) = why {
+                    self.refused(&h.stream, &why);
+                }
                 continue;
             }
             if h.got.len() < need {
@@ -782,17 +1161,20 @@ impl Router {
             let hello = match auth::check(&self.key, ctx, &h.nonce, &h.got) {
                 Ok(hello) => hello.to_vec(),
                 Err(e) => {
-                    let from = h.stream.peer_addr().map(|a| a.to_string());
-                    eprintln!(
-                        "metampi router {}: refused a connection from {}: {e}",
-                        self.id,
-                        from.as_deref().unwrap_or("?")
-                    );
+                    self.refused(&h.stream, &e.to_string());
                     continue;
                 }
             };
             let proof = self.key.acceptor_tag(ctx, &h.got[..auth::NONCE], &h.nonce);
-            if h.stream.write_all(&proof).is_err() {
+            let sent = match h.tls.as_mut() {
+                None => h.stream.write_all(&proof).is_ok(),
+                Some(t) => {
+                    t.write_plain(&[IoSlice::new(&proof)])
+                        .is_ok_and(|n| n == proof.len())
+                        && t.flush(&mut h.stream).is_ok()
+                }
+            };
+            if !sent {
                 continue;
             }
             h.got = hello;
@@ -839,6 +1221,7 @@ impl Router {
                 conns: (0..links).map(|_| None).collect(),
                 emulation: vec![(None, None); links],
                 addrs: Vec::new(),
+                dialers: Vec::new(),
                 connecting: Vec::new(),
                 seen: vec![false; links],
                 lost_at: vec![None; links],
@@ -860,9 +1243,14 @@ impl Router {
         p.lost_at[link] = None;
         p.layout_ids[link] = layout_id;
         p.stats[link] = stats_path(id, layout_id, "in");
+        let mut tls = h.tls;
+        if let Some(t) = tls.as_mut() {
+            t.set_link_buffers();
+        }
         p.conns[link] = Some(WireConn {
             stream: h.stream,
             shaper: Shaper::new(None, None),
+            tls,
         });
         if again {
             p.bundle.handle_reconnect(now, link);
@@ -870,7 +1258,7 @@ impl Router {
     }
 
     fn take_connected(&mut self, now: Instant) {
-        while let Ok((p, l, stream)) = self.connected_rx.try_recv() {
+        while let Ok((p, l, stream, tls)) = self.connected_rx.try_recv() {
             let peer = &mut self.out[p];
             peer.connecting[l] = false;
             let (bps, lat) = peer.emulation[l];
@@ -880,6 +1268,7 @@ impl Router {
             peer.conns[l] = Some(WireConn {
                 stream,
                 shaper: Shaper::new(bps, lat),
+                tls,
             });
             if !first {
                 peer.bundle.handle_reconnect(now, l);
@@ -965,12 +1354,12 @@ impl Router {
                 let Some(c) = p.conns[l].as_mut() else {
                     continue;
                 };
-                if readable.get(l).copied().unwrap_or(true) {
+                if readable.get(l).copied().unwrap_or(true) || c.pending() {
                     buf.clear();
-                    match fill(&mut c.stream, &mut buf, 0, READ_CHUNK) {
+                    match c.read(&mut buf) {
                         Ok(true) => {}
                         Ok(false) => lost.push((l, "closed by the peer".to_string())),
-                        Err(e) => lost.push((l, e.to_string())),
+                        Err(e) => lost.push((l, tls::describe_error(&e))),
                     }
                     if !buf.is_empty() {
                         if let Some(t) = p.trace.as_mut() {
@@ -998,8 +1387,8 @@ impl Router {
                         None => break,
                     }
                 }
-                if let Err(e) = c.shaper.write(&mut c.stream, now) {
-                    lost.push((l, e.to_string()));
+                if let Err(e) = c.write(now) {
+                    lost.push((l, tls::describe_error(&e)));
                 }
             }
         }
@@ -1230,7 +1619,8 @@ impl Router {
                 add(&mut pfds, l.as_raw_fd(), false, Slot::Listener);
             }
             for h in &self.hellos {
-                add(&mut pfds, h.stream.as_raw_fd(), false, Slot::Hello);
+                let w = h.tls.as_ref().is_some_and(|t| t.wants_write());
+                add(&mut pfds, h.stream.as_raw_fd(), w, Slot::Hello);
             }
             let mut busy = false;
             for (i, r) in self.ranks.iter().enumerate() {
@@ -1261,10 +1651,13 @@ impl Router {
                     if let Some(t) = c.shaper.due(now) {
                         wake = wake.min(t);
                     }
+                    if c.pending() {
+                        wake = now;
+                    }
                     add(
                         &mut pfds,
                         c.stream.as_raw_fd(),
-                        c.shaper.blocked_on_socket(now),
+                        c.wants_write(now),
                         Slot::Link(o, k, l),
                     );
                 }
@@ -1283,6 +1676,9 @@ impl Router {
 /// Runs a router until killed. Prints `METAMPI-ROUTER-READY <port>` on stdout
 /// once local ranks may connect.
 pub fn run(spec: &RouterSpec) -> io::Result<()> {
+    if let Some(e) = &spec.error {
+        return Err(io::Error::other(e.clone()));
+    }
     crate::sys::poll::die_with_parent();
     crate::sys::poll::keep_freed_memory();
     let vertical = TcpListener::bind(&spec.vertical)?;
@@ -1329,6 +1725,7 @@ mod tests {
             id: 2,
             vertical: "127.0.0.1:0".into(),
             listen: vec!["127.0.0.1:29000".into()],
+            listen_tls: Vec::new(),
             out: vec![OutLink {
                 addr: "127.0.0.1:29001".into(),
                 bytes_per_sec: Some(12_500_000),
@@ -1336,13 +1733,81 @@ mod tests {
                 compression: "lz4".into(),
                 link_id: 4,
                 peer: 1,
+                tls: None,
             }],
+            identities: Vec::new(),
+            error: None,
         };
+        // A plain spec reads as it did before TLS existed.
+        assert_eq!(
+            s.to_line(),
+            "id=2;vertical=127.0.0.1:0;listen=127.0.0.1:29000;out=127.0.0.1:29001/12500000/20000/lz4/4/1"
+        );
         assert_eq!(RouterSpec::parse(&s.to_line()).unwrap(), s);
         assert!(RouterSpec::parse("id=x;out=a/0/0").is_err());
         assert!(RouterSpec::parse("id=1").is_err());
         assert!(RouterSpec::parse("id=1;out=a/0").is_err());
         assert!(RouterSpec::parse("id=1;out=a/0/0/gzip/1/0").is_err());
         assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1").is_err());
+    }
+
+    #[test]
+    fn spec_with_tls_round_trip() {
+        let check = LinkTls {
+            identity: 1,
+            peer: PeerCheck::Certificate {
+                name: "site-b.example.org".into(),
+                ca: Some("/etc/metampi/ca bundle;1,2/3|x=%.pem".into()),
+                pins: vec![[0xab; 32], [7; 32]],
+            },
+        };
+        let s = RouterSpec {
+            id: 0,
+            vertical: "127.0.0.1:0".into(),
+            listen: vec!["127.0.0.1:29000".into(), "127.0.0.1:29002".into()],
+            listen_tls: vec![None, Some(check.clone())],
+            out: vec![
+                OutLink {
+                    addr: "127.0.0.1:29001".into(),
+                    bytes_per_sec: None,
+                    latency: None,
+                    compression: "auto".into(),
+                    link_id: 0,
+                    peer: 1,
+                    tls: Some(LinkTls {
+                        identity: 0,
+                        peer: PeerCheck::Auto { router: 1 },
+                    }),
+                },
+                OutLink {
+                    addr: "[::1]:29003".into(),
+                    bytes_per_sec: None,
+                    latency: None,
+                    compression: "off".into(),
+                    link_id: 1,
+                    peer: 1,
+                    tls: None,
+                },
+            ],
+            identities: vec![
+                Identity::Auto,
+                Identity::Files {
+                    cert: "~/certs/a.pem".into(),
+                    key: "~/certs/a,b|c.key".into(),
+                },
+            ],
+            error: Some("no key: disk full; retry".into()),
+        };
+        let line = s.to_line();
+        assert!(!line.contains('\n'));
+        assert_eq!(RouterSpec::parse(&line).unwrap(), s, "{line}");
+        // Links name identities the spec has.
+        let bad = line.replace("/0/1/0|auto|1,", "/0/1/5|auto|1,");
+        assert_ne!(bad, line);
+        assert!(RouterSpec::parse(&bad).is_err());
+        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1/0/0|n||zz;ids=auto").is_err());
+        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1/0/0|auto|x;ids=auto").is_err());
+        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1/0/0|auto|2;ids=auto").is_ok());
+        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1/0/0|n%G1||").is_err());
     }
 }

@@ -311,6 +311,10 @@ pub struct Faults {
     pub down_after: u64,
     /// Seed of the proxy's random choices.
     pub seed: u64,
+    /// Keep up to this many of the bytes forwarded in each direction (all
+    /// connections together) in [`FaultCounts::recorded`], to inspect what
+    /// travels on the wire. 0: keep none.
+    pub record: usize,
 }
 
 /// Counts of what a [`FaultProxy`] did.
@@ -325,9 +329,30 @@ pub struct FaultCounts {
     pub cut: AtomicU64,
     /// The proxy went down for good ([`Faults::down_after`]).
     pub down: AtomicBool,
+    /// The bytes forwarded towards the target (`[0]`) and back (`[1]`), as
+    /// they were sent on (up to [`Faults::record`] each).
+    pub recorded: [std::sync::Mutex<Vec<u8>>; 2],
 }
 
 impl FaultCounts {
+    /// A copy of the bytes recorded in direction `dir` (0: towards the
+    /// target, 1: back).
+    pub fn recorded(&self, dir: usize) -> Vec<u8> {
+        self.recorded[dir]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn record(&self, dir: usize, limit: usize, bytes: &[u8]) {
+        if limit == 0 {
+            return;
+        }
+        let mut r = self.recorded[dir].lock().unwrap_or_else(|p| p.into_inner());
+        let room = limit.saturating_sub(r.len());
+        r.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
     /// Faults injected in all.
     pub fn injected(&self) -> u64 {
         [
@@ -421,17 +446,18 @@ fn pump_pair(
     };
     let (k1, k2) = (Arc::clone(counts), Arc::clone(counts));
     let (st1, st2) = (Arc::clone(stop), Arc::clone(stop));
-    std::thread::spawn(move || pump(client, server, faults, seed, skip.0, &k1, &st1));
-    std::thread::spawn(move || pump(s2, c2, faults, seed ^ 1, skip.1, &k2, &st2));
+    std::thread::spawn(move || pump(client, server, faults, seed, (0, skip.0), &k1, &st1));
+    std::thread::spawn(move || pump(s2, c2, faults, seed ^ 1, (1, skip.1), &k2, &st2));
 }
 
-/// Copies `from` to `to` chunk by chunk, applying `faults`.
+/// Copies `from` to `to` chunk by chunk, applying `faults`; `dir` is the
+/// direction (0 towards the target) for [`Faults::record`].
 fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
     f: Faults,
     seed: u64,
-    mut skip: usize,
+    (dir, mut skip): (usize, usize),
     n: &FaultCounts,
     stop: &AtomicBool,
 ) {
@@ -456,6 +482,7 @@ fn pump(
             // The hello passes as it is; faults start after it.
             let k = skip.min(chunk.len());
             skip -= k;
+            n.record(dir, f.record, &chunk[..k]);
             if to.write_all(&chunk[..k]).is_err() {
                 return cut(&from, &to);
             }
@@ -503,6 +530,7 @@ fn pump(
             out.push(h);
         }
         for c in out {
+            n.record(dir, f.record, &c);
             if to.write_all(&c).is_err() {
                 return cut(&from, &to);
             }
