@@ -713,29 +713,20 @@ fn link_hello(conn: u32, link: u16, links: u16, layout_id: u32) -> [u8; LINK_HEL
 fn fill(stream: &mut TcpStream, rx: &mut BytesMut, want: usize, min: usize) -> io::Result<bool> {
     let mut total = 0;
     while total < READ_BUDGET {
-        let start = rx.len();
-        let chunk = min.max(want.saturating_sub(start));
-        rx.resize(start + chunk, 0);
-        match stream.read(&mut rx[start..]) {
-            Ok(0) => {
-                rx.truncate(start);
-                return Ok(false);
-            }
+        let chunk = min.max(want.saturating_sub(rx.len()));
+        match crate::sys::read::read_append(stream, rx, chunk) {
+            Ok(0) => return Ok(false),
             Ok(n) => {
-                rx.truncate(start + n);
                 total += n;
                 if n < chunk {
                     break;
                 }
             }
-            Err(e) => {
-                rx.truncate(start);
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => break,
-                    io::ErrorKind::Interrupted => {}
-                    _ => return Err(e),
-                }
-            }
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock => break,
+                io::ErrorKind::Interrupted => {}
+                _ => return Err(e),
+            },
         }
     }
     Ok(true)

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Where routed bandwidth goes: CPU seconds per GB moved by every process of
+# a 4 MiB streaming run, rank to rank through two routers against direct TCP
+# between the ranks. On a machine with fewer cores than the
+# routed path has processes (2 ranks + 2 routers), throughput is bound by the
+# total CPU per byte; with a core per process, by the busiest process. Both
+# bounds are printed, so the routed/direct ratio can be judged apart from
+# the core count of the machine it was measured on.
+#
+#   bash bench/router_cpu.sh          # ITERS=0.2 (bench --iters-scale)
+#   M=/tmp/metampi-old bash bench/router_cpu.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ITERS=${ITERS:-0.2}
+T=${CARGO_TARGET_DIR:-target}
+if [ -z "${M:-}" ]; then # M=path/to/metampi measures that build instead
+    cargo build --release -q -p metampi-cli
+    M=$(realpath "$T/release/metampi")
+fi
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+cat >"$d/plain.cfg" <<CFG
+PORTBASE 27700
+METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }
+METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }
+PAIR a b 1 - { COMPRESSION = off; }
+a0 <-> b0
+CFG
+ticks=$(getconf CLK_TCK)
+# Ranks report their own user+system CPU seconds through /usr/bin/time.
+rank_cmd="/usr/bin/time -f 'cpu %U %S' -a -o $d/ranks.cpu $M bench --ops bw --sizes 4M --iters-scale $ITERS"
+
+# Routed: routers are sampled from /proc while the job runs (they are killed at its end).
+mkdir -p "$d/stats"
+METAMPI_ROUTER_STATS="$d/stats" $M run --meta "$d/plain.cfg" sh -c "$rank_cmd" >"$d/routed.out" &
+job=$!
+: >"$d/routers.cpu"
+while kill -0 "$job" 2>/dev/null; do
+    for p in $(pgrep -f "metampi.*router" || true); do
+        [ -r "/proc/$p/stat" ] || continue
+        # utime and stime are fields 14 and 15 (the command name has no spaces here).
+        awk -v p="$p" '{print p, $14 + $15}' "/proc/$p/stat" 2>/dev/null >>"$d/routers.cpu" || true
+    done
+    sleep 0.1
+done
+wait "$job"
+routed_bw=$(awk '$1 == 4194304 {print $8}' "$d/routed.out")
+bytes=$(cat "$d"/stats/router-*-link-*-out.json | sed 's/.*"payload_raw_out":\([0-9]*\).*/\1/' | sort -n | tail -1)
+routed_ranks=$(awk '/^cpu/ {print $2 + $3}' "$d/ranks.cpu" | sort -g | tr '\n' ' ')
+routers=$(awk -v t="$ticks" '{if ($2 > m[$1]) m[$1] = $2} END {for (p in m) print m[p] / t}' "$d/routers.cpu" | sort -g | tr '\n' ' ')
+
+# Direct TCP between the two ranks, same bench.
+: >"$d/ranks.cpu"
+METAMPI_FORCE_TCP=1 $M run -n 2 sh -c "$rank_cmd" >"$d/direct.out"
+direct_bw=$(awk '$1 == 4194304 {print $8}' "$d/direct.out")
+direct_ranks=$(awk '/^cpu/ {print $2 + $3}' "$d/ranks.cpu" | sort -g | tr '\n' ' ')
+
+gb=$(awk -v b="$bytes" 'BEGIN {print b / 1e9}')
+per() { for s in $1; do awk -v s="$s" -v g="$gb" 'BEGIN {printf "%.2f ", s / g}'; done; }
+sum() { awk '{s = 0; for (i = 1; i <= NF; i++) s += $i; print s}' <<<"$1"; }
+maxv() { awk '{m = 0; for (i = 1; i <= NF; i++) if ($i > m) m = $i; print m}' <<<"$1"; }
+echo "payload moved: $bytes bytes (from the routers' link statistics)"
+echo "routed: $routed_bw MB/s; CPU s/GB ranks: $(per "$routed_ranks")routers: $(per "$routers")"
+echo "direct: $direct_bw MB/s; CPU s/GB ranks: $(per "$direct_ranks")"
+rt=$(sum "$routed_ranks $routers"); dt=$(sum "$direct_ranks")
+rm_=$(maxv "$routed_ranks $routers"); dm=$(maxv "$direct_ranks")
+awk -v rt="$rt" -v dt="$dt" -v rm="$rm_" -v dm="$dm" -v g="$gb" 'BEGIN {
+    printf "total CPU per GB: routed %.2f s, direct %.2f s (%.2fx)\n", rt / g, dt / g, rt / dt
+    printf "bound with one core per process (busiest process): routed %.0f MB/s, direct %.0f MB/s, ratio %.2f\n", g * 1e3 / rm, g * 1e3 / dm, dm / rm
+}'
