@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use crate::config::{Config, ConfigError};
 use crate::error::{CloseReason, ProtocolError, SendError};
-use crate::link_state::{LinkState, Transmit};
+use crate::link_state::{LinkState, Received, Transmit};
 use crate::queue::SendQueue;
 use crate::reassembly::{Accepted, Reassembler};
 use crate::record::Message;
@@ -122,10 +122,15 @@ impl Bundle {
         let Some(l) = self.links.get_mut(link) else {
             return;
         };
-        let received = match l.handle_bytes(now, bytes) {
-            Ok(r) => r,
-            Err(e) => return self.fail(link, e.into()),
-        };
+        match l.handle_bytes(now, bytes) {
+            Ok(r) => self.absorb(link, r),
+            Err(e) => self.fail(link, e.into()),
+        }
+    }
+
+    /// Takes what link `link` decoded: acknowledged credit, records in order, failover
+    /// records (bounded separately).
+    fn absorb(&mut self, link: usize, received: Received) {
         self.acked(received.acked_cost);
         for r in received.records {
             let cost = r.cost();
@@ -178,10 +183,18 @@ impl Bundle {
             .min()
     }
 
-    /// Timers: retransmission, delayed acknowledgement, keepalive, idle timeout.
+    /// Timers: retransmission, delayed acknowledgement, keepalive, idle timeout, and
+    /// the partial-frame timeout (a frame whose missing bytes are not coming is given
+    /// up and a resend asked for; see [`crate::ConfigBuilder::partial_frame_timeout`]).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.queue.handle_timeout(now, self.cfg.flush_delay);
         for i in 0..self.links.len() {
+            // First, so that acknowledgements found in the given-up bytes count before
+            // the retransmission timer is looked at.
+            match self.links[i].handle_stall(now) {
+                Ok(r) => self.absorb(i, r),
+                Err(e) => self.fail(i, e.into()),
+            }
             if let Some(reason) = self.links[i].handle_timeout(now) {
                 self.link_died(now, i, reason);
             }

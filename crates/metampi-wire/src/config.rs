@@ -37,6 +37,7 @@ pub struct Config {
     pub(crate) max_rto: Duration,
     pub(crate) keepalive: Duration,
     pub(crate) idle_timeout: Duration,
+    pub(crate) partial_frame_timeout: Duration,
 }
 
 impl Config {
@@ -84,6 +85,7 @@ impl Default for Config {
             max_rto: b.max_rto,
             keepalive: b.keepalive,
             idle_timeout: b.idle_timeout,
+            partial_frame_timeout: b.partial_frame_timeout,
         }
     }
 }
@@ -105,6 +107,7 @@ pub struct ConfigBuilder {
     max_rto: Duration,
     keepalive: Duration,
     idle_timeout: Duration,
+    partial_frame_timeout: Duration,
 }
 
 impl Default for ConfigBuilder {
@@ -124,6 +127,7 @@ impl Default for ConfigBuilder {
             max_rto: Duration::from_secs(5),
             keepalive: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(10),
+            partial_frame_timeout: Duration::from_millis(200),
         }
     }
 }
@@ -202,6 +206,20 @@ impl ConfigBuilder {
         /// the link is declared dead. Default 10 s.
         idle_timeout: Duration
     );
+    setter!(
+        /// How long a partly received frame may go without a single new byte before it
+        /// is given up: bytes lost inside the stream leave a valid header waiting for
+        /// payload that is not coming. The receiver then resyncs inside the bytes it
+        /// holds and sends a `Nack`, so the sender resends at once instead of after its
+        /// retransmission timeout. The wait is at least twice the smoothed round trip
+        /// where this end has measured one, and doubles (up to `max_rto`, never below
+        /// this value) each time a give-up proves premature because the rest of the
+        /// frame arrives after all. Silence is what counts, not the time a frame takes,
+        /// so a slow line that keeps bytes coming is never cut short; keep this above the
+        /// longest pause a healthy transport makes inside a frame (TCP after a lost
+        /// segment or an idle period: about one round trip). Default 200 ms.
+        partial_frame_timeout: Duration
+    );
 
     /// Checks the settings against each other.
     ///
@@ -248,6 +266,7 @@ impl ConfigBuilder {
             ("ack_delay", self.ack_delay),
             ("max_rto", self.max_rto),
             ("idle_timeout", self.idle_timeout),
+            ("partial_frame_timeout", self.partial_frame_timeout),
         ];
         if let Some((field, _)) = timers.iter().find(|t| t.1 > MAX_TIMER) {
             return invalid(field, format!("must be at most {MAX_TIMER:?}"));
@@ -264,6 +283,10 @@ impl ConfigBuilder {
         if self.keepalive.is_zero() || self.keepalive >= self.idle_timeout {
             return invalid("keepalive", "need 0 < keepalive < idle_timeout".into());
         }
+        // Zero would give up every frame still arriving at the next timeout call.
+        if self.partial_frame_timeout.is_zero() {
+            return invalid("partial_frame_timeout", "must be above zero".into());
+        }
         Ok(Config {
             connection_id: self.connection_id,
             window: self.window,
@@ -279,6 +302,7 @@ impl ConfigBuilder {
             max_rto: self.max_rto,
             keepalive: self.keepalive,
             idle_timeout: self.idle_timeout,
+            partial_frame_timeout: self.partial_frame_timeout,
         })
     }
 }
@@ -350,6 +374,14 @@ mod tests {
         assert_eq!(
             field(Config::builder().idle_timeout(Duration::MAX)),
             "idle_timeout"
+        );
+        assert_eq!(
+            field(Config::builder().partial_frame_timeout(Duration::ZERO)),
+            "partial_frame_timeout"
+        );
+        assert_eq!(
+            field(Config::builder().partial_frame_timeout(Duration::MAX)),
+            "partial_frame_timeout"
         );
     }
 }

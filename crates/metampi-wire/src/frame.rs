@@ -220,6 +220,13 @@ pub fn decode(buf: &[u8], max_payload: usize) -> Result<Decoded<'_>, DecodeError
     })
 }
 
+/// Whether `buf` starts with a whole frame header whose magic and header checksum hold
+/// (its fields are not checked). Looks at 48 bytes at most.
+pub(crate) fn starts_with_header(buf: &[u8]) -> bool {
+    buf.get(..HEADER_LEN)
+        .is_some_and(|h| h[..4] == MAGIC && crc32c::crc32c(&h[..40]) == le_u32(h, 40))
+}
+
 fn parse_header(h: &[u8], max_payload: usize) -> Result<Header, DecodeError> {
     if h[4] != VERSION {
         return Err(DecodeError::UnsupportedVersion(h[4]));
@@ -296,7 +303,9 @@ pub fn encode_header(header: &Header, payload: &[u8]) -> [u8; HEADER_LEN] {
 /// garbage (corruption, lost bytes, the tail of a stream cut by a reconnect).
 ///
 /// On any header or checksum failure it drops bytes up to the next occurrence of the
-/// magic and tries again, so one bad frame costs that frame only.
+/// magic and tries again, so one bad frame costs that frame only. A frame that waits for
+/// bytes lost inside the stream is not detected here (only silence tells); the owner
+/// gives it up with [`StreamDecoder::skip_front`].
 #[derive(Debug, Default)]
 pub struct StreamDecoder {
     /// Bytes not decoded yet; a decoded frame is split off the front, so its
@@ -336,6 +345,16 @@ impl StreamDecoder {
     /// Bytes buffered and not yet decoded.
     pub fn buffered(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Gives up the frame at the front, which waits for bytes that are not coming (lost
+    /// inside the stream): drops its first byte, so that the next
+    /// [`StreamDecoder::next_frame`] resyncs on the next magic after it, which may lie
+    /// inside the bytes given up. Returns the bytes dropped (0 when none are buffered).
+    pub fn skip_front(&mut self) -> usize {
+        let n = self.buf.len().min(1);
+        self.buf.advance(n);
+        n
     }
 
     /// The next frame or skipped run, or `None` when more bytes are needed.
@@ -499,5 +518,44 @@ mod tests {
         assert_eq!(frames, vec![b"one".to_vec(), b"three".to_vec()]);
         assert!(skipped.contains(&DecodeError::FrameChecksum));
         assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn skip_front_resyncs_on_a_frame_inside_the_given_up_one() {
+        // The first frame lost 500 bytes of its payload, so its header announces more than
+        // is there and the whole second frame sits inside its announced length.
+        let mut a = Vec::new();
+        encode(&header(FrameKind::Data, 0), &[7u8; 2000], &mut a);
+        a.drain(HEADER_LEN + 100..HEADER_LEN + 600);
+        let mut b = Vec::new();
+        encode(&header(FrameKind::Data, 0), b"inside", &mut b);
+        let mut d = StreamDecoder::new(4096);
+        d.push(&a);
+        d.push(&b);
+        assert_eq!(d.next_frame(), None, "waits for the announced length");
+        assert_eq!(d.skip_front(), 1);
+        let mut items = Vec::new();
+        while let Some(item) = d.next_frame() {
+            items.push(item);
+        }
+        assert_eq!(
+            items,
+            vec![
+                StreamItem::Skipped(a.len() - 1, DecodeError::BadMagic),
+                StreamItem::Frame(header(FrameKind::Data, 6), Bytes::from_static(b"inside")),
+            ]
+        );
+        assert_eq!((d.buffered(), d.skip_front()), (0, 0));
+    }
+
+    #[test]
+    fn a_header_at_the_start_is_recognised_only_whole_and_checked() {
+        let mut out = Vec::new();
+        encode(&header(FrameKind::Ack, 0), &[], &mut out);
+        assert!(starts_with_header(&out));
+        assert!(!starts_with_header(&out[..HEADER_LEN - 1]));
+        assert!(!starts_with_header(&out[1..]));
+        out[20] ^= 1;
+        assert!(!starts_with_header(&out));
     }
 }

@@ -50,7 +50,8 @@ impl Link {
         self.inner.poll_timeout()
     }
 
-    /// Timers: retransmission, delayed acknowledgement, keepalive, idle timeout.
+    /// Timers: retransmission, delayed acknowledgement, keepalive, idle timeout,
+    /// partial-frame timeout (as [`Bundle::handle_timeout`]).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.inner.handle_timeout(now);
     }

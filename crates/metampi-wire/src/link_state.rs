@@ -4,6 +4,14 @@
 //! The receiver accepts `Data` frames strictly in sequence and drops everything else, so
 //! it never buffers out-of-order frames: over a TCP stream frames only go missing through
 //! corruption or a cut connection, where resending the tail is what is needed anyway.
+//!
+//! Bytes lost *inside* the stream (a fault-injecting proxy, a broken middlebox) leave the
+//! decoder holding a valid header that announces more payload than will come. Later
+//! bytes would fill the gap and fail the frame checksum, but after the last frame of a
+//! burst nothing comes but the sender's resend, one retransmission timeout later, and it
+//! is swallowed as the missing payload. So a partly received frame that gets no new byte
+//! for the partial-frame timeout is given up: its bytes are rescanned from the second one
+//! (later frames may lie inside), and a `Nack` asks for everything from `expected`.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -111,6 +119,9 @@ impl Rtt {
     }
 }
 
+/// Doublings of the partial-frame timeout (it is also capped by `max_rto`).
+const MAX_STALL_BACKOFF: u32 = 8;
+
 #[derive(Debug)]
 pub(crate) struct LinkState {
     index: u8,
@@ -141,7 +152,22 @@ pub(crate) struct LinkState {
     ack_now: bool,
     nack_owed: bool,
     last_nack: Option<(u64, Instant)>,
+    /// A partly received frame was given up: `Nack` even if one went out less than a
+    /// retransmission timeout ago (that one's resend is what was lost). At most one per
+    /// give-up, and a give-up needs a partial-frame timeout of silence.
+    nack_forced: bool,
     last_recv: Instant,
+    /// Last time bytes arrived that may belong to the frame being received.
+    last_progress: Instant,
+    /// Longest silence inside a frame since the last accepted one.
+    silence_max: Duration,
+    /// Doublings of the partial-frame timeout: one per give-up that proved premature,
+    /// so a transport that pauses longer than the timeout inside healthy frames is not
+    /// starved.
+    stall_backoff: u32,
+    /// A frame was given up and no byte has come since: the next bytes tell whether
+    /// that was premature.
+    stall_probe: bool,
 
     stats: Stats,
 }
@@ -178,7 +204,12 @@ impl LinkState {
             ack_now: false,
             nack_owed: false,
             last_nack: None,
+            nack_forced: false,
             last_recv: now,
+            last_progress: now,
+            silence_max: Duration::ZERO,
+            stall_backoff: 0,
+            stall_probe: false,
             stats: Stats::default(),
         }
     }
@@ -198,14 +229,46 @@ impl LinkState {
         bytes: &[u8],
     ) -> Result<Received, ProtocolError> {
         let mut out = Received::default();
-        if self.dead {
+        // Nothing arriving is no progress either.
+        if self.dead || bytes.is_empty() {
             return Ok(out);
         }
         self.stats.bytes_in += bytes.len() as u64;
+        if std::mem::take(&mut self.stall_probe) {
+            // After a give-up nothing is buffered, so the next bytes should start a
+            // frame: a resend, or whatever the sender had queued. Bytes that cannot be a
+            // frame's start are the rest of the frame given up: it was only paused.
+            let n = bytes.len().min(frame::MAGIC.len());
+            if bytes[..n] != frame::MAGIC[..n] {
+                self.stall_backoff = (self.stall_backoff + 1).min(MAX_STALL_BACKOFF);
+            }
+        }
+        let waiting = self.decoder.buffered() > 0;
+        // While a frame waits for payload, bytes that start with a whole checksummed
+        // header are most likely a later frame (a keepalive, an acknowledgement, the
+        // sender's resend) landing in the gap lost bytes left, not the rest of the frame:
+        // unless they complete it, they do not put off giving it up.
+        let foreign = waiting && frame::starts_with_header(bytes);
+        if waiting && !foreign {
+            // Before decoding: the frame these bytes complete is judged with its pauses.
+            let silence = now.saturating_duration_since(self.last_progress);
+            self.silence_max = self.silence_max.max(silence);
+        }
         self.decoder.push(bytes);
+        let decoded = self.drain_decoder(now, &mut out)?;
+        if !foreign || decoded {
+            self.last_progress = now;
+        }
+        Ok(out)
+    }
+
+    /// Decodes what the decoder holds; whether anything came out of it.
+    fn drain_decoder(&mut self, now: Instant, out: &mut Received) -> Result<bool, ProtocolError> {
+        let mut any = false;
         while let Some(item) = self.decoder.next_frame() {
+            any = true;
             match item {
-                StreamItem::Frame(h, payload) => self.on_frame(now, h, payload, &mut out)?,
+                StreamItem::Frame(h, payload) => self.on_frame(now, h, payload, out)?,
                 StreamItem::Skipped(n, e) => {
                     self.stats.skipped_bytes_in += n as u64;
                     if e != DecodeError::BadMagic {
@@ -216,7 +279,45 @@ impl LinkState {
                 }
             }
         }
+        Ok(any)
+    }
+
+    /// Gives up a partly received frame that got no byte for the partial-frame timeout
+    /// (see the module documentation); frames found inside its bytes are handled as if
+    /// they had just arrived.
+    pub(crate) fn handle_stall(&mut self, now: Instant) -> Result<Received, ProtocolError> {
+        let mut out = Received::default();
+        if self.dead || self.stall_deadline().is_none_or(|d| now < d) {
+            return Ok(out);
+        }
+        self.stats.stalled_frames_in += 1;
+        self.stall_probe = true;
+        self.nack_forced = true;
+        // Whatever is still incomplete after the rescan has been silent just as long, so
+        // it goes too: nothing stays buffered, and the deadline cannot fire again until
+        // new bytes come.
+        while self.decoder.buffered() > 0 {
+            self.stats.skipped_bytes_in += self.decoder.skip_front() as u64;
+            self.drain_decoder(now, &mut out)?;
+        }
         Ok(out)
+    }
+
+    /// How long a partly received frame may go without a byte, after `backoff` doublings.
+    fn stall_timeout(&self, backoff: u32) -> Duration {
+        let floor = self.cfg.partial_frame_timeout;
+        // A transport may pause about one round trip inside a frame (TCP after an idle
+        // period or a lost segment); twice that, where this end has measured it.
+        let base = self.rtt.srtt.map_or(floor, |s| floor.max(s * 2));
+        base.saturating_mul(1 << backoff.min(MAX_STALL_BACKOFF))
+            .min(self.cfg.max_rto.max(floor))
+    }
+
+    fn stall_deadline(&self) -> Option<Instant> {
+        if !self.connected || self.decoder.buffered() == 0 {
+            return None;
+        }
+        Some(self.last_progress + self.stall_timeout(self.stall_backoff))
     }
 
     fn on_frame(
@@ -296,6 +397,15 @@ impl LinkState {
             out.records.extend(records);
         }
         self.expected += 1;
+        // A frame got through: undo one doubling of the partial-frame timeout, but only
+        // if the pauses it had would have passed the shorter timeout with room to spare,
+        // so a transport that pauses long inside every frame keeps the longer one.
+        if self.stall_backoff > 0
+            && self.silence_max * 2 <= self.stall_timeout(self.stall_backoff - 1)
+        {
+            self.stall_backoff -= 1;
+        }
+        self.silence_max = Duration::ZERO;
         self.stats.payload_raw_in += raw.len() as u64;
         self.stats.payload_wire_in += payload.len() as u64;
         self.acks_owed += 1;
@@ -430,6 +540,7 @@ impl LinkState {
             }
             let candidates = [
                 self.rto_deadline(),
+                self.stall_deadline(),
                 self.ack_deadline,
                 self.can_send_data(queue)
                     .then(|| queue.deadline(self.cfg.flush_delay))
@@ -451,7 +562,10 @@ impl LinkState {
             return;
         }
         self.connected = true;
+        // The old stream's partial frame is gone with it; a cut is not a stall.
         self.decoder.reset();
+        self.silence_max = Duration::ZERO;
+        self.stall_probe = false;
         self.epoch += 1;
         self.resume_owed = true;
         self.backoff = 0;
@@ -473,11 +587,12 @@ impl LinkState {
             self.resume_owed = false;
             return Some(self.control(now, FrameKind::Resume));
         }
-        if self.nack_owed {
+        if self.nack_owed || self.nack_forced {
             self.nack_owed = false;
-            let repeat = self
-                .last_nack
-                .is_some_and(|(e, at)| e == self.expected && now < at + self.rto());
+            let repeat = !std::mem::take(&mut self.nack_forced)
+                && self
+                    .last_nack
+                    .is_some_and(|(e, at)| e == self.expected && now < at + self.rto());
             if !repeat {
                 self.last_nack = Some((self.expected, now));
                 self.stats.nacks_out += 1;
@@ -801,6 +916,108 @@ mod tests {
         assert_eq!(p.flush_b()[0], (FrameKind::Resume, 0));
         assert!(p.drain_a().iter().all(|f| kind_of(f).0 != FrameKind::Data));
         assert_eq!(p.a.stats.retransmits, 3);
+    }
+
+    /// `frame` without `n` bytes of its payload: its header announces more than comes.
+    fn with_a_gap(frame: &[u8], n: usize) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        f.drain(frame::HEADER_LEN + 10..frame::HEADER_LEN + 10 + n);
+        f
+    }
+
+    #[test]
+    fn a_silent_partial_frame_is_given_up_once_and_nacked_at_once() {
+        let mut p = Pair::new();
+        let frames = p.send_frames(2);
+        let sent = p.now;
+        // A NACK for the same gap went out just now, which would hold back another.
+        p.b.last_nack = Some((0, p.now));
+        p.deliver_to_b(&with_a_gap(&frames[0], 10));
+        let deadline = sent + p.cfg.partial_frame_timeout;
+        assert_eq!(p.b.poll_timeout(&p.qb), Some(deadline));
+        p.now = deadline - Duration::from_micros(1);
+        assert!(p.b.handle_stall(p.now).unwrap().records.is_empty());
+        assert_eq!(p.b.stats.stalled_frames_in, 0);
+
+        p.now = deadline;
+        p.b.handle_stall(p.now).unwrap();
+        assert_eq!(p.b.stats.stalled_frames_in, 1);
+        assert_eq!(p.b.decoder.buffered(), 0, "nothing left to give up");
+        // No busy loop: the deadline is gone and firing again does nothing.
+        assert!(p.b.poll_timeout(&p.qb).unwrap() > p.now);
+        p.b.handle_stall(p.now).unwrap();
+        assert_eq!(p.b.stats.stalled_frames_in, 1);
+        assert_eq!(p.flush_b(), vec![(FrameKind::Nack, 0)]);
+        let resent: Vec<_> = p.drain_a().iter().map(|f| kind_of(f)).collect();
+        assert_eq!(resent, vec![(FrameKind::Data, 0), (FrameKind::Data, 1)]);
+    }
+
+    #[test]
+    fn a_frame_arriving_in_the_gap_does_not_put_off_the_give_up_but_payload_does() {
+        let mut p = Pair::new();
+        let frames = p.send_frames(1);
+        // Room in the gap for more than a keepalive.
+        p.deliver_to_b(&with_a_gap(&frames[0], 100));
+        let deadline = p.b.stall_deadline().unwrap();
+        // A keepalive lands in the gap: taken for payload, but no progress.
+        p.now += Duration::from_millis(150);
+        let keepalive = p.a.control(p.now, FrameKind::Ack).to_vec();
+        p.deliver_to_b(&keepalive);
+        assert_eq!(p.b.stall_deadline(), Some(deadline));
+        // Bytes that could be the rest of the payload are progress.
+        p.deliver_to_b(&[0; 5]);
+        let deadline = p.now + p.cfg.partial_frame_timeout;
+        assert_eq!(p.b.stall_deadline(), Some(deadline));
+        // Given up, the keepalive is found again in the bytes: a whole frame in there.
+        let frames_in = p.b.stats.frames_in;
+        p.now = deadline;
+        p.b.handle_stall(p.now).unwrap();
+        assert_eq!(p.b.stats.frames_in, frames_in + 1);
+    }
+
+    #[test]
+    fn the_expected_frame_found_inside_a_given_up_duplicate_is_accepted() {
+        let mut p = Pair::new();
+        p.qa.push(p.now, Message::new(Envelope::default(), vec![2u8; 2000]));
+        p.now += p.cfg.flush_delay;
+        let big = p.drain_a();
+        let small = p.send_frames(1);
+        assert_eq!(
+            (kind_of(&big[0]), kind_of(&small[0])),
+            ((FrameKind::Data, 0), (FrameKind::Data, 1))
+        );
+        assert_eq!(p.deliver_to_b(&big[0]).records.len(), 1);
+        // A needless resend of frame 0 loses bytes; frame 1 ends up inside its length.
+        p.deliver_to_b(&with_a_gap(&big[0], 1000));
+        assert!(p.deliver_to_b(&small[0]).records.is_empty());
+        p.now += p.cfg.partial_frame_timeout;
+        assert_eq!(p.b.handle_stall(p.now).unwrap().records.len(), 1);
+        assert_eq!(p.b.expected, 2);
+    }
+
+    #[test]
+    fn a_premature_give_up_doubles_the_timeout_until_frames_pass_quickly_again() {
+        let mut p = Pair::new();
+        let frames = p.send_frames(2);
+        let (head, tail) = frames[0].split_at(frame::HEADER_LEN + 50);
+        p.deliver_to_b(head);
+        p.now += p.cfg.partial_frame_timeout;
+        p.b.handle_stall(p.now).unwrap();
+        // The rest of the frame comes after all: it was paused, not lost.
+        p.now += Duration::from_millis(50);
+        p.deliver_to_b(tail);
+        assert_eq!(p.b.stall_backoff, 1);
+        assert_eq!(p.b.stall_timeout(1), p.cfg.partial_frame_timeout * 2);
+        // A resend that pauses longer than the floor inside passes and keeps the longer
+        // timeout; one without pauses brings it back.
+        p.deliver_to_b(head);
+        p.now += p.cfg.partial_frame_timeout + Duration::from_millis(50);
+        assert!(p.b.handle_stall(p.now).unwrap().records.is_empty());
+        assert_eq!(p.deliver_to_b(tail).records.len(), 1);
+        assert_eq!(p.b.stall_backoff, 1);
+        assert_eq!(p.deliver_to_b(&frames[1]).records.len(), 1);
+        assert_eq!(p.b.stall_backoff, 0);
+        assert_eq!(p.b.stats.stalled_frames_in, 1);
     }
 
     #[test]

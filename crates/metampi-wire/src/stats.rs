@@ -47,6 +47,9 @@ pub struct Stats {
     pub corrupt_in: u64,
     /// Bytes skipped while looking for the next frame.
     pub skipped_bytes_in: u64,
+    /// Times a partly received frame was given up because no byte of it came for the
+    /// partial-frame timeout (bytes lost inside the stream); each sent a `Nack`.
+    pub stalled_frames_in: u64,
     /// Negative acknowledgements sent.
     pub nacks_out: u64,
     /// Negative acknowledgements received.
@@ -116,6 +119,7 @@ impl AddAssign<&Stats> for Stats {
         self.out_of_order_in = self.out_of_order_in.saturating_add(o.out_of_order_in);
         self.corrupt_in = self.corrupt_in.saturating_add(o.corrupt_in);
         self.skipped_bytes_in = self.skipped_bytes_in.saturating_add(o.skipped_bytes_in);
+        self.stalled_frames_in = self.stalled_frames_in.saturating_add(o.stalled_frames_in);
         self.nacks_out = self.nacks_out.saturating_add(o.nacks_out);
         self.nacks_in = self.nacks_in.saturating_add(o.nacks_in);
         self.failed_over = self.failed_over.saturating_add(o.failed_over);

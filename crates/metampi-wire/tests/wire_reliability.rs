@@ -122,6 +122,7 @@ fn everything_at_once() {
             reorder: 0.05,
             corrupt: 0.03,
             split: true,
+            lose_bytes: 0.03,
         },
         6,
     );
@@ -262,7 +263,9 @@ proptest! {
         let pipe = PipeConfig {
             latency: Duration::from_millis(latency_ms),
             bandwidth: Some(10_000_000),
-            faults: Faults { drop, duplicate, reorder, corrupt, split },
+            faults: Faults {
+                drop, duplicate, reorder, corrupt, split, ..Faults::default()
+            },
         };
         let mut net = Net::new(t0, pair_links(t0, &cfg), vec![pipe], seed);
         workload(&mut net, seed, per_side, 100_000, Duration::from_millis(300));

@@ -190,7 +190,9 @@ proptest! {
             .max_message_len(300_000)
             .build()
             .unwrap();
-        let faults = Faults { drop, duplicate: 0.02, reorder, corrupt, split: true };
+        let faults = Faults {
+            drop, duplicate: 0.02, reorder, corrupt, split: true, ..Faults::default()
+        };
         let mut net = Net::new(t0, pair_bundles(t0, &cfg, n), pipes(n, faults), seed);
         workload(&mut net, seed, per_side, 300_000);
         for (at, link, outage) in cuts {

@@ -565,7 +565,7 @@ fn stats_path(router: usize, link: u32, side: &str) -> Option<std::path::PathBuf
 
 fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats) {
     let text = format!(
-        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{}}}\n",
+        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{}}}\n",
         st.bytes_out,
         st.bytes_in,
         st.frames_out,
@@ -576,7 +576,9 @@ fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats) {
         st.retransmits,
         st.queued_messages,
         st.queued_bytes,
-        st.unacked_bytes
+        st.unacked_bytes,
+        st.corrupt_in,
+        st.stalled_frames_in
     );
     let tmp = path.with_extension("tmp");
     if std::fs::write(&tmp, text).is_ok() {

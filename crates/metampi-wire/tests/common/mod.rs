@@ -1,7 +1,8 @@
 //! A simulated network on a virtual clock (in the manner of quinn's test pair): two
 //! endpoints joined by one or more links, each a pair of byte-stream pipes with latency,
-//! bandwidth and seeded faults (drop, duplicate, reorder, bit flips, arbitrary splits,
-//! cuts with reconnect).
+//! bandwidth and seeded faults (drop, duplicate, reorder, bit flips, bytes lost inside a
+//! chunk, arbitrary splits, cuts with reconnect). A pipe can also trickle chunks in
+//! segments at its line rate, and a test can edit chunks with a filter.
 
 #![allow(dead_code)]
 
@@ -115,6 +116,9 @@ pub struct Faults {
     pub corrupt: f64,
     /// Deliver chunks in random pieces.
     pub split: bool,
+    /// Cut a run of 1 to 16 KiB out of the chunk, as the router's fault proxy does when
+    /// it drops a read that need not line up with frames.
+    pub lose_bytes: f64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -138,6 +142,9 @@ impl Default for PipeConfig {
 #[derive(Debug)]
 struct Pipe {
     cfg: PipeConfig,
+    /// Deliver each chunk as segments of this many bytes, each when the line has carried
+    /// it (as TCP segments come in), instead of all of it when its last byte has.
+    segment: Option<usize>,
     busy_until: Instant,
     /// (arrival, order of sending, bytes)
     in_flight: Vec<(Instant, u64, Vec<u8>)>,
@@ -159,6 +166,9 @@ pub struct Side {
     pub would_block: u64,
 }
 
+/// Edits a chunk on its way into a pipe (after its line time is counted).
+pub type Filter = Box<dyn FnMut(&mut Vec<u8>)>;
+
 pub struct Net<E: Endpoint> {
     pub now: Instant,
     pub start: Instant,
@@ -166,6 +176,8 @@ pub struct Net<E: Endpoint> {
     pub side: [Side; 2],
     /// pipes[link][dir]: dir 0 carries side 0 -> side 1.
     pipes: Vec<[Pipe; 2]>,
+    /// filters[link][dir]
+    filters: Vec<[Option<Filter>; 2]>,
     /// Per link: down until this time, then reconnects.
     down: Vec<Option<Instant>>,
     pub rng: StdRng,
@@ -184,6 +196,7 @@ impl<E: Endpoint> Net<E> {
             .map(|cfg| {
                 let p = || Pipe {
                     cfg,
+                    segment: None,
                     busy_until: start,
                     in_flight: Vec::new(),
                 };
@@ -194,6 +207,7 @@ impl<E: Endpoint> Net<E> {
             now: start,
             start,
             down: vec![None; pipes.len()],
+            filters: pipes.iter().map(|_| [None, None]).collect(),
             pipes,
             ep,
             side: [Side::default(), Side::default()],
@@ -226,6 +240,21 @@ impl<E: Endpoint> Net<E> {
             ep.disconnect(self.now, link);
         }
         self.down[link] = Some(self.now + outage);
+    }
+
+    /// Passes every chunk later sent on `link` in direction `dir` through `f`, which may
+    /// cut bytes out of it (bytes lost inside the stream, not whole frames).
+    pub fn filter(&mut self, link: usize, dir: usize, f: impl FnMut(&mut Vec<u8>) + 'static) {
+        self.filters[link][dir] = Some(Box::new(f));
+    }
+
+    /// Delivers chunks on `link` (both directions) in segments of `segment` bytes at the
+    /// line rate; the pipe needs a bandwidth.
+    pub fn trickle(&mut self, link: usize, segment: usize) {
+        for pipe in &mut self.pipes[link] {
+            assert!(pipe.cfg.bandwidth.is_some() && segment > 0);
+            pipe.segment = Some(segment);
+        }
     }
 
     /// Loses every chunk now in flight on `link` in direction `dir`, without a cut.
@@ -262,6 +291,9 @@ impl<E: Endpoint> Net<E> {
             pipe.busy_until = now + Duration::from_nanos(nanos as u64);
         }
         let mut arrive = pipe.busy_until.max(now) + pipe.cfg.latency;
+        if let Some(filter) = &mut self.filters[link][dir] {
+            filter(&mut bytes);
+        }
         if self.rng.gen_bool(f.drop) {
             return;
         }
@@ -277,12 +309,39 @@ impl<E: Endpoint> Net<E> {
                 .gen_range(0..=pipe.cfg.latency.as_micros() as u64 * 2 + 100);
             arrive += Duration::from_micros(extra);
         }
-        self.seq += 1;
-        if self.rng.gen_bool(f.duplicate) {
-            pipe.in_flight.push((arrive, self.seq, bytes.clone()));
-            self.seq += 1;
+        // Guarded so that runs without this fault draw the same random numbers as before
+        // it existed.
+        if f.lose_bytes > 0.0 && !bytes.is_empty() && self.rng.gen_bool(f.lose_bytes) {
+            let at = self.rng.gen_range(0..bytes.len());
+            let n = self.rng.gen_range(1..=(bytes.len() - at).min(16 << 10));
+            bytes.drain(at..at + n);
         }
-        pipe.in_flight.push((arrive, self.seq, bytes));
+        let mut pieces = Vec::new();
+        match (pipe.segment, pipe.cfg.bandwidth) {
+            (Some(seg), Some(bw)) if bytes.len() > seg => {
+                // Segment k arrives when the line has carried bytes up to its end: the
+                // line time of what follows it before the whole chunk would have.
+                let line = |n: usize| {
+                    Duration::from_nanos((n as u128 * 1_000_000_000 / u128::from(bw)) as u64)
+                };
+                let mut at = 0;
+                while at < bytes.len() {
+                    let end = (at + seg).min(bytes.len());
+                    pieces.push((arrive - line(bytes.len() - end), bytes[at..end].to_vec()));
+                    at = end;
+                }
+            }
+            _ => pieces.push((arrive, bytes)),
+        }
+        let duplicate = self.rng.gen_bool(f.duplicate);
+        for (arrive, bytes) in pieces {
+            self.seq += 1;
+            if duplicate {
+                pipe.in_flight.push((arrive, self.seq, bytes.clone()));
+                self.seq += 1;
+            }
+            pipe.in_flight.push((arrive, self.seq, bytes));
+        }
     }
 
     fn deliver(&mut self) {
