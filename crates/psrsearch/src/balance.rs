@@ -31,6 +31,23 @@
 //! link time than the balanced run lasts (`v_i·t_wait(i) + t_proc(i) + c_i > t`), the system
 //! is solved again with each host's time the larger of the two, so link-bound hosts get what
 //! their link can carry and the others take the rest.
+//!
+//! Also beyond the paper: hosts that share a machine's cores ([`MachineModel`]). The T3Es of
+//! SC99 gave every process a processor of its own; emulated meta hosts on one computer (and
+//! any job with more ranks than cores) do not, so `t_proc(i)` is not a property of the host
+//! but of how many processes compete while its clients compute. For a host on machine `m`,
+//! `proc_s` is the CPU one unit costs a client, and `t_proc(i) = proc_s(i) / f_m`, where the
+//! share of a core each computing client gets is
+//!
+//! `f_m = min(1, (K_m − o_m) / R_m)`:
+//!
+//! `K_m` the cores the job gets on `m` (measured with every client computing, so other users'
+//! load is already off), `o_m = Σ_i v_i·overhead_s(m, i) / t` the cores servers and routers
+//! take there, and `R_m = Σ_i min(n_i, v_i·t_proc(i)/t)` the clients computing on average (a
+//! link-bound host's clients wait part of the time and leave their share to the others). `f`
+//! and the balance depend on each other; they are solved together by fixed-point iteration
+//! (geometric damping), which ends when the machine is exactly as busy as its cores allow, or
+//! every client has a core of its own.
 
 use std::fmt;
 
@@ -41,8 +58,13 @@ pub struct HostModel {
     pub name: String,
     /// Client processes `n_i` (servers excluded).
     pub clients: usize,
-    /// Seconds one client of this host needs for one unit (`n_slopes · τ · p_1/p_i`).
+    /// Without a `machine`: seconds one client of this host needs for one unit as it will run
+    /// (`n_slopes · τ · p_1/p_i`, the paper's `t_proc(i)`). With one: the CPU seconds a unit
+    /// costs a client; its time then follows from the share of a core it gets.
     pub proc_s: f64,
+    /// Index into [`BalanceInput::machines`] of the computer whose cores this host's clients
+    /// share, or `None` for the paper's model (a processor per client, `proc_s` as given).
+    pub machine: Option<usize>,
     /// Bytes per second from the data host to this one (`β_i`); `None` on the data host.
     pub bandwidth: Option<f64>,
     /// Bytes per second back to the data host (results); `None` on the data host.
@@ -66,6 +88,34 @@ pub struct BalanceInput {
     pub disk_rate: f64,
     /// Trial DMs per unit (`n_slopes`), for the report.
     pub n_slopes: usize,
+    /// Computers whose cores the hosts share (empty: the paper's model for every host).
+    pub machines: Vec<MachineModel>,
+}
+
+/// A computer whose cores the clients of one or more meta hosts share, with the servers and
+/// routers that run there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MachineModel {
+    /// Name, for the report.
+    pub name: String,
+    /// Cores the job's processes get there (`K_m`): at most the machine's cores, less what
+    /// other users' work takes.
+    pub cores: f64,
+    /// Per host (input order): CPU seconds spent on this machine for each unit of that host
+    /// by processes other than its clients — servers reading, encoding and taking results,
+    /// routers relaying.
+    pub overhead_s: Vec<f64>,
+}
+
+/// How busy a machine is in the solution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MachineLoad {
+    /// Clients computing at any moment, on average (`R_m`).
+    pub runnable: f64,
+    /// Cores taken by servers and routers (`o_m`).
+    pub overhead_cores: f64,
+    /// Share of a core each computing client gets (`f_m`).
+    pub core_share: f64,
 }
 
 /// Why no allocation could be made.
@@ -96,6 +146,11 @@ pub struct HostAllocation {
     pub units: u64,
     /// Units per client, in client order (quotient plus round-robin remainder).
     pub per_client: Vec<u64>,
+    /// `t_proc(i)`: seconds a unit takes one client of this host in the run (`proc_s`, or
+    /// `proc_s / core_share` on a modelled machine).
+    pub unit_s: f64,
+    /// Share of a core each of its clients gets while computing (1 in the paper's model).
+    pub core_share: f64,
     /// `t_wait(i)`, s.
     pub wait_s: f64,
     /// `t_dead(i)`: idle time between units when the link cannot keep the clients busy, s.
@@ -116,9 +171,18 @@ pub struct Allocation {
     pub hosts: Vec<HostAllocation>,
     /// The common finish time of the real-valued solution, s.
     pub balanced_s: f64,
+    /// Per machine of the input, how busy the solution keeps it.
+    pub machines: Vec<MachineLoad>,
     /// Dead-time and exclusion warnings, one line each.
     pub warnings: Vec<String>,
 }
+
+/// Most fixed-point rounds of the shared-core model; it settles in a few dozen.
+const MAX_ROUNDS: usize = 200;
+
+/// Least share of a core a client is assumed to get, so an overloaded machine gives a long
+/// but finite time instead of a division by zero.
+const MIN_CORE_SHARE: f64 = 1e-3;
 
 /// Solve the balance.
 ///
@@ -126,6 +190,96 @@ pub struct Allocation {
 /// No clients anywhere, or a non-positive or non-finite rate, time or size.
 pub fn allocate(input: &BalanceInput) -> Result<Allocation, BalanceError> {
     check(input)?;
+    if input.hosts.iter().all(|h| h.machine.is_none()) {
+        let unit: Vec<f64> = input.hosts.iter().map(|h| h.proc_s).collect();
+        return Ok(allocate_with(input, &unit));
+    }
+    // Start from every client computing at once (the calibration's situation), then let the
+    // balance say how many compute on average and the machines how much each then gets.
+    let mut share: Vec<f64> = (0..input.machines.len())
+        .map(|m| {
+            let clients: usize = input
+                .hosts
+                .iter()
+                .filter(|h| h.machine == Some(m))
+                .map(|h| h.clients)
+                .sum();
+            (input.machines[m].cores / clients.max(1) as f64).clamp(MIN_CORE_SHARE, 1.0)
+        })
+        .collect();
+    for _ in 0..MAX_ROUNDS {
+        let alloc = allocate_with(input, &unit_times(input, &share));
+        let mut change: f64 = 0.0;
+        for (f, load) in share.iter_mut().zip(&alloc.machines) {
+            change = change.max((load.core_share / *f).ln().abs());
+            // Geometric damping: the busy fraction of a link-bound host moves against the
+            // share, so undamped steps can oscillate.
+            *f = (*f * load.core_share).sqrt();
+        }
+        if change < 1e-9 {
+            break;
+        }
+    }
+    let mut alloc = allocate_with(input, &unit_times(input, &share));
+    for (m, load) in input.machines.iter().zip(&alloc.machines) {
+        if load.overhead_cores > 0.5 * m.cores {
+            alloc.warnings.push(format!(
+                "machine {}: servers and routers take {:.2} of its {:.2} cores; clients there \
+                 get little",
+                m.name, load.overhead_cores, m.cores
+            ));
+        }
+    }
+    Ok(alloc)
+}
+
+/// `t_proc(i)` of every host for the machines' core shares.
+fn unit_times(input: &BalanceInput, share: &[f64]) -> Vec<f64> {
+    input
+        .hosts
+        .iter()
+        .map(|h| match h.machine.and_then(|m| share.get(m)) {
+            Some(f) => h.proc_s / f,
+            None => h.proc_s,
+        })
+        .collect()
+}
+
+/// How busy the real-valued solution `shares` (finishing at `t`) keeps each machine, and the
+/// core share that load implies (`f_m = min(1, (K_m − o_m)/R_m)`).
+fn machine_loads(input: &BalanceInput, unit: &[f64], shares: &[f64], t: f64) -> Vec<MachineLoad> {
+    let t = t.max(1e-12);
+    input
+        .machines
+        .iter()
+        .enumerate()
+        .map(|(m, mm)| {
+            let mut runnable = 0.0;
+            let mut overhead = 0.0;
+            for (i, h) in input.hosts.iter().enumerate() {
+                let v = shares[i].max(0.0);
+                if h.machine == Some(m) {
+                    runnable += (v * unit[i] / t).min(h.clients as f64);
+                }
+                overhead += v * mm.overhead_s.get(i).copied().unwrap_or(0.0) / t;
+            }
+            let free = (mm.cores - overhead).max(0.0);
+            let core_share = if runnable > 1e-12 {
+                (free / runnable).clamp(MIN_CORE_SHARE, 1.0)
+            } else {
+                1.0
+            };
+            MachineLoad {
+                runnable,
+                overhead_cores: overhead,
+                core_share,
+            }
+        })
+        .collect()
+}
+
+/// The balance for given `t_proc(i)` (`unit`).
+fn allocate_with(input: &BalanceInput, unit: &[f64]) -> Allocation {
     let n = input.hosts.len();
     let wait: Vec<f64> = input.hosts.iter().map(|h| wait_s(input, h)).collect();
     let fixed: Vec<f64> = input.hosts.iter().map(|h| fixed_s(input, h)).collect();
@@ -133,7 +287,7 @@ pub fn allocate(input: &BalanceInput) -> Result<Allocation, BalanceError> {
     let mut warnings = Vec::new();
     // Solve; drop the most negative share and solve again until every share is ≥ 0.
     let (shares, balanced) = loop {
-        let (shares, t) = solve(input, &wait, &fixed, &active);
+        let (shares, t) = solve(input, unit, &wait, &fixed, &active);
         let worst = (0..n)
             .filter(|&i| active[i] && shares[i] < 0.0)
             .min_by(|&a, &b| shares[a].total_cmp(&shares[b]));
@@ -153,12 +307,10 @@ pub fn allocate(input: &BalanceInput) -> Result<Allocation, BalanceError> {
     // more than the link can carry in the balanced time, the host is link-bound: its time is
     // `v_i·t_wait(i) + t_proc(i) + c_i`. Solve again with each host's time the larger of the
     // two (monotone in v_i, so bisection on the common time).
-    let link_bound = (0..n).any(|i| {
-        let h = &input.hosts[i];
-        active[i] && shares[i] * wait[i] + h.proc_s + fixed[i] > balanced * (1.0 + 1e-9)
-    });
+    let link_bound = (0..n)
+        .any(|i| active[i] && shares[i] * wait[i] + unit[i] + fixed[i] > balanced * (1.0 + 1e-9));
     let (shares, balanced) = if link_bound {
-        let limited = solve_link_aware(input, &wait, &fixed, &active);
+        let limited = solve_link_aware(input, unit, &wait, &fixed, &active);
         for (i, h) in input.hosts.iter().enumerate() {
             if active[i] && limited.0[i] + 1e-9 < shares[i] {
                 warnings.push(format!(
@@ -173,14 +325,15 @@ pub fn allocate(input: &BalanceInput) -> Result<Allocation, BalanceError> {
         (shares, balanced)
     };
     let units = whole_units(input.units, &shares, &active);
+    let machines = machine_loads(input, unit, &shares, balanced);
     let mut hosts = Vec::with_capacity(n);
     for (i, h) in input.hosts.iter().enumerate() {
         let per_client = split_among(units[i], h.clients);
         let max_units = per_client.iter().copied().max().unwrap_or(0);
-        let dead = dead_time(h.clients, h.proc_s, wait[i]);
-        let compute = max_units as f64 * h.proc_s + h.clients as f64 * wait[i] + fixed[i];
+        let dead = dead_time(h.clients, unit[i], wait[i]);
+        let compute = max_units as f64 * unit[i] + h.clients as f64 * wait[i] + fixed[i];
         let link_bound = if units[i] > 0 {
-            units[i] as f64 * wait[i] + h.proc_s + fixed[i]
+            units[i] as f64 * wait[i] + unit[i] + fixed[i]
         } else {
             0.0
         };
@@ -196,25 +349,32 @@ pub fn allocate(input: &BalanceInput) -> Result<Allocation, BalanceError> {
                 h.name,
                 dead,
                 h.clients,
-                saturating(h.proc_s, wait[i])
+                saturating(unit[i], wait[i])
             ));
         }
         hosts.push(HostAllocation {
             share: if active[i] { shares[i] } else { 0.0 },
             units: units[i],
             per_client,
+            unit_s: unit[i],
+            core_share: if h.proc_s > 0.0 {
+                h.proc_s / unit[i]
+            } else {
+                1.0
+            },
             wait_s: wait[i],
             dead_s: dead,
-            saturating_clients: saturating(h.proc_s, wait[i]),
+            saturating_clients: saturating(unit[i], wait[i]),
             predicted_s: predicted,
         });
     }
-    Ok(Allocation {
+    Allocation {
         input: input.clone(),
         hosts,
         balanced_s: balanced,
+        machines,
         warnings,
-    })
+    }
 }
 
 /// `t_dead` for `n` prefetching clients: `n·t_wait − t_proc` when positive.
@@ -307,10 +467,12 @@ impl fmt::Display for Allocation {
         )?;
         writeln!(
             f,
-            "{:<10} {:>7} {:>9} {:>11} {:>9} {:>8} {:>9} {:>6}  {:>9} {:>8} {:>10}  units per client",
+            "{:<10} {:>7} {:>9} {:>9} {:>6} {:>11} {:>7} {:>8} {:>9} {:>6}  {:>9} {:>8} {:>10}  units per client",
             "host",
             "clients",
             "β (MB/s)",
+            "cpu (s)",
+            "core",
             "t_proc (s)",
             "p1/p_i",
             "v_i",
@@ -323,9 +485,10 @@ impl fmt::Display for Allocation {
         let base = inp
             .hosts
             .iter()
-            .find(|h| h.bandwidth.is_none())
-            .or(inp.hosts.first())
-            .map(|h| h.proc_s)
+            .position(|h| h.bandwidth.is_none())
+            .or(if inp.hosts.is_empty() { None } else { Some(0) })
+            .and_then(|i| self.hosts.get(i))
+            .map(|a| a.unit_s)
             .unwrap_or(1.0);
         for (h, a) in inp.hosts.iter().zip(&self.hosts) {
             let beta = h
@@ -337,14 +500,21 @@ impl fmt::Display for Allocation {
             } else {
                 a.saturating_clients.to_string()
             };
+            let (cpu, core) = if h.machine.is_some() {
+                (format!("{:.4}", h.proc_s), format!("{:.2}", a.core_share))
+            } else {
+                ("-".to_string(), "-".to_string())
+            };
             writeln!(
                 f,
-                "{:<10} {:>7} {:>9} {:>11.4} {:>9.3} {:>8.2} {:>9.4} {:>6}  {:>9.3} {:>8.3} {:>10}  {}",
+                "{:<10} {:>7} {:>9} {:>9} {:>6} {:>11.4} {:>7.3} {:>8.2} {:>9.4} {:>6}  {:>9.3} {:>8.3} {:>10}  {}",
                 h.name,
                 h.clients,
                 beta,
-                h.proc_s,
-                h.proc_s / base,
+                cpu,
+                core,
+                a.unit_s,
+                a.unit_s / base,
                 a.share,
                 a.wait_s,
                 a.units,
@@ -352,6 +522,14 @@ impl fmt::Display for Allocation {
                 a.dead_s,
                 sat,
                 compact_counts(&a.per_client)
+            )?;
+        }
+        for (m, load) in inp.machines.iter().zip(&self.machines) {
+            writeln!(
+                f,
+                "machine {}: {:.2} cores for the job, servers and routers take {:.2}, {:.2} \
+                 clients computing on average get {:.2} of a core each",
+                m.name, m.cores, load.overhead_cores, load.runnable, load.core_share
             )?;
         }
         write!(
@@ -423,6 +601,19 @@ fn check(input: &BalanceInput) -> Result<(), BalanceError> {
         if !(h.latency_s >= 0.0 && h.latency_s.is_finite()) {
             return Err(bad("latency", &h.name, h.latency_s));
         }
+        if let Some(m) = h.machine {
+            if m >= input.machines.len() {
+                return Err(bad("machine index", &h.name, m as f64));
+            }
+        }
+    }
+    for m in &input.machines {
+        if !(m.cores > 0.0 && m.cores.is_finite()) {
+            return Err(bad("core count", &m.name, m.cores));
+        }
+        if let Some(&o) = m.overhead_s.iter().find(|o| !(**o >= 0.0 && o.is_finite())) {
+            return Err(bad("overhead per unit", &m.name, o));
+        }
     }
     Ok(())
 }
@@ -441,13 +632,19 @@ fn fixed_s(input: &BalanceInput, h: &HostModel) -> f64 {
 
 /// The closed form of the linear system over the active hosts: with `a_i = t_proc(i)/n_i`
 /// and `b_i = n_i·t_wait(i) + c_i`, `t = (v + Σ b_i/a_i) / Σ 1/a_i` and `v_i = (t − b_i)/a_i`.
-fn solve(input: &BalanceInput, wait: &[f64], fixed: &[f64], active: &[bool]) -> (Vec<f64>, f64) {
+fn solve(
+    input: &BalanceInput,
+    unit: &[f64],
+    wait: &[f64],
+    fixed: &[f64],
+    active: &[bool],
+) -> (Vec<f64>, f64) {
     let coeffs: Vec<(f64, f64)> = input
         .hosts
         .iter()
         .enumerate()
         .map(|(i, h)| {
-            let a = h.proc_s / h.clients.max(1) as f64;
+            let a = unit[i] / h.clients.max(1) as f64;
             let b = h.clients as f64 * wait[i] + fixed[i];
             (a, b)
         })
@@ -473,6 +670,7 @@ fn solve(input: &BalanceInput, wait: &[f64], fixed: &[f64], active: &[bool]) -> 
 /// clamped at 0, with `Σ v_i(t) = v`.
 fn solve_link_aware(
     input: &BalanceInput,
+    unit: &[f64],
     wait: &[f64],
     fixed: &[f64],
     active: &[bool],
@@ -482,11 +680,11 @@ fn solve_link_aware(
         if !active[i] {
             return 0.0;
         }
-        let a = h.proc_s / h.clients.max(1) as f64;
+        let a = unit[i] / h.clients.max(1) as f64;
         let b = h.clients as f64 * wait[i] + fixed[i];
         let compute = (t - b) / a;
         let link = if wait[i] > 0.0 {
-            (t - h.proc_s - fixed[i]) / wait[i]
+            (t - unit[i] - fixed[i]) / wait[i]
         } else {
             f64::INFINITY
         };
@@ -526,6 +724,7 @@ mod tests {
             bandwidth: bw,
             return_bandwidth: bw,
             latency_s: 0.0,
+            machine: None,
         }
     }
 
@@ -537,7 +736,96 @@ mod tests {
             result_bytes: 0.0,
             disk_rate: 1e9,
             n_slopes: 10,
+            machines: Vec::new(),
         }
+    }
+
+    /// `hosts` all on one machine of `cores` cores with `overhead` CPU s per unit of each.
+    fn shared(mut hosts: Vec<HostModel>, units: u64, cores: f64, overhead: f64) -> BalanceInput {
+        for h in &mut hosts {
+            h.machine = Some(0);
+        }
+        let n = hosts.len();
+        let mut inp = input(hosts, units);
+        // Small units from a fast disk: the links matter only where a test makes them slow.
+        inp.unit_bytes = 1e3;
+        inp.machines = vec![MachineModel {
+            name: "m".into(),
+            cores,
+            overhead_s: vec![overhead; n],
+        }];
+        inp
+    }
+
+    /// CPU the solution uses on machine 0 per second of the run: computing clients times
+    /// their share, plus servers and routers. A saturated machine uses exactly its cores.
+    fn cores_used(a: &Allocation) -> f64 {
+        let l = &a.machines[0];
+        l.runnable * l.core_share + l.overhead_cores
+    }
+
+    #[test]
+    fn compute_bound_hosts_on_one_machine_split_its_cores() {
+        // 7 clients on 2 cores, nothing link-bound: each gets 2/7 of a core, and the run lasts
+        // the total CPU over the cores (the obviously correct answer for a saturated machine).
+        let inp = shared(
+            vec![host("a", 3, 0.01, None), host("b", 4, 0.01, Some(1e9))],
+            700,
+            2.0,
+            0.0,
+        );
+        let a = allocate(&inp).unwrap();
+        for h in &a.hosts {
+            assert!((h.core_share - 2.0 / 7.0).abs() < 1e-6, "{a}");
+            assert!((h.unit_s - 0.035).abs() < 1e-6, "{a}");
+        }
+        assert!((a.balanced_s - 700.0 * 0.01 / 2.0).abs() < 0.01, "{a}");
+        assert!((cores_used(&a) - 2.0).abs() < 1e-6, "{a}");
+    }
+
+    #[test]
+    fn overhead_takes_cores_from_the_clients() {
+        // Servers and routers need 0.005 s of CPU per unit: the run lasts Σ(cpu + overhead)/K.
+        let inp = shared(vec![host("a", 4, 0.01, None)], 400, 2.0, 0.005);
+        let a = allocate(&inp).unwrap();
+        assert!((a.balanced_s - 400.0 * 0.015 / 2.0).abs() < 0.01, "{a}");
+        assert!((a.machines[0].overhead_cores - 400.0 * 0.005 / a.balanced_s).abs() < 1e-6);
+        assert!((cores_used(&a) - 2.0).abs() < 1e-6, "{a}");
+    }
+
+    #[test]
+    fn a_link_bound_host_leaves_its_share_of_the_cores_to_the_others() {
+        // Host `far`'s clients wait for their link most of the time; the machine stays
+        // saturated and the clients that do compute get more than cores/clients each.
+        let mut far = host("far", 2, 0.01, Some(2e4));
+        far.return_bandwidth = Some(1e9);
+        let inp = shared(vec![host("a", 3, 0.01, None), far], 500, 2.0, 0.0);
+        let a = allocate(&inp).unwrap();
+        assert!(
+            a.warnings.iter().any(|w| w.starts_with("far: link-bound")),
+            "{a}"
+        );
+        assert!(a.machines[0].runnable < 5.0 - 0.5, "{a}");
+        assert!(a.hosts[0].core_share > 2.0 / 5.0 + 0.05, "{a}");
+        assert!((cores_used(&a) - 2.0).abs() < 1e-6, "{a}");
+        // Both hosts still finish together (within a unit's time).
+        let d = (a.hosts[0].predicted_s - a.hosts[1].predicted_s).abs();
+        assert!(d < a.hosts[1].wait_s + a.hosts[0].unit_s, "{a}");
+    }
+
+    #[test]
+    fn a_core_per_client_is_the_papers_model() {
+        let hosts = vec![host("a", 3, 0.2, None), host("b", 5, 0.3, Some(20e6))];
+        let paper = allocate(&input(hosts.clone(), 517)).unwrap();
+        let mut inp = shared(hosts, 517, 16.0, 0.0);
+        inp.unit_bytes = 1e6;
+        let a = allocate(&inp).unwrap();
+        assert_eq!(
+            a.hosts.iter().map(|h| h.units).collect::<Vec<_>>(),
+            paper.hosts.iter().map(|h| h.units).collect::<Vec<_>>()
+        );
+        assert!((a.balanced_s - paper.balanced_s).abs() < 1e-9);
+        assert!(a.hosts.iter().all(|h| h.core_share == 1.0));
     }
 
     /// The naive reference: equal finish times by bisection on t.
@@ -694,5 +982,21 @@ mod tests {
         ));
         let inp = input(vec![host("a", 1, 1.0, Some(-3.0))], 5);
         assert!(allocate(&inp).is_err());
+        let mut inp = shared(vec![host("a", 1, 1.0, None)], 5, 0.0, 0.0);
+        assert!(matches!(
+            allocate(&inp),
+            Err(BalanceError::BadValue {
+                what: "core count",
+                ..
+            })
+        ));
+        inp.machines.clear();
+        assert!(matches!(
+            allocate(&inp),
+            Err(BalanceError::BadValue {
+                what: "machine index",
+                ..
+            })
+        ));
     }
 }

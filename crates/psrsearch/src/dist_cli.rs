@@ -41,7 +41,8 @@ pub struct RankArgs {
     /// Skip the plots.
     #[arg(long)]
     pub no_plots: bool,
-    /// Measure every link at start-up instead of trusting the description's BANDWIDTH.
+    /// Probe every link at start-up and plan with the lower of the described and the
+    /// measured bandwidth (without it the description's BANDWIDTH is taken as it is).
     #[arg(long)]
     pub measure_links: bool,
     /// Make one meta host's clients sleep after every unit: `NAME:SECONDS`.
@@ -117,13 +118,34 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
         if let Some((name, secs)) = &a.slow_host {
             println!("slowed host: {name} sleeps {secs} s after every unit (unknown to the plan)");
         }
-        println!("static plan (time per unit measured on every client at once):");
+        if d.pilot_s > 0.0 {
+            println!(
+                "pilot: {} units ({} per client) in {:.2} s measured what a unit costs",
+                d.hosts.iter().map(|h| h.pilot_units).sum::<u64>(),
+                d.hosts
+                    .iter()
+                    .find(|h| h.clients > 0)
+                    .map_or(0, |h| h.pilot_units / h.clients as u64),
+                d.pilot_s
+            );
+        }
+        println!("{}", d.cost_note);
+        println!(
+            "static plan (cpu: CPU seconds per unit from the pilot; core: share of a core each \
+             client gets, from every client computing at once):"
+        );
         println!("{}", d.allocation);
         println!("{}", host_table(&d.hosts));
         crate::print_timings(&d.outcome);
         println!(
-            "service {:.2} s, whole distributed search {:.2} s",
-            d.service_s, d.total_s
+            "service {:.2} s (servers' CPU {}), whole distributed search {:.2} s",
+            d.service_s,
+            d.server_cpu_s
+                .iter()
+                .map(|c| format!("{c:.2} s"))
+                .collect::<Vec<_>>()
+                .join(" + "),
+            d.total_s
         );
         let report = serde_json::json!({
             "mode": d.mode,
@@ -142,7 +164,7 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
 
 fn host_table(hosts: &[distributed::HostReport]) -> String {
     let mut s = format!(
-        "{:<12} {:>7} {:>6} {:>5} {:>13} {:>12} {:>8} {:>10} {:>10}\n",
+        "{:<12} {:>7} {:>6} {:>5} {:>13} {:>12} {:>8} {:>10} {:>10} {:>9}\n",
         "host",
         "clients",
         "units",
@@ -151,11 +173,12 @@ fn host_table(hosts: &[distributed::HostReport]) -> String {
         "measured (s)",
         "diff",
         "busy (s)",
-        "idle (s)"
+        "idle (s)",
+        "cpu (s)"
     );
     for h in hosts.iter().filter(|h| h.clients > 0) {
         s.push_str(&format!(
-            "{:<12} {:>7} {:>6} {:>5} {:>13.2} {:>12.2} {:>7.0}% {:>10.2} {:>10.2}\n",
+            "{:<12} {:>7} {:>6} {:>5} {:>13.2} {:>12.2} {:>7.0}% {:>10.2} {:>10.2} {:>9.2}\n",
             h.name,
             h.clients,
             h.units,
@@ -164,7 +187,8 @@ fn host_table(hosts: &[distributed::HostReport]) -> String {
             h.measured_s,
             100.0 * (h.measured_s - h.predicted_s) / h.predicted_s.max(1e-9),
             h.busy_s,
-            h.idle_s
+            h.idle_s,
+            h.cpu_s
         ));
     }
     let measured: Vec<f64> = hosts
@@ -317,7 +341,10 @@ pub fn run_job(
     if !plots {
         rank_args.push("--no-plots".into());
     }
-    if std::env::var_os("PSRSEARCH_MEASURE_LINKS").is_some() {
+    // The links are probed at start-up and the plan takes the lower of the described and the
+    // measured rate; PSRSEARCH_TRUST_LINKS=1 plans with the description's figures unprobed
+    // (the paper's way; what a link slower than described then costs is the point).
+    if std::env::var_os("PSRSEARCH_TRUST_LINKS").is_none_or(|v| v.is_empty() || v == "0") {
         rank_args.push("--measure-links".into());
     }
     if let Some(slow) = std::env::var_os("PSRSEARCH_SLOW_HOST") {
@@ -325,6 +352,25 @@ pub fn run_job(
         parse_slow_host(&text).map_err(|e| anyhow::anyhow!("PSRSEARCH_SLOW_HOST: {e}"))?;
         rank_args.push("--slow-host".into());
         rank_args.push(slow);
+    }
+    let slow_link = match std::env::var_os("PSRSEARCH_SLOW_LINK") {
+        Some(v) => {
+            let text = v.to_string_lossy();
+            let (name, factor) = text
+                .rsplit_once(':')
+                .and_then(|(n, f)| Some((n.to_string(), f.parse::<f64>().ok()?)))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("PSRSEARCH_SLOW_LINK: `{text}`: expected NAME:FACTOR")
+                })?;
+            Some((name, factor))
+        }
+        None => None,
+    };
+    if let Some((name, factor)) = &slow_link {
+        println!(
+            "the link to {name} is emulated at {factor} of its described bandwidth (the plan is \
+             not told)"
+        );
     }
     let t = Instant::now();
     let outcome = metajob::run(&MetaJob {
@@ -334,6 +380,7 @@ pub fn run_job(
         env: vec![(PROGRESS_ENV.into(), addr.into())],
         timeout: Duration::from_secs(600),
         stdin_to_root: false,
+        slow_link,
     })?;
     let wall_s = t.elapsed().as_secs_f64();
     // The root has closed its end (or the job is gone): the display thread ends.
@@ -456,11 +503,6 @@ pub fn plan_main(a: PlanArgs) -> Result<()> {
     let cores = a
         .cores
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let share = if local {
-        (clients_total as f64 / cores as f64).max(1.0)
-    } else {
-        1.0
-    };
     let mut hosts = Vec::new();
     for (i, h) in layout.hosts.iter().enumerate() {
         let clients = if i == 0 {
@@ -499,32 +541,41 @@ pub fn plan_main(a: PlanArgs) -> Result<()> {
         hosts.push(HostModel {
             name: h.name.clone(),
             clients,
-            proc_s: tau * share,
+            proc_s: tau,
             bandwidth,
             return_bandwidth,
             latency_s,
+            machine: None,
         });
     }
-    let input = BalanceInput {
+    let mut input = BalanceInput {
         hosts,
         units,
         unit_bytes: distributed::unit_bytes_8bit(&plan) as f64,
         result_bytes: distributed::result_bytes(&plan) as f64,
         disk_rate: a.disk_rate * 1e6,
         n_slopes: dms.len(),
+        machines: Vec::new(),
     };
+    // Meta hosts emulated on this machine share its cores with the servers and routers.
+    let shared = local && clients_total > 0;
+    if shared {
+        let server_s = input.unit_bytes / input.disk_rate + distributed::server_unit_cpu_s(&plan);
+        let socket = distributed::socket_cost_per_byte().unwrap_or(0.0);
+        distributed::share_one_machine(&mut input, cores as f64, server_s, socket);
+    }
     let alloc = balance::allocate(&input)?;
     println!(
-        "{} DMs, FFT {} (step {}), {} units; τ·n_slopes = {:.4} s per unit on one idle core{}",
+        "{} DMs, FFT {} (step {}), {} units; τ·n_slopes = {:.4} s of CPU per unit{}",
         dms.len(),
         plan.fft_len(),
         plan.step(),
         units,
         tau,
-        if share > 1.0 {
+        if shared {
             format!(
-                "; {clients_total} clients share {cores} cores here, so {:.4} s each",
-                tau * share
+                "; {clients_total} clients, {servers} server(s) and the routers share {cores} \
+                 cores here (the machine line below)"
             )
         } else {
             String::new()

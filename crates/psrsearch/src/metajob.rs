@@ -28,6 +28,9 @@ pub enum MetaJobError {
     /// No block of free ports was found for the routers.
     #[error("no free block of {0} TCP ports found for the routers")]
     NoPorts(usize),
+    /// The link to slow down cannot be.
+    #[error("cannot slow down the link: {0}")]
+    SlowLink(String),
 }
 
 /// A job to run.
@@ -46,6 +49,11 @@ pub struct MetaJob {
     /// Forward this process's standard input to world rank 0 (a streaming search reading
     /// stdin); otherwise every rank's is empty.
     pub stdin_to_root: bool,
+    /// Emulate the links between the first meta host (the data host) and the one named, both
+    /// ways, at this fraction of the bandwidth the description gives, while the ranks still
+    /// read the description as written: a link slower than its owners claim, for testing
+    /// what that costs a static plan.
+    pub slow_link: Option<(String, f64)>,
 }
 
 /// Run `job`: parse the description, start its routers, run the ranks, stop the routers.
@@ -55,7 +63,10 @@ pub struct MetaJob {
 /// is reported in the returned outcome.
 pub fn run(job: &MetaJob) -> Result<JobOutcome, MetaJobError> {
     let cfg = metampi_config::parse_auto(&job.description_name, &job.description)?;
-    let layout = cfg.layout();
+    let mut layout = cfg.layout();
+    if let Some((name, factor)) = &job.slow_link {
+        slow_down_link(&mut layout, name, *factor)?;
+    }
     let exe = std::env::current_exe()?.into_os_string();
     let (_routers, plan) = metampi::meta::start(&layout, &exe, &["router".into()], &[])?;
     let mut spec = JobSpec::new()
@@ -76,6 +87,51 @@ pub fn run(job: &MetaJob) -> Result<JobOutcome, MetaJobError> {
         spec = spec.env(k, v);
     }
     Ok(metampi_launch::run(&spec)?)
+}
+
+/// Scale the emulated bandwidth of every link between meta host 0 and `host`, both ways.
+///
+/// # Errors
+/// No meta host of that name, the data host itself, a factor outside (0, 1], or a link
+/// between the two without a `BANDWIDTH` to scale.
+fn slow_down_link(
+    layout: &mut metampi_config::Layout,
+    host: &str,
+    factor: f64,
+) -> Result<(), MetaJobError> {
+    let bad = |why: String| MetaJobError::SlowLink(why);
+    if !(factor > 0.0 && factor <= 1.0) {
+        return Err(bad(format!("factor {factor} is not within (0, 1]")));
+    }
+    let h = layout
+        .hosts
+        .iter()
+        .position(|m| m.name == host)
+        .ok_or_else(|| bad(format!("no meta host `{host}`")))?;
+    if h == 0 {
+        return Err(bad(format!("`{host}` holds the data; name a remote host")));
+    }
+    let mut scaled = 0;
+    for l in &mut layout.links {
+        if (l.from_host, l.to_host) == (0, h) || (l.from_host, l.to_host) == (h, 0) {
+            let bw = l.options.bandwidth.ok_or_else(|| {
+                bad(format!(
+                    "a link between `{}` and `{host}` has no BANDWIDTH to scale",
+                    layout.hosts[0].name
+                ))
+            })?;
+            let bits = ((bw.bits_per_sec() as f64 * factor).round() as u64).max(1);
+            l.options.bandwidth = metampi_config::Bandwidth::from_bits_per_sec(bits);
+            scaled += 1;
+        }
+    }
+    if scaled == 0 {
+        return Err(bad(format!(
+            "no link between `{}` and `{host}`",
+            layout.hosts[0].name
+        )));
+    }
+    Ok(())
 }
 
 /// The demo's metacomputer, after the SC99 run: the data at Jodrell Bank (a server and two
@@ -140,5 +196,24 @@ mod tests {
         assert_eq!(bw(0, 1), 12_500_000);
         assert_eq!(bw(0, 2), 5_000_000);
         assert_eq!(bw(2, 0), 5_000_000);
+    }
+
+    #[test]
+    fn a_slowed_link_is_scaled_both_ways_and_only_there() {
+        let cfg = metampi_config::parse_str("demo", &demo_description(31000)).unwrap();
+        let mut l = cfg.layout();
+        slow_down_link(&mut l, "pittsburgh", 0.25).unwrap();
+        let bw = |a, b| {
+            l.links_between(a, b)
+                .map(|k| k.options.bandwidth.unwrap().bytes_per_sec())
+                .sum::<u64>()
+        };
+        assert_eq!(bw(0, 2), 1_250_000);
+        assert_eq!(bw(2, 0), 1_250_000);
+        assert_eq!(bw(0, 1), 12_500_000);
+        assert_eq!(bw(1, 2), 6_250_000);
+        assert!(slow_down_link(&mut l, "jodrell", 0.5).is_err());
+        assert!(slow_down_link(&mut l, "nowhere", 0.5).is_err());
+        assert!(slow_down_link(&mut l, "stuttgart", 1.5).is_err());
     }
 }

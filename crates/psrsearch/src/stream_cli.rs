@@ -110,6 +110,7 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
         env: Vec::new(),
         timeout: Duration::from_secs(24 * 3600),
         stdin_to_root: a.listen.is_none(),
+        slow_link: None,
     })?;
     if let Some(f) = &outcome.failure {
         bail!("the streaming search failed: {f}");
@@ -195,6 +196,27 @@ pub fn stream_rank_main(a: StreamRankArgs) -> Result<()> {
                 mean * 1e3,
                 max * 1e3
             );
+            let mut hosts = r.stage1_hosts.clone();
+            hosts.sort_unstable();
+            hosts.dedup();
+            if hosts.len() > 1 {
+                // Over several meta hosts: each host's share of the blocks and its lag.
+                for h in hosts {
+                    let mut lags: Vec<f64> = r
+                        .blocks
+                        .iter()
+                        .filter(|b| r.stage1_hosts.get(b.stage1) == Some(&h))
+                        .map(|b| b.lag_s())
+                        .collect();
+                    lags.sort_by(f64::total_cmp);
+                    println!(
+                        "  stage 1 on meta host {h}: {} blocks, median lag {:.1} ms, max {:.1} ms",
+                        lags.len(),
+                        lags.get(lags.len() / 2).copied().unwrap_or(0.0) * 1e3,
+                        lags.last().copied().unwrap_or(0.0) * 1e3
+                    );
+                }
+            }
             let path = a.out_dir.join("stream_lag.json");
             std::fs::write(&path, serde_json::to_vec_pretty(&r)?)
                 .with_context(|| format!("writing {}", path.display()))?;

@@ -1,7 +1,8 @@
 //! `psrsearch stream` on 3 ranks (master, one stage-1 rank, stage 2): a simulated observation
 //! is fed at a throttled rate over TCP (and unthrottled through stdin); the lag from block
 //! arrival to result stays bounded, and the candidates of the whole stream equal the
-//! non-streaming search of the same file bit for bit.
+//! non-streaming search of the same file bit for bit. The same over three emulated meta hosts
+//! (`--meta`), the stage-1 ranks spread over all of them behind emulated links.
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
@@ -116,19 +117,16 @@ fn wait_ok(child: std::process::Child, limit: Duration) -> String {
     }
 }
 
-#[test]
-fn stream_over_tcp_at_a_throttled_rate_keeps_lag_bounded_and_finds_the_same_candidates() {
-    let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
-    let nsamples = 1 << 18;
-    let (dir, file) = setup("tcp", nsamples);
-    let out = dir.join("out");
+/// Start `command` listening on a free port, feed it `file` over TCP in `seconds` (8 KiB at a
+/// time on schedule), and return its standard output once it has finished.
+fn feed_over_tcp(mut command: Command, file: &Path, seconds: f64) -> String {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let child = stream_command(&out)
+    let child = command
         .args(["--listen", &addr])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -146,10 +144,8 @@ fn stream_over_tcp_at_a_throttled_rate_keeps_lag_bounded_and_finds_the_same_cand
             Err(e) => panic!("the master never listened on {addr}: {e}"),
         }
     };
-    // The rate limiter: the whole file in 2.5 s, 8 KiB at a time on schedule — about a tenth
-    // of real time for this band, far below what three ranks can process.
-    let bytes = std::fs::read(&file).unwrap();
-    let rate = bytes.len() as f64 / 2.5;
+    let bytes = std::fs::read(file).unwrap();
+    let rate = bytes.len() as f64 / seconds;
     let start = Instant::now();
     for (k, chunk) in bytes.chunks(8192).enumerate() {
         let due = Duration::from_secs_f64(k as f64 * 8192.0 / rate);
@@ -159,11 +155,15 @@ fn stream_over_tcp_at_a_throttled_rate_keeps_lag_bounded_and_finds_the_same_cand
         sock.write_all(chunk).unwrap();
     }
     drop(sock);
-    let stdout = wait_ok(child, Duration::from_secs(60));
+    wait_ok(child, Duration::from_secs(60))
+}
 
+/// The report of a throttled run of `nsamples`: every block there, lag bounded, the
+/// candidates those of the file search.
+fn check_throttled_run(out: &Path, file: &Path, nsamples: usize, stdout: &str) -> StreamReport {
     let report: StreamReport =
         serde_json::from_slice(&std::fs::read(out.join("stream_lag.json")).unwrap()).unwrap();
-    let reader = BasebandReader::open(&file).unwrap();
+    let reader = BasebandReader::open(file).unwrap();
     let plan = DedispersionPlan::new(reader.band(), &search().dms, &search().plan).unwrap();
     assert_eq!(report.blocks.len() as u64, plan.num_blocks(nsamples as u64));
     assert_eq!(report.samples, nsamples as u64);
@@ -183,14 +183,87 @@ fn stream_over_tcp_at_a_throttled_rate_keeps_lag_bounded_and_finds_the_same_cand
     assert!(worst < 1.0, "a block waited {worst} s");
     assert!(stdout.contains("interim search after"), "{stdout}");
 
-    let expected = single(&file);
+    let expected = single(file);
     assert!(!expected.is_empty(), "the injected pulsar is found");
     assert!((expected[0].period_s - 0.01).abs() < 1e-5);
     assert_eq!(
-        candidates(&out),
+        candidates(out),
         expected,
         "streaming and file search differ"
     );
+    report
+}
+
+#[test]
+fn stream_over_tcp_at_a_throttled_rate_keeps_lag_bounded_and_finds_the_same_candidates() {
+    let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+    let nsamples = 1 << 18;
+    let (dir, file) = setup("tcp", nsamples);
+    let out = dir.join("out");
+    // The whole file in 2.5 s — about a tenth of real time for this band, far below what
+    // three ranks can process.
+    let stdout = feed_over_tcp(stream_command(&out), &file, 2.5);
+    check_throttled_run(&out, &file, nsamples, &stdout);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The streaming pipeline over three emulated meta hosts: the master and stage 2 on `jb`
+/// (which holds the stream), two stage-1 ranks at `hlrs` behind a 100 Mbit/s, 2 ms link and
+/// one at `psc` behind a 20 Mbit/s, 10 ms link. Blocks are dealt round robin, so every site
+/// computes; the lag stays bounded (each block's includes its trip over a link and back) and
+/// the candidates equal the file search's.
+#[test]
+fn stream_over_three_meta_hosts_keeps_lag_bounded_and_finds_the_same_candidates() {
+    let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+    let nsamples = 1 << 18;
+    let (dir, file) = setup("meta", nsamples);
+    let out = dir.join("out");
+    let description = |port: u16| {
+        format!(
+            "PORTBASE {port}\n\
+             METAHOST jb {{ LAUNCH = local; NPROCS = 2; NODES = jb0; }}\n\
+             METAHOST hlrs {{ LAUNCH = local; NPROCS = 2; NODES = hlrs0; }}\n\
+             METAHOST psc {{ LAUNCH = local; NPROCS = 1; NODES = psc0; }}\n\
+             PAIR jb hlrs 1 - {{ BANDWIDTH = 100Mbit; LATENCY = 2ms; COMPRESSION = off; }}\n\
+             jb0 <-> hlrs0\n\
+             PAIR jb psc 1 - {{ BANDWIDTH = 20Mbit; LATENCY = 10ms; COMPRESSION = off; }}\n\
+             jb0 <-> psc0\n\
+             PAIR hlrs psc 1 - {{ BANDWIDTH = 20Mbit; LATENCY = 10ms; COMPRESSION = off; }}\n\
+             hlrs0 <-> psc0\n"
+        )
+    };
+    let links = metampi_config::parse_str("probe", &description(40000))
+        .unwrap()
+        .layout()
+        .links
+        .len();
+    let cfg = dir.join("meta.cfg");
+    let port = psrsearch::metajob::free_port_base(links).unwrap();
+    std::fs::write(&cfg, description(port)).unwrap();
+    let mut command = stream_command(&out);
+    command.arg("--meta").arg(&cfg);
+    let stdout = feed_over_tcp(command, &file, 2.5);
+    let report = check_throttled_run(&out, &file, nsamples, &stdout);
+    // Master and stage 2 on jb; stage 1 on every site: hlrs twice, psc once.
+    assert_eq!(report.stage1_hosts, vec![1, 1, 2], "{report:?}");
+    for h in 1..=2 {
+        let n = report
+            .blocks
+            .iter()
+            .filter(|b| report.stage1_hosts[b.stage1] == h)
+            .count();
+        assert!(
+            n >= report.blocks.len() / 4,
+            "meta host {h} processed {n} blocks"
+        );
+    }
+    assert!(stdout.contains("stage 1 on meta host 2"), "{stdout}");
+    for line in stdout
+        .lines()
+        .filter(|l| l.contains("stage 1 on meta host"))
+    {
+        eprintln!("{}", line.trim());
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

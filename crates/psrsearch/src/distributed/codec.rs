@@ -23,12 +23,18 @@ pub(crate) enum Msg {
     Data { block: u64, voltages: Voltages },
     /// Client → server (or server → root): a unit's detected power, `[dm][chan][sample]`.
     Result { block: u64, power: Vec<f32> },
-    /// Client → server: all units done. Seconds computing and waiting for data.
-    SignOff { busy_s: f64, idle_s: f64 },
-    /// Server → root: my clients are done; per client
-    /// `(world rank, finish s, busy s, idle s, units computed)`.
+    /// Client → server: all units done. Seconds computing, waiting for data, and of CPU
+    /// during the service.
+    SignOff {
+        busy_s: f64,
+        idle_s: f64,
+        cpu_s: f64,
+    },
+    /// Server → root: my clients are done. My CPU seconds during the service; per client
+    /// `(world rank, finish s, busy s, idle s, units computed, CPU s)`.
     ServerDone {
-        clients: Vec<(u64, f64, f64, f64, u64)>,
+        cpu_s: f64,
+        clients: Vec<(u64, f64, f64, f64, u64, f64)>,
     },
     /// Root → client: bandwidth probe of `len` bytes (answer with `Echo`).
     Probe { payload: Vec<u8> },
@@ -57,6 +63,13 @@ pub(crate) enum Msg {
     Next,
     /// Server → client (dynamic mode): no unit for you; ask no more.
     Drained,
+    /// Server → root (dynamic mode): which unit should `client` compute next? The root holds
+    /// every client's queue, so units move between servers' clients too.
+    Want { client: u64 },
+    /// Root → server (dynamic mode): the answer to a `Want`: a unit, or none (drained).
+    Grant { client: u64, block: Option<u64> },
+    /// Root → server (dynamic mode): every `Want` of yours is answered; the service is over.
+    ServiceOver,
 }
 
 /// A message that does not decode.
@@ -83,20 +96,27 @@ impl Msg {
                 w.u64(*block);
                 w.f32s(power);
             }
-            Msg::SignOff { busy_s, idle_s } => {
+            Msg::SignOff {
+                busy_s,
+                idle_s,
+                cpu_s,
+            } => {
                 w.u8(4);
                 w.f64(*busy_s);
                 w.f64(*idle_s);
+                w.f64(*cpu_s);
             }
-            Msg::ServerDone { clients } => {
+            Msg::ServerDone { cpu_s, clients } => {
                 w.u8(5);
+                w.f64(*cpu_s);
                 w.u64(clients.len() as u64);
-                for &(r, f, b, i, n) in clients {
+                for &(r, f, b, i, n, c) in clients {
                     w.u64(r);
                     w.f64(f);
                     w.f64(b);
                     w.f64(i);
                     w.u64(n);
+                    w.f64(c);
                 }
             }
             Msg::Probe { payload } => {
@@ -139,6 +159,22 @@ impl Msg {
             }
             Msg::Next => w.u8(14),
             Msg::Drained => w.u8(15),
+            Msg::Want { client } => {
+                w.u8(16);
+                w.u64(*client);
+            }
+            Msg::Grant { client, block } => {
+                w.u8(17);
+                w.u64(*client);
+                match block {
+                    Some(b) => {
+                        w.u8(1);
+                        w.u64(*b);
+                    }
+                    None => w.u8(0),
+                }
+            }
+            Msg::ServiceOver => w.u8(18),
         }
         w.0
     }
@@ -164,14 +200,16 @@ impl Msg {
             4 => Msg::SignOff {
                 busy_s: r.f64()?,
                 idle_s: r.f64()?,
+                cpu_s: r.f64()?,
             },
             5 => {
-                let n = r.len(40)?;
+                let cpu_s = r.f64()?;
+                let n = r.len(48)?;
                 let mut clients = Vec::with_capacity(n);
                 for _ in 0..n {
-                    clients.push((r.u64()?, r.f64()?, r.f64()?, r.f64()?, r.u64()?));
+                    clients.push((r.u64()?, r.f64()?, r.f64()?, r.f64()?, r.u64()?, r.f64()?));
                 }
-                Msg::ServerDone { clients }
+                Msg::ServerDone { cpu_s, clients }
             }
             6 => {
                 let n = r.len(1)?;
@@ -206,6 +244,17 @@ impl Msg {
             13 => Msg::Ack { block: r.u64()? },
             14 => Msg::Next,
             15 => Msg::Drained,
+            16 => Msg::Want { client: r.u64()? },
+            17 => {
+                let client = r.u64()?;
+                let block = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.u64()?),
+                    f => return Err(DecodeError(format!("grant flag {f} is neither 0 nor 1"))),
+                };
+                Msg::Grant { client, block }
+            }
+            18 => Msg::ServiceOver,
             k => return Err(DecodeError(format!("unknown message kind {k}"))),
         };
         if r.at != bytes.len() {
@@ -414,12 +463,24 @@ mod tests {
         roundtrip(Msg::SignOff {
             busy_s: 1.5,
             idle_s: 0.25,
+            cpu_s: 1.25,
         });
         roundtrip(Msg::ServerDone {
-            clients: vec![(3, 1.0, 0.5, 0.1, 7)],
+            cpu_s: 0.5,
+            clients: vec![(3, 1.0, 0.5, 0.1, 7, 0.75)],
         });
         roundtrip(Msg::Next);
         roundtrip(Msg::Drained);
+        roundtrip(Msg::Want { client: 4 });
+        roundtrip(Msg::Grant {
+            client: 4,
+            block: Some(12),
+        });
+        roundtrip(Msg::Grant {
+            client: 5,
+            block: None,
+        });
+        roundtrip(Msg::ServiceOver);
         roundtrip(Msg::Probe {
             payload: vec![1, 2, 3],
         });

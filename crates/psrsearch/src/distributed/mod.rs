@@ -8,19 +8,26 @@
 //!
 //! 1. **Set-up.** The root server (lowest rank of the data host) opens the file and
 //!    broadcasts the band and search settings; everyone builds the same
-//!    [`DedispersionPlan`]. All clients dedisperse a synthetic block at the same moment, so
-//!    each host's time per unit is measured under the load the run will have (`t_proc(i)`,
-//!    the paper's `τ·n_slopes·p_1/p_i`). Link bandwidths come from the meta-computer
-//!    description (`BANDWIDTH` on the PAIRs) or, where it gives none, from a probe: the root
-//!    times a small and a large message to one client of each remote host.
-//! 2. **Static balance** ([`crate::balance`]): units per host and per client; blocks are dealt
-//!    in contiguous runs, host after host.
+//!    [`DedispersionPlan`]. All clients then compute synthetic units together for a short
+//!    window (`calibrate`): each measures the CPU a unit costs and the share of a core it got
+//!    while every client computed, and says which computer it runs on, so the plan knows the
+//!    cost of a unit (the paper's `τ·n_slopes·p_1/p_i`), the cores the job gets on each
+//!    machine and which meta hosts share them. The root measures what it spends per unit
+//!    (reading, encoding, taking results) and what a byte through a socket costs (routers).
+//!    Link bandwidths come from the meta-computer description (`BANDWIDTH` on the PAIRs) or,
+//!    where it gives none, from a probe: the root times a small and then a train of large
+//!    messages to one client of each remote host.
+//! 2. **Pilot and static balance.** Every client's first units are served for real
+//!    (scheduled service) and measure what a unit costs a client and the servers on its
+//!    path; then [`crate::balance`] shares the remaining units per host and per client, with
+//!    the hosts that share a computer sharing its cores. Blocks are dealt in contiguous runs,
+//!    host after host.
 //! 3. **Service**, in one of three [`ServiceMode`]s: request/reply (a client asks for each
 //!    unit; request type in the message body, one tag for everything), scheduled service (the
 //!    server pushes each client's units in a fixed round-robin order; no requests at all), or
-//!    dynamic (the plan's units as per-client queues; a client with an empty queue takes the
-//!    last unit of the client predicted to finish last, when its measured rate and link say
-//!    it will finish it sooner).
+//!    dynamic (the plan's units as per-client queues, all kept by the root; a client with an
+//!    empty queue takes the last unit of the client, of any server, predicted to finish last,
+//!    when its measured rate and link say it will finish it sooner).
 //!    A server has one sender thread per meta host it serves, so slow links do not hold up
 //!    fast ones, and each client asks for (or is sent) its next unit while it computes the
 //!    current one. Results (detected power, `[dm][chan][sample]`) go back to the server,
@@ -31,6 +38,7 @@
 //!    sifts and folds exactly as [`search_series`](crate::search::search_series) does. The
 //!    candidates are bit-for-bit those of the single-process search.
 
+mod calibrate;
 mod codec;
 mod service;
 pub mod stream;
@@ -46,7 +54,7 @@ use serde::{Deserialize, Serialize};
 pub use codec::DecodeError;
 
 use crate::assemble::PowerAssembler;
-use crate::balance::{self, Allocation, BalanceError, BalanceInput, HostModel};
+use crate::balance::{self, Allocation, BalanceError, BalanceInput, HostModel, MachineModel};
 use crate::band::Band;
 use crate::dedisperse::{BlockPower, DedispersionPlan};
 use crate::format::BasebandReader;
@@ -65,9 +73,10 @@ pub enum ServiceMode {
     /// The server sends every client its planned units in a fixed order; no requests.
     Scheduled,
     /// Starts from the static plan, then rebalances while running: clients ask for "a next
-    /// unit", the server keeps the plan's per-client queues and lets a client whose queue is
-    /// empty take the last unit of the client predicted to finish last, when the thief's
-    /// measured rate and link say it will finish that unit sooner (see [`service`]).
+    /// unit", the root server keeps every client's queue from the plan (other servers ask it)
+    /// and lets a client whose queue is empty take the last unit of the client, of any host
+    /// and any server, predicted to finish last, when the thief's measured rate and link say
+    /// it will finish that unit sooner (see [`service`]).
     Dynamic,
 }
 
@@ -107,7 +116,8 @@ pub struct DistConfig {
     /// The meta-computer description: host names and link bandwidths. Hosts it gives no
     /// bandwidth for (or all, without one) are measured.
     pub description: Option<metampi_config::Layout>,
-    /// Probe every link at start-up even where the description gives a bandwidth.
+    /// Probe every link at start-up even where the description gives a bandwidth, and plan
+    /// with the lower of the described and the measured rate.
     pub measure_links: bool,
     /// Make the clients of one meta host (by name) sleep this many seconds after every unit,
     /// after calibration, so the host is slower than the plan believes (for testing the
@@ -178,7 +188,10 @@ pub struct HostReport {
     pub name: String,
     /// Client processes.
     pub clients: usize,
-    /// Units allocated.
+    /// Units the host's clients computed in the pilot, before the plan.
+    #[serde(default)]
+    pub pilot_units: u64,
+    /// Units the plan allocated (after the pilot).
     pub units: u64,
     /// The plan's predicted finish time, s after the service started.
     pub predicted_s: f64,
@@ -190,6 +203,27 @@ pub struct HostReport {
     pub idle_s: f64,
     /// Units the host's clients actually computed (differs from `units` in dynamic mode).
     pub done_units: u64,
+    /// Mean CPU seconds per client spent on its units during the service (waits not counted;
+    /// 0 where the OS does not say).
+    #[serde(default)]
+    pub cpu_s: f64,
+}
+
+/// Planned against done, per client.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientReport {
+    /// World rank.
+    pub rank: Rank,
+    /// Its meta host.
+    pub host: String,
+    /// The server that served it.
+    pub server: Rank,
+    /// Units the plan gave it.
+    pub units: u64,
+    /// Units it computed (differs from `units` in dynamic mode).
+    pub done_units: u64,
+    /// When it signed off, s after the service started.
+    pub finish_s: f64,
 }
 
 /// What the root gets back.
@@ -201,18 +235,27 @@ pub struct DistOutcome {
     pub allocation: Allocation,
     /// Per meta host, planned and measured.
     pub hosts: Vec<HostReport>,
+    /// Per client, planned and done, in rank order.
+    pub per_client: Vec<ClientReport>,
     /// The service mode.
     pub mode: ServiceMode,
     /// Servers and clients.
     pub servers: usize,
     /// Client processes.
     pub clients: usize,
-    /// Seconds of the service phase (first unit out to last result in).
+    /// Seconds of the service phase (first unit out to last result in), after the pilot.
     pub service_s: f64,
+    /// Seconds of the pilot (every client's first units, which measure what a unit costs).
+    pub pilot_s: f64,
+    /// CPU seconds every server process used during the service, root first (0 where the OS
+    /// does not say).
+    pub server_cpu_s: Vec<f64>,
     /// Seconds from the start of set-up to the ranked table.
     pub total_s: f64,
     /// Where each host's bandwidth came from, one line per remote host.
     pub link_notes: Vec<String>,
+    /// What servers and routers were found to spend per unit.
+    pub cost_note: String,
 }
 
 /// Settings every rank needs, broadcast by the root.
@@ -385,7 +428,9 @@ pub fn search_distributed(
     }
     let is_client = roles.server_of[me as usize].is_some();
 
-    // Calibration: every client dedisperses a synthetic block at the same time.
+    // Calibration: every client computes synthetic units for the same window (warmed up
+    // before the barrier), so each sees the contention of the run; every rank says which
+    // computer it is on and how many cores it may use.
     if is_root {
         progress(&Progress {
             phase: "calibrating",
@@ -395,60 +440,188 @@ pub fn search_distributed(
             elapsed_s: 0.0,
         });
     }
-    comm.barrier();
-    let my_time = if is_client { calibrate(&plan) } else { 0.0 };
-    let mut times = vec![0.0f64; comm.size() as usize];
-    comm.all_gather_into(&my_time, &mut times[..]);
+    let mut bench = is_client.then(|| calibrate::UnitBench::new(&plan));
+    // Per window: wall and CPU seconds per unit (NaN CPU where the OS does not say), then
+    // this rank's cores.
+    let mut mine = Vec::with_capacity(2 * CALIBRATION_WINDOWS + 1);
+    for _ in 0..CALIBRATION_WINDOWS {
+        comm.barrier();
+        let cost = bench
+            .as_mut()
+            .map(|b| b.run(CALIBRATION_WINDOW_S, CALIBRATION_MIN_UNITS));
+        mine.push(cost.map_or(0.0, |c| c.wall_s));
+        mine.push(cost.and_then(|c| c.cpu_s).unwrap_or(f64::NAN));
+    }
+    mine.push(calibrate::cores() as f64);
+    let size = comm.size() as usize;
+    let per = mine.len();
+    let mut measured = vec![0.0f64; per * size];
+    comm.all_gather_into(&mine[..], &mut measured[..]);
+    let mut keys = vec![0u64; size];
+    comm.all_gather_into(&calibrate::machine_key(), &mut keys[..]);
+    let calibration: Vec<RankCalibration> = (0..size)
+        .map(|r| {
+            let m = &measured[per * r..per * (r + 1)];
+            let windows: Vec<(f64, f64)> = m[..2 * CALIBRATION_WINDOWS]
+                .chunks_exact(2)
+                .map(|w| (w[0], w[1]))
+                .collect();
+            let known = windows.iter().all(|&(_, c)| c.is_finite() && c > 0.0);
+            let n = windows.len() as f64;
+            RankCalibration {
+                wall_s: windows.iter().map(|w| w.0).sum::<f64>() / n,
+                cpu_s: known.then(|| windows.iter().map(|w| w.1).sum::<f64>() / n),
+                shares: windows
+                    .iter()
+                    .map(|&(w, c)| {
+                        if known {
+                            (c / w.max(1e-12)).clamp(0.0, 1.0)
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect(),
+                cores: m[per - 1],
+                machine: keys[r],
+            }
+        })
+        .collect();
 
-    // Links: from the description where it says, measured where it does not.
-    let described = config
-        .description
-        .as_ref()
-        .filter(|_| !config.measure_links);
-    let (links, notes) = link_models(&comm, &roles, described)?;
+    // Links: from the description where it gives a bandwidth; probed where it gives none, and
+    // everywhere with `measure_links` (then the description, if any, is the ceiling).
+    let (links, notes) = link_models(
+        &comm,
+        &roles,
+        config.description.as_ref(),
+        config.measure_links,
+    )?;
 
-    // The balance, made at the root and broadcast as per-rank unit lists.
+    // Pilot: every client's first units, served for real (scheduled service), so the plan
+    // knows what a unit costs a client and the servers on the path it will take — receiving,
+    // decoding, computing, encoding, sending and waiting included — under the load of the run.
+    let names: Vec<String> = roles
+        .site_list
+        .iter()
+        .map(|&s| site_name(config.description.as_ref(), s))
+        .collect();
+    let slow_s = setup
+        .slow
+        .filter(|&(s, _)| s == roles.sites[me as usize])
+        .map_or(0.0, |(_, secs)| secs);
+    let mut workspace = bench.map(calibrate::UnitBench::into_workspace);
+    let run = ServiceRun {
+        roles: &roles,
+        plan: &plan,
+        file,
+        names: &names,
+        slow_s,
+    };
+    let pilot_assignment = pilot_assignment(&roles, nblocks);
+    let pilot_total: u64 = pilot_assignment.iter().map(|u| u.len() as u64).sum();
+    let mut pilot = None;
+    // The routers' CPU during the pilot, where they run beside the ranks on this machine
+    // (emulated sites): what relaying a unit and its result costs them.
+    let routers = if is_root {
+        calibrate::sibling_routers()
+    } else {
+        Vec::new()
+    };
+    let mut relay_cpu_s = None;
+    if pilot_total > 0 {
+        if is_root {
+            progress(&Progress {
+                phase: "pilot",
+                done: 0,
+                total: pilot_total,
+                hosts: Vec::new(),
+                elapsed_s: 0.0,
+            });
+        }
+        comm.barrier();
+        let t = Instant::now();
+        let relay0 = calibrate::processes_cpu_s(&routers);
+        let served = run.serve(
+            &comm,
+            &pilot_assignment,
+            ServiceMode::Scheduled,
+            &[],
+            workspace.as_mut(),
+            t,
+            "pilot",
+            &mut |_| {},
+        )?;
+        if !routers.is_empty() {
+            relay_cpu_s = Some(calibrate::processes_cpu_s(&routers) - relay0);
+        }
+        pilot = served.map(|s| (s, t.elapsed().as_secs_f64()));
+    }
+
+    // The balance of the remaining units, made at the root and broadcast as per-rank lists.
     let mut assignment_blob = Vec::new();
     let mut cost_blob = Vec::new();
     let mut allocation = None;
+    let mut cost_note = String::new();
     if is_root {
         let r = reader
             .as_mut()
             .ok_or_else(|| DistError::Protocol("root without its reader".into()))?;
-        let (unit_bytes, disk_rate) = measure_reads(r, &plan, nblocks)?;
-        let result_bytes = result_bytes(&plan) as f64;
-        let hosts: Vec<HostModel> = roles
-            .site_list
+        let reads = measure_reads(r, &plan, nblocks)?;
+        let bytes = reads.unit_bytes + result_bytes(&plan) as f64;
+        let hop_s = calibrate::socket_cost_per_byte().unwrap_or(0.0) * bytes;
+        let mut costs = unit_costs(
+            &calibration,
+            pilot.as_ref().map(|(s, _)| s),
+            reads.cpu_s + calibrate::result_decode_s(&plan),
+            hop_s,
+        );
+        let remote_pilot_units = pilot_assignment
             .iter()
-            .map(|&s| {
-                let clients = roles.clients_on(s);
-                let proc_s = if clients.is_empty() {
-                    1.0
-                } else {
-                    clients.iter().map(|&c| times[c as usize]).sum::<f64>() / clients.len() as f64
-                };
-                let l = links.iter().find(|l| l.site == s);
-                HostModel {
-                    name: site_name(config.description.as_ref(), s),
-                    clients: clients.len(),
-                    proc_s,
-                    bandwidth: l.and_then(|l| l.bandwidth),
-                    return_bandwidth: l.and_then(|l| l.return_bandwidth),
-                    latency_s: l.map_or(0.0, |l| l.latency_s),
-                }
-            })
-            .collect();
-        let input = BalanceInput {
-            hosts,
-            units: nblocks,
-            unit_bytes,
-            result_bytes,
-            disk_rate,
-            n_slopes: plan.dms().len(),
-        };
+            .enumerate()
+            .filter(|&(r, _)| roles.sites[r] != roles.data_site)
+            .map(|(_, u)| u.len() as u64)
+            .sum::<u64>();
+        if let Some(cpu) = relay_cpu_s.filter(|_| remote_pilot_units > 0) {
+            costs.relay_here_s = Some(cpu / remote_pilot_units as f64);
+        }
+        cost_note = format!(
+            "CPU per unit: servers {:.2} ms ({}), routers {} per unit from a remote host",
+            costs.server_s * 1e3,
+            if pilot.is_some() {
+                "pilot"
+            } else {
+                "reading and decoding measured"
+            },
+            match costs.relay_here_s {
+                Some(r) => format!(
+                    "{:.2} ms (pilot, {} router processes here)",
+                    r * 1e3,
+                    routers.len()
+                ),
+                None => format!(
+                    "{:.2} ms (a loopback socket hop each)",
+                    2.0 * costs.hop_s * 1e3
+                ),
+            }
+        );
+        let input = balance_input(
+            &roles,
+            &calibration,
+            &links,
+            &costs,
+            config.description.as_ref(),
+            BalanceInput {
+                hosts: Vec::new(),
+                units: nblocks - pilot_total,
+                unit_bytes: reads.unit_bytes,
+                result_bytes: result_bytes(&plan) as f64,
+                disk_rate: reads.rate,
+                n_slopes: plan.dms().len(),
+                machines: Vec::new(),
+            },
+        );
         let alloc = balance::allocate(&input)?;
         let mut units: Vec<Vec<u64>> = vec![Vec::new(); comm.size() as usize];
-        let mut next = 0u64;
+        let mut next = pilot_total;
         for (k, &s) in roles.site_list.iter().enumerate() {
             for (c, n) in roles.clients_on(s).iter().zip(&alloc.hosts[k].per_client) {
                 units[*c as usize] = (next..next + n).collect();
@@ -461,16 +634,18 @@ pub fn search_distributed(
                 assignment_blob.extend(b.to_le_bytes());
             }
         }
-        let costs: Vec<SiteCost> = alloc
+        let site_costs: Vec<SiteCost> = alloc
             .input
             .hosts
             .iter()
-            .map(|h| SiteCost {
-                unit_s: h.proc_s,
-                transfer_s: h.bandwidth.map_or(0.0, |bw| unit_bytes / bw.max(1.0)) + h.latency_s,
+            .zip(&alloc.hosts)
+            .map(|(h, a)| SiteCost {
+                unit_s: a.unit_s,
+                transfer_s: h.bandwidth.map_or(0.0, |bw| reads.unit_bytes / bw.max(1.0))
+                    + h.latency_s,
             })
             .collect();
-        cost_blob = serde_json::to_vec(&costs).map_err(|e| DistError::Root(e.to_string()))?;
+        cost_blob = serde_json::to_vec(&site_costs).map_err(|e| DistError::Root(e.to_string()))?;
         allocation = Some(alloc);
     }
     broadcast_bytes(&comm, roles.root(), &mut assignment_blob);
@@ -482,41 +657,16 @@ pub fn search_distributed(
     // Service.
     comm.barrier();
     let t0 = Instant::now();
-    let served = if let Some(server) = roles.server_of[me as usize] {
-        let slow_s = setup
-            .slow
-            .filter(|&(s, _)| s == roles.sites[me as usize])
-            .map_or(0.0, |(_, secs)| secs);
-        service::client(
-            &comm,
-            &plan,
-            server,
-            &assignment[me as usize],
-            setup.mode,
-            slow_s,
-        )?;
-        None
-    } else {
-        let names: Vec<String> = roles
-            .site_list
-            .iter()
-            .map(|&s| site_name(config.description.as_ref(), s))
-            .collect();
-        Some(service::server(
-            &comm,
-            &service::ServerJob {
-                roles: &roles,
-                assignment: &assignment,
-                file,
-                plan: &plan,
-                mode: setup.mode,
-                t0,
-                names: &names,
-                costs: &costs,
-            },
-            progress,
-        )?)
-    };
+    let served = run.serve(
+        &comm,
+        &assignment,
+        setup.mode,
+        &costs,
+        workspace.as_mut(),
+        t0,
+        "dedispersing",
+        progress,
+    )?;
     let service_s = t0.elapsed().as_secs_f64();
 
     // Periodicity search on the data host, DMs dealt round robin; sifting at the root.
@@ -530,7 +680,8 @@ pub fn search_distributed(
         return Ok(None);
     };
     let mut assembler = PowerAssembler::new(&plan, nblocks);
-    for b in &served.results {
+    let pilot_results = pilot.iter().flat_map(|(p, _)| &p.results);
+    for b in pilot_results.chain(&served.results) {
         assembler.insert(b).map_err(SearchError::from)?;
     }
     let series = assembler.finish().map_err(SearchError::from)?;
@@ -563,29 +714,381 @@ pub fn search_distributed(
                 .filter(|c| clients.contains(&c.rank))
                 .collect();
             let n = stats.len().max(1) as f64;
+            let pilot_units = pilot.as_ref().map_or(0, |(p, _)| {
+                p.clients
+                    .iter()
+                    .filter(|c| clients.contains(&c.rank))
+                    .map(|c| c.units)
+                    .sum()
+            });
             HostReport {
                 name: allocation.input.hosts[k].name.clone(),
                 clients: clients.len(),
+                pilot_units,
                 units: allocation.hosts[k].units,
                 predicted_s: allocation.hosts[k].predicted_s,
                 measured_s: stats.iter().map(|c| c.finish_s).fold(0.0, f64::max),
                 busy_s: stats.iter().map(|c| c.busy_s).sum::<f64>() / n,
                 idle_s: stats.iter().map(|c| c.idle_s).sum::<f64>() / n,
                 done_units: stats.iter().map(|c| c.units).sum(),
+                cpu_s: stats.iter().map(|c| c.cpu_s).sum::<f64>() / n,
             }
         })
         .collect();
+    let mut per_client: Vec<ClientReport> = served
+        .clients
+        .iter()
+        .map(|c| ClientReport {
+            rank: c.rank,
+            host: site_name(config.description.as_ref(), roles.sites[c.rank as usize]),
+            server: roles.server_of[c.rank as usize].unwrap_or(roles.root()),
+            units: assignment[c.rank as usize].len() as u64,
+            done_units: c.units,
+            finish_s: c.finish_s,
+        })
+        .collect();
+    per_client.sort_by_key(|c| c.rank);
+    let mut server_cpu_s = vec![served.cpu_s];
+    server_cpu_s.extend(served.server_cpu_s.iter().copied());
     Ok(Some(DistOutcome {
         outcome,
         allocation,
         hosts,
+        per_client,
         mode: setup.mode,
         servers: roles.servers.len(),
         clients: roles.server_of.iter().filter(|s| s.is_some()).count(),
         service_s,
+        pilot_s: pilot.as_ref().map_or(0.0, |(_, t)| *t),
+        server_cpu_s,
         total_s: started.elapsed().as_secs_f64(),
         link_notes: notes,
+        cost_note,
     }))
+}
+
+/// Seconds of a calibration window every client computes for (at least
+/// [`CALIBRATION_MIN_UNITS`] units): long against the scheduler's time slices, so the share
+/// of a core each client gets is an average, short against the run.
+const CALIBRATION_WINDOW_S: f64 = 0.2;
+
+/// Calibration windows, a barrier apart; the cores the job gets are those of the best one.
+const CALIBRATION_WINDOWS: usize = 2;
+
+/// Units every client computes in the calibration window at the least.
+const CALIBRATION_MIN_UNITS: usize = 2;
+
+/// Units of every client in the pilot.
+const PILOT_UNITS: usize = 3;
+
+/// Every client's pilot units, [`PILOT_UNITS`] each from block 0 in (meta host, rank) order,
+/// or none for a job too small to spare them (the pilot may take at most half the blocks).
+fn pilot_assignment(roles: &Roles, nblocks: u64) -> Vec<Vec<u64>> {
+    let mut out = vec![Vec::new(); roles.sites.len()];
+    let clients: Vec<Rank> = roles
+        .site_list
+        .iter()
+        .flat_map(|&s| roles.clients_on(s))
+        .collect();
+    if 2 * (PILOT_UNITS * clients.len()) as u64 > nblocks {
+        return out;
+    }
+    for (k, &c) in clients.iter().enumerate() {
+        let first = (k * PILOT_UNITS) as u64;
+        out[c as usize] = (first..first + PILOT_UNITS as u64).collect();
+    }
+    out
+}
+
+/// What one service (the pilot or the main one) needs besides its units.
+struct ServiceRun<'a> {
+    roles: &'a Roles,
+    plan: &'a DedispersionPlan,
+    file: &'a Path,
+    /// Meta host names, in `roles.site_list` order.
+    names: &'a [String],
+    /// Seconds this rank sleeps after every unit (the emulated slow host).
+    slow_s: f64,
+}
+
+impl ServiceRun<'_> {
+    /// Clients compute `assignment`, servers serve it; servers get what they collected.
+    #[allow(clippy::too_many_arguments)]
+    fn serve(
+        &self,
+        comm: &SimpleCommunicator,
+        assignment: &[Vec<u64>],
+        mode: ServiceMode,
+        costs: &[SiteCost],
+        workspace: Option<&mut crate::dedisperse::Workspace>,
+        t0: Instant,
+        phase: &'static str,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<Option<Served>, DistError> {
+        let me = comm.rank();
+        if let Some(server) = self.roles.server_of[me as usize] {
+            let ws = workspace
+                .ok_or_else(|| DistError::Protocol("a client without its workspace".into()))?;
+            service::client(
+                comm,
+                self.plan,
+                ws,
+                server,
+                &assignment[me as usize],
+                mode,
+                self.slow_s,
+            )?;
+            return Ok(None);
+        }
+        Ok(Some(service::server(
+            comm,
+            &service::ServerJob {
+                roles: self.roles,
+                assignment,
+                file: self.file,
+                plan: self.plan,
+                mode,
+                t0,
+                names: self.names,
+                costs,
+                phase,
+            },
+            progress,
+        )?))
+    }
+}
+
+/// What one rank measured at start-up.
+#[derive(Clone, Debug)]
+struct RankCalibration {
+    /// Wall seconds per unit while every client computed (0 for servers).
+    wall_s: f64,
+    /// CPU seconds per unit, where the OS says (clients only).
+    cpu_s: Option<f64>,
+    /// Per calibration window, the share of a core the client got (CPU over wall).
+    shares: Vec<f64>,
+    /// Cores the rank may run on.
+    cores: f64,
+    /// Which computer it is on ([`calibrate::machine_key`]).
+    machine: u64,
+}
+
+/// What a unit costs in CPU, everything included.
+struct UnitCosts {
+    /// Per rank: CPU seconds per unit of that client, where known.
+    client_s: Vec<Option<f64>>,
+    /// CPU seconds per unit of all servers together.
+    server_s: f64,
+    /// CPU seconds of one socket hop for a unit and its result (what a router spends, as a
+    /// loopback transfer measures it).
+    hop_s: f64,
+    /// CPU seconds the routers beside the root (on its machine) spent per remote unit in the
+    /// pilot, where they were found: what relaying really costs them, framing, shaping and
+    /// wake-ups included (about eight socket hops' worth here).
+    relay_here_s: Option<f64>,
+}
+
+/// Per-unit CPU costs from the pilot where there was one (clients' thread CPU, servers'
+/// metered threads, over the units they did), else from the synthetic units of the
+/// calibration and the root's measured reading (`server_read_s`) plus each side's end of the
+/// transfers (`hop_s`).
+fn unit_costs(
+    cal: &[RankCalibration],
+    pilot: Option<&Served>,
+    server_read_s: f64,
+    hop_s: f64,
+) -> UnitCosts {
+    let synthetic = |r: usize| cal[r].cpu_s.map(|c| c + 0.5 * hop_s);
+    let mut client_s: Vec<Option<f64>> = (0..cal.len()).map(synthetic).collect();
+    let mut server_s = server_read_s + 0.5 * hop_s;
+    if let Some(p) = pilot {
+        for c in &p.clients {
+            if c.cpu_s > 0.0 && c.units > 0 {
+                client_s[c.rank as usize] = Some(c.cpu_s / c.units as f64);
+            }
+        }
+        let units: u64 = p.clients.iter().map(|c| c.units).sum();
+        let cpu = p.cpu_s + p.server_cpu_s.iter().sum::<f64>();
+        if units > 0 && cpu > 0.0 {
+            server_s = cpu / units as f64;
+        }
+    }
+    UnitCosts {
+        client_s,
+        server_s,
+        hop_s,
+        relay_here_s: None,
+    }
+}
+
+/// The balance's view of the job: per meta host its clients, their cost per unit and link;
+/// per computer (meta hosts that share one, found from the ranks' machine keys) the cores the
+/// job got in the calibration and what servers and routers spend there per unit.
+///
+/// Where a client's CPU time is unknown its hosts fall back to the paper's model with the
+/// wall time per unit under full load as `t_proc`.
+fn balance_input(
+    roles: &Roles,
+    cal: &[RankCalibration],
+    links: &[LinkModel],
+    costs: &UnitCosts,
+    layout: Option<&metampi_config::Layout>,
+    mut input: BalanceInput,
+) -> BalanceInput {
+    let sites = &roles.site_list;
+    // Group meta hosts that share a computer: union of hosts whose ranks share a key.
+    let mut group: Vec<usize> = (0..sites.len()).collect();
+    let find = |g: &[usize], mut i: usize| {
+        while g[i] != i {
+            i = g[i];
+        }
+        i
+    };
+    let site_index = |r: usize| sites.iter().position(|&s| s == roles.sites[r]).unwrap_or(0);
+    for a in 0..cal.len() {
+        for b in a + 1..cal.len() {
+            if cal[a].machine == cal[b].machine {
+                let (ra, rb) = (find(&group, site_index(a)), find(&group, site_index(b)));
+                if ra != rb {
+                    group[ra.max(rb)] = ra.min(rb);
+                }
+            }
+        }
+    }
+    let roots: Vec<usize> = (0..sites.len())
+        .map(|k| find(&group, k))
+        .collect::<Vec<_>>();
+    let mut machine_roots: Vec<usize> = roots.clone();
+    machine_roots.sort_unstable();
+    machine_roots.dedup();
+    let data_k = sites
+        .iter()
+        .position(|&s| s == roles.data_site)
+        .unwrap_or(0);
+    // A machine is modelled when every client on it reported its CPU time.
+    let modelled: Vec<bool> = machine_roots
+        .iter()
+        .map(|&g| {
+            (0..cal.len())
+                .filter(|&r| roles.server_of[r].is_some() && roots[site_index(r)] == g)
+                .all(|r| cal[r].cpu_s.is_some() && costs.client_s[r].is_some())
+        })
+        .collect();
+    let machine_of = |k: usize| machine_roots.iter().position(|&g| g == roots[k]);
+    for (k, &s) in sites.iter().enumerate() {
+        let clients = roles.clients_on(s);
+        let m = machine_of(k).filter(|&m| modelled[m]);
+        let mean = |f: &dyn Fn(&RankCalibration) -> f64| {
+            clients.iter().map(|&c| f(&cal[c as usize])).sum::<f64>() / clients.len().max(1) as f64
+        };
+        let proc_s = if clients.is_empty() {
+            1.0
+        } else if m.is_some() {
+            clients
+                .iter()
+                .map(|&c| costs.client_s[c as usize].unwrap_or(cal[c as usize].wall_s))
+                .sum::<f64>()
+                / clients.len() as f64
+        } else {
+            mean(&|c| c.wall_s)
+        };
+        let l = links.iter().find(|l| l.site == s);
+        input.hosts.push(HostModel {
+            name: site_name(layout, s),
+            clients: clients.len(),
+            proc_s,
+            bandwidth: l.and_then(|l| l.bandwidth),
+            return_bandwidth: l.and_then(|l| l.return_bandwidth),
+            latency_s: l.map_or(0.0, |l| l.latency_s),
+            machine: m,
+        });
+    }
+    for (m, &g) in machine_roots.iter().enumerate() {
+        if !modelled[m] {
+            continue;
+        }
+        // Cores: what every client got while all computed, plus the cores they left idle.
+        let mut keys: Vec<u64> = (0..cal.len())
+            .filter(|&r| roots[site_index(r)] == g)
+            .map(|r| cal[r].machine)
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut got = 0.0;
+        for key in keys {
+            let ranks: Vec<usize> = (0..cal.len()).filter(|&r| cal[r].machine == key).collect();
+            let clients: Vec<usize> = ranks
+                .iter()
+                .copied()
+                .filter(|&r| roles.server_of[r].is_some())
+                .collect();
+            let c = ranks.iter().map(|&r| cal[r].cores).fold(f64::MAX, f64::min);
+            // The best window: another user's burst of work during one of them says nothing
+            // about the run, and the job never gets more than its cores.
+            let used = (0..CALIBRATION_WINDOWS)
+                .map(|k| {
+                    clients
+                        .iter()
+                        .map(|&r| cal[r].shares.get(k).copied().unwrap_or(0.0))
+                        .sum::<f64>()
+                })
+                .fold(0.0, f64::max);
+            got += (used + (c - clients.len() as f64).max(0.0)).min(c);
+        }
+        let overhead_s = (0..sites.len())
+            .map(|i| {
+                let remote = sites[i] != roles.data_site;
+                match costs.relay_here_s {
+                    // Measured: every router on the data host's machine, whichever side of
+                    // the link it serves; a far router elsewhere costs a socket hop there.
+                    Some(relay) => {
+                        let mut o = 0.0;
+                        if roots[data_k] == g {
+                            o += costs.server_s + if remote { relay } else { 0.0 };
+                        }
+                        if remote && roots[i] == g && roots[i] != roots[data_k] {
+                            o += costs.hop_s;
+                        }
+                        o
+                    }
+                    None => overhead_s(
+                        remote,
+                        roots[data_k] == g,
+                        roots[i] == g,
+                        costs.server_s,
+                        costs.hop_s,
+                    ),
+                }
+            })
+            .collect();
+        input.machines.push(MachineModel {
+            name: sites
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| roots[k] == g)
+                .map(|(_, &s)| site_name(layout, s))
+                .collect::<Vec<_>>()
+                .join("+"),
+            cores: got.max(1e-3),
+            overhead_s,
+        });
+    }
+    // Machine indices were taken among all groups; renumber to the modelled ones.
+    let renumber: Vec<Option<usize>> = modelled
+        .iter()
+        .scan(0usize, |next, &m| {
+            Some(if m {
+                *next += 1;
+                Some(*next - 1)
+            } else {
+                None
+            })
+        })
+        .collect();
+    for h in &mut input.hosts {
+        h.machine = h.machine.and_then(|m| renumber[m]);
+    }
+    input
 }
 
 /// The name of meta host `site`: from the description, else `site N`.
@@ -605,15 +1108,20 @@ struct LinkModel {
 }
 
 /// Bandwidths and latencies of every remote host's links: from the description where it gives
-/// a `BANDWIDTH` for every link of the PAIR, otherwise measured (collective).
+/// a `BANDWIDTH` for every link of the PAIR, otherwise measured (collective). With `measure`,
+/// every link is probed, and where the description gives a bandwidth the plan takes the lower
+/// of the two: a link never carries more than it is built for, and may carry less (a slower
+/// route than described, other traffic, a router short of CPU).
 fn link_models(
     comm: &SimpleCommunicator,
     roles: &Roles,
     layout: Option<&metampi_config::Layout>,
+    measure: bool,
 ) -> Result<(Vec<LinkModel>, Vec<String>), DistError> {
     let mut models = Vec::new();
     let mut notes = Vec::new();
     let mut to_probe: Vec<Rank> = Vec::new();
+    let mut ceilings: Vec<LinkModel> = Vec::new();
     for &s in &roles.site_list {
         if s == roles.data_site {
             continue;
@@ -642,7 +1150,7 @@ fn link_models(
             })
         });
         match described {
-            Some(m) => {
+            Some(m) if !measure => {
                 notes.push(format!(
                     "{}: {:.2} MB/s out, {:.2} MB/s back, latency {:.1} ms (description)",
                     site_name(layout, s),
@@ -652,7 +1160,10 @@ fn link_models(
                 ));
                 models.push(m);
             }
-            None => {
+            _ => {
+                if let Some(m) = described {
+                    ceilings.push(m);
+                }
                 if let Some(&c) = roles.clients_on(s).first() {
                     to_probe.push(c);
                 }
@@ -672,18 +1183,41 @@ fn link_models(
         for &c in &probed {
             let (bw, lat) = service::probe(comm, c)?;
             let s = roles.sites[c as usize];
-            notes.push(format!(
-                "{}: {:.2} MB/s, latency {:.1} ms (measured with rank {c})",
-                site_name(layout, s),
-                bw / 1e6,
-                lat * 1e3
-            ));
-            models.push(LinkModel {
-                site: s,
-                bandwidth: Some(bw),
-                return_bandwidth: Some(bw),
-                latency_s: lat,
-            });
+            let m = match ceilings.iter().find(|m| m.site == s) {
+                Some(d) => {
+                    let cap = d.bandwidth.unwrap_or(f64::INFINITY);
+                    notes.push(format!(
+                        "{}: {:.2} MB/s measured with rank {c} (described {:.2}), latency {:.1} \
+                         ms measured (described {:.1})",
+                        site_name(layout, s),
+                        bw / 1e6,
+                        cap / 1e6,
+                        lat * 1e3,
+                        d.latency_s * 1e3
+                    ));
+                    LinkModel {
+                        site: s,
+                        bandwidth: Some(bw.min(cap)),
+                        return_bandwidth: Some(bw.min(d.return_bandwidth.unwrap_or(f64::INFINITY))),
+                        latency_s: lat.max(d.latency_s),
+                    }
+                }
+                None => {
+                    notes.push(format!(
+                        "{}: {:.2} MB/s, latency {:.1} ms (measured with rank {c})",
+                        site_name(layout, s),
+                        bw / 1e6,
+                        lat * 1e3
+                    ));
+                    LinkModel {
+                        site: s,
+                        bandwidth: Some(bw),
+                        return_bandwidth: Some(bw),
+                        latency_s: lat,
+                    }
+                }
+            };
+            models.push(m);
         }
     } else if probed.contains(&me) {
         service::echo(comm, roles.root())?;
@@ -691,49 +1225,128 @@ fn link_models(
     Ok((models, notes))
 }
 
-/// Seconds to dedisperse one synthetic block at every DM of `plan` (the second of two, so
-/// allocation and caches are warm): the time per unit on this core under its present load.
-pub fn calibrate(plan: &DedispersionPlan) -> f64 {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(99);
-    let band = plan.band();
-    let mut block = Voltages::zeros(band.nchan(), band.npol, plan.fft_len());
-    for z in block.as_mut_slice() {
-        z.re = rng.gen_range(-20i32..20) as f32;
-        z.im = rng.gen_range(-20i32..20) as f32;
+/// CPU seconds per unit of a host spent on one machine by others than its clients. Servers
+/// (`server_s`: reading, encoding, taking results, their end of each transfer) run on the
+/// data host's machine (`data_here`); a remote host's units also pass two routers, a full
+/// socket hop of CPU each (`hop_s`: one end reads, the other writes): the data host's router
+/// runs by the servers, the far one on the host's own machine (`host_here`).
+fn overhead_s(remote: bool, data_here: bool, host_here: bool, server_s: f64, hop_s: f64) -> f64 {
+    let mut o = 0.0;
+    if data_here {
+        o += server_s;
+        if remote {
+            o += hop_s;
+        }
     }
-    let mut ws = plan.workspace();
-    std::hint::black_box(plan.process_block(&mut ws, 0, &block));
-    let t = Instant::now();
-    std::hint::black_box(plan.process_block(&mut ws, 0, &block));
-    t.elapsed().as_secs_f64()
+    if remote && host_here {
+        o += hop_s;
+    }
+    o
 }
 
-/// Bytes of one encoded unit and the rate (bytes/s) at which the root reads and encodes
-/// them, from the first few blocks.
+/// Put every meta host of `input` on one machine whose cores the job gets `cores` of (an
+/// emulated metacomputer, for `psrsearch plan`): each host's `proc_s` (CPU per unit) gains its
+/// clients' end of each transfer, and the machine carries the servers' `server_unit_s` per
+/// unit and the routers' hops (`socket_s_per_byte`, see [`socket_cost_per_byte`]). The data
+/// host is the one without a link (`bandwidth: None`).
+pub fn share_one_machine(
+    input: &mut BalanceInput,
+    cores: f64,
+    server_unit_s: f64,
+    socket_s_per_byte: f64,
+) {
+    let socket_s = socket_s_per_byte * (input.unit_bytes + input.result_bytes);
+    let server_s = server_unit_s + 0.5 * socket_s;
+    let overheads = input
+        .hosts
+        .iter()
+        .map(|h| overhead_s(h.bandwidth.is_some(), true, true, server_s, socket_s))
+        .collect();
+    for h in &mut input.hosts {
+        h.proc_s += 0.5 * socket_s;
+        h.machine = Some(0);
+    }
+    input.machines = vec![MachineModel {
+        name: "this machine".into(),
+        cores,
+        overhead_s: overheads,
+    }];
+}
+
+/// CPU seconds per byte through one loopback socket hop, writer and reader together, measured
+/// here (`None` where the OS gives no thread CPU time).
+pub fn socket_cost_per_byte() -> Option<f64> {
+    calibrate::socket_cost_per_byte()
+}
+
+/// CPU seconds a server spends per unit of `plan` besides reading it: encoding a synthetic
+/// 8-bit unit and decoding its result.
+pub fn server_unit_cpu_s(plan: &DedispersionPlan) -> f64 {
+    let block = calibrate::synthetic_block(plan);
+    let (_, encode) = calibrate::cpu_of(|| {
+        for b in 0..3 {
+            std::hint::black_box(
+                Msg::Data {
+                    block: b,
+                    voltages: block.clone(),
+                }
+                .encode(),
+            );
+        }
+    });
+    encode / 3.0 + calibrate::result_decode_s(plan)
+}
+
+/// CPU seconds a client spends on one unit of `plan` — decoding it, dedispersing it at every
+/// DM, encoding the result — after a warm-up unit (wall seconds where the OS gives no CPU
+/// time, which include whatever else runs on this core).
+pub fn calibrate(plan: &DedispersionPlan) -> f64 {
+    let c = calibrate::UnitBench::new(plan).run(0.0, 3);
+    c.cpu_s.unwrap_or(c.wall_s)
+}
+
+/// What reading units costs the root.
+struct Reads {
+    /// Bytes of one encoded unit.
+    unit_bytes: f64,
+    /// Bytes per second read and encoded (the paper's `r`).
+    rate: f64,
+    /// CPU seconds per unit read and encoded.
+    cpu_s: f64,
+}
+
+/// Read and encode the first few blocks.
 fn measure_reads(
     reader: &mut BasebandReader,
     plan: &DedispersionPlan,
     nblocks: u64,
-) -> Result<(f64, f64), DistError> {
+) -> Result<Reads, DistError> {
     let band = plan.band();
     let mut block = Voltages::zeros(band.nchan(), band.npol, plan.fft_len());
     let n = nblocks.min(4);
     let t = Instant::now();
-    let mut bytes = 0usize;
-    for b in 0..n {
-        reader
-            .read_into(plan.block_start(b), &mut block)
-            .map_err(SearchError::from)?;
-        bytes += Msg::Data {
-            block: b,
-            voltages: block.clone(),
+    let (bytes, cpu) = calibrate::cpu_of(|| -> Result<usize, DistError> {
+        let mut bytes = 0usize;
+        for b in 0..n {
+            reader
+                .read_into(plan.block_start(b), &mut block)
+                .map_err(SearchError::from)?;
+            bytes += Msg::Data {
+                block: b,
+                voltages: block.clone(),
+            }
+            .encode()
+            .len();
         }
-        .encode()
-        .len();
-    }
+        Ok(bytes)
+    });
+    let bytes = bytes?;
     let dt = t.elapsed().as_secs_f64().max(1e-6);
-    Ok((bytes as f64 / n as f64, bytes as f64 / dt))
+    Ok(Reads {
+        unit_bytes: bytes as f64 / n as f64,
+        rate: bytes as f64 / dt,
+        cpu_s: cpu / n as f64,
+    })
 }
 
 fn decode_assignment(b: &[u8], size: usize, nblocks: u64) -> Result<Vec<Vec<u64>>, DistError> {
@@ -772,6 +1385,10 @@ fn broadcast_bytes(comm: &SimpleCommunicator, root: Rank, data: &mut Vec<u8>) {
 pub(crate) struct Served {
     pub results: Vec<BlockPower>,
     pub clients: Vec<service::ClientStats>,
+    /// CPU seconds of the other servers during the service.
+    pub server_cpu_s: Vec<f64>,
+    /// CPU seconds of this server's threads during the service.
+    pub cpu_s: f64,
 }
 
 /// Bytes of one unit of `plan` on the wire when its samples are 8-bit integers.

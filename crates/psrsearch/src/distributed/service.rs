@@ -14,10 +14,11 @@ use metampi::topology::{Communicator, SimpleCommunicator};
 use metampi::traits::*;
 use metampi::Rank;
 
+use super::calibrate::{thread_cpu_s, CpuMeter};
 use super::codec::{Msg, TAG};
 use super::{DistError, Progress, Roles, Served, ServiceMode, SiteCost};
 use crate::assemble::DmSeries;
-use crate::dedisperse::{BlockPower, DedispersionPlan};
+use crate::dedisperse::{BlockPower, DedispersionPlan, Workspace};
 use crate::format::BasebandReader;
 use crate::periodicity::{PeriodicityPlan, SpectralCandidate};
 use crate::search::{periodicity_plan, SearchConfig, SearchError};
@@ -33,8 +34,10 @@ pub(crate) struct ServerJob<'a> {
     pub t0: Instant,
     /// Meta host names, in `roles.site_list` order.
     pub names: &'a [String],
-    /// The plan's per-unit costs, in `roles.site_list` order.
+    /// The plan's per-unit costs, in `roles.site_list` order (dynamic mode only).
     pub costs: &'a [SiteCost],
+    /// Name of the phase in progress reports (`pilot`, `dedispersing`).
+    pub phase: &'static str,
 }
 
 /// How one client's run went.
@@ -47,6 +50,9 @@ pub(crate) struct ClientStats {
     pub idle_s: f64,
     /// Units whose results it returned.
     pub units: u64,
+    /// CPU seconds its thread spent on its units (waits not counted; 0 where the OS does not
+    /// say).
+    pub cpu_s: f64,
 }
 
 fn recv(p: &impl Source) -> Result<(Msg, Rank), DistError> {
@@ -74,24 +80,27 @@ const PREFETCH: usize = 3;
 
 /// A client: receive each unit (asking for it first in request/reply mode), dedisperse it at
 /// every DM, send the power back. The next unit is asked for, and its receive posted, before
-/// the current one is processed, so transfer and computation overlap.
+/// the current one is processed, so transfer and computation overlap. The sign-off reports
+/// the CPU this thread spent on its units ([`WorkCpu`]): the pilot measures the cost of a
+/// unit with it.
 ///
 /// # Errors
 /// Communication failures and malformed messages.
 pub(crate) fn client(
     comm: &SimpleCommunicator,
     plan: &DedispersionPlan,
+    ws: &mut Workspace,
     server: Rank,
     units: &[u64],
     mode: ServiceMode,
     slow_s: f64,
 ) -> Result<(), DistError> {
     if mode == ServiceMode::Dynamic {
-        return client_dynamic(comm, plan, server, slow_s);
+        return client_dynamic(comm, plan, ws, server, slow_s);
     }
+    let mut cpu = WorkCpu::default();
     let to_server = comm.try_process_at_rank(server)?;
     let (mut busy, mut idle) = (0.0, 0.0);
-    let mut ws = plan.workspace();
     let ask = |block: u64| -> Result<(), DistError> {
         if mode == ServiceMode::RequestReply {
             send(comm, server, &Msg::Request { block })?;
@@ -119,6 +128,7 @@ pub(crate) fn client(
         };
         let (bytes, _) = recv.wait()?;
         idle += t.elapsed().as_secs_f64();
+        let work = thread_cpu_s();
         post_more(&mut pending)?;
         let (block, voltages) = match Msg::decode(&bytes)? {
             Msg::Data { block, voltages } if block == expect => (block, voltages),
@@ -134,12 +144,15 @@ pub(crate) fn client(
             }
         };
         let t = Instant::now();
-        let out = compute(plan, &mut ws, block, &voltages, slow_s);
+        let out = compute(plan, ws, block, &voltages, slow_s);
         busy += t.elapsed().as_secs_f64();
+        cpu.add(work);
         if let Some(s) = sending.take() {
             s.wait()?;
         }
+        let work = thread_cpu_s();
         sending = Some(to_server.try_immediate_send_owned(out, TAG)?);
+        cpu.add(work);
     }
     if let Some(s) = sending.take() {
         s.wait()?;
@@ -150,14 +163,33 @@ pub(crate) fn client(
         &Msg::SignOff {
             busy_s: busy,
             idle_s: idle,
+            cpu_s: cpu.0,
         },
     )
+}
+
+/// CPU seconds of a client's work on its units — receiving (the part after the wait),
+/// decoding, computing, encoding, posting the result — without its waits for data or for a
+/// send to complete. A wait spins briefly before it blocks, and a client behind a slow link
+/// waits much: counted, the spinning would make its units look dearer than they are (and
+/// the pilot, whose first units all wait, more so than the service), while a spinning rank
+/// yields its core to any other that can run.
+#[derive(Debug, Default)]
+struct WorkCpu(f64);
+
+impl WorkCpu {
+    /// Add this thread's CPU since `from` (nothing where the OS gives no thread CPU time).
+    fn add(&mut self, from: Option<f64>) {
+        if let (Some(a), Some(b)) = (from, thread_cpu_s()) {
+            self.0 += (b - a).max(0.0);
+        }
+    }
 }
 
 /// Dedisperse one unit (then sleep `slow_s`, the emulated slower host) and encode its result.
 fn compute(
     plan: &DedispersionPlan,
-    ws: &mut crate::dedisperse::Workspace,
+    ws: &mut Workspace,
     block: u64,
     voltages: &Voltages,
     slow_s: f64,
@@ -179,12 +211,13 @@ fn compute(
 fn client_dynamic(
     comm: &SimpleCommunicator,
     plan: &DedispersionPlan,
+    ws: &mut Workspace,
     server: Rank,
     slow_s: f64,
 ) -> Result<(), DistError> {
+    let mut cpu = WorkCpu::default();
     let to_server = comm.try_process_at_rank(server)?;
     let (mut busy, mut idle) = (0.0, 0.0);
-    let mut ws = plan.workspace();
     let mut pending = VecDeque::new();
     for _ in 0..PREFETCH {
         send(comm, server, &Msg::Next)?;
@@ -196,6 +229,7 @@ fn client_dynamic(
         let t = Instant::now();
         let (bytes, _) = recv.wait()?;
         idle += t.elapsed().as_secs_f64();
+        let work = thread_cpu_s();
         match Msg::decode(&bytes)? {
             Msg::Data { block, voltages } => {
                 if !drained {
@@ -203,12 +237,15 @@ fn client_dynamic(
                     pending.push_back(to_server.try_immediate_receive_vec::<u8>(Some(TAG))?);
                 }
                 let t = Instant::now();
-                let out = compute(plan, &mut ws, block, &voltages, slow_s);
+                let out = compute(plan, ws, block, &voltages, slow_s);
                 busy += t.elapsed().as_secs_f64();
+                cpu.add(work);
                 if let Some(s) = sending.take() {
                     s.wait()?;
                 }
+                let work = thread_cpu_s();
                 sending = Some(to_server.try_immediate_send_owned(out, TAG)?);
+                cpu.add(work);
             }
             Msg::Drained => drained = true,
             m => {
@@ -228,6 +265,7 @@ fn client_dynamic(
         &Msg::SignOff {
             busy_s: busy,
             idle_s: idle,
+            cpu_s: cpu.0,
         },
     )
 }
@@ -252,38 +290,84 @@ pub(crate) fn server(
         .filter(|&r| roles.server_of[r as usize] == Some(me))
         .collect();
     let reader = Mutex::new(BasebandReader::open(job.file).map_err(SearchError::from)?);
-    let pool = Mutex::new(Pool::new(job, &mine));
+    let dynamic = job.mode == ServiceMode::Dynamic;
+    // Dynamic mode: the root keeps every client's queue, its own clients' and the other
+    // servers', so a unit can move to any client of any server; the other servers ask it.
+    let all: Vec<Rank> = (0..comm.size())
+        .filter(|&r| roles.server_of[r as usize].is_some())
+        .collect();
+    let pool = Mutex::new(Pool::new(
+        job,
+        if dynamic && is_root { &all[..] } else { &[] },
+    ));
+    let mut grant_routes = std::collections::HashMap::new();
+    let mut grant_inboxes = std::collections::HashMap::new();
+    if dynamic && !is_root {
+        for &c in &mine {
+            let (gtx, grx) = mpsc::channel::<Option<u64>>();
+            grant_routes.insert(c, gtx);
+            grant_inboxes.insert(c, grx);
+        }
+    }
     let (tx, rx) = mpsc::channel::<Event>();
+    // Every thread of this server adds its CPU: the pilot measures what serving a unit costs.
+    let meter = CpuMeter::default();
+    let meter = &meter;
     std::thread::scope(|sc| {
+        if dynamic && !is_root {
+            sc.spawn(move || {
+                meter.track(|| {
+                    if let Err(e) = dispatch_grants(comm, root, &grant_routes) {
+                        fatal(comm, "taking the root's answers", &e);
+                    }
+                })
+            });
+        }
         for &c in &mine {
             let tx = tx.clone();
             let reader = &reader;
             let pool = &pool;
             match job.mode {
                 ServiceMode::Dynamic => {
+                    let decider = match grant_inboxes.remove(&c) {
+                        Some(inbox) => Decider::Root {
+                            root,
+                            inbox,
+                            granted: Vec::new(),
+                        },
+                        None => Decider::Pool(pool),
+                    };
                     sc.spawn(move || {
-                        if let Err(e) = serve_dynamic(comm, job, reader, pool, c, &tx) {
-                            fatal(comm, "serving a client", &e);
-                        }
+                        meter.track(|| {
+                            if let Err(e) = serve_dynamic(comm, job, reader, decider, c, &tx) {
+                                fatal(comm, "serving a client", &e);
+                            }
+                        })
                     });
                 }
                 ServiceMode::RequestReply => {
                     sc.spawn(move || {
-                        if let Err(e) = serve_requests(comm, job, reader, c, &tx) {
-                            fatal(comm, "serving a client", &e);
-                        }
+                        meter.track(|| {
+                            if let Err(e) = serve_requests(comm, job, reader, c, &tx) {
+                                fatal(comm, "serving a client", &e);
+                            }
+                        })
                     });
                 }
                 ServiceMode::Scheduled => {
                     sc.spawn(move || {
-                        if let Err(e) = push_units(comm, job, reader, c) {
-                            fatal(comm, "serving a client", &e);
-                        }
+                        meter.track(|| {
+                            if let Err(e) = push_units(comm, job, reader, c) {
+                                fatal(comm, "serving a client", &e);
+                            }
+                        })
                     });
                     sc.spawn(move || {
-                        if let Err(e) = take_results(comm, job, c, &tx) {
-                            fatal(comm, "receiving from a client", &e);
-                        }
+                        meter.track(|| {
+                            if let Err(e) = take_results(comm, job, c, &tx) {
+                                fatal(comm, "receiving from a client", &e);
+                            }
+                        })
                     });
                 }
             }
@@ -291,16 +375,24 @@ pub(crate) fn server(
         if is_root {
             for &s in roles.servers.iter().filter(|&&s| s != me) {
                 let tx = tx.clone();
+                let pool = dynamic.then_some(&pool);
                 sc.spawn(move || {
-                    if let Err(e) = take_forwarded(comm, s, &tx) {
-                        fatal(comm, "receiving from a server", &e);
-                    }
+                    meter.track(|| {
+                        if let Err(e) = take_forwarded(comm, job, s, pool, &tx) {
+                            fatal(comm, "receiving from a server", &e);
+                        }
+                    })
                 });
             }
         }
         drop(tx);
-        match collect(comm, job, rx, progress) {
-            Ok(s) => Ok(s),
+        match meter.track(|| collect(comm, job, rx, progress, meter)) {
+            Ok(mut s) => {
+                // The scope's threads have not all ended yet (the dispatcher waits for the
+                // root's last word); their CPU so far is nearly all of it.
+                s.cpu_s = meter.total();
+                Ok(s)
+            }
             Err(e) => fatal(comm, "collecting results", &e),
         }
     })
@@ -310,6 +402,8 @@ pub(crate) fn server(
 enum Event {
     Result(Vec<u8>, BlockPower),
     Done(ClientStats),
+    /// Another server's CPU seconds during the service.
+    ServerCpu(f64),
 }
 
 /// Scheduled service: send the client's units in order, at most [`PREFETCH`] in flight (a
@@ -405,8 +499,12 @@ fn serve_requests(
     }
 }
 
-/// Dynamic mode's shared state on one server: the static plan's queue of every client it
-/// serves, who holds which unit, and each client's measured rate.
+/// Dynamic mode's shared state, kept by the root server for every client of every server:
+/// the static plan's queue of each client, who holds which unit, and each client's measured
+/// rate. The root's own serving threads use it directly; another server asks the root for
+/// each of its clients' units (`Want`, answered by `Grant`) and forwards results, which the
+/// root records here too — so a unit can move to a client of any server, and the rates of
+/// every host are compared.
 ///
 /// The rule (a client asks for a unit with its own queue empty): find the client `v` with the
 /// latest predicted finish, `(outstanding_v + queued_v) · rate_v`; hand the asker `c` the last
@@ -436,7 +534,14 @@ pub(crate) struct Pool {
 impl Pool {
     fn new(job: &ServerJob<'_>, mine: &[Rank]) -> Pool {
         let size = job.assignment.len();
-        let nblocks: usize = job.assignment.iter().map(Vec::len).sum();
+        // Units are block numbers; a job after a pilot does not start at block 0.
+        let nblocks = job
+            .assignment
+            .iter()
+            .flatten()
+            .map(|&b| b as usize + 1)
+            .max()
+            .unwrap_or(0);
         let mut queues = vec![VecDeque::new(); size];
         let mut planned = vec![SiteCost::default(); size];
         for &c in mine {
@@ -502,6 +607,15 @@ impl Pool {
         Some(b)
     }
 
+    /// Record the result for `block` at `now` for whichever client holds it (another
+    /// server has checked that its client was given it); `false` if nobody holds it.
+    fn returned_by_holder(&mut self, block: u64, now: f64) -> bool {
+        match self.holder.get(block as usize).copied().flatten() {
+            Some(c) => self.returned(c, block, now),
+            None => false,
+        }
+    }
+
     /// Record client `c`'s result for `block` at `now`; `false` if `c` was not given it.
     fn returned(&mut self, c: Rank, block: u64, now: f64) -> bool {
         if self.holder.get(block as usize).copied().flatten() != Some(c) {
@@ -521,19 +635,80 @@ impl Pool {
     }
 }
 
-/// Dynamic mode: answer each `Next` with a unit from the pool (the client's own queue first,
-/// then one taken from the client predicted to finish last) or `Drained`; pass results on
-/// until the sign-off.
+/// Who decides a dynamic-mode client's next unit.
+enum Decider<'a> {
+    /// The root: its own pool of every client's queue.
+    Pool(&'a Mutex<Pool>),
+    /// Another server: asks the root (`Want`), whose answer arrives through `inbox`
+    /// ([`dispatch_grants`]); remembers which units the client was given.
+    Root {
+        root: Rank,
+        inbox: mpsc::Receiver<Option<u64>>,
+        granted: Vec<u64>,
+    },
+}
+
+impl Decider<'_> {
+    fn next_for(
+        &mut self,
+        comm: &SimpleCommunicator,
+        client: Rank,
+        now: f64,
+    ) -> Result<Option<u64>, DistError> {
+        match self {
+            Decider::Pool(p) => Ok(lock_pool(p).next_for(client, now)),
+            Decider::Root {
+                root,
+                inbox,
+                granted,
+            } => {
+                send(
+                    comm,
+                    *root,
+                    &Msg::Want {
+                        client: client as u64,
+                    },
+                )?;
+                let b = inbox.recv().map_err(|_| {
+                    DistError::Protocol("the thread taking the root's answers has stopped".into())
+                })?;
+                granted.extend(b);
+                Ok(b)
+            }
+        }
+    }
+
+    /// Whether `client` was given `block` (and now has returned it).
+    fn returned(&mut self, client: Rank, block: u64, now: f64) -> bool {
+        match self {
+            Decider::Pool(p) => lock_pool(p).returned(client, block, now),
+            Decider::Root { granted, .. } => match granted.iter().position(|&b| b == block) {
+                Some(k) => {
+                    granted.swap_remove(k);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+}
+
+fn lock_pool(p: &Mutex<Pool>) -> std::sync::MutexGuard<'_, Pool> {
+    p.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Dynamic mode: answer each `Next` with the unit the decider chooses (the client's own
+/// queue first, then one taken from the client predicted to finish last, whichever server
+/// serves it) or `Drained`; pass results on until the sign-off.
 fn serve_dynamic(
     comm: &SimpleCommunicator,
     job: &ServerJob<'_>,
     reader: &Mutex<BasebandReader>,
-    pool: &Mutex<Pool>,
+    mut decider: Decider<'_>,
     client: Rank,
     tx: &mpsc::Sender<Event>,
 ) -> Result<(), DistError> {
     let p = comm.try_process_at_rank(client)?;
-    let lock = || pool.lock().unwrap_or_else(|p| p.into_inner());
     let mut in_flight: VecDeque<SendFuture<u8>> = VecDeque::new();
     let mut done = 0;
     loop {
@@ -545,21 +720,54 @@ fn serve_dynamic(
                         s.wait()?;
                     }
                 }
-                let next = lock().next_for(client, job.t0.elapsed().as_secs_f64());
-                match next {
+                match decider.next_for(comm, client, job.t0.elapsed().as_secs_f64())? {
                     Some(b) => in_flight.push_back(start_unit(comm, job, reader, client, b)?),
                     None => send(comm, client, &Msg::Drained)?,
                 }
             }
             m => {
                 let now = job.t0.elapsed().as_secs_f64();
-                let mut owns = |b| lock().returned(client, b, now);
+                let mut owns = |b| decider.returned(client, b, now);
                 if pass_on(job, client, bytes, m, tx, &mut owns, &mut done)? {
                     for s in in_flight {
                         s.wait()?;
                     }
                     return Ok(());
                 }
+            }
+        }
+    }
+}
+
+/// Dynamic mode on a server other than the root: hand the root's answers to the threads
+/// serving the clients they are for, until the root says the service is over.
+fn dispatch_grants(
+    comm: &SimpleCommunicator,
+    root: Rank,
+    routes: &std::collections::HashMap<Rank, mpsc::Sender<Option<u64>>>,
+) -> Result<(), DistError> {
+    let p = comm.try_process_at_rank(root)?;
+    loop {
+        match recv(&p)? {
+            (Msg::Grant { client, block }, _) => {
+                let to = Rank::try_from(client)
+                    .ok()
+                    .and_then(|c| routes.get(&c))
+                    .ok_or_else(|| {
+                        DistError::Protocol(format!(
+                            "the root answered for client {client}, which this server does not serve"
+                        ))
+                    })?;
+                to.send(block).map_err(|_| {
+                    DistError::Protocol(format!("the thread serving client {client} has stopped"))
+                })?;
+            }
+            (Msg::ServiceOver, _) => return Ok(()),
+            (m, _) => {
+                return Err(DistError::Protocol(format!(
+                    "expected an answer from the root, got {}",
+                    describe(&m)
+                )))
             }
         }
     }
@@ -610,13 +818,18 @@ fn pass_on(
                 .map_err(|_| gone())?;
             Ok(false)
         }
-        Msg::SignOff { busy_s, idle_s } => {
+        Msg::SignOff {
+            busy_s,
+            idle_s,
+            cpu_s,
+        } => {
             tx.send(Event::Done(ClientStats {
                 rank: client,
                 finish_s: job.t0.elapsed().as_secs_f64(),
                 busy_s,
                 idle_s,
                 units: *units,
+                cpu_s,
             }))
             .map_err(|_| gone())?;
             Ok(true)
@@ -629,10 +842,14 @@ fn pass_on(
     }
 }
 
-/// Root: results another server forwards, then its clients' statistics.
+/// Root: results another server forwards, then its clients' statistics. In dynamic mode
+/// (`pool`) also that server's questions about its clients' next units, answered from the
+/// root's pool, and the results update the pool's rates.
 fn take_forwarded(
     comm: &SimpleCommunicator,
+    job: &ServerJob<'_>,
     server: Rank,
+    pool: Option<&Mutex<Pool>>,
     tx: &mpsc::Sender<Event>,
 ) -> Result<(), DistError> {
     let p = comm.try_process_at_rank(server)?;
@@ -640,19 +857,48 @@ fn take_forwarded(
     loop {
         let (bytes, _) = p.try_receive_vec_with_tag::<u8>(Some(TAG))?;
         match Msg::decode(&bytes)? {
-            Msg::Result { block, power } => tx
-                .send(Event::Result(Vec::new(), BlockPower { block, data: power }))
-                .map_err(|_| gone())?,
-            Msg::ServerDone { clients } => {
-                for (r, f, b, i, n) in clients {
+            Msg::Result { block, power } => {
+                if let Some(pool) = pool {
+                    let now = job.t0.elapsed().as_secs_f64();
+                    if !lock_pool(pool).returned_by_holder(block, now) {
+                        return Err(DistError::Protocol(format!(
+                            "server {server} forwarded unit {block}, which no client holds"
+                        )));
+                    }
+                }
+                tx.send(Event::Result(Vec::new(), BlockPower { block, data: power }))
+                    .map_err(|_| gone())?
+            }
+            Msg::Want { client } => {
+                let c = Rank::try_from(client).ok().filter(|&c| {
+                    job.roles.server_of.get(c as usize).copied().flatten() == Some(server)
+                });
+                let (Some(pool), Some(c)) = (pool, c) else {
+                    return Err(DistError::Protocol(format!(
+                        "server {server} asked for a unit for client {client} in {} mode",
+                        job.mode
+                    )));
+                };
+                let block = lock_pool(pool).next_for(c, job.t0.elapsed().as_secs_f64());
+                send(comm, server, &Msg::Grant { client, block })?;
+            }
+            Msg::ServerDone { cpu_s, clients } => {
+                for (r, f, b, i, n, c) in clients {
                     tx.send(Event::Done(ClientStats {
                         rank: r as Rank,
                         finish_s: f,
                         busy_s: b,
                         idle_s: i,
                         units: n,
+                        cpu_s: c,
                     }))
                     .map_err(|_| gone())?;
+                }
+                tx.send(Event::ServerCpu(cpu_s)).map_err(|_| gone())?;
+                if pool.is_some() {
+                    // Every `Want` of that server came before its `ServerDone` (its clients had
+                    // signed off), so all are answered: its dispatcher may stop.
+                    send(comm, server, &Msg::ServiceOver)?;
                 }
                 return Ok(());
             }
@@ -673,13 +919,23 @@ fn collect(
     job: &ServerJob<'_>,
     rx: mpsc::Receiver<Event>,
     progress: &mut dyn FnMut(&Progress),
+    meter: &CpuMeter,
 ) -> Result<Served, DistError> {
+    let cpu0 = thread_cpu_s();
     let roles = job.roles;
     let root = roles.root();
     let is_root = comm.rank() == root;
     // Which host each block belongs to, for the progress display.
     let nblocks: usize = job.assignment.iter().map(Vec::len).sum();
-    let mut host_of_block = vec![0usize; nblocks];
+    // Indexed by block number: a job after a pilot does not start at block 0.
+    let top = job
+        .assignment
+        .iter()
+        .flatten()
+        .map(|&b| b as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut host_of_block = vec![0usize; top];
     let mut totals = vec![0u64; roles.site_list.len()];
     for (c, units) in job.assignment.iter().enumerate() {
         let k = roles
@@ -697,6 +953,7 @@ fn collect(
     let mut done = vec![0u64; totals.len()];
     let mut results = Vec::new();
     let mut stats = Vec::new();
+    let mut server_cpu_s = Vec::new();
     let mut last_report: Option<Instant> = None;
     for ev in rx {
         match ev {
@@ -716,7 +973,7 @@ fn collect(
                 {
                     last_report = Some(Instant::now());
                     progress(&Progress {
-                        phase: "dedispersing",
+                        phase: job.phase,
                         done: all,
                         total: nblocks as u64,
                         hosts: job
@@ -730,16 +987,31 @@ fn collect(
                 }
             }
             Event::Done(s) => stats.push(s),
+            Event::ServerCpu(c) => server_cpu_s.push(c),
         }
     }
     if !is_root {
+        // This thread's CPU joins the meter only when it returns; count it here.
+        let own = cpu0
+            .and_then(|c0| thread_cpu_s().map(|c1| c1 - c0))
+            .unwrap_or(0.0);
         send(
             comm,
             root,
             &Msg::ServerDone {
+                cpu_s: meter.total() + own,
                 clients: stats
                     .iter()
-                    .map(|c| (c.rank as u64, c.finish_s, c.busy_s, c.idle_s, c.units))
+                    .map(|c| {
+                        (
+                            c.rank as u64,
+                            c.finish_s,
+                            c.busy_s,
+                            c.idle_s,
+                            c.units,
+                            c.cpu_s,
+                        )
+                    })
                     .collect(),
             },
         )?;
@@ -747,6 +1019,8 @@ fn collect(
     Ok(Served {
         results,
         clients: stats,
+        server_cpu_s,
+        cpu_s: 0.0,
     })
 }
 
@@ -767,22 +1041,26 @@ fn describe(m: &Msg) -> String {
         Msg::Ack { block } => format!("acknowledgement of block {block}"),
         Msg::Next => "request for any unit".into(),
         Msg::Drained => "no more units".into(),
+        Msg::Want { client } => format!("question for client {client}'s next unit"),
+        Msg::Grant { client, .. } => format!("answer for client {client}"),
+        Msg::ServiceOver => "end of service".into(),
     }
 }
 
-/// Root side of the link probe: round trips of an empty and of growing messages to
-/// `client`; bandwidth from the extra time the payload takes. Returns (bytes/s, one-way
-/// latency s).
+/// Root side of the link probe: round trips of an empty message give the latency; then
+/// trains of [`PROBE_TRAIN`] messages sent back to back to a client with as many receives
+/// posted (as the service keeps several units in flight, so rendezvous handshakes overlap),
+/// each echoed, growing until a train takes 0.1 s beyond a round trip, give the rate the
+/// link delivers to a stream of units.
+/// Returns (bytes/s, one-way latency s).
 ///
 /// # Errors
 /// Communication failures and malformed answers.
 pub(crate) fn probe(comm: &SimpleCommunicator, client: Rank) -> Result<(f64, f64), DistError> {
     let p = comm.try_process_at_rank(client)?;
-    let round = |payload: Vec<u8>| -> Result<f64, DistError> {
-        let t = Instant::now();
-        send(comm, client, &Msg::Probe { payload })?;
+    let echo = || -> Result<(), DistError> {
         match recv(&p)? {
-            (Msg::Echo, _) => Ok(t.elapsed().as_secs_f64()),
+            (Msg::Echo, _) => Ok(()),
             (m, _) => Err(DistError::Protocol(format!(
                 "probe answered with {}",
                 describe(&m)
@@ -791,7 +1069,16 @@ pub(crate) fn probe(comm: &SimpleCommunicator, client: Rank) -> Result<(f64, f64
     };
     let mut rtt = f64::INFINITY;
     for _ in 0..3 {
-        rtt = rtt.min(round(Vec::new())?);
+        let t = Instant::now();
+        send(
+            comm,
+            client,
+            &Msg::Probe {
+                payload: Vec::new(),
+            },
+        )?;
+        echo()?;
+        rtt = rtt.min(t.elapsed().as_secs_f64());
     }
     // Incompressible bytes, so a compressing link shows its real rate.
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -805,29 +1092,68 @@ pub(crate) fn probe(comm: &SimpleCommunicator, client: Rank) -> Result<(f64, f64
             })
             .collect()
     };
-    let mut len = 64 << 10;
+    let mut len = 16 << 10;
     let bw = loop {
-        let dt = round(noise(len))? - rtt;
-        if dt > 0.1 || len >= 16 << 20 {
-            break len as f64 / dt.max(1e-6);
+        let train: Vec<Vec<u8>> = (0..PROBE_TRAIN)
+            .map(|_| {
+                Msg::Probe {
+                    payload: noise(len),
+                }
+                .encode()
+            })
+            .collect();
+        let t = Instant::now();
+        let sends = train
+            .into_iter()
+            .map(|m| p.try_immediate_send_owned(m, TAG))
+            .collect::<Result<Vec<_>, _>>()?;
+        for _ in 0..PROBE_TRAIN {
+            echo()?;
+        }
+        let dt = t.elapsed().as_secs_f64() - rtt;
+        for s in sends {
+            s.wait()?;
+        }
+        if dt > 0.1 || len >= 4 << 20 {
+            break (PROBE_TRAIN * len) as f64 / dt.max(1e-6);
         }
         len *= 4;
     };
-    send(comm, client, &Msg::ProbeEnd)?;
+    // One end for every receive the echoing client keeps posted.
+    for _ in 0..PROBE_TRAIN {
+        send(comm, client, &Msg::ProbeEnd)?;
+    }
     Ok((bw, rtt / 2.0))
 }
 
-/// Client side of the probe: echo until told to stop.
+/// Messages in one train of the link probe, and receives the echoing client keeps posted:
+/// as many units as three clients keep in flight in the service.
+const PROBE_TRAIN: usize = 3 * PREFETCH;
+
+/// Client side of the probe: echo until told to stop, with [`PROBE_TRAIN`] receives posted
+/// ahead as a client of the service keeps its next units' (a large message waits for its
+/// receive, and one posted only after the previous echo would cost a round trip each). The
+/// root ends with one `ProbeEnd` per posted receive, so none is left to match a later
+/// message.
 ///
 /// # Errors
 /// Communication failures and malformed messages.
 pub(crate) fn echo(comm: &SimpleCommunicator, root: Rank) -> Result<(), DistError> {
     let p = comm.try_process_at_rank(root)?;
-    loop {
-        match recv(&p)? {
-            (Msg::Probe { .. }, _) => send(comm, root, &Msg::Echo)?,
-            (Msg::ProbeEnd, _) => return Ok(()),
-            (m, _) => {
+    let mut posted = VecDeque::new();
+    for _ in 0..PROBE_TRAIN {
+        posted.push_back(p.try_immediate_receive_vec::<u8>(Some(TAG))?);
+    }
+    let mut ending = false;
+    while let Some(r) = posted.pop_front() {
+        let (bytes, _) = r.wait()?;
+        match Msg::decode(&bytes)? {
+            Msg::Probe { .. } if !ending => {
+                send(comm, root, &Msg::Echo)?;
+                posted.push_back(p.try_immediate_receive_vec::<u8>(Some(TAG))?);
+            }
+            Msg::ProbeEnd => ending = true,
+            m => {
                 return Err(DistError::Protocol(format!(
                     "expected a probe, got {}",
                     describe(&m)
@@ -835,6 +1161,7 @@ pub(crate) fn echo(comm: &SimpleCommunicator, root: Rank) -> Result<(), DistErro
             }
         }
     }
+    Ok(())
 }
 
 /// The root's share of the periodicity search: DM `k` goes to `workers[k % n]` (the root

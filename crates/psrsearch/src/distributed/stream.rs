@@ -61,6 +61,9 @@ pub struct BlockLag {
     pub arrival_s: f64,
     /// When stage 2 acknowledged it in order.
     pub result_s: f64,
+    /// Index (into [`StreamReport::stage1_hosts`]) of the stage-1 rank that processed it.
+    #[serde(default)]
+    pub stage1: usize,
 }
 
 impl BlockLag {
@@ -83,6 +86,9 @@ pub struct StreamReport {
     pub input_s: f64,
     /// Stage-1 ranks.
     pub stage1_ranks: usize,
+    /// Meta host of every stage-1 rank (from the topology API), in dealing order.
+    #[serde(default)]
+    pub stage1_hosts: Vec<usize>,
 }
 
 impl StreamReport {
@@ -285,6 +291,8 @@ fn master<R: Read>(
             block: b as u64,
             arrival_s: a,
             result_s: f64::NAN,
+            // `deal` hands block b to stage-1 rank b mod n.
+            stage1: b % stage1.len().max(1),
         })
         .collect();
     for (b, t) in acks {
@@ -304,6 +312,10 @@ fn master<R: Read>(
         sample_rate_hz: plan.band().sample_rate_hz,
         input_s: ended,
         stage1_ranks: stage1.len(),
+        stage1_hosts: stage1
+            .iter()
+            .map(|&r| comm.meta_host_of(r))
+            .collect::<Result<_, _>>()?,
     })
 }
 
@@ -406,6 +418,7 @@ fn stage_one(
         &Msg::SignOff {
             busy_s: 0.0,
             idle_s: 0.0,
+            cpu_s: 0.0,
         },
     )?;
     Ok(done)
