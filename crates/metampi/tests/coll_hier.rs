@@ -69,40 +69,13 @@ fn battery(c: &SimpleCommunicator, seed: u64, how: &str) {
     check_bcast(c, seed, how, &[0, 1, 13, 3000, 9000]);
     check_reduce(c, seed + 1, how, &[0, 1, 13, 2000]);
     check_all_reduce(c, seed + 2, how);
-    gather_scatter(c, seed + 3, how);
+    check_gather_scatter(c, seed + 3, how, &[0, 1, 7, 1500]);
     all_gather(c, seed + 4, how);
     all_to_all(c, seed + 5, how);
     check_scan(c, seed + 6, false, how);
     check_scan(c, seed + 7, true, how);
     check_reduce_scatter(c, seed + 8, &[0, 1, 3, 300], how);
     check_all_gather_varcount(c, seed + 9, how);
-}
-
-fn gather_scatter(c: &SimpleCommunicator, seed: u64, how: &str) {
-    let (n, me) = (c.size(), c.rank());
-    for root in 0..n {
-        let p = c.process_at_rank(root);
-        for len in [0usize, 1, 7, 1500] {
-            let mine = ints(seed + root as u64, me, len);
-            let want: Vec<i64> = (0..n)
-                .flat_map(|r| ints(seed + root as u64, r, len))
-                .collect();
-            if me == root {
-                let mut out = vec![9; len * n as usize];
-                p.gather_into_root(&mine[..], &mut out[..]);
-                assert!(out == want, "gather root {root} len {len} {how}");
-            } else {
-                p.gather_into(&mine[..]);
-            }
-            let mut out = vec![-5; len];
-            if me == root {
-                p.scatter_into_root(&want[..], &mut out[..]);
-            } else {
-                p.scatter_into(&mut out[..]);
-            }
-            assert!(out == mine, "scatter root {root} len {len} {how}");
-        }
-    }
 }
 
 fn all_gather(c: &SimpleCommunicator, seed: u64, how: &str) {

@@ -68,29 +68,7 @@ fn battery(c: &SimpleCommunicator, seed: u64, how: &str) {
 
 fn gather_scatter(c: &SimpleCommunicator, seed: u64, how: &str) {
     let (n, me) = (c.size(), c.rank());
-    for root in 0..n {
-        let p = c.process_at_rank(root);
-        for len in [0usize, 7, 1500] {
-            let mine = ints(seed + root as u64, me, len);
-            let want: Vec<i64> = (0..n)
-                .flat_map(|r| ints(seed + root as u64, r, len))
-                .collect();
-            if me == root {
-                let mut out = vec![9; len * n as usize];
-                p.gather_into_root(&mine[..], &mut out[..]);
-                assert!(out == want, "gather root {root} len {len} {how}");
-            } else {
-                p.gather_into(&mine[..]);
-            }
-            let mut out = vec![-5; len];
-            if me == root {
-                p.scatter_into_root(&want[..], &mut out[..]);
-            } else {
-                p.scatter_into(&mut out[..]);
-            }
-            assert!(out == mine, "scatter root {root} len {len} {how}");
-        }
-    }
+    check_gather_scatter(c, seed, how, &[0, 7, 1500]);
     for len in [0usize, 11, 4000] {
         let mine = ints(seed, me, len);
         let want: Vec<i64> = (0..n).flat_map(|r| ints(seed, r, len)).collect();

@@ -353,6 +353,35 @@ pub fn check_all_gather_varcount(c: &SimpleCommunicator, seed: u64, how: &str) {
     }
 }
 
+/// Gather to and scatter from every root, each length of `lens`, against the
+/// blocks the ranks hold.
+pub fn check_gather_scatter(c: &SimpleCommunicator, seed: u64, how: &str, lens: &[usize]) {
+    let (n, me) = (c.size(), c.rank());
+    for root in 0..n {
+        let p = c.process_at_rank(root);
+        for &len in lens {
+            let mine = ints(seed + root as u64, me, len);
+            let want: Vec<i64> = (0..n)
+                .flat_map(|r| ints(seed + root as u64, r, len))
+                .collect();
+            if me == root {
+                let mut out = vec![9; len * n as usize];
+                p.gather_into_root(&mine[..], &mut out[..]);
+                assert!(out == want, "gather root {root} len {len} {how}");
+            } else {
+                p.gather_into(&mine[..]);
+            }
+            let mut out = vec![-5; len];
+            if me == root {
+                p.scatter_into_root(&want[..], &mut out[..]);
+            } else {
+                p.scatter_into(&mut out[..]);
+            }
+            assert!(out == mine, "scatter root {root} len {len} {how}");
+        }
+    }
+}
+
 /// Operations that have a hierarchical algorithm.
 pub const HIER_OPS: [Collective; 11] = [
     Collective::Barrier,
