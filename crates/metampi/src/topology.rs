@@ -28,6 +28,8 @@ pub(crate) struct CommInner {
     inverse: Vec<Rank>,
     /// Sequence number of the next collective, identical on every member.
     pub coll_seq: AtomicU32,
+    /// Shared-memory region for blocking barriers and small all-reduces.
+    pub shm: Mutex<crate::collective::shm::State>,
     name: Mutex<String>,
 }
 
@@ -49,6 +51,7 @@ impl CommInner {
             rank,
             inverse,
             coll_seq: AtomicU32::new(0),
+            shm: Mutex::default(),
             name: Mutex::new(name),
         }))
     }

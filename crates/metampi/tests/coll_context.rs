@@ -4,8 +4,8 @@
 //!
 //! Here a server rank loops on `receive` with any source and any tag while
 //! the client ranks run collectives among themselves and over the world
-//! (which the server joins with nonblocking collectives it started before
-//! polling), and send it requests. Every message the server receives must be
+//! (the server and the clients alike through nonblocking collectives, which
+//! the server starts before polling), and send it requests. Every message the server receives must be
 //! a well-formed client request; collective traffic travels in a context of
 //! its own and must never reach it.
 
@@ -85,12 +85,24 @@ fn server_and_clients(world: &SimpleCommunicator) {
         });
     } else {
         let clients = clients.expect("clients have a colour");
+        // The same immediate calls as the server's (a blocking collective
+        // does not match an immediate one, MPI-3.1 §5.12), waited for
+        // between the rounds of requests.
         client(world, &clients, server, me);
-        world.process_at_rank(0).broadcast_into(&mut long[..]);
-        client(world, &clients, server, me + 1000);
-        world.all_reduce_into(&mine[..], &mut sum[..], SystemOperation::sum());
-        world.barrier();
-        world.all_gather_into(&me64, &mut gathered[..]);
+        scope(|s| {
+            world
+                .process_at_rank(0)
+                .immediate_broadcast_into(s, &mut long[..])
+                .wait();
+            client(world, &clients, server, me + 1000);
+            world
+                .immediate_all_reduce_into(s, &mine[..], &mut sum[..], SystemOperation::sum())
+                .wait();
+            world.immediate_barrier().wait();
+            world
+                .immediate_all_gather_into(s, &me64, &mut gathered[..])
+                .wait();
+        });
         // Tell the server this client is done.
         world
             .process_at_rank(server)

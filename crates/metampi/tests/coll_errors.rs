@@ -16,6 +16,15 @@ fn mismatches_shm_4() {
     Ranks::new(4).run("mismatches_shm_4", mismatches);
 }
 
+/// The same with barrier and all-reduce forced onto the shared-memory flags
+/// (which otherwise take over from the third call on a communicator).
+#[test]
+fn mismatches_shm_flags_4() {
+    Ranks::new(4)
+        .env("METAMPI_COLL_ALG", "barrier=shared_memory,allreduce=shared_memory")
+        .run("mismatches_shm_flags_4", mismatches);
+}
+
 #[test]
 fn mismatches_tcp_5() {
     Ranks::new(5)

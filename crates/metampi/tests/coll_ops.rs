@@ -114,26 +114,8 @@ fn algs(op: Collective, all: bool, mut f: impl FnMut(String)) {
     }
 }
 
-/// A barrier must not complete before every rank has entered it: rank 0
-/// enters only after every other rank has seen its own barrier incomplete.
 fn barrier(c: &SimpleCommunicator) {
-    let (n, me) = (c.size(), c.rank());
-    if me == 0 {
-        for _ in 1..n {
-            let (seen, _) = c.any_process().receive::<u8>();
-            assert_eq!(seen, 1);
-        }
-        c.barrier();
-    } else {
-        let req = c.immediate_barrier();
-        let req = match req.test() {
-            Ok(_) => panic!("barrier completed before rank 0 entered it"),
-            Err(r) => r,
-        };
-        c.process_at_rank(0).send(&1u8);
-        req.wait();
-    }
-    c.barrier();
+    algs(Collective::Barrier, true, |alg| check_barrier(c, &alg));
 }
 
 fn bcast(c: &SimpleCommunicator, seed: u64, all: bool) {

@@ -88,7 +88,7 @@ impl Collective {
     pub fn algorithms(self) -> &'static [Algorithm] {
         use Algorithm::*;
         match self {
-            Collective::Barrier => &[Dissemination, Hierarchical],
+            Collective::Barrier => &[Dissemination, Hierarchical, SharedMemory],
             Collective::Broadcast => &[Binomial, ScatterAllGather, Linear, Hierarchical],
             Collective::Reduce => &[Binomial, Linear, Hierarchical],
             Collective::AllReduce => &[
@@ -96,6 +96,7 @@ impl Collective {
                 Rabenseifner,
                 ReduceBroadcast,
                 Hierarchical,
+                SharedMemory,
             ],
             Collective::Gather | Collective::Scatter => &[Binomial, Linear, Hierarchical],
             Collective::AllGather => &[Bruck, Ring, Hierarchical],
@@ -162,10 +163,16 @@ pub enum Algorithm {
     /// and all-reduce also when it spans several machines of which one holds
     /// two of its ranks or more.
     Hierarchical,
+    /// Flags and slots in a shared-memory region of the communicator's own
+    /// (barrier, all-reduce up to 1 KiB): one cache-line transfer per step
+    /// instead of a message. Chosen automatically for blocking calls when
+    /// every member shares this machine's memory, from the third call on a
+    /// communicator; the `immediate_*` forms keep the message algorithms.
+    SharedMemory,
 }
 
 impl Algorithm {
-    const ALL: [Algorithm; 12] = [
+    const ALL: [Algorithm; 13] = [
         Algorithm::Dissemination,
         Algorithm::Binomial,
         Algorithm::ScatterAllGather,
@@ -178,6 +185,7 @@ impl Algorithm {
         Algorithm::Linear,
         Algorithm::ReduceThenScatter,
         Algorithm::Hierarchical,
+        Algorithm::SharedMemory,
     ];
 
     /// The name used in `METAMPI_COLL_ALG`.
@@ -195,6 +203,7 @@ impl Algorithm {
             Algorithm::Linear => "linear",
             Algorithm::ReduceThenScatter => "reduce_then_scatter",
             Algorithm::Hierarchical => "hierarchical",
+            Algorithm::SharedMemory => "shared_memory",
         }
     }
 
@@ -206,6 +215,7 @@ impl Algorithm {
             "rd" => "recursive_doubling",
             "chain" => "linear",
             "hier" | "topology" => "hierarchical",
+            "shm" | "flags" => "shared_memory",
             other => other,
         };
         Algorithm::ALL.into_iter().find(|a| a.name() == alias)
@@ -246,7 +256,9 @@ const REDSCAT_SHORT: usize = 16 << 10;
 /// This is the flat choice; a communicator that spans several meta hosts
 /// (for barrier, broadcast, reduce and all-reduce also one that spans
 /// several machines sharing memory) runs [`Algorithm::Hierarchical`] instead
-/// for the operations that have it.
+/// for the operations that have it, and blocking barriers and all-reduces
+/// (up to 1 KiB) on a communicator inside one machine run
+/// [`Algorithm::SharedMemory`] once it has been used a few times.
 pub fn default_algorithm(op: Collective, size: Rank, bytes: usize, commutative: bool) -> Algorithm {
     let total = bytes.saturating_mul(size.max(0) as usize);
     match op {
@@ -384,6 +396,9 @@ pub(crate) fn choose(
     match forced_algorithm(op) {
         Some(Algorithm::Rabenseifner) if !commutative => Algorithm::RecursiveDoubling,
         Some(Algorithm::Hierarchical) if !super::hier::usable(comm, commutative) => flat(),
+        // Served before planning (`collective::shm`) where it can be; a
+        // call that reaches the schedules takes the flat choice.
+        Some(Algorithm::SharedMemory) => flat(),
         Some(a) => a,
         None if size > 2
             && op.algorithms().contains(&Algorithm::Hierarchical)

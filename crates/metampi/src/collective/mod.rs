@@ -49,6 +49,7 @@ mod op;
 mod reduce;
 mod scan;
 pub(crate) mod schedule;
+pub(crate) mod shm;
 
 pub mod algorithm;
 
@@ -820,7 +821,11 @@ where
 // ---- library-internal collectives ------------------------------------------------------
 
 pub(crate) fn barrier_impl<C: Communicator + ?Sized>(c: &C) -> Result<(), Error> {
-    run(plan_barrier(&c.as_handle().0))
+    let comm = &c.as_handle().0;
+    if let Some(r) = shm::barrier(comm) {
+        return r;
+    }
+    run(plan_barrier(comm))
 }
 
 /// Agrees on a fresh context id among the members of `comm` (collective).
@@ -913,8 +918,12 @@ fn only_root(what: &str) -> Error {
 /// Collective operations over all members of a communicator (rsmpi's
 /// `CommunicatorCollectives`), with fallible `try_*` forms.
 ///
-/// Every member must call the same collectives in the same order, blocking
-/// and immediate alike (MPI-1.2 §4.12).
+/// Every member must call the same collectives in the same order
+/// (MPI-1.2 §4.12), and a blocking call matches only the same blocking call
+/// on the other members, an `immediate_*` call only the same immediate call
+/// (MPI-3.1 §5.12): blocking barriers and small all-reduces inside one
+/// machine run through shared-memory flags that the immediate forms do not
+/// use.
 pub trait CommunicatorCollectives: Communicator {
     /// Blocks until every member has called it (`MPI_Barrier`, MPI-1.2 §4.3).
     fn barrier(&self) {
@@ -1047,6 +1056,10 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
+        let op = match shm::all_reduce(comm_of(self), sendbuf, recvbuf, op) {
+            Ok(r) => return r,
+            Err(op) => op,
+        };
         // SAFETY: `run` waits for the schedule while both buffers are borrowed.
         run(unsafe { plan_all_reduce(comm_of(self), sendbuf, recvbuf, op) })
     }

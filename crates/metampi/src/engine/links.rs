@@ -152,6 +152,21 @@ pub(crate) struct Links {
 }
 
 impl Links {
+    /// The sleep word of world rank `w` when it shares memory with us.
+    pub(crate) fn sleep_flag(&self, w: u32) -> Option<*const AtomicU32> {
+        match self.peers.get(w as usize) {
+            Some(Link::Shm(l)) => Some(l.peer_sleep.0),
+            _ => None,
+        }
+    }
+
+    /// Sends world rank `w` the one-byte wake-up datagram (shared-memory peers).
+    pub(crate) fn wake_peer(&self, w: u32) {
+        if let Some(Link::Shm(l)) = self.peers.get(w as usize) {
+            let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
+        }
+    }
+
     pub(crate) fn new(rank: u32, peers: Vec<Link>, wake: UnixDatagram) -> Links {
         let n = peers.len();
         Links {

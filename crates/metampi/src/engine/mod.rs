@@ -53,6 +53,8 @@ pub(crate) struct JobInfo {
     /// Meta host (site) of every world rank; all 0 without a meta-computer.
     pub sites: Vec<u32>,
     pub appnum: u32,
+    /// The launcher's job id (names shared segments).
+    pub job: String,
     /// This meta host declares a byte order other than this machine's, so
     /// typed point-to-point data to other meta hosts is converted on sending.
     pub swap_routed: bool,
@@ -334,12 +336,7 @@ impl Shared {
 
         let mut own_seg = None;
         if shm_ranks.len() > 1 {
-            let dir = if std::path::Path::new("/dev/shm").is_dir() {
-                PathBuf::from("/dev/shm")
-            } else {
-                std::env::temp_dir()
-            };
-            let path = dir.join(format!("metampi-{job}-{rank}"));
+            let path = crate::sys::shm::dir().join(format!("metampi-{job}-{rank}"));
             let _ = std::fs::remove_file(&path);
             let seg = Segment::create(&path, seg_len)?;
             pmi.put(&format!("s{rank}"), &path.display().to_string())?;
@@ -538,6 +535,7 @@ impl Shared {
                 nodes,
                 sites,
                 appnum,
+                job: job.clone(),
                 swap_routed,
                 orders_differ,
             },
@@ -572,6 +570,7 @@ impl Shared {
                 nodes: vec![crate::environment::hostname()],
                 sites: vec![0],
                 appnum: 0,
+                job: format!("single{}", std::process::id()),
                 swap_routed: false,
                 orders_differ: false,
             },

@@ -10,6 +10,15 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+/// Where shared segments go: `/dev/shm` (tmpfs), else the temporary directory.
+pub(crate) fn dir() -> PathBuf {
+    if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// A mapping of a whole shared file. Unmapped on drop.
 pub(crate) struct Segment {
     ptr: *mut u8,

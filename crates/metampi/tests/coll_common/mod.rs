@@ -208,8 +208,11 @@ pub fn check_all_reduce(c: &SimpleCommunicator, seed: u64, how: &str) {
     assert_eq!(out, want, "allreduce padded {how}");
 }
 
-/// No rank leaves the barrier before every rank has entered it: rank 0
-/// enters only after every other rank has seen its barrier incomplete.
+/// No rank leaves a barrier before every rank has entered it.
+/// Immediate: rank 0 enters only after every other rank has seen its
+/// barrier incomplete. Blocking (several calls, so that shared-memory flags
+/// serve them too): the other ranks report leaving each barrier to rank 0,
+/// which waits a while before entering and must find no report.
 pub fn check_barrier(c: &SimpleCommunicator, how: &str) {
     let (n, me) = (c.size(), c.rank());
     if me == 0 {
@@ -217,7 +220,7 @@ pub fn check_barrier(c: &SimpleCommunicator, how: &str) {
             let (seen, _) = c.any_process().receive::<u8>();
             assert_eq!(seen, 1, "{how}");
         }
-        c.barrier();
+        c.immediate_barrier().wait();
     } else {
         let req = match c.immediate_barrier().test() {
             Ok(_) => panic!("barrier completed before rank 0 entered it ({how})"),
@@ -225,6 +228,23 @@ pub fn check_barrier(c: &SimpleCommunicator, how: &str) {
         };
         c.process_at_rank(0).send(&1u8);
         req.wait();
+    }
+    for round in 0..4u8 {
+        if me == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            assert!(
+                c.any_process().immediate_probe().is_none(),
+                "a rank left blocking barrier {round} before rank 0 entered it ({how})"
+            );
+            c.barrier();
+            for _ in 1..n {
+                let (seen, _) = c.any_process().receive::<u8>();
+                assert_eq!(seen, round + 2, "{how}");
+            }
+        } else {
+            c.barrier();
+            c.process_at_rank(0).send(&(round + 2));
+        }
     }
     c.barrier();
 }

@@ -1,0 +1,420 @@
+//! Barrier and small all-reduce through flags in shared memory, for
+//! communicators whose members all share this machine's memory (ScaMPI's
+//! remote-write / local-read rule: every cache line has one writer).
+//!
+//! Messages through the rings cost two cache-line transfers each (the ring's
+//! tail and the record) plus the matching of the point-to-point engine; a
+//! flag costs one. So a communicator that is used for blocking barriers or
+//! all-reduces a few times gets a region of its own in `/dev/shm`:
+//!
+//! - one block per member, written only by that member: a line of barrier
+//!   round counters, then two all-reduce slots (used alternately);
+//! - barrier: dissemination over the counters; in round k a member raises
+//!   its counter k to the barrier's epoch and waits for that of the member
+//!   2^k below it;
+//! - all-reduce up to [`MAX_BYTES`]: each member writes its vector and the
+//!   epoch into its slot, then reads every slot and folds them in rank order
+//!   itself, so non-commutative operations keep MPI's order and every member
+//!   gets the same bits. A slot is rewritten two calls later, when every
+//!   member has provably finished reading it (it published the call between).
+//!
+//! Waiting goes through the engine's wait loop, so point-to-point traffic
+//! keeps moving and a member that waits long sleeps; a writer nudges a
+//! sleeping reader with the engine's wake-up datagram. The region is set up
+//! collectively (through ordinary schedules) on the [`SETUP_AFTER`]th
+//! eligible call, and only for blocking calls: `immediate_*` forms and
+//! forced algorithms other than `shared_memory` keep the schedules.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use super::algorithm::{forced_algorithm, Algorithm, Collective};
+use super::op::Operation;
+use super::schedule::run;
+use super::SystemOperation;
+use crate::datatype::{pack, type_map, Buffer, BufferMut, RecvLayout, UncommittedDatatype};
+use crate::environment::shared;
+use crate::error::{Error, ErrorClass};
+use crate::sys::shm::Segment;
+use crate::topology::CommInner;
+
+const LINE: usize = 64;
+/// Largest all-reduce vector, in bytes, that goes through the slots.
+pub(crate) const MAX_BYTES: usize = 1024;
+/// Slot header: the epoch (u64) and the length (u64).
+const SLOT_HDR: usize = 16;
+const SLOT: usize = (SLOT_HDR + MAX_BYTES).div_ceil(LINE) * LINE;
+/// Barrier round counters per member (one line): up to 2^8 members.
+const ROUNDS: usize = LINE / 8;
+const MAX_MEMBERS: usize = 1 << ROUNDS;
+/// Bytes per member: the counter line and two slots.
+const BLOCK: usize = LINE + 2 * SLOT;
+/// Blocking calls that run on schedules before a communicator gets a
+/// region: one that is used once or twice is not worth a file and two
+/// extra collectives.
+const SETUP_AFTER: u32 = 3;
+
+/// A communicator's shared-memory state.
+#[derive(Default)]
+pub(crate) enum State {
+    /// Eligibility not checked yet.
+    #[default]
+    Unknown,
+    /// Not all members share memory, or the region could not be made.
+    Off,
+    /// Eligible; this many calls so far.
+    Counting(u32),
+    On(Region),
+}
+
+pub(crate) struct Region {
+    seg: Segment,
+    n: usize,
+    me: usize,
+    barrier_epoch: u64,
+    reduce_epoch: u64,
+    /// World rank of every member.
+    world: Vec<u32>,
+    /// Each member's sleep flag (null for this process).
+    sleep: Vec<*const AtomicU32>,
+}
+
+// SAFETY: the pointers address shared mappings that live as long as the
+// process's engine (its segments are never unmapped while ranks run); a
+// region is only used under its communicator's lock.
+unsafe impl Send for Region {}
+
+impl Region {
+    fn block(&self, member: usize) -> *mut u8 {
+        // SAFETY: the segment holds `n` blocks and `member < n`.
+        unsafe { self.seg.base().add(member * BLOCK) }
+    }
+
+    fn counter(&self, member: usize, round: usize) -> &AtomicU64 {
+        debug_assert!(round < ROUNDS);
+        // SAFETY: 8-byte aligned word inside the member's counter line
+        // (blocks are line-aligned), living as long as the segment.
+        unsafe { &*(self.block(member) as *const AtomicU64).add(round) }
+    }
+
+    fn slot(&self, member: usize, parity: usize) -> *mut u8 {
+        // SAFETY: slot `parity` (0 or 1) lies inside the member's block.
+        unsafe { self.block(member).add(LINE + parity * SLOT) }
+    }
+
+    fn slot_epoch(&self, member: usize, parity: usize) -> &AtomicU64 {
+        // SAFETY: the slot starts line-aligned with its epoch word.
+        unsafe { &*(self.slot(member, parity) as *const AtomicU64) }
+    }
+
+    /// Wakes member `m` if it sleeps in the engine's wait loop. The caller
+    /// has just published with a SeqCst fence, so either `m` sees the flag
+    /// before sleeping or we see its sleep flag here (Dekker).
+    fn nudge(&self, m: usize) {
+        let p = self.sleep[m];
+        // SAFETY: `p` is a peer's sleep word in a live mapping (see `Region`).
+        if !p.is_null() && unsafe { (*p).load(Ordering::SeqCst) } != 0 {
+            let w = self.world[m];
+            shared().quick(|e| e.links.wake_peer(w));
+        }
+    }
+
+    fn barrier(&mut self) {
+        self.barrier_epoch += 1;
+        let epoch = self.barrier_epoch;
+        let (n, me) = (self.n, self.me);
+        let (mut k, mut round) = (1, 0);
+        while k < n {
+            self.counter(me, round).store(epoch, Ordering::Release);
+            fence(Ordering::SeqCst);
+            self.nudge((me + k) % n);
+            let from = self.counter((me + n - k) % n, round);
+            wait_for(|| from.load(Ordering::Acquire) >= epoch);
+            k <<= 1;
+            round += 1;
+        }
+    }
+
+    /// Publishes `mine` and waits until every member has published its
+    /// vector for this call; returns the slot parity to read them from.
+    fn exchange(&mut self, mine: &[u8]) -> usize {
+        debug_assert!(mine.len() <= MAX_BYTES);
+        self.reduce_epoch += 1;
+        let epoch = self.reduce_epoch;
+        let parity = (epoch % 2) as usize;
+        let slot = self.slot(self.me, parity);
+        // SAFETY: our own slot has one writer (us), and no member reads this
+        // parity until we publish the new epoch below.
+        unsafe {
+            std::ptr::copy_nonoverlapping(mine.as_ptr(), slot.add(SLOT_HDR), mine.len());
+            (*(slot.add(8) as *const AtomicU64)).store(mine.len() as u64, Ordering::Relaxed);
+        }
+        self.slot_epoch(self.me, parity)
+            .store(epoch, Ordering::Release);
+        fence(Ordering::SeqCst);
+        for m in (0..self.n).filter(|&m| m != self.me) {
+            self.nudge(m);
+        }
+        let mut next = 0;
+        wait_for(|| {
+            while next < self.n {
+                if next != self.me && self.slot_epoch(next, parity).load(Ordering::Acquire) < epoch
+                {
+                    return false;
+                }
+                next += 1;
+            }
+            true
+        });
+        parity
+    }
+
+    /// Member `m`'s vector of the current call (after [`Region::exchange`]).
+    fn part(&self, m: usize, parity: usize) -> &[u8] {
+        let s = self.slot(m, parity);
+        // SAFETY: the slot was published for this call (Acquire in
+        // `exchange`) and is not rewritten before every member, us included,
+        // has finished it; the length is clamped to the slot.
+        unsafe {
+            let len = (*(s.add(8) as *const AtomicU64)).load(Ordering::Relaxed) as usize;
+            std::slice::from_raw_parts(s.add(SLOT_HDR), len.min(MAX_BYTES))
+        }
+    }
+}
+
+/// Waits through the engine's loop (progress, spin, then sleep) until `ready`.
+fn wait_for(mut ready: impl FnMut() -> bool) {
+    // A short pure spin first: the peer is usually a few hundred nanoseconds
+    // behind, and the engine's pass costs more than a flag load.
+    for _ in 0..64 {
+        if ready() {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+    shared().wait_until(|_| ready().then_some(()));
+}
+
+/// Whether the blocking `op` may run here: nothing else forced for it.
+fn allowed(op: Collective) -> bool {
+    matches!(forced_algorithm(op), None | Some(Algorithm::SharedMemory))
+}
+
+/// The region of `comm`, set up on the eligible call that reaches
+/// [`SETUP_AFTER`]; `None` while calls should take the schedules.
+fn region<'s>(
+    comm: &CommInner,
+    op: Collective,
+    st: &'s mut State,
+) -> Result<Option<&'s mut Region>, Error> {
+    if let State::Unknown = st {
+        *st = if eligible(comm) {
+            State::Counting(0)
+        } else {
+            State::Off
+        };
+    }
+    if let State::Counting(c) = st {
+        *c += 1;
+        // Forced, it serves the first call already (tests and benchmarks).
+        let after = if forced_algorithm(op) == Some(Algorithm::SharedMemory) {
+            1
+        } else {
+            SETUP_AFTER
+        };
+        if *c < after {
+            return Ok(None);
+        }
+        *st = match setup(comm)? {
+            Some(r) => State::On(r),
+            None => State::Off,
+        };
+    }
+    Ok(match st {
+        State::On(r) => Some(r),
+        _ => None,
+    })
+}
+
+/// Every member shares memory with this process (the same test on every
+/// member: they all see the same machine).
+fn eligible(comm: &CommInner) -> bool {
+    let n = comm.ranks.len();
+    if !(2..=MAX_MEMBERS).contains(&n) || std::env::var_os("METAMPI_NO_SHM_COLL").is_some() {
+        return false;
+    }
+    let sh = shared();
+    let me = sh.info.rank;
+    sh.quick(|e| {
+        comm.ranks
+            .iter()
+            .all(|&w| w == me || e.links.sleep_flag(w).is_some())
+    })
+}
+
+/// Makes the region: the lowest member creates the file, the others map it,
+/// and all agree that everyone did before it is used (or nobody uses it).
+fn setup(comm: &CommInner) -> Result<Option<Region>, Error> {
+    let sh = shared();
+    let n = comm.ranks.len();
+    let leader = comm.ranks[0];
+    let path =
+        crate::sys::shm::dir().join(format!("metampi-{}-c{}-r{leader}", sh.info.job, comm.ctx));
+    let mut seg = None;
+    let mut ok = 0u8;
+    if comm.rank == 0 {
+        let _ = std::fs::remove_file(&path);
+        seg = Segment::create(&path, n * BLOCK).ok();
+        ok = u8::from(seg.is_some());
+    }
+    // SAFETY: `run` waits for each schedule while the buffers are borrowed.
+    run(unsafe { super::plan_bcast(comm, 0, &mut ok) })?;
+    if comm.rank != 0 && ok == 1 {
+        seg = Segment::open(&path, n * BLOCK).ok();
+    }
+    let mine = u8::from(seg.is_some());
+    let mut all = 0u8;
+    // SAFETY: as above.
+    run(unsafe { super::plan_all_reduce(comm, &mine, &mut all, SystemOperation::min()) })?;
+    if comm.rank == 0 {
+        let _ = std::fs::remove_file(&path);
+    }
+    let Some(seg) = seg.filter(|_| all == 1) else {
+        return Ok(None);
+    };
+    let me = sh.info.rank;
+    let sleep = sh.quick(|e| {
+        comm.ranks
+            .iter()
+            .map(|&w| {
+                (w != me)
+                    .then(|| e.links.sleep_flag(w))
+                    .flatten()
+                    .unwrap_or(std::ptr::null())
+            })
+            .collect()
+    });
+    Ok(Some(Region {
+        seg,
+        n,
+        me: comm.rank as usize,
+        barrier_epoch: 0,
+        reduce_epoch: 0,
+        world: comm.ranks.to_vec(),
+        sleep,
+    }))
+}
+
+/// A blocking barrier through the region, or `None` where the schedules run it.
+pub(crate) fn barrier(comm: &CommInner) -> Option<Result<(), Error>> {
+    if !allowed(Collective::Barrier) {
+        return None;
+    }
+    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
+    match region(comm, Collective::Barrier, &mut st) {
+        Err(e) => Some(Err(e)),
+        Ok(None) => None,
+        Ok(Some(r)) => {
+            let t = crate::trace::start();
+            r.barrier();
+            crate::trace::record(
+                t,
+                crate::trace::Kind::Collective,
+                "barrier",
+                -1,
+                0,
+                0,
+                comm.ctx + 1,
+            );
+            Some(Ok(()))
+        }
+    }
+}
+
+/// A blocking all-reduce of at most [`MAX_BYTES`] through the region, or
+/// `None` (with `op` handed back) where the schedules run it.
+pub(crate) fn all_reduce<S, R, O>(
+    comm: &CommInner,
+    send: &S,
+    recv: &mut R,
+    op: O,
+) -> Result<Result<(), Error>, O>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let dt = send.as_datatype().type_id();
+    let tm = type_map(dt);
+    let bytes = usize::try_from(send.count()).unwrap_or(0) * tm.size;
+    if bytes > MAX_BYTES || !allowed(Collective::AllReduce) {
+        return Err(op);
+    }
+    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
+    let r = match region(comm, Collective::AllReduce, &mut st) {
+        Err(e) => return Ok(Err(e)),
+        Ok(None) => return Err(op),
+        Ok(Some(r)) => r,
+    };
+    let t = crate::trace::start();
+    let packed = pack(send);
+    let mine = packed.bytes();
+    let parity = r.exchange(mine);
+    let mut error = op.check(tm.prim, dt).err();
+    let n = r.n;
+    if let Some(m) = (0..n).find(|&m| r.part(m, parity).len() != mine.len()) {
+        error.get_or_insert(Error::new(
+            ErrorClass::Count,
+            format!(
+                "all-reduce vectors differ: {} bytes here, {} bytes at rank {m}",
+                mine.len(),
+                r.part(m, parity).len()
+            ),
+        ));
+    }
+    let layout = RecvLayout::of(recv);
+    let cap = layout.capacity();
+    if error.is_none() && cap != mine.len() {
+        error = Some(Error::new(
+            ErrorClass::Count,
+            format!(
+                "a contribution of {} bytes does not match a block of {cap} bytes",
+                mine.len()
+            ),
+        ));
+    }
+    if error.is_none() {
+        // Fold in rank order from the top (acc = part_m ∘ acc), in the
+        // user's buffer when it is dense.
+        let mut staged;
+        // SAFETY: `recv` is exclusively borrowed for this call.
+        let dense = unsafe { layout.dense() };
+        let acc: &mut [u8] = match dense {
+            Some(d) => d,
+            None => {
+                staged = vec![0u8; cap];
+                &mut staged
+            }
+        };
+        acc.copy_from_slice(r.part(n - 1, parity));
+        for m in (0..n - 1).rev() {
+            if let Err(e) = op.apply(r.part(m, parity), acc, tm.prim, dt) {
+                error = Some(e);
+                break;
+            }
+        }
+        if error.is_none() && !layout.tm.is_dense() {
+            // SAFETY: as above.
+            unsafe { layout.unpack(acc) };
+        }
+    }
+    crate::trace::record(
+        t,
+        crate::trace::Kind::Collective,
+        "allreduce",
+        -1,
+        0,
+        bytes,
+        comm.ctx + 1,
+    );
+    Ok(error.map_or(Ok(()), Err))
+}
