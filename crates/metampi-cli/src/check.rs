@@ -17,10 +17,19 @@ pub fn execute(args: CheckArgs) -> Result<u8> {
     match metampi_config::load(&args.file) {
         Ok(cfg) => {
             print!("{}", cfg.layout());
+            print!("{}", cfg.process_settings());
             for w in tls_warnings(&cfg) {
                 eprintln!("warning: {w}");
             }
-            Ok(0)
+            // `metampi run` reads every ENVFILE on this machine before it starts anything.
+            let mut status = 0;
+            for h in &cfg.hosts {
+                if let Err(e) = h.environment() {
+                    eprintln!("error: {e}");
+                    status = 1;
+                }
+            }
+            Ok(status)
         }
         Err(e) => {
             eprintln!("{e}");

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use metampi_launch::{AppSpec, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget};
+use metampi_launch::{
+    AppSpec, CommandChoice, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget,
+};
 
 /// Exit status for a command line or job description that is refused before anything starts;
 /// the same as clap uses for its own usage errors.
@@ -73,7 +75,9 @@ pub struct RunArgs {
     /// PACX hostfile, see `metampi check`): routers between the meta hosts are started first,
     /// ranks are numbered meta host after meta host. Each meta host starts as its LAUNCH says:
     /// here (local, netns NAME), through ssh or a command template, or by hand (manual: the
-    /// command to run on each of its machines is printed on stderr)
+    /// command to run on each of its machines is printed on stderr). A meta host's ENV and
+    /// ENVFILE go to its ranks and routers; EXECPATH, EXECNAME, EXECARGS and node
+    /// executables choose its ranks' program, ROUTEREXEC and MPIROOT its routers'
     #[arg(long, value_name = "FILE", conflicts_with_all = ["hosts", "hostfile"])]
     meta: Option<PathBuf>,
 
@@ -165,6 +169,17 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             }
         };
         let layout = cfg.layout();
+        // ENV and ENVFILE of every meta host, read before anything starts.
+        let mut host_env = Vec::with_capacity(cfg.hosts.len());
+        for h in &cfg.hosts {
+            match h.environment() {
+                Ok(vars) => host_env.push(vars),
+                Err(e) => {
+                    eprintln!("metampi run: error: {e}");
+                    return Ok(USAGE_EXIT);
+                }
+            }
+        }
         // SECRET_FILE: the job secret every site shares (a site started by hand
         // needs the same one); otherwise a fresh one is made for this job.
         if let Some(file) = &cfg.globals.secret_file {
@@ -205,14 +220,16 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             write_sites(&abs, &layout)?;
             router_env.push(("METAMPI_TRACE".into(), abs.into_os_string()));
         }
+        let (router_program, router_args) =
+            router_command(&cfg, &layout, &host_env, &exe, &mut router_env);
         let opts = metampi::meta::StartOptions {
             secret_file: cfg.globals.secret_file.clone(),
             ..Default::default()
         };
         let started = metampi::meta::start_with_options(
             &layout,
-            &exe,
-            &["router".into()],
+            &router_program,
+            &router_args,
             &router_env,
             &opts,
             &mut |a| Ok(a.to_string()),
@@ -227,26 +244,72 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             Err(e) => return Err(anyhow::Error::new(e).context("starting the routers")),
         };
         _routers = Some(routers);
-        meta_plan = Some(plan);
+        meta_plan = Some((cfg, layout, host_env, plan));
     }
-    // Meta hosts in network namespaces need their ranks started through `ip netns exec`:
-    // one application per node then, built from the plan.
-    let mut netns_apps = None;
-    if let Some(plan) = meta_plan
-        .as_ref()
-        .filter(|p| p.prefixes.iter().any(|p| !p.is_empty()))
-    {
-        let apps = split_apps(plan.world_size, &args.command)?;
-        let [app] = &apps[..] else {
-            eprintln!("metampi run: error: --meta with network namespaces runs one program");
-            return Ok(USAGE_EXIT);
-        };
-        netns_apps = Some(plan.apps(&app.program, &app.args));
+    // Per node of a meta job: its meta host's variables, and, where meta hosts run their own
+    // programs or sit in network namespaces (`ip netns exec`), its own application.
+    let mut meta_hosts = None;
+    let mut meta_apps = None;
+    if let Some((cfg, layout, host_env, plan)) = &meta_plan {
+        let nodes = plan_nodes(layout);
+        if nodes.len() != plan.hosts.len() {
+            anyhow::bail!(
+                "the meta launch planned {} hosts for {} nodes with ranks",
+                plan.hosts.len(),
+                nodes.len()
+            );
+        }
+        meta_hosts = Some(
+            plan.hosts
+                .iter()
+                .zip(&nodes)
+                .map(|(host, &(h, _))| host.clone().with_env(host_env[h].clone()))
+                .collect::<Vec<_>>(),
+        );
+        let netns = plan.prefixes.iter().any(|p| !p.is_empty());
+        let own = cfg
+            .hosts
+            .iter()
+            .any(metampi_config::MetaHost::sets_rank_command);
+        if netns || own {
+            let apps = match split_apps(plan.world_size, &args.command) {
+                Ok(apps) => apps,
+                Err(e) => {
+                    eprintln!("metampi run: error: {e:#}");
+                    return Ok(USAGE_EXIT);
+                }
+            };
+            let [app] = &apps[..] else {
+                eprintln!(
+                    "metampi run: error: --meta runs one program (each meta host may choose its \
+                     own with EXECPATH, EXECNAME, EXECARGS or node executables) when a meta host \
+                     does so or runs in a network namespace"
+                );
+                return Ok(USAGE_EXIT);
+            };
+            meta_apps = Some(
+                nodes
+                    .iter()
+                    .zip(&plan.hosts)
+                    .zip(&plan.prefixes)
+                    .map(|((&(h, n), host), pre)| {
+                        let (program, args) = cfg.hosts[h].rank_command(n, &app.program, &app.args);
+                        match pre.split_first() {
+                            None => AppSpec::new(host.slots, program).args(args),
+                            Some((p, rest)) => AppSpec::new(host.slots, p)
+                                .args(rest)
+                                .arg(program)
+                                .args(args),
+                        }
+                    })
+                    .collect::<Vec<_>>(),
+            );
+        }
     }
     let spec = match build_spec(args).map(|mut spec| {
-        if let Some(plan) = &meta_plan {
-            spec = spec.hosts(plan.hosts.clone()).launch(LaunchMethod::Local);
-            if let Some(apps) = netns_apps {
+        if let (Some((_, _, _, plan)), Some(hosts)) = (&meta_plan, meta_hosts) {
+            spec = spec.hosts(hosts).launch(LaunchMethod::Local);
+            if let Some(apps) = meta_apps {
                 spec = spec.replace_apps(apps);
             }
             for (k, v) in &plan.env {
@@ -315,6 +378,67 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         spec = spec.debug_ranks(ranks);
     }
     Ok(spec)
+}
+
+/// The (meta host, node) of every host of a meta launch's plan: one per node with ranks, in
+/// rank order, as `metampi::meta` makes them.
+fn plan_nodes(layout: &metampi_config::Layout) -> Vec<(usize, usize)> {
+    layout
+        .hosts
+        .iter()
+        .enumerate()
+        .flat_map(|(h, host)| {
+            host.nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.nprocs > 0)
+                .map(move |(n, _)| (h, n))
+        })
+        .collect()
+}
+
+/// How the routers of a meta job start: `EXE router` (the launcher's own metampi) unless meta
+/// hosts give theirs another program (a PAIR header's executable, `ROUTEREXEC`, `MPIROOT`) or
+/// variables (`ENV`, `ENVFILE`). When every router gets the same, that program runs them,
+/// with the variables added to `env`. Otherwise `metampi::meta`, which starts every router
+/// with one program, is given one command line that picks each router's own by the router
+/// id at the head of its spec (`id=N;`, see [`metampi_launch::select_command`]).
+fn router_command(
+    cfg: &metampi_config::MetaConfig,
+    layout: &metampi_config::Layout,
+    host_env: &[Vec<(String, String)>],
+    exe: &OsStr,
+    env: &mut Vec<(OsString, OsString)>,
+) -> (OsString, Vec<OsString>) {
+    let mut choices: Vec<CommandChoice> = Vec::new();
+    for r in &layout.routers {
+        let program = cfg.hosts[r.host].router_program(r.exec.as_deref(), exe);
+        let vars: Vec<(OsString, OsString)> = host_env[r.host]
+            .iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let prefix = format!("id={};", r.id);
+        match choices
+            .iter_mut()
+            .find(|c| c.program == program && c.env == vars)
+        {
+            Some(c) => c.prefixes.push(prefix),
+            None => choices.push(CommandChoice {
+                prefixes: vec![prefix],
+                env: vars,
+                program,
+                args: vec!["router".into()],
+            }),
+        }
+    }
+    match choices.as_slice() {
+        [] => (exe.to_owned(), vec!["router".into()]),
+        [one] => {
+            env.extend(one.env.iter().cloned());
+            (one.program.clone(), one.args.clone())
+        }
+        _ => metampi_launch::select_command(metampi::meta::ROUTER_SPEC_ENV, &choices),
+    }
 }
 
 /// Creates the trace directory and returns its absolute path (ranks and routers may run
@@ -513,6 +637,78 @@ mod tests {
                 (1, "d".into(), 0)
             ]
         );
+    }
+
+    fn meta(text: &str) -> (metampi_config::MetaConfig, metampi_config::Layout) {
+        let cfg = metampi_config::parse_str("t.cfg", text).unwrap_or_else(|e| panic!("{e}"));
+        let layout = cfg.layout();
+        (cfg, layout)
+    }
+
+    #[test]
+    fn router_specs_start_with_the_id_the_router_command_selects_by() {
+        let (_, layout) = meta(
+            "METAHOST a { LAUNCH = local; NODES = a0; }\n\
+             METAHOST b { LAUNCH = local; NODES = b0, b1; }\n\
+             PAIR a b 1\na0 -> b0\nPAIR b a 2\nb0 -> a0\nb1 -> a0\n",
+        );
+        let specs = metampi::meta::router_specs(&layout);
+        assert_eq!(specs.len(), 3);
+        for spec in specs {
+            let line = spec.to_line();
+            assert!(line.starts_with(&format!("id={};", spec.id)), "{line}");
+        }
+    }
+
+    #[test]
+    fn routers_run_this_metampi_unless_a_meta_host_says_otherwise() {
+        let exe = OsStr::new("/me/metampi");
+        let command = |b_settings: &str, env: &[(&str, &str)]| {
+            let (cfg, layout) = meta(&format!(
+                "METAHOST a {{ LAUNCH = local; NODES = a0; }}\n\
+                 METAHOST b {{ LAUNCH = local; NODES = b0; {b_settings} }}\n\
+                 PAIR a b 1\na0 <-> b0\n"
+            ));
+            let host_env: Vec<Vec<(String, String)>> = vec![
+                Vec::new(),
+                env.iter()
+                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                    .collect(),
+            ];
+            let mut router_env = vec![("METAMPI_TRACE".into(), "/t".into())];
+            let (p, a) = router_command(&cfg, &layout, &host_env, exe, &mut router_env);
+            (p, a, router_env.len())
+        };
+        assert_eq!(
+            command("", &[]),
+            ("/me/metampi".into(), vec!["router".into()], 1)
+        );
+        // b's router runs another program: one command line picks each router's own.
+        let (p, a, n) = command("ROUTEREXEC = /x/r;", &[]);
+        assert_eq!((p.as_os_str(), n), (OsStr::new("sh"), 1));
+        let script = a[1].to_string_lossy().into_owned();
+        assert!(
+            script.contains("'id=0;'*) exec env /me/metampi router;;")
+                && script.contains("'id=1;'*) exec env /x/r router;;"),
+            "{script}"
+        );
+        let (_, a, _) = command("MPIROOT = /opt/m;", &[("A", "1 2")]);
+        let script = a[1].to_string_lossy().into_owned();
+        assert!(
+            script.contains("'id=1;'*) exec env 'A=1 2' /opt/m/bin/metampi router;;"),
+            "{script}"
+        );
+        // Every router the same: that program, the variables with the others.
+        let (cfg, layout) = meta(
+            "METAHOST a { LAUNCH = local; NODES = a0; ENV = A=1; ROUTEREXEC = /x/r; }\n\
+             METAHOST b { LAUNCH = local; NODES = b0; ENV = A=1; ROUTEREXEC = /x/r; }\n\
+             PAIR a b 1\na0 <-> b0\n",
+        );
+        let host_env: Vec<_> = cfg.hosts.iter().map(|h| h.environment().unwrap()).collect();
+        let mut env = Vec::new();
+        let (p, a) = router_command(&cfg, &layout, &host_env, exe, &mut env);
+        assert_eq!((p, a), ("/x/r".into(), vec!["router".into()]));
+        assert_eq!(env, [("A".into(), "1".into())]);
     }
 
     #[test]

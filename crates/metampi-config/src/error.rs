@@ -303,6 +303,27 @@ pub enum ErrorKind {
         /// What to write.
         help: String,
     },
+    /// An `ENV` name that a shell would not take as a variable name.
+    #[error(
+        "'{name}' is not an environment variable name (letters, digits and '_', not starting \
+         with a digit)"
+    )]
+    BadEnvName {
+        /// The name as written.
+        name: String,
+    },
+    /// An `ENV` variable that metampi sets itself.
+    #[error(
+        "ENV of meta host '{host}' sets {name}: variables named METAMPI_* are metampi's own \
+         and cannot be set per meta host (give tuning variables such as METAMPI_SPIN_US to the \
+         whole job with `metampi run -x`)"
+    )]
+    ReservedEnv {
+        /// The meta host.
+        host: String,
+        /// The variable.
+        name: String,
+    },
     /// More processes than the nodes allow, or too many in all.
     #[error("{0}")]
     Capacity(String),

@@ -174,22 +174,22 @@ fn ranks(r: &Range<usize>) -> String {
 }
 
 /// Left-aligned columns separated by two spaces; no trailing blanks.
-struct Table {
+pub(crate) struct Table {
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    fn new(header: &[&str]) -> Self {
+    pub(crate) fn new(header: &[&str]) -> Self {
         Self {
             rows: vec![header.iter().map(|s| (*s).to_owned()).collect()],
         }
     }
 
-    fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
-    fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    pub(crate) fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
         let mut widths = vec![0usize; cols];
         for row in &self.rows {

@@ -8,7 +8,9 @@
 //! numbering), where each router runs, and which links connect the routers.
 //!
 //! Key items: [`parse_str`], [`parse_pacx_str`], [`parse_auto`], [`load`]; [`MetaConfig`],
-//! [`Layout`]; [`ConfigError`], which displays as `file:line:col: message`. The grammar and
+//! [`Layout`]; [`ConfigError`], which displays as `file:line:col: message`; what a meta
+//! host's processes run and their environment: [`MetaHost::rank_command`],
+//! [`MetaHost::router_program`], [`MetaHost::environment`]. The grammar and
 //! every keyword are documented in `docs/description-language.md`.
 //!
 //! No input makes these functions panic; errors name the position and what was expected.
@@ -42,6 +44,7 @@ mod lexer;
 mod model;
 mod pacx;
 mod parser;
+mod process;
 mod resolve;
 pub mod units;
 
@@ -53,6 +56,10 @@ pub use model::{
     format_pin, Address, ByteOrder, Compression, Device, Format, Globals, HostTls, Launch, Link,
     LinkOptions, MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls,
     DEFAULT_PORT_BASE,
+};
+pub use process::{
+    is_env_name, is_reserved_env, parse_env_file, split_args, EnvError, EnvLine, ProcessSettings,
+    MPIROOT_ROUTER, RESERVED_ENV_PREFIX,
 };
 pub use units::Bandwidth;
 

@@ -131,19 +131,25 @@ pub struct MetaHost {
     pub frontend: Option<String>,
     /// The remote user name (`USER`).
     pub user: Option<String>,
-    /// Directory of the executable (`EXECPATH`).
+    /// Directory of the program its ranks run (`EXECPATH`); see [`MetaHost::rank_command`].
     pub exec_path: Option<String>,
-    /// File name of the executable (`EXECNAME`).
+    /// File name of the program its ranks run (`EXECNAME`).
     pub exec_name: Option<String>,
-    /// Extra program arguments (`EXECARGS`, or the quoted text on a `NUMHOSTS` line).
+    /// The arguments of its ranks' program as written (`EXECARGS`, or the quoted text on a
+    /// `NUMHOSTS` line), split like shell words when used ([`crate::split_args`]; checked to
+    /// split when parsed).
     pub exec_args: Option<String>,
-    /// A file of `NAME=value` lines to put in the processes' environment (`ENVFILE`).
+    /// A file of `NAME=value` lines for its processes' environment (`ENVFILE`), read by
+    /// [`MetaHost::environment`].
     pub env_file: Option<String>,
-    /// Environment variables (`ENV = NAME=value, ...`), in file order.
+    /// Environment variables for its processes (`ENV = NAME=value, ...`), in file order; each
+    /// name is a valid variable name, given once, and not `METAMPI_*`.
     pub env: Vec<(String, String)>,
-    /// MPI installation root on this host (`MPIROOT`).
+    /// The metampi installation root on this meta host's machines (`MPIROOT`): its routers
+    /// run `MPIROOT/bin/metampi` unless a router executable is given.
     pub mpi_root: Option<String>,
-    /// Router executable for this host's routers (`ROUTEREXEC`).
+    /// Router executable for this host's routers (`ROUTEREXEC`); see
+    /// [`MetaHost::router_program`].
     pub router_exec: Option<String>,
     /// Options for the native device (`DEVOPTS`).
     pub dev_opts: Option<String>,
@@ -163,8 +169,10 @@ pub struct Node {
     /// The most application processes it may run (`node 2`, `MAXPROCS = 2`, `SLOTS = 2`);
     /// `None` is unlimited. Routers do not count against it.
     pub max_procs: Option<u32>,
-    /// A node-specific executable (`node : /path/to/exe`).
+    /// A node-specific program for its ranks (`node : /path/to/exe`).
     pub executable: Option<String>,
+    /// Its arguments as written (`node : /path/to/exe : 'args'`), split like shell words.
+    pub exec_args: Option<String>,
 }
 
 /// A network address of a node or a link endpoint.

@@ -195,6 +195,8 @@ pub(crate) struct NodeEntry {
     pub addrs: Vec<AddrAst>,
     pub attrs: Vec<Setting>,
     pub exec: Option<String>,
+    /// `: 'args'` after the node's executable, and where the string starts.
+    pub exec_args: Option<(String, Pos)>,
 }
 
 #[derive(Debug)]
@@ -894,6 +896,7 @@ impl Parser<'_> {
             self.skip_nl();
         }
         let mut exec = None;
+        let mut exec_args = None;
         if self.at(&Tok::Colon) {
             self.bump();
             self.skip_nl();
@@ -904,11 +907,11 @@ impl Parser<'_> {
             self.bump();
             exec = Some(t.text);
             self.skip_nl();
-            // MetaMPICH also allows `: 'args'` after the path; they are appended.
+            // MetaMPICH also allows `: 'args'` after the path: the node's program arguments.
             if self.at(&Tok::Colon) && self.peek_at(1).kind == Tok::Str {
                 self.bump();
-                let args = self.bump().text;
-                exec = exec.map(|e| format!("{e} {args}"));
+                let args = self.bump();
+                exec_args = Some((args.text, args.pos));
             }
         }
         Ok(NodeEntry {
@@ -919,6 +922,7 @@ impl Parser<'_> {
             addrs,
             attrs,
             exec,
+            exec_args,
         })
     }
 

@@ -647,6 +647,41 @@ fn resolve_hosts(
     Ok(hosts)
 }
 
+/// Checks the `ENV` variables of meta host `host`: names a shell and `env` accept, each
+/// given once, none of metampi's own (`METAMPI_*`).
+fn resolve_env(
+    host: &str,
+    env: &[(String, String, Pos)],
+    context: &str,
+) -> RResult<Vec<(String, String)>> {
+    let mut seen: HashMap<&str, Pos> = HashMap::new();
+    for (k, _, pos) in env {
+        if !crate::process::is_env_name(k) {
+            return Err((*pos, ErrorKind::BadEnvName { name: k.clone() }));
+        }
+        if crate::process::is_reserved_env(k) {
+            return Err((
+                *pos,
+                ErrorKind::ReservedEnv {
+                    host: host.to_owned(),
+                    name: k.clone(),
+                },
+            ));
+        }
+        if let Some(first) = seen.insert(k, *pos) {
+            return Err((
+                *pos,
+                ErrorKind::DuplicateKey {
+                    key: format!("ENV variable {k}"),
+                    context: context.to_owned(),
+                    first,
+                },
+            ));
+        }
+    }
+    Ok(env.iter().map(|(k, v, _)| (k.clone(), v.clone())).collect())
+}
+
 fn resolve_host(
     name: &str,
     decl: Option<&HostDecl>,
@@ -678,6 +713,18 @@ fn resolve_host(
         dev_opts: None,
         legacy: Default::default(),
     };
+    if let Some((args, pos)) = decl.and_then(|d| d.args.as_ref().map(|a| (a, d.pos))) {
+        crate::process::split_args(args).map_err(|why| {
+            (
+                pos,
+                ErrorKind::BadValue {
+                    key: "the program arguments on the NUMHOSTS line".into(),
+                    value: args.clone(),
+                    expected: format!("arguments split like shell words ({why})"),
+                },
+            )
+        })?;
+    }
     let context = format!("in METAHOST block '{name}'");
     let mut launch = None;
     let mut nprocs_setting: Option<(ProcCount, &Setting)> = None;
@@ -718,11 +765,29 @@ fn resolve_host(
                 }
             }
         }
-        h.env = b
-            .env
-            .iter()
-            .map(|(k, v, _)| (k.clone(), v.clone()))
-            .collect();
+        if let Some(s) = b.settings.iter().find(|s| s.key == "EXECARGS") {
+            crate::process::split_args(&s.value).map_err(|why| {
+                bad_value(
+                    s,
+                    format!("program arguments, split like shell words ({why})"),
+                )
+            })?;
+        }
+        for e in &b.nodes {
+            if let Some((args, pos)) = &e.exec_args {
+                crate::process::split_args(args).map_err(|why| {
+                    (
+                        *pos,
+                        ErrorKind::BadValue {
+                            key: "the node's program arguments".into(),
+                            value: args.clone(),
+                            expected: format!("arguments split like shell words ({why})"),
+                        },
+                    )
+                })?;
+            }
+        }
+        h.env = resolve_env(name, &b.env, &context)?;
         h.nodes = resolve_nodes(name, &b.nodes, nicdefs)?;
         if h.nodes.is_empty() && !b.nodes.is_empty() {
             let last_exclusion = b
@@ -746,6 +811,7 @@ fn resolve_host(
             addresses: Vec::new(),
             max_procs: None,
             executable: None,
+            exec_args: None,
         });
     }
     if h.device == Device::Shmem && h.nodes.len() > 1 {
@@ -954,6 +1020,7 @@ fn resolve_nodes(
                     }
                     if e.exec.is_some() {
                         node.executable.clone_from(&e.exec);
+                        node.exec_args = e.exec_args.as_ref().map(|(a, _)| a.clone());
                     }
                 }
             } else {
@@ -971,6 +1038,7 @@ fn resolve_nodes(
                     addresses: addrs,
                     max_procs,
                     executable: e.exec.clone(),
+                    exec_args: e.exec_args.as_ref().map(|(a, _)| a.clone()),
                 }));
             }
         }

@@ -1,5 +1,6 @@
 //! Hosts and slots (`--hosts a,b:4`, hostfiles) and the placement of ranks on them.
 
+use std::ffi::OsString;
 use std::fmt;
 
 use thiserror::Error;
@@ -18,6 +19,9 @@ pub struct Host {
     /// How ranks placed here start, overriding the job's
     /// [`LaunchMethod`](crate::LaunchMethod); `None` follows it.
     pub launch: Option<HostLaunch>,
+    /// Variables for the ranks placed here, over the job's ([`JobSpec::env`](crate::JobSpec::env)
+    /// and what it exports); a later entry wins over an earlier one of the same name.
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl Host {
@@ -27,7 +31,23 @@ impl Host {
             name: name.into(),
             slots,
             launch: None,
+            env: Vec::new(),
         }
+    }
+
+    /// Sets `name=value` for the ranks placed here (after any set before), over the job's
+    /// own variables: a site's settings in a meta job. Ranks on this machine still inherit
+    /// the launcher's environment underneath; remote ranks get these on their command line.
+    #[must_use]
+    pub fn with_env<I, K, V>(mut self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<OsString>,
+        V: Into<OsString>,
+    {
+        self.env
+            .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
     }
 
     /// Starts the ranks placed here with `launch`, whatever the job's launch method.

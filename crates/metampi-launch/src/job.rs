@@ -311,6 +311,13 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
         _ => format!("{}:{}", ctx.plan.pmi_host, ctx.pmi_port),
     };
     let mut env: Vec<(OsString, OsString)> = ctx.plan.env.clone();
+    // The host's own variables win over the job's (plan() refused reserved names).
+    if let Some(h) = placement.host {
+        for (k, v) in &ctx.spec.hosts[h].env {
+            env.retain(|(n, _)| n != k);
+            env.push((k.clone(), v.clone()));
+        }
+    }
     if !env.iter().any(|(k, _)| k == "METAMPI_SECRET") {
         env.push(("METAMPI_SECRET".into(), ctx.secret.clone().into()));
     }

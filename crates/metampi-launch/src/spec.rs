@@ -370,6 +370,17 @@ impl JobSpec {
             });
         }
         let env = self.resolve_env()?;
+        for h in &self.hosts {
+            for (name, _) in &h.env {
+                check_env_name(name)?;
+                // The secret is the job's: remote command lines leave exactly that one out.
+                if RESERVED_ENV.iter().any(|r| name == *r) || name == command::SECRET_ENV {
+                    return Err(LaunchError::ReservedEnvName {
+                        name: name.to_string_lossy().into_owned(),
+                    });
+                }
+            }
+        }
 
         let local_node = sys::hostname();
         let placements = host::place(

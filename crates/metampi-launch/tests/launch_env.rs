@@ -181,3 +181,44 @@ fn template_launch_carries_env_and_awkward_arguments_through_a_shell() {
         );
     }
 }
+
+#[test]
+fn host_variables_win_over_the_job_s_for_local_and_remote_ranks() {
+    // Host a's ranks start here, host b's through `sh -c {cmd}` (the remote path: the
+    // variables travel on the command line).
+    let hosts = [
+        Host::new("a", 1)
+            .with_launch(metampi_launch::HostLaunch::Local)
+            .with_env([("SITE", "a"), ("WHO", "first")])
+            .with_env([("WHO", "a's own")]),
+        Host::new("b", 2)
+            .with_launch(metampi_launch::HostLaunch::Template {
+                template: "sh -c {cmd}".into(),
+                vars: Vec::new(),
+            })
+            .with_env([("SITE", "b 'quoted'")]),
+    ];
+    let spec = captured(sh(3, "echo \"$METAMPI_RANK|$SITE|$WHO\""))
+        .hosts(hosts)
+        .pmi_host("127.0.0.1")
+        .env("SITE", "job")
+        .env("WHO", "job");
+    let outcome = run(&spec).unwrap();
+    assert!(outcome.success(), "{}", outcome.stderr_text());
+    assert_eq!(
+        sorted_lines(&outcome.stdout_text()),
+        ["0|a|a's own", "1|b 'quoted'|job", "2|b 'quoted'|job"]
+    );
+}
+
+#[test]
+fn host_variables_may_not_replace_the_launcher_s() {
+    for name in ["METAMPI_RANK", "METAMPI_SECRET", "1BAD"] {
+        let spec = captured(sh(1, "true")).hosts([Host::new("a", 1).with_env([(name, "x")])]);
+        let err = spec.validate().unwrap_err().to_string();
+        assert!(
+            err.contains(name) && (err.contains("cannot be overridden") || err.contains("invalid")),
+            "{err}"
+        );
+    }
+}
