@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use metampi_launch::{
-    AppSpec, CommandChoice, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget,
-};
+use metampi_launch::{AppSpec, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget};
 
 /// Exit status for a command line or job description that is refused before anything starts;
 /// the same as clap uses for its own usage errors.
@@ -214,22 +212,20 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
         }
         let exe = std::env::current_exe()?.into_os_string();
         // Routers record their links into the trace directory too.
-        let mut router_env = Vec::new();
+        let mut router_env: Vec<(OsString, OsString)> = Vec::new();
         if let Some(dir) = &args.trace {
             let abs = trace_dir(dir)?;
             write_sites(&abs, &layout)?;
             router_env.push(("METAMPI_TRACE".into(), abs.into_os_string()));
         }
-        let (router_program, router_args) =
-            router_command(&cfg, &layout, &host_env, &exe, &mut router_env);
         let opts = metampi::meta::StartOptions {
             secret_file: cfg.globals.secret_file.clone(),
-            ..Default::default()
+            ..router_options(&cfg, &layout, &host_env, &exe)
         };
         let started = metampi::meta::start_with_options(
             &layout,
-            &router_program,
-            &router_args,
+            &exe,
+            &["router".into()],
             &router_env,
             &opts,
             &mut |a| Ok(a.to_string()),
@@ -397,47 +393,30 @@ fn plan_nodes(layout: &metampi_config::Layout) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// How the routers of a meta job start: `EXE router` (the launcher's own metampi) unless meta
-/// hosts give theirs another program (a PAIR header's executable, `ROUTEREXEC`, `MPIROOT`) or
-/// variables (`ENV`, `ENVFILE`). When every router gets the same, that program runs them,
-/// with the variables added to `env`. Otherwise `metampi::meta`, which starts every router
-/// with one program, is given one command line that picks each router's own by the router
-/// id at the head of its spec (`id=N;`, see [`metampi_launch::select_command`]).
-fn router_command(
+/// How each router of a meta job starts: `P router`, where `P` is its PAIR header's executable,
+/// its meta host's `ROUTEREXEC` or `MPIROOT/bin/metampi`, else `exe` (the launcher's own
+/// metampi), with its meta host's `ENV` and `ENVFILE` variables (`host_env`, per meta host).
+/// `metampi::meta` gives each router only its own command and variables, whatever starts it.
+fn router_options(
     cfg: &metampi_config::MetaConfig,
     layout: &metampi_config::Layout,
     host_env: &[Vec<(String, String)>],
     exe: &OsStr,
-    env: &mut Vec<(OsString, OsString)>,
-) -> (OsString, Vec<OsString>) {
-    let mut choices: Vec<CommandChoice> = Vec::new();
-    for r in &layout.routers {
-        let program = cfg.hosts[r.host].router_program(r.exec.as_deref(), exe);
-        let vars: Vec<(OsString, OsString)> = host_env[r.host]
+) -> metampi::meta::StartOptions {
+    metampi::meta::StartOptions {
+        router_commands: layout
+            .routers
             .iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
-        let prefix = format!("id={};", r.id);
-        match choices
-            .iter_mut()
-            .find(|c| c.program == program && c.env == vars)
-        {
-            Some(c) => c.prefixes.push(prefix),
-            None => choices.push(CommandChoice {
-                prefixes: vec![prefix],
-                env: vars,
-                program,
+            .map(|r| metampi::meta::RouterCommand {
+                program: cfg.hosts[r.host].router_program(r.exec.as_deref(), exe),
                 args: vec!["router".into()],
-            }),
-        }
-    }
-    match choices.as_slice() {
-        [] => (exe.to_owned(), vec!["router".into()]),
-        [one] => {
-            env.extend(one.env.iter().cloned());
-            (one.program.clone(), one.args.clone())
-        }
-        _ => metampi_launch::select_command(metampi::meta::ROUTER_SPEC_ENV, &choices),
+            })
+            .collect(),
+        host_env: host_env
+            .iter()
+            .map(|vars| vars.iter().map(|(k, v)| (k.into(), v.into())).collect())
+            .collect(),
+        ..Default::default()
     }
 }
 
@@ -646,69 +625,41 @@ mod tests {
     }
 
     #[test]
-    fn router_specs_start_with_the_id_the_router_command_selects_by() {
-        let (_, layout) = meta(
-            "METAHOST a { LAUNCH = local; NODES = a0; }\n\
-             METAHOST b { LAUNCH = local; NODES = b0, b1; }\n\
-             PAIR a b 1\na0 -> b0\nPAIR b a 2\nb0 -> a0\nb1 -> a0\n",
-        );
-        let specs = metampi::meta::router_specs(&layout);
-        assert_eq!(specs.len(), 3);
-        for spec in specs {
-            let line = spec.to_line();
-            assert!(line.starts_with(&format!("id={};", spec.id)), "{line}");
-        }
-    }
-
-    #[test]
     fn routers_run_this_metampi_unless_a_meta_host_says_otherwise() {
         let exe = OsStr::new("/me/metampi");
-        let command = |b_settings: &str, env: &[(&str, &str)]| {
-            let (cfg, layout) = meta(&format!(
-                "METAHOST a {{ LAUNCH = local; NODES = a0; }}\n\
-                 METAHOST b {{ LAUNCH = local; NODES = b0; {b_settings} }}\n\
-                 PAIR a b 1\na0 <-> b0\n"
-            ));
-            let host_env: Vec<Vec<(String, String)>> = vec![
-                Vec::new(),
-                env.iter()
-                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-                    .collect(),
-            ];
-            let mut router_env = vec![("METAMPI_TRACE".into(), "/t".into())];
-            let (p, a) = router_command(&cfg, &layout, &host_env, exe, &mut router_env);
-            (p, a, router_env.len())
-        };
-        assert_eq!(
-            command("", &[]),
-            ("/me/metampi".into(), vec!["router".into()], 1)
-        );
-        // b's router runs another program: one command line picks each router's own.
-        let (p, a, n) = command("ROUTEREXEC = /x/r;", &[]);
-        assert_eq!((p.as_os_str(), n), (OsStr::new("sh"), 1));
-        let script = a[1].to_string_lossy().into_owned();
-        assert!(
-            script.contains("'id=0;'*) exec env /me/metampi router;;")
-                && script.contains("'id=1;'*) exec env /x/r router;;"),
-            "{script}"
-        );
-        let (_, a, _) = command("MPIROOT = /opt/m;", &[("A", "1 2")]);
-        let script = a[1].to_string_lossy().into_owned();
-        assert!(
-            script.contains("'id=1;'*) exec env 'A=1 2' /opt/m/bin/metampi router;;"),
-            "{script}"
-        );
-        // Every router the same: that program, the variables with the others.
         let (cfg, layout) = meta(
-            "METAHOST a { LAUNCH = local; NODES = a0; ENV = A=1; ROUTEREXEC = /x/r; }\n\
-             METAHOST b { LAUNCH = local; NODES = b0; ENV = A=1; ROUTEREXEC = /x/r; }\n\
-             PAIR a b 1\na0 <-> b0\n",
+            "METAHOST a { LAUNCH = local; NODES = a0; ENV = A=\"1 2\"; }\n\
+             METAHOST b { LAUNCH = local; NODES = b0; ROUTEREXEC = /x/r; }\n\
+             METAHOST c { LAUNCH = local; NODES = c0; MPIROOT = /opt/m; }\n\
+             PAIR a b 1\na0 <-> b0\nPAIR a c 1 /pair/r\na0 -> c0\nPAIR c a 1\nc0 -> a0\n\
+             PAIR b c 1\nb0 <-> c0\n",
         );
         let host_env: Vec<_> = cfg.hosts.iter().map(|h| h.environment().unwrap()).collect();
-        let mut env = Vec::new();
-        let (p, a) = router_command(&cfg, &layout, &host_env, exe, &mut env);
-        assert_eq!((p, a), ("/x/r".into(), vec!["router".into()]));
-        assert_eq!(env, [("A".into(), "1".into())]);
+        let opts = router_options(&cfg, &layout, &host_env, exe);
+        let programs: Vec<(usize, String)> = layout
+            .routers
+            .iter()
+            .zip(&opts.router_commands)
+            .map(|(r, c)| {
+                assert_eq!(c.args, ["router"]);
+                (r.host, c.program.to_string_lossy().into_owned())
+            })
+            .collect();
+        assert_eq!(programs.len(), layout.routers.len());
+        for (host, program) in &programs {
+            let want = match host {
+                0 => ["/me/metampi", "/pair/r"].contains(&program.as_str()),
+                1 => program == "/x/r",
+                _ => program == "/opt/m/bin/metampi",
+            };
+            assert!(want, "meta host {host}: {program}");
+        }
+        // The PAIR header's executable is for that PAIR's router only.
+        assert_eq!(programs.iter().filter(|(_, p)| p == "/pair/r").count(), 1);
+        assert_eq!(
+            opts.host_env,
+            [vec![("A".into(), "1 2".into())], Vec::new(), Vec::new()]
+        );
     }
 
     #[test]

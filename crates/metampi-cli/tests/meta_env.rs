@@ -278,6 +278,132 @@ fn meta_env_router_programs_come_from_routerexec_and_mpiroot() {
 }
 
 #[test]
+fn meta_env_each_router_gets_only_its_own_site_s_program_and_variables() {
+    let s = Scratch::new("own");
+    // Every router runs a wrapper that dumps its arguments and environment, then the real
+    // router; meta hosts a and b start theirs through a template that logs the command line
+    // it is given (what ssh would carry), c starts its own here.
+    let dump = format!(
+        "f={dir}/router.$SITE.$$\n\
+         printf 'argv' > \"$f\"; for a in \"$0\" \"$@\"; do printf ' [%s]' \"$a\" >> \"$f\"; done\n\
+         echo >> \"$f\"; env >> \"$f\"\n\
+         exec {EXE} \"$@\"\n",
+        dir = s.dir.display()
+    );
+    let wrap_a = s.script("wrap-a.sh", &dump);
+    let wrap_c = s.script("wrap-c.sh", &dump);
+    s.script("root/bin/metampi", &dump);
+    let root = s.path("root").display().to_string();
+    let launch = s.script(
+        "bin/launch.sh",
+        &format!(
+            "host=$1; shift\n\
+             printf '%s\\n' \"$*\" >> {dir}/launch.$host.log\n\
+             exec sh -c \"$1\"\n",
+            dir = s.dir.display()
+        ),
+    );
+    let cfg = s.write(
+        "own.cfg",
+        &format!(
+            "PORTBASE 25150\n\
+             SECRET_FILE ~/secret\n\
+             METAHOST a {{ LAUNCH = \"{launch} {{host}} {{cmd}}\"; NPROCS = 1;\n\
+                           NODES = a0 (127.0.0.1); ENV = SITE=a, ONLY_A=\"alpha one\";\n\
+                           ROUTEREXEC = {wrap_a}; }}\n\
+             METAHOST b {{ LAUNCH = \"{launch} {{host}} {{cmd}}\"; NPROCS = 1;\n\
+                           NODES = b0 (127.0.0.1); ENV = SITE=b, ONLY_B=beta; MPIROOT = {root}; }}\n\
+             METAHOST c {{ LAUNCH = local; NPROCS = 1; NODES = c0; ENV = SITE=c, ONLY_C=gamma;\n\
+                           ROUTEREXEC = {wrap_c}; }}\n\
+             PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n"
+        ),
+    );
+    let script =
+        "echo \"env $METAMPI_RANK|$SITE|$ONLY_A|$ONLY_B|$ONLY_C\" >&2; exec \"$0\" demo-rank";
+    let out = s.run(&cfg, &["sh", "-c", script, EXE]);
+    assert_demo_ok(&out, 3);
+    let err = text(&out.stderr);
+    for line in ["env 0|a|alpha one||", "env 1|b||beta|", "env 2|c|||gamma"] {
+        assert!(err.contains(line), "{line}: {err}");
+    }
+    // (site, its router program, its variable, what no process of it may see)
+    let sites = [
+        (
+            "a",
+            wrap_a.as_str(),
+            "ONLY_A=alpha one",
+            ["ONLY_B=", "beta", "ONLY_C=", "gamma"],
+        ),
+        (
+            "b",
+            "root/bin/metampi",
+            "ONLY_B=beta",
+            ["ONLY_A=", "alpha", "ONLY_C=", "gamma"],
+        ),
+        (
+            "c",
+            wrap_c.as_str(),
+            "ONLY_C=gamma",
+            ["ONLY_A=", "alpha", "ONLY_B=", "beta"],
+        ),
+    ];
+    let names: Vec<String> = std::fs::read_dir(&s.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for (site, program, own, others) in &sites {
+        // Each site's two routers ran its program, with its variables and no one else's.
+        let dumps: Vec<String> = names
+            .iter()
+            .filter(|n| n.starts_with(&format!("router.{site}.")))
+            .map(|n| s.read(n))
+            .collect();
+        assert_eq!(dumps.len(), 2, "{site}: {names:?}");
+        for d in &dumps {
+            let (argv, env) = d.split_once('\n').unwrap_or((d, ""));
+            assert!(
+                argv.starts_with("argv [") && argv.ends_with(&format!("{program}] [router]")),
+                "{site}: {argv}"
+            );
+            assert!(env.lines().any(|l| l == *own), "{site}: {env}");
+            assert!(env.contains("METAMPI_ROUTER_SPEC="), "{site}: {env}");
+            for other in others {
+                assert!(!env.contains(other), "{site} sees {other}: {env}");
+            }
+        }
+        // What the template of a and b was given: a command line per router and rank, with
+        // the site's variables and program, no other site's, never the secret.
+        if *site == "c" {
+            continue;
+        }
+        let log = s.read(&format!("launch.{site}.log"));
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 3, "{site}: {log}");
+        for line in &lines {
+            assert!(
+                line.contains(&format!("ONLY_{}=", site.to_uppercase())),
+                "{site}: {line}"
+            );
+            for other in others {
+                assert!(
+                    !line.contains(other),
+                    "{site}'s command line holds {other}: {line}"
+                );
+            }
+            assert!(!line.contains(SECRET), "{line}");
+        }
+        let routers: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.contains("METAMPI_ROUTER_SPEC="))
+            .collect();
+        assert_eq!(routers.len(), 2, "{site}: {log}");
+        for r in routers {
+            assert!(r.contains(&format!("{program} router")), "{site}: {r}");
+        }
+    }
+}
+
+#[test]
 fn meta_env_reaches_an_ssh_site_on_its_command_lines_without_the_secret() {
     let s = Scratch::new("ssh");
     let envfile = s.write("b.env", "BAR=from b's file\n");
@@ -342,11 +468,16 @@ fn meta_env_manual_site_command_carries_its_program_and_variables() {
         .lines()
         .find(|l| l.starts_with("( "))
         .unwrap_or_else(|| panic!("no command printed: {err}"));
-    // The rank: m's variable and program; m's router: its variable, through the command
-    // that picks each router's own.
+    // The rank: m's variable and program; m's router: its variable and its program, and
+    // nothing of meta host a's.
     assert!(line.contains(" 'FOO=m m' METAMPI_PMI="), "{line}");
     assert!(line.contains(" /opt/m/sh --site m </dev/null &"), "{line}");
-    assert!(line.contains("'\\''FOO=m m'\\''"), "{line}");
+    assert!(
+        line.contains("env 'FOO=m m' 'METAMPI_ROUTER_SPEC=")
+            && line.contains(&format!("{EXE} router </dev/null >\"$d/ready\" &")),
+        "{line}"
+    );
+    assert_eq!(line.matches("METAMPI_ROUTER_SPEC=").count(), 1, "{line}");
     assert!(!line.contains(SECRET), "{line}");
 }
 

@@ -136,64 +136,6 @@ wait $p; s=$?; kill $w 2>/dev/null; exit $s",
     line
 }
 
-/// One command of [`select_command`]: run when the selecting variable's value starts with one
-/// of `prefixes`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandChoice {
-    /// Literal prefixes of the variable's value that choose this command.
-    pub prefixes: Vec<String>,
-    /// Variables set for the command (on its command line, after what it inherits).
-    pub env: Vec<(OsString, OsString)>,
-    /// The program.
-    pub program: OsString,
-    /// Its arguments.
-    pub args: Vec<OsString>,
-}
-
-/// A program and arguments (`sh -c SCRIPT NAME`) that, started with the variable named `var`
-/// (letters, digits and `_`) in the environment,
-/// replace themselves (`exec`) with the command of the first choice whose prefix the value of
-/// `var` starts with: one command line that starts different processes by what their
-/// environment says, for a caller that passes one program for many processes (a meta job's
-/// routers). No choice matching is an error (status 127, a message naming the value on
-/// stderr). Prefixes, variables and words are quoted, so nothing in them is expanded; every
-/// choice is visible in the command line of every process started this way.
-pub fn select_command(var: &str, choices: &[CommandChoice]) -> (OsString, Vec<OsString>) {
-    let mut script = b"case $".to_vec();
-    script.extend_from_slice(var.as_bytes());
-    script.extend_from_slice(b" in ");
-    for c in choices {
-        if c.prefixes.is_empty() {
-            continue;
-        }
-        let patterns: Vec<Vec<u8>> = c
-            .prefixes
-            .iter()
-            .map(|p| {
-                let mut q = shell_quote(OsStr::new(p));
-                q.push(b'*');
-                q
-            })
-            .collect();
-        script.extend_from_slice(&patterns.join(&b'|'));
-        script.extend_from_slice(b") exec ");
-        script.extend_from_slice(&env_command_line(&c.env, &c.program, &c.args));
-        script.extend_from_slice(b";; ");
-    }
-    let unmatched = format!("metampi: {var}=");
-    script.extend_from_slice(b"*) printf '%s%s selects no command\\n' ");
-    script.extend_from_slice(&shell_quote(OsStr::new(&unmatched)));
-    script.extend_from_slice(format!(" \"${var}\" >&2; exit 127;; esac").as_bytes());
-    (
-        OsString::from("sh"),
-        vec![
-            OsString::from("-c"),
-            OsString::from_vec(script),
-            OsString::from("metampi-select"),
-        ],
-    )
-}
-
 /// The argv that starts one rank: the program itself, the program under `gdbserver` on a
 /// loopback port, or the ssh / template command carrying [`remote_line`] (the rank's whole
 /// environment, which `execve` cannot carry to another machine). `None` for a rank started by
@@ -630,50 +572,6 @@ mod tests {
         let argv = template_argv(&parse_template("sh -c {cmd}").unwrap(), &[], &line);
         let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
         assert_eq!(String::from_utf8(out.stdout).unwrap(), "it's here");
-    }
-
-    #[test]
-    fn select_command_runs_the_chosen_command_with_its_variables() {
-        let choice = |prefixes: &[&str], env: &[(&str, &str)], word: &str| CommandChoice {
-            prefixes: prefixes.iter().map(|p| (*p).to_string()).collect(),
-            env: env
-                .iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-                .collect(),
-            program: "sh".into(),
-            args: vec![
-                "-c".into(),
-                "printf '%s|%s|%s' \"$0\" \"$V\" \"$KEY\"".into(),
-                word.into(),
-            ],
-        };
-        let (program, args) = select_command(
-            "KEY",
-            &[
-                choice(&["id=1;", "id=2;"], &[("V", "one 'two' $x")], "first"),
-                choice(&["id=3;"], &[], "it's"),
-                choice(&["*"], &[], "star"),
-            ],
-        );
-        let run = |key: &str| {
-            Command::new(&program)
-                .args(&args)
-                .env("KEY", key)
-                .env_remove("V")
-                .output()
-                .unwrap()
-        };
-        let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
-        assert_eq!(text(&run("id=2;rest")), "first|one 'two' $x|id=2;rest");
-        assert_eq!(text(&run("id=3;")), "it's||id=3;");
-        // A prefix is literal: `*` matches only a value starting with `*`.
-        assert_eq!(text(&run("*x")), "star||*x");
-        let none = run("id=12;");
-        assert_eq!(none.status.code(), Some(127));
-        assert_eq!(
-            String::from_utf8_lossy(&none.stderr),
-            "metampi: KEY=id=12; selects no command\n"
-        );
     }
 
     #[test]

@@ -68,7 +68,6 @@ mod spec;
 mod stdio;
 mod sys;
 
-pub use command::{select_command, CommandChoice};
 pub use error::LaunchError;
 pub use host::{place, Host, HostSpecError, HostSpecErrorKind, Placement};
 pub use job::{run, KILL_GRACE};

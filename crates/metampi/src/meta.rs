@@ -77,6 +77,17 @@ pub struct StartOptions {
     /// How long a router may take to report that it is ready (through ssh,
     /// this includes logging in).
     pub ready_timeout: Duration,
+    /// Per router, by id (the order of `Layout::routers`): the command that
+    /// runs it instead of the `program args...` given to
+    /// [`start_with_options`] (a meta host's `ROUTEREXEC`, say). Empty: every
+    /// router runs that one.
+    pub router_commands: Vec<RouterCommand>,
+    /// Per meta host (the order of `Layout::hosts`): variables for its
+    /// routers only (its `ENV` and `ENVFILE`), over the `env` given to
+    /// [`start_with_options`]; a later entry wins over an earlier one. Names
+    /// starting with `METAMPI_` are refused: those are the launcher's. Empty:
+    /// no meta host adds any.
+    pub host_env: Vec<Vec<(OsString, OsString)>>,
 }
 
 impl Default for StartOptions {
@@ -84,8 +95,21 @@ impl Default for StartOptions {
         StartOptions {
             secret_file: None,
             ready_timeout: Duration::from_secs(60),
+            router_commands: Vec::new(),
+            host_env: Vec::new(),
         }
     }
+}
+
+/// The program and arguments that run one router; it finds its spec in
+/// [`ROUTER_SPEC_ENV`], so it is `metampi router` or a program that ends by
+/// running it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterCommand {
+    /// The program.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
 }
 
 /// What the ranks of a meta job need: placement and environment.
@@ -421,13 +445,19 @@ pub fn start_with_dial(
     start_with_options(layout, program, args, env, &StartOptions::default(), dial)
 }
 
-/// Like [`start_with_dial`], with [`StartOptions`].
+/// Like [`start_with_dial`], with [`StartOptions`]: each router may run its
+/// own command with its own meta host's variables, however its meta host is
+/// launched (here, in a network namespace, through ssh or a template, or by
+/// hand), and no router's command line or environment holds another's.
 ///
 /// # Errors
 /// A meta host that cannot be launched (a PACX-MPI startup command, an ssh
 /// destination or template that cannot be used, a router node without a TCP
-/// address), before anything starts; a router that cannot be started or does
-/// not report ready in time (the routers started so far are stopped).
+/// address) or options that do not fit the layout (one router command or
+/// variable list per router or meta host, no `METAMPI_*` variables), before
+/// anything starts, as [`std::io::ErrorKind::InvalidInput`]; a router that
+/// cannot be started or does not report ready in time (the routers started so
+/// far are stopped).
 pub fn start_with_options(
     layout: &Layout,
     program: &OsString,
@@ -436,6 +466,7 @@ pub fn start_with_options(
     opts: &StartOptions,
     dial: &mut dyn FnMut(&str) -> std::io::Result<String>,
 ) -> std::io::Result<(Routers, MetaPlan)> {
+    check_options(layout, opts)?;
     // How every node is reached, checked before anything starts.
     let mut launches = Vec::with_capacity(layout.hosts.len());
     for h in &layout.hosts {
@@ -479,6 +510,11 @@ pub fn start_with_options(
             "router {} of meta host `{}` on node {}",
             r.id, host.name, node.name
         );
+        let (program, args) = match opts.router_commands.get(r.id) {
+            Some(c) => (&c.program, c.args.as_slice()),
+            None => (program, args),
+        };
+        let own_env = opts.host_env.get(r.host).map_or(&[][..], Vec::as_slice);
         let child = match (&host.launch, &launches[r.host][r.node]) {
             (Launch::Manual, _) => {
                 let (bind, addr) = vertical_address(host, node)?;
@@ -489,13 +525,11 @@ pub fn start_with_options(
                 })?;
                 spec.vertical = format!("{bind}:{manual_port}");
                 endpoints.push((addr, Some(manual_port)));
-                let mut router_env = env.to_vec();
-                router_env.push((ROUTER_SPEC_ENV.into(), spec.to_line().into()));
                 helpers.push((
                     (r.host, r.node),
                     ManualProcess {
                         name: format!("router {}", r.id),
-                        env: router_env,
+                        env: router_env(env, own_env, &spec),
                         program: program.clone(),
                         args: args.to_vec(),
                     },
@@ -506,9 +540,8 @@ pub fn start_with_options(
                 let (bind, addr) = vertical_address(host, node)?;
                 spec.vertical = format!("{bind}:0");
                 endpoints.push((addr, None));
-                let mut router_env = env.to_vec();
-                router_env.push((ROUTER_SPEC_ENV.into(), spec.to_line().into()));
-                metampi_launch::spawn_remote(launch, &cwd, &router_env, &secret, program, args)
+                let vars = router_env(env, own_env, &spec);
+                metampi_launch::spawn_remote(launch, &cwd, &vars, &secret, program, args)
                     .map_err(|e| std::io::Error::other(format!("starting {what}: {e}")))?
             }
             (_, None) => {
@@ -523,8 +556,7 @@ pub fn start_with_options(
                     None => Command::new(program),
                 };
                 cmd.args(args)
-                    .envs(env.iter().map(|(k, v)| (k, v)))
-                    .env(ROUTER_SPEC_ENV, spec.to_line())
+                    .envs(router_env(env, own_env, &spec))
                     .env("METAMPI_SECRET", &secret)
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
@@ -650,6 +682,58 @@ pub fn start_with_options(
     Ok((routers, plan))
 }
 
+/// Refuses options that do not fit `layout`, before anything starts.
+fn check_options(layout: &Layout, opts: &StartOptions) -> std::io::Result<()> {
+    let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+    let (commands, routers) = (opts.router_commands.len(), layout.routers.len());
+    if commands != 0 && commands != routers {
+        return Err(bad(format!(
+            "{commands} router commands for the {routers} routers of the layout"
+        )));
+    }
+    let (lists, hosts) = (opts.host_env.len(), layout.hosts.len());
+    if lists != 0 && lists != hosts {
+        return Err(bad(format!(
+            "router variables for {lists} meta hosts, but the layout has {hosts}"
+        )));
+    }
+    for (host, vars) in layout.hosts.iter().zip(&opts.host_env) {
+        for (name, _) in vars {
+            let text = name.to_string_lossy();
+            let why = if text.is_empty() || text.contains(['=', '\0']) {
+                "is not a variable name"
+            } else if text.starts_with("METAMPI_") {
+                "is the launcher's to set (METAMPI_*)"
+            } else {
+                continue;
+            };
+            return Err(bad(format!(
+                "meta host `{}`: router variable `{text}` {why}",
+                host.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The variables a router gets besides what it inherits (and the job
+/// secret): the job's `env`, its meta host's `own` over them, and its spec.
+/// Each name appears once, so a command line that carries them reads plainly.
+fn router_env(
+    env: &[(OsString, OsString)],
+    own: &[(OsString, OsString)],
+    spec: &RouterSpec,
+) -> Vec<(OsString, OsString)> {
+    let mut vars: Vec<(OsString, OsString)> = Vec::with_capacity(env.len() + own.len() + 1);
+    for (k, v) in env.iter().chain(own) {
+        vars.retain(|(n, _)| n != k);
+        vars.push((k.clone(), v.clone()));
+    }
+    vars.retain(|(n, _)| n != ROUTER_SPEC_ENV);
+    vars.push((ROUTER_SPEC_ENV.into(), spec.to_line().into()));
+    vars
+}
+
 /// Runs a router from [`ROUTER_SPEC_ENV`] if this process was started as one.
 /// Returns `false` when the variable is not set.
 pub fn run_router_from_env() -> bool {
@@ -733,6 +817,88 @@ mod launch_tests {
             refusal(&atm),
             "meta host `b`: node b0 runs a router but its address `ATM_PVC 0.0.42` is not a \
              TCP address, which its ranks would need to reach the router"
+        );
+    }
+
+    #[test]
+    fn router_options_that_do_not_fit_the_layout_are_refused() {
+        let l = layout(
+            "METAHOST a { LAUNCH = local; NODES = a0; }\n\
+             METAHOST b { LAUNCH = local; NODES = b0; }\n\
+             PAIR a b 1\na0 <-> b0\n",
+        );
+        let refused = |opts: StartOptions| {
+            let exe = OsString::from("/bin/false");
+            match start_with_options(&l, &exe, &[], &[], &opts, &mut |a| Ok(a.to_string())) {
+                Ok(_) => panic!("the layout was launched"),
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+                    e.to_string()
+                }
+            }
+        };
+        let command = RouterCommand {
+            program: "/bin/false".into(),
+            args: Vec::new(),
+        };
+        assert_eq!(
+            refused(StartOptions {
+                router_commands: vec![command],
+                ..Default::default()
+            }),
+            "1 router commands for the 2 routers of the layout"
+        );
+        assert_eq!(
+            refused(StartOptions {
+                host_env: vec![Vec::new()],
+                ..Default::default()
+            }),
+            "router variables for 1 meta hosts, but the layout has 2"
+        );
+        let with = |name: &str| StartOptions {
+            host_env: vec![
+                Vec::new(),
+                vec![("A".into(), "1".into()), (name.into(), "x".into())],
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            refused(with("METAMPI_SECRET")),
+            "meta host `b`: router variable `METAMPI_SECRET` is the launcher's to set (METAMPI_*)"
+        );
+        assert_eq!(
+            refused(with("A=B")),
+            "meta host `b`: router variable `A=B` is not a variable name"
+        );
+    }
+
+    #[test]
+    fn a_router_s_variables_are_the_job_s_under_its_meta_host_s_and_its_spec() {
+        let spec = plain_router_specs(&layout(
+            "METAHOST a { LAUNCH = local; NODES = a0; }\n\
+             METAHOST b { LAUNCH = local; NODES = b0; }\n\
+             PAIR a b 1\na0 <-> b0\n",
+        ))
+        .remove(0);
+        let vars = |list: &[(&str, &str)]| -> Vec<(OsString, OsString)> {
+            list.iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect()
+        };
+        let got = router_env(
+            &vars(&[("A", "job"), ("B", "job"), (ROUTER_SPEC_ENV, "stale")]),
+            &vars(&[("B", "site"), ("C", "site"), ("C", "site again")]),
+            &spec,
+        );
+        let line = spec.to_line();
+        assert_eq!(
+            got,
+            vars(&[
+                ("A", "job"),
+                ("B", "site"),
+                ("C", "site again"),
+                (ROUTER_SPEC_ENV, line.as_str())
+            ])
         );
     }
 
