@@ -21,7 +21,10 @@ fn mismatches_shm_4() {
 #[test]
 fn mismatches_shm_flags_4() {
     Ranks::new(4)
-        .env("METAMPI_COLL_ALG", "barrier=shared_memory,allreduce=shared_memory")
+        .env(
+            "METAMPI_COLL_ALG",
+            "barrier=shared_memory,allreduce=shared_memory",
+        )
         .run("mismatches_shm_flags_4", mismatches);
 }
 
