@@ -183,15 +183,19 @@ impl Region {
 
 /// Waits through the engine's loop (progress, spin, then sleep) until `ready`.
 fn wait_for(mut ready: impl FnMut() -> bool) {
+    let sh = shared();
     // A short pure spin first: the peer is usually a few hundred nanoseconds
-    // behind, and the engine's pass costs more than a flag load.
-    for _ in 0..64 {
-        if ready() {
-            return;
+    // behind, and the engine's pass costs more than a flag load. Not when
+    // ranks outnumber cores: then the peer may need this core to get there.
+    if !sh.oversubscribed() {
+        for _ in 0..64 {
+            if ready() {
+                return;
+            }
+            std::hint::spin_loop();
         }
-        std::hint::spin_loop();
     }
-    shared().wait_until(|_| ready().then_some(()));
+    sh.wait_until(|_| ready().then_some(()));
 }
 
 /// Whether the blocking `op` may run here: nothing else forced for it.

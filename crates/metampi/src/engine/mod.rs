@@ -582,6 +582,11 @@ impl Shared {
         })
     }
 
+    /// Whether this machine's ranks (and routers) outnumber its cores.
+    pub(crate) fn oversubscribed(&self) -> bool {
+        self.oversubscribed
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock leaves the engine usable: its state is
         // updated in steps that are each consistent.
