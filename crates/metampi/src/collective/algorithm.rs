@@ -29,11 +29,14 @@ pub enum Collective {
     Reduce,
     /// `all_reduce_into`
     AllReduce,
-    /// `gather_into*` (the varcount form is always linear)
+    /// `gather_into*` (the varcount form: linear, or hierarchical for
+    /// blocking calls across meta hosts)
     Gather,
-    /// `scatter_into*` (the varcount form is always linear)
+    /// `scatter_into*` (the varcount form: linear, or hierarchical for
+    /// blocking calls across meta hosts)
     Scatter,
-    /// `all_gather_into` (the varcount form is always a ring)
+    /// `all_gather_into` (the varcount form: a ring, or hierarchical across
+    /// meta hosts)
     AllGather,
     /// `all_to_all_into` and `all_to_all_varcount_into`
     AllToAll,

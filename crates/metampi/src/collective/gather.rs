@@ -1,5 +1,6 @@
 //! Gather and scatter (MPI-1.2 §4.5, §4.6): binomial trees for short blocks,
-//! linear for long ones and for the varcount forms.
+//! linear for long ones and for the varcount forms. Across meta hosts
+//! `hier` serves both, the blocking varcount forms included.
 
 #![forbid(unsafe_code)]
 

@@ -24,13 +24,14 @@
 //!   the same way back;
 //! - gather / scatter: the leader of each remote top-level group collects
 //!   (hands out) its members' blocks and exchanges one aggregated message
-//!   with the root;
+//!   with the root; also with varying counts (below);
 //! - all-gather: gather at the leaders, one aggregated message between each
 //!   pair of leaders, broadcast inside each group;
 //! - all-to-all: members of a group exchange directly; blocks for other
 //!   groups go in one message to the leader, the leaders exchange one
 //!   aggregated message per ordered pair of groups, and each leader hands
 //!   every member one message holding all its blocks from other groups;
+//!   also with varying counts (below);
 //! - scan / exclusive scan (sites with consecutive ranks only, whatever the
 //!   operation): recursive doubling inside each site, then only the sites'
 //!   last ranks trade totals across sites and hand the prefix down;
@@ -38,8 +39,17 @@
 //!   other leader only the blocks of that site's members, then scatters;
 //! - all-gather-varcount: as all-gather, on a packed copy of the blocks
 //!   (every rank knows every count), so gaps in the user's buffer stay as
-//!   they were. Gather/scatter/all-to-all with varying counts stay flat:
-//!   a site leader does not know its members' counts.
+//!   they were;
+//! - gather, scatter and all-to-all with varying counts (blocking calls
+//!   only): a leader does not know its members' counts, and a schedule's
+//!   message sizes are fixed when it is built, so a small schedule of its
+//!   own runs first, inside each group only ([`collect_counts`]: every
+//!   member's block length, for all-to-all what it sends to and receives
+//!   from each rank outside the group, to the leader); the data schedule is
+//!   then the fixed-count one with those sizes ([`gather`], [`scatter`],
+//!   [`all_to_all`] take the sizes as a function). The root knows every
+//!   count from its partition, and a receiving leader the size of what
+//!   arrives from its members' receive counts. Immediate forms stay flat.
 //!
 //! Every rank calls `Builder::phase` the same number of times whatever its
 //! role, as the schedule contract requires.
@@ -191,7 +201,7 @@ pub(crate) fn spans_shared_machines(comm: &CommInner) -> bool {
 }
 
 /// The group that holds rank `r`.
-fn group_of(groups: &[Vec<Rank>], r: Rank) -> usize {
+pub(super) fn group_of(groups: &[Vec<Rank>], r: Rank) -> usize {
     groups
         .iter()
         .position(|g| g.contains(&r))
@@ -419,41 +429,207 @@ pub(super) fn barrier(b: &mut Builder, t: &Tiers) {
     group_bcast(b, &t.nodes[mine], groups[mine][0], e1);
 }
 
-/// All-to-all of `bs`-byte blocks (`send[r]`/`recv[r]` for rank r): members
-/// of a group exchange directly; each member sends its blocks for all other
-/// groups in one message to its group's leader; leaders exchange one message
-/// per ordered pair of groups (for each member of the receiving group, the
-/// blocks from each member of the sending group); each leader sends every
-/// member one message with all its blocks from other groups. Three phases.
+/// The ranks outside group `my`, group by group, each in rank order: the
+/// order in which a member packs its blocks for other groups.
+fn outside(groups: &[Vec<Rank>], my: usize) -> impl Iterator<Item = Rank> + '_ {
+    groups
+        .iter()
+        .enumerate()
+        .filter(move |&(g, _)| g != my)
+        .flat_map(|(_, m)| m.iter().copied())
+}
+
+/// A buffer of the library's holding blocks of `sizes` back to back, and
+/// every block's region in it.
+fn packed(b: &mut Builder, sizes: impl IntoIterator<Item = usize>) -> (Reg, Vec<Reg>) {
+    let sizes: Vec<usize> = sizes.into_iter().collect();
+    let whole = b.owned(sizes.iter().sum());
+    let mut at = 0;
+    let parts = sizes
+        .iter()
+        .map(|&s| {
+            at += s;
+            whole.at(at - s, s)
+        })
+        .collect();
+    (whole, parts)
+}
+
+/// Inside `members` (this rank's group): every member sends `mine` to `l`,
+/// which receives member j's into `slot(j)` and copies its own there. Ends
+/// no round.
+fn collect(b: &mut Builder, members: &[Rank], l: Rank, mine: Reg, slot: impl Fn(usize) -> Reg) {
+    let me = b.me;
+    if me != l {
+        b.send(l, 0, mine);
+        return;
+    }
+    for (j, &m) in members.iter().enumerate() {
+        if m == me {
+            b.copy_fit(mine, slot(j));
+        } else {
+            b.recv(m, 0, slot(j));
+        }
+    }
+}
+
+/// The reverse of [`collect`]: `l` sends member j `slot(j)` (its own it
+/// copies to `out`), every other member receives into `out`. Ends no round.
+fn hand_out(b: &mut Builder, members: &[Rank], l: Rank, out: Reg, slot: impl Fn(usize) -> Reg) {
+    let me = b.me;
+    if me != l {
+        b.recv(l, 0, out);
+        return;
+    }
+    for (j, &m) in members.iter().enumerate() {
+        if m == me {
+            b.copy_fit(slot(j), out);
+        } else {
+            b.send(m, 0, slot(j));
+        }
+    }
+}
+
+/// The counts exchange that comes before a hierarchical gather, scatter or
+/// all-to-all with varying counts, run as a schedule of its own: every
+/// member of each group but `skip` (the root's, whose counts the root
+/// knows) sends its `mine` (one length across a group) to the group's
+/// lowest rank, which receives them into `all` in member order. Nothing
+/// crosses between groups. One phase.
+pub(super) fn collect_counts(
+    b: &mut Builder,
+    groups: &[Vec<Rank>],
+    skip: Option<usize>,
+    mine: Reg,
+    all: Reg,
+) {
+    let my = group_of(groups, b.me);
+    b.phase();
+    if skip != Some(my) {
+        let (members, len) = (&groups[my], mine.len);
+        collect(b, members, members[0], mine, |j| all.at(j * len, len));
+    }
+    b.round();
+}
+
+/// What a member of group `my` tells its leader before a hierarchical
+/// all-to-all with varying counts: the bytes it sends to each rank outside
+/// the group (`send[r].len`), then those it receives from each (in
+/// [`outside`] order).
+pub(super) fn all_to_all_counts(
+    groups: &[Vec<Rank>],
+    my: usize,
+    send: &[Reg],
+    recv: &[Reg],
+) -> Vec<u64> {
+    let len = |r: Rank, regs: &[Reg]| regs[r as usize].len as u64;
+    outside(groups, my)
+        .map(|r| len(r, send))
+        .chain(outside(groups, my).map(|r| len(r, recv)))
+        .collect()
+}
+
+/// The block sizes of a hierarchical all-to-all with varying counts as a
+/// rank of group `my` knows them: its own from its partitions, and on the
+/// group's leader every member's row of [`all_to_all_counts`] (`rows`, in
+/// member order).
+pub(super) struct VarSizes<'a> {
+    me: Rank,
+    send: &'a [Reg],
+    recv: &'a [Reg],
+    rows: Vec<Vec<usize>>,
+    /// Each rank's index in its group.
+    index: Vec<usize>,
+    /// Each outside rank's place in [`outside`] order.
+    place: Vec<usize>,
+    group: Vec<usize>,
+    my: usize,
+}
+
+impl<'a> VarSizes<'a> {
+    pub(super) fn new(
+        groups: &[Vec<Rank>],
+        me: Rank,
+        send: &'a [Reg],
+        recv: &'a [Reg],
+        rows: Vec<Vec<usize>>,
+    ) -> VarSizes<'a> {
+        let n = send.len();
+        let my = group_of(groups, me);
+        let (mut index, mut group, mut place) = (vec![0; n], vec![0; n], vec![0; n]);
+        for (g, members) in groups.iter().enumerate() {
+            for (j, &m) in members.iter().enumerate() {
+                index[m as usize] = j;
+                group[m as usize] = g;
+            }
+        }
+        for (i, r) in outside(groups, my).enumerate() {
+            place[r as usize] = i;
+        }
+        VarSizes {
+            me,
+            send,
+            recv,
+            rows,
+            index,
+            place,
+            group,
+            my,
+        }
+    }
+
+    /// Bytes from `from` to `to`, one of them in this rank's group, the
+    /// other outside it (0 where this rank cannot know).
+    pub(super) fn size(&self, from: Rank, to: Rank) -> usize {
+        let (f, t) = (from as usize, to as usize);
+        if from == self.me {
+            return self.send[t].len;
+        }
+        if to == self.me {
+            return self.recv[f].len;
+        }
+        let (member, other, recv) = if self.group[f] == self.my {
+            (f, t, false)
+        } else {
+            (t, f, true)
+        };
+        let width = self.rows.first().map_or(0, |r| r.len() / 2);
+        let at = self.place[other] + if recv { width } else { 0 };
+        self.rows
+            .get(self.index[member])
+            .and_then(|row| row.get(at))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// All-to-all (`send[r]`/`recv[r]`: the blocks for and from rank r;
+/// `size(from, to)`: the bytes of the block `from` sends `to`, asked only
+/// for pairs across groups with one end in this rank's group, and on a
+/// member only for its own blocks): members of a group exchange directly;
+/// each member sends its blocks for all other groups in one message to its
+/// group's leader; leaders exchange one message per ordered pair of groups
+/// (for each member of the receiving group, the blocks from each member of
+/// the sending group); each leader sends every member one message with all
+/// its blocks from other groups. Three phases.
 pub(super) fn all_to_all(
     b: &mut Builder,
     groups: &[Vec<Rank>],
     send: &[Reg],
     recv: &[Reg],
-    bs: usize,
+    size: &dyn Fn(Rank, Rank) -> usize,
 ) {
     let me = b.me;
     let my = group_of(groups, me);
     let members = &groups[my];
     let l = members[0];
-    let outside = b.n as usize - members.len();
-    // Offset of rank r's block inside a member's outward pack (the blocks
-    // for every rank outside the group, group by group, in rank order).
-    let mut out_at = vec![usize::MAX; b.n as usize];
-    let mut at = 0;
-    for g in (0..groups.len()).filter(|&g| g != my) {
-        for &r in &groups[g] {
-            out_at[r as usize] = at;
-            at += bs;
-        }
-    }
+    let away = b.n as usize > members.len();
+    let others: Vec<usize> = (0..groups.len()).filter(|&g| g != my).collect();
     // Phase 1: exchange inside the group; outward blocks to the leader.
     b.phase();
-    let pack = b.owned(outside * bs);
-    for g in (0..groups.len()).filter(|&g| g != my) {
-        for &r in &groups[g] {
-            b.copy_fit(send[r as usize], pack.at(out_at[r as usize], bs));
-        }
+    let (pack, at) = packed(b, outside(groups, my).map(|r| size(me, r)));
+    for (r, &dst) in outside(groups, my).zip(&at) {
+        b.copy_fit(send[r as usize], dst);
     }
     b.copy_fit(send[me as usize], recv[me as usize]);
     b.round();
@@ -461,18 +637,20 @@ pub(super) fn all_to_all(
         b.recv(m, 0, recv[m as usize]);
         b.send(m, 0, send[m as usize]);
     }
+    // On the leader, every member's outward pack and its blocks (in
+    // `outside` order).
     let mut inbox = Vec::new();
     if me == l {
         for &m in members {
-            if m == me || outside == 0 {
-                inbox.push(pack);
+            if m == me || !away {
+                inbox.push((pack, at.clone()));
             } else {
-                let p = b.owned(outside * bs);
+                let (p, parts) = packed(b, outside(groups, my).map(|r| size(m, r)));
                 b.recv(m, 1, p);
-                inbox.push(p);
+                inbox.push((p, parts));
             }
         }
-    } else if outside > 0 {
+    } else if away {
         b.send(l, 1, pack);
     }
     b.round();
@@ -480,29 +658,40 @@ pub(super) fn all_to_all(
     // destination-major: for each member of the receiving group, the blocks
     // from each member of the sending group in rank order.
     b.phase();
-    let mut from_groups: Vec<(usize, Reg)> = Vec::new();
+    // On the leader, from each other group (in order) the part for each
+    // member.
+    let mut from_groups: Vec<Vec<Reg>> = Vec::new();
     if me == l {
         let mut aggs = Vec::new();
-        for grp in groups
-            .iter()
-            .enumerate()
-            .filter(|&(g, _)| g != my)
-            .map(|(_, x)| x)
-        {
-            let agg = b.owned(grp.len() * members.len() * bs);
-            for (ki, &k) in grp.iter().enumerate() {
-                for (mi, &from) in inbox.iter().enumerate() {
-                    let dst = agg.at((ki * members.len() + mi) * bs, bs);
-                    b.copy(from.at(out_at[k as usize], bs), dst);
+        let mut first = 0;
+        for &g in &others {
+            let grp = &groups[g];
+            let (agg, parts) = packed(
+                b,
+                grp.iter()
+                    .flat_map(|&k| members.iter().map(move |&from| (from, k)))
+                    .map(|(from, k)| size(from, k)),
+            );
+            for ki in 0..grp.len() {
+                for (mi, (_, blocks)) in inbox.iter().enumerate() {
+                    b.copy(blocks[first + ki], parts[ki * members.len() + mi]);
                 }
             }
+            first += grp.len();
             aggs.push((grp[0], agg));
         }
         b.round();
-        for (g, grp) in groups.iter().enumerate().filter(|&(g, _)| g != my) {
-            let q = b.owned(members.len() * grp.len() * bs);
+        for &g in &others {
+            let grp = &groups[g];
+            // Member mi's part: the blocks from each member of group g.
+            let (q, parts) = packed(
+                b,
+                members
+                    .iter()
+                    .map(|&m| grp.iter().map(|&j| size(j, m)).sum::<usize>()),
+            );
             b.recv(grp[0], 2, q);
-            from_groups.push((g, q));
+            from_groups.push(parts);
         }
         for (to, agg) in aggs {
             b.send(to, 2, agg);
@@ -511,22 +700,22 @@ pub(super) fn all_to_all(
     }
     // Phase 3: each leader hands every member its blocks from other groups.
     b.phase();
-    let mine_in = b.owned(outside * bs);
+    let (mine_in, from_at) = packed(b, outside(groups, my).map(|r| size(r, me)));
     if me == l {
         let mut packs = Vec::new();
         for (mi, &m) in members.iter().enumerate() {
             let dst = if m == me {
                 mine_in
             } else {
-                b.owned(outside * bs)
+                packed(b, from_groups.iter().map(|parts| parts[mi].len)).0
             };
             let mut at = 0;
-            for &(g, q) in &from_groups {
-                let w = groups[g].len() * bs;
-                b.copy(q.at(mi * w, w), dst.at(at, w));
+            for parts in &from_groups {
+                let w = parts[mi].len;
+                b.copy(parts[mi], dst.at(at, w));
                 at += w;
             }
-            if m != me && outside > 0 {
+            if m != me && away {
                 packs.push((m, dst));
             }
         }
@@ -534,87 +723,80 @@ pub(super) fn all_to_all(
         for (m, p) in packs {
             b.send(m, 3, p);
         }
-    } else if outside > 0 {
+    } else if away {
         b.recv(l, 3, mine_in);
     }
     b.round();
-    for g in (0..groups.len()).filter(|&g| g != my) {
-        for &r in &groups[g] {
-            b.copy(mine_in.at(out_at[r as usize], bs), recv[r as usize]);
-        }
+    for (r, &src) in outside(groups, my).zip(&from_at) {
+        b.copy_fit(src, recv[r as usize]);
     }
     b.round();
 }
 
-/// Gather of `bs`-byte blocks to `root` into `dst` (n blocks, root only):
-/// the root's site members send to the root, every remote site's leader
-/// collects its members' blocks and sends them in one message.
+/// Gather to `root` (`size(r)`: the bytes of rank r's block, asked on a
+/// remote group's leader for its members; the root takes the sizes of
+/// `dst`, its block per rank): the root's group members send to the root,
+/// every remote group's leader collects its members' blocks and sends them
+/// in one message.
 pub(super) fn gather(
     b: &mut Builder,
     groups: &[Vec<Rank>],
     root: Rank,
     mine: Reg,
-    bs: usize,
-    dst: Option<Reg>,
+    size: &dyn Fn(Rank) -> usize,
+    dst: Option<&[Reg]>,
 ) {
     let me = b.me;
     let my = group_of(groups, me);
     let l = leader(groups, my, root);
     b.phase();
     if me == root {
-        let dst = match dst {
-            Some(d) => d,
-            None => b.owned(b.n as usize * bs),
+        let n = b.n;
+        let blocks = match dst {
+            Some(d) => d.to_vec(),
+            None => packed(b, (0..n).map(size)).1,
         };
-        let block = |r: Rank| dst.at(r as usize * bs, bs);
-        b.copy_fit(mine, block(me));
+        let block = |r: Rank| blocks[r as usize];
+        collect(b, &groups[my], me, mine, |j| block(groups[my][j]));
         let mut packs = Vec::new();
-        for (g, members) in groups.iter().enumerate() {
-            if g == my {
-                for &m in members.iter().filter(|&&m| m != me) {
-                    b.recv(m, 0, block(m));
-                }
-            } else {
-                let p = b.owned(members.len() * bs);
-                b.recv(leader(groups, g, root), 1, p);
-                packs.push((g, p));
-            }
+        for (g, members) in groups.iter().enumerate().filter(|&(g, _)| g != my) {
+            let (p, parts) = packed(b, members.iter().map(|&m| block(m).len));
+            b.recv(leader(groups, g, root), 1, p);
+            packs.push((g, parts));
         }
         b.round();
-        for (g, p) in packs {
-            for (j, &m) in groups[g].iter().enumerate() {
-                b.copy(p.at(j * bs, bs), block(m));
+        for (g, parts) in packs {
+            for (&m, &part) in groups[g].iter().zip(&parts) {
+                b.copy(part, block(m));
             }
         }
-        b.round();
-    } else if me == l {
-        let members = &groups[my];
-        let p = b.owned(members.len() * bs);
-        for (j, &m) in members.iter().enumerate() {
-            if m == me {
-                b.copy_fit(mine, p.at(j * bs, bs));
-            } else {
-                b.recv(m, 0, p.at(j * bs, bs));
-            }
-        }
-        b.round();
-        b.send(root, 1, p);
         b.round();
     } else {
-        b.send(l, 0, mine);
+        let members = &groups[my];
+        let (p, parts) = if me == l {
+            packed(b, members.iter().map(|&m| size(m)))
+        } else {
+            (mine, Vec::new())
+        };
+        collect(b, members, l, mine, |j| parts[j]);
         b.round();
+        if me == l {
+            b.send(root, 1, p);
+            b.round();
+        }
     }
 }
 
-/// Scatter of `bs`-byte blocks from `root`'s `src` (n blocks, root only)
-/// into `out`: one aggregated message from the root to each remote site's
-/// leader, which hands out its members' blocks.
+/// Scatter from `root` (`size(r)`: the bytes of rank r's block, asked on a
+/// remote group's leader for its members; the root takes the sizes of
+/// `src`, its block per rank) into `out`: one aggregated message from the
+/// root to each remote group's leader, which hands out its members' blocks.
 pub(super) fn scatter(
     b: &mut Builder,
     groups: &[Vec<Rank>],
     root: Rank,
-    src: Option<Reg>,
-    bs: usize,
+    src: Option<&[Reg]>,
+    size: &dyn Fn(Rank) -> usize,
     out: Reg,
 ) {
     let me = b.me;
@@ -622,40 +804,32 @@ pub(super) fn scatter(
     let l = leader(groups, my, root);
     b.phase();
     if me == root {
-        let src = match src {
-            Some(s) => s,
-            None => b.owned(b.n as usize * bs),
+        let n = b.n;
+        let blocks = match src {
+            Some(s) => s.to_vec(),
+            None => packed(b, (0..n).map(size)).1,
         };
-        let block = |r: Rank| src.at(r as usize * bs, bs);
+        let block = |r: Rank| blocks[r as usize];
         let mut packs = Vec::new();
         for (g, members) in groups.iter().enumerate().filter(|&(g, _)| g != my) {
-            let p = b.owned(members.len() * bs);
-            for (j, &m) in members.iter().enumerate() {
-                b.copy(block(m), p.at(j * bs, bs));
+            let (p, parts) = packed(b, members.iter().map(|&m| block(m).len));
+            for (&m, &part) in members.iter().zip(&parts) {
+                b.copy(block(m), part);
             }
             packs.push((g, p));
         }
-        b.copy_fit(block(me), out);
         b.round();
         for (g, p) in packs {
             b.send(leader(groups, g, root), 1, p);
         }
-        for &m in groups[my].iter().filter(|&&m| m != me) {
-            b.send(m, 0, block(m));
-        }
+        hand_out(b, &groups[my], me, out, |j| block(groups[my][j]));
         b.round();
     } else if me == l {
         let members = &groups[my];
-        let p = b.owned(members.len() * bs);
+        let (p, parts) = packed(b, members.iter().map(|&m| size(m)));
         b.recv(root, 1, p);
         b.round();
-        for (j, &m) in members.iter().enumerate() {
-            if m == me {
-                b.copy_fit(p.at(j * bs, bs), out);
-            } else {
-                b.send(m, 0, p.at(j * bs, bs));
-            }
-        }
+        hand_out(b, members, me, out, |j| parts[j]);
         b.round();
     } else {
         b.recv(l, 0, out);
@@ -671,23 +845,12 @@ pub(super) fn all_gather(b: &mut Builder, groups: &[Vec<Rank>], mine: Reg, bs: u
     let my = group_of(groups, me);
     let l = groups[my][0];
     b.phase();
-    let mut own = None;
-    if me == l {
-        let p = b.owned(groups[my].len() * bs);
-        for (j, &m) in groups[my].iter().enumerate() {
-            if m == me {
-                b.copy_fit(mine, p.at(j * bs, bs));
-            } else {
-                b.recv(m, 0, p.at(j * bs, bs));
-            }
-        }
-        own = Some(p);
-    } else {
-        b.send(l, 0, mine);
-    }
+    let own = b.owned(if me == l { groups[my].len() * bs } else { 0 });
+    collect(b, &groups[my], l, mine, |j| own.at(j * bs, bs));
     b.round();
     b.phase();
-    if let Some(p) = own {
+    if me == l {
+        let p = own;
         let mut packs = vec![(my, p)];
         for (g, members) in groups.iter().enumerate().filter(|&(g, _)| g != my) {
             b.send(members[0], 0, p);
@@ -867,17 +1030,7 @@ pub(super) fn all_gather_varcount(
     let all = b.owned(total);
     let slot = |r: Rank| all.at(at[r as usize], blocks[r as usize].len);
     b.phase();
-    if me == l {
-        for &m in &groups[my] {
-            if m == me {
-                b.copy_fit(mine, slot(m));
-            } else {
-                b.recv(m, 0, slot(m));
-            }
-        }
-    } else {
-        b.send(l, 0, mine);
-    }
+    collect(b, &groups[my], l, mine, |j| slot(groups[my][j]));
     b.round();
     b.phase();
     if me == l {

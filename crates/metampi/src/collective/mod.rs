@@ -15,11 +15,19 @@
 //!   message size ([`algorithm`]); `METAMPI_COLL_ALG` or [`force_algorithm`]
 //!   force one. Non-commutative operations always run an order-preserving
 //!   algorithm.
+//! - Across meta hosts the blocking varcount gather, scatter and all-to-all
+//!   run hierarchically: a small collective inside each site first tells
+//!   the site's leader its members' counts, then one aggregated message
+//!   crosses each wide-area link (`hier`). Their immediate forms stay flat:
+//!   a schedule's message sizes are fixed when it starts, so it cannot size
+//!   later messages from counts it receives.
 //! - Arguments that disagree between ranks (lengths, counts) surface as
 //!   [`ErrorClass::Count`] from the `try_*` forms and `Request::try_wait` on
-//!   the ranks that notice; the rsmpi-shaped forms end the job instead, like
-//!   MPI's default error handler. A schedule with an error still runs to its
-//!   end so that other ranks are not left waiting.
+//!   the ranks that notice (in a hierarchical call that can be a leader that
+//!   forwards another rank's blocks); the rsmpi-shaped forms end the job
+//!   instead, like MPI's default error handler. A schedule with an error
+//!   still runs to its end so that other ranks are not left waiting; a
+//!   malformed varcount partition runs as one of empty blocks.
 //!
 //! ```no_run
 //! use metampi::collective::SystemOperation;
@@ -316,12 +324,118 @@ unsafe fn set_op<'o, S: Buffer + ?Sized, O: Operation + 'o>(
     (commutative, tm.size)
 }
 
-/// A varcount call that cannot be planned (a malformed partition) still
-/// takes its place in the communicator's call sequence (the varcount
-/// algorithms have one phase), so that later collectives stay matched.
+/// An all-gather-varcount that cannot be planned (a malformed partition)
+/// still takes its place in the communicator's call sequence (the ring has
+/// one phase), so that later collectives stay matched. The other varcount
+/// calls run with empty blocks instead ([`blocks_or_empty`]).
 fn skip_phase(b: &mut Builder, e: Error) -> Error {
     b.phase();
     e
+}
+
+/// A partition's blocks, or, where it is malformed, a zero-length block per
+/// rank with the error recorded: the schedule still runs with them (sending
+/// nothing, taking nothing in), so no other rank waits for this one's
+/// messages, and completes with the error.
+fn blocks_or_empty(b: &mut Builder, parts: Result<Vec<Reg>, Error>) -> Vec<Reg> {
+    parts.unwrap_or_else(|e| {
+        b.fail(e);
+        vec![b.owned(0); b.n as usize]
+    })
+}
+
+/// [`blocks_or_empty`] for a receive partition.
+fn recv_blocks_or_empty(b: &mut Builder, parts: Result<RecvParts, Error>) -> RecvParts {
+    parts.unwrap_or_else(|e| (blocks_or_empty(b, Err(e)), Vec::new()))
+}
+
+/// Whether a varcount gather, scatter or all-to-all may exchange counts
+/// before it plans its data: only a blocking call can wait for that, so the
+/// immediate forms stay flat.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Blocking,
+    Immediate,
+}
+
+/// The hierarchy a varcount gather, scatter or all-to-all runs on: where
+/// `choose` picks the hierarchical form for `op` (so a forced flat
+/// algorithm keeps it flat), and for a blocking call only.
+fn varcount_tiers(comm: &CommInner, op: Collective, call: Call) -> Option<hier::Tiers> {
+    (call == Call::Blocking && choose(comm, op, 0, true) == Algorithm::Hierarchical)
+        .then(|| tiers(comm, true))
+}
+
+/// Runs the counts exchange of a hierarchical varcount operation
+/// (`hier::collect_counts`, a schedule of its own, before the data schedule
+/// `b` has started a phase) and returns, on a group's leader, every
+/// member's `mine` in member order; elsewhere nothing. With a single group
+/// there is nobody to tell, and no rank runs it. A failure is recorded in
+/// `b` and leaves the counts zero: the data schedule still runs, so no rank
+/// is left waiting.
+fn exchange_counts(
+    b: &mut Builder,
+    comm: &CommInner,
+    groups: &[Vec<Rank>],
+    skip: Option<usize>,
+    mine: &[u64],
+) -> Vec<Vec<usize>> {
+    if groups.len() < 2 {
+        return Vec::new();
+    }
+    let my = hier::group_of(groups, b.me);
+    let members = &groups[my];
+    let leads = b.me == members[0] && skip != Some(my);
+    let row = mine.len() * 8;
+    let mut all = vec![0u8; if leads { members.len() * row } else { 0 }];
+    let mut c = Builder::new(comm, "varcount_counts");
+    let m = c.owned_from(mine.iter().flat_map(|x| x.to_le_bytes()).collect());
+    // SAFETY: `all` outlives `run` below, which waits for the schedule, and
+    // nothing else touches it meanwhile.
+    let a = unsafe { c.user_write(&mut all) };
+    hier::collect_counts(&mut c, groups, skip, m, a);
+    if let Err(e) = run(c.finish()) {
+        b.fail(e);
+        all.fill(0);
+    }
+    let mut rows = Vec::new();
+    for j in 0..all.len().checked_div(row).unwrap_or(0) {
+        let words = all[j * row..(j + 1) * row].chunks_exact(8);
+        let row: Vec<usize> = words
+            .map(|w| {
+                let v = u64::from_le_bytes(w.try_into().expect("chunks of eight bytes"));
+                usize::try_from(v).unwrap_or_else(|_| {
+                    b.fail(count_err(format!("a block of {v} bytes in a partition")));
+                    0
+                })
+            })
+            .collect();
+        rows.push(row);
+    }
+    rows
+}
+
+/// The counts exchange of a hierarchical varcount gather or scatter: each
+/// rank's block length (`mine` bytes) goes to its group's leader, except in
+/// the root's group (the root knows those counts). Returns the lengths by
+/// rank as far as this rank learnt them: its own, and on a leader its
+/// members'.
+fn block_sizes(
+    b: &mut Builder,
+    comm: &CommInner,
+    groups: &[Vec<Rank>],
+    root: Rank,
+    mine: usize,
+) -> Vec<usize> {
+    let skip = hier::group_of(groups, root);
+    let rows = exchange_counts(b, comm, groups, Some(skip), &[mine as u64]);
+    let mut sizes = vec![0; b.n as usize];
+    let members = &groups[hier::group_of(groups, b.me)];
+    for (&m, row) in members.iter().zip(&rows) {
+        sizes[m as usize] = row[0];
+    }
+    sizes[b.me as usize] = mine;
+    sizes
 }
 
 fn count_err(msg: String) -> Error {
@@ -594,13 +708,12 @@ where
         None => mine.len,
     };
     let dst = o.as_ref().map(|o| o.reg.at(0, n * bs));
+    let blocks = || dst.map(|d| (0..n).map(|r| d.at(r * bs, bs)).collect::<Vec<Reg>>());
     match choose(comm, Collective::Gather, bs, true) {
-        Algorithm::Linear => {
-            let blocks: Option<Vec<Reg>> = dst.map(|d| (0..n).map(|r| d.at(r * bs, bs)).collect());
-            gather::gather_linear(&mut b, root, mine, blocks.as_deref());
-        }
+        Algorithm::Linear => gather::gather_linear(&mut b, root, mine, blocks().as_deref()),
         Algorithm::Hierarchical => {
-            hier::gather(&mut b, &tiers(comm, true).groups, root, mine, bs, dst)
+            let groups = &tiers(comm, true).groups;
+            hier::gather(&mut b, groups, root, mine, &|_| bs, blocks().as_deref())
         }
         _ => gather::gather_binomial(&mut b, root, mine, bs, dst),
     }
@@ -615,7 +728,8 @@ unsafe fn plan_gather_varcount<S, R>(
     root: Rank,
     send: &S,
     recv: Option<&mut R>,
-) -> Result<Schedule, Error>
+    call: Call,
+) -> Schedule
 where
     S: Buffer + ?Sized,
     R: PartitionedBufferMut + ?Sized,
@@ -624,13 +738,24 @@ where
     // SAFETY: the plan contract.
     let mine = unsafe { input(&mut b, send) };
     // SAFETY: the plan contract.
-    let parts = recv.map(|r| unsafe { output_parts(&mut b, r) }).transpose();
-    let parts = parts.map_err(|e| skip_phase(&mut b, e))?;
-    gather::gather_linear(&mut b, root, mine, parts.as_ref().map(|p| &p.0[..]));
-    if let Some((_, unpacks)) = &parts {
-        finish_parts(&mut b, unpacks);
+    let parts = recv.map(|r| unsafe { output_parts(&mut b, r) });
+    let (blocks, unpacks) = match parts {
+        Some(p) => {
+            let (blocks, unpacks) = recv_blocks_or_empty(&mut b, p);
+            (Some(blocks), unpacks)
+        }
+        None => (None, Vec::new()),
+    };
+    match varcount_tiers(comm, Collective::Gather, call) {
+        Some(t) => {
+            let sizes = block_sizes(&mut b, comm, &t.groups, root, mine.len);
+            let size = |r: Rank| sizes[r as usize];
+            hier::gather(&mut b, &t.groups, root, mine, &size, blocks.as_deref());
+        }
+        None => gather::gather_linear(&mut b, root, mine, blocks.as_deref()),
     }
-    Ok(b.finish())
+    finish_parts(&mut b, &unpacks);
+    b.finish()
 }
 
 unsafe fn plan_scatter<S, R>(
@@ -668,13 +793,12 @@ where
         b.owned(bs)
     };
     let src = src.map(|s| s.at(0, n * bs));
+    let blocks = || src.map(|s| (0..n).map(|r| s.at(r * bs, bs)).collect::<Vec<Reg>>());
     match choose(comm, Collective::Scatter, bs, true) {
-        Algorithm::Linear => {
-            let blocks: Option<Vec<Reg>> = src.map(|s| (0..n).map(|r| s.at(r * bs, bs)).collect());
-            gather::scatter_linear(&mut b, root, blocks.as_deref(), out);
-        }
+        Algorithm::Linear => gather::scatter_linear(&mut b, root, blocks().as_deref(), out),
         Algorithm::Hierarchical => {
-            hier::scatter(&mut b, &tiers(comm, true).groups, root, src, bs, out)
+            let groups = &tiers(comm, true).groups;
+            hier::scatter(&mut b, groups, root, blocks().as_deref(), &|_| bs, out)
         }
         _ => gather::scatter_binomial(&mut b, root, src, bs, out),
     }
@@ -687,20 +811,28 @@ unsafe fn plan_scatter_varcount<S, R>(
     root: Rank,
     send: Option<&S>,
     recv: &mut R,
-) -> Result<Schedule, Error>
+    call: Call,
+) -> Schedule
 where
     S: PartitionedBuffer + ?Sized,
     R: BufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "scatterv");
     // SAFETY: the plan contract.
-    let blocks = send.map(|s| unsafe { input_parts(&mut b, s) }).transpose();
-    let blocks = blocks.map_err(|e| skip_phase(&mut b, e))?;
+    let parts = send.map(|s| unsafe { input_parts(&mut b, s) });
+    let blocks = parts.map(|p| blocks_or_empty(&mut b, p));
     // SAFETY: the plan contract.
     let o = unsafe { output(&mut b, recv, false) };
-    gather::scatter_linear(&mut b, root, blocks.as_deref(), o.reg);
+    match varcount_tiers(comm, Collective::Scatter, call) {
+        Some(t) => {
+            let sizes = block_sizes(&mut b, comm, &t.groups, root, o.reg.len);
+            let size = |r: Rank| sizes[r as usize];
+            hier::scatter(&mut b, &t.groups, root, blocks.as_deref(), &size, o.reg);
+        }
+        None => gather::scatter_linear(&mut b, root, blocks.as_deref(), o.reg),
+    }
     finish(&mut b, &o, o.reg);
-    Ok(b.finish())
+    b.finish()
 }
 
 unsafe fn plan_all_gather<S, R>(comm: &CommInner, send: &S, recv: &mut R) -> Schedule
@@ -785,9 +917,13 @@ where
     let recvs: Vec<Reg> = (0..n).map(|r| o.reg.at(r * rbs, rbs)).collect();
     match choose(comm, Collective::AllToAll, rbs, true) {
         Algorithm::Linear => alltoall::linear(&mut b, &sends, &recvs),
-        Algorithm::Hierarchical => {
-            hier::all_to_all(&mut b, &tiers(comm, true).groups, &sends, &recvs, rbs)
-        }
+        Algorithm::Hierarchical => hier::all_to_all(
+            &mut b,
+            &tiers(comm, true).groups,
+            &sends,
+            &recvs,
+            &|_, _| rbs,
+        ),
         _ => alltoall::pairwise(&mut b, &sends, &recvs),
     }
     finish(&mut b, &o, o.reg);
@@ -798,24 +934,36 @@ unsafe fn plan_all_to_all_varcount<S, R>(
     comm: &CommInner,
     send: &S,
     recv: &mut R,
-) -> Result<Schedule, Error>
+    call: Call,
+) -> Schedule
 where
     S: PartitionedBuffer + ?Sized,
     R: PartitionedBufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "alltoallv");
     // SAFETY: the plan contract.
-    let sends = unsafe { input_parts(&mut b, send) }.map_err(|e| skip_phase(&mut b, e))?;
+    let sends = unsafe { input_parts(&mut b, send) };
+    let sends = blocks_or_empty(&mut b, sends);
     // SAFETY: the plan contract.
     let parts = unsafe { output_parts(&mut b, recv) };
-    let (recvs, unpacks) = parts.map_err(|e| skip_phase(&mut b, e))?;
-    // Block sizes differ between ranks, so only a forced choice applies.
-    match algorithm::forced_algorithm(Collective::AllToAll) {
-        Some(Algorithm::Linear) => alltoall::linear(&mut b, &sends, &recvs),
-        _ => alltoall::pairwise(&mut b, &sends, &recvs),
+    let (recvs, unpacks) = recv_blocks_or_empty(&mut b, parts);
+    match varcount_tiers(comm, Collective::AllToAll, call) {
+        Some(t) => {
+            let my = hier::group_of(&t.groups, b.me);
+            let mine = hier::all_to_all_counts(&t.groups, my, &sends, &recvs);
+            let rows = exchange_counts(&mut b, comm, &t.groups, None, &mine);
+            let sizes = hier::VarSizes::new(&t.groups, b.me, &sends, &recvs, rows);
+            let size = |from: Rank, to: Rank| sizes.size(from, to);
+            hier::all_to_all(&mut b, &t.groups, &sends, &recvs, &size);
+        }
+        // Block sizes differ between ranks, so only a forced choice applies.
+        None => match algorithm::forced_algorithm(Collective::AllToAll) {
+            Some(Algorithm::Linear) => alltoall::linear(&mut b, &sends, &recvs),
+            _ => alltoall::pairwise(&mut b, &sends, &recvs),
+        },
     }
     finish_parts(&mut b, &unpacks);
-    Ok(b.finish())
+    b.finish()
 }
 
 // ---- library-internal collectives ------------------------------------------------------
@@ -1011,7 +1159,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// All-to-all with a count and displacement per rank on both sides
-    /// (`MPI_Alltoallv`).
+    /// (`MPI_Alltoallv`). Hierarchical across meta hosts (module docs).
     fn all_to_all_varcount_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: PartitionedBuffer + ?Sized,
@@ -1031,7 +1179,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: PartitionedBufferMut + ?Sized,
     {
         // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_all_to_all_varcount(comm_of(self), sendbuf, recvbuf)? })
+        run(unsafe { plan_all_to_all_varcount(comm_of(self), sendbuf, recvbuf, Call::Blocking) })
     }
 
     /// Reduction of every member's `sendbuf` into every member's `recvbuf`
@@ -1211,7 +1359,8 @@ pub trait CommunicatorCollectives: Communicator {
         request(comm, s, recvbuf, scope)
     }
 
-    /// Starts a varcount all-to-all (`MPI_Ialltoallv`).
+    /// Starts a varcount all-to-all (`MPI_Ialltoallv`). Flat across meta
+    /// hosts, unlike the blocking form (module docs).
     fn immediate_all_to_all_varcount_into<'a, S, R, Sc>(
         &self,
         scope: Sc,
@@ -1225,7 +1374,7 @@ pub trait CommunicatorCollectives: Communicator {
     {
         let comm = comm_of(self);
         // SAFETY: as in `immediate_all_gather_into`.
-        let s = unsafe { plan_all_to_all_varcount(comm, sendbuf, recvbuf) }.or_abort();
+        let s = unsafe { plan_all_to_all_varcount(comm, sendbuf, recvbuf, Call::Immediate) };
         request(comm, s, recvbuf, scope)
     }
 
@@ -1396,6 +1545,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// Sends `sendbuf` to the root (non-root side of `MPI_Gatherv`).
+    /// Hierarchical across meta hosts (module docs).
     fn gather_varcount_into<S>(&self, sendbuf: &S)
     where
         S: Buffer + ?Sized,
@@ -1423,12 +1573,13 @@ pub trait Root: AsCommunicator {
                 self.root_rank(),
                 sendbuf,
                 None::<&mut crate::datatype::PartitionMut<'_, [u8], Vec<Count>, Vec<Count>>>,
-            )?
+                Call::Blocking,
+            )
         })
     }
 
     /// Collects every member's `sendbuf` into the blocks of `recvbuf` (root
-    /// side of `MPI_Gatherv`).
+    /// side of `MPI_Gatherv`). Hierarchical across meta hosts (module docs).
     fn gather_varcount_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: Buffer + ?Sized,
@@ -1454,7 +1605,15 @@ pub trait Root: AsCommunicator {
             return Err(only_root("gather_varcount_into_root"));
         }
         // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_gather_varcount(comm, self.root_rank(), sendbuf, Some(recvbuf))? })
+        run(unsafe {
+            plan_gather_varcount(
+                comm,
+                self.root_rank(),
+                sendbuf,
+                Some(recvbuf),
+                Call::Blocking,
+            )
+        })
     }
 
     /// Receives this member's block from the root (non-root side of
@@ -1512,7 +1671,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// Receives this member's block from the root (non-root side of
-    /// `MPI_Scatterv`).
+    /// `MPI_Scatterv`). Hierarchical across meta hosts (module docs).
     fn scatter_varcount_into<R>(&self, recvbuf: &mut R)
     where
         R: BufferMut + ?Sized,
@@ -1540,12 +1699,13 @@ pub trait Root: AsCommunicator {
                 self.root_rank(),
                 None::<&crate::datatype::Partition<'_, [u8], Vec<Count>, Vec<Count>>>,
                 recvbuf,
-            )?
+                Call::Blocking,
+            )
         })
     }
 
     /// Sends the blocks of `sendbuf` to the members (root side of
-    /// `MPI_Scatterv`).
+    /// `MPI_Scatterv`). Hierarchical across meta hosts (module docs).
     fn scatter_varcount_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: PartitionedBuffer + ?Sized,
@@ -1575,7 +1735,15 @@ pub trait Root: AsCommunicator {
             return Err(only_root("scatter_varcount_into_root"));
         }
         // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_scatter_varcount(comm, self.root_rank(), Some(sendbuf), recvbuf)? })
+        run(unsafe {
+            plan_scatter_varcount(
+                comm,
+                self.root_rank(),
+                Some(sendbuf),
+                recvbuf,
+                Call::Blocking,
+            )
+        })
     }
 
     /// Contributes `sendbuf` to a reduction at the root (non-root side of
@@ -1690,7 +1858,8 @@ pub trait Root: AsCommunicator {
         request(comm, s, recvbuf, scope)
     }
 
-    /// Starts the non-root side of a varcount gather (`MPI_Igatherv`).
+    /// Starts the non-root side of a varcount gather (`MPI_Igatherv`). Flat
+    /// across meta hosts, unlike the blocking form (module docs).
     fn immediate_gather_varcount_into<'a, Sc, S>(
         &self,
         scope: Sc,
@@ -1709,13 +1878,14 @@ pub trait Root: AsCommunicator {
                 self.root_rank(),
                 sendbuf,
                 None::<&mut crate::datatype::PartitionMut<'_, [u8], Vec<Count>, Vec<Count>>>,
+                Call::Immediate,
             )
-        }
-        .or_abort();
+        };
         request(comm, s, sendbuf, scope)
     }
 
-    /// Starts the root side of a varcount gather.
+    /// Starts the root side of a varcount gather (flat, as the non-root
+    /// side).
     fn immediate_gather_varcount_into_root<'a, Sc, S, R>(
         &self,
         scope: Sc,
@@ -1730,9 +1900,15 @@ pub trait Root: AsCommunicator {
         let comm = comm_of(self.as_communicator());
         assert_eq!(comm.rank, self.root_rank());
         // SAFETY: as in `immediate_broadcast_into`.
-        let s =
-            unsafe { plan_gather_varcount(comm, self.root_rank(), sendbuf, Some(&mut *recvbuf)) }
-                .or_abort();
+        let s = unsafe {
+            plan_gather_varcount(
+                comm,
+                self.root_rank(),
+                sendbuf,
+                Some(&mut *recvbuf),
+                Call::Immediate,
+            )
+        };
         request(comm, s, recvbuf, scope)
     }
 
@@ -1769,6 +1945,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// Starts the non-root side of a varcount scatter (`MPI_Iscatterv`).
+    /// Flat across meta hosts, unlike the blocking form (module docs).
     fn immediate_scatter_varcount_into<'a, Sc, R>(
         &self,
         scope: Sc,
@@ -1787,13 +1964,14 @@ pub trait Root: AsCommunicator {
                 self.root_rank(),
                 None::<&crate::datatype::Partition<'_, [u8], Vec<Count>, Vec<Count>>>,
                 recvbuf,
+                Call::Immediate,
             )
-        }
-        .or_abort();
+        };
         request(comm, s, recvbuf, scope)
     }
 
-    /// Starts the root side of a varcount scatter.
+    /// Starts the root side of a varcount scatter (flat, as the non-root
+    /// side).
     fn immediate_scatter_varcount_into_root<'a, Sc, S, R>(
         &self,
         scope: Sc,
@@ -1808,8 +1986,15 @@ pub trait Root: AsCommunicator {
         let comm = comm_of(self.as_communicator());
         assert_eq!(comm.rank, self.root_rank());
         // SAFETY: as in `immediate_broadcast_into`.
-        let s = unsafe { plan_scatter_varcount(comm, self.root_rank(), Some(sendbuf), recvbuf) }
-            .or_abort();
+        let s = unsafe {
+            plan_scatter_varcount(
+                comm,
+                self.root_rank(),
+                Some(sendbuf),
+                recvbuf,
+                Call::Immediate,
+            )
+        };
         request(comm, s, recvbuf, scope)
     }
 

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use metampi::collective::{Algorithm, Collective, SystemOperation, UserOperation};
-use metampi::datatype::PartitionMut;
+use metampi::datatype::{Partition, PartitionMut};
 use metampi::topology::SimpleCommunicator;
 use metampi::traits::*;
 use rand::rngs::StdRng;
@@ -118,20 +118,27 @@ pub fn each_alg(op: Collective, mut f: impl FnMut(Option<Algorithm>)) {
 /// Counts 0..=3 and displacements with a gap of one element after each
 /// block, for a varcount buffer of `n` blocks; returns the total length.
 pub fn partition(n: i32, salt: i32) -> (Vec<i32>, Vec<i32>, usize) {
-    let counts: Vec<i32> = (0..n).map(|r| (r * 7 + salt * 3 + 1) % 4).collect();
-    let mut displs = Vec::new();
-    let mut at = 0;
+    partition_of(n, salt, 1)
+}
+
+/// As [`partition`] with every count multiplied by `unit`.
+pub fn partition_of(n: i32, salt: i32, unit: i32) -> (Vec<i32>, Vec<i32>, usize) {
+    let counts: Vec<i32> = (0..n).map(|r| (r * 7 + salt * 3 + 1) % 4 * unit).collect();
     // Reverse order of blocks in memory, so displacements are not monotonic.
-    for r in (0..n).rev() {
-        displs.push(at);
-        at += counts[r as usize] + 1;
-    }
-    displs.reverse();
-    let total = (0..n)
-        .map(|r| (displs[r as usize] + counts[r as usize] + 1) as usize)
-        .max()
-        .unwrap_or(0);
+    let (displs, total) = layout(&counts, (0..n as usize).rev(), 1);
     (counts, displs, total)
+}
+
+/// Displacements of blocks of `counts` placed in memory in `order` (block
+/// indices), with `gap` elements after each; and the total length.
+pub fn layout(counts: &[i32], order: impl Iterator<Item = usize>, gap: i32) -> (Vec<i32>, usize) {
+    let mut displs = vec![0; counts.len()];
+    let mut at = 0;
+    for i in order {
+        displs[i] = at;
+        at += counts[i] + gap;
+    }
+    (displs, at as usize)
 }
 
 /// `fixed` lengths plus two drawn at random (seeded) below `max`.
@@ -399,6 +406,144 @@ pub fn check_gather_scatter(c: &SimpleCommunicator, seed: u64, how: &str, lens: 
             }
             assert!(out == mine, "scatter root {root} len {len} {how}");
         }
+    }
+}
+
+/// Gather-varcount and scatter-varcount to and from every root, for each
+/// count scale of `units` (counts 0..=3 times the unit, so some are zero),
+/// blocks in reverse order with a one-element gap after each (gaps must
+/// stay untouched); then with a padded (non-contiguous) type.
+pub fn check_varcount_rooted(c: &SimpleCommunicator, seed: u64, how: &str, units: &[i32]) {
+    let (n, me) = (c.size(), c.rank());
+    for root in 0..n {
+        let p = c.process_at_rank(root);
+        for &unit in units {
+            let (counts, displs, total) = partition_of(n, root, unit);
+            let s = seed + root as u64 * 100 + unit as u64;
+            let mine = ints(s, me, counts[me as usize] as usize);
+            if me == root {
+                let mut buf = vec![-1i64; total];
+                let mut part = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
+                p.gather_varcount_into_root(&mine[..], &mut part);
+                for r in 0..n as usize {
+                    let (d, k) = (displs[r] as usize, counts[r] as usize);
+                    assert!(
+                        buf[d..d + k] == ints(s, r as i32, k)[..],
+                        "gatherv root {root} unit {unit} from {r} {how}"
+                    );
+                    assert_eq!(buf[d + k], -1, "gatherv wrote a gap {how}");
+                }
+            } else {
+                p.gather_varcount_into(&mine[..]);
+            }
+            let mut out = vec![-1i64; counts[me as usize] as usize];
+            if me == root {
+                let mut buf = vec![-9i64; total];
+                for r in 0..n as usize {
+                    let (d, k) = (displs[r] as usize, counts[r] as usize);
+                    buf[d..d + k].copy_from_slice(&ints(s + 1, r as i32, k));
+                }
+                let part = Partition::new(&buf[..], &counts[..], &displs[..]);
+                p.scatter_varcount_into_root(&part, &mut out[..]);
+            } else {
+                p.scatter_varcount_into(&mut out[..]);
+            }
+            assert!(
+                out == ints(s + 1, me, out.len()),
+                "scatterv root {root} unit {unit} {how}"
+            );
+        }
+        // Non-contiguous elements.
+        let (counts, displs, total) = partition_of(n, root + 1, 2);
+        let mine = padded(seed + root as u64, me, counts[me as usize] as usize);
+        if me == root {
+            let mut buf = vec![Padded::default(); total];
+            let mut part = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
+            p.gather_varcount_into_root(&mine[..], &mut part);
+            for r in 0..n as usize {
+                let (d, k) = (displs[r] as usize, counts[r] as usize);
+                let want = padded(seed + root as u64, r as i32, k);
+                assert_eq!(buf[d..d + k], want[..], "padded gatherv root {root} {how}");
+            }
+            let part = Partition::new(&buf[..], &counts[..], &displs[..]);
+            let mut out = vec![Padded::default(); counts[me as usize] as usize];
+            p.scatter_varcount_into_root(&part, &mut out[..]);
+            assert_eq!(out, mine, "padded scatterv root {root} {how}");
+        } else {
+            p.gather_varcount_into(&mine[..]);
+            let mut out = vec![Padded::default(); mine.len()];
+            p.scatter_varcount_into(&mut out[..]);
+            assert_eq!(out, mine, "padded scatterv root {root} {how}");
+        }
+    }
+}
+
+/// Elements rank `from` sends rank `to` in [`check_all_to_all_varcount`]:
+/// 0..=3 times `unit`.
+pub fn a2av_count(from: i32, to: i32, salt: i32, unit: i32) -> i32 {
+    (from * 3 + to * 5 + salt) % 4 * unit
+}
+
+/// All-to-all-varcount with uneven counts (zeros included) for each count
+/// scale of `units`: send blocks in reverse order with one-element gaps,
+/// receive blocks in rank order with two-element gaps (gaps must stay
+/// untouched); then with a padded (non-contiguous) type.
+pub fn check_all_to_all_varcount(c: &SimpleCommunicator, seed: u64, how: &str, units: &[i32]) {
+    let (n, me) = (c.size(), c.rank());
+    let block = |s: u64, from: i32, to: i32, k: i32| ints(s + 1000 * to as u64, from, k as usize);
+    for (salt, &unit) in units.iter().enumerate() {
+        let (salt, s) = (salt as i32, seed + unit as u64);
+        let scounts: Vec<i32> = (0..n).map(|to| a2av_count(me, to, salt, unit)).collect();
+        let rcounts: Vec<i32> = (0..n)
+            .map(|from| a2av_count(from, me, salt, unit))
+            .collect();
+        let (sdispls, stotal) = layout(&scounts, (0..n as usize).rev(), 1);
+        let (rdispls, rtotal) = layout(&rcounts, 0..n as usize, 2);
+        let mut sbuf = vec![-5i64; stotal];
+        for to in 0..n {
+            let (d, k) = (sdispls[to as usize] as usize, scounts[to as usize]);
+            sbuf[d..d + k as usize].copy_from_slice(&block(s, me, to, k));
+        }
+        let mut rbuf = vec![-1i64; rtotal];
+        let spart = Partition::new(&sbuf[..], &scounts[..], &sdispls[..]);
+        let mut rpart = PartitionMut::new(&mut rbuf[..], &rcounts[..], &rdispls[..]);
+        c.all_to_all_varcount_into(&spart, &mut rpart);
+        for from in 0..n {
+            let (d, k) = (rdispls[from as usize] as usize, rcounts[from as usize]);
+            assert!(
+                rbuf[d..d + k as usize] == block(s, from, me, k)[..],
+                "alltoallv unit {unit} from {from} {how}"
+            );
+            assert_eq!(rbuf[d + k as usize..][..2], [-1, -1], "alltoallv gap {how}");
+        }
+    }
+    // Non-contiguous elements.
+    let pblock = |from: i32, to: i32| {
+        padded(
+            seed + 77 * to as u64,
+            from,
+            a2av_count(from, to, 3, 2) as usize,
+        )
+    };
+    let send: Vec<Padded> = (0..n).flat_map(|to| pblock(me, to)).collect();
+    let scounts: Vec<i32> = (0..n).map(|to| a2av_count(me, to, 3, 2)).collect();
+    let rcounts: Vec<i32> = (0..n).map(|from| a2av_count(from, me, 3, 2)).collect();
+    let (sdispls, _) = layout(&scounts, 0..n as usize, 0);
+    let (rdispls, rtotal) = layout(&rcounts, (0..n as usize).rev(), 1);
+    let mut rbuf = vec![Padded::default(); rtotal];
+    let spart = Partition::new(&send[..], &scounts[..], &sdispls[..]);
+    let mut rpart = PartitionMut::new(&mut rbuf[..], &rcounts[..], &rdispls[..]);
+    c.all_to_all_varcount_into(&spart, &mut rpart);
+    for from in 0..n {
+        let (d, k) = (
+            rdispls[from as usize] as usize,
+            rcounts[from as usize] as usize,
+        );
+        assert_eq!(
+            rbuf[d..d + k],
+            pblock(from, me)[..],
+            "padded alltoallv from {from} {how}"
+        );
     }
 }
 
