@@ -9,9 +9,12 @@
 #
 #   bash bench/router_cpu.sh          # ITERS=0.2 (bench --iters-scale)
 #   M=/tmp/metampi-old bash bench/router_cpu.sh
+#   COMPRESSION=auto bash bench/router_cpu.sh   # the link's setting (default off);
+#                                               # prints what auto chose and why
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${ITERS:-0.2}
+COMPRESSION=${COMPRESSION:-off}
 T=${CARGO_TARGET_DIR:-target}
 if [ -z "${M:-}" ]; then # M=path/to/metampi measures that build instead
     cargo build --release -q -p metampi-cli
@@ -23,7 +26,7 @@ cat >"$d/plain.cfg" <<CFG
 PORTBASE 27700
 METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }
 METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }
-PAIR a b 1 - { COMPRESSION = off; }
+PAIR a b 1 - { COMPRESSION = $COMPRESSION; }
 a0 <-> b0
 CFG
 ticks=$(getconf CLK_TCK)
@@ -60,6 +63,15 @@ per() { for s in $1; do awk -v s="$s" -v g="$gb" 'BEGIN {printf "%.2f ", s / g}'
 sum() { awk '{s = 0; for (i = 1; i <= NF; i++) s += $i; print s}' <<<"$1"; }
 maxv() { awk '{m = 0; for (i = 1; i <= NF; i++) if ($i > m) m = $i; print m}' <<<"$1"; }
 echo "payload moved: $bytes bytes (from the routers' link statistics)"
+if [ "$COMPRESSION" != off ]; then
+    # The sending router's link: compression setting, the mode auto chose, and
+    # the goodput it measured in each mode (uncompressed bytes per busy second).
+    for f in "$d"/stats/router-*-link-*-out.json; do
+        grep -q '"payload_raw_out":[1-9]' "$f" || continue
+        grep -o '"compression[a-z_]*":[^,]*\|"goodput_[a-z]*_bps":[0-9]*\|"auto_[a-z_]*":[0-9]*' "$f" | tr '\n' ' '
+        echo
+    done
+fi
 echo "routed: $routed_bw MB/s; CPU s/GB ranks: $(per "$routed_ranks")routers: $(per "$routers")"
 echo "direct: $direct_bw MB/s; CPU s/GB ranks: $(per "$direct_ranks")"
 rt=$(sum "$routed_ranks $routers"); dt=$(sum "$direct_ranks")

@@ -13,12 +13,14 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use bytes::BytesMut;
+
 use crate::config::{Config, ConfigError};
 use crate::error::{CloseReason, ProtocolError, SendError};
-use crate::link_state::{LinkState, Received, Transmit};
+use crate::link_state::{LinkState, Received, Transmit, DISCARD_READ};
 use crate::queue::SendQueue;
 use crate::reassembly::{Accepted, Reassembler};
-use crate::record::Message;
+use crate::record::{Message, MessageParts};
 use crate::stats::Stats;
 
 /// Something the application should know about, from `poll_event`.
@@ -118,14 +120,51 @@ impl Bundle {
     }
 
     /// Bytes read from link `link`'s transport, split anywhere. Unknown links are ignored.
+    /// The bytes are copied; [`Bundle::handle_read`] avoids that.
     pub fn handle_bytes(&mut self, now: Instant, link: usize, bytes: &[u8]) {
+        self.handle_read(now, link, |buf, _| buf.extend_from_slice(bytes));
+    }
+
+    /// Reads from link `link`'s transport straight into the buffer its frames are
+    /// decoded from, then handles the bytes as [`Bundle::handle_bytes`] does, without
+    /// copying them: frames, and the message fragments in them, are slices of that
+    /// buffer. `read` gets the buffer and how many bytes to read at most (that much
+    /// spare capacity is reserved, sized so that frames do not straddle allocations);
+    /// it should append at most that many bytes and nothing else, and returns what
+    /// this call returns (the transport's result, say). Bytes for an unknown or dead
+    /// link are read into a scratch buffer and dropped.
+    ///
+    /// ```
+    /// # use std::time::Instant;
+    /// # use metampi_wire::{Bundle, Config};
+    /// # let mut bundle = Bundle::new(Instant::now(), Config::default(), 1).unwrap();
+    /// # let mut socket: &[u8] = &[];
+    /// use std::io::Read;
+    /// let n = bundle.handle_read(Instant::now(), 0, |buf, max| {
+    ///     // A socket read into the spare capacity would avoid zeroing it first.
+    ///     let at = buf.len();
+    ///     buf.resize(at + max, 0);
+    ///     let r = socket.read(&mut buf[at..]);
+    ///     buf.truncate(at + *r.as_ref().unwrap_or(&0));
+    ///     r
+    /// });
+    /// assert_eq!(n.unwrap(), 0);
+    /// ```
+    pub fn handle_read<T>(
+        &mut self,
+        now: Instant,
+        link: usize,
+        read: impl FnOnce(&mut BytesMut, usize) -> T,
+    ) -> T {
         let Some(l) = self.links.get_mut(link) else {
-            return;
+            return read(&mut BytesMut::new(), DISCARD_READ);
         };
-        match l.handle_bytes(now, bytes) {
+        let (t, r) = l.handle_read(now, read);
+        match r {
             Ok(r) => self.absorb(link, r),
             Err(e) => self.fail(link, e.into()),
         }
+        t
     }
 
     /// Takes what link `link` decoded: acknowledged credit, records in order, failover
@@ -220,17 +259,27 @@ impl Bundle {
     /// The next event: delivered messages first, then link and connection events.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        if let Some((m, charges)) = self.reassembler.pop() {
-            for (link, cost) in charges {
-                if link == FAILOVER {
-                    self.failover_held -= cost;
-                } else if let Some(l) = self.links.get_mut(link as usize) {
-                    l.release(cost);
-                }
-            }
-            return Some(Event::Delivered(m));
+        if let Some(m) = self.poll_message_parts() {
+            return Some(Event::Delivered(m.into_message()));
         }
         self.events.pop_front()
+    }
+
+    /// The next delivered message, in order, as the pieces it arrived in: what
+    /// [`Bundle::poll_event`] would deliver next, without joining a message that came
+    /// in several fragments into one buffer. Events other than deliveries stay for
+    /// `poll_event`.
+    #[must_use]
+    pub fn poll_message_parts(&mut self) -> Option<MessageParts> {
+        let (m, charges) = self.reassembler.pop()?;
+        for (link, cost) in charges {
+            if link == FAILOVER {
+                self.failover_held -= cost;
+            } else if let Some(l) = self.links.get_mut(link as usize) {
+                l.release(cost);
+            }
+        }
+        Some(m)
     }
 
     /// Closes the connection locally: nothing more is sent or accepted.

@@ -280,7 +280,18 @@ pub fn encode(header: &Header, payload: &[u8], out: &mut Vec<u8>) {
 /// # Panics
 /// When `payload` is longer than [`MAX_PAYLOAD`].
 pub fn encode_header(header: &Header, payload: &[u8]) -> [u8; HEADER_LEN] {
-    assert!(payload.len() <= MAX_PAYLOAD, "payload over MAX_PAYLOAD");
+    encode_header_parts(header, &[payload])
+}
+
+/// [`encode_header`] for a payload that is the concatenation of `parts`: the frame
+/// is the header followed by the parts, written with one vectored write (the
+/// payload is never gathered into one buffer).
+///
+/// # Panics
+/// When the parts add up to more than [`MAX_PAYLOAD`].
+pub fn encode_header_parts<P: AsRef<[u8]>>(header: &Header, parts: &[P]) -> [u8; HEADER_LEN] {
+    let len: usize = parts.iter().map(|p| p.as_ref().len()).sum();
+    assert!(len <= MAX_PAYLOAD, "payload over MAX_PAYLOAD");
     let mut h = [0u8; HEADER_LEN];
     h[..4].copy_from_slice(&MAGIC);
     h[4] = VERSION;
@@ -291,12 +302,56 @@ pub fn encode_header(header: &Header, payload: &[u8]) -> [u8; HEADER_LEN] {
     h[12..20].copy_from_slice(&header.seq.to_le_bytes());
     h[20..28].copy_from_slice(&header.ack.to_le_bytes());
     h[28..36].copy_from_slice(&header.credit.to_le_bytes());
-    h[36..40].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    h[36..40].copy_from_slice(&(len as u32).to_le_bytes());
     let hcrc = crc32c::crc32c(&h[..40]);
     h[40..44].copy_from_slice(&hcrc.to_le_bytes());
-    let fcrc = crc32c::crc32c_append(crc32c::crc32c(&h[..44]), payload);
+    let fcrc = parts.iter().fold(crc32c::crc32c(&h[..44]), |crc, p| {
+        crc32c::crc32c_append(crc, p.as_ref())
+    });
     h[44..48].copy_from_slice(&fcrc.to_le_bytes());
     h
+}
+
+/// Smallest read [`reserve_for_frames`] asks for into a buffer with nothing pending.
+const MIN_READ: usize = 16 << 10;
+
+/// Readies `buf` for a read from a byte stream whose frames are split off its front
+/// (`split_to` + `freeze`) and handed out without a copy; returns how many bytes to
+/// read at most. `rest` is what the frame at the front still lacks (0 when `buf` is
+/// empty); `frame_max` the largest frame expected (a hint: larger ones still work).
+///
+/// Split-off frames keep their allocation alive, so the buffer cannot grow in place:
+/// a frame that a read leaves unfinished at the end of an allocation would have to be
+/// copied into the next one. So reads are sized to leave room for one whole frame
+/// after them, a new allocation (of about four frames) is started when the buffer is
+/// empty or cannot finish its frame, and near the end of an allocation only the rest
+/// of the current frame is read. In steady streaming nothing is copied but the odd
+/// partial header.
+pub fn reserve_for_frames(buf: &mut BytesMut, rest: usize, frame_max: usize) -> usize {
+    let spare = buf.capacity() - buf.len();
+    let need = if buf.is_empty() {
+        frame_max + MIN_READ
+    } else {
+        rest.max(1)
+    };
+    if spare < need {
+        let alloc = (4 * frame_max).clamp(64 << 10, 4 << 20);
+        let want = alloc.max(buf.len() + rest + frame_max + MIN_READ);
+        // An allocation no split-off frame uses any more is reused. Otherwise a new
+        // one gets a copy of the unfinished frame only (nothing when empty):
+        // `reserve` would carry the consumed bytes in front of it along.
+        if !buf.try_reclaim(want - buf.len()) {
+            let mut fresh = BytesMut::with_capacity(want);
+            fresh.extend_from_slice(buf);
+            *buf = fresh;
+        }
+    }
+    let spare = buf.capacity() - buf.len();
+    if spare >= rest + frame_max + MIN_READ.min(frame_max) {
+        spare - frame_max
+    } else {
+        rest.max(1).min(spare)
+    }
 }
 
 /// Reassembles frames from a byte stream that may be split anywhere and may contain
@@ -332,9 +387,42 @@ impl StreamDecoder {
         }
     }
 
-    /// Adds bytes from the stream.
+    /// Adds bytes from the stream (a copy; [`StreamDecoder::read_with`] reads
+    /// straight into the decoder's buffer instead).
     pub fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
+        self.read_with(|buf, _| buf.extend_from_slice(bytes));
+    }
+
+    /// Lets `read` append bytes from the stream to the decoder's own buffer, so that
+    /// they are not copied again: frames and their payloads are later split off it.
+    /// `read` gets the buffer and how many bytes to read at most (the buffer has that
+    /// much spare capacity; see [`reserve_for_frames`]). It should only append:
+    /// whatever it does, the decoder stays consistent and never panics.
+    pub fn read_with<T>(&mut self, read: impl FnOnce(&mut BytesMut, usize) -> T) -> T {
+        let rest = self.rest();
+        let limit = reserve_for_frames(&mut self.buf, rest, HEADER_LEN + self.max_payload);
+        read(&mut self.buf, limit)
+    }
+
+    /// Bytes the frame at the front still lacks, as far as its header tells; 0 when
+    /// nothing is buffered.
+    pub fn rest(&self) -> usize {
+        let have = self.buf.len();
+        if have == 0 {
+            return 0;
+        }
+        if !starts_with_header(&self.buf) {
+            return HEADER_LEN.saturating_sub(have).max(1);
+        }
+        let len = le_u32(&self.buf, 36) as usize;
+        // A length over the limit is refused when decoded; do not reserve for it.
+        let total = HEADER_LEN + len.min(self.max_payload);
+        total.saturating_sub(have).max(1)
+    }
+
+    /// The buffered bytes from `from` on (the bytes a read just appended).
+    pub(crate) fn buffered_from(&self, from: usize) -> &[u8] {
+        self.buf.get(from..).unwrap_or_default()
     }
 
     /// Forgets buffered bytes (the stream they came from is gone).
@@ -546,6 +634,93 @@ mod tests {
             ]
         );
         assert_eq!((d.buffered(), d.skip_front()), (0, 0));
+    }
+
+    /// A stream of frames of mixed sizes read into the decoder's own buffer in reads
+    /// of whatever size the transport has (here pseudo-random, never more than the
+    /// decoder asks for): every frame comes out intact, and the only bytes copied
+    /// from one allocation to the next are partial headers.
+    #[test]
+    fn reading_into_the_decoder_copies_no_payload() {
+        let max = 256 << 10;
+        let mut stream = Vec::new();
+        let mut sizes = Vec::new();
+        let mut x = 12345u64;
+        for i in 0..300u32 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let len = match x >> 60 {
+                0..=9 => max,
+                10..=12 => (x >> 20) as usize % max,
+                _ => (x >> 20) as usize % 300,
+            };
+            let payload: Vec<u8> = (0..len).map(|k| (k as u32 ^ i) as u8).collect();
+            encode(&header(FrameKind::Data, 0), &payload, &mut stream);
+            sizes.push(len);
+        }
+        let mut d = StreamDecoder::new(max);
+        let (mut at, mut copied, mut frames, mut moves) = (0, 0, Vec::new(), 0);
+        // Where the buffered bytes ended after the last read: splitting frames off the
+        // front does not move the end, a new allocation does.
+        let mut end = 0usize;
+        while at < stream.len() {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let have = stream.len() - at;
+            let kept = d.buffered();
+            let (moved, n) = d.read_with(|buf, limit| {
+                let moved = buf.as_ptr() as usize + buf.len() != end;
+                // A read returns what the socket has, up to what was asked.
+                let n = limit.min(have).min(1 + (x >> 40) as usize % (300 << 10));
+                assert!(buf.capacity() - buf.len() >= n);
+                buf.extend_from_slice(&stream[at..at + n]);
+                end = buf.as_ptr() as usize + buf.len();
+                (moved, n)
+            });
+            moves += usize::from(moved);
+            if moved {
+                copied += kept;
+                assert!(kept < HEADER_LEN, "{kept} bytes of a frame copied");
+            }
+            at += n;
+            while let Some(item) = d.next_frame() {
+                match item {
+                    StreamItem::Frame(_, p) => frames.push(p),
+                    StreamItem::Skipped(n, e) => panic!("skipped {n}: {e}"),
+                }
+            }
+        }
+        assert_eq!(frames.len(), sizes.len());
+        for (i, (f, &len)) in frames.iter().zip(&sizes).enumerate() {
+            assert_eq!(f.len(), len);
+            assert!(f
+                .iter()
+                .enumerate()
+                .all(|(k, &b)| b == (k as u32 ^ i as u32) as u8));
+        }
+        assert!(copied < 300 * HEADER_LEN);
+        // About four frames per allocation.
+        assert!(moves < 300 / 2, "{moves} allocations");
+        assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn reserve_for_frames_sizes_reads_to_finish_frames_inside_one_allocation() {
+        let f = 1000;
+        let mut buf = BytesMut::new();
+        // Empty: a fresh allocation, and room for one more frame kept after the read.
+        let n = reserve_for_frames(&mut buf, 0, f);
+        assert_eq!(buf.capacity() - n, f);
+        assert!(n >= MIN_READ);
+        // Near the end of the allocation only the rest of the current frame.
+        buf.extend_from_slice(&vec![0u8; n + f - 300]);
+        let _ = buf.split_to(n + f - 300 - 100);
+        assert_eq!(reserve_for_frames(&mut buf, 250, f), 250);
+        // A frame that cannot finish here moves (with its 100 bytes) to a new one.
+        let n = reserve_for_frames(&mut buf, 900, f);
+        assert!(buf.capacity() >= 100 + 900 + f && n >= 900);
     }
 
     #[test]

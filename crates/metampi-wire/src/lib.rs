@@ -71,11 +71,11 @@ pub mod record;
 mod stats;
 
 pub use bundle::{Bundle, Event};
-pub use compress::{decompress, Compression};
+pub use compress::{decompress, AutoMode, Compression};
 pub use config::{Config, ConfigBuilder, ConfigError, INITIAL_CREDIT};
 pub use error::{CloseReason, ProtocolError, SendError};
 pub use frame::{Codec, DecodeError};
 pub use link::Link;
 pub use link_state::Transmit;
-pub use record::{Envelope, Message};
+pub use record::{Envelope, Message, MessageParts};
 pub use stats::Stats;

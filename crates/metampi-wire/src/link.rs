@@ -2,10 +2,13 @@
 
 use std::time::Instant;
 
+use bytes::BytesMut;
+
 use crate::bundle::{Bundle, Event};
 use crate::config::Config;
 use crate::error::{CloseReason, SendError};
-use crate::record::Message;
+use crate::link_state::Transmit;
+use crate::record::{Message, MessageParts};
 use crate::stats::Stats;
 
 /// A reliable, ordered, flow-controlled message connection over one byte stream.
@@ -38,10 +41,34 @@ impl Link {
         self.inner.handle_bytes(now, 0, bytes);
     }
 
+    /// Reads from the transport straight into the buffer frames are decoded from, then
+    /// handles the bytes (as [`Bundle::handle_read`]).
+    pub fn handle_read<T>(
+        &mut self,
+        now: Instant,
+        read: impl FnOnce(&mut BytesMut, usize) -> T,
+    ) -> T {
+        self.inner.handle_read(now, 0, read)
+    }
+
     /// The next bytes to write to the transport.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>> {
         self.inner.poll_transmit(now, 0)
+    }
+
+    /// The next frame to write, as header and payload parts (as
+    /// [`Bundle::poll_transmit_parts`]).
+    #[must_use]
+    pub fn poll_transmit_parts(&mut self, now: Instant) -> Option<Transmit> {
+        self.inner.poll_transmit_parts(now, 0)
+    }
+
+    /// The next delivered message as the pieces it arrived in (as
+    /// [`Bundle::poll_message_parts`]).
+    #[must_use]
+    pub fn poll_message_parts(&mut self) -> Option<MessageParts> {
+        self.inner.poll_message_parts()
     }
 
     /// When `handle_timeout` should be called next; `None` once closed.

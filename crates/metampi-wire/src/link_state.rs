@@ -16,14 +16,14 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::compress::{decompress, Compressor};
 use crate::config::{Config, INITIAL_CREDIT};
 use crate::error::{CloseReason, ProtocolError};
 use crate::frame::{self, Codec, DecodeError, FrameKind, Header, StreamDecoder, StreamItem};
 use crate::queue::SendQueue;
-use crate::record::{decode_payload, Record};
+use crate::record::{decode_payload, join, PayloadBuilder, Record};
 use crate::stats::Stats;
 
 /// What one `handle_bytes` produced for the bundle.
@@ -37,20 +37,22 @@ pub(crate) struct Received {
     pub(crate) acked_cost: u64,
 }
 
-/// One frame to write: its header, then its payload (shared, not copied,
-/// with the copy a link keeps until the frame is acknowledged).
+/// One frame to write: its header, then its payload as parts (shared, not copied:
+/// the message bytes where the application put them, and the copy a link keeps
+/// until the frame is acknowledged). Write it with one vectored write.
 #[derive(Debug, Clone)]
 pub struct Transmit {
     /// The 48-byte header with both checksums.
     pub header: [u8; frame::HEADER_LEN],
-    /// The payload as it goes on the wire.
-    pub payload: Bytes,
+    /// The payload as it goes on the wire, in order: record headers with short
+    /// fragments, long fragments as they are, or one compressed buffer.
+    pub parts: Vec<Bytes>,
 }
 
 impl Transmit {
     /// Bytes of the whole frame.
     pub fn len(&self) -> usize {
-        self.header.len() + self.payload.len()
+        self.header.len() + self.parts.iter().map(Bytes::len).sum::<usize>()
     }
 
     /// Never true: a frame has at least its header.
@@ -58,11 +60,31 @@ impl Transmit {
         false
     }
 
+    /// The frame's bytes from `offset` on, as non-empty slices in order: what a
+    /// vectored write that resumes after `offset` written bytes needs.
+    pub fn slices_from(&self, offset: usize) -> impl Iterator<Item = &[u8]> {
+        let mut skip = offset;
+        std::iter::once(&self.header[..])
+            .chain(self.parts.iter().map(|p| &p[..]))
+            .filter_map(move |s| {
+                if skip >= s.len() {
+                    skip -= s.len();
+                    None
+                } else {
+                    let rest = &s[skip..];
+                    skip = 0;
+                    Some(rest)
+                }
+            })
+    }
+
     /// The frame in one buffer (a copy).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len());
         v.extend_from_slice(&self.header);
-        v.extend_from_slice(&self.payload);
+        for p in &self.parts {
+            v.extend_from_slice(p);
+        }
         v
     }
 }
@@ -72,7 +94,12 @@ struct SentFrame {
     seq: u64,
     codec: Codec,
     failover: bool,
-    wire: Bytes,
+    /// The payload as sent (shared with the transmits).
+    parts: Vec<Bytes>,
+    wire_len: usize,
+    raw_len: usize,
+    /// `Auto`'s measurement window.
+    window: u64,
     cost: u64,
     first_sent: Instant,
     last_sent: Instant,
@@ -122,6 +149,9 @@ impl Rtt {
 /// Doublings of the partial-frame timeout (it is also capped by `max_rto`).
 const MAX_STALL_BACKOFF: u32 = 8;
 
+/// Bytes a dead link's transport is read for at most per call (then dropped).
+pub(crate) const DISCARD_READ: usize = 64 << 10;
+
 #[derive(Debug)]
 pub(crate) struct LinkState {
     index: u8,
@@ -141,6 +171,11 @@ pub(crate) struct LinkState {
     last_send: Instant,
     resume_owed: bool,
     compressor: Compressor,
+    /// Since when nothing sent on this link has been waiting for its acknowledgement.
+    idle_since: Option<Instant>,
+    /// Time the link spent so before `idle_since`: `Auto` rates a mode by what the
+    /// link delivers per second of being busy.
+    idle: Duration,
 
     decoder: StreamDecoder,
     expected: u64,
@@ -193,7 +228,9 @@ impl LinkState {
             backoff: 0,
             last_send: now,
             resume_owed: false,
-            compressor: Compressor::new(cfg.compression, cfg.zstd_level),
+            compressor: Compressor::new(now, cfg.compression, cfg.zstd_level),
+            idle_since: Some(now),
+            idle: Duration::ZERO,
             decoder: StreamDecoder::new(cfg.max_frame_payload),
             expected: 0,
             recv_cost: 0,
@@ -222,44 +259,65 @@ impl LinkState {
         self.dead = true;
     }
 
-    /// Bytes from the transport.
+    /// Bytes from the transport (copied into the decoder's buffer).
+    #[cfg(test)]
     pub(crate) fn handle_bytes(
         &mut self,
         now: Instant,
         bytes: &[u8],
     ) -> Result<Received, ProtocolError> {
+        self.handle_read(now, |buf, _| buf.extend_from_slice(bytes))
+            .1
+    }
+
+    /// Lets `read` append bytes from the transport straight to the decoder's buffer
+    /// (at most the given count; see [`StreamDecoder::read_with`]), then handles them.
+    pub(crate) fn handle_read<T>(
+        &mut self,
+        now: Instant,
+        read: impl FnOnce(&mut BytesMut, usize) -> T,
+    ) -> (T, Result<Received, ProtocolError>) {
         let mut out = Received::default();
+        if self.dead {
+            // Read and dropped, so the transport does not stay readable for nothing.
+            let mut scratch = BytesMut::new();
+            return (read(&mut scratch, DISCARD_READ), Ok(out));
+        }
+        let before = self.decoder.buffered();
+        let t = self.decoder.read_with(read);
+        let bytes = self.decoder.buffered_from(before);
         // Nothing arriving is no progress either.
-        if self.dead || bytes.is_empty() {
-            return Ok(out);
+        if bytes.is_empty() {
+            return (t, Ok(out));
         }
         self.stats.bytes_in += bytes.len() as u64;
-        if std::mem::take(&mut self.stall_probe) {
-            // After a give-up nothing is buffered, so the next bytes should start a
-            // frame: a resend, or whatever the sender had queued. Bytes that cannot be a
-            // frame's start are the rest of the frame given up: it was only paused.
-            let n = bytes.len().min(frame::MAGIC.len());
-            if bytes[..n] != frame::MAGIC[..n] {
-                self.stall_backoff = (self.stall_backoff + 1).min(MAX_STALL_BACKOFF);
-            }
-        }
-        let waiting = self.decoder.buffered() > 0;
+        let n = bytes.len().min(frame::MAGIC.len());
+        let starts_like_a_frame = bytes[..n] == frame::MAGIC[..n];
         // While a frame waits for payload, bytes that start with a whole checksummed
         // header are most likely a later frame (a keepalive, an acknowledgement, the
         // sender's resend) landing in the gap lost bytes left, not the rest of the frame:
         // unless they complete it, they do not put off giving it up.
+        let waiting = before > 0;
         let foreign = waiting && frame::starts_with_header(bytes);
+        if std::mem::take(&mut self.stall_probe) && !starts_like_a_frame {
+            // After a give-up nothing is buffered, so the next bytes should start a
+            // frame: a resend, or whatever the sender had queued. Bytes that cannot be a
+            // frame's start are the rest of the frame given up: it was only paused.
+            self.stall_backoff = (self.stall_backoff + 1).min(MAX_STALL_BACKOFF);
+        }
         if waiting && !foreign {
             // Before decoding: the frame these bytes complete is judged with its pauses.
             let silence = now.saturating_duration_since(self.last_progress);
             self.silence_max = self.silence_max.max(silence);
         }
-        self.decoder.push(bytes);
-        let decoded = self.drain_decoder(now, &mut out)?;
+        let decoded = match self.drain_decoder(now, &mut out) {
+            Ok(d) => d,
+            Err(e) => return (t, Err(e)),
+        };
         if !foreign || decoded {
             self.last_progress = now;
         }
-        Ok(out)
+        (t, Ok(out))
     }
 
     /// Decodes what the decoder holds; whether anything came out of it.
@@ -433,6 +491,8 @@ impl LinkState {
                 break;
             };
             out.acked_cost += f.cost;
+            // Busy until now: `idle` is the total at this acknowledgement.
+            self.compressor.acked(now, self.idle, f.window, f.raw_len);
             // Karn: a resent frame's acknowledgement says nothing about the round trip.
             if !f.retransmitted {
                 sample = Some(f.first_sent);
@@ -440,6 +500,9 @@ impl LinkState {
         }
         if let Some(sent) = sample {
             self.rtt.sample(now.saturating_duration_since(sent));
+        }
+        if self.unacked.is_empty() {
+            self.idle_since.get_or_insert(now);
         }
         self.peer_ack = ack;
         self.backoff = 0;
@@ -633,7 +696,7 @@ impl LinkState {
         let h = self.header(kind, Codec::Raw, self.next_seq);
         let t = Transmit {
             header: frame::encode_header(&h, &[]),
-            payload: Bytes::new(),
+            parts: Vec::new(),
         };
         self.sent(now, t.len());
         t
@@ -663,8 +726,8 @@ impl LinkState {
         let epoch = self.epoch;
         let f = self.unacked.get_mut(idx)?;
         let out = Transmit {
-            header: frame::encode_header(&h, &f.wire),
-            payload: f.wire.clone(),
+            header: frame::encode_header_parts(&h, &f.parts),
+            parts: f.parts.clone(),
         };
         f.last_sent = now;
         f.epoch = epoch;
@@ -683,19 +746,24 @@ impl LinkState {
         } else {
             self.credit_left()
         };
-        let mut raw = Vec::with_capacity(cap.min(queue.bytes() as usize + 256));
+        let mut payload = PayloadBuilder::new();
         let mut cost = 0;
         let mut records = 0;
-        while let Some(r) = queue.pull(cap - raw.len(), credit - cost, failover) {
+        while let Some(r) = queue.pull(cap - payload.len(), credit - cost, failover) {
             cost += r.cost();
-            r.encode(&mut raw);
+            payload.push(&r);
             records += 1;
         }
         if records == 0 {
             return None;
         }
-        let raw_len = raw.len();
-        let (codec, wire) = self.compressor.compress(raw);
+        let raw_len = payload.len();
+        if let Some(since) = self.idle_since.take() {
+            self.idle += now.saturating_duration_since(since);
+        }
+        let enc = self
+            .compressor
+            .encode(now, self.idle, payload.finish(), raw_len);
         let seq = self.next_seq;
         self.next_seq += 1;
         if !failover {
@@ -703,24 +771,27 @@ impl LinkState {
         }
         let h = Header {
             failover,
-            ..self.header(FrameKind::Data, codec, seq)
+            ..self.header(FrameKind::Data, enc.codec, seq)
         };
-        let wire = Bytes::from(wire);
         let out = Transmit {
-            header: frame::encode_header(&h, &wire),
-            payload: wire.clone(),
+            header: frame::encode_header_parts(&h, &enc.parts),
+            parts: enc.parts,
         };
+        let wire_len = out.len() - frame::HEADER_LEN;
         self.stats.records_out += records;
         self.stats.payload_raw_out += raw_len as u64;
-        self.stats.payload_wire_out += wire.len() as u64;
-        if codec != Codec::Raw {
+        self.stats.payload_wire_out += wire_len as u64;
+        if enc.codec != Codec::Raw {
             self.stats.compressed_frames_out += 1;
         }
         self.unacked.push_back(SentFrame {
             seq,
-            codec,
+            codec: enc.codec,
             failover,
-            wire,
+            parts: out.parts.clone(),
+            wire_len,
+            raw_len,
+            window: enc.window,
             cost,
             first_sent: now,
             last_sent: now,
@@ -735,7 +806,11 @@ impl LinkState {
     pub(crate) fn take_unacked(&mut self) -> Result<Vec<Record>, DecodeError> {
         let mut records = Vec::new();
         for f in self.unacked.drain(..) {
-            let raw = decompress(f.codec, &f.wire, frame::MAX_PAYLOAD)?;
+            let wire = join(&f.parts);
+            let raw = match f.codec {
+                Codec::Raw => wire,
+                codec => decompress(codec, &wire, frame::MAX_PAYLOAD)?,
+            };
             records.extend(decode_payload(&raw)?);
         }
         self.resend_next = None;
@@ -746,10 +821,18 @@ impl LinkState {
     pub(crate) fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
         s.unacked_frames = self.unacked.len() as u64;
-        s.unacked_bytes = self.unacked.iter().map(|f| f.wire.len() as u64).sum();
+        s.unacked_bytes = self.unacked.iter().map(|f| f.wire_len as u64).sum();
         s.send_credit = self.credit_left();
         s.srtt = self.rtt.srtt;
         s.compression_skipped = self.compressor.skipped;
+        (
+            s.auto_mode,
+            s.auto_goodput_compressed,
+            s.auto_goodput_raw,
+            s.auto_probes,
+            s.auto_switches,
+            s.auto_busy_percent,
+        ) = self.compressor.auto_state();
         s
     }
 }

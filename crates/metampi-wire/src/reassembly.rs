@@ -3,17 +3,17 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use crate::error::ProtocolError;
-use crate::record::{Message, Record};
+use crate::record::{Envelope, MessageParts, Record};
 
 /// Credit charged to a link: (link index, bytes).
 pub(crate) type Charge = (u8, u64);
 
 #[derive(Debug)]
 struct Partial {
-    message: Message,
+    envelope: Envelope,
     total: u64,
     received: u64,
     fragments: BTreeMap<u64, Bytes>,
@@ -65,7 +65,7 @@ impl Partial {
 pub(crate) struct Reassembler {
     next_id: u64,
     pending: BTreeMap<u64, Partial>,
-    ready: VecDeque<(Message, Vec<Charge>)>,
+    ready: VecDeque<(MessageParts, Vec<Charge>)>,
     max_message_len: u64,
     /// Credit held by records not yet delivered (pending and ready).
     held: u64,
@@ -101,16 +101,13 @@ impl Reassembler {
         }
         let cost = r.cost();
         let p = self.pending.entry(r.id).or_insert_with(|| Partial {
-            message: Message {
-                envelope: r.envelope,
-                data: Bytes::new(),
-            },
+            envelope: r.envelope,
             total: r.total,
             received: 0,
             fragments: BTreeMap::new(),
             charges: Vec::new(),
         });
-        if p.message.envelope != r.envelope || p.total != r.total {
+        if p.envelope != r.envelope || p.total != r.total {
             return Err(ProtocolError::InconsistentFragment { id: r.id });
         }
         let pieces = p.missing(r.offset, &r.data);
@@ -140,23 +137,24 @@ impl Reassembler {
             if *entry.key() != self.next_id || p.received != p.total {
                 break;
             }
-            let mut p = entry.remove();
-            p.message.data = if p.fragments.len() == 1 {
-                p.fragments.pop_first().map(|(_, b)| b).unwrap_or_default()
-            } else {
-                let mut buf = BytesMut::with_capacity(p.total as usize);
-                for b in p.fragments.values() {
-                    buf.extend_from_slice(b);
-                }
-                buf.freeze()
+            let p = entry.remove();
+            // Fragments do not overlap and cover the message: in offset order they are
+            // the message, handed on as they are.
+            let message = MessageParts {
+                envelope: p.envelope,
+                parts: p
+                    .fragments
+                    .into_values()
+                    .filter(|b| !b.is_empty())
+                    .collect(),
             };
-            self.ready.push_back((p.message, p.charges));
+            self.ready.push_back((message, p.charges));
             self.next_id += 1;
         }
     }
 
     /// The next complete message in order, with the credit it releases.
-    pub(crate) fn pop(&mut self) -> Option<(Message, Vec<Charge>)> {
+    pub(crate) fn pop(&mut self) -> Option<(MessageParts, Vec<Charge>)> {
         let (m, charges) = self.ready.pop_front()?;
         self.held -= charges.iter().map(|c| c.1).sum::<u64>();
         Some((m, charges))
@@ -204,7 +202,10 @@ mod tests {
             Accepted::Kept
         );
         let (m, _) = r.pop().unwrap();
-        assert_eq!(&m.data[..], b"abcdefghij");
+        // The pieces as they were kept: no copy.
+        let parts: Vec<&[u8]> = m.parts.iter().map(|p| &p[..]).collect();
+        assert_eq!(parts, [&b"ab"[..], b"cd", b"e", b"f", b"gh", b"ij"]);
+        assert_eq!(&m.into_message().data[..], b"abcdefghij");
     }
 
     #[test]
@@ -216,13 +217,13 @@ mod tests {
         assert!(r.pop().is_none(), "message 0 is still missing");
         r.insert(1, frag(0, 0, b"x", 1)).unwrap();
         let (m0, c0) = r.pop().unwrap();
-        assert_eq!(&m0.data[..], b"x");
+        assert_eq!(&m0.into_message().data[..], b"x");
         assert_eq!(c0, vec![(1, 1 + MESSAGE_OVERHEAD)]);
         let (m1, c1) = r.pop().unwrap();
-        assert_eq!(&m1.data[..], b"abcdef");
+        assert_eq!(&m1.into_message().data[..], b"abcdef");
         assert_eq!(c1, vec![(1, 3), (0, 3 + MESSAGE_OVERHEAD)]);
         let (m2, _) = r.pop().unwrap();
-        assert!(m2.data.is_empty());
+        assert!(m2.is_empty() && m2.into_message().data.is_empty());
         assert_eq!(r.held(), 0);
     }
 

@@ -19,7 +19,7 @@
 //! Many small messages share one frame (bundling); a large one is cut into fragments
 //! carried by several frames, possibly on several links (striping).
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::frame::{le_u32, le_u64, DecodeError};
 
@@ -69,6 +69,37 @@ impl Message {
     }
 }
 
+/// A delivered message as the slices it arrived in (fragments from the receive
+/// buffers, not joined): a transport can write them with one vectored write.
+/// [`MessageParts::into_message`] joins them.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MessageParts {
+    /// Who sent it, to whom, on which context and tag.
+    pub envelope: Envelope,
+    /// The message bytes in order; none is empty.
+    pub parts: Vec<Bytes>,
+}
+
+impl MessageParts {
+    /// Bytes of the message.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    /// Whether the message is empty.
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// The message in one buffer (a copy when it came in more than one piece).
+    pub fn into_message(self) -> Message {
+        Message {
+            envelope: self.envelope,
+            data: join(&self.parts),
+        }
+    }
+}
+
 /// One fragment of a message as carried in a payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -102,16 +133,94 @@ impl Record {
 
     /// Appends the record to a payload.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&[RECORD_MESSAGE, 0, 0, 0]);
-        out.extend_from_slice(&self.envelope.src.to_le_bytes());
-        out.extend_from_slice(&self.envelope.dst.to_le_bytes());
-        out.extend_from_slice(&self.envelope.context.to_le_bytes());
-        out.extend_from_slice(&self.envelope.tag.to_le_bytes());
-        out.extend_from_slice(&(self.data.len() as u32).to_le_bytes());
-        out.extend_from_slice(&self.id.to_le_bytes());
-        out.extend_from_slice(&self.total.to_le_bytes());
-        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.header());
         out.extend_from_slice(&self.data);
+    }
+
+    /// The record header; the fragment bytes follow it in a payload.
+    pub fn header(&self) -> [u8; RECORD_HEADER_LEN] {
+        let mut h = [0u8; RECORD_HEADER_LEN];
+        h[0] = RECORD_MESSAGE;
+        h[4..8].copy_from_slice(&self.envelope.src.to_le_bytes());
+        h[8..12].copy_from_slice(&self.envelope.dst.to_le_bytes());
+        h[12..16].copy_from_slice(&self.envelope.context.to_le_bytes());
+        h[16..20].copy_from_slice(&self.envelope.tag.to_le_bytes());
+        h[20..24].copy_from_slice(&(self.data.len() as u32).to_le_bytes());
+        h[24..32].copy_from_slice(&self.id.to_le_bytes());
+        h[32..40].copy_from_slice(&self.total.to_le_bytes());
+        h[40..48].copy_from_slice(&self.offset.to_le_bytes());
+        h
+    }
+}
+
+/// Fragments at least this long go into a frame as their own slice (written from
+/// where they are with the frame's vectored write); shorter ones are copied next to
+/// their record header, which costs less than an I/O vector entry each.
+pub const INLINE_BELOW: usize = 4096;
+
+/// A payload made of records without copying their fragments: record headers and
+/// short fragments are gathered in shared buffers, long fragments stay the slices
+/// they are. Concatenated, the parts are exactly what [`Record::encode`] would write.
+#[derive(Debug, Default)]
+pub struct PayloadBuilder {
+    parts: Vec<Bytes>,
+    head: BytesMut,
+    len: usize,
+}
+
+impl PayloadBuilder {
+    /// An empty payload.
+    pub fn new() -> PayloadBuilder {
+        PayloadBuilder::default()
+    }
+
+    /// Appends one record.
+    pub fn push(&mut self, r: &Record) {
+        if self.head.capacity() - self.head.len() < RECORD_HEADER_LEN + INLINE_BELOW {
+            // Headers of one frame share an allocation.
+            self.head.reserve(RECORD_HEADER_LEN + INLINE_BELOW);
+        }
+        self.head.extend_from_slice(&r.header());
+        if r.data.len() < INLINE_BELOW {
+            self.head.extend_from_slice(&r.data);
+        } else {
+            self.parts.push(self.head.split().freeze());
+            self.parts.push(r.data.clone());
+        }
+        self.len += r.encoded_len();
+    }
+
+    /// Bytes of the payload so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no record was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The payload's parts, in order.
+    pub fn finish(mut self) -> Vec<Bytes> {
+        if !self.head.is_empty() {
+            self.parts.push(self.head.split().freeze());
+        }
+        self.parts
+    }
+}
+
+/// The parts of a payload joined into one buffer (a copy, unless there is one part).
+pub fn join(parts: &[Bytes]) -> Bytes {
+    match parts {
+        [] => Bytes::new(),
+        [one] => one.clone(),
+        _ => {
+            let mut b = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+            for p in parts {
+                b.extend_from_slice(p);
+            }
+            b.freeze()
+        }
     }
 }
 
@@ -217,6 +326,37 @@ mod tests {
         }
         assert_eq!(out.len(), 3 * RECORD_HEADER_LEN + 6);
         assert_eq!(decode_payload(&Bytes::from(out)).unwrap(), records);
+    }
+
+    #[test]
+    fn a_built_payload_is_the_encoded_records_and_shares_long_fragments() {
+        let long = Bytes::from(vec![9u8; INLINE_BELOW + 10]);
+        let records = vec![
+            record(1, 0, b"abc", 3),
+            Record {
+                data: long.clone(),
+                total: long.len() as u64,
+                ..record(2, 0, b"", 0)
+            },
+            record(3, 0, b"", 0),
+            record(4, 5, b"xy", 7),
+        ];
+        let mut encoded = Vec::new();
+        let mut b = PayloadBuilder::new();
+        for r in &records {
+            r.encode(&mut encoded);
+            b.push(r);
+        }
+        assert_eq!(b.len(), encoded.len());
+        let parts = b.finish();
+        assert_eq!(
+            parts.len(),
+            3,
+            "headers and short ones, the long one, the rest"
+        );
+        assert_eq!(parts[1].as_ptr(), long.as_ptr(), "not copied");
+        assert_eq!(&join(&parts)[..], &encoded[..]);
+        assert_eq!(decode_payload(&join(&parts)).unwrap(), records);
     }
 
     #[test]

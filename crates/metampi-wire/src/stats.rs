@@ -3,6 +3,8 @@
 use std::ops::AddAssign;
 use std::time::Duration;
 
+use crate::compress::AutoMode;
+
 /// Statistics of one link, or of a whole bundle (the sum over its links).
 ///
 /// Counters only grow; gauges (`queued_*`, `unacked_*`, `srtt`, `send_credit`) are
@@ -32,9 +34,25 @@ pub struct Stats {
     pub payload_wire_in: u64,
     /// `Data` frames sent compressed.
     pub compressed_frames_out: u64,
-    /// Frames `Compression::Auto` sent raw without trying, because recent frames did not
-    /// shrink.
+    /// Frames `Compression::Auto` sent raw without trying to compress them: in raw mode,
+    /// or pausing after frames that did not shrink.
     pub compression_skipped: u64,
+    /// Gauge: what `Compression::Auto` is doing (over a bundle, the highest of its
+    /// links' in the order raw, incompressible, compress).
+    pub auto_mode: AutoMode,
+    /// Gauge: uncompressed bytes per second the link last delivered while busy
+    /// and compressing, as `Auto` measured it (0: not measured; summed over a bundle).
+    pub auto_goodput_compressed: u64,
+    /// Gauge: the same for raw frames.
+    pub auto_goodput_raw: u64,
+    /// Measurement windows `Auto` sent in the other mode to compare.
+    pub auto_probes: u64,
+    /// Times `Auto` changed between compressing and raw frames.
+    pub auto_switches: u64,
+    /// Gauge: percentage of `Auto`'s last measurement window in which the application
+    /// kept the link busy; below 50 the window was not rated (over a bundle, the
+    /// highest of its links').
+    pub auto_busy_percent: u64,
     /// `Data` frames sent again.
     pub retransmits: u64,
     /// Retransmission timeouts that fired.
@@ -113,6 +131,14 @@ impl AddAssign<&Stats> for Stats {
         self.compression_skipped = self
             .compression_skipped
             .saturating_add(o.compression_skipped);
+        self.auto_mode = self.auto_mode.max(o.auto_mode);
+        self.auto_goodput_compressed = self
+            .auto_goodput_compressed
+            .saturating_add(o.auto_goodput_compressed);
+        self.auto_goodput_raw = self.auto_goodput_raw.saturating_add(o.auto_goodput_raw);
+        self.auto_probes = self.auto_probes.saturating_add(o.auto_probes);
+        self.auto_switches = self.auto_switches.saturating_add(o.auto_switches);
+        self.auto_busy_percent = self.auto_busy_percent.max(o.auto_busy_percent);
         self.retransmits = self.retransmits.saturating_add(o.retransmits);
         self.timeouts = self.timeouts.saturating_add(o.timeouts);
         self.duplicates_in = self.duplicates_in.saturating_add(o.duplicates_in);

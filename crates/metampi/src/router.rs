@@ -36,9 +36,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use metampi_wire::frame::reserve_for_frames;
 use metampi_wire::Envelope as WireEnvelope;
 use metampi_wire::{
-    Bundle, Compression, Config, Event, Message as WireMessage, SendError, Transmit,
+    AutoMode, Bundle, Compression, Config, Event, Message as WireMessage, SendError, Transmit,
 };
 
 use crate::auth;
@@ -469,13 +470,10 @@ impl Shaper {
             if *due > now {
                 break;
             }
-            // Header and payload in one writev: the payload is not copied.
-            let h = t.header.len();
-            let r = if *done < h {
-                s.write_vectored(&[IoSlice::new(&t.header[*done..]), IoSlice::new(&t.payload)])
-            } else {
-                s.write(&t.payload[*done - h..])
-            };
+            // Header and payload parts in one writev: the payload is not copied.
+            let mut iov = [IoSlice::new(&[]); MAX_IOV];
+            let n = io_slices(t, *done, &mut iov);
+            let r = s.write_vectored(&iov[..n]);
             let total = t.len();
             match r {
                 Ok(n) => {
@@ -512,12 +510,9 @@ impl Shaper {
             if *due > now {
                 return Ok(());
             }
-            let h = f.header.len();
-            let n = if *done < h {
-                t.write_plain(&[IoSlice::new(&f.header[*done..]), IoSlice::new(&f.payload)])?
-            } else {
-                t.write_plain(&[IoSlice::new(&f.payload[*done - h..])])?
-            };
+            let mut iov = [IoSlice::new(&[]); MAX_IOV];
+            let k = io_slices(f, *done, &mut iov);
+            let n = t.write_plain(&iov[..k])?;
             *done += n;
             if *done == f.len() {
                 self.queue.pop_front();
@@ -544,6 +539,21 @@ impl Shaper {
     }
 }
 
+/// I/O vector entries per write of a frame; a frame has at most about 130 parts
+/// (see `metampi_wire::record::INLINE_BELOW`), and what does not fit goes in the
+/// next write.
+const MAX_IOV: usize = 64;
+
+/// Fills `iov` with frame `t`'s bytes after the first `done`; how many entries.
+fn io_slices<'a>(t: &'a Transmit, done: usize, iov: &mut [IoSlice<'a>; MAX_IOV]) -> usize {
+    let mut n = 0;
+    for (slot, part) in iov.iter_mut().zip(t.slices_from(done)) {
+        *slot = IoSlice::new(part);
+        n += 1;
+    }
+    n
+}
+
 /// ", down since <UTC time>" for a message, when known.
 fn lost_since(t: Option<std::time::SystemTime>) -> String {
     let Some(t) = t else {
@@ -563,9 +573,17 @@ fn stats_path(router: usize, link: u32, side: &str) -> Option<std::path::PathBuf
     Some(std::path::PathBuf::from(dir).join(format!("router-{router}-link-{link}-{side}.json")))
 }
 
-fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats) {
+/// Writes a link's statistics as one JSON object; `compression` is the link's
+/// setting, and with `auto` the mode it chose and the goodput it measured in each
+/// (uncompressed bytes per second of the link being busy; 0 before a
+/// measurement), which is why it chose it.
+fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats, compression: &str) {
+    let mode = match st.auto_mode {
+        AutoMode::NotAuto => compression,
+        m => m.as_str(),
+    };
     let text = format!(
-        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{}}}\n",
+        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{},\"compression\":\"{compression}\",\"compression_mode\":\"{mode}\",\"compressed_frames_out\":{},\"compression_skipped\":{},\"goodput_compressed_bps\":{},\"goodput_raw_bps\":{},\"auto_probes\":{},\"auto_switches\":{},\"auto_busy_percent\":{}}}\n",
         st.bytes_out,
         st.bytes_in,
         st.frames_out,
@@ -578,7 +596,14 @@ fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats) {
         st.queued_bytes,
         st.unacked_bytes,
         st.corrupt_in,
-        st.stalled_frames_in
+        st.stalled_frames_in,
+        st.compressed_frames_out,
+        st.compression_skipped,
+        st.auto_goodput_compressed,
+        st.auto_goodput_raw,
+        st.auto_probes,
+        st.auto_switches,
+        st.auto_busy_percent
     );
     let tmp = path.with_extension("tmp");
     if std::fs::write(&tmp, text).is_ok() {
@@ -595,13 +620,45 @@ struct WireConn {
 }
 
 impl WireConn {
-    /// Reads what arrived (decrypted on a TLS link) into `buf`; `Ok(false)`
-    /// at the end of the stream.
-    fn read(&mut self, buf: &mut BytesMut) -> io::Result<bool> {
-        match self.tls.as_mut() {
-            None => fill(&mut self.stream, buf, 0, READ_CHUNK),
-            Some(t) => t.fill(&mut self.stream, buf, READ_BUDGET),
+    /// Reads what arrived (decrypted on a TLS link) straight into the buffer
+    /// link `link` of `bundle` decodes frames from, which then takes it (the
+    /// bytes are not copied again: the messages it delivers are slices of that
+    /// buffer). Returns the bytes read and `false` at the end of the stream.
+    fn read_into(
+        &mut self,
+        bundle: &mut Bundle,
+        now: Instant,
+        link: usize,
+    ) -> io::Result<(usize, bool)> {
+        let mut total = 0;
+        while total < READ_BUDGET {
+            let (r, n) = bundle.handle_read(now, link, |buf, max| {
+                let max = max.min(READ_BUDGET - total);
+                let before = buf.len();
+                let r = match self.tls.as_mut() {
+                    None => match crate::sys::read::read_append(&self.stream, buf, max) {
+                        Ok(0) => Ok(Some(false)),
+                        // A short read: the socket is drained.
+                        Ok(n) if n < max => Ok(Some(true)),
+                        Ok(_) => Ok(None),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Some(true)),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+                        Err(e) => Err(e),
+                    },
+                    // Stops when the socket would block, or with `pending` set.
+                    Some(t) => t
+                        .fill_at_most(&mut self.stream, buf, max)
+                        .map(|open| (!open || !t.pending()).then_some(open)),
+                };
+                (r, buf.len().saturating_sub(before))
+            });
+            total += n;
+            // `Some(open)`: nothing more to read now.
+            if let Some(open) = r? {
+                return Ok((total, open));
+            }
         }
+        Ok((total, true))
     }
 
     /// Writes the shaper's due frames.
@@ -645,6 +702,8 @@ struct Peer {
     /// When each link's connection broke, while it is down.
     lost_at: Vec<Option<std::time::SystemTime>>,
     stats: Vec<Option<std::path::PathBuf>>,
+    /// The compression setting of its sending side, for the statistics.
+    compression: String,
     label: String,
     /// Frames written and bytes read per link, with `METAMPI_TRACE`.
     trace: Option<crate::trace::LinkLog>,
@@ -657,6 +716,9 @@ struct RankConn {
     rx: BytesMut,
     /// A frame the peer connection could not take yet; reading waits for it.
     held: Option<(usize, WireMessage)>,
+    /// The largest frame expected (the largest seen so far): reads into `rx`
+    /// leave room for one.
+    frame_hint: usize,
     tx: VecDeque<Bytes>,
     /// Bytes of `tx`'s front already written.
     tx_off: usize,
@@ -694,10 +756,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const DELIVER_LIMIT: usize = 32 << 20;
 /// Bytes read from one connection per pass, so no sender starves the others.
 const READ_BUDGET: usize = 4 << 20;
-/// Size of one read from a link connection.
-const READ_CHUNK: usize = 256 << 10;
-/// Size of one read from a rank's connection, unless a frame needs more: a
-/// router may serve hundreds of ranks (SC99: 256 clients on one site).
+/// Read buffer of a rank's connection (one allocation) until the rank sends
+/// larger frames; then about four of its largest frames. A router may serve
+/// hundreds of ranks (SC99: 256 clients on one site).
 const RANK_READ_CHUNK: usize = 64 << 10;
 
 fn link_hello(conn: u32, link: u16, links: u16, layout_id: u32) -> [u8; LINK_HELLO] {
@@ -710,37 +771,51 @@ fn link_hello(conn: u32, link: u16, links: u16, layout_id: u32) -> [u8; LINK_HEL
     h
 }
 
-/// Reads what is available into `rx` (at most `READ_BUDGET`); `Ok(false)` at
-/// the end of the stream.
-fn fill(stream: &mut TcpStream, rx: &mut BytesMut, want: usize, min: usize) -> io::Result<bool> {
-    let mut total = 0;
-    while total < READ_BUDGET {
-        let chunk = min.max(want.saturating_sub(rx.len()));
-        match crate::sys::read::read_append(stream, rx, chunk) {
-            Ok(0) => return Ok(false),
-            Ok(n) => {
-                total += n;
-                if n < chunk {
-                    break;
-                }
-            }
-            Err(e) => match e.kind() {
-                io::ErrorKind::WouldBlock => break,
-                io::ErrorKind::Interrupted => {}
-                _ => return Err(e),
-            },
-        }
-    }
-    Ok(true)
+/// Reads once from a rank's connection onto the end of `rc.rx`, at most
+/// `budget` bytes: as much as fits before the next frame would have to be split
+/// across two allocations (frames are split off `rx` and travel on as slices of
+/// it, so its allocation cannot grow in place). `Ok(0)` at the end of the stream.
+fn read_rank(rc: &mut RankConn, budget: usize) -> io::Result<usize> {
+    let rest = match frame_size(&rc.rx)? {
+        _ if rc.rx.is_empty() => 0,
+        None => ENV_LEN - rc.rx.len(),
+        Some(n) => n.saturating_sub(rc.rx.len()),
+    };
+    let max = reserve_for_frames(&mut rc.rx, rest, rc.frame_hint).min(budget);
+    crate::sys::read::read_append(&rc.stream, &mut rc.rx, max)
 }
 
-/// The next whole frame (envelope and payload) at the front of `rx`, or the
-/// number of bytes the frame in progress needs.
-fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
-    if rx.len() < ENV_LEN {
-        return Ok(Err(ENV_LEN));
+/// Hands the whole frames at the front of `rc.rx` to the connection towards
+/// their destination, until one does not fit (it is held); the error says why
+/// the rank's connection must go.
+fn forward_frames(rc: &mut RankConn, out: &mut [Peer], now: Instant) -> Result<(), String> {
+    loop {
+        let frame = match take_frame(&mut rc.rx) {
+            Ok(Ok(frame)) => frame,
+            Ok(Err(_)) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
+        rc.frame_hint = rc.frame_hint.max(frame.len());
+        let m = wire_message(frame);
+        let p = m.envelope.dst as usize % out.len();
+        match out[p].bundle.send_message(now, m) {
+            Ok(()) => {}
+            Err(SendError::WouldBlock(m)) => {
+                rc.held = Some((p, m));
+                return Ok(());
+            }
+            Err(e) => return Err(e.to_string()),
+        }
     }
-    let e = Envelope::decode(&rx[..ENV_LEN])
+}
+
+/// The size of the frame (envelope and payload) at the front of `rx`, once its
+/// envelope is there.
+fn frame_size(rx: &[u8]) -> io::Result<Option<usize>> {
+    let Some(env) = rx.get(..ENV_LEN) else {
+        return Ok(None);
+    };
+    let e = Envelope::decode(env)
         .filter(|e| !e.is_inline())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))?;
     let n = e.trailing_len();
@@ -750,16 +825,32 @@ fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
             format!("frame of {n} bytes is larger than a router takes"),
         ));
     }
+    Ok(Some(ENV_LEN + n))
+}
+
+/// The next whole frame (envelope and payload) at the front of `rx`, or the
+/// number of bytes the frame in progress needs.
+fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
+    let Some(n) = frame_size(rx)? else {
+        return Ok(Err(ENV_LEN));
+    };
+    if rx.len() < n {
+        return Ok(Err(n));
+    }
     if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
-        eprintln!(
-            "router frame {:?} src {} dst {} len {} frag {} trailing {n}",
-            e.kind, e.src, e.dst, e.len, e.frag
-        );
+        if let Some(e) = Envelope::decode(&rx[..ENV_LEN]) {
+            eprintln!(
+                "router frame {:?} src {} dst {} len {} frag {} trailing {}",
+                e.kind,
+                e.src,
+                e.dst,
+                e.len,
+                e.frag,
+                n - ENV_LEN
+            );
+        }
     }
-    if rx.len() < ENV_LEN + n {
-        return Ok(Err(ENV_LEN + n));
-    }
-    Ok(Ok(rx.split_to(ENV_LEN + n).freeze()))
+    Ok(Ok(rx.split_to(n).freeze()))
 }
 
 fn wire_message(frame: Bytes) -> WireMessage {
@@ -948,6 +1039,7 @@ impl Router {
                     .iter()
                     .map(|l| stats_path(spec.id, l.link_id, "out"))
                     .collect(),
+                compression: links[0].compression.clone(),
                 label: format!("to router {peer}"),
                 trace: crate::trace::LinkLog::open(spec.id, true, peer),
             });
@@ -1185,8 +1277,9 @@ impl Router {
         self.ranks.push(RankConn {
             rank,
             stream: h.stream,
-            rx: BytesMut::with_capacity(RANK_READ_CHUNK),
+            rx: BytesMut::new(),
             held: None,
+            frame_hint: RANK_READ_CHUNK / 4,
             tx,
             tx_off: 0,
         });
@@ -1220,6 +1313,8 @@ impl Router {
                 lost_at: vec![None; links],
                 layout_ids: vec![0; links],
                 stats: vec![None; links],
+                // Only acknowledgements go back on an incoming connection.
+                compression: "off".into(),
                 label: format!("from router {conn}"),
                 trace: crate::trace::LinkLog::open(id, false, conn as usize),
             }
@@ -1271,7 +1366,6 @@ impl Router {
 
     /// Frames from local ranks onto the outgoing connections.
     fn read_ranks(&mut self, now: Instant, ready: &[bool]) {
-        let nout = self.out.len();
         let mut i = 0;
         while i < self.ranks.len() {
             let mut gone = false;
@@ -1281,49 +1375,30 @@ impl Router {
                     rc.held = Some((p, m));
                 }
             }
-            if rc.held.is_none() {
-                if ready.get(i).copied().unwrap_or(true) {
-                    let want = match take_frame(&mut rc.rx) {
-                        Ok(Err(n)) => n,
-                        _ => 0,
-                    };
-                    match fill(&mut rc.stream, &mut rc.rx, want, RANK_READ_CHUNK) {
-                        Ok(open) => gone = !open,
-                        Err(_) => gone = true,
-                    }
+            let mut readable = ready.get(i).copied().unwrap_or(true);
+            let mut budget = READ_BUDGET;
+            // Frames already read go first (they wait here after a full link,
+            // whatever the socket says); then one read at a time, each followed by
+            // taking the frames it completed, so that the buffer only ever holds the
+            // frame in progress when it is read into (see `reserve_for_frames`).
+            while rc.held.is_none() {
+                if let Err(e) = forward_frames(rc, &mut self.out, now) {
+                    eprintln!(
+                        "metampi router {}: dropping rank {}'s connection: {e}",
+                        self.id, rc.rank
+                    );
+                    gone = true;
+                    break;
                 }
-                // Frames already read wait here after a full link, whatever the socket says.
-                loop {
-                    match take_frame(&mut rc.rx) {
-                        Ok(Ok(frame)) => {
-                            let m = wire_message(frame);
-                            let p = m.envelope.dst as usize % nout;
-                            match self.out[p].bundle.send_message(now, m) {
-                                Ok(()) => {}
-                                Err(SendError::WouldBlock(m)) => {
-                                    rc.held = Some((p, m));
-                                    break;
-                                }
-                                Err(e) => {
-                                    eprintln!(
-                                        "metampi router {}: dropping rank {}'s connection: {e}",
-                                        self.id, rc.rank
-                                    );
-                                    gone = true;
-                                    break;
-                                }
-                            }
-                        }
-                        Ok(Err(_)) => break,
-                        Err(e) => {
-                            eprintln!(
-                                "metampi router {}: dropping rank {}'s connection: {e}",
-                                self.id, rc.rank
-                            );
-                            gone = true;
-                            break;
-                        }
-                    }
+                if rc.held.is_some() || !readable || gone || budget == 0 {
+                    break;
+                }
+                match read_rank(rc, budget) {
+                    Ok(0) => gone = true,
+                    Ok(n) => budget -= n.min(budget),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => readable = false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => gone = true,
                 }
             }
             if gone && rc.held.is_none() {
@@ -1342,23 +1417,26 @@ impl Router {
             let Some(p) = self.peer_mut(outgoing, key) else {
                 return;
             };
-            let mut buf = BytesMut::new();
             for l in 0..p.conns.len() {
                 let Some(c) = p.conns[l].as_mut() else {
                     continue;
                 };
                 if readable.get(l).copied().unwrap_or(true) || c.pending() {
-                    buf.clear();
-                    match c.read(&mut buf) {
-                        Ok(true) => {}
-                        Ok(false) => lost.push((l, "closed by the peer".to_string())),
-                        Err(e) => lost.push((l, tls::describe_error(&e))),
-                    }
-                    if !buf.is_empty() {
-                        if let Some(t) = p.trace.as_mut() {
-                            t.record(now, p.layout_ids[l], buf.len(), true);
+                    let n = match c.read_into(&mut p.bundle, now, l) {
+                        Ok((n, true)) => n,
+                        Ok((n, false)) => {
+                            lost.push((l, "closed by the peer".to_string()));
+                            n
                         }
-                        p.bundle.handle_bytes(now, l, &buf);
+                        Err(e) => {
+                            lost.push((l, tls::describe_error(&e)));
+                            0
+                        }
+                    };
+                    if n > 0 {
+                        if let Some(t) = p.trace.as_mut() {
+                            t.record(now, p.layout_ids[l], n, true);
+                        }
                     }
                 }
             }
@@ -1402,6 +1480,18 @@ impl Router {
             let Some(p) = self.peer_mut(outgoing, key) else {
                 return;
             };
+            // A message that came in several fragments is written as they are
+            // (`writev`), not joined first.
+            if let Some(m) = p.bundle.poll_message_parts() {
+                let dst = m.envelope.dst;
+                self.to_ranks += m.len();
+                let tx = match self.ranks.iter_mut().find(|r| r.rank == dst) {
+                    Some(r) => &mut r.tx,
+                    None => self.waiting.entry(dst).or_default(),
+                };
+                tx.extend(m.parts);
+                continue;
+            }
             let Some(ev) = p.bundle.poll_event() else {
                 return;
             };
@@ -1518,7 +1608,7 @@ impl Router {
                     let all = p.bundle.stats();
                     st.queued_messages = all.queued_messages;
                     st.queued_bytes = all.queued_bytes;
-                    write_stats(path, &st);
+                    write_stats(path, &st, &p.compression);
                 }
             }
         }

@@ -741,8 +741,24 @@ mod imp {
             rx: &mut BytesMut,
             budget: usize,
         ) -> io::Result<bool> {
-            let open = self.fill_inner(s, rx, budget);
+            let open = self.fill_inner(s, rx, budget, false);
             // Even after an error: the alert tells the peer why.
+            let flushed = self.flush(s);
+            let open = open?;
+            flushed?;
+            Ok(open)
+        }
+
+        /// [`TlsStream::fill`] that appends at most `max` bytes (the rest stays
+        /// in the session, and `pending` says so): a link reads into its
+        /// decoder's buffer, which has room for that much.
+        pub(crate) fn fill_at_most(
+            &mut self,
+            s: &mut TcpStream,
+            rx: &mut BytesMut,
+            max: usize,
+        ) -> io::Result<bool> {
+            let open = self.fill_inner(s, rx, max, true);
             let flushed = self.flush(s);
             let open = open?;
             flushed?;
@@ -754,6 +770,7 @@ mod imp {
             s: &mut TcpStream,
             rx: &mut BytesMut,
             budget: usize,
+            at_most: bool,
         ) -> io::Result<bool> {
             let mut added = 0;
             self.pending = false;
@@ -764,7 +781,13 @@ mod imp {
                     .conn
                     .process_new_packets()
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                let mut k = state.plaintext_bytes_to_read();
+                let available = state.plaintext_bytes_to_read();
+                let mut k = if at_most {
+                    available.min(budget.saturating_sub(added))
+                } else {
+                    available
+                };
+                let left_in_session = k < available;
                 rx.reserve(k);
                 while k > 0 {
                     // Straight from rustls's buffer: one copy, no zeroing first.
@@ -778,6 +801,12 @@ mod imp {
                     reader.consume(n);
                     k -= n;
                     added += n;
+                }
+                if left_in_session {
+                    // The end of the stream, if it came, is seen once the rest
+                    // of the plaintext has been taken.
+                    self.pending = true;
+                    return Ok(true);
                 }
                 if state.peer_has_closed() {
                     return Ok(false);
@@ -1361,6 +1390,14 @@ mod off {
             match *self {}
         }
         pub(crate) fn fill(
+            &mut self,
+            _: &mut TcpStream,
+            _: &mut BytesMut,
+            _: usize,
+        ) -> io::Result<bool> {
+            match *self {}
+        }
+        pub(crate) fn fill_at_most(
             &mut self,
             _: &mut TcpStream,
             _: &mut BytesMut,
