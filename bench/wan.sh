@@ -9,8 +9,11 @@
 #  4. two links of 50 Mbit/s striped as one connection against one such link.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p metampi-cli
-M=target/release/metampi
+# M=path/to/metampi measures that build (a machine without cargo, say).
+if [ -z "${M:-}" ]; then
+    cargo build --release -q -p metampi-cli
+    M=target/release/metampi
+fi
 d=$(mktemp -d)
 trap 'rm -rf "$d"; pkill -f "metampi router" || true' EXIT
 site() { # PORTBASE OPTIONS [LINKS]
