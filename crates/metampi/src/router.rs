@@ -934,6 +934,9 @@ struct Router {
     last_stats: Instant,
     /// The job secret every connection must prove.
     key: auth::Secret,
+    /// Spins before blocking while traffic flows and cores are spare
+    /// (`METAMPI_ROUTER_SPIN_US`).
+    spinner: crate::sys::poll::Spinner,
 }
 
 /// A link connection a connector thread made: peer, link, socket, and the
@@ -1060,6 +1063,7 @@ impl Router {
             waker: (Arc::new(w0), w1),
             last_stats: now,
             key,
+            spinner: crate::sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50),
         };
         Ok(r)
     }
@@ -1751,7 +1755,7 @@ impl Router {
                 wake = wake.min(now + Duration::from_millis(1));
             }
             let timeout = wake.saturating_duration_since(Instant::now());
-            crate::sys::poll::wait_fds(&mut pfds, timeout)?;
+            self.spinner.wait(&mut pfds, timeout)?;
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::io;
 use std::os::fd::RawFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Waits until one of `fds` is ready (readable, or writable where `.1` is
 /// set) or the timeout passes. `EINTR` counts as a timeout.
@@ -57,6 +57,105 @@ pub(crate) fn wait_fds(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Resu
     Ok(n as usize)
 }
 
+/// Polls without sleeping for a while before blocking, where cores are to
+/// spare: a process blocked in `ppoll` is woken by the kernel, which costs
+/// microseconds on a bare machine and tens of them in some virtual machines,
+/// once per hop of every message (a router's share of routed latency). Spins
+/// only soon after an event (traffic is flowing) and, unless forced, only
+/// while the machine has at least two idle cores (runnable threads from
+/// `/proc/loadavg`), so an oversubscribed machine never loses a core to it.
+pub(crate) struct Spinner {
+    /// Longest spin before one blocking wait; zero: never.
+    budget: Duration,
+    /// Spin whatever the load (set explicitly).
+    forced: bool,
+    spare: bool,
+    checked: Option<Instant>,
+    last_event: Option<Instant>,
+}
+
+/// How recent the last event must be for a wait to spin first.
+const SPIN_AFTER: Duration = Duration::from_millis(10);
+/// How often the machine's load is looked at again.
+const LOAD_CHECK: Duration = Duration::from_millis(250);
+
+impl Spinner {
+    /// From `var` (microseconds; `0` turns spinning off, a number forces it);
+    /// unset: `auto_us`, where cores are spare.
+    pub(crate) fn from_env(var: &str, auto_us: u64) -> Spinner {
+        let set = std::env::var(var)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        Spinner {
+            budget: Duration::from_micros(set.unwrap_or(auto_us)),
+            forced: set.is_some(),
+            spare: false,
+            checked: None,
+            last_event: None,
+        }
+    }
+
+    /// How long the next wait may spin.
+    fn spin_for(&mut self, now: Instant, timeout: Duration) -> Duration {
+        if self.budget.is_zero() || self.last_event.is_none_or(|t| now - t >= SPIN_AFTER) {
+            return Duration::ZERO;
+        }
+        if !self.forced {
+            if self.checked.is_none_or(|t| now - t >= LOAD_CHECK) {
+                self.spare = spare_cores(
+                    &std::fs::read_to_string("/proc/loadavg").unwrap_or_default(),
+                    std::thread::available_parallelism().map_or(1, |n| n.get()),
+                );
+                self.checked = Some(now);
+            }
+            if !self.spare {
+                return Duration::ZERO;
+            }
+        }
+        self.budget.min(timeout)
+    }
+
+    /// As [`wait_fds`], spinning first where that pays (see [`Spinner`]).
+    pub(crate) fn wait(
+        &mut self,
+        pfds: &mut [libc::pollfd],
+        timeout: Duration,
+    ) -> io::Result<usize> {
+        let start = Instant::now();
+        let spin = self.spin_for(start, timeout);
+        if !spin.is_zero() {
+            loop {
+                let n = wait_fds(pfds, Duration::ZERO)?;
+                if n > 0 {
+                    self.last_event = Some(Instant::now());
+                    return Ok(n);
+                }
+                if start.elapsed() >= spin {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let n = wait_fds(pfds, timeout.saturating_sub(start.elapsed()))?;
+        if n > 0 {
+            self.last_event = Some(Instant::now());
+        }
+        Ok(n)
+    }
+}
+
+/// Whether a machine of `cores` has two idle at least, from the runnable
+/// count in `/proc/loadavg` text (`0.50 0.40 0.30 3/345 1234`: 3 runnable,
+/// the reader included).
+fn spare_cores(loadavg: &str, cores: usize) -> bool {
+    let runnable = loadavg
+        .split_whitespace()
+        .nth(3)
+        .and_then(|f| f.split('/').next())
+        .and_then(|r| r.parse::<usize>().ok());
+    runnable.is_some_and(|r| r + 2 <= cores)
+}
+
 /// Sets a socket's send and receive buffer sizes (`SO_SNDBUF`/`SO_RCVBUF`).
 pub(crate) fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
     let v: libc::c_int = bytes.min(i32::MAX as usize) as libc::c_int;
@@ -98,5 +197,78 @@ pub(crate) fn keep_freed_memory() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixDatagram;
+
+    #[test]
+    fn spare_cores_reads_the_runnable_count() {
+        assert!(spare_cores("0.10 0.20 0.30 3/345 999", 16));
+        assert!(!spare_cores("2.10 2.20 2.30 2/345 999", 2));
+        assert!(!spare_cores("1.00 1.00 1.00 15/345 999", 16));
+        assert!(!spare_cores("", 16));
+        assert!(!spare_cores("garbage", 16));
+    }
+
+    #[test]
+    fn spins_only_after_recent_events_and_never_when_off() {
+        let now = Instant::now();
+        let t = Duration::from_secs(1);
+        let mut s = Spinner {
+            budget: Duration::from_micros(50),
+            forced: true,
+            spare: false,
+            checked: None,
+            last_event: None,
+        };
+        assert_eq!(s.spin_for(now, t), Duration::ZERO, "no traffic yet");
+        s.last_event = Some(now);
+        assert_eq!(s.spin_for(now, t), Duration::from_micros(50));
+        assert_eq!(
+            s.spin_for(now, Duration::from_micros(5)),
+            Duration::from_micros(5)
+        );
+        assert_eq!(
+            s.spin_for(now + SPIN_AFTER * 2, t),
+            Duration::ZERO,
+            "traffic stopped"
+        );
+        s.budget = Duration::ZERO;
+        assert_eq!(s.spin_for(now, t), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_spinning_wait_returns_the_event() {
+        let (a, b) = UnixDatagram::pair().unwrap();
+        let mut s = Spinner {
+            budget: Duration::from_millis(50),
+            forced: true,
+            spare: false,
+            checked: None,
+            last_event: Some(Instant::now()),
+        };
+        let mut pfds = [libc::pollfd {
+            fd: b.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // Nothing comes: the spin and then the wait run out.
+        let t0 = Instant::now();
+        assert_eq!(s.wait(&mut pfds, Duration::from_millis(80)).unwrap(), 0);
+        assert!(t0.elapsed() >= Duration::from_millis(80));
+        // A datagram arrives while it spins.
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            a.send(&[1]).unwrap();
+        });
+        s.last_event = Some(Instant::now());
+        assert_eq!(s.wait(&mut pfds, Duration::from_secs(5)).unwrap(), 1);
+        assert!(pfds[0].revents & libc::POLLIN != 0);
+        sender.join().unwrap();
     }
 }
