@@ -356,7 +356,16 @@ pub(crate) struct AutoPolicy {
     switches: u64,
     /// Share of the last closed window the link was busy (for the statistics).
     busy_share: f64,
+    /// Busy share when the modes were last compared: a link that was mostly
+    /// idle then (one message at a time, or an application that offered
+    /// little) and is saturated now carries different traffic, so the old
+    /// verdict, and the long wait it earned, no longer hold.
+    compared_busy: Option<f64>,
 }
+
+/// Busy shares that mark a change of traffic (see `AutoPolicy::compared_busy`).
+const BUSY_LOW: f64 = 0.5;
+const BUSY_HIGH: f64 = 0.8;
 
 impl AutoPolicy {
     pub(crate) fn new(now: Instant) -> AutoPolicy {
@@ -373,6 +382,7 @@ impl AutoPolicy {
             probes: 0,
             switches: 0,
             busy_share: 0.0,
+            compared_busy: None,
         }
     }
 
@@ -389,6 +399,10 @@ impl AutoPolicy {
         if elapsed >= WINDOW && self.current.eligible >= WINDOW_FRAMES {
             let waited = idle.saturating_sub(self.current.idle_at_start);
             self.busy_share = 1.0 - waited.as_secs_f64() / elapsed.as_secs_f64();
+            if self.busy_share > BUSY_HIGH && self.compared_busy.is_some_and(|b| b < BUSY_LOW) {
+                self.next_probe = self.next_probe.min(now);
+                self.interval = PROBE_MIN;
+            }
             let probe = self.probe.is_none() && mode == self.mode && now >= self.next_probe;
             let next_mode = if probe {
                 self.probes += 1;
@@ -455,6 +469,9 @@ impl AutoPolicy {
         }
         self.probe = None;
         let before = self.before_probe.take().and_then(|(_, r)| r);
+        if before.is_some() && rate.is_some() {
+            self.compared_busy = Some(self.busy_share);
+        }
         let (changed, rated) = match (before, rate) {
             (Some(stay), Some(other)) if other > stay * MARGIN => {
                 self.mode = w.mode;
@@ -745,6 +762,33 @@ mod tests {
         let [c, r] = p.rate.map(Option::unwrap);
         assert!((c / 125e6 - 1.0).abs() < 0.05, "compressed {c}");
         assert!((r / 12.5e6 - 1.0).abs() < 0.05, "raw {r}");
+    }
+
+    /// A fast link whose modes tie while the application offers little (round
+    /// trips dominate) earns the longest wait between probes; when a stream then
+    /// saturates it, the change of traffic brings the probe forward.
+    #[test]
+    fn saturation_after_a_quiet_spell_is_judged_at_once() {
+        let mut now = start();
+        let mut p = AutoPolicy::new(now);
+        let line = Line {
+            wire: 3e9,
+            cpu: 800e6,
+            ratio: 0.1,
+            rtt: Duration::from_millis(2),
+            app: Some(10e6),
+        };
+        run(&mut p, &mut now, line, 40.0);
+        assert!(p.busy_share < BUSY_LOW, "busy {}", p.busy_share);
+        assert_eq!(p.mode(), Choice::Compress, "modes tie while the line idles");
+        let t0 = now;
+        let sent = run(&mut p, &mut now, Line { app: None, ..line }, 3.0);
+        assert_eq!(p.mode(), Choice::Raw);
+        // Decided within the stream's first second; raw from then on but for
+        // one probe window of compression.
+        let from = sent.partition_point(|s| s.0 - t0 < Duration::from_secs(1));
+        let raw = share_raw(&sent, sent[from].0);
+        assert!(raw > 0.8, "raw share {raw} after the first second");
     }
 
     /// A link that first carries only small messages (too little to rate a window)
