@@ -4,8 +4,11 @@
 # broadcast and all-reduce, median time per operation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p metampi-cli
-M=target/release/metampi
+# M=path/to/metampi measures that build instead.
+if [ -z "${M:-}" ]; then
+    cargo build --release -q -p metampi-cli
+    M=${CARGO_TARGET_DIR:-target}/release/metampi
+fi
 d=$(mktemp -d)
 trap 'rm -rf "$d"; pkill -f "metampi router" || true' EXIT
 cat > "$d/sites.cfg" <<'CFG'
