@@ -333,66 +333,7 @@ fn gather_scatter(c: &SimpleCommunicator, seed: u64, all: bool) {
 }
 
 fn varcount_rooted(c: &SimpleCommunicator, seed: u64) {
-    let (n, me) = (c.size(), c.rank());
-    for root in 0..n {
-        let (counts, displs, total) = partition(n, root);
-        let mine = ints(seed, me, counts[me as usize] as usize);
-        let p = c.process_at_rank(root);
-        if me == root {
-            let mut buf = vec![-1i64; total];
-            let mut part = PartitionMut::new(&mut buf[..], counts.clone(), &displs[..]);
-            p.gather_varcount_into_root(&mine[..], &mut part);
-            for r in 0..n as usize {
-                let (d, k) = (displs[r] as usize, counts[r] as usize);
-                assert_eq!(
-                    buf[d..d + k],
-                    ints(seed, r as i32, k)[..],
-                    "gatherv root {root}"
-                );
-                assert_eq!(buf[d + k], -1, "gatherv wrote a gap");
-            }
-        } else {
-            p.gather_varcount_into(&mine[..]);
-        }
-        let mut out = vec![-1i64; counts[me as usize] as usize];
-        if me == root {
-            let mut buf = vec![-9i64; total];
-            for r in 0..n as usize {
-                let (d, k) = (displs[r] as usize, counts[r] as usize);
-                buf[d..d + k].copy_from_slice(&ints(seed + 1, r as i32, k));
-            }
-            let part = Partition::new(&buf[..], counts.clone(), &displs[..]);
-            p.scatter_varcount_into_root(&part, &mut out[..]);
-        } else {
-            p.scatter_varcount_into(&mut out[..]);
-        }
-        assert_eq!(out, ints(seed + 1, me, out.len()), "scatterv root {root}");
-    }
-    // Non-contiguous elements in a varcount gather.
-    let (counts, displs, total) = partition(n, 5);
-    let mine = padded(seed, me, counts[me as usize] as usize);
-    if me == 0 {
-        let mut buf = vec![Padded::default(); total];
-        p0_gatherv(c, &mine, &mut buf, &counts, &displs);
-        for r in 0..n as usize {
-            let (d, k) = (displs[r] as usize, counts[r] as usize);
-            assert_eq!(buf[d..d + k], padded(seed, r as i32, k)[..]);
-        }
-    } else {
-        c.process_at_rank(0).gather_varcount_into(&mine[..]);
-    }
-}
-
-fn p0_gatherv(
-    c: &SimpleCommunicator,
-    mine: &[Padded],
-    buf: &mut [Padded],
-    counts: &[i32],
-    displs: &[i32],
-) {
-    let mut part = PartitionMut::new(buf, counts, displs);
-    c.process_at_rank(0)
-        .gather_varcount_into_root(mine, &mut part);
+    check_varcount_rooted(c, seed, "auto", &[1]);
 }
 
 fn all_gather(c: &SimpleCommunicator, seed: u64, all: bool) {
