@@ -133,8 +133,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "HOST")]
     pmi_host: Option<String>,
 
-    /// With --meta: how long ranks of meta hosts started by hand (LAUNCH = manual) have to
-    /// join after their commands are printed, in seconds (exit status 124 when they do not)
+    /// With --meta: how long ranks and routers of meta hosts started by hand (LAUNCH = manual)
+    /// have to join after their commands are printed, in seconds (exit status 124 when they do
+    /// not)
     #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "300")]
     join_timeout: Duration,
 
@@ -240,25 +241,19 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             Err(e) => return Err(anyhow::Error::new(e).context("starting the routers")),
         };
         _routers = Some(routers);
-        meta_plan = Some((cfg, layout, host_env, plan));
+        meta_plan = Some((cfg, host_env, plan));
     }
     // Per node of a meta job: its meta host's variables, and, where meta hosts run their own
-    // programs or sit in network namespaces (`ip netns exec`), its own application.
+    // programs or sit in network namespaces (`ip netns exec`), its own application. (Nodes
+    // started by hand with routers but no ranks are hosts without slots: no application.)
     let mut meta_hosts = None;
     let mut meta_apps = None;
-    if let Some((cfg, layout, host_env, plan)) = &meta_plan {
-        let nodes = plan_nodes(layout);
-        if nodes.len() != plan.hosts.len() {
-            anyhow::bail!(
-                "the meta launch planned {} hosts for {} nodes with ranks",
-                plan.hosts.len(),
-                nodes.len()
-            );
-        }
+    if let Some((cfg, host_env, plan)) = &meta_plan {
+        let nodes = &plan.nodes;
         meta_hosts = Some(
             plan.hosts
                 .iter()
-                .zip(&nodes)
+                .zip(nodes)
                 .map(|(host, &(h, _))| host.clone().with_env(host_env[h].clone()))
                 .collect::<Vec<_>>(),
         );
@@ -288,6 +283,7 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
                     .iter()
                     .zip(&plan.hosts)
                     .zip(&plan.prefixes)
+                    .filter(|((_, host), _)| host.slots > 0)
                     .map(|((&(h, n), host), pre)| {
                         let (program, args) = cfg.hosts[h].rank_command(n, &app.program, &app.args);
                         match pre.split_first() {
@@ -303,7 +299,7 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
         }
     }
     let spec = match build_spec(args).map(|mut spec| {
-        if let (Some((_, _, _, plan)), Some(hosts)) = (&meta_plan, meta_hosts) {
+        if let (Some((_, _, plan)), Some(hosts)) = (&meta_plan, meta_hosts) {
             spec = spec.hosts(hosts).launch(LaunchMethod::Local);
             if let Some(apps) = meta_apps {
                 spec = spec.replace_apps(apps);
@@ -374,23 +370,6 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         spec = spec.debug_ranks(ranks);
     }
     Ok(spec)
-}
-
-/// The (meta host, node) of every host of a meta launch's plan: one per node with ranks, in
-/// rank order, as `metampi::meta` makes them.
-fn plan_nodes(layout: &metampi_config::Layout) -> Vec<(usize, usize)> {
-    layout
-        .hosts
-        .iter()
-        .enumerate()
-        .flat_map(|(h, host)| {
-            host.nodes
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| n.nprocs > 0)
-                .map(move |(n, _)| (h, n))
-        })
-        .collect()
 }
 
 /// How each router of a meta job starts: `P router`, where `P` is its PAIR header's executable,

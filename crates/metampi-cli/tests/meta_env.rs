@@ -6,11 +6,13 @@
 //! `metampi check` reports too.
 //!
 //! As in `meta_launch.rs`, a fake `ssh` first in `PATH` records its arguments and runs the
-//! remote command here with `sh -c`; every site's addresses are loopback addresses.
+//! remote command here with `sh -c`; every site's addresses are loopback addresses (127.0.0.2
+//! for the ssh site where it can be bound, see [`ssh_site_address`]).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 
 const EXE: &str = env!("CARGO_BIN_EXE_metampi");
 
@@ -137,6 +139,20 @@ fn assert_demo_ok(out: &Output, ranks: usize) {
         "{stdout}"
     );
     assert!(stdout.contains("demo: OK"), "{stdout}");
+}
+
+/// The address of the ssh site's node: 127.0.0.2 where it can be bound (on Linux all of 127/8
+/// is this machine), else 127.0.0.1, with a note, since some systems have no other loopback
+/// address.
+fn ssh_site_address() -> &'static str {
+    static ADDRESS: OnceLock<&'static str> = OnceLock::new();
+    ADDRESS.get_or_init(|| match std::net::TcpListener::bind("127.0.0.2:0") {
+        Ok(_) => "127.0.0.2",
+        Err(e) => {
+            eprintln!("note: 127.0.0.2 cannot be bound here ({e}); the ssh site uses 127.0.0.1");
+            "127.0.0.1"
+        }
+    })
 }
 
 /// Three meta hosts a, b, c, here, joined pairwise, with `a`, `b`, `c` added to their blocks.
@@ -413,9 +429,10 @@ fn meta_env_reaches_an_ssh_site_on_its_command_lines_without_the_secret() {
             "PORTBASE 25070\n\
              SECRET_FILE ~/secret\n\
              METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
-             METAHOST b {{ LAUNCH = ssh me@b0.example.org; NPROCS = 2; NODES = b0 (127.0.0.2);\n\
+             METAHOST b {{ LAUNCH = ssh me@b0.example.org; NPROCS = 2; NODES = b0 ({b});\n\
                            ENV = FOO=\"b b\"; ENVFILE = {envfile}; }}\n\
-             PAIR a b 1\na0 <-> b0\n"
+             PAIR a b 1\na0 <-> b0\n",
+            b = ssh_site_address()
         ),
     );
     let script = "echo \"env $METAMPI_RANK|$FOO|$BAR\" >&2; exec \"$0\" demo-rank";

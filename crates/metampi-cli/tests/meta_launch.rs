@@ -5,17 +5,19 @@
 //!
 //! There is no sshd here: a fake `ssh` (a shell script first in `PATH`) records its arguments
 //! and runs the remote command on this machine with `sh -c`, which is what sshd does with it
-//! on the far side. Commands printed for meta hosts started by hand are run with `sh -c` too.
-//! Every site's addresses are 127.0.0.1, and `--pmi-host 127.0.0.1` tells "remote" ranks where
-//! the launcher is.
+//! on the far side (asked to, it also plays a connection that dies: see [`Scratch::new`]).
+//! Commands printed for meta hosts started by hand are run with `sh -c` too. Sites' addresses
+//! are loopback addresses (127.0.0.2 for the ssh site where it can be bound, see
+//! [`ssh_site_address`]), and `--pmi-host 127.0.0.1` tells "remote" ranks where the launcher
+//! is.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{mpsc, OnceLock};
+use std::time::{Duration, Instant};
 
 const EXE: &str = env!("CARGO_BIN_EXE_metampi");
 
@@ -43,6 +45,20 @@ impl Scratch {
              case \"$*\" in *unreachable*)\n\
              echo 'ssh: Could not resolve hostname unreachable' >&2; exit 255;; esac\n\
              for last in \"$@\"; do :; done\n\
+             # A command holding FAKE_SSH_DROP loses its connection after\n\
+             # FAKE_SSH_DROP_AFTER seconds. As with sshd, it runs apart from ssh (its own\n\
+             # session: what stops ssh does not reach it) with its stdio through pipes\n\
+             # that end with the connection.\n\
+             if [ -n \"${FAKE_SSH_DROP:-}\" ]; then case \"$last\" in *\"$FAKE_SSH_DROP\"*)\n\
+             d=$(mktemp -d) && mkfifo \"$d/i\" \"$d/o\" \"$d/e\" || exit 255\n\
+             exec 3<&0\n\
+             setsid sh -c \"$last\" <\"$d/i\" >\"$d/o\" 2>\"$d/e\" &\n\
+             cat <&3 >\"$d/i\" & i=$!\n\
+             cat \"$d/o\" & o=$!\n\
+             cat \"$d/e\" >&2 & e=$!\n\
+             sleep \"$FAKE_SSH_DROP_AFTER\"\n\
+             kill $i $o $e 2>/dev/null; rm -rf \"$d\"\n\
+             echo 'client_loop: send disconnect: Broken pipe' >&2; exit 255;; esac; fi\n\
              exec sh -c \"$last\"\n",
         )
         .unwrap();
@@ -132,9 +148,25 @@ fn assert_demo_ok(out: &Output, ranks: usize) {
 /// directory), so that the test knows it.
 const SECRET: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+/// The address of the ssh site's node: 127.0.0.2 where it can be bound (on Linux all of 127/8
+/// is this machine), so that what reaches that node can be told from what stays at 127.0.0.1;
+/// else 127.0.0.1, with a note, since some systems have no other loopback address.
+fn ssh_site_address() -> &'static str {
+    static ADDRESS: OnceLock<&'static str> = OnceLock::new();
+    ADDRESS.get_or_init(|| match std::net::TcpListener::bind("127.0.0.2:0") {
+        Ok(_) => "127.0.0.2",
+        Err(e) => {
+            eprintln!(
+                "note: 127.0.0.2 cannot be bound here ({e}); the ssh site uses 127.0.0.1, so \
+                 these tests cannot tell its addresses from the launcher's"
+            );
+            "127.0.0.1"
+        }
+    })
+}
+
 /// Sites a (here, 1 rank), b (through ssh, 2 ranks), c (here, 2 ranks), all pairs joined. b's
-/// node has its own address, 127.0.0.2 (all of 127/8 is this machine), so that what reaches
-/// it can be told from what stays at 127.0.0.1.
+/// node has its own address ([`ssh_site_address`]).
 fn ssh_sites(s: &Scratch, port_base: u16) -> PathBuf {
     s.write("secret", &format!("{SECRET}\n"));
     s.write(
@@ -143,9 +175,10 @@ fn ssh_sites(s: &Scratch, port_base: u16) -> PathBuf {
             "PORTBASE {port_base}\n\
              SECRET_FILE ~/secret\n\
              METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
-             METAHOST b {{ LAUNCH = ssh me@b0.example.org; NPROCS = 2; NODES = b0 (127.0.0.2); }}\n\
+             METAHOST b {{ LAUNCH = ssh me@b0.example.org; NPROCS = 2; NODES = b0 ({}); }}\n\
              METAHOST c {{ LAUNCH = local; NPROCS = 2; NODES = c0; }}\n\
-             PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n"
+             PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n",
+            ssh_site_address()
         ),
     )
 }
@@ -178,8 +211,9 @@ fn meta_launch_ssh_site_runs_with_local_sites() {
     );
     // b's routers listen for its ranks on the node's address, and its ranks are told so;
     // they reach the launcher at --pmi-host.
-    assert!(log.contains("vertical=127.0.0.2:0;"), "{log}");
-    assert!(log.contains("1>0@127.0.0.2:"), "{log}");
+    let b = ssh_site_address();
+    assert!(log.contains(&format!("vertical={b}:0;")), "{log}");
+    assert!(log.contains(&format!("1>0@{b}:")), "{log}");
     assert!(log.contains("METAMPI_PMI=127.0.0.1:"), "{log}");
     // The secret travels on stdin, never in an argument list that ps would show.
     assert!(!log.contains(SECRET), "{log}");
@@ -228,6 +262,73 @@ fn meta_launch_ssh_ranks_get_stdin_and_their_output_comes_back() {
             "[3] c.c0 hello there",
             "[4] c.c0 hello there"
         ]
+    );
+}
+
+/// Whether process `pid` still runs (a zombie does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| Some(!stat.rsplit_once(") ")?.1.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// Kills the process group of `pid`, if it still runs.
+fn kill_group_of(pid: u32) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name: state, ppid, pgrp.
+    let pgrp = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split_whitespace().nth(2).map(String::from));
+    if let Some(pgrp) = pgrp {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pgrp}")])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+#[test]
+fn meta_launch_ssh_rank_reading_stdin_stops_when_its_connection_dies() {
+    let s = Scratch::new("ssh-drop");
+    let cfg = ssh_sites(&s, 24970);
+    let pid_file = s.path("rank1.pid");
+    // Rank 1 (on b, through ssh) reads a line of the launcher's stdin, then waits, as do the
+    // others; its ssh connection dies after 3 s.
+    let script = format!(
+        "if [ \"$METAMPI_RANK\" = 1 ]; then echo $$ > {}; read l; echo \"rank 1 read $l\"; fi; \
+         exec sleep 120",
+        pid_file.display()
+    );
+    let mut cmd = s.metampi(&cfg, &["--stdin", "1", "sh", "-c", &script]);
+    cmd.env("FAKE_SSH_DROP", " METAMPI_RANK=1 ")
+        .env("FAKE_SSH_DROP_AFTER", "3");
+    let out = run_with_stdin(cmd, b"hello\n");
+    let err = text(&out.stderr);
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("rank 1 did not start: {err}"));
+    // The rank on the far side is stopped, not left waiting for ever.
+    let t0 = Instant::now();
+    while running(pid) && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left = running(pid);
+    kill_group_of(pid);
+    assert!(
+        !left,
+        "rank 1 still runs on the far side 10 s after the job ended: {err}"
+    );
+    // The launcher reports the rank whose ssh ended, with ssh's status.
+    assert_eq!(out.status.code(), Some(255), "{err}");
+    assert!(err.contains("rank 1 (pid "), "{err}");
+    assert!(err.contains("on b.b0) exited with code 255"), "{err}");
+    assert!(
+        text(&out.stdout).contains("rank 1 read hello"),
+        "{}",
+        text(&out.stdout)
     );
 }
 
@@ -280,10 +381,11 @@ struct ByHand {
 }
 
 impl ByHand {
-    fn start(s: &Scratch, line: &str) -> ByHand {
+    fn start(s: &Scratch, line: &str, env: &[(&str, &str)]) -> ByHand {
         let child = Command::new("sh")
             .arg("-c")
             .arg(line)
+            .envs(env.iter().copied())
             .env("HOME", &s.dir)
             .env_remove("METAMPI_SECRET")
             .stdin(Stdio::null())
@@ -315,7 +417,26 @@ impl ByHand {
 /// Starts `cmd` with stderr piped; runs every command it prints for a machine started by hand
 /// (the lines that open a subshell) as soon as it appears. Returns the launcher's output and
 /// the commands it printed.
-fn run_printing_commands(s: &Scratch, mut cmd: Command) -> (Output, Vec<(String, ByHand)>) {
+fn run_printing_commands(s: &Scratch, cmd: Command) -> (Output, Vec<(String, ByHand)>) {
+    let (out, started) = run_printing_commands_with(s, cmd, &[], None, &mut |_, _| {});
+    let started = started
+        .into_iter()
+        .map(|(_, line, job)| (line, job))
+        .collect();
+    (out, started)
+}
+
+/// [`run_printing_commands`], with `env` added to the commands' environment, the command for
+/// machine `late` started 2 s after it is printed, and `started_one` called with the machine
+/// and process group of each command as it starts. Returns the machine (`c.c0`), the text and
+/// the running command of each.
+fn run_printing_commands_with(
+    s: &Scratch,
+    mut cmd: Command,
+    env: &[(&str, &str)],
+    late: Option<&str>,
+    started_one: &mut dyn FnMut(&str, u32),
+) -> (Output, Vec<(String, String, ByHand)>) {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -331,10 +452,21 @@ fn run_printing_commands(s: &Scratch, mut cmd: Command) -> (Output, Vec<(String,
     });
     let mut stderr = Vec::new();
     let mut started = Vec::new();
+    let mut machine = String::new();
     for line in BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
+        // `metampi run: start ... on MACHINE by hand: run this command ...`
+        if let Some((head, _)) = line.split_once(" by hand: ") {
+            machine = head.rsplit(" on ").next().unwrap_or_default().to_string();
+        }
         if line.starts_with("( ") {
-            started.push((line.clone(), ByHand::start(s, &line)));
+            let job = if late == Some(machine.as_str()) {
+                ByHand::start(s, &format!("sleep 2; {line}"), env)
+            } else {
+                ByHand::start(s, &line, env)
+            };
+            started_one(&machine, job.pgid);
+            started.push((machine.clone(), line.clone(), job));
         }
         stderr.extend_from_slice(line.as_bytes());
         stderr.push(b'\n');
@@ -426,10 +558,143 @@ fn meta_launch_manual_ranks_that_never_join_are_named() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(124), "{err}");
     assert!(
-        err.contains("ranks 3, 4 (started by hand on c.c0) did not join within 1 s"),
+        err.contains(
+            "ranks 3, 4 and router 4, router 5 (started by hand on c.c0) did not join within 1 s"
+        ),
         "{err}"
     );
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+}
+
+/// Sites a (here, 1 rank), b (here, 2 ranks), c (by hand): its node c0 runs its 2 ranks, c1
+/// (no ranks) its routers 4 and 5, to a and to b.
+fn router_node_sites(s: &Scratch, port_base: u16) -> PathBuf {
+    s.write("secret", &format!("{SECRET}\n"));
+    s.write(
+        "routers.cfg",
+        &format!(
+            "PORTBASE {port_base}\n\
+             SECRET_FILE ~/secret\n\
+             METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
+             METAHOST b {{ LAUNCH = local; NPROCS = 2; NODES = b0; }}\n\
+             METAHOST c {{ LAUNCH = manual; NPROCS = 2; NODES = c0 (127.0.0.1), c1 0 (127.0.0.1); }}\n\
+             PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c1\nPAIR b c 1\nb0 <-> c1\n"
+        ),
+    )
+}
+
+#[test]
+fn meta_launch_manual_routers_without_ranks_join_and_leave_with_the_job() {
+    let s = Scratch::new("manual-routers");
+    let cfg = router_node_sites(&s, 25170);
+    // Links that are gone would end a router only after a minute here. The routers' machine
+    // is started last, as may happen: the ranks wait for its routers.
+    let (out, by_hand) = run_printing_commands_with(
+        &s,
+        s.metampi(&cfg, &["--join-timeout", "30", EXE, "demo-rank"]),
+        &[("METAMPI_LINK_TIMEOUT", "60")],
+        Some("c.c1"),
+        &mut |_, _| {},
+    );
+    let err = text(&out.stderr);
+    assert_demo_ok(&out, 5);
+    // Both commands end with the job: the routers of c1 are told that it is over.
+    let machines: Vec<String> = by_hand.iter().map(|(m, _, _)| m.clone()).collect();
+    let mut lines = Vec::new();
+    for (machine, line, job) in by_hand {
+        let t0 = Instant::now();
+        let out = job
+            .finish(Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{machine}: still running 10 s after the job ended"));
+        assert!(
+            out.status.success(),
+            "{machine}: {:?}\n{}",
+            out.status,
+            text(&out.stderr)
+        );
+        assert!(
+            !text(&out.stderr).contains("lost the connection"),
+            "{}",
+            text(&out.stderr)
+        );
+        eprintln!("{machine} ended {:?} after the launcher", t0.elapsed());
+        lines.push(line);
+    }
+    // The routers-only machine's command comes first; its routers report to the launcher.
+    assert_eq!(machines, ["c.c1", "c.c0"], "{err}");
+    assert!(
+        err.contains("start router 4, router 5 on c.c1 by hand"),
+        "{err}"
+    );
+    assert!(err.contains("start ranks 3-4 on c.c0 by hand"), "{err}");
+    assert!(
+        err.contains("for the ranks and the other processes started by hand"),
+        "{err}"
+    );
+    for helper in ["METAMPI_HELPER=0 ", "METAMPI_HELPER=1 "] {
+        assert!(lines[0].contains(helper), "{}", lines[0]);
+    }
+    assert!(lines[0].contains("METAMPI_PMI=127.0.0.1:"), "{}", lines[0]);
+    assert!(!lines[1].contains("METAMPI_HELPER"), "{}", lines[1]);
+}
+
+#[test]
+fn meta_launch_manual_routers_without_ranks_that_never_join_are_named() {
+    let s = Scratch::new("manual-routers-absent");
+    let cfg = router_node_sites(&s, 24990);
+    // Nobody runs the printed commands.
+    let out = run_with_stdin(
+        s.metampi(&cfg, &["--join-timeout", "1", EXE, "demo-rank"]),
+        b"",
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{err}");
+    assert!(
+        err.contains(
+            "ranks 3, 4 and router 4, router 5 (started by hand on c.c0, c.c1) did not join \
+             within 1 s: run the commands printed for c.c0, c.c1 on those machines"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn meta_launch_manual_router_that_goes_away_ends_the_job_and_is_named() {
+    let s = Scratch::new("manual-router-gone");
+    let cfg = router_node_sites(&s, 25190);
+    // The ranks take their time to start; meanwhile the command on c1 is stopped (Ctrl-C
+    // there, say), and its routers with it.
+    let script = "sleep 10; exec \"$0\" demo-rank";
+    let t0 = Instant::now();
+    let (out, by_hand) = run_printing_commands_with(
+        &s,
+        s.metampi(&cfg, &["--join-timeout", "30", "sh", "-c", script, EXE]),
+        &[],
+        None,
+        &mut |machine, pgid| {
+            if machine == "c.c1" {
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(1500));
+                    let _ = Command::new("kill")
+                        .args(["-TERM", "--", &format!("-{pgid}")])
+                        .status();
+                });
+            }
+        },
+    );
+    let err = text(&out.stderr);
+    for (_, _, job) in by_hand {
+        job.finish(Duration::from_secs(1));
+    }
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "(started by hand on c.c1) closed its connection to the launcher while the job ran"
+        ),
+        "{err}"
+    );
+    // Noticed when it happened, not when the ranks would have needed the routers.
+    assert!(t0.elapsed() < Duration::from_secs(7), "{:?}", t0.elapsed());
 }
 
 #[test]

@@ -78,13 +78,34 @@ pub(crate) fn ssh_argv(args: &[String], command_line: &[u8]) -> Vec<OsString> {
 pub(crate) const SECRET_ENV: &str = "METAMPI_SECRET";
 
 /// How a process started on another machine uses its standard input after the secret line.
+///
+/// Either way the end of stdin means that the launcher is gone or has ended the job (ssh
+/// closed), so the process is stopped: SIGTERM, then SIGKILL after two seconds. Without a
+/// terminal, sshd signals nothing to a remote command whose client went away, so this is the
+/// only way such a process learns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RemoteStdin {
-    /// The rest of stdin is the process's own (the rank that reads the launcher's stdin).
+    /// The process reads the launcher's stdin, which comes framed after the secret line
+    /// ([`stdin_frames`], then [`STDIN_END`]) so that the end of the data (the process's
+    /// stdin closes) is told apart from the end of the connection.
     Forward,
-    /// The process gets `/dev/null`; the end of stdin means the launcher is gone (ssh closed),
-    /// so the process is stopped: SIGTERM, then SIGKILL after two seconds.
+    /// The process gets `/dev/null`.
     Watch,
+}
+
+/// Largest frame of forwarded stdin: what the remote side reads with one `dd` block.
+pub(crate) const MAX_STDIN_FRAME: usize = 64 * 1024;
+
+/// The frame that ends forwarded stdin (a frame of length 0); the connection stays open.
+pub(crate) const STDIN_END: &[u8] = b"0\n";
+
+/// Appends `data` to `out` as frames of forwarded stdin for [`RemoteStdin::Forward`]: its
+/// length in decimal and a newline, then the bytes, at most [`MAX_STDIN_FRAME`] at a time.
+pub(crate) fn stdin_frames(data: &[u8], out: &mut Vec<u8>) {
+    for chunk in data.chunks(MAX_STDIN_FRAME) {
+        out.extend_from_slice(format!("{}\n", chunk.len()).as_bytes());
+        out.extend_from_slice(chunk);
+    }
 }
 
 /// The shell command line that runs `program args` with `env` on another machine:
@@ -92,11 +113,16 @@ pub(crate) enum RemoteStdin {
 /// (so that it never appears in a command line that `ps` shows, there or here), changes to
 /// `cwd`, and runs `env VARS... program args` there.
 ///
-/// With [`RemoteStdin::Watch`] the process runs in the background while the script waits for
-/// either it to end (its status is the script's) or stdin to close: without a terminal, sshd
-/// signals nothing to a remote command whose client went away, so an ended ssh would otherwise
-/// leave the process running. The wrapper is `sh -c` because the remote login shell may be csh
-/// or fish, which read neither `&&` lists in this form nor `$!`.
+/// The process runs in the background while the script waits for either it to end (its status
+/// is the script's) or stdin to close, which stops it (see [`RemoteStdin`]). With
+/// [`RemoteStdin::Watch`] the process's stdin is `/dev/null`. With [`RemoteStdin::Forward`] it
+/// is a FIFO that a relay fills from the frames on stdin (one `dd` per frame, with
+/// `iflag=fullblock` where `dd` has it, else byte by byte: a pipe may return a frame in
+/// pieces) and closes at the end frame; the relay then watches stdin for its end like
+/// [`RemoteStdin::Watch`]. (A process that stops reading while more input is on its way keeps
+/// the relay blocked on the FIFO, and is then stopped only once it ends or writes to the closed
+/// connection.) The wrapper is `sh -c` because the remote login shell may be csh or fish, which
+/// read neither `&&` lists in this form nor `$!`.
 pub(crate) fn remote_line(
     cwd: &Path,
     env: &[(OsString, OsString)],
@@ -115,22 +141,31 @@ input (the launch command must pass stdin on)' >&2; exit 125; }; export METAMPI_
         .to_vec();
     script.extend_from_slice(&shell_quote(cwd.as_os_str()));
     script.extend_from_slice(b" || exit 127; ");
+    // fd 3 keeps the real stdin for the watcher: an asynchronous list gets /dev/null as its
+    // stdin unless redirected explicitly.
+    let stop = b"while read -r _; do :; done; kill -TERM $p; sleep 2; kill -KILL $p; } <&3 \
+>/dev/null 2>&1 & w=$!; exec 3<&- 4>&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s";
     match stdin {
         RemoteStdin::Forward => {
-            script.extend_from_slice(b"exec ");
-            script.extend_from_slice(&command);
-        }
-        RemoteStdin::Watch => {
-            // fd 3 keeps the real stdin for the watcher: an asynchronous list gets /dev/null
-            // as its stdin unless redirected explicitly.
+            // The FIFO is opened by both sides before it is removed; the process's end opens
+            // first, in the background, so that `$p` is known to the relay.
+            script.extend_from_slice(
+                b"d=$(mktemp -d) && mkfifo \"$d/i\" || { echo 'metampi: cannot make a FIFO \
+for standard input' >&2; exit 125; }; if dd iflag=fullblock count=0 </dev/null 2>/dev/null; \
+then c() { dd iflag=fullblock bs=\"$1\" count=1; }; else c() { dd ibs=1 count=\"$1\"; }; fi; ",
+            );
             script.extend_from_slice(&command);
             script.extend_from_slice(
-                b" </dev/null & p=$!; exec 3<&0; { while read -r _; do :; done; \
-kill -TERM $p; sleep 2; kill -KILL $p; } <&3 >/dev/null 2>&1 & w=$!; exec 3<&-; \
-wait $p; s=$?; kill $w 2>/dev/null; exit $s",
+                b" <\"$d/i\" & p=$!; exec 3<&0 4>\"$d/i\"; rm -rf \"$d\"; { while IFS= read -r n \
+&& [ \"$n\" -gt 0 ]; do c \"$n\" >&4 || break; done; exec 4>&-; ",
             );
         }
+        RemoteStdin::Watch => {
+            script.extend_from_slice(&command);
+            script.extend_from_slice(b" </dev/null & p=$!; exec 3<&0; { ");
+        }
     }
+    script.extend_from_slice(stop);
     let mut line = b"sh -c ".to_vec();
     line.extend_from_slice(&shell_quote(OsStr::from_bytes(&script)));
     line
@@ -232,6 +267,7 @@ pub(crate) fn template_argv(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
     use std::process::Command;
 
     fn q(s: &str) -> String {
@@ -318,8 +354,26 @@ mod tests {
     /// Runs a remote command line here with `stdin` as its standard input, which stays open
     /// until the command has ended (as ssh keeps it) unless `close` says to close it at once.
     fn run_remote_line(line: &[u8], stdin: &[u8], close: bool) -> std::process::Output {
+        run_remote_line_in(None, line, stdin, close)
+    }
+
+    /// [`run_remote_line`] with `path` first in `PATH`.
+    fn run_remote_line_in(
+        path: Option<&Path>,
+        line: &[u8],
+        stdin: &[u8],
+        close: bool,
+    ) -> std::process::Output {
         use std::io::{Read, Write};
-        let mut child = Command::new("/bin/sh")
+        let mut cmd = Command::new("/bin/sh");
+        if let Some(dir) = path {
+            let mut paths = vec![dir.to_path_buf()];
+            paths.extend(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            ));
+            cmd.env("PATH", std::env::join_paths(paths).unwrap());
+        }
+        let mut child = cmd
             .arg("-c")
             .arg(OsStr::from_bytes(line))
             .stdin(std::process::Stdio::piped())
@@ -328,11 +382,17 @@ mod tests {
             .spawn()
             .unwrap();
         let mut input = child.stdin.take().unwrap();
-        input.write_all(stdin).unwrap();
         if close {
+            input.write_all(stdin).unwrap();
             drop(input);
             return child.wait_with_output().unwrap();
         }
+        // Written by another thread, so that output filling its pipe cannot stop the input.
+        let stdin = stdin.to_vec();
+        let writer = std::thread::spawn(move || {
+            input.write_all(&stdin).unwrap();
+            input
+        });
         let mut stdout = Vec::new();
         child
             .stdout
@@ -348,7 +408,7 @@ mod tests {
             .read_to_end(&mut stderr)
             .unwrap();
         let status = child.wait().unwrap();
-        drop(input);
+        drop(writer.join().unwrap());
         std::process::Output {
             status,
             stdout,
@@ -365,15 +425,23 @@ mod tests {
         ];
         let script = "printf '%s|%s|%s|' \"$METAMPI_SECRET\" \"$MSG\" \"$(pwd)\"; cat";
         let args = ["-c".into(), script.into()];
-        for (mode, out) in [
-            (RemoteStdin::Forward, "s3cret|it's|DIR|rest\n"),
-            (RemoteStdin::Watch, "s3cret|it's|DIR|"),
+        let mut framed = b"s3cret\n".to_vec();
+        stdin_frames(b"rest\n", &mut framed);
+        framed.extend_from_slice(STDIN_END);
+        for (mode, input, out) in [
+            (RemoteStdin::Forward, &framed[..], "s3cret|it's|DIR|rest\n"),
+            (
+                RemoteStdin::Watch,
+                &b"s3cret\nrest\n"[..],
+                "s3cret|it's|DIR|",
+            ),
         ] {
             let line = remote_line(&dir, &env, OsStr::new("sh"), &args, mode);
             let text = String::from_utf8(line.clone()).unwrap();
             assert!(text.starts_with("sh -c "), "{text}");
             assert!(!text.contains("s3cret"), "{text}");
-            let result = run_remote_line(&line, b"s3cret\nrest\n", mode == RemoteStdin::Forward);
+            // stdin stays open: the end frame alone ends the process's input.
+            let result = run_remote_line(&line, input, false);
             assert!(result.status.success(), "{result:?}");
             let expect = out.replace("DIR", &dir.canonicalize().unwrap().display().to_string());
             assert_eq!(String::from_utf8(result.stdout).unwrap(), expect);
@@ -431,6 +499,97 @@ mod tests {
         assert!(t0.elapsed() < std::time::Duration::from_secs(10));
     }
 
+    /// A `dd` first in `PATH` that knows no `iflag=`, like some non-GNU ones.
+    fn dd_without_iflag() -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("metampi-old-dd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dd = dir.join("dd");
+        let real = ["/bin/dd", "/usr/bin/dd"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("a dd");
+        std::fs::write(
+            &dd,
+            format!(
+                "#!/bin/sh\ncase \"$*\" in *iflag=*) echo 'dd: unknown operand' >&2; exit 1;; esac\n\
+                 exec {real} \"$@\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&dd, std::fs::Permissions::from_mode(0o755)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn forwarded_stdin_arrives_byte_for_byte_in_frames_and_ends_with_the_end_frame() {
+        // Every byte value, over several frames, one of them longer than a pipe holds.
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 256) as u8).collect();
+        let mut input = b"k\n".to_vec();
+        stdin_frames(&data[..3], &mut input);
+        stdin_frames(&data[3..], &mut input);
+        input.extend_from_slice(STDIN_END);
+        let line = remote_line(
+            Path::new("/"),
+            &[],
+            OsStr::new("cat"),
+            &[],
+            RemoteStdin::Forward,
+        );
+        let old_dd = dd_without_iflag();
+        for path in [None, Some(old_dd.as_path())] {
+            let result = run_remote_line_in(path, &line, &input, false);
+            assert!(result.status.success(), "{path:?}: {result:?}");
+            assert!(
+                result.stdout == data,
+                "{path:?}: {} bytes",
+                result.stdout.len()
+            );
+        }
+        std::fs::remove_dir_all(old_dd).unwrap();
+    }
+
+    #[test]
+    fn a_process_reading_forwarded_stdin_stops_when_the_connection_ends() {
+        use std::io::{BufRead, Write};
+        // It reads one line and would then sleep for a minute, with its input ended (the end
+        // frame came) or not yet: either way the end of the connection ends it.
+        let args = ["-c".into(), "read l; echo \"got $l\"; exec sleep 60".into()];
+        let line = remote_line(
+            Path::new("/"),
+            &[],
+            OsStr::new("sh"),
+            &args,
+            RemoteStdin::Forward,
+        );
+        for end_of_data in [false, true] {
+            let mut child = Command::new("/bin/sh")
+                .arg("-c")
+                .arg(OsStr::from_bytes(&line))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut input = b"k\n".to_vec();
+            stdin_frames(b"hello\n", &mut input);
+            if end_of_data {
+                input.extend_from_slice(STDIN_END);
+            }
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(&input).unwrap();
+            let mut first = String::new();
+            std::io::BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut first)
+                .unwrap();
+            assert_eq!(first, "got hello\n");
+            let t0 = std::time::Instant::now();
+            drop(stdin);
+            let status = child.wait().unwrap();
+            assert_eq!(status.code(), Some(143), "end of data: {end_of_data}");
+            assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+        }
+    }
+
     #[test]
     fn rank_argv_for_each_way_of_starting() {
         let app = AppSpec::new(1, "prog").args(["a b"]);
@@ -460,7 +619,12 @@ mod tests {
             argv(Start::Ssh(vec!["n1".into()]), None).unwrap(),
             ["ssh", "-o", "BatchMode=yes", "n1", remote.as_str()]
         );
-        assert!(remote.contains("cd /w ||") && remote.contains("exec env METAMPI_RANK=0 prog"));
+        assert!(
+            remote.contains("cd /w ||")
+                && remote.contains("env METAMPI_RANK=0 prog ")
+                && remote.contains("<\"$d/i\" & p=$!"),
+            "{remote}"
+        );
         let words = parse_template("rsh {host} {cmd}").unwrap();
         let vars = vec![("{host}".to_string(), "n2".to_string())];
         assert_eq!(

@@ -14,7 +14,9 @@ pub struct Host {
     /// Host name as given (also what ssh connects to, unless [`Host::launch`] says otherwise,
     /// and what `METAMPI_NODE` says).
     pub name: String,
-    /// Ranks placed here in the first pass; at least 1.
+    /// Ranks placed here in the first pass; at least 1, except for a host where only helpers
+    /// are started by hand ([`HostLaunch::Manual`] with helpers), which may have 0 and then
+    /// gets no rank.
     pub slots: usize,
     /// How ranks placed here start, overriding the job's
     /// [`LaunchMethod`](crate::LaunchMethod); `None` follows it.
@@ -190,8 +192,8 @@ pub struct Placement {
 /// Places the ranks of apps with `app_sizes` ranks each on `hosts`.
 ///
 /// Ranks are numbered contiguously, app after app. The first pass fills each host's slots in
-/// host order; ranks beyond the total slot count wrap round-robin over the hosts, one rank per
-/// host per round. With no hosts every rank goes to `local_node`. Host names `localhost`,
+/// host order; ranks beyond the total slot count wrap round-robin over the hosts that have
+/// slots, one rank per host per round. With no hosts every rank goes to `local_node`. Host names `localhost`,
 /// `127.0.0.1` and `::1` are reported as `local_node`, so that they share a node with ranks
 /// placed on the machine's own name.
 pub fn place(app_sizes: &[usize], hosts: &[Host], local_node: &str) -> Vec<Placement> {
@@ -199,12 +201,18 @@ pub fn place(app_sizes: &[usize], hosts: &[Host], local_node: &str) -> Vec<Place
     let total_slots = hosts
         .iter()
         .fold(0usize, |acc, h| acc.saturating_add(h.slots));
+    // Hosts without slots (helpers only) take no rank in the wrap-around either, unless no
+    // host has any.
+    let open: Vec<usize> = (0..hosts.len()).filter(|&h| hosts[h].slots > 0).collect();
     let host_of = |rank: usize| -> Option<usize> {
         if hosts.is_empty() {
             return None;
         }
         if rank >= total_slots {
-            return Some((rank - total_slots) % hosts.len());
+            return Some(match open.len() {
+                0 => (rank - total_slots) % hosts.len(),
+                n => open[(rank - total_slots) % n],
+            });
         }
         let mut remaining = rank;
         for (index, host) in hosts.iter().enumerate() {

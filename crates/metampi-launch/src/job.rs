@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use crate::command::{self, RemoteStdin};
 use crate::error::LaunchError;
-use crate::outcome::{JobFailure, JobOutcome, RankId, RankResult};
-use crate::pmi::{JobId, JobKey, PmiEvent, PmiServer};
+use crate::outcome::{HelperId, JobFailure, JobOutcome, RankId, RankResult};
+use crate::pmi::{JobId, JobKey, PmiEvent, PmiServer, HELPER_ENV};
 use crate::remote::{self, HostLaunch, ManualProcess, SecretSource};
 use crate::spec::{JobSpec, OutputMode, Plan, RankPlan, Start, StdinTarget};
-use crate::stdio::{self, Sink, StdinPump, Stream};
+use crate::stdio::{self, PumpTarget, Sink, StdinPump, Stream};
 use crate::sys::{self, SignalSubscription};
 
 /// Time between SIGTERM and SIGKILL when stopping a job.
@@ -52,6 +52,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
     let plan = spec.plan()?;
     let job = JobId::random();
     let (events_tx, events) = mpsc::channel::<Event>();
+    let helpers = helpers(spec);
 
     // Ranks on other machines must reach the server; when all are here (or remote ranks are
     // told a loopback address, as tests do), stay off the network.
@@ -82,6 +83,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         PmiServer::bind(
             bind_ip,
             plan.size,
+            helpers.len(),
             job,
             Box::new(move |event| {
                 // The monitor outlives the server, so the receiver is still there.
@@ -142,7 +144,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
     };
 
     let mut ids: Vec<RankId> = Vec::with_capacity(plan.size);
-    let mut stdin_targets: Vec<ChildStdin> = Vec::new();
+    let mut stdin_targets: Vec<PumpTarget> = Vec::new();
     // The stdin of every remote rank that does not read the launcher's: held open while the
     // job runs, since its end tells the remote side that the launcher is gone.
     let mut keep_open: Vec<ChildStdin> = Vec::new();
@@ -164,11 +166,14 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
     let forwarders = ctx.forwarders;
     let secret = std::mem::take(&mut ctx.secret);
     drop(ctx);
-    if !by_hand.is_empty() {
+    if !by_hand.is_empty() || !helpers.is_empty() {
+        let pmi_addr = format!("{}:{}", plan.pmi_host, pmi.addr().port());
         print_manual_commands(
             spec,
             &plan,
             &by_hand,
+            &helpers,
+            &[("METAMPI_PMI", pmi_addr), ("METAMPI_JOB", job.to_string())],
             cwd.as_deref().unwrap_or(Path::new(".")),
             &secret,
         );
@@ -189,18 +194,21 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         }
     };
 
+    let helper_ids: Vec<HelperId> = helpers.iter().map(|(_, id, _)| id.clone()).collect();
     let mut monitor = Monitor {
         ids: &ids,
         statuses: vec![None; plan.size],
         alive: ids.iter().filter(|id| !id.by_hand).count(),
         by_hand_alive: ids.iter().filter(|id| id.by_hand).count(),
         joined: vec![false; plan.size],
+        helpers: &helper_ids,
+        helpers_joined: vec![false; helper_ids.len()],
         events: &events,
         pmi: &pmi,
     };
     let deadline = spec.timeout.map(|t| started_at + t);
-    let join =
-        (!by_hand.is_empty()).then(|| (Instant::now() + spec.join_timeout, spec.join_timeout));
+    let join = (!by_hand.is_empty() || !helpers.is_empty())
+        .then(|| (Instant::now() + spec.join_timeout, spec.join_timeout));
     let failure = monitor.watch(deadline, spec.timeout.unwrap_or_default(), join);
     if let Some(failure) = &failure {
         eprintln!("{WHO}: {failure}");
@@ -267,7 +275,7 @@ enum Event {
 struct Started {
     id: RankId,
     /// Its stdin, when it reads the launcher's.
-    stdin: Option<ChildStdin>,
+    stdin: Option<PumpTarget>,
     /// The stdin of a remote rank that must stay open while the job runs.
     keep_open: Option<ChildStdin>,
     /// A rank started by hand: what its command must run.
@@ -490,7 +498,13 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
     }
     let stdin = child.stdin.take();
     let (stdin, keep_open) = if reads_stdin {
-        (stdin, None)
+        (
+            stdin.map(|stdin| PumpTarget {
+                stdin,
+                framed: remote,
+            }),
+            None,
+        )
     } else {
         (None, stdin)
     };
@@ -513,28 +527,79 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
     })
 }
 
-/// Prints, for every host whose ranks are started by hand, the one command to run there (see
-/// [`remote::manual_command`]), on stderr.
+/// The helpers of the hosts started by hand (routers of a meta job's machines started by
+/// hand), numbered in the order their commands are printed (see [`print_order`]): each with
+/// its host, its name for messages, and what it runs.
+fn helpers(spec: &JobSpec) -> Vec<(usize, HelperId, ManualProcess)> {
+    let mut out = Vec::new();
+    for h in print_order(spec) {
+        let Some(HostLaunch::Manual { helpers, .. }) = &spec.hosts[h].launch else {
+            continue;
+        };
+        for p in helpers {
+            let id = HelperId {
+                index: out.len(),
+                name: p.name.clone(),
+                host: spec.hosts[h].name.clone(),
+            };
+            out.push((h, id, p.clone()));
+        }
+    }
+    out
+}
+
+/// The hosts started by hand, in the order their commands are printed: those without ranks
+/// first (in a meta job, machines with routers only, which carry what the others' ranks send),
+/// then the others, each group in host order.
+fn print_order(spec: &JobSpec) -> Vec<usize> {
+    let mut hosts: Vec<usize> = (0..spec.hosts.len())
+        .filter(|&h| matches!(spec.hosts[h].launch, Some(HostLaunch::Manual { .. })))
+        .collect();
+    hosts.sort_by_key(|&h| (spec.hosts[h].slots > 0, h));
+    hosts
+}
+
+/// Prints, for every host whose ranks or helpers are started by hand, the one command to run
+/// there (see [`remote::manual_command`]), on stderr, in [`print_order`]. Each helper gets the
+/// variables of `server` (`METAMPI_PMI`, `METAMPI_JOB`) and its index in [`HELPER_ENV`], so
+/// that it can say that it is up and learn when the job ends.
 fn print_manual_commands(
     spec: &JobSpec,
     plan: &Plan,
     by_hand: &[(usize, ManualProcess)],
+    helpers: &[(usize, HelperId, ManualProcess)],
+    server: &[(&str, String)],
     cwd: &Path,
     secret: &str,
 ) {
-    let mut hosts: Vec<usize> = by_hand.iter().map(|(h, _)| *h).collect();
-    hosts.sort_unstable();
-    hosts.dedup();
     let mut inline = false;
-    for h in hosts {
+    for h in print_order(spec) {
         let host = &spec.hosts[h];
-        let Some(HostLaunch::Manual {
-            helpers,
-            secret_file,
-        }) = &host.launch
-        else {
+        let Some(HostLaunch::Manual { secret_file, .. }) = &host.launch else {
             continue;
         };
+        let ranks: Vec<ManualProcess> = by_hand
+            .iter()
+            .filter(|(x, _)| *x == h)
+            .map(|(_, p)| p.clone())
+            .collect();
+        let mine: Vec<ManualProcess> = helpers
+            .iter()
+            .filter(|(x, _, _)| *x == h)
+            .map(|(_, id, p)| {
+                let mut p = p.clone();
+                let index = id.index.to_string();
+                let vars = server.iter().map(|(k, v)| (*k, v.as_str()));
+                for (k, v) in vars.chain([(HELPER_ENV, index.as_str())]) {
+                    p.env.retain(|(n, _)| n.as_os_str() != k);
+                    p.env.push((k.into(), v.into()));
+                }
+                p
+            })
+            .collect();
+        if ranks.is_empty() && mine.is_empty() {
+            continue;
+        }
         let source = match secret_file {
             Some(path) => SecretSource::File(path.clone()),
             None => {
@@ -542,26 +607,23 @@ fn print_manual_commands(
                 SecretSource::Inline(secret.to_string())
             }
         };
-        let ranks: Vec<ManualProcess> = by_hand
+        let numbers: Vec<usize> = plan
+            .ranks
             .iter()
-            .filter(|(x, _)| *x == h)
-            .map(|(_, p)| p.clone())
+            .filter(|r| r.placement.host == Some(h))
+            .map(|r| r.placement.rank)
             .collect();
-        let mut what = vec![describe_ranks(
-            &plan
-                .ranks
-                .iter()
-                .filter(|r| r.placement.host == Some(h))
-                .map(|r| r.placement.rank)
-                .collect::<Vec<_>>(),
-        )];
-        what.extend(helpers.iter().map(|p| p.name.clone()));
+        let mut what = Vec::new();
+        if !numbers.is_empty() {
+            what.push(describe_ranks(&numbers));
+        }
+        what.extend(mine.iter().map(|p| p.name.clone()));
         eprintln!(
             "{WHO}: start {} on {} by hand: run this command in a shell on that machine:",
             what.join(", "),
             host.name
         );
-        eprintln!("{}", remote::manual_command(cwd, &source, helpers, &ranks));
+        eprintln!("{}", remote::manual_command(cwd, &source, &mine, &ranks));
     }
     if inline {
         eprintln!(
@@ -569,8 +631,13 @@ fn print_manual_commands(
              the job); a secret file that the machines share keeps it out of them"
         );
     }
+    let who = match (by_hand.is_empty(), helpers.is_empty()) {
+        (false, true) => "the ranks",
+        (true, false) => "the processes",
+        _ => "the ranks and the other processes",
+    };
     eprintln!(
-        "{WHO}: waiting up to {} s for the ranks started by hand to join",
+        "{WHO}: waiting up to {} s for {who} started by hand to join",
         spec.join_timeout.as_secs()
     );
 }
@@ -627,14 +694,19 @@ struct Monitor<'a> {
     by_hand_alive: usize,
     /// Which ranks have said `HELLO`.
     joined: Vec<bool>,
+    /// The helpers started by hand, by index.
+    helpers: &'a [HelperId],
+    /// Which helpers have said `HELPER`.
+    helpers_joined: Vec<bool>,
     events: &'a Receiver<Event>,
     pmi: &'a PmiServer,
 }
 
 impl Monitor<'_> {
     /// Blocks until every rank has exited cleanly or something fails; returns the failure.
-    /// `join` is the deadline (and the timeout it came from) for ranks started by hand to
-    /// connect.
+    /// `join` is the deadline (and the timeout it came from) for ranks and helpers started by
+    /// hand to connect. A helper that leaves while ranks run fails the job; helpers that
+    /// have not joined when the ranks are done are not waited for.
     fn watch(
         &mut self,
         deadline: Option<Instant>,
@@ -648,7 +720,13 @@ impl Monitor<'_> {
                 .filter(|id| id.by_hand && !self.joined[id.rank])
                 .cloned()
                 .collect();
-            let join = join.filter(|_| !waiting.is_empty());
+            let waiting_helpers: Vec<HelperId> = self
+                .helpers
+                .iter()
+                .filter(|h| !self.helpers_joined[h.index])
+                .cloned()
+                .collect();
+            let join = join.filter(|_| !waiting.is_empty() || !waiting_helpers.is_empty());
             let until = match (deadline, join) {
                 (Some(d), Some((j, _))) => Some(d.min(j)),
                 (d, j) => d.or(j.map(|(j, _)| j)),
@@ -667,6 +745,7 @@ impl Monitor<'_> {
                                 }
                                 (_, Some((_, after))) => JobFailure::NotJoined {
                                     ranks: waiting,
+                                    helpers: waiting_helpers,
                                     after,
                                 },
                                 _ => JobFailure::Timeout { after: timeout },
@@ -703,6 +782,16 @@ impl Monitor<'_> {
                 Event::Pmi(PmiEvent::Left { rank }) => {
                     if let Some(failure) = self.record_departure(rank) {
                         return Some(failure);
+                    }
+                }
+                Event::Pmi(PmiEvent::HelperJoined { helper }) => {
+                    if let Some(j) = self.helpers_joined.get_mut(helper) {
+                        *j = true;
+                    }
+                }
+                Event::Pmi(PmiEvent::HelperLeft { helper }) => {
+                    if let Some(id) = self.helpers.get(helper) {
+                        return Some(JobFailure::HelperLeft { helper: id.clone() });
                     }
                 }
                 Event::Signal(signal) => return Some(JobFailure::Interrupted { signal }),

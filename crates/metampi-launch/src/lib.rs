@@ -25,10 +25,13 @@
 //! Ranks on other hosts start through ssh or a command template ([`LaunchMethod`], or per
 //! host with [`Host::with_launch`] and a [`HostLaunch`]), carrying their environment on the
 //! command line and the job secret on the first line of their stdin; they are stopped when that
-//! stdin closes (see [`HostLaunch`] and [`spawn_remote`]). A host whose ranks are started by
-//! hand gets one printed command ([`manual_command`]); the launcher waits for its ranks to
-//! connect ([`JobSpec::join_timeout`]) and learns that they ended from their key-value
-//! connections.
+//! stdin closes (see [`HostLaunch`] and [`spawn_remote`]), also a rank that reads the
+//! launcher's stdin, which comes framed so that the end of the data is not the end of the
+//! connection. A host whose ranks are started by hand gets one printed command
+//! ([`manual_command`]), which also starts the host's helpers (a meta job's routers there; a
+//! host may have helpers and no ranks); the launcher waits for its ranks and helpers to
+//! connect ([`JobSpec::join_timeout`]), learns that they ended from their key-value
+//! connections, and tells the helpers when the job is over (see [`pmi`]).
 //!
 //! # Failure handling
 //! The first rank to exit non-zero, die by a signal, `ABORT`, or exit 0 after connecting to
@@ -72,15 +75,14 @@ pub use error::LaunchError;
 pub use host::{place, Host, HostSpecError, HostSpecErrorKind, Placement};
 pub use job::{run, KILL_GRACE};
 pub use outcome::{
-    describe_signal, signal_name, JobFailure, JobOutcome, RankId, RankResult, TIMEOUT_EXIT_CODE,
+    describe_signal, signal_name, HelperId, JobFailure, JobOutcome, RankId, RankResult,
+    TIMEOUT_EXIT_CODE,
 };
 pub use pmi::{
     JobId, JobKey, PmiClient, PmiClientError, PmiEvent, PmiServer, ProtocolError, RankPmiState,
-    Request, MAX_LINE,
+    Request, HELPER_ENV, MAX_LINE,
 };
-pub use remote::{
-    manual_command, spawn_remote, HostLaunch, ManualProcess, SecretSource, HELPER_GRACE_SECS,
-};
+pub use remote::{manual_command, spawn_remote, HostLaunch, ManualProcess, SecretSource};
 pub use spec::{
     AppSpec, JobSpec, LaunchMethod, OutputMode, StdinTarget, DEFAULT_JOIN_TIMEOUT, RESERVED_ENV,
 };

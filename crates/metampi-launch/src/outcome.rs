@@ -87,6 +87,25 @@ impl fmt::Display for RankId {
     }
 }
 
+/// Identifies in messages a helper that the user starts by hand next to the ranks (a router
+/// of a meta job), see [`HostLaunch::Manual`](crate::HostLaunch::Manual).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HelperId {
+    /// Its index among the job's helpers (its `METAMPI_HELPER`).
+    pub index: usize,
+    /// What it is (`router 4`), as the caller named it.
+    pub name: String,
+    /// The host it runs on.
+    pub host: String,
+}
+
+impl fmt::Display for HelperId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (started by hand on {})", self.name, self.host)
+    }
+}
+
 /// Why a job was stopped. `Display` gives the one-line message the launcher prints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -127,12 +146,21 @@ pub enum JobFailure {
         /// The `waitpid` error.
         reason: String,
     },
-    /// Ranks started by hand did not connect to the launcher within the join timeout.
+    /// Ranks or helpers started by hand did not connect to the launcher within the join
+    /// timeout.
     NotJoined {
-        /// Those that did not, in rank order.
+        /// The ranks that did not, in rank order.
         ranks: Vec<RankId>,
+        /// The helpers that did not, by index.
+        helpers: Vec<HelperId>,
         /// The join timeout.
         after: Duration,
+    },
+    /// A helper started by hand closed its connection to the launcher while the ranks ran:
+    /// it ended, was stopped, or its machine lost the network.
+    HelperLeft {
+        /// Who.
+        helper: HelperId,
     },
     /// A rank started by hand closed its connection to the launcher without `FINALIZE`: it
     /// crashed, was killed, or its machine lost the network. (The launcher cannot tell which:
@@ -164,14 +192,16 @@ impl JobFailure {
             | JobFailure::Vanished { rank }
             | JobFailure::Lost { rank, .. } => Some(rank),
             JobFailure::NotJoined { ranks, .. } => ranks.first(),
-            JobFailure::Timeout { .. } | JobFailure::Interrupted { .. } => None,
+            JobFailure::Timeout { .. }
+            | JobFailure::Interrupted { .. }
+            | JobFailure::HelperLeft { .. } => None,
         }
     }
 
     /// The launcher's exit status for this failure: the rank's own code; 128 + signal for a
     /// signal, as shells report it; the abort code (1 if it was 0, low 8 bits otherwise);
-    /// 124 for a timeout, also for ranks started by hand that never joined; 1 for a rank that
-    /// skipped `FINALIZE`, vanished or was lost.
+    /// 124 for a timeout, also for ranks or helpers started by hand that never joined; 1 for a
+    /// rank that skipped `FINALIZE`, vanished or was lost, and for a helper that left.
     pub fn exit_code(&self) -> i32 {
         let low_byte_nonzero = |code: i32| match code & 0xff {
             0 => 1,
@@ -185,7 +215,8 @@ impl JobFailure {
             JobFailure::Aborted { code, .. } => low_byte_nonzero(*code),
             JobFailure::NoFinalize { .. }
             | JobFailure::Lost { .. }
-            | JobFailure::Vanished { .. } => 1,
+            | JobFailure::Vanished { .. }
+            | JobFailure::HelperLeft { .. } => 1,
             JobFailure::Timeout { .. } | JobFailure::NotJoined { .. } => TIMEOUT_EXIT_CODE,
         }
     }
@@ -228,10 +259,28 @@ impl fmt::Display for JobFailure {
                 "{rank} closed its connection to the launcher without calling finalize \
                  (it crashed, was killed, or its machine lost the network)"
             ),
-            JobFailure::NotJoined { ranks, after } => {
+            JobFailure::NotJoined {
+                ranks,
+                helpers,
+                after,
+            } => {
                 let mut nodes: Vec<&str> = ranks.iter().map(|r| r.host.as_str()).collect();
+                for h in helpers {
+                    if !nodes.contains(&h.host.as_str()) {
+                        nodes.push(&h.host);
+                    }
+                }
                 nodes.dedup();
                 let numbers: Vec<String> = ranks.iter().map(|r| r.rank.to_string()).collect();
+                let mut who = Vec::new();
+                if !ranks.is_empty() {
+                    let ranks = if ranks.len() == 1 { "rank" } else { "ranks" };
+                    who.push(format!("{ranks} {}", numbers.join(", ")));
+                }
+                if !helpers.is_empty() {
+                    let names: Vec<&str> = helpers.iter().map(|h| h.name.as_str()).collect();
+                    who.push(names.join(", "));
+                }
                 let (command, machine) = if nodes.len() == 1 {
                     ("command", "that machine")
                 } else {
@@ -239,15 +288,19 @@ impl fmt::Display for JobFailure {
                 };
                 write!(
                     f,
-                    "{} {} (started by hand on {nodes}) did not join within {}: run the {command} \
+                    "{} (started by hand on {nodes}) did not join within {}: run the {command} \
                      printed for {nodes} on {machine}, and check that it can reach this one \
                      (--pmi-host) and find its program; stopping the job",
-                    if ranks.len() == 1 { "rank" } else { "ranks" },
-                    numbers.join(", "),
+                    who.join(" and "),
                     describe_duration(*after),
                     nodes = nodes.join(", "),
                 )
             }
+            JobFailure::HelperLeft { helper } => write!(
+                f,
+                "{helper} closed its connection to the launcher while the job ran (it ended, \
+                 was stopped, or its machine lost the network); stopping the job"
+            ),
             JobFailure::Timeout { after } => write!(
                 f,
                 "job timed out after {}; killing all ranks",
@@ -347,6 +400,7 @@ mod tests {
                 by_hand(4, "gamma.g0"),
                 by_hand(6, "gamma.g1"),
             ],
+            helpers: Vec::new(),
             after: Duration::from_secs(30),
         };
         assert_eq!(
@@ -364,6 +418,50 @@ mod tests {
             f.to_string(),
             "rank 5 (started by hand on delta.d0) closed its connection to the launcher \
              without calling finalize (it crashed, was killed, or its machine lost the network)"
+        );
+        assert_eq!(f.exit_code(), 1);
+    }
+
+    #[test]
+    fn helpers_started_by_hand_are_named_with_the_ranks() {
+        let helper = |index: usize, host: &str| HelperId {
+            index,
+            name: format!("router {}", index + 7),
+            host: host.into(),
+        };
+        let f = JobFailure::NotJoined {
+            ranks: vec![by_hand(3, "gamma.g0")],
+            helpers: vec![helper(0, "gamma.g1"), helper(1, "gamma.g0")],
+            after: Duration::from_secs(30),
+        };
+        assert_eq!(
+            f.to_string(),
+            "rank 3 and router 7, router 8 (started by hand on gamma.g0, gamma.g1) did not \
+             join within 30 s: run the commands printed for gamma.g0, gamma.g1 on those \
+             machines, and check that it can reach this one (--pmi-host) and find its program; \
+             stopping the job"
+        );
+        let f = JobFailure::NotJoined {
+            ranks: Vec::new(),
+            helpers: vec![helper(0, "gamma.g1")],
+            after: Duration::from_secs(2),
+        };
+        assert_eq!(
+            f.to_string(),
+            "router 7 (started by hand on gamma.g1) did not join within 2 s: run the command \
+             printed for gamma.g1 on that machine, and check that it can reach this one \
+             (--pmi-host) and find its program; stopping the job"
+        );
+        assert_eq!(f.exit_code(), TIMEOUT_EXIT_CODE);
+        assert_eq!(f.rank(), None);
+        let f = JobFailure::HelperLeft {
+            helper: helper(1, "gamma.g0"),
+        };
+        assert_eq!(
+            f.to_string(),
+            "router 8 (started by hand on gamma.g0) closed its connection to the launcher while \
+             the job ran (it ended, was stopped, or its machine lost the network); stopping the \
+             job"
         );
         assert_eq!(f.exit_code(), 1);
     }

@@ -9,10 +9,11 @@
 //! |---|---|
 //! | `HELLO <job> <rank>` | `OK`, or `ERR <msg>` on a wrong job id, a rank out of range or a rank already connected |
 //! | `PUT <key> <value>` | `OK` (key and value are non-empty and contain no whitespace) |
-//! | `FENCE` | `OK`, sent to every rank once all `size` ranks have issued their k-th FENCE |
+//! | `FENCE` | `OK`, sent to every rank once all `size` ranks have issued their k-th FENCE and every helper has said `HELPER` |
 //! | `GET <key>` | `VAL <value>` or `NONE` |
 //! | `ABORT <code> <message>` | `OK`; the launcher then ends the job with exit status `code` |
 //! | `FINALIZE` | `OK`; the rank will exit cleanly |
+//! | `HELPER <job> <index>` | `OK`, or `ERR <msg>` as for `HELLO`; see below |
 //!
 //! Every request but `HELLO` needs a successful `HELLO` on the same connection first, so a
 //! stray client that does not know the job id can change nothing. Anything malformed gets
@@ -21,6 +22,20 @@
 //!
 //! PUTs made before a FENCE are visible to GETs made after it: each connection is served in
 //! order and the barrier releases nobody until every rank has reached it.
+//!
+//! # Helpers
+//! A process of the job that is not a rank and that the launcher did not start itself (a
+//! router on a machine started by hand, see [`HostLaunch::Manual`](crate::HostLaunch::Manual))
+//! says `HELPER <job> <index>` instead of `HELLO`, once it is running, with its index among
+//! the job's helpers ([`HELPER_ENV`]). The launcher learns from it that the helper is up, and
+//! from the connection closing that it is gone. No fence completes before every helper is
+//! up, so that ranks past a fence may use what the helpers serve (routers' ports). The helper sends nothing more: it waits, and
+//! the server writes `END` and closes the connection when the job is over, which is the
+//! helper's sign to leave (a connection that closes without `END` means the launcher is gone).
+//!
+//! With a job secret, `HELLO` and `HELPER` prove it: `AUTH` first, answered with
+//! `CHALLENGE <hex>`; then the request carries the client's nonce and an HMAC-SHA256 over both
+//! nonces and who the client is, and the `OK` carries the server's proof in return.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -74,12 +89,61 @@ impl JobKey {
     /// The `HELLO` line answering `challenge` (the hex after `CHALLENGE`), and
     /// the proof the server must send back in `OK <proof>`.
     pub fn hello(&self, challenge: &str, job: JobId, rank: usize) -> Option<(String, String)> {
+        self.introduce(challenge, Peer::Rank(rank), job)
+    }
+
+    /// The `HELPER` line answering `challenge` for helper `index`, and the proof the server
+    /// must send back in `OK <proof>`.
+    pub fn helper(&self, challenge: &str, job: JobId, index: usize) -> Option<(String, String)> {
+        self.introduce(challenge, Peer::Helper(index), job)
+    }
+
+    fn introduce(&self, challenge: &str, peer: Peer, job: JobId) -> Option<(String, String)> {
         let na = unhex(challenge)?;
         let nc = random_bytes::<16>().ok()?;
-        let who = format!("{job} {rank}");
-        let tag = self.mac(&[b"C", PMI_CTX, &na, &nc, who.as_bytes()]);
+        let tag = self.mac(&[b"C", PMI_CTX, &na, &nc, peer.proved(job).as_bytes()]);
         let expect = hex(&self.mac(&[b"A", PMI_CTX, &nc, &na]));
-        Some((format!("HELLO {who} {} {}", hex(&nc), hex(&tag)), expect))
+        Some((
+            format!(
+                "{} {job} {} {} {}",
+                peer.verb(),
+                peer.index(),
+                hex(&nc),
+                hex(&tag)
+            ),
+            expect,
+        ))
+    }
+}
+
+/// Who a connection belongs to, once it has introduced itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    Rank(usize),
+    Helper(usize),
+}
+
+impl Peer {
+    fn verb(self) -> &'static str {
+        match self {
+            Peer::Rank(_) => "HELLO",
+            Peer::Helper(_) => "HELPER",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Peer::Rank(i) | Peer::Helper(i) => i,
+        }
+    }
+
+    /// What the HMAC of the introduction covers besides the nonces: a proof made for a rank
+    /// cannot pass for a helper, nor the other way round.
+    fn proved(self, job: JobId) -> String {
+        match self {
+            Peer::Rank(rank) => format!("{job} {rank}"),
+            Peer::Helper(index) => format!("helper {job} {index}"),
+        }
     }
 }
 
@@ -109,6 +173,11 @@ fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
 
 /// Longest request line accepted, in bytes, without the newline.
 pub const MAX_LINE: usize = 64 * 1024;
+
+/// The variable that gives a helper its index among the job's helpers (next to
+/// `METAMPI_PMI` and `METAMPI_JOB`, which it shares with the ranks); see
+/// [`PmiClient::helper_from_env`].
+pub const HELPER_ENV: &str = "METAMPI_HELPER";
 
 /// Identifies one job, so that a rank of another job (or a stray client) cannot join it.
 /// Shown as 16 lowercase hex digits, which is the `METAMPI_JOB` value.
@@ -195,6 +264,16 @@ pub enum Request<'a> {
     },
     /// `FINALIZE`
     Finalize,
+    /// `HELPER <job> <index> [<nonce> <proof>]`: a helper (not a rank) is up; see the
+    /// [module docs](self).
+    Helper {
+        /// The job id the helper was given.
+        job: JobId,
+        /// Its index among the job's helpers.
+        index: usize,
+        /// As for [`Request::Hello`].
+        proof: Option<(&'a str, &'a str)>,
+    },
 }
 
 /// Why a request line was rejected; the text after `ERR `.
@@ -227,6 +306,9 @@ pub enum ProtocolError {
     /// Not an integer.
     #[error("bad abort code `{0}`")]
     BadCode(String),
+    /// Not a non-negative integer.
+    #[error("bad helper index `{0}`")]
+    BadHelper(String),
 }
 
 impl<'a> Request<'a> {
@@ -284,6 +366,21 @@ impl<'a> Request<'a> {
                 let proof = (fields.len() == 5).then(|| (fields[3], fields[4]));
                 Ok(Request::Hello { job, rank, proof })
             }
+            "HELPER" => {
+                if fields.len() != 5 {
+                    arity(
+                        3,
+                        "HELPER",
+                        "a job id and a helper index, then optionally a nonce and a proof",
+                    )?;
+                }
+                let job = fields[1].parse::<JobId>()?;
+                let index = fields[2]
+                    .parse::<usize>()
+                    .map_err(|_| ProtocolError::BadHelper(excerpt(fields[2])))?;
+                let proof = (fields.len() == 5).then(|| (fields[3], fields[4]));
+                Ok(Request::Helper { job, index, proof })
+            }
             "AUTH" => {
                 arity(1, "AUTH", "no arguments")?;
                 Ok(Request::Auth)
@@ -338,6 +435,17 @@ pub enum PmiEvent {
         /// Who.
         rank: usize,
     },
+    /// A helper completed `HELPER`: it is up.
+    HelperJoined {
+        /// Its index among the job's helpers.
+        helper: usize,
+    },
+    /// The connection of a helper that had said `HELPER` closed: it ended or lost the network
+    /// (or the server is shutting down).
+    HelperLeft {
+        /// Its index among the job's helpers.
+        helper: usize,
+    },
 }
 
 /// What the server knows about one rank.
@@ -368,6 +476,8 @@ pub struct PmiServer {
 struct Shared {
     job: JobId,
     size: usize,
+    /// How many helpers the job has (`HELPER` indices are below it).
+    helpers: usize,
     /// The job secret ranks must prove in `HELLO`, when the job has one.
     key: Option<JobKey>,
     state: Mutex<State>,
@@ -384,9 +494,13 @@ struct State {
     /// The current fence's wake-up pipe: its write end is dropped when the fence completes,
     /// which makes the read end readable for every waiter polling it next to its connection.
     fence_wake: Option<(Arc<OwnedFd>, OwnedFd)>,
+    /// Which helpers have said `HELPER`.
+    helpers: Vec<bool>,
     shutdown: bool,
     /// Clones of every accepted stream, so shutdown can unblock their threads.
     streams: Vec<Conn>,
+    /// Clones of the helpers' streams, which get `END` at shutdown.
+    helper_streams: Vec<Conn>,
     handlers: Vec<JoinHandle<()>>,
 }
 
@@ -409,6 +523,7 @@ impl PmiServer {
         let mut server = Self::bind(
             IpAddr::V4(Ipv4Addr::LOCALHOST),
             size,
+            0,
             job,
             sink,
             false,
@@ -418,12 +533,13 @@ impl PmiServer {
         Ok(server)
     }
 
-    /// Starts a server on `ip` (port chosen by the OS) that hands events to `sink`;
-    /// with `unix`, also on a Unix socket in the temporary directory, which ranks on this
-    /// machine reach whatever network namespace they run in.
+    /// Starts a server on `ip` (port chosen by the OS) for `size` ranks and `helpers` helpers
+    /// that hands events to `sink`; with `unix`, also on a Unix socket in the temporary
+    /// directory, which ranks on this machine reach whatever network namespace they run in.
     pub(crate) fn bind(
         ip: IpAddr,
         size: usize,
+        helpers: usize,
         job: JobId,
         sink: EventSink,
         unix: bool,
@@ -441,8 +557,10 @@ impl PmiServer {
         let shared = Arc::new(Shared {
             job,
             size,
+            helpers,
             state: Mutex::new(State {
                 ranks: vec![RankPmiState::default(); size],
+                helpers: vec![false; helpers],
                 ..State::default()
             }),
             fence_done: Condvar::new(),
@@ -513,6 +631,11 @@ impl PmiServer {
         let wake = {
             let mut state = self.shared.lock();
             state.shutdown = true;
+            // The job is over: helpers leave on this line. Four bytes into a socket whose peer
+            // never gets anything else cannot block.
+            for stream in &mut state.helper_streams {
+                let _ = stream.write_all(b"END\n");
+            }
             for stream in &state.streams {
                 let _ = stream.shutdown(Shutdown::Both);
             }
@@ -655,14 +778,16 @@ fn accept_loop(shared: &Arc<Shared>, incoming: impl Iterator<Item = io::Result<C
 /// Serves one connection until it closes, errs, or the server shuts down; then reports the
 /// departure of the rank it belonged to, if it said `HELLO`.
 fn serve(shared: &Shared, stream: Conn) {
-    let mut me: Option<usize> = None;
+    let mut me: Option<Peer> = None;
     serve_lines(shared, stream, &mut me);
-    if let Some(rank) = me {
-        (shared.sink)(PmiEvent::Left { rank });
+    match me {
+        Some(Peer::Rank(rank)) => (shared.sink)(PmiEvent::Left { rank }),
+        Some(Peer::Helper(helper)) => (shared.sink)(PmiEvent::HelperLeft { helper }),
+        None => {}
     }
 }
 
-fn serve_lines(shared: &Shared, stream: Conn, me: &mut Option<usize>) {
+fn serve_lines(shared: &Shared, stream: Conn, me: &mut Option<Peer>) {
     if let Conn::Tcp(s) = &stream {
         let _ = s.set_nodelay(true);
     }
@@ -696,7 +821,7 @@ fn serve_lines(shared: &Shared, stream: Conn, me: &mut Option<usize>) {
             line.pop();
         }
         let reply = match std::str::from_utf8(&line) {
-            Ok(text) => handle(shared, me, &mut challenge, text, writer.as_raw_fd()),
+            Ok(text) => handle(shared, me, &mut challenge, text, &writer),
             Err(_) => Reply::Err("request is not valid UTF-8".into()),
         };
         if matches!(reply, Reply::Closed) {
@@ -736,13 +861,14 @@ impl Reply {
     }
 }
 
-/// Answers one request; `conn` is the connection's fd, watched while a fence waits.
+/// Answers one request; `conn` is the connection, watched while a fence waits and kept (as a
+/// clone) for `END` when it belongs to a helper.
 fn handle(
     shared: &Shared,
-    me: &mut Option<usize>,
+    me: &mut Option<Peer>,
     challenge: &mut Option<[u8; 16]>,
     text: &str,
-    conn: RawFd,
+    conn: &Conn,
 ) -> Reply {
     let request = match Request::parse(text) {
         Ok(r) => r,
@@ -757,49 +883,22 @@ fn handle(
             return Reply::Challenge(hex(&n));
         }
         (Request::Hello { job, rank, proof }, None) => {
-            if job != shared.job {
-                return Reply::Err(format!("job id {job} is not this job's"));
-            }
-            // With a job secret, a rank proves it knows it (and learns that we do).
-            let mut server_proof = None;
-            if let Some(key) = &shared.key {
-                let (Some(na), Some((nc, tag))) = (challenge.take(), proof) else {
-                    return Reply::Err("this job needs AUTH and a proof in HELLO".into());
-                };
-                let (Some(nc), Some(tag)) = (unhex(nc), unhex(tag)) else {
-                    return Reply::Err("the nonce and proof must be hex".into());
-                };
-                let who = format!("{job} {rank}");
-                if !same(&tag, &key.mac(&[b"C", PMI_CTX, &na, &nc, who.as_bytes()])) {
-                    return Reply::Err("the proof does not match this job's secret".into());
-                }
-                server_proof = Some(hex(&key.mac(&[b"A", PMI_CTX, &nc, &na])));
-            }
-            if rank >= shared.size {
-                return Reply::Err(format!(
-                    "rank {rank} out of range for a job of {} ranks",
-                    shared.size
-                ));
-            }
-            let mut state = shared.lock();
-            if state.ranks[rank].connected {
-                return Reply::Err(format!("rank {rank} is already connected"));
-            }
-            state.ranks[rank].connected = true;
-            drop(state);
-            *me = Some(rank);
-            (shared.sink)(PmiEvent::Joined { rank });
-            return match server_proof {
-                Some(p) => Reply::Proof(p),
-                None => Reply::Ok,
-            };
+            return introduce(shared, me, challenge, Peer::Rank(rank), job, proof, conn)
+        }
+        (Request::Helper { job, index, proof }, None) => {
+            return introduce(shared, me, challenge, Peer::Helper(index), job, proof, conn)
         }
         (Request::Auth, Some(_)) => return Reply::Err("AUTH comes before HELLO".into()),
-        (Request::Hello { .. }, Some(rank)) => {
+        (Request::Hello { .. } | Request::Helper { .. }, Some(Peer::Rank(rank))) => {
             return Reply::Err(format!("this connection already said HELLO as rank {rank}"))
         }
+        (_, Some(Peer::Helper(index))) => {
+            return Reply::Err(format!(
+                "this connection is helper {index}'s, which only waits for END"
+            ))
+        }
         (_, None) => return Reply::Err("say HELLO first".into()),
-        (_, Some(rank)) => rank,
+        (_, Some(Peer::Rank(rank))) => rank,
     };
     match request {
         Request::Put { key, value } => {
@@ -810,7 +909,7 @@ fn handle(
             Some(value) => Reply::Val(value.clone()),
             None => Reply::None,
         },
-        Request::Fence => fence(shared, conn),
+        Request::Fence => fence(shared, conn.as_raw_fd()),
         Request::Abort { code, message } => {
             shared.lock().ranks[rank].abort = Some((code, message.to_string()));
             (shared.sink)(PmiEvent::Abort {
@@ -824,7 +923,84 @@ fn handle(
             shared.lock().ranks[rank].finalized = true;
             Reply::Ok
         }
-        Request::Hello { .. } | Request::Auth => Reply::Err("HELLO handled above".into()),
+        Request::Hello { .. } | Request::Helper { .. } | Request::Auth => {
+            Reply::Err("HELLO handled above".into())
+        }
+    }
+}
+
+/// `HELLO` or `HELPER`: checks the job id, the proof of the job secret (when the job has one;
+/// the client learns in return that we know it too) and the index, then records `peer`.
+fn introduce(
+    shared: &Shared,
+    me: &mut Option<Peer>,
+    challenge: &mut Option<[u8; 16]>,
+    peer: Peer,
+    job: JobId,
+    proof: Option<(&str, &str)>,
+    conn: &Conn,
+) -> Reply {
+    if job != shared.job {
+        return Reply::Err(format!("job id {job} is not this job's"));
+    }
+    let mut server_proof = None;
+    if let Some(key) = &shared.key {
+        let (Some(na), Some((nc, tag))) = (challenge.take(), proof) else {
+            return Reply::Err(format!(
+                "this job needs AUTH and a proof in {}",
+                peer.verb()
+            ));
+        };
+        let (Some(nc), Some(tag)) = (unhex(nc), unhex(tag)) else {
+            return Reply::Err("the nonce and proof must be hex".into());
+        };
+        let who = peer.proved(job);
+        if !same(&tag, &key.mac(&[b"C", PMI_CTX, &na, &nc, who.as_bytes()])) {
+            return Reply::Err("the proof does not match this job's secret".into());
+        }
+        server_proof = Some(hex(&key.mac(&[b"A", PMI_CTX, &nc, &na])));
+    }
+    let mut state = shared.lock();
+    let event = match peer {
+        Peer::Rank(rank) => {
+            if rank >= shared.size {
+                return Reply::Err(format!(
+                    "rank {rank} out of range for a job of {} ranks",
+                    shared.size
+                ));
+            }
+            if state.ranks[rank].connected {
+                return Reply::Err(format!("rank {rank} is already connected"));
+            }
+            state.ranks[rank].connected = true;
+            PmiEvent::Joined { rank }
+        }
+        Peer::Helper(helper) => {
+            if helper >= shared.helpers {
+                return Reply::Err(format!(
+                    "helper {helper} out of range for a job of {} helpers",
+                    shared.helpers
+                ));
+            }
+            if state.helpers[helper] {
+                return Reply::Err(format!("helper {helper} is already connected"));
+            }
+            let Ok(clone) = conn.try_clone() else {
+                return Reply::Err("cannot keep this connection".into());
+            };
+            state.helpers[helper] = true;
+            state.helper_streams.push(clone);
+            // The last helper to come may be what a fence waits for.
+            complete_fence(shared, &mut state);
+            PmiEvent::HelperJoined { helper }
+        }
+    };
+    drop(state);
+    *me = Some(peer);
+    (shared.sink)(event);
+    match server_proof {
+        Some(p) => Reply::Proof(p),
+        None => Reply::Ok,
     }
 }
 
@@ -839,12 +1015,7 @@ fn fence(shared: &Shared, conn: RawFd) -> Reply {
     let mut state = shared.lock();
     let generation = state.fence_generation;
     state.fence_waiting += 1;
-    if state.fence_waiting >= shared.size {
-        state.fence_waiting = 0;
-        state.fence_generation += 1;
-        // Dropping the write end wakes every waiter's poll.
-        state.fence_wake = None;
-        shared.fence_done.notify_all();
+    if complete_fence(shared, &mut state) {
         return Reply::Ok;
     }
     let wake = match &state.fence_wake {
@@ -892,6 +1063,20 @@ fn fence(shared: &Shared, conn: RawFd) -> Reply {
     } else {
         Reply::Ok
     }
+}
+
+/// Releases the current fence if every rank has reached it and every helper is up; says
+/// whether it did.
+fn complete_fence(shared: &Shared, state: &mut State) -> bool {
+    if state.fence_waiting < shared.size || !state.helpers.iter().all(|&up| up) {
+        return false;
+    }
+    state.fence_waiting = 0;
+    state.fence_generation += 1;
+    // Dropping the write end wakes every waiter's poll.
+    state.fence_wake = None;
+    shared.fence_done.notify_all();
+    true
 }
 
 /// At most 40 characters of untrusted input, for error messages.
@@ -964,6 +1149,74 @@ impl PmiClient {
     }
 
     fn hello(stream: Conn, job: JobId, rank: usize) -> Result<PmiClient, PmiClientError> {
+        Self::introduce(stream, job, Peer::Rank(rank))
+    }
+
+    /// Connects as helper `index` of the job and says `HELPER` (see the
+    /// [module docs](self#helpers)); then [`PmiClient::wait_for_end`] is all that is left
+    /// to do with the connection.
+    ///
+    /// # Errors
+    /// Connection failure or `ERR` from the server.
+    pub fn connect_helper(
+        addr: impl ToSocketAddrs,
+        job: JobId,
+        index: usize,
+    ) -> Result<PmiClient, PmiClientError> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        Self::introduce(Conn::Tcp(stream), job, Peer::Helper(index))
+    }
+
+    /// Connects as the helper that [`HELPER_ENV`], `METAMPI_PMI` and `METAMPI_JOB` name, as
+    /// a process started by a command printed for a machine started by hand finds them;
+    /// `None` when [`HELPER_ENV`] is not set (the process is not such a helper).
+    ///
+    /// # Errors
+    /// A missing or malformed variable, or as [`PmiClient::connect_helper`].
+    pub fn helper_from_env() -> Result<Option<PmiClient>, PmiClientError> {
+        let Some(index) = std::env::var_os(HELPER_ENV) else {
+            return Ok(None);
+        };
+        let index = index
+            .to_str()
+            .and_then(|i| i.parse::<usize>().ok())
+            .ok_or_else(|| PmiClientError::Env {
+                name: HELPER_ENV,
+                problem: format!("`{}` is not a helper index", index.to_string_lossy()),
+            })?;
+        let (addr, job) = server_from_env()?;
+        let stream = match addr.strip_prefix("unix:") {
+            Some(path) => Conn::Unix(UnixStream::connect(path)?),
+            None => {
+                let s = TcpStream::connect(addr.as_str())?;
+                s.set_nodelay(true)?;
+                Conn::Tcp(s)
+            }
+        };
+        Self::introduce(stream, job, Peer::Helper(index)).map(Some)
+    }
+
+    /// Blocks until the job is over: `Ok` when the server says `END`.
+    ///
+    /// # Errors
+    /// The connection closed or failed first (the launcher is gone), or the server sent
+    /// something else.
+    pub fn wait_for_end(mut self) -> Result<(), PmiClientError> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(PmiClientError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the launcher closed the connection without saying that the job ended",
+            )));
+        }
+        match line.trim_end() {
+            "END" => Ok(()),
+            other => Err(unexpected(other.to_string())),
+        }
+    }
+
+    fn introduce(stream: Conn, job: JobId, peer: Peer) -> Result<PmiClient, PmiClientError> {
         let mut client = PmiClient {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
@@ -979,14 +1232,14 @@ impl PmiClient {
                     return Err(unexpected(reply));
                 };
                 let (line, expect) = key
-                    .hello(challenge, job, rank)
+                    .introduce(challenge, peer, job)
                     .ok_or_else(|| unexpected(reply.clone()))?;
                 let reply = client.request(&line)?;
                 if reply.strip_prefix("OK ") != Some(expect.as_str()) {
                     return Err(unexpected(reply));
                 }
             }
-            None => client.expect_ok(&format!("HELLO {job} {rank}"))?,
+            None => client.expect_ok(&format!("{} {job} {}", peer.verb(), peer.index()))?,
         }
         Ok(client)
     }
@@ -997,20 +1250,8 @@ impl PmiClient {
     /// # Errors
     /// A missing or malformed variable, or as [`PmiClient::connect`].
     pub fn from_env() -> Result<PmiClient, PmiClientError> {
-        let var = |name: &'static str| {
-            std::env::var(name).map_err(|e| PmiClientError::Env {
-                name,
-                problem: e.to_string(),
-            })
-        };
-        let addr = var("METAMPI_PMI")?;
-        let job = var("METAMPI_JOB")?
-            .parse::<JobId>()
-            .map_err(|e| PmiClientError::Env {
-                name: "METAMPI_JOB",
-                problem: e.to_string(),
-            })?;
-        let rank = var("METAMPI_RANK")?
+        let (addr, job) = server_from_env()?;
+        let rank = env_var("METAMPI_RANK")?
             .parse::<usize>()
             .map_err(|e| PmiClientError::Env {
                 name: "METAMPI_RANK",
@@ -1107,6 +1348,25 @@ impl PmiClient {
     }
 }
 
+fn env_var(name: &'static str) -> Result<String, PmiClientError> {
+    std::env::var(name).map_err(|e| PmiClientError::Env {
+        name,
+        problem: e.to_string(),
+    })
+}
+
+/// `METAMPI_PMI` and `METAMPI_JOB`.
+fn server_from_env() -> Result<(String, JobId), PmiClientError> {
+    let addr = env_var("METAMPI_PMI")?;
+    let job = env_var("METAMPI_JOB")?
+        .parse::<JobId>()
+        .map_err(|e| PmiClientError::Env {
+            name: "METAMPI_JOB",
+            problem: e.to_string(),
+        })?;
+    Ok((addr, job))
+}
+
 fn unexpected(reply: String) -> PmiClientError {
     match reply.strip_prefix("ERR ") {
         Some(msg) => PmiClientError::Refused(msg.to_string()),
@@ -1153,6 +1413,14 @@ mod tests {
             Ok(Request::Put {
                 key: "k",
                 value: "v=1"
+            })
+        );
+        assert_eq!(
+            Request::parse("HELPER 0123456789abcdef 2"),
+            Ok(Request::Helper {
+                job: JOB,
+                index: 2,
+                proof: None
             })
         );
         assert_eq!(Request::parse("GET k"), Ok(Request::Get { key: "k" }));
@@ -1282,6 +1550,7 @@ mod tests {
         let server = PmiServer::bind(
             IpAddr::V4(Ipv4Addr::LOCALHOST),
             3,
+            1,
             job,
             Box::new(|_| {}),
             false,
@@ -1320,6 +1589,19 @@ mod tests {
         );
         assert!(server.rank_state(2).unwrap().connected);
         assert_eq!(say(&mut c, b"PUT k v\n").trim(), "OK");
+        // A helper proves the secret the same way, but a rank's proof is no helper's.
+        let mut h = raw(server.addr());
+        let na = challenge(&mut h);
+        let (line, _) = key.hello(&na, job, 0).unwrap();
+        let as_helper = line.replacen("HELLO", "HELPER", 1);
+        assert!(say(&mut h, format!("{as_helper}\n").as_bytes()).starts_with("ERR the proof"));
+        let na = challenge(&mut h);
+        let (line, expect) = key.helper(&na, job, 0).unwrap();
+        assert!(line.starts_with(&format!("HELPER {job} 0 ")), "{line}");
+        assert_eq!(
+            say(&mut h, format!("{line}\n").as_bytes()).trim(),
+            format!("OK {expect}")
+        );
     }
 
     #[test]
@@ -1393,6 +1675,10 @@ mod tests {
 
     /// A server whose every event (joins and departures too) arrives on the returned channel.
     fn server_with_events(size: usize) -> (PmiServer, Receiver<PmiEvent>) {
+        server_with_helpers(size, 0)
+    }
+
+    fn server_with_helpers(size: usize, helpers: usize) -> (PmiServer, Receiver<PmiEvent>) {
         let (tx, rx) = mpsc::channel();
         let sink: EventSink = Box::new(move |event| {
             let _ = tx.send(event);
@@ -1400,6 +1686,7 @@ mod tests {
         let server = PmiServer::bind(
             IpAddr::V4(Ipv4Addr::LOCALHOST),
             size,
+            helpers,
             JOB,
             sink,
             false,
@@ -1448,6 +1735,93 @@ mod tests {
         );
         assert!(server.rank_state(0).unwrap().finalized);
         assert!(!server.rank_state(1).unwrap().finalized);
+    }
+
+    #[test]
+    fn helpers_join_wait_and_are_told_when_the_job_ends() {
+        let (server, events) = server_with_helpers(1, 2);
+        let wait = Duration::from_secs(5);
+        let addr = server.addr();
+        // Out of range, twice the same, and anything but waiting: refused.
+        let mut c = raw(addr);
+        assert!(say(&mut c, format!("HELPER {JOB} 2\n").as_bytes())
+            .starts_with("ERR helper 2 out of range for a job of 2 helpers"));
+        assert!(say(&mut c, format!("HELPER {JOB} x\n").as_bytes())
+            .starts_with("ERR bad helper index `x`"));
+        let first = PmiClient::connect_helper(addr, JOB, 1).unwrap();
+        assert_eq!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::HelperJoined { helper: 1 }
+        );
+        assert!(say(&mut c, format!("HELPER {JOB} 1\n").as_bytes())
+            .starts_with("ERR helper 1 is already connected"));
+        let mut h0 = raw(addr);
+        assert_eq!(say(&mut h0, format!("HELPER {JOB} 0\n").as_bytes()), "OK\n");
+        assert_eq!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::HelperJoined { helper: 0 }
+        );
+        assert!(say(&mut h0, b"PUT k v\n").starts_with("ERR this connection is helper 0's"));
+        assert!(say(&mut h0, b"FENCE\n").starts_with("ERR this connection is helper 0's"));
+        // A helper that goes is an event; ranks are not affected.
+        drop(h0);
+        assert_eq!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::HelperLeft { helper: 0 }
+        );
+        assert!(!server.rank_state(0).unwrap().connected);
+        // The end of the job reaches the helper that waits as `END`.
+        let waiter = std::thread::spawn(move || first.wait_for_end());
+        std::thread::sleep(Duration::from_millis(100));
+        drop(server);
+        waiter.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn no_fence_completes_before_every_helper_is_up() {
+        let (server, _events) = server_with_helpers(2, 1);
+        let addr = server.addr();
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let mut c = PmiClient::connect(addr, JOB, rank).unwrap();
+                    c.fence().unwrap();
+                    let released = std::time::Instant::now();
+                    // Once the helper is up, fences need only the ranks.
+                    c.fence().unwrap();
+                    released
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let up = std::time::Instant::now();
+        let _helper = PmiClient::connect_helper(addr, JOB, 0).unwrap();
+        for rank in ranks {
+            assert!(rank.join().unwrap() >= up);
+        }
+    }
+
+    #[test]
+    fn a_helper_whose_server_vanishes_learns_it() {
+        // A "server" that accepts HELPER and then closes without END, as a launcher that died.
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(s.try_clone().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line, format!("HELPER {JOB} 0\n"));
+            (&s).write_all(b"OK\n").unwrap();
+        });
+        let client = PmiClient::connect_helper(addr, JOB, 0).unwrap();
+        server.join().unwrap();
+        let err = client.wait_for_end().unwrap_err();
+        assert!(
+            matches!(&err, PmiClientError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof),
+            "{err}"
+        );
     }
 
     #[test]

@@ -38,10 +38,19 @@ pub enum HostLaunch {
         vars: Vec<(String, String)>,
     },
     /// Nobody starts them: the launcher prints one command for the host (see
-    /// [`manual_command`]) for the user to run there, and waits for its ranks to join.
+    /// [`manual_command`]) for the user to run there, and waits for its ranks and helpers to
+    /// join. Such a host may have no slots: then only its helpers run there (a meta job's node
+    /// with routers but no ranks), and its command is printed before those of hosts with
+    /// ranks.
     Manual {
-        /// Processes the command starts before the ranks and waits for (each prints one line
-        /// on stdout when it is ready); a meta job's routers on that node.
+        /// Processes the command starts before the ranks (each prints one line on stdout when
+        /// it is ready, and nothing after it); a meta job's routers on that node. The launcher
+        /// adds `METAMPI_PMI`, `METAMPI_JOB` and [`HELPER_ENV`](crate::HELPER_ENV) to their
+        /// variables: each must join the key-value server as that helper once it runs
+        /// ([`PmiClient::helper_from_env`](crate::PmiClient::helper_from_env); the launcher
+        /// names those that do not within the join timeout and ends the job when one leaves)
+        /// and end when the server says the job is over or its connection closes
+        /// ([`PmiClient::wait_for_end`](crate::PmiClient::wait_for_end)).
         helpers: Vec<ManualProcess>,
         /// A file holding the job secret on that machine (`~/` allowed), read by the command
         /// instead of carrying the secret in its text.
@@ -237,24 +246,22 @@ pub enum SecretSource {
     File(String),
 }
 
-/// How long a command run by hand keeps its helpers (routers) after its ranks have ended
-/// successfully, so that what they still hold for other machines (the last messages of the
-/// final barrier, perhaps behind an emulated slow line) is passed on.
-pub const HELPER_GRACE_SECS: u32 = 2;
-
 /// The one-line shell command a user runs on a machine to start `helpers` and then `ranks`
 /// there (in `cwd`, with the secret from `secret`): `( ... )`, a subshell, so that it can be
 /// pasted into an interactive POSIX shell (sh, bash, dash, ksh, zsh) without touching that
 /// shell's state, or given to `sh -c`.
 ///
 /// Each helper starts in the background and the command waits until it prints its ready
-/// line (through a FIFO in a fresh `mktemp -d` directory); a helper that exits first stops the
-/// command with a message. Then the ranks start in the background with stdin from
-/// `/dev/null`; the command waits for all of them and exits with the last non-zero status
-/// among them (0 if all succeeded), stopping the helpers [`HELPER_GRACE_SECS`] later (at once
-/// after a failure). With no ranks, it waits for the helpers. Ctrl-C, SIGTERM or SIGHUP stop
-/// everything it started (background processes of a non-interactive shell ignore SIGINT, so the
-/// command forwards it as SIGTERM).
+/// line (through a FIFO in a fresh `mktemp -d` directory, whose reader is gone afterwards: a
+/// helper writes nothing more on stdout); a helper that exits first stops the command with a
+/// message. Then the ranks start in the background with stdin from `/dev/null`; the command
+/// waits for all of them. If they all succeeded it then waits for the helpers, which end by
+/// themselves when the job is over (the launcher tells them, see
+/// [`HostLaunch::Manual`]), since they may still pass on what other machines' ranks send;
+/// after a failure it stops them at once. It exits with the last non-zero status among the
+/// ranks, else among the helpers (0 if all succeeded); with no ranks, with the helpers'.
+/// Ctrl-C, SIGTERM or SIGHUP stop everything it started (background processes of a
+/// non-interactive shell ignore SIGINT, so the command forwards it as SIGTERM).
 pub fn manual_command(
     cwd: &Path,
     secret: &SecretSource,
@@ -299,15 +306,9 @@ pub fn manual_command(
         s += &String::from_utf8_lossy(&started);
         s += " </dev/null & ranks=\"$ranks $!\"; ";
     }
-    if ranks.is_empty() {
-        s += "wait )";
-    } else {
-        s += &format!(
-            "s=0; for p in $ranks; do wait $p || s=$?; done; \
-             [ $s = 0 ] && [ -n \"$helpers\" ] && sleep {HELPER_GRACE_SECS}; \
-             kill $helpers 2>/dev/null; exit $s )"
-        );
-    }
+    s += "s=0; for p in $ranks; do wait $p || s=$?; done; if [ $s = 0 ]; then \
+          for p in $helpers; do wait $p || s=$?; done; else kill $helpers 2>/dev/null; fi; \
+          exit $s )";
     s
 }
 
@@ -427,13 +428,14 @@ mod tests {
         let key = dir.join("key");
         std::fs::write(&key, "abc\n").unwrap();
         // The helper is ready once it has written its mark; the ranks check that it is there.
+        // It ends a moment later, as a router does when the launcher says the job is over.
         let helper = ManualProcess {
             name: "router 0".into(),
             env: Vec::new(),
             program: "sh".into(),
             args: vec![
                 "-c".into(),
-                "touch helper-ran; echo READY; exec sleep 60".into(),
+                "touch helper-ran; echo READY; sleep 1; echo helper done >&2".into(),
             ],
         };
         let ok = "test -e helper-ran && echo \"$WHO $METAMPI_SECRET\"";
@@ -444,7 +446,6 @@ mod tests {
             &[rank("rank 0", ok), rank("rank 1", ok)],
         );
         assert!(!text.contains("never-here"), "{text}");
-        let t0 = std::time::Instant::now();
         let out = run_manual(&text);
         assert!(out.status.success(), "{out:?}");
         let mut lines: Vec<_> = String::from_utf8(out.stdout)
@@ -454,7 +455,38 @@ mod tests {
             .collect();
         lines.sort();
         assert_eq!(lines, ["rank 0 abc", "rank 1 abc"]);
-        // The helper was stopped after the grace, not left sleeping for a minute.
+        // After the ranks succeeded, the command waited for the helper to end by itself.
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "helper done\n");
+
+        // Without ranks it waits for its helpers too, and a helper's failure is its status.
+        let failing = ManualProcess {
+            args: vec!["-c".into(), "echo READY; sleep 1; exit 4".into()],
+            ..helper.clone()
+        };
+        let text = manual_command(
+            &dir,
+            &SecretSource::Inline("s3".into()),
+            &[helper.clone(), failing.clone()],
+            &[],
+        );
+        let out = run_manual(&text);
+        assert_eq!(out.status.code(), Some(4), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "helper done\n");
+
+        // After a failing rank, the helpers are stopped at once: the command does not wait
+        // the minute this one would sleep.
+        let sleeper = ManualProcess {
+            args: vec!["-c".into(), "echo READY; exec sleep 60".into()],
+            ..helper.clone()
+        };
+        let t0 = std::time::Instant::now();
+        let text = manual_command(
+            &dir,
+            &SecretSource::Inline("s3".into()),
+            &[sleeper],
+            &[rank("rank 0", "exit 5")],
+        );
+        assert_eq!(run_manual(&text).status.code(), Some(5));
         assert!(t0.elapsed() < std::time::Duration::from_secs(30));
 
         // A failing rank's status is the command's; the secret may also be inline.

@@ -339,7 +339,12 @@ impl JobSpec {
                 app: 0,
                 program: "(rank count overflows)".into(),
             })?;
-        if let Some(host) = self.hosts.iter().find(|h| h.slots == 0) {
+        // No slots: only for a machine where helpers are started by hand and no rank runs.
+        if let Some(host) = self
+            .hosts
+            .iter()
+            .find(|h| h.slots == 0 && !has_manual_helpers(h))
+        {
             return Err(host_error(host));
         }
         if self.timeout == Some(Duration::ZERO) {
@@ -441,7 +446,9 @@ impl JobSpec {
         if let OutputMode::Directory(dir) = &self.output {
             check_output_dir(dir)?;
         }
-        let all_local = ranks.iter().all(|r| r.start == Start::Local);
+        // Helpers started by hand run on other machines, which must reach the server.
+        let all_local = ranks.iter().all(|r| r.start == Start::Local)
+            && !self.hosts.iter().any(has_manual_helpers);
         Ok(Plan {
             size,
             ranks,
@@ -499,6 +506,7 @@ pub(crate) struct Plan {
     /// `-x` and `--env-all` variables, resolved.
     pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) debug_ranks: Vec<usize>,
+    /// Nothing of the job runs on another machine: no rank, no helper started by hand.
     pub(crate) all_local: bool,
     pub(crate) pmi_host: String,
 }
@@ -522,6 +530,11 @@ pub(crate) enum Start {
     },
     /// Printed for the user to start (the host's [`HostLaunch::Manual`]).
     Manual,
+}
+
+/// Whether the user starts helpers by hand on `host`.
+fn has_manual_helpers(host: &Host) -> bool {
+    matches!(&host.launch, Some(HostLaunch::Manual { helpers, .. }) if !helpers.is_empty())
 }
 
 fn host_error(host: &Host) -> LaunchError {
@@ -606,6 +619,7 @@ fn check_output_dir(dir: &Path) -> Result<(), LaunchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::remote::ManualProcess;
 
     fn sh(n: usize) -> AppSpec {
         AppSpec::new(n, "/bin/sh").args(["-c", "true"])
@@ -718,6 +732,50 @@ mod tests {
         assert_eq!(plan.env[0], ("B".into(), "2".into()));
         assert_eq!(plan.env[1], ("A".into(), "3".into()));
         assert_eq!(plan.env[2].0, "PATH");
+    }
+
+    #[test]
+    fn a_host_without_slots_runs_only_helpers_started_by_hand() {
+        let router = ManualProcess {
+            name: "router 1".into(),
+            env: Vec::new(),
+            program: "metampi".into(),
+            args: vec!["router".into()],
+        };
+        let manual = |helpers: Vec<ManualProcess>| HostLaunch::Manual {
+            helpers,
+            secret_file: None,
+        };
+        let hosts = [
+            Host::new("a.a0", 1).with_launch(HostLaunch::Local),
+            Host::new("c.c1", 0).with_launch(manual(vec![router])),
+            Host::new("a.a1", 1).with_launch(HostLaunch::Local),
+        ];
+        // Even with more ranks than slots, none is placed there.
+        let plan = JobSpec::new()
+            .app(sh(3))
+            .hosts(hosts)
+            .launch(LaunchMethod::Local)
+            .plan()
+            .unwrap();
+        let nodes: Vec<_> = plan
+            .ranks
+            .iter()
+            .map(|r| r.placement.node.as_str())
+            .collect();
+        assert_eq!(nodes, ["a.a0", "a.a1", "a.a0"]);
+        // Its helpers run elsewhere, so the job is not all here.
+        assert!(!plan.all_local);
+        // Without helpers to start there, a host without slots is refused as before.
+        for launch in [HostLaunch::Local, manual(Vec::new())] {
+            let message = JobSpec::new()
+                .app(sh(1))
+                .hosts([Host::new("x", 0).with_launch(launch)])
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(message.contains("at least 1"), "{message}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::command;
 use crate::sys;
 
 /// Longest line held back waiting for its newline.
@@ -158,6 +159,19 @@ pub(crate) fn wait_forwarders(done: &Receiver<()>, mut count: usize, deadline: I
     count
 }
 
+/// The stdin of a rank that reads the launcher's.
+pub(crate) struct PumpTarget {
+    pub(crate) stdin: std::process::ChildStdin,
+    /// A rank on another machine: the data goes as frames, and the end of the data is an end
+    /// frame, not the end of the pipe, which stays open until the pump stops (see
+    /// [`RemoteStdin::Forward`](crate::command::RemoteStdin::Forward)).
+    pub(crate) framed: bool,
+}
+
+/// Pipes of framed targets whose data has ended, held open until the pump stops; `None` once
+/// it has.
+type Held = Arc<Mutex<Option<Vec<std::process::ChildStdin>>>>;
+
 /// Copies stdin (the launcher's or given bytes) to one or more ranks.
 ///
 /// Each target has its own writer thread, so a rank that never reads its stdin cannot stall
@@ -167,21 +181,21 @@ pub(crate) fn wait_forwarders(done: &Receiver<()>, mut count: usize, deadline: I
 pub(crate) struct StdinPump {
     cancel: Option<OwnedFd>,
     reader: Option<JoinHandle<()>>,
+    held: Held,
 }
 
 impl StdinPump {
     /// Starts pumping `data` (or, if `None`, the launcher's fd 0) to `targets`.
-    pub(crate) fn start(
-        data: Option<Vec<u8>>,
-        targets: Vec<std::process::ChildStdin>,
-    ) -> io::Result<StdinPump> {
+    pub(crate) fn start(data: Option<Vec<u8>>, targets: Vec<PumpTarget>) -> io::Result<StdinPump> {
+        let held: Held = Arc::new(Mutex::new(Some(Vec::new())));
         let mut senders = Vec::with_capacity(targets.len());
         for (index, target) in targets.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel::<Arc<[u8]>>();
+            let held = Arc::clone(&held);
             std::thread::Builder::new()
                 .name(format!("metampi-stdin-{index}"))
                 .stack_size(IO_THREAD_STACK)
-                .spawn(move || write_chunks(target, &rx))?;
+                .spawn(move || write_chunks(target, &rx, &held))?;
             senders.push(tx);
         }
         match data {
@@ -190,10 +204,11 @@ impl StdinPump {
                 for tx in &senders {
                     let _ = tx.send(Arc::clone(&chunk));
                 }
-                // Dropping the senders closes each rank's stdin once its copy is written.
+                // Dropping the senders ends each rank's stdin once its copy is written.
                 Ok(StdinPump {
                     cancel: None,
                     reader: None,
+                    held,
                 })
             }
             None => {
@@ -205,18 +220,27 @@ impl StdinPump {
                 Ok(StdinPump {
                     cancel: Some(cancel_write),
                     reader: Some(reader),
+                    held,
                 })
             }
         }
     }
 
-    /// Stops reading the launcher's stdin; returns once the reader thread has ended.
+    /// Stops reading the launcher's stdin and closes the framed targets' pipes (a remote
+    /// process still reading them is stopped); returns once the reader thread has ended.
     pub(crate) fn stop(mut self) {
         // Closing the write end makes the cancel pipe readable (EOF) for poll.
         drop(self.cancel.take());
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
+        // A writer still busy closes its pipe itself when it is done.
+        drop(
+            self.held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
     }
 }
 
@@ -238,10 +262,24 @@ fn pump_launcher_stdin(cancel: &OwnedFd, mut senders: Vec<Sender<Arc<[u8]>>>) {
     }
 }
 
-fn write_chunks(mut target: std::process::ChildStdin, chunks: &Receiver<Arc<[u8]>>) {
+fn write_chunks(target: PumpTarget, chunks: &Receiver<Arc<[u8]>>, held: &Held) {
+    let PumpTarget { mut stdin, framed } = target;
+    let mut frames = Vec::new();
     for chunk in chunks {
-        if target.write_all(&chunk).is_err() {
+        let bytes = if framed {
+            frames.clear();
+            command::stdin_frames(&chunk, &mut frames);
+            &frames[..]
+        } else {
+            &chunk[..]
+        };
+        if stdin.write_all(bytes).is_err() {
             return;
+        }
+    }
+    if framed && stdin.write_all(command::STDIN_END).is_ok() {
+        if let Some(open) = held.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            open.push(stdin);
         }
     }
 }

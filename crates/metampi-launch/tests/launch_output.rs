@@ -3,7 +3,7 @@
 mod common;
 
 use common::{captured, sh, sorted_lines, TempDir};
-use metampi_launch::{run, AppSpec, JobSpec, OutputMode, StdinTarget};
+use metampi_launch::{run, AppSpec, Host, HostLaunch, JobSpec, OutputMode, StdinTarget};
 
 #[test]
 fn stdout_and_stderr_of_every_rank_are_forwarded() {
@@ -152,4 +152,40 @@ fn stdin_to_one_chosen_rank_or_none() {
         ["[2] hello", "[2] world"]
     );
     assert!(stdin_job(Some(StdinTarget::None)).is_empty());
+}
+
+#[test]
+fn a_rank_on_another_machine_gets_stdin_byte_for_byte_and_then_its_end() {
+    // Rank 0 here, rank 1 "elsewhere", through a template that hands its command line to a
+    // shell as ssh would: both read every byte value, more than a pipe holds, to the end.
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 13 % 256) as u8).collect();
+    let elsewhere = HostLaunch::Template {
+        template: "sh -c {cmd}".into(),
+        vars: Vec::new(),
+    };
+    let spec = JobSpec::new()
+        .app(AppSpec::new(2, "cksum"))
+        .hosts([
+            Host::new("here", 1).with_launch(HostLaunch::Local),
+            Host::new("there", 1).with_launch(elsewhere),
+        ])
+        .pmi_host("127.0.0.1")
+        .stdin(StdinTarget::All)
+        .stdin_data(data)
+        .tag_output(true)
+        .output(OutputMode::Capture);
+    let outcome = run(&spec).unwrap();
+    assert!(
+        outcome.success(),
+        "{:?} {}",
+        outcome.failure,
+        outcome.stderr_text()
+    );
+    let lines = sorted_lines(&outcome.stdout_text());
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with("[0] ") && lines[0].ends_with(" 100000"),
+        "{lines:?}"
+    );
+    assert_eq!(lines[0][4..], lines[1][4..], "{lines:?}");
 }

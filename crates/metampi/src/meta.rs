@@ -16,8 +16,12 @@
 //!   the node's address and report their port through the launch command's
 //!   stdout;
 //! - `manual`: the launcher prints one command per node for the user to run
-//!   there; its routers listen for ranks on fixed ports (after the highest link
-//!   port of the layout), since nobody can read their ready line.
+//!   there (nodes with routers but no ranks too: they are hosts without slots in
+//!   the plan); its routers listen for ranks on fixed ports (after the highest
+//!   link port of the layout), since nobody can read their ready line, and
+//!   report to the launcher's key-value server instead: it learns that they are
+//!   up (and holds the ranks back until they are), and they leave when it says
+//!   that the job is over (see [`run_router_from_env`]).
 //!
 //! PACX-MPI startup commands (`Launch::Verbatim`) are refused: they start the
 //! machine's own MPI, whose processes cannot join a metampi job.
@@ -30,7 +34,7 @@ use metampi_config::{Launch, Layout, Tls};
 use metampi_launch::{AppSpec, Host};
 // Launching meta hosts on other machines.
 use metampi_config::{Address, HostLayout, NodeLayout};
-use metampi_launch::{HostLaunch, ManualProcess, SecretSource};
+use metampi_launch::{HostLaunch, ManualProcess, PmiClient};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -115,8 +119,12 @@ pub struct RouterCommand {
 /// What the ranks of a meta job need: placement and environment.
 pub struct MetaPlan {
     pub world_size: usize,
-    /// One emulated machine per node, in rank order.
+    /// One emulated machine per node with ranks, and one without slots per node of a meta
+    /// host started by hand that runs routers but no ranks (the launcher prints its command
+    /// too), in layout order, which is rank order.
     pub hosts: Vec<Host>,
+    /// Per entry of `hosts`: its meta host and node (indices into the layout).
+    pub nodes: Vec<(usize, usize)>,
     /// Variables for every rank (`METAMPI_SITES`, `METAMPI_ROUTERS`).
     pub env: Vec<(String, String)>,
     /// Per entry of `hosts`: the command that runs a process there
@@ -126,8 +134,8 @@ pub struct MetaPlan {
 
 impl MetaPlan {
     /// The applications that run `program args...` on every rank: one when
-    /// every host runs processes as they are, else one per host with its
-    /// prefix (ranks stay numbered host after host).
+    /// every host runs processes as they are, else one per host with ranks,
+    /// with its prefix (ranks stay numbered host after host).
     pub fn apps(&self, program: &OsString, args: &[OsString]) -> Vec<AppSpec> {
         if self.prefixes.iter().all(Vec::is_empty) {
             return vec![AppSpec::new(self.world_size, program).args(args)];
@@ -135,6 +143,7 @@ impl MetaPlan {
         self.hosts
             .iter()
             .zip(&self.prefixes)
+            .filter(|(h, _)| h.slots > 0)
             .map(|(h, pre)| match pre.split_first() {
                 None => AppSpec::new(h.slots, program).args(args),
                 Some((p, rest)) => AppSpec::new(h.slots, p).args(rest).arg(program).args(args),
@@ -205,46 +214,6 @@ fn vertical_address(host: &HostLayout, node: &NodeLayout) -> std::io::Result<(St
                 host.name, node.name
             ),
         )),
-    }
-}
-
-/// Prints the command for every node started by hand that runs routers but
-/// no ranks (the others' routers are started by the command of their ranks,
-/// which the rank launcher prints).
-fn print_router_only_nodes(
-    layout: &Layout,
-    helpers: &[((usize, usize), ManualProcess)],
-    cwd: &std::path::Path,
-    opts: &StartOptions,
-    secret: &str,
-) {
-    let source = match &opts.secret_file {
-        Some(path) => SecretSource::File(path.clone()),
-        None => SecretSource::Inline(secret.to_string()),
-    };
-    for (h, host) in layout.hosts.iter().enumerate() {
-        for (n, node) in host.nodes.iter().enumerate() {
-            let mine: Vec<ManualProcess> = helpers
-                .iter()
-                .filter(|(at, _)| *at == (h, n))
-                .map(|(_, p)| p.clone())
-                .collect();
-            if node.nprocs > 0 || mine.is_empty() {
-                continue;
-            }
-            let names: Vec<&str> = mine.iter().map(|p| p.name.as_str()).collect();
-            eprintln!(
-                "metampi run: start {} on {}.{} by hand: run this command in a shell on that \
-                 machine:",
-                names.join(", "),
-                host.name,
-                node.name
-            );
-            eprintln!(
-                "{}",
-                metampi_launch::manual_command(cwd, &source, &mine, &[])
-            );
-        }
     }
 }
 
@@ -610,46 +579,45 @@ pub fn start_with_options(
         .zip(&endpoints)
         .map(|(r, (addr, port))| format!("{}>{}@{addr}:{}", r.host, r.peer, port.unwrap_or(0)))
         .collect();
-    print_router_only_nodes(layout, &helpers, &cwd, opts, &secret);
-    let hosts = layout
+    // Nodes with ranks, and nodes started by hand that run routers only: the
+    // launcher prints the command for those too.
+    let nodes: Vec<(usize, usize)> = layout
         .hosts
         .iter()
         .enumerate()
         .flat_map(|(hi, h)| {
-            let launches = &launches[hi];
             let helpers = &helpers;
-            h.nodes
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| n.nprocs > 0)
-                .map(move |(ni, n)| {
-                    let host = Host::new(format!("{}.{}", h.name, n.name), n.nprocs);
-                    match (&h.launch, &launches[ni]) {
-                        // Ranks started by hand: the node's command starts its
-                        // routers first.
-                        (Launch::Manual, _) => host.with_launch(HostLaunch::Manual {
-                            helpers: helpers
-                                .iter()
-                                .filter(|(at, _)| *at == (hi, ni))
-                                .map(|(_, p)| p.clone())
-                                .collect(),
-                            secret_file: opts.secret_file.clone(),
-                        }),
-                        (_, Some(launch)) => host.with_launch(launch.clone()),
-                        (_, None) => host,
-                    }
-                })
+            h.nodes.iter().enumerate().filter_map(move |(ni, n)| {
+                let routers_by_hand = matches!(h.launch, Launch::Manual)
+                    && helpers.iter().any(|(at, _)| *at == (hi, ni));
+                (n.nprocs > 0 || routers_by_hand).then_some((hi, ni))
+            })
         })
         .collect();
-    let prefixes = layout
-        .hosts
+    let hosts = nodes
         .iter()
-        .flat_map(|h| {
-            h.nodes
-                .iter()
-                .filter(|n| n.nprocs > 0)
-                .map(move |_| prefix(&h.launch))
+        .map(|&(hi, ni)| {
+            let (h, n) = (&layout.hosts[hi], &layout.hosts[hi].nodes[ni]);
+            let host = Host::new(format!("{}.{}", h.name, n.name), n.nprocs);
+            match (&h.launch, &launches[hi][ni]) {
+                // Started by hand: the node's command starts its routers
+                // first, then its ranks if it has any.
+                (Launch::Manual, _) => host.with_launch(HostLaunch::Manual {
+                    helpers: helpers
+                        .iter()
+                        .filter(|(at, _)| *at == (hi, ni))
+                        .map(|(_, p)| p.clone())
+                        .collect(),
+                    secret_file: opts.secret_file.clone(),
+                }),
+                (_, Some(launch)) => host.with_launch(launch.clone()),
+                (_, None) => host,
+            }
         })
+        .collect();
+    let prefixes = nodes
+        .iter()
+        .map(|&(hi, _)| prefix(&layout.hosts[hi].launch))
         .collect();
     let sites: Vec<String> = layout
         .hosts
@@ -659,6 +627,7 @@ pub fn start_with_options(
     let plan = MetaPlan {
         world_size: layout.world_size,
         hosts,
+        nodes,
         env: vec![
             ("METAMPI_SITES".into(), sites.join(",")),
             ("METAMPI_ROUTERS".into(), endpoints.join(",")),
@@ -736,6 +705,16 @@ fn router_env(
 
 /// Runs a router from [`ROUTER_SPEC_ENV`] if this process was started as one.
 /// Returns `false` when the variable is not set.
+///
+/// A router of a meta host started by hand finds its launcher in its
+/// environment ([`metampi_launch::HELPER_ENV`]): once it listens (right after
+/// its ready line) it reports to the launcher's key-value server as that
+/// helper, which holds the ranks' fences until every such router has, so that
+/// no rank connects to one that is not up yet; then it exits when the server
+/// says that the job is over (status 0) or when that connection closes first
+/// (status 1: the launcher is gone). A router that cannot report exits at
+/// once: the launcher would not know it, and it would outlive the job. Routers
+/// the launcher starts itself are stopped by it and do not report.
 pub fn run_router_from_env() -> bool {
     let Some(line) = std::env::var_os(ROUTER_SPEC_ENV) else {
         return false;
@@ -747,11 +726,51 @@ pub fn run_router_from_env() -> bool {
             std::process::exit(2);
         }
     };
-    if let Err(e) = crate::router::run(&spec) {
-        eprintln!("metampi router {}: {e}", spec.id);
+    let id = spec.id;
+    let by_hand = std::env::var_os(metampi_launch::HELPER_ENV).is_some();
+    let ready = move |_port: u16| {
+        if by_hand {
+            report_to_launcher(id);
+        }
+    };
+    if let Err(e) = crate::router::run_then(&spec, ready) {
+        eprintln!("metampi router {id}: {e}");
         std::process::exit(1);
     }
     true
+}
+
+/// Joins the launcher's key-value server as the helper the environment names,
+/// and leaves a thread that ends the process when the job is over: status 0 when
+/// the server says so, 1 when the connection ends first. Exits with status 1
+/// when the router cannot join.
+fn report_to_launcher(id: usize) {
+    let launcher = match PmiClient::helper_from_env() {
+        Ok(Some(launcher)) => launcher,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!(
+                "metampi router {id}: cannot report to the launcher: {e} (check that this \
+                 machine reaches it at METAMPI_PMI, see `metampi run --pmi-host`)"
+            );
+            std::process::exit(1);
+        }
+    };
+    let watcher = std::thread::Builder::new()
+        .name("metampi-router-launcher".into())
+        .spawn(move || match launcher.wait_for_end() {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!(
+                    "metampi router {id}: lost the connection to the launcher ({e}); stopping"
+                );
+                std::process::exit(1);
+            }
+        });
+    if let Err(e) = watcher {
+        eprintln!("metampi router {id}: cannot watch the launcher: {e}");
+        std::process::exit(1);
+    }
 }
 
 #[cfg(test)]
@@ -900,6 +919,34 @@ mod launch_tests {
                 (ROUTER_SPEC_ENV, line.as_str())
             ])
         );
+    }
+
+    #[test]
+    fn a_node_started_by_hand_with_routers_only_is_a_host_without_slots() {
+        let l = layout(
+            "METAHOST a { LAUNCH = manual; NPROCS = 1; NODES = a0 (127.0.0.1); }\n\
+             METAHOST b { LAUNCH = manual; NPROCS = 2; NODES = b0 (127.0.0.1), b1 0 (127.0.0.1); }\n\
+             PAIR a b 1\na0 <-> b1\n",
+        );
+        // Everything is started by hand: nothing runs here.
+        let (_routers, plan) = start(&l, &OsString::from("/bin/false"), &[], &[]).unwrap();
+        let hosts: Vec<(&str, usize)> = plan
+            .hosts
+            .iter()
+            .map(|h| (h.name.as_str(), h.slots))
+            .collect();
+        assert_eq!(hosts, [("a.a0", 1), ("b.b0", 2), ("b.b1", 0)]);
+        assert_eq!(plan.nodes, [(0, 0), (1, 0), (1, 1)]);
+        let helpers = |h: &Host| match &h.launch {
+            Some(HostLaunch::Manual { helpers, .. }) => {
+                helpers.iter().map(|p| p.name.clone()).collect::<Vec<_>>()
+            }
+            other => panic!("{}: {other:?}", h.name),
+        };
+        assert_eq!(helpers(&plan.hosts[0]), ["router 0"]);
+        assert!(helpers(&plan.hosts[1]).is_empty());
+        assert_eq!(helpers(&plan.hosts[2]), ["router 1"]);
+        assert_eq!(plan.apps(&"prog".into(), &[]).len(), 1);
     }
 
     #[test]

@@ -1763,6 +1763,11 @@ impl Router {
 /// Runs a router until killed. Prints `METAMPI-ROUTER-READY <port>` on stdout
 /// once local ranks may connect.
 pub fn run(spec: &RouterSpec) -> io::Result<()> {
+    run_then(spec, |_| {})
+}
+
+/// [`run`], calling `ready(port)` right after the ready line.
+pub fn run_then(spec: &RouterSpec, ready: impl FnOnce(u16)) -> io::Result<()> {
     if let Some(e) = &spec.error {
         return Err(io::Error::other(e.clone()));
     }
@@ -1780,6 +1785,7 @@ pub fn run(spec: &RouterSpec) -> io::Result<()> {
     let mut router = Router::new(spec, vertical, listeners)?;
     println!("METAMPI-ROUTER-READY {port}");
     io::stdout().flush()?;
+    ready(port);
     router.run()
 }
 
