@@ -270,6 +270,11 @@ fn plain_router_specs(layout: &Layout) -> Vec<RouterSpec> {
         .iter()
         .map(|r| RouterSpec {
             id: r.id,
+            // As the ranks placed there are named (`Host::new` below).
+            node: Some(format!(
+                "{}.{}",
+                layout.hosts[r.host].name, layout.hosts[r.host].nodes[r.node].name
+            )),
             vertical: "127.0.0.1:0".into(),
             listen: r
                 .listen

@@ -44,6 +44,7 @@ use metampi_wire::{
 
 use crate::auth;
 use crate::envelope::{Envelope, ENV_LEN};
+use crate::sys::vchan::{Offer, VChan, OFFER_LEN};
 
 pub mod tls;
 
@@ -90,6 +91,10 @@ pub struct RouterSpec {
     /// Why this router cannot run, found by the launcher (TLS links in a
     /// build without the `tls` feature): the router reports it and exits.
     pub error: Option<String>,
+    /// The node it runs on, as its ranks' `METAMPI_NODE` names it (`None`:
+    /// this machine's host name). Ranks on the same node talk to it through
+    /// shared memory.
+    pub node: Option<String>,
 }
 
 /// Percent-encodes all but unreserved characters, so that paths and messages
@@ -251,6 +256,9 @@ impl RouterSpec {
         if let Some(e) = &self.error {
             line.push_str(&format!(";error={}", encode(e)));
         }
+        if let Some(n) = &self.node {
+            line.push_str(&format!(";node={}", encode(n)));
+        }
         line
     }
 
@@ -264,6 +272,7 @@ impl RouterSpec {
             out: Vec::new(),
             identities: Vec::new(),
             error: None,
+            node: None,
         };
         let list = |v: &str| -> Vec<String> {
             v.split(',')
@@ -278,6 +287,7 @@ impl RouterSpec {
             match k {
                 "id" => spec.id = v.parse().map_err(|_| format!("bad router id `{v}`"))?,
                 "vertical" => spec.vertical = v.to_string(),
+                "node" => spec.node = Some(decode(v)?),
                 "listen" => spec.listen = list(v),
                 "listentls" => {
                     spec.listen_tls = list(v)
@@ -713,6 +723,13 @@ struct Peer {
 struct RankConn {
     rank: u32,
     stream: TcpStream,
+    /// Its channel offer has not arrived yet: nothing is read or written.
+    offer_pending: bool,
+    /// On this node: frames travel through shared-memory pipes, and the
+    /// connection only rings and tells when the rank is gone.
+    vchan: Option<VChan>,
+    /// The rank closed its connection; its pipe is read to the end first.
+    bell_eof: bool,
     rx: BytesMut,
     /// A frame the peer connection could not take yet; reading waits for it.
     held: Option<(usize, WireMessage)>,
@@ -782,7 +799,74 @@ fn read_rank(rc: &mut RankConn, budget: usize) -> io::Result<usize> {
         Some(n) => n.saturating_sub(rc.rx.len()),
     };
     let max = reserve_for_frames(&mut rc.rx, rest, rc.frame_hint).min(budget);
-    crate::sys::read::read_append(&rc.stream, &mut rc.rx, max)
+    let Some(v) = &mut rc.vchan else {
+        return crate::sys::read::read_append(&rc.stream, &mut rc.rx, max);
+    };
+    match v.read_append(&mut rc.rx, max) {
+        0 if rc.bell_eof => Ok(0),
+        0 => Err(io::ErrorKind::WouldBlock.into()),
+        n => {
+            // The rank may be waiting for room.
+            v.notify(&rc.stream);
+            Ok(n)
+        }
+    }
+}
+
+/// Reads a new rank's channel offer and answers it: pipes when it is on
+/// `node` (this router's, hashed) and its segment can be mapped, else TCP.
+/// `Err` when the rank's connection must go.
+fn settle_offer(node: u64, rc: &mut RankConn) -> Result<(), String> {
+    let want = OFFER_LEN - rc.rx.len();
+    match crate::sys::read::read_append(&rc.stream, &mut rc.rx, want) {
+        Ok(0) => return Err("it closed the connection".into()),
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    if rc.rx.len() < OFFER_LEN {
+        return Ok(());
+    }
+    let offer = Offer::decode(&rc.rx.split_to(OFFER_LEN))?;
+    rc.vchan = offer
+        .filter(|o| o.node == node)
+        .and_then(|o| VChan::open(&o).ok());
+    rc.offer_pending = false;
+    let answer = [u8::from(rc.vchan.is_some())];
+    // One byte into a fresh connection's empty send buffer.
+    (&rc.stream).write_all(&answer).map_err(|e| e.to_string())
+}
+
+/// Copies queued buffers into a rank's pipe, as [`flush_queue`] writes them
+/// to its socket.
+fn flush_pipe(v: &mut VChan, bell: &TcpStream, q: &mut VecDeque<Bytes>, off: &mut usize) {
+    let mut wrote = false;
+    while !q.is_empty() {
+        let mut slices = Vec::with_capacity(q.len().min(64));
+        for (i, b) in q.iter().take(64).enumerate() {
+            slices.push(IoSlice::new(if i == 0 { &b[*off..] } else { &b[..] }));
+        }
+        let mut n = v.write_vectored(&slices);
+        if n == 0 {
+            break;
+        }
+        wrote = true;
+        while n > 0 {
+            let left = q[0].len() - *off;
+            if n >= left {
+                n -= left;
+                *off = 0;
+                q.pop_front();
+            } else {
+                *off += n;
+                n = 0;
+            }
+        }
+    }
+    if wrote {
+        v.notify(bell);
+    }
 }
 
 /// Hands the whole frames at the front of `rc.rx` to the connection towards
@@ -937,6 +1021,8 @@ struct Router {
     /// Spins before blocking while traffic flows and cores are spare
     /// (`METAMPI_ROUTER_SPIN_US`).
     spinner: crate::sys::poll::Spinner,
+    /// Hash of the node it runs on: ranks offering pipes from the same node get them.
+    node: u64,
 }
 
 /// A link connection a connector thread made: peer, link, socket, and the
@@ -1064,6 +1150,12 @@ impl Router {
             last_stats: now,
             key,
             spinner: crate::sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50),
+            node: crate::sys::vchan::node_hash(
+                &spec
+                    .node
+                    .clone()
+                    .unwrap_or_else(crate::environment::hostname),
+            ),
         };
         Ok(r)
     }
@@ -1281,6 +1373,9 @@ impl Router {
         self.ranks.push(RankConn {
             rank,
             stream: h.stream,
+            offer_pending: true,
+            vchan: None,
+            bell_eof: false,
             rx: BytesMut::new(),
             held: None,
             frame_hint: RANK_READ_CHUNK / 4,
@@ -1373,13 +1468,35 @@ impl Router {
         let mut i = 0;
         while i < self.ranks.len() {
             let mut gone = false;
+            if self.ranks[i].offer_pending && ready.get(i).copied().unwrap_or(true) {
+                if let Err(e) = settle_offer(self.node, &mut self.ranks[i]) {
+                    eprintln!(
+                        "metampi router {}: dropping rank {}'s connection: {e}",
+                        self.id, self.ranks[i].rank
+                    );
+                    let rc = self.ranks.swap_remove(i);
+                    self.to_ranks -= rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
+                    continue;
+                }
+            }
             let rc = &mut self.ranks[i];
+            if rc.offer_pending {
+                i += 1;
+                continue;
+            }
             if let Some((p, m)) = rc.held.take() {
                 if let Err(SendError::WouldBlock(m)) = self.out[p].bundle.send_message(now, m) {
                     rc.held = Some((p, m));
                 }
             }
             let mut readable = ready.get(i).copied().unwrap_or(true);
+            if rc.vchan.is_some() {
+                // The socket only rings (or ends); the pipe is always looked at.
+                if readable && !rc.bell_eof {
+                    rc.bell_eof = !crate::sys::vchan::drain_bell(&rc.stream).unwrap_or(false);
+                }
+                readable = true;
+            }
             let mut budget = READ_BUDGET;
             // Frames already read go first (they wait here after a full link,
             // whatever the socket says); then one read at a time, each followed by
@@ -1534,8 +1651,20 @@ impl Router {
         let mut i = 0;
         while i < self.ranks.len() {
             let rc = &mut self.ranks[i];
+            if rc.offer_pending {
+                // Nothing may precede the answer to its offer.
+                i += 1;
+                continue;
+            }
             let before = rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
-            let res = flush_queue(&mut rc.stream, &mut rc.tx, &mut rc.tx_off);
+            let res = match &mut rc.vchan {
+                None => flush_queue(&mut rc.stream, &mut rc.tx, &mut rc.tx_off),
+                Some(_) if rc.bell_eof => Err(io::ErrorKind::BrokenPipe.into()),
+                Some(v) => {
+                    flush_pipe(v, &rc.stream, &mut rc.tx, &mut rc.tx_off);
+                    Ok(())
+                }
+            };
             let after = rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
             self.to_ranks -= before - after;
             if res.is_err() {
@@ -1565,10 +1694,11 @@ impl Router {
             };
             let queued: u64 = self.out.iter().map(|p| p.bundle.send_buffered()).sum();
             let text = format!(
-                "{{\"rss_kb\":{},\"peak_rss_kb\":{},\"ranks\":{},\"to_ranks_bytes\":{},\"send_buffered\":{queued}}}\n",
+                "{{\"rss_kb\":{},\"peak_rss_kb\":{},\"ranks\":{},\"pipe_ranks\":{},\"to_ranks_bytes\":{},\"send_buffered\":{queued}}}\n",
                 kb("VmRSS:"),
                 kb("VmHWM:"),
                 self.ranks.len(),
+                self.ranks.iter().filter(|r| r.vchan.is_some()).count(),
                 self.to_ranks
             );
             let path = std::path::PathBuf::from(dir).join(format!("router-{}.json", self.id));
@@ -1711,17 +1841,16 @@ impl Router {
             }
             let mut busy = false;
             for (i, r) in self.ranks.iter().enumerate() {
-                // A rank whose frame waits for link room is not read until there is room.
-                let fd = if r.held.is_some() {
-                    -1
-                } else {
-                    r.stream.as_raw_fd()
-                };
                 busy |= r.held.is_some();
-                add(&mut pfds, fd, !r.tx.is_empty(), Slot::Rank(i));
-                if !r.tx.is_empty() && r.held.is_some() {
-                    pfds.last_mut().expect("just pushed").fd = r.stream.as_raw_fd();
-                }
+                let (fd, w) = match &r.vchan {
+                    // The socket only rings or ends; the pipes are looked at below.
+                    Some(_) if r.bell_eof => (-1, false),
+                    Some(_) => (r.stream.as_raw_fd(), false),
+                    // A rank whose frame waits for link room is not read until there is room.
+                    None if r.held.is_some() && r.tx.is_empty() => (-1, false),
+                    None => (r.stream.as_raw_fd(), !r.tx.is_empty()),
+                };
+                add(&mut pfds, fd, w, Slot::Rank(i));
             }
             let peers = self
                 .out
@@ -1755,7 +1884,22 @@ impl Router {
                 wake = wake.min(now + Duration::from_millis(1));
             }
             let timeout = wake.saturating_duration_since(Instant::now());
-            self.spinner.wait(&mut pfds, timeout)?;
+            let ranks = &self.ranks;
+            // Pipes with work: data to forward, or room for what waits.
+            let pipes_ready = || {
+                ranks.iter().any(|r| {
+                    r.vchan.as_ref().is_some_and(|v| {
+                        (r.held.is_none() && v.peek_readable() > 0)
+                            || (!r.tx.is_empty() && v.peek_writable() > 0)
+                    })
+                })
+            };
+            let arm = |on: bool| {
+                for v in ranks.iter().filter_map(|r| r.vchan.as_ref()) {
+                    v.arm(on);
+                }
+            };
+            self.spinner.wait_or(&mut pfds, timeout, pipes_ready, arm)?;
         }
     }
 }
@@ -1830,6 +1974,7 @@ mod tests {
             }],
             identities: Vec::new(),
             error: None,
+            node: None,
         };
         // A plain spec reads as it did before TLS existed.
         assert_eq!(
@@ -1842,6 +1987,11 @@ mod tests {
         assert!(RouterSpec::parse("id=1;out=a/0").is_err());
         assert!(RouterSpec::parse("id=1;out=a/0/0/gzip/1/0").is_err());
         assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1").is_err());
+        let named = RouterSpec {
+            node: Some("site a.n;0".into()),
+            ..s
+        };
+        assert_eq!(RouterSpec::parse(&named.to_line()).unwrap(), named);
     }
 
     #[test]
@@ -1890,6 +2040,7 @@ mod tests {
                 },
             ],
             error: Some("no key: disk full; retry".into()),
+            node: None,
         };
         let line = s.to_line();
         assert!(!line.contains('\n'));

@@ -21,6 +21,7 @@ use crate::envelope::{Envelope, Kind, ENV_LEN, F_BIG_ENDIAN, INLINE_MAX};
 use crate::error::{Error, ErrorClass};
 use crate::sys::ring::{Consumer, Producer};
 use crate::sys::shm::Segment;
+use crate::sys::vchan::{self, VChan};
 
 /// Largest eager payload accepted from a stream peer; more is a protocol error.
 const MAX_EAGER_WIRE: usize = 64 << 20;
@@ -62,6 +63,11 @@ pub(crate) struct TcpLink {
     pub stream: TcpStream,
     rx: Rx,
     closed: bool,
+    /// A router on this node: frames go through shared-memory pipes, and the
+    /// connection only rings and tells when the router is gone.
+    vchan: Option<VChan>,
+    /// The router closed the connection (seen while its pipe still had data).
+    bell_closed: bool,
 }
 
 /// Receive side of a stream: a staging buffer so that one `read` usually
@@ -149,6 +155,9 @@ pub(crate) struct Links {
     pub fatal: Option<String>,
     /// Meta host of every world rank (to name what a lost router served).
     pub sites: Vec<u32>,
+    /// Progress passes since the router connections were last looked at
+    /// for their end (pipes carry the data; the socket only rings).
+    bell_tick: u32,
 }
 
 impl Links {
@@ -187,6 +196,7 @@ impl Links {
             pending: 0,
             fatal: None,
             sites: Vec::new(),
+            bell_tick: 0,
         }
     }
 
@@ -221,11 +231,45 @@ impl Links {
     }
 
     pub(crate) fn tcp(stream: TcpStream) -> Link {
+        Self::stream(stream, None)
+    }
+
+    /// A router connection whose frames travel through `vchan` when given.
+    pub(crate) fn stream(stream: TcpStream, vchan: Option<VChan>) -> Link {
         Link::Tcp(TcpLink {
             stream,
             rx: Rx::default(),
             closed: false,
+            vchan,
+            bell_closed: false,
         })
+    }
+
+    /// Raises or lowers this rank's "wake me" flag on every router pipe.
+    pub(crate) fn arm_pipes(&self, on: bool) {
+        for p in &self.peers[self.world()..] {
+            if let Link::Tcp(TcpLink {
+                vchan: Some(v),
+                closed: false,
+                ..
+            }) = p
+            {
+                v.arm(on);
+            }
+        }
+    }
+
+    /// Reads the wake-up bytes of every router pipe's connection, noting
+    /// the ones the router has closed.
+    fn drain_bells(&mut self) {
+        let world = self.world();
+        for p in &mut self.peers[world..] {
+            if let Link::Tcp(t) = p {
+                if t.vchan.is_some() && !t.closed && !t.bell_closed {
+                    t.bell_closed = !vchan::drain_bell(&t.stream).unwrap_or(false);
+                }
+            }
+        }
     }
 
     /// File descriptors to wait on when blocking.
@@ -235,8 +279,10 @@ impl Links {
         out.push((self.wake.as_raw_fd(), false));
         for (i, p) in self.peers.iter().enumerate() {
             if let Link::Tcp(t) = p {
-                if !t.closed {
-                    out.push((t.stream.as_raw_fd(), !self.outq[i].is_empty()));
+                if !t.closed && !t.bell_closed {
+                    // A pipe's writer rings when it has made room: no POLLOUT.
+                    let w = !self.outq[i].is_empty() && t.vchan.is_none();
+                    out.push((t.stream.as_raw_fd(), w));
                 }
             }
         }
@@ -374,7 +420,7 @@ impl Links {
                 }
                 let frame = env.encode(None);
                 let mut written = 0;
-                match write_frame(&mut t.stream, &frame, bytes, &mut written) {
+                match write_frame(t, &frame, bytes, &mut written) {
                     Ok(true) => true,
                     Ok(false) if written == 0 => false,
                     Ok(false) => {
@@ -504,7 +550,7 @@ impl Links {
                     }
                     true
                 }
-                Link::Tcp(t) => match write_frame(&mut t.stream, &f.env, payload, &mut f.written) {
+                Link::Tcp(t) => match write_frame(t, &f.env, payload, &mut f.written) {
                     Ok(done) => done,
                     Err(e) => {
                         t.closed = true;
@@ -570,10 +616,25 @@ impl Links {
                 }
             }
         }
+        self.bell_tick = self.bell_tick.wrapping_add(1);
+        if self.bell_tick % 256 == 0 {
+            self.drain_bells();
+        }
         for p in 0..self.peers.len() {
             if let Link::Tcp(t) = &mut self.peers[p] {
                 if !t.closed {
-                    match read_stream(t, core) {
+                    let r = read_stream(t, core);
+                    let r = match (r, &mut t.vchan) {
+                        // What the router wrote before it went is read first.
+                        (Ok(false), Some(v)) if t.bell_closed && v.peek_readable() == 0 => {
+                            Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "peer closed the connection",
+                            ))
+                        }
+                        (r, _) => r,
+                    };
+                    match r {
                         Ok(m) => moved |= m,
                         Err(e) => {
                             t.closed = true;
@@ -630,10 +691,11 @@ impl Links {
         v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
     }
 
-    /// Drains the wake-up socket after a blocking wait.
-    pub(crate) fn drain_wake(&self) {
+    /// Drains the wake-up socket and the router pipes' bells after a blocking wait.
+    pub(crate) fn drain_wake(&mut self) {
         let mut b = [0u8; 64];
         while self.wake.recv(&mut b).is_ok() {}
+        self.drain_bells();
     }
 
     /// Whether frames are queued that a transport has not taken yet.
@@ -642,14 +704,40 @@ impl Links {
     }
 }
 
-/// Writes as much of one frame as the socket takes; `Ok(true)` when all is out.
+/// Writes as much of one frame as the socket (or pipe) takes; `Ok(true)`
+/// when all is out.
 fn write_frame(
-    s: &mut TcpStream,
+    t: &mut TcpLink,
     env: &[u8],
     payload: &[u8],
     written: &mut usize,
 ) -> io::Result<bool> {
     let total = env.len() + payload.len();
+    if let Some(v) = &mut t.vchan {
+        if t.bell_closed {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "peer closed the connection",
+            ));
+        }
+        let before = *written;
+        while *written < total {
+            let n = if *written < env.len() {
+                v.write_vectored(&[IoSlice::new(&env[*written..]), IoSlice::new(payload)])
+            } else {
+                v.write_vectored(&[IoSlice::new(&payload[*written - env.len()..])])
+            };
+            if n == 0 {
+                break;
+            }
+            *written += n;
+        }
+        if *written > before {
+            v.notify(&t.stream);
+        }
+        return Ok(*written == total);
+    }
+    let s = &mut t.stream;
     while *written < total {
         let r = if *written < env.len() {
             s.write_vectored(&[IoSlice::new(&env[*written..]), IoSlice::new(payload)])
@@ -672,7 +760,20 @@ fn write_frame(
     Ok(true)
 }
 
-fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>> {
+fn read_some(
+    s: &mut TcpStream,
+    pipe: Option<&mut VChan>,
+    buf: &mut [u8],
+) -> io::Result<Option<usize>> {
+    if let Some(v) = pipe {
+        let n = v.read(buf);
+        if n == 0 {
+            return Ok(None);
+        }
+        // The router may be waiting for room.
+        v.notify(s);
+        return Ok(Some(n));
+    }
     loop {
         match s.read(buf) {
             Ok(0) => {
@@ -692,7 +793,9 @@ fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<Option<usize>> {
 /// Reads every complete frame available on a stream without blocking.
 fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
     let mut moved = false;
-    let rx = &mut t.rx;
+    let TcpLink {
+        stream, rx, vchan, ..
+    } = t;
     loop {
         let avail = rx.end - rx.start;
         let Some(env) = rx.env else {
@@ -735,7 +838,7 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
                 rx.env = Some(env);
                 continue;
             }
-            if !fill(&mut t.stream, rx)? {
+            if !fill(stream, vchan.as_mut(), rx)? {
                 return Ok(moved);
             }
             continue;
@@ -757,7 +860,7 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
             rx.body_got += k;
         } else if need >= DIRECT_MIN && matches!(rx.body, Body::Direct) {
             let got = match core.data_target(&env) {
-                Some(dst) => read_some(&mut t.stream, &mut dst[rx.body_got..])?,
+                Some(dst) => read_some(stream, vchan.as_mut(), &mut dst[rx.body_got..])?,
                 None => {
                     rx.body = Body::Discard;
                     continue;
@@ -767,7 +870,7 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
                 None => return Ok(moved),
                 Some(k) => rx.body_got += k,
             }
-        } else if !fill(&mut t.stream, rx)? {
+        } else if !fill(stream, vchan.as_mut(), rx)? {
             return Ok(moved);
         }
         if rx.body_got == n {
@@ -783,7 +886,7 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
 }
 
 /// Reads more bytes into the staging buffer; `false` when nothing is there.
-fn fill(s: &mut TcpStream, rx: &mut Rx) -> io::Result<bool> {
+fn fill(s: &mut TcpStream, pipe: Option<&mut VChan>, rx: &mut Rx) -> io::Result<bool> {
     if rx.start == rx.end {
         rx.start = 0;
         rx.end = 0;
@@ -792,7 +895,7 @@ fn fill(s: &mut TcpStream, rx: &mut Rx) -> io::Result<bool> {
         rx.end -= rx.start;
         rx.start = 0;
     }
-    match read_some(s, &mut rx.buf[rx.end..])? {
+    match read_some(s, pipe, &mut rx.buf[rx.end..])? {
         None => Ok(false),
         Some(k) => {
             rx.end += k;

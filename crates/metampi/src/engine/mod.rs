@@ -185,6 +185,38 @@ fn parse_routers() -> io::Result<Vec<(u32, u32, String)>> {
 /// handshake in a thread of its own: a stranger that connects and then says
 /// nothing (or trickles bytes) holds only its own thread until the
 /// handshake timeout, while the real peers are accepted meanwhile.
+/// After the handshake with a router: offers it shared-memory pipes (when
+/// `want`), and returns them if it runs on this rank's node and took them.
+/// The router answers one byte: 1 for "mapped", 0 for "keep TCP".
+fn offer_pipes(
+    s: &mut TcpStream,
+    want: bool,
+    node: &str,
+    bytes: usize,
+) -> io::Result<Option<crate::sys::vchan::VChan>> {
+    use crate::sys::vchan::{node_hash, Offer, VChan};
+    use std::io::{Read, Write};
+    // A segment that cannot be made (no /dev/shm, full) leaves TCP.
+    let made = if want {
+        VChan::create(node_hash(node), bytes).ok()
+    } else {
+        None
+    };
+    let offer = made.as_ref().map_or_else(Offer::none, |(_, o)| o.encode());
+    s.write_all(&offer)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut answer = [0u8; 1];
+    let got = s.read_exact(&mut answer);
+    s.set_read_timeout(None)?;
+    let Some((vchan, _)) = made else {
+        got?;
+        return Ok(None);
+    };
+    vchan.unlink();
+    got?;
+    Ok((answer[0] == 1).then_some(vchan))
+}
+
 fn accept_peers(
     rank: u32,
     listener: &TcpListener,
@@ -432,6 +464,8 @@ impl Shared {
 
         // Ranks of other sites are reached through this site's routers.
         let mut routers = Vec::new();
+        let pipes = !force_tcp && !env_flag("METAMPI_NO_ROUTER_SHM");
+        let pipe_bytes = env_usize("METAMPI_ROUTER_PIPE").unwrap_or(1 << 20);
         for (from, to, addr) in parse_routers()? {
             if from != my_site {
                 continue;
@@ -446,9 +480,14 @@ impl Shared {
                 &rank.to_le_bytes(),
             )
             .map_err(|e| other(format!("authenticating with the router at {addr}: {e}")))?;
+            let vchan = offer_pipes(&mut s, pipes, &node, pipe_bytes).map_err(|e| {
+                other(format!(
+                    "setting up the channel to the router at {addr}: {e}"
+                ))
+            })?;
             s.set_nodelay(true)?;
             s.set_nonblocking(true)?;
-            routers.push((to, s));
+            routers.push((to, s, vchan));
         }
         let mut links = Links::new(rank, peers, wake);
         links.routed_big_endian = site_big_endian(my_site)?;
@@ -463,8 +502,8 @@ impl Shared {
             orders_differ |= site_big_endian(site)? != cfg!(target_endian = "big");
         }
         let mut by_site: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
-        for (to, s) in routers {
-            let c = links.add_channel(Links::tcp(s));
+        for (to, s, vchan) in routers {
+            let c = links.add_channel(Links::stream(s, vchan));
             by_site.entry(to).or_default().push(c);
         }
         for r in 0..size {
@@ -635,6 +674,7 @@ impl Shared {
         if let Some(f) = &e.links.my_sleep {
             f.get().store(on as u32, Ordering::SeqCst);
         }
+        e.links.arm_pipes(on);
     }
 
     /// Drives progress until `check` returns a value.
@@ -699,7 +739,7 @@ impl Shared {
                 self.blocked.fetch_add(1, Ordering::SeqCst);
                 let _ = poll::wait(&fds, Duration::from_millis(200));
                 self.blocked.fetch_sub(1, Ordering::SeqCst);
-                let e = self.lock();
+                let mut e = self.lock();
                 e.links.drain_wake();
                 self.set_sleeping(&e, false);
                 drop(e);

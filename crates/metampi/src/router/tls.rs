@@ -1235,6 +1235,7 @@ mod tests {
                 key: p(key),
             }],
             error: None,
+            node: None,
         };
         let k = auth::Secret::random().unwrap();
         let (_, a) = super::setup(&spec("a.pem", "a.key"), &k).unwrap();

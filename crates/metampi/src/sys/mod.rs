@@ -10,3 +10,4 @@ pub(crate) mod rawbuf;
 pub(crate) mod read;
 pub(crate) mod ring;
 pub(crate) mod shm;
+pub(crate) mod vchan;

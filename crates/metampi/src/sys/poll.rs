@@ -115,18 +115,28 @@ impl Spinner {
         self.budget.min(timeout)
     }
 
-    /// As [`wait_fds`], spinning first where that pays (see [`Spinner`]).
-    pub(crate) fn wait(
+    /// As [`wait_fds`], spinning first where that pays (see [`Spinner`]),
+    /// also ending when `ready` says that work arrived
+    /// without a file descriptor (shared-memory pipes), and calling `arm(true)`
+    /// before blocking (so writers know to ring) and `arm(false)` after.
+    /// Returns 0 when `ready` ended it.
+    pub(crate) fn wait_or(
         &mut self,
         pfds: &mut [libc::pollfd],
         timeout: Duration,
+        ready: impl Fn() -> bool,
+        arm: impl Fn(bool),
     ) -> io::Result<usize> {
         let start = Instant::now();
+        if ready() {
+            self.last_event = Some(start);
+            return Ok(0);
+        }
         let spin = self.spin_for(start, timeout);
         if !spin.is_zero() {
             loop {
                 let n = wait_fds(pfds, Duration::ZERO)?;
-                if n > 0 {
+                if n > 0 || ready() {
                     self.last_event = Some(Instant::now());
                     return Ok(n);
                 }
@@ -136,7 +146,22 @@ impl Spinner {
                 std::hint::spin_loop();
             }
         }
-        let n = wait_fds(pfds, timeout.saturating_sub(start.elapsed()))?;
+        let left = timeout.saturating_sub(start.elapsed());
+        if !left.is_zero() {
+            // Announce the sleep, then look once more: a writer that
+            // published before seeing the flag is caught here.
+            arm(true);
+            if ready() {
+                arm(false);
+                self.last_event = Some(Instant::now());
+                return Ok(0);
+            }
+        }
+        let n = wait_fds(pfds, left);
+        if !left.is_zero() {
+            arm(false);
+        }
+        let n = n?;
         if n > 0 {
             self.last_event = Some(Instant::now());
         }
@@ -259,7 +284,11 @@ mod tests {
         }];
         // Nothing comes: the spin and then the wait run out.
         let t0 = Instant::now();
-        assert_eq!(s.wait(&mut pfds, Duration::from_millis(80)).unwrap(), 0);
+        assert_eq!(
+            s.wait_or(&mut pfds, Duration::from_millis(80), || false, |_| {})
+                .unwrap(),
+            0
+        );
         assert!(t0.elapsed() >= Duration::from_millis(80));
         // A datagram arrives while it spins.
         let sender = std::thread::spawn(move || {
@@ -267,8 +296,58 @@ mod tests {
             a.send(&[1]).unwrap();
         });
         s.last_event = Some(Instant::now());
-        assert_eq!(s.wait(&mut pfds, Duration::from_secs(5)).unwrap(), 1);
+        assert_eq!(
+            s.wait_or(&mut pfds, Duration::from_secs(5), || false, |_| {})
+                .unwrap(),
+            1
+        );
         assert!(pfds[0].revents & libc::POLLIN != 0);
         sender.join().unwrap();
+    }
+
+    #[test]
+    fn work_without_a_descriptor_ends_the_wait_and_sleepers_arm() {
+        let (_a, b) = UnixDatagram::pair().unwrap();
+        let mut s = Spinner::from_env("METAMPI_TEST_UNSET_SPIN", 0);
+        let mut pfds = [libc::pollfd {
+            fd: b.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let armed = std::cell::RefCell::new(Vec::new());
+        // Work already there: back at once, nobody armed.
+        let t0 = Instant::now();
+        let n = s
+            .wait_or(
+                &mut pfds,
+                Duration::from_secs(5),
+                || true,
+                |on| armed.borrow_mut().push(on),
+            )
+            .unwrap();
+        assert_eq!(n, 0);
+        assert!(t0.elapsed() < Duration::from_secs(1));
+        assert!(armed.borrow().is_empty());
+        // Nothing comes: armed before the sleep, disarmed after.
+        s.wait_or(
+            &mut pfds,
+            Duration::from_millis(20),
+            || false,
+            |on| armed.borrow_mut().push(on),
+        )
+        .unwrap();
+        assert_eq!(*armed.borrow(), [true, false]);
+        // Work that came just as it armed: caught by the second look.
+        armed.borrow_mut().clear();
+        let t0 = Instant::now();
+        s.wait_or(
+            &mut pfds,
+            Duration::from_secs(5),
+            || armed.borrow().first() == Some(&true),
+            |on| armed.borrow_mut().push(on),
+        )
+        .unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(1));
+        assert_eq!(*armed.borrow(), [true, false]);
     }
 }

@@ -1,0 +1,509 @@
+//! A rank's vertical channel to a router on the same machine: two byte pipes
+//! (rank to router, router to rank) in one shared segment, so that a routed
+//! message crosses the site's own transport, shared memory, on its way to and
+//! from the wide-area link instead of two more loopback TCP hops.
+//!
+//! The pipes carry exactly the byte stream the TCP connection would (frames
+//! back to back), so both ends parse it as before. The TCP connection stays:
+//! its end tells either side that the other is gone, and it is the doorbell.
+//! A side about to block raises its flag in the segment (then looks at the
+//! pipes once more); whoever then writes data or frees room takes the flag
+//! down and sends one byte on the connection. So a sleeper is woken once, and
+//! a side that is awake pays nothing but a shared load.
+//!
+//! Segment layout: line 0 magic and token, line 1 the rank's flag, line 2 the
+//! router's flag, then the rank-to-router pipe and the router-to-rank pipe,
+//! each a 128-byte control block (consumer and producer positions on lines
+//! of their own) and `cap` bytes.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use bytes::BytesMut;
+
+use super::shm::Segment;
+
+const MAGIC: &[u8; 8] = b"MPVCHAN1";
+const OFFER_MAGIC: &[u8; 4] = b"MPVO";
+const HEADER: usize = 256;
+const FLAG_RANK: usize = 64;
+const FLAG_ROUTER: usize = 128;
+const PIPE_CTL: usize = 128;
+/// Bytes of the offer a rank sends after its hello: magic, log2 of the pipe
+/// size, its node's hash, the token naming the segment (all zero: no offer).
+pub(crate) const OFFER_LEN: usize = 32;
+/// Pipe sizes a router accepts.
+const MIN_CAP: usize = 4 << 10;
+const MAX_CAP: usize = 64 << 20;
+
+/// What a rank proposes to its router.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Offer {
+    pub node: u64,
+    pub token: [u8; 16],
+    pub cap: usize,
+}
+
+impl Offer {
+    /// The offer that proposes nothing (the rank keeps TCP).
+    pub(crate) fn none() -> [u8; OFFER_LEN] {
+        let mut b = [0u8; OFFER_LEN];
+        b[..4].copy_from_slice(OFFER_MAGIC);
+        b
+    }
+
+    pub(crate) fn encode(&self) -> [u8; OFFER_LEN] {
+        let mut b = Self::none();
+        b[4] = self.cap.trailing_zeros() as u8;
+        b[8..16].copy_from_slice(&self.node.to_le_bytes());
+        b[16..32].copy_from_slice(&self.token);
+        b
+    }
+
+    /// `Err` for bytes that are not an offer at all; `Ok(None)` for "no offer".
+    pub(crate) fn decode(b: &[u8]) -> Result<Option<Offer>, String> {
+        if b.len() != OFFER_LEN || &b[..4] != OFFER_MAGIC {
+            return Err("the rank's channel offer is malformed".into());
+        }
+        let token: [u8; 16] = b[16..32].try_into().expect("16 bytes");
+        if token == [0; 16] {
+            return Ok(None);
+        }
+        let cap = 1usize.checked_shl(u32::from(b[4])).unwrap_or(0);
+        if !(MIN_CAP..=MAX_CAP).contains(&cap) {
+            return Err(format!("the rank offered pipes of {cap} bytes"));
+        }
+        Ok(Some(Offer {
+            node: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            token,
+            cap,
+        }))
+    }
+
+    fn path(&self) -> PathBuf {
+        let hex: String = self.token.iter().map(|b| format!("{b:02x}")).collect();
+        super::shm::dir().join(format!("metampi-v-{hex}"))
+    }
+}
+
+/// A name's hash, to tell whether a router runs on the rank's (emulated) node.
+pub(crate) fn node_hash(name: &str) -> u64 {
+    // FNV-1a: stable across builds and machines, unlike `DefaultHasher`.
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[repr(C, align(64))]
+struct Line(AtomicU64);
+
+/// Consumer position, then producer position, each on its own cache line.
+#[repr(C)]
+struct Ctl {
+    head: Line,
+    tail: Line,
+}
+
+/// One end of a byte pipe: the producer's (`mine` is the tail) or the
+/// consumer's (`mine` is the head). `other` caches the far end's position.
+struct End {
+    ctl: *const Ctl,
+    data: *mut u8,
+    cap: usize,
+    mine: u64,
+    other: u64,
+}
+
+impl End {
+    /// # Safety
+    /// `base` points to `PIPE_CTL + cap` bytes of pipe memory, 64-byte aligned,
+    /// that outlive the end; there is one producer and one consumer per pipe.
+    unsafe fn new(base: *mut u8, cap: usize, producer: bool) -> End {
+        let ctl = base as *const Ctl;
+        // SAFETY: per the contract `ctl` points to a valid control block.
+        let (head, tail) = unsafe {
+            (
+                (*ctl).head.0.load(Ordering::Acquire),
+                (*ctl).tail.0.load(Ordering::Acquire),
+            )
+        };
+        let (mine, other) = if producer { (tail, head) } else { (head, tail) };
+        End {
+            ctl,
+            // SAFETY: the data area follows the control block.
+            data: unsafe { base.add(PIPE_CTL) },
+            cap,
+            mine,
+            other,
+        }
+    }
+
+    fn ctl(&self) -> &Ctl {
+        // SAFETY: valid for the end's lifetime (see `new`).
+        unsafe { &*self.ctl }
+    }
+
+    /// Producer: bytes that may be written now.
+    fn room(&mut self) -> usize {
+        let used = (self.mine - self.other) as usize;
+        if used == self.cap {
+            self.other = self.ctl().head.0.load(Ordering::Acquire);
+        }
+        self.cap - (self.mine - self.other) as usize
+    }
+
+    /// Consumer: bytes that may be read now.
+    fn available(&mut self) -> usize {
+        if self.mine == self.other {
+            self.other = self.ctl().tail.0.load(Ordering::Acquire);
+        }
+        (self.other - self.mine) as usize
+    }
+
+    /// Producer: copies as much of `bufs` as fits and publishes it.
+    fn write(&mut self, bufs: &[IoSlice<'_>]) -> usize {
+        let mut room = self.room();
+        if room < bufs.iter().map(|b| b.len()).sum::<usize>() {
+            // Look again: the consumer may have freed more since we cached.
+            self.other = self.ctl().head.0.load(Ordering::Acquire);
+            room = self.cap - (self.mine - self.other) as usize;
+        }
+        let mut done = 0;
+        for b in bufs {
+            let n = b.len().min(room - done);
+            let off = (self.mine as usize + done) % self.cap;
+            let first = n.min(self.cap - off);
+            // SAFETY: [mine, mine + room) is free pipe space owned by the
+            // producer until the tail is published; `off + first <= cap`
+            // and the wrapped rest starts at 0 and is shorter than `cap`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(b.as_ptr(), self.data.add(off), first);
+                std::ptr::copy_nonoverlapping(b.as_ptr().add(first), self.data, n - first);
+            }
+            done += n;
+            if n < b.len() {
+                break;
+            }
+        }
+        if done > 0 {
+            self.mine += done as u64;
+            self.ctl().tail.0.store(self.mine, Ordering::Release);
+        }
+        done
+    }
+
+    /// Consumer: copies up to `n` bytes to `dst` and frees them.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `n` bytes.
+    unsafe fn read_to(&mut self, dst: *mut u8, n: usize) -> usize {
+        let mut avail = self.available();
+        if avail < n {
+            self.other = self.ctl().tail.0.load(Ordering::Acquire);
+            avail = (self.other - self.mine) as usize;
+        }
+        let n = n.min(avail);
+        if n == 0 {
+            return 0;
+        }
+        let off = self.mine as usize % self.cap;
+        let first = n.min(self.cap - off);
+        // SAFETY: [mine, mine + n) was published by the producer (Release,
+        // read after an Acquire load) and is not touched by it until the head
+        // moves; `dst` takes `n` bytes (the caller's contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.data.add(off), dst, first);
+            std::ptr::copy_nonoverlapping(self.data, dst.add(first), n - first);
+        }
+        self.mine += n as u64;
+        self.ctl().head.0.store(self.mine, Ordering::Release);
+        n
+    }
+}
+
+/// Which end of the channel this process holds.
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Rank,
+    Router,
+}
+
+/// One end of a vertical channel.
+pub(crate) struct VChan {
+    seg: Segment,
+    tx: End,
+    rx: End,
+    side: Side,
+}
+
+// SAFETY: the channel is pointers into a mapping it owns; the pipe protocol is
+// safe from any thread as long as each end is used by one thread at a time,
+// which `&mut self` on every moving operation ensures.
+unsafe impl Send for VChan {}
+
+impl VChan {
+    fn len(cap: usize) -> usize {
+        HEADER + 2 * (PIPE_CTL + cap)
+    }
+
+    /// The rank's side: a new segment for a router on node `node` (a hash),
+    /// with pipes of `cap` bytes (a power of two). The file stays until
+    /// [`VChan::unlink`], after the router's answer.
+    pub(crate) fn create(node: u64, cap: usize) -> io::Result<(VChan, Offer)> {
+        let cap = cap.clamp(MIN_CAP, MAX_CAP).next_power_of_two();
+        let offer = Offer {
+            node,
+            token: crate::auth::nonce()?,
+            cap,
+        };
+        let seg = Segment::create(&offer.path(), Self::len(cap))?;
+        // SAFETY: the fresh mapping is at least HEADER bytes; nobody else has
+        // it yet.
+        unsafe {
+            std::ptr::copy_nonoverlapping(MAGIC.as_ptr(), seg.base(), 8);
+            std::ptr::copy_nonoverlapping(offer.token.as_ptr(), seg.base().add(8), 16);
+        }
+        Ok((Self::ends(seg, cap, Side::Rank), offer))
+    }
+
+    /// The router's side: maps the segment an offer names, checks that it is
+    /// the rank's, and removes its name.
+    pub(crate) fn open(offer: &Offer) -> io::Result<VChan> {
+        let path = offer.path();
+        let seg = Segment::open(&path, Self::len(offer.cap))?;
+        // SAFETY: the mapping is at least HEADER bytes long (checked by `open`).
+        let head = unsafe { std::slice::from_raw_parts(seg.base(), 24) };
+        if &head[..8] != MAGIC || head[8..24] != offer.token {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the offered segment is not the rank's",
+            ));
+        }
+        seg.unlink();
+        Ok(Self::ends(seg, offer.cap, Side::Router))
+    }
+
+    fn ends(seg: Segment, cap: usize, side: Side) -> VChan {
+        let up = HEADER;
+        let down = HEADER + PIPE_CTL + cap;
+        let (tx, rx) = match side {
+            Side::Rank => (up, down),
+            Side::Router => (down, up),
+        };
+        // SAFETY: both pipes lie inside the mapping (its length is `len(cap)`),
+        // 64-byte aligned; the rank produces on the up pipe and consumes the
+        // down one, the router the other way round, one process each.
+        let (tx, rx) = unsafe {
+            (
+                End::new(seg.base().add(tx), cap, true),
+                End::new(seg.base().add(rx), cap, false),
+            )
+        };
+        VChan { seg, tx, rx, side }
+    }
+
+    /// Removes the segment's name (the mappings stay).
+    pub(crate) fn unlink(&self) {
+        self.seg.unlink();
+    }
+
+    fn flag(&self, side: Side) -> &AtomicU32 {
+        let at = if side == Side::Rank {
+            FLAG_RANK
+        } else {
+            FLAG_ROUTER
+        };
+        // SAFETY: the flag words lie inside the header of the live mapping and
+        // are 64-byte aligned.
+        unsafe { &*(self.seg.base().add(at) as *const AtomicU32) }
+    }
+
+    /// Copies as much of `bufs` as fits into the outgoing pipe.
+    pub(crate) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> usize {
+        self.tx.write(bufs)
+    }
+
+    /// Bytes waiting in the incoming pipe.
+    #[cfg(test)]
+    fn readable(&mut self) -> usize {
+        self.rx.available()
+    }
+
+    /// Room in the outgoing pipe.
+    #[cfg(test)]
+    fn writable(&mut self) -> usize {
+        self.tx.room()
+    }
+
+    /// Bytes waiting in the incoming pipe (without updating the cached
+    /// position, so that shared references can look).
+    pub(crate) fn peek_readable(&self) -> usize {
+        (self.rx.ctl().tail.0.load(Ordering::Acquire) - self.rx.mine) as usize
+    }
+
+    /// Room in the outgoing pipe, likewise.
+    pub(crate) fn peek_writable(&self) -> usize {
+        self.tx.cap - (self.tx.mine - self.tx.ctl().head.0.load(Ordering::Acquire)) as usize
+    }
+
+    /// Copies up to `dst.len()` bytes from the incoming pipe.
+    pub(crate) fn read(&mut self, dst: &mut [u8]) -> usize {
+        // SAFETY: `dst` is valid for writes of its length.
+        unsafe { self.rx.read_to(dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Appends up to `max` bytes from the incoming pipe to `buf`.
+    pub(crate) fn read_append(&mut self, buf: &mut BytesMut, max: usize) -> usize {
+        buf.reserve(max);
+        let spare = buf.spare_capacity_mut();
+        let n = max.min(spare.len());
+        // SAFETY: `spare` has `n` or more writable bytes owned by `buf`; only
+        // the bytes copied in are then marked initialised.
+        unsafe {
+            let got = self.rx.read_to(spare.as_mut_ptr().cast(), n);
+            buf.set_len(buf.len() + got);
+            got
+        }
+    }
+
+    /// Raises (or lowers) this side's flag: "wake me with a byte". Raise it,
+    /// then look at the pipes once more before blocking.
+    pub(crate) fn arm(&self, on: bool) {
+        self.flag(self.side).store(u32::from(on), Ordering::SeqCst);
+        if on {
+            // Orders the flag before the caller's next look at the pipes
+            // (pairs with the fence in `notify`).
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// After writing data or freeing room: wakes the other side if it sleeps.
+    pub(crate) fn notify(&self, bell: &TcpStream) {
+        let peer = match self.side {
+            Side::Rank => Side::Router,
+            Side::Router => Side::Rank,
+        };
+        fence(Ordering::SeqCst);
+        let f = self.flag(peer);
+        if f.load(Ordering::Relaxed) != 0 && f.swap(0, Ordering::SeqCst) != 0 {
+            // A full socket buffer already holds a wake-up.
+            let mut s = bell;
+            let _ = s.write(&[1]);
+        }
+    }
+}
+
+/// Reads the wake-up bytes waiting on a channel's connection; `false` once
+/// the other side has closed it.
+pub(crate) fn drain_bell(bell: &TcpStream) -> io::Result<bool> {
+    let mut b = [0u8; 64];
+    let mut s = bell;
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn pair(cap: usize) -> (VChan, VChan) {
+        let (rank, offer) = VChan::create(node_hash("n0"), cap).unwrap();
+        let wire = Offer::decode(&offer.encode()).unwrap().unwrap();
+        assert_eq!(wire, offer);
+        let router = VChan::open(&wire).unwrap();
+        assert!(!offer.path().exists(), "the router removes the name");
+        (rank, router)
+    }
+
+    #[test]
+    fn bytes_flow_both_ways_in_order_across_the_wrap() {
+        let (mut a, mut b) = pair(4096);
+        let mut sent = 0u64;
+        let mut got = 0u64;
+        let mut buf = vec![0u8; 1000];
+        while got < 100_000 {
+            let chunk: Vec<u8> = (0..777).map(|i| ((sent + i) % 251) as u8).collect();
+            let n = a.write_vectored(&[IoSlice::new(&chunk[..300]), IoSlice::new(&chunk[300..])]);
+            sent += n as u64;
+            let k = b.read(&mut buf);
+            for (i, &x) in buf[..k].iter().enumerate() {
+                assert_eq!(x, ((got + i as u64) % 251) as u8);
+            }
+            got += k as u64;
+        }
+        // And back, through `read_append`.
+        assert_eq!(b.write_vectored(&[IoSlice::new(b"pong")]), 4);
+        let mut m = BytesMut::from(&b"> "[..]);
+        assert_eq!(a.read_append(&mut m, 100), 4);
+        assert_eq!(&m[..], b"> pong");
+        assert_eq!(a.readable(), 0);
+    }
+
+    #[test]
+    fn a_full_pipe_takes_what_fits_and_no_more() {
+        let (mut a, mut b) = pair(4096);
+        let big = vec![7u8; 5000];
+        assert_eq!(a.write_vectored(&[IoSlice::new(&big)]), 4096);
+        assert_eq!(a.writable(), 0);
+        assert_eq!(a.write_vectored(&[IoSlice::new(b"x")]), 0);
+        let mut out = vec![0u8; 100];
+        assert_eq!(b.read(&mut out), 100);
+        assert_eq!(a.writable(), 100);
+        assert_eq!(b.readable(), 3996);
+    }
+
+    #[test]
+    fn offers_are_checked() {
+        assert_eq!(Offer::decode(&Offer::none()), Ok(None));
+        assert!(Offer::decode(&[0u8; OFFER_LEN]).is_err());
+        let mut huge = Offer {
+            node: 1,
+            token: [9; 16],
+            cap: 1 << 20,
+        }
+        .encode();
+        huge[4] = 40;
+        assert!(Offer::decode(&huge).is_err());
+        // A token that names no segment (another machine) cannot be opened.
+        let missing = Offer {
+            node: 1,
+            token: [9; 16],
+            cap: 1 << 20,
+        };
+        assert!(VChan::open(&missing).is_err());
+    }
+
+    #[test]
+    fn a_sleeper_is_rung_once() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let rank_bell = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (router_bell, _) = l.accept().unwrap();
+        router_bell.set_nonblocking(true).unwrap();
+        let (mut a, b) = pair(4096);
+        // Awake: no byte.
+        a.write_vectored(&[IoSlice::new(b"1")]);
+        a.notify(&rank_bell);
+        b.arm(true);
+        a.write_vectored(&[IoSlice::new(b"2")]);
+        a.notify(&rank_bell);
+        a.write_vectored(&[IoSlice::new(b"3")]);
+        a.notify(&rank_bell);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut got = [0u8; 8];
+        let n = (&router_bell).read(&mut got).unwrap();
+        assert_eq!(n, 1, "one wake-up for one sleep");
+        assert!(drain_bell(&router_bell).unwrap());
+        drop(rank_bell);
+        assert!(!drain_bell(&router_bell).unwrap());
+    }
+}

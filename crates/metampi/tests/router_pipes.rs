@@ -1,0 +1,154 @@
+//! Vertical traffic over shared memory: ranks on their router's node reach it
+//! through pipes in a shared segment, ranks on other nodes through TCP, and
+//! both carry every message intact and in order, however small the pipes.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use metampi::testing::Ranks;
+use metampi::traits::*;
+
+/// Jobs of this file run one at a time: each sets `METAMPI_ROUTER_STATS`,
+/// which the routers of a job started meanwhile would inherit.
+static JOBS: Mutex<()> = Mutex::new(());
+
+/// Site a: two nodes of two ranks, its router on a0; site b: one node of two.
+fn config(portbase: u16) -> String {
+    format!(
+        "PORTBASE {portbase}\n\
+         METAHOST a {{ LAUNCH = local; NPROCS = 4; NODES = a0, a1; }}\n\
+         METAHOST b {{ LAUNCH = local; NPROCS = 2; NODES = b0; }}\n\
+         PAIR a b 1\na0 <-> b0\n"
+    )
+}
+
+/// Message `i` from `src` to `dst`: sizes from empty to 3 MiB, bytes that
+/// tell where they belong.
+fn message(src: usize, dst: usize, i: usize) -> Vec<u8> {
+    const SIZES: [usize; 7] = [0, 1, 63, 4000, 70_000, 600_000, 3 << 20];
+    let len = SIZES[i % SIZES.len()];
+    (0..len)
+        .map(|k| (src * 31 + dst * 7 + i * 13 + k) as u8)
+        .collect()
+}
+
+/// Every rank sends a numbered mix of sizes to every rank of the other site
+/// and checks what it receives from each, in order; then the routers'
+/// statistics say how many ranks each serves through pipes.
+fn exchange(world: &metampi::topology::SimpleCommunicator) {
+    const COUNT: usize = 21;
+    let me = world.rank() as usize;
+    let others: Vec<usize> = if me < 4 { vec![4, 5] } else { vec![0, 1, 2, 3] };
+    let mut sends = Vec::new();
+    for i in 0..COUNT {
+        for &o in &others {
+            sends.push(
+                world
+                    .process_at_rank(o as i32)
+                    .immediate_send_owned(message(me, o, i), i as i32),
+            );
+        }
+    }
+    for i in 0..COUNT {
+        for &o in &others {
+            let (m, st) = world.process_at_rank(o as i32).receive_vec::<u8>();
+            assert_eq!(st.tag(), i as i32, "from {o}: out of order");
+            assert!(m == message(o, me, i), "message {i} from {o} damaged");
+        }
+    }
+    for s in sends {
+        s.wait().expect("send completes");
+    }
+    world.barrier();
+}
+
+/// Runs [`exchange`] on 6 ranks with `env` for the ranks; returns the
+/// routers' statistics (in the parent only).
+fn run(test: &str, portbase: u16, env: &[(&str, &str)]) -> Option<Vec<String>> {
+    let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = match std::env::var_os("METAMPI_ROUTER_STATS") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => {
+            let d = std::env::temp_dir().join(format!("metampi-{test}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            // The routers are started by this process and inherit it.
+            std::env::set_var("METAMPI_ROUTER_STATS", &d);
+            d
+        }
+    };
+    let mut ranks = Ranks::new(6)
+        .meta(&config(portbase))
+        .timeout(Duration::from_secs(120));
+    for (k, v) in env {
+        ranks = ranks.env(*k, *v);
+    }
+    let outcome = ranks.outcome(test, |world| {
+        exchange(world);
+        // Statistics are rewritten twice a second; the routers outlive the
+        // ranks only briefly.
+        std::thread::sleep(Duration::from_millis(1200));
+        world.barrier();
+    })?;
+    std::env::remove_var("METAMPI_ROUTER_STATS");
+    let stats: Vec<String> = (0..2)
+        .map(|r| std::fs::read_to_string(dir.join(format!("router-{r}.json"))).unwrap_or_default())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(f) = &outcome.failure {
+        panic!("{test} failed: {f}");
+    }
+    Some(stats)
+}
+
+fn number(json: &str, key: &str) -> Option<u64> {
+    let key = format!("\"{key}\":");
+    let at = json.find(&key)?;
+    json[at + key.len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()
+}
+
+#[test]
+fn ranks_on_the_router_node_use_pipes() {
+    let Some(stats) = run("ranks_on_the_router_node_use_pipes", 24300, &[]) else {
+        return;
+    };
+    // Router 0 (a -> b, on a0) serves ranks 0-3, of which 0 and 1 share its
+    // node; router 1 (b -> a, on b0) serves ranks 4 and 5, both on b0.
+    assert_eq!(number(&stats[0], "ranks"), Some(4), "{stats:?}");
+    assert_eq!(number(&stats[0], "pipe_ranks"), Some(2), "{stats:?}");
+    assert_eq!(number(&stats[1], "ranks"), Some(2), "{stats:?}");
+    assert_eq!(number(&stats[1], "pipe_ranks"), Some(2), "{stats:?}");
+}
+
+#[test]
+fn pipes_can_be_turned_off() {
+    let Some(stats) = run(
+        "pipes_can_be_turned_off",
+        24310,
+        &[("METAMPI_NO_ROUTER_SHM", "1")],
+    ) else {
+        return;
+    };
+    assert_eq!(number(&stats[0], "ranks"), Some(4), "{stats:?}");
+    assert_eq!(number(&stats[0], "pipe_ranks"), Some(0), "{stats:?}");
+    assert_eq!(number(&stats[1], "pipe_ranks"), Some(0), "{stats:?}");
+}
+
+/// Pipes of 4 KiB: every large message fills them many times over, in both
+/// directions, so both sides keep waiting for room and waking each other.
+#[test]
+fn tiny_pipes_carry_everything() {
+    let Some(stats) = run(
+        "tiny_pipes_carry_everything",
+        24320,
+        &[("METAMPI_ROUTER_PIPE", "4096"), ("METAMPI_SPIN_US", "0")],
+    ) else {
+        return;
+    };
+    assert_eq!(number(&stats[1], "pipe_ranks"), Some(2), "{stats:?}");
+}
