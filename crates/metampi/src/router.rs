@@ -793,6 +793,13 @@ fn link_hello(conn: u32, link: u16, links: u16, layout_id: u32) -> [u8; LINK_HEL
 /// across two allocations (frames are split off `rx` and travel on as slices of
 /// it, so its allocation cannot grow in place). `Ok(0)` at the end of the stream.
 fn read_rank(rc: &mut RankConn, budget: usize) -> io::Result<usize> {
+    // An empty pipe is looked at on every pass: nothing may be reserved for it.
+    if rc.vchan.as_ref().is_some_and(|v| v.peek_readable() == 0) {
+        return match rc.bell_eof {
+            true => Ok(0),
+            false => Err(io::ErrorKind::WouldBlock.into()),
+        };
+    }
     let rest = match frame_size(&rc.rx)? {
         _ if rc.rx.is_empty() => 0,
         None => ENV_LEN - rc.rx.len(),
