@@ -284,6 +284,34 @@ fn malformed_varcount(c: &SimpleCommunicator, how: &str) {
             got, want,
             "gatherv, long block from {bad} root {root} {how}"
         );
+        // Two ranks of a site without the root move an element from one
+        // block to the other: the site's total is right, only the sizes of
+        // its blocks tell (hierarchically: the sizes the leader sends along).
+        let (x, y) = if root == 2 { (6, 7) } else { (2, 3) };
+        let len = |r: i32| K + usize::from(r == x) - usize::from(r == y);
+        let shifted = vec![me as i64; len(me)];
+        let got = if me == root {
+            let mut buf = vec![0i64; K * nu];
+            let mut part = PartitionMut::new(&mut buf[..], &even[..], &spaced[..]);
+            class(p.try_gather_varcount_into_root(&shifted[..], &mut part))
+        } else {
+            class(p.try_gather_varcount_into(&shifted[..]))
+        };
+        let want = (me == root).then_some(ErrorClass::Count);
+        assert_eq!(got, want, "gatherv, {x} and {y} shifted, root {root} {how}");
+        // The same in a scatter: the root's partition shifts the element.
+        let shifted_counts: Vec<i32> = (0..n).map(|r| len(r) as i32).collect();
+        let got = if me == root {
+            let buf = vec![1i64; K * nu + 1];
+            let part = Partition::new(&buf[..], &shifted_counts[..], &spaced[..]);
+            class(p.try_scatter_varcount_into_root(&part, &mut out[..]))
+        } else {
+            class(p.try_scatter_varcount_into(&mut out[..]))
+        };
+        assert!(
+            counted(got, "scatterv shifted") >= 1,
+            "scatterv, {x} and {y} shifted, root {root} {how}"
+        );
     }
     // All-to-all: a receive partition one block short on rank 2 (inside
     // site b), a send partition with a block too many on rank 4 (site c's

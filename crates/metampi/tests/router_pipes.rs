@@ -62,9 +62,10 @@ fn exchange(world: &metampi::topology::SimpleCommunicator) {
     world.barrier();
 }
 
-/// Runs [`exchange`] on 6 ranks with `env` for the ranks; returns the
-/// routers' statistics (in the parent only).
-fn run(test: &str, portbase: u16, env: &[(&str, &str)]) -> Option<Vec<String>> {
+/// Runs [`exchange`] on 6 ranks with `env` for the ranks; then rank 0
+/// checks, while every rank is still connected, that router `r` serves
+/// `want[r]` ranks (all, through pipes).
+fn run(test: &str, portbase: u16, env: &[(&str, &str)], want: [(u64, u64); 2]) {
     let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
     let dir = match std::env::var_os("METAMPI_ROUTER_STATS") {
         Some(d) => std::path::PathBuf::from(d),
@@ -79,26 +80,38 @@ fn run(test: &str, portbase: u16, env: &[(&str, &str)]) -> Option<Vec<String>> {
     };
     let mut ranks = Ranks::new(6)
         .meta(&config(portbase))
+        .env("METAMPI_ROUTER_STATS", &dir)
         .timeout(Duration::from_secs(120));
     for (k, v) in env {
         ranks = ranks.env(*k, *v);
     }
-    let outcome = ranks.outcome(test, |world| {
+    let d = dir.clone();
+    let outcome = ranks.outcome(test, move |world| {
         exchange(world);
-        // Statistics are rewritten twice a second; the routers outlive the
-        // ranks only briefly.
-        std::thread::sleep(Duration::from_millis(1200));
+        if world.rank() == 0 {
+            // Statistics are rewritten twice a second.
+            std::thread::sleep(Duration::from_millis(1200));
+            for (r, (all, pipes)) in want.iter().enumerate() {
+                let text =
+                    std::fs::read_to_string(d.join(format!("router-{r}.json"))).unwrap_or_default();
+                assert_eq!(number(&text, "ranks"), Some(*all), "router {r}: {text}");
+                assert_eq!(
+                    number(&text, "pipe_ranks"),
+                    Some(*pipes),
+                    "router {r}: {text}"
+                );
+            }
+        }
         world.barrier();
-    })?;
+    });
+    let Some(outcome) = outcome else {
+        return; // a rank or a router of the job
+    };
     std::env::remove_var("METAMPI_ROUTER_STATS");
-    let stats: Vec<String> = (0..2)
-        .map(|r| std::fs::read_to_string(dir.join(format!("router-{r}.json"))).unwrap_or_default())
-        .collect();
     let _ = std::fs::remove_dir_all(&dir);
     if let Some(f) = &outcome.failure {
         panic!("{test} failed: {f}");
     }
-    Some(stats)
 }
 
 fn number(json: &str, key: &str) -> Option<u64> {
@@ -112,43 +125,36 @@ fn number(json: &str, key: &str) -> Option<u64> {
         .ok()
 }
 
+/// Router 0 (a -> b, on a0) serves ranks 0-3, of which 0 and 1 share its
+/// node; router 1 (b -> a, on b0) serves ranks 4 and 5, both on b0.
 #[test]
 fn ranks_on_the_router_node_use_pipes() {
-    let Some(stats) = run("ranks_on_the_router_node_use_pipes", 24300, &[]) else {
-        return;
-    };
-    // Router 0 (a -> b, on a0) serves ranks 0-3, of which 0 and 1 share its
-    // node; router 1 (b -> a, on b0) serves ranks 4 and 5, both on b0.
-    assert_eq!(number(&stats[0], "ranks"), Some(4), "{stats:?}");
-    assert_eq!(number(&stats[0], "pipe_ranks"), Some(2), "{stats:?}");
-    assert_eq!(number(&stats[1], "ranks"), Some(2), "{stats:?}");
-    assert_eq!(number(&stats[1], "pipe_ranks"), Some(2), "{stats:?}");
+    run(
+        "ranks_on_the_router_node_use_pipes",
+        24300,
+        &[],
+        [(4, 2), (2, 2)],
+    );
 }
 
 #[test]
 fn pipes_can_be_turned_off() {
-    let Some(stats) = run(
+    run(
         "pipes_can_be_turned_off",
         24310,
         &[("METAMPI_NO_ROUTER_SHM", "1")],
-    ) else {
-        return;
-    };
-    assert_eq!(number(&stats[0], "ranks"), Some(4), "{stats:?}");
-    assert_eq!(number(&stats[0], "pipe_ranks"), Some(0), "{stats:?}");
-    assert_eq!(number(&stats[1], "pipe_ranks"), Some(0), "{stats:?}");
+        [(4, 0), (2, 0)],
+    );
 }
 
 /// Pipes of 4 KiB: every large message fills them many times over, in both
 /// directions, so both sides keep waiting for room and waking each other.
 #[test]
 fn tiny_pipes_carry_everything() {
-    let Some(stats) = run(
+    run(
         "tiny_pipes_carry_everything",
         24320,
         &[("METAMPI_ROUTER_PIPE", "4096"), ("METAMPI_SPIN_US", "0")],
-    ) else {
-        return;
-    };
-    assert_eq!(number(&stats[1], "pipe_ranks"), Some(2), "{stats:?}");
+        [(4, 2), (2, 2)],
+    );
 }

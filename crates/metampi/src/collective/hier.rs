@@ -733,11 +733,35 @@ pub(super) fn all_to_all(
     b.round();
 }
 
+/// Part sizes of an aggregated message: the blocks', then with `check` a
+/// trailer of their sizes.
+fn with_trailer(lens: &[usize], check: bool) -> Vec<usize> {
+    let mut v = lens.to_vec();
+    if check {
+        v.push(8 * lens.len());
+    }
+    v
+}
+
+/// The trailer of [`with_trailer`]: each size as eight little-endian bytes.
+fn trailer(lens: &[usize]) -> Vec<u8> {
+    lens.iter()
+        .flat_map(|&l| (l as u64).to_le_bytes())
+        .collect()
+}
+
+/// What a failed trailer check says.
+const SIZES_DIFFER: &str =
+    "the block sizes that a site's ranks and the root give (hierarchical varcount)";
+
 /// Gather to `root` (`size(r)`: the bytes of rank r's block, asked on a
 /// remote group's leader for its members; the root takes the sizes of
 /// `dst`, its block per rank): the root's group members send to the root,
 /// every remote group's leader collects its members' blocks and sends them
-/// in one message.
+/// in one message. With `check` (varying counts) the message ends with the
+/// sizes the leader put in, which the root compares with its own: a site's
+/// total can match while its ranks' blocks do not, and the data would land
+/// in the wrong places without a word.
 pub(super) fn gather(
     b: &mut Builder,
     groups: &[Vec<Rank>],
@@ -745,6 +769,7 @@ pub(super) fn gather(
     mine: Reg,
     size: &dyn Fn(Rank) -> usize,
     dst: Option<&[Reg]>,
+    check: bool,
 ) {
     let me = b.me;
     let my = group_of(groups, me);
@@ -760,12 +785,17 @@ pub(super) fn gather(
         collect(b, &groups[my], me, mine, |j| block(groups[my][j]));
         let mut packs = Vec::new();
         for (g, members) in groups.iter().enumerate().filter(|&(g, _)| g != my) {
-            let (p, parts) = packed(b, members.iter().map(|&m| block(m).len));
+            let lens: Vec<usize> = members.iter().map(|&m| block(m).len).collect();
+            let (p, parts) = packed(b, with_trailer(&lens, check));
             b.recv(leader(groups, g, root), 1, p);
-            packs.push((g, parts));
+            packs.push((g, parts, lens));
         }
         b.round();
-        for (g, parts) in packs {
+        for (g, parts, lens) in packs {
+            if check {
+                let want = b.owned_from(trailer(&lens));
+                b.expect(parts[lens.len()], want, SIZES_DIFFER);
+            }
             for (&m, &part) in groups[g].iter().zip(&parts) {
                 b.copy(part, block(m));
             }
@@ -774,7 +804,13 @@ pub(super) fn gather(
     } else {
         let members = &groups[my];
         let (p, parts) = if me == l {
-            packed(b, members.iter().map(|&m| size(m)))
+            let lens: Vec<usize> = members.iter().map(|&m| size(m)).collect();
+            let (p, parts) = packed(b, with_trailer(&lens, check));
+            if check {
+                let t = b.owned_from(trailer(&lens));
+                b.copy(t, parts[lens.len()]);
+            }
+            (p, parts)
         } else {
             (mine, Vec::new())
         };
@@ -790,7 +826,9 @@ pub(super) fn gather(
 /// Scatter from `root` (`size(r)`: the bytes of rank r's block, asked on a
 /// remote group's leader for its members; the root takes the sizes of
 /// `src`, its block per rank) into `out`: one aggregated message from the
-/// root to each remote group's leader, which hands out its members' blocks.
+/// root to each remote group's leader, which hands out its members' blocks;
+/// with `check` (varying counts) the leader compares the sizes the root put
+/// in with its members' (as [`gather`]).
 pub(super) fn scatter(
     b: &mut Builder,
     groups: &[Vec<Rank>],
@@ -798,6 +836,7 @@ pub(super) fn scatter(
     src: Option<&[Reg]>,
     size: &dyn Fn(Rank) -> usize,
     out: Reg,
+    check: bool,
 ) {
     let me = b.me;
     let my = group_of(groups, me);
@@ -812,9 +851,14 @@ pub(super) fn scatter(
         let block = |r: Rank| blocks[r as usize];
         let mut packs = Vec::new();
         for (g, members) in groups.iter().enumerate().filter(|&(g, _)| g != my) {
-            let (p, parts) = packed(b, members.iter().map(|&m| block(m).len));
+            let lens: Vec<usize> = members.iter().map(|&m| block(m).len).collect();
+            let (p, parts) = packed(b, with_trailer(&lens, check));
             for (&m, &part) in members.iter().zip(&parts) {
                 b.copy(block(m), part);
+            }
+            if check {
+                let t = b.owned_from(trailer(&lens));
+                b.copy(t, parts[lens.len()]);
             }
             packs.push((g, p));
         }
@@ -826,9 +870,14 @@ pub(super) fn scatter(
         b.round();
     } else if me == l {
         let members = &groups[my];
-        let (p, parts) = packed(b, members.iter().map(|&m| size(m)));
+        let lens: Vec<usize> = members.iter().map(|&m| size(m)).collect();
+        let (p, parts) = packed(b, with_trailer(&lens, check));
         b.recv(root, 1, p);
         b.round();
+        if check {
+            let want = b.owned_from(trailer(&lens));
+            b.expect(parts[lens.len()], want, SIZES_DIFFER);
+        }
         hand_out(b, members, me, out, |j| parts[j]);
         b.round();
     } else {

@@ -713,7 +713,15 @@ where
         Algorithm::Linear => gather::gather_linear(&mut b, root, mine, blocks().as_deref()),
         Algorithm::Hierarchical => {
             let groups = &tiers(comm, true).groups;
-            hier::gather(&mut b, groups, root, mine, &|_| bs, blocks().as_deref())
+            hier::gather(
+                &mut b,
+                groups,
+                root,
+                mine,
+                &|_| bs,
+                blocks().as_deref(),
+                false,
+            )
         }
         _ => gather::gather_binomial(&mut b, root, mine, bs, dst),
     }
@@ -750,7 +758,15 @@ where
         Some(t) => {
             let sizes = block_sizes(&mut b, comm, &t.groups, root, mine.len);
             let size = |r: Rank| sizes[r as usize];
-            hier::gather(&mut b, &t.groups, root, mine, &size, blocks.as_deref());
+            hier::gather(
+                &mut b,
+                &t.groups,
+                root,
+                mine,
+                &size,
+                blocks.as_deref(),
+                true,
+            );
         }
         None => gather::gather_linear(&mut b, root, mine, blocks.as_deref()),
     }
@@ -798,7 +814,15 @@ where
         Algorithm::Linear => gather::scatter_linear(&mut b, root, blocks().as_deref(), out),
         Algorithm::Hierarchical => {
             let groups = &tiers(comm, true).groups;
-            hier::scatter(&mut b, groups, root, blocks().as_deref(), &|_| bs, out)
+            hier::scatter(
+                &mut b,
+                groups,
+                root,
+                blocks().as_deref(),
+                &|_| bs,
+                out,
+                false,
+            )
         }
         _ => gather::scatter_binomial(&mut b, root, src, bs, out),
     }
@@ -827,7 +851,15 @@ where
         Some(t) => {
             let sizes = block_sizes(&mut b, comm, &t.groups, root, o.reg.len);
             let size = |r: Rank| sizes[r as usize];
-            hier::scatter(&mut b, &t.groups, root, blocks.as_deref(), &size, o.reg);
+            hier::scatter(
+                &mut b,
+                &t.groups,
+                root,
+                blocks.as_deref(),
+                &size,
+                o.reg,
+                true,
+            );
         }
         None => gather::scatter_linear(&mut b, root, blocks.as_deref(), o.reg),
     }

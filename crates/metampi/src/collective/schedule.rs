@@ -101,6 +101,12 @@ enum Step {
         from: Reg,
         out: usize,
     },
+    /// `got` must equal `want`, else the ranks' arguments differ (`Count`).
+    Expect {
+        got: Reg,
+        want: Reg,
+        what: &'static str,
+    },
 }
 
 /// One buffer: library-owned (a `Vec` taken apart) or a view of user memory.
@@ -473,6 +479,17 @@ impl<'c> Builder<'c> {
         self.copy(from.at(0, l), to.at(0, l));
     }
 
+    /// Checks, once `got` has arrived, that it equals `want`; a difference
+    /// fails the operation with `Count` ("`what` differ").
+    pub(crate) fn expect(&mut self, got: Reg, want: Reg, what: &'static str) {
+        assert_eq!(got.len, want.len, "compared regions differ in length");
+        self.check(got, false);
+        self.check(want, false);
+        self.check_round(got, false);
+        self.check_round(want, false);
+        self.push(Step::Expect { got, want, what });
+    }
+
     /// Unpacks `from` into the user buffer registered as `out`.
     pub(crate) fn unpack(&mut self, from: Reg, out: usize) {
         self.check(from, false);
@@ -704,6 +721,17 @@ impl Schedule {
                 // SAFETY: the user buffer behind the layout is borrowed for
                 // the collective (`Builder::out_layout` contract).
                 unsafe { l.unpack(data) };
+            }
+            Step::Expect { got, want, what } => {
+                // SAFETY: neither region is in flight (builder checks).
+                let same =
+                    unsafe { self.mem[got.buf].bytes(got) == self.mem[want.buf].bytes(want) };
+                if !same {
+                    self.fail(Error::new(
+                        ErrorClass::Count,
+                        format!("{what} differ: the ranks' arguments differ"),
+                    ));
+                }
             }
         }
     }
