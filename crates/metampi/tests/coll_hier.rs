@@ -316,10 +316,11 @@ fn malformed_varcount(c: &SimpleCommunicator, how: &str) {
     // All-to-all: a receive partition one block short on rank 2 (inside
     // site b), a send partition with a block too many on rank 4 (site c's
     // leader), then rank 7 expecting an element more from rank 1 than it
-    // sends.
+    // sends, then ranks 2 and 3 (site b) moving an element between their
+    // blocks for rank 5 (site c), whose total stays right.
     let ones = vec![1i64; K * nu];
     let mut recv = vec![0i64; K * (nu + 1)];
-    for case in 0..3 {
+    for case in 0..4 {
         let mut scounts = even.clone();
         let mut sdispls = spaced.clone();
         let mut rcounts = even.clone();
@@ -334,12 +335,14 @@ fn malformed_varcount(c: &SimpleCommunicator, how: &str) {
                 sdispls.push(0);
             }
             2 if me == 7 => rcounts[1] += 1,
+            3 if me == 2 => scounts[5] += 1,
+            3 if me == 3 => scounts[5] -= 1,
             _ => {}
         }
         let sp = Partition::new(&ones[..], &scounts[..], &sdispls[..]);
         let mut rp = PartitionMut::new(&mut recv[..], &rcounts[..], &rdispls[..]);
         let got = class(c.try_all_to_all_varcount_into(&sp, &mut rp));
-        let culprit = [2, 4, -1][case];
+        let culprit = [2, 4, -1, -1][case];
         if me == culprit {
             assert_eq!(got, Some(ErrorClass::Count), "alltoallv case {case} {how}");
         }

@@ -618,6 +618,7 @@ pub(super) fn all_to_all(
     send: &[Reg],
     recv: &[Reg],
     size: &dyn Fn(Rank, Rank) -> usize,
+    check: bool,
 ) {
     let me = b.me;
     let my = group_of(groups, me);
@@ -661,17 +662,24 @@ pub(super) fn all_to_all(
     // On the leader, from each other group (in order) the part for each
     // member.
     let mut from_groups: Vec<Vec<Reg>> = Vec::new();
+    let mut checks = Vec::new();
     if me == l {
         let mut aggs = Vec::new();
         let mut first = 0;
         for &g in &others {
             let grp = &groups[g];
-            let (agg, parts) = packed(
-                b,
-                grp.iter()
-                    .flat_map(|&k| members.iter().map(move |&from| (from, k)))
-                    .map(|(from, k)| size(from, k)),
-            );
+            let lens: Vec<usize> = grp
+                .iter()
+                .flat_map(|&k| members.iter().map(move |&from| (from, k)))
+                .map(|(from, k)| size(from, k))
+                .collect();
+            // With `check`, the sizes go along: a receiving member's total
+            // can be right while its blocks from two senders are not.
+            let (agg, parts) = packed(b, with_trailer(&lens, check));
+            if check {
+                let t = b.owned_from(trailer(lens.iter().copied()));
+                b.copy(t, parts[lens.len()]);
+            }
             for ki in 0..grp.len() {
                 for (mi, (_, blocks)) in inbox.iter().enumerate() {
                     b.copy(blocks[first + ki], parts[ki * members.len() + mi]);
@@ -684,19 +692,28 @@ pub(super) fn all_to_all(
         for &g in &others {
             let grp = &groups[g];
             // Member mi's part: the blocks from each member of group g.
-            let (q, parts) = packed(
-                b,
-                members
-                    .iter()
-                    .map(|&m| grp.iter().map(|&j| size(j, m)).sum::<usize>()),
-            );
+            let sums: Vec<usize> = members
+                .iter()
+                .map(|&m| grp.iter().map(|&j| size(j, m)).sum::<usize>())
+                .collect();
+            let (q, parts) = packed(b, with_trailer(&sums, check));
             b.recv(grp[0], 2, q);
+            if check {
+                let sizes = members
+                    .iter()
+                    .flat_map(|&m| grp.iter().map(move |&j| size(j, m)));
+                checks.push((parts[members.len()], trailer(sizes)));
+            }
             from_groups.push(parts);
         }
         for (to, agg) in aggs {
             b.send(to, 2, agg);
         }
         b.round();
+        for (got, want) in checks {
+            let want = b.owned_from(want);
+            b.expect(got, want, SIZES_DIFFER);
+        }
     }
     // Phase 3: each leader hands every member its blocks from other groups.
     b.phase();
@@ -734,25 +751,31 @@ pub(super) fn all_to_all(
 }
 
 /// Part sizes of an aggregated message: the blocks', then with `check` a
-/// trailer of their sizes.
+/// trailer that sums up their sizes ([`trailer`]).
 fn with_trailer(lens: &[usize], check: bool) -> Vec<usize> {
     let mut v = lens.to_vec();
     if check {
-        v.push(8 * lens.len());
+        v.push(8);
     }
     v
 }
 
-/// The trailer of [`with_trailer`]: each size as eight little-endian bytes.
-fn trailer(lens: &[usize]) -> Vec<u8> {
-    lens.iter()
-        .flat_map(|&l| (l as u64).to_le_bytes())
-        .collect()
+/// A hash of the block sizes in order (FNV-1a over each as eight
+/// little-endian bytes): eight bytes whatever the number of blocks, and
+/// equal at both ends exactly when the sizes are (but for a chance of 2^-64).
+fn trailer(lens: impl IntoIterator<Item = usize>) -> Vec<u8> {
+    let h = lens
+        .into_iter()
+        .flat_map(|l| (l as u64).to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    h.to_le_bytes().to_vec()
 }
 
 /// What a failed trailer check says.
 const SIZES_DIFFER: &str =
-    "the block sizes that a site's ranks and the root give (hierarchical varcount)";
+    "the block sizes that the ranks of two sites give (hierarchical varcount)";
 
 /// Gather to `root` (`size(r)`: the bytes of rank r's block, asked on a
 /// remote group's leader for its members; the root takes the sizes of
@@ -793,7 +816,7 @@ pub(super) fn gather(
         b.round();
         for (g, parts, lens) in packs {
             if check {
-                let want = b.owned_from(trailer(&lens));
+                let want = b.owned_from(trailer(lens.iter().copied()));
                 b.expect(parts[lens.len()], want, SIZES_DIFFER);
             }
             for (&m, &part) in groups[g].iter().zip(&parts) {
@@ -807,7 +830,7 @@ pub(super) fn gather(
             let lens: Vec<usize> = members.iter().map(|&m| size(m)).collect();
             let (p, parts) = packed(b, with_trailer(&lens, check));
             if check {
-                let t = b.owned_from(trailer(&lens));
+                let t = b.owned_from(trailer(lens.iter().copied()));
                 b.copy(t, parts[lens.len()]);
             }
             (p, parts)
@@ -857,7 +880,7 @@ pub(super) fn scatter(
                 b.copy(block(m), part);
             }
             if check {
-                let t = b.owned_from(trailer(&lens));
+                let t = b.owned_from(trailer(lens.iter().copied()));
                 b.copy(t, parts[lens.len()]);
             }
             packs.push((g, p));
@@ -875,7 +898,7 @@ pub(super) fn scatter(
         b.recv(root, 1, p);
         b.round();
         if check {
-            let want = b.owned_from(trailer(&lens));
+            let want = b.owned_from(trailer(lens.iter().copied()));
             b.expect(parts[lens.len()], want, SIZES_DIFFER);
         }
         hand_out(b, members, me, out, |j| parts[j]);

@@ -955,6 +955,7 @@ where
             &sends,
             &recvs,
             &|_, _| rbs,
+            false,
         ),
         _ => alltoall::pairwise(&mut b, &sends, &recvs),
     }
@@ -986,7 +987,7 @@ where
             let rows = exchange_counts(&mut b, comm, &t.groups, None, &mine);
             let sizes = hier::VarSizes::new(&t.groups, b.me, &sends, &recvs, rows);
             let size = |from: Rank, to: Rank| sizes.size(from, to);
-            hier::all_to_all(&mut b, &t.groups, &sends, &recvs, &size);
+            hier::all_to_all(&mut b, &t.groups, &sends, &recvs, &size, true);
         }
         // Block sizes differ between ranks, so only a forced choice applies.
         None => match algorithm::forced_algorithm(Collective::AllToAll) {
