@@ -219,32 +219,55 @@ fn three_sites_slow_host_dynamic_beats_static() {
         .run("three_sites_slow_host_dynamic_beats_static", |w| {
             let file = write_observation_of(w, 4 * NSAMPLES);
             let slow = Some(("site 1", SLOW_S));
-            let fixed = check_against_single(w, &file, ServiceMode::Scheduled, 128, slow);
-            let dynamic = check_against_single(w, &file, ServiceMode::Dynamic, 128, slow);
-            if let (Some(s), Some(d)) = (fixed, dynamic) {
-                let slowed = |o: &DistOutcome| o.hosts.iter().find(|h| h.name == "site 1").cloned();
-                let (sb, db) = (slowed(&s).unwrap(), slowed(&d).unwrap());
-                eprintln!(
-                    "static: service {:.2} s, b did {}/{} units; dynamic: service {:.2} s, b did \
-                     {}/{} units",
-                    s.service_s, sb.done_units, sb.units, d.service_s, db.done_units, db.units
-                );
-                for h in s.hosts.iter().chain(&d.hosts) {
-                    eprintln!("  {h:?}");
+            // The comparison means something only where the static plan gives `b` a real
+            // share: a calibration or pilot disturbed by a loaded machine can give it almost
+            // nothing (seen once: 6 of 118 units), and static service then never waits for
+            // it. Such a run is repeated, at most twice.
+            for attempt in 1..=3 {
+                let fixed = check_against_single(w, &file, ServiceMode::Scheduled, 128, slow);
+                let dynamic = check_against_single(w, &file, ServiceMode::Dynamic, 128, slow);
+                let mut again = 0u8;
+                if let (Some(s), Some(d)) = (fixed, dynamic) {
+                    let slowed =
+                        |o: &DistOutcome| o.hosts.iter().find(|h| h.name == "site 1").cloned();
+                    let (sb, db) = (slowed(&s).unwrap(), slowed(&d).unwrap());
+                    eprintln!(
+                        "attempt {attempt}: static: service {:.2} s, b did {}/{} units; \
+                         dynamic: service {:.2} s, b did {}/{} units",
+                        s.service_s, sb.done_units, sb.units, d.service_s, db.done_units, db.units
+                    );
+                    for h in s.hosts.iter().chain(&d.hosts) {
+                        eprintln!("  {h:?}");
+                    }
+                    if sb.units < 20 && attempt < 3 {
+                        again = 1;
+                    } else {
+                        assert!(sb.units >= 20, "the static plans never gave b a real share");
+                        assert_eq!(sb.done_units, sb.units, "scheduled service keeps the plan");
+                        assert!(
+                            db.done_units + 10 <= db.units,
+                            "dynamic mode moved at least 10 units off the slow host"
+                        );
+                        // Static waits for b's whole queue at SLOW_S a unit; dynamic for
+                        // about the PREFETCH units each b client holds.
+                        assert!(
+                            d.service_s < 0.6 * s.service_s,
+                            "dynamic ({:.2} s) finishes well before static ({:.2} s)",
+                            d.service_s,
+                            s.service_s
+                        );
+                    }
                 }
-                assert_eq!(sb.done_units, sb.units, "scheduled service keeps the plan");
-                assert!(
-                    db.done_units + 10 <= db.units,
-                    "dynamic mode moved at least 10 units off the slow host"
+                // Only the root has the outcomes.
+                let mut any = 0u8;
+                w.all_reduce_into(
+                    &again,
+                    &mut any,
+                    metampi::collective::SystemOperation::max(),
                 );
-                // Static waits for b's whole queue at SLOW_S a unit; dynamic for about the
-                // PREFETCH units each b client holds.
-                assert!(
-                    d.service_s < 0.6 * s.service_s,
-                    "dynamic ({:.2} s) finishes well before static ({:.2} s)",
-                    d.service_s,
-                    s.service_s
-                );
+                if any == 0 {
+                    break;
+                }
             }
             remove_observation(w, &file);
         });
