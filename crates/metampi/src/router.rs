@@ -850,26 +850,12 @@ fn settle_offer(node: u64, rc: &mut RankConn) -> Result<(), String> {
 fn flush_pipe(v: &mut VChan, bell: &TcpStream, q: &mut VecDeque<Bytes>, off: &mut usize) {
     let mut wrote = false;
     while !q.is_empty() {
-        let mut slices = Vec::with_capacity(q.len().min(64));
-        for (i, b) in q.iter().take(64).enumerate() {
-            slices.push(IoSlice::new(if i == 0 { &b[*off..] } else { &b[..] }));
-        }
-        let mut n = v.write_vectored(&slices);
+        let n = v.write_vectored(&front_slices(q, *off));
         if n == 0 {
             break;
         }
         wrote = true;
-        while n > 0 {
-            let left = q[0].len() - *off;
-            if n >= left {
-                n -= left;
-                *off = 0;
-                q.pop_front();
-            } else {
-                *off += n;
-                n = 0;
-            }
-        }
+        consume(q, off, n);
     }
     if wrote {
         v.notify(bell);
@@ -959,28 +945,36 @@ fn wire_message(frame: Bytes) -> WireMessage {
     )
 }
 
-/// Writes queued buffers with `writev`; `Ok(false)` when the peer is gone.
+/// The first buffers of `q` (at most 64), the front one from `off` on.
+fn front_slices<'a>(q: &'a VecDeque<Bytes>, off: usize) -> Vec<IoSlice<'a>> {
+    q.iter()
+        .take(64)
+        .enumerate()
+        .map(|(i, b)| IoSlice::new(if i == 0 { &b[off..] } else { &b[..] }))
+        .collect()
+}
+
+/// Drops the `n` bytes at the front of `q` (its front buffer from `off` on).
+fn consume(q: &mut VecDeque<Bytes>, off: &mut usize, mut n: usize) {
+    while n > 0 {
+        let left = q[0].len() - *off;
+        if n >= left {
+            n -= left;
+            *off = 0;
+            q.pop_front();
+        } else {
+            *off += n;
+            n = 0;
+        }
+    }
+}
+
+/// Writes queued buffers with `writev`; an error when the peer is gone.
 fn flush_queue(stream: &mut TcpStream, q: &mut VecDeque<Bytes>, off: &mut usize) -> io::Result<()> {
     while !q.is_empty() {
-        let mut slices = Vec::with_capacity(q.len().min(64));
-        for (i, b) in q.iter().take(64).enumerate() {
-            slices.push(IoSlice::new(if i == 0 { &b[*off..] } else { &b[..] }));
-        }
-        match stream.write_vectored(&slices) {
+        match stream.write_vectored(&front_slices(q, *off)) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(mut n) => {
-                while n > 0 {
-                    let left = q[0].len() - *off;
-                    if n >= left {
-                        n -= left;
-                        *off = 0;
-                        q.pop_front();
-                    } else {
-                        *off += n;
-                        n = 0;
-                    }
-                }
-            }
+            Ok(n) => consume(q, off, n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

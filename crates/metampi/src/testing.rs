@@ -67,6 +67,12 @@ impl Ranks {
         self
     }
 
+    /// Has the routers of a [`Ranks::meta`] job write their statistics to
+    /// `dir` (`METAMPI_ROUTER_STATS`), and tells the ranks where.
+    pub fn router_stats(self, dir: &StatsDir) -> Ranks {
+        self.env("METAMPI_ROUTER_STATS", dir.path())
+    }
+
     /// Forces TCP between ranks on this machine (no shared memory).
     pub fn force_tcp(self, yes: bool) -> Ranks {
         if yes {
@@ -219,6 +225,50 @@ impl Ranks {
 /// launches them), so set-up that belongs to the launching side can be skipped.
 pub fn is_rank() -> bool {
     std::env::var_os(CHILD_ENV).is_some()
+}
+
+/// A directory for the router statistics of one test job: made fresh in the
+/// test itself (named after the test and the process), found again, the same
+/// path, in the job's ranks and routers through `METAMPI_ROUTER_STATS`
+/// (which [`Ranks::router_stats`] gives them). Removed when the test's own
+/// copy is dropped.
+#[derive(Debug)]
+pub struct StatsDir {
+    path: std::path::PathBuf,
+    owner: bool,
+}
+
+impl StatsDir {
+    /// # Panics
+    /// When the directory cannot be made.
+    pub fn new(test_name: &str) -> StatsDir {
+        if let (true, Some(d)) = (is_rank(), std::env::var_os("METAMPI_ROUTER_STATS")) {
+            return StatsDir {
+                path: d.into(),
+                owner: false,
+            };
+        }
+        let path = std::env::temp_dir().join(format!(
+            "metampi-stats-{}-{}",
+            test_name.replace("::", "-"),
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("making {}: {e}", path.display()));
+        StatsDir { path, owner: true }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for StatsDir {
+    fn drop(&mut self) {
+        if self.owner {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
 }
 
 /// Two Linux network namespaces joined by a veth pair, with addresses

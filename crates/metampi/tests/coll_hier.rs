@@ -19,7 +19,7 @@ use std::time::Duration;
 use coll_common::*;
 use metampi::collective::{Algorithm, Collective, SystemOperation};
 use metampi::datatype::{Partition, PartitionMut};
-use metampi::testing::Ranks;
+use metampi::testing::{Ranks, StatsDir};
 use metampi::topology::{Color, SimpleCommunicator};
 use metampi::traits::*;
 use metampi::ErrorClass;
@@ -34,9 +34,8 @@ fn config(portbase: u16) -> String {
     )
 }
 
-/// Jobs of this file run one at a time: the statistics test sets an
-/// environment variable that the routers of any job started meanwhile
-/// would inherit.
+/// Jobs of this file run one at a time: eight ranks and six routers each,
+/// on two cores.
 static JOBS: Mutex<()> = Mutex::new(());
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {
@@ -447,30 +446,16 @@ fn crossing_stats(world: &SimpleCommunicator, dir: &Path, f: impl FnOnce()) -> (
 /// with [`crossing`]. `name` is the test's name.
 fn with_router_stats(name: &str, portbase: u16, body: impl FnOnce(&SimpleCommunicator, &Path)) {
     let _g = lock();
-    // The ranks and routers of the job run this function too, with the
-    // variable already set by the parent.
-    let dir = match std::env::var_os("METAMPI_ROUTER_STATS") {
-        Some(d) => std::path::PathBuf::from(d),
-        None => {
-            let d = std::env::temp_dir().join(format!("metampi-coll-hier-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            // The routers are started by this process and inherit it.
-            std::env::set_var("METAMPI_ROUTER_STATS", &d);
-            d
-        }
-    };
-    let d = dir.clone();
+    let dir = StatsDir::new(name);
+    let d = dir.path();
     let outcome = Ranks::new(8)
         .meta(&config(portbase))
-        .env("METAMPI_ROUTER_STATS", &dir)
+        .router_stats(&dir)
         .timeout(Duration::from_secs(60))
-        .outcome(name, move |world| body(world, &d));
+        .outcome(name, move |world| body(world, d));
     let Some(outcome) = outcome else {
         return; // a rank or a router of the job
     };
-    std::env::remove_var("METAMPI_ROUTER_STATS");
-    let _ = std::fs::remove_dir_all(&dir);
     if let Some(f) = &outcome.failure {
         panic!("{name} failed: {f}");
     }

@@ -5,11 +5,11 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use metampi::testing::Ranks;
+use metampi::testing::{Ranks, StatsDir};
 use metampi::traits::*;
 
-/// Jobs of this file run one at a time: each sets `METAMPI_ROUTER_STATS`,
-/// which the routers of a job started meanwhile would inherit.
+/// Jobs of this file run one at a time: they measure rates, which another
+/// job on the same cores would spoil.
 static JOBS: Mutex<()> = Mutex::new(());
 
 fn config(portbase: u16, link: &str) -> String {
@@ -131,30 +131,16 @@ fn run(
     body: impl FnOnce(&std::path::Path, &metampi::topology::SimpleCommunicator),
 ) {
     let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
-    // The ranks and routers of the job run this function too, with the
-    // variable already set by the parent.
-    let dir = match std::env::var_os("METAMPI_ROUTER_STATS") {
-        Some(d) => std::path::PathBuf::from(d),
-        None => {
-            let d = std::env::temp_dir().join(format!("metampi-{test}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            // The routers are started by this process and inherit it.
-            std::env::set_var("METAMPI_ROUTER_STATS", &d);
-            d
-        }
-    };
-    let d = dir.clone();
+    let dir = StatsDir::new(test);
+    let d = dir.path();
     let outcome = Ranks::new(2)
         .meta(&config(portbase, link))
-        .env("METAMPI_ROUTER_STATS", &dir)
+        .router_stats(&dir)
         .timeout(Duration::from_secs(120))
-        .outcome(test, move |world| body(&d, world));
+        .outcome(test, move |world| body(d, world));
     let Some(outcome) = outcome else {
         return; // a rank or a router of the job
     };
-    std::env::remove_var("METAMPI_ROUTER_STATS");
-    let _ = std::fs::remove_dir_all(&dir);
     if let Some(f) = &outcome.failure {
         panic!("{test} failed: {f}");
     }

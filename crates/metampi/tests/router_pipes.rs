@@ -5,11 +5,10 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use metampi::testing::Ranks;
+use metampi::testing::{Ranks, StatsDir};
 use metampi::traits::*;
 
-/// Jobs of this file run one at a time: each sets `METAMPI_ROUTER_STATS`,
-/// which the routers of a job started meanwhile would inherit.
+/// Jobs of this file run one at a time (six ranks and two routers each).
 static JOBS: Mutex<()> = Mutex::new(());
 
 /// Site a: two nodes of two ranks, its router on a0; site b: one node of two.
@@ -67,25 +66,15 @@ fn exchange(world: &metampi::topology::SimpleCommunicator) {
 /// `want[r]` ranks (all, through pipes).
 fn run(test: &str, portbase: u16, env: &[(&str, &str)], want: [(u64, u64); 2]) {
     let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = match std::env::var_os("METAMPI_ROUTER_STATS") {
-        Some(d) => std::path::PathBuf::from(d),
-        None => {
-            let d = std::env::temp_dir().join(format!("metampi-{test}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            // The routers are started by this process and inherit it.
-            std::env::set_var("METAMPI_ROUTER_STATS", &d);
-            d
-        }
-    };
+    let dir = StatsDir::new(test);
     let mut ranks = Ranks::new(6)
         .meta(&config(portbase))
-        .env("METAMPI_ROUTER_STATS", &dir)
+        .router_stats(&dir)
         .timeout(Duration::from_secs(120));
     for (k, v) in env {
         ranks = ranks.env(*k, *v);
     }
-    let d = dir.clone();
+    let d = dir.path();
     let outcome = ranks.outcome(test, move |world| {
         exchange(world);
         if world.rank() == 0 {
@@ -107,8 +96,6 @@ fn run(test: &str, portbase: u16, env: &[(&str, &str)], want: [(u64, u64); 2]) {
     let Some(outcome) = outcome else {
         return; // a rank or a router of the job
     };
-    std::env::remove_var("METAMPI_ROUTER_STATS");
-    let _ = std::fs::remove_dir_all(&dir);
     if let Some(f) = &outcome.failure {
         panic!("{test} failed: {f}");
     }

@@ -21,13 +21,16 @@ const PAD: u8 = 0xFF;
 /// Offset of the record length inside the envelope (owned by the ring).
 pub(crate) const REC_LEN_AT: usize = 20;
 
+/// A counter on a cache line of its own.
 #[repr(C, align(64))]
-struct Line(AtomicU64);
+pub(crate) struct Line(pub(crate) AtomicU64);
 
+/// Consumer position (`head`), then producer position (`tail`), each on its
+/// own line so that producer and consumer never write the same one.
 #[repr(C)]
-struct Ctl {
-    head: Line,
-    tail: Line,
+pub(crate) struct Ctl {
+    pub(crate) head: Line,
+    pub(crate) tail: Line,
 }
 
 /// Bytes a record of `payload` bytes takes in the ring.

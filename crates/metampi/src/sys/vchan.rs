@@ -19,10 +19,11 @@
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 use bytes::BytesMut;
 
+use super::ring::Ctl;
 use super::shm::Segment;
 
 const MAGIC: &[u8; 8] = b"MPVCHAN1";
@@ -94,16 +95,6 @@ pub(crate) fn node_hash(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-#[repr(C, align(64))]
-struct Line(AtomicU64);
-
-/// Consumer position, then producer position, each on its own cache line.
-#[repr(C)]
-struct Ctl {
-    head: Line,
-    tail: Line,
 }
 
 /// One end of a byte pipe: the producer's (`mine` is the tail) or the
