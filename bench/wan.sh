@@ -35,8 +35,11 @@ site 27500 "- { BANDWIDTH = 50Mbit; LATENCY = 5ms; COMPRESSION = off; }" "a0 <->
 med() { awk -v op="$1" -v b="$2" -v col="$3" '/^# [a-z]+ \(/ {found = ($2==op); next} $1==b && found {print $col; exit}'; }
 direct=$($M bench -n 2 --machines m0:1,m1:1 --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
 routed=$($M run --meta "$d/plain.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
+# The same with TCP between ranks and routers instead of shared-memory pipes.
+routed_tcp=$(METAMPI_NO_ROUTER_SHM=1 $M run --meta "$d/plain.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
 dl=$(med pingpong 8 4 <<<"$direct"); rl=$(med pingpong 8 4 <<<"$routed")
 db=$(med bw 4194304 8 <<<"$direct"); rb=$(med bw 4194304 8 <<<"$routed")
+tl=$(med pingpong 8 4 <<<"$routed_tcp"); vb=$(med bw 4194304 8 <<<"$routed_tcp")
 slow=$($M run --meta "$d/slow.cfg" $M bench --ops bw --sizes 1M --iters-scale 0.004)
 slowz=$($M run --meta "$d/slowz.cfg" $M bench --ops bw --sizes 1M --iters-scale 0.004)
 sb=$(med bw 1048576 8 <<<"$slow"); zb=$(med bw 1048576 8 <<<"$slowz")
@@ -48,6 +51,8 @@ r() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 printf '%-44s %10s %10s %7s %s\n' measure routed direct ratio target
 printf '%-44s %10s %10s %7s %s\n' "8-byte latency (us), through 2 routers" "$rl" "$dl" "$(r "$rl" "$dl")" "<= 2.0"
 printf '%-44s %10s %10s %7s %s\n' "4 MiB bandwidth (MB/s), through 2 routers" "$rb" "$db" "$(r "$rb" "$db")" ">= 0.9"
+printf '%-44s %10s %10s %7s %s\n' "  same, TCP to the routers: latency (us)" "$tl" "$dl" "$(r "$tl" "$dl")" "-"
+printf '%-44s %10s %10s %7s %s\n' "  same, TCP to the routers: bandwidth (MB/s)" "$vb" "$db" "$(r "$vb" "$db")" "-"
 printf '%-44s %10s %10s %7s %s\n' "100 Mbit/s link, no compression (MB/s)" "$sb" "$link" "$(r "$sb" "$link")" ">= 0.95"
 printf '%-44s %10s %10s %7s %s\n' "100 Mbit/s link, lz4, compressible (MB/s)" "$zb" "$link" "$(r "$zb" "$link")" "> 1.0"
 printf '%-44s %10s %10s %7s %s\n' "2 striped 50 Mbit/s links vs 1 (MB/s)" "$tb" "$ob" "$(r "$tb" "$ob")" ">= 1.8"
