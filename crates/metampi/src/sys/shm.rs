@@ -45,6 +45,25 @@ impl Segment {
         Self::map(file, path, len)
     }
 
+    /// As [`Segment::create`], with every page reserved now: a full tmpfs
+    /// (a container's small `/dev/shm`) then fails here, not with `SIGBUS`
+    /// at the first touch of a page it cannot supply.
+    pub(crate) fn create_reserved(path: &Path, len: usize) -> io::Result<Segment> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        // SAFETY: posix_fallocate only extends the file behind a descriptor we own.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if rc != 0 {
+            let _ = std::fs::remove_file(path);
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Self::map(file, path, len)
+    }
+
     /// Maps an existing segment created by another process of the job.
     pub(crate) fn open(path: &Path, len: usize) -> io::Result<Segment> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
@@ -98,5 +117,23 @@ impl Drop for Segment {
         unsafe {
             libc::munmap(self.ptr.cast(), self.len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_that_cannot_be_had_fails_and_leaves_nothing() {
+        let path = dir().join(format!("metampi-test-reserve-{}", std::process::id()));
+        // A petabyte: more than any tmpfs (or temporary directory) holds.
+        assert!(Segment::create_reserved(&path, 1 << 50).is_err());
+        assert!(!path.exists());
+        let seg = Segment::create_reserved(&path, 1 << 16).unwrap();
+        // SAFETY: the mapping is 64 KiB long.
+        unsafe { *seg.base().add((1 << 16) - 1) = 7 };
+        seg.unlink();
+        assert!(!path.exists());
     }
 }

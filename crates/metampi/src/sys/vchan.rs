@@ -249,7 +249,7 @@ impl VChan {
             token: crate::auth::nonce()?,
             cap,
         };
-        let seg = Segment::create(&offer.path(), Self::len(cap))?;
+        let seg = Segment::create_reserved(&offer.path(), Self::len(cap))?;
         // SAFETY: the fresh mapping is at least HEADER bytes; nobody else has
         // it yet.
         unsafe {
