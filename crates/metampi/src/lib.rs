@@ -46,6 +46,7 @@ mod engine;
 mod envelope;
 pub mod environment;
 mod error;
+mod hash;
 pub mod meta;
 pub mod point_to_point;
 pub mod request;

@@ -764,12 +764,7 @@ fn with_trailer(lens: &[usize], check: bool) -> Vec<usize> {
 /// little-endian bytes): eight bytes whatever the number of blocks, and
 /// equal at both ends exactly when the sizes are (but for a chance of 2^-64).
 fn trailer(lens: impl IntoIterator<Item = usize>) -> Vec<u8> {
-    let h = lens
-        .into_iter()
-        .flat_map(|l| (l as u64).to_le_bytes())
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
+    let h = crate::hash::fnv1a(lens.into_iter().flat_map(|l| (l as u64).to_le_bytes()));
     h.to_le_bytes().to_vec()
 }
 

@@ -203,18 +203,19 @@ fn offer_pipes(
         None
     };
     let offer = made.as_ref().map_or_else(Offer::none, |(_, o)| o.encode());
-    s.write_all(&offer)?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut answer = [0u8; 1];
-    let got = s.read_exact(&mut answer);
-    s.set_read_timeout(None)?;
-    let Some((vchan, _)) = made else {
-        got?;
-        return Ok(None);
-    };
-    vchan.unlink();
+    let got = s
+        .write_all(&offer)
+        .and_then(|()| s.set_read_timeout(Some(Duration::from_secs(30))))
+        .and_then(|()| s.read_exact(&mut answer))
+        .and_then(|()| s.set_read_timeout(None));
+    // The router has mapped the segment or never will: its name goes either way.
+    let vchan = made.map(|(v, _)| {
+        v.unlink();
+        v
+    });
     got?;
-    Ok((answer[0] == 1).then_some(vchan))
+    Ok(vchan.filter(|_| answer[0] == 1))
 }
 
 fn accept_peers(

@@ -91,10 +91,7 @@ impl Offer {
 
 /// A name's hash, to tell whether a router runs on the rank's (emulated) node.
 pub(crate) fn node_hash(name: &str) -> u64 {
-    // FNV-1a: stable across builds and machines, unlike `DefaultHasher`.
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    crate::hash::fnv1a(name.bytes())
 }
 
 /// One end of a byte pipe: the producer's (`mine` is the tail) or the
