@@ -35,26 +35,26 @@ unsafe impl Sync for Segment {}
 impl Segment {
     /// Creates a new segment file of `len` bytes (fails if it exists) and maps it.
     pub(crate) fn create(path: &Path, len: usize) -> io::Result<Segment> {
-        let file = OpenOptions::new()
+        let file = Self::new_file(path)?;
+        file.set_len(len as u64)?;
+        Self::map(file, path, len)
+    }
+
+    /// A new file only this user may open (fails if the name exists).
+    fn new_file(path: &Path) -> io::Result<std::fs::File> {
+        OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(path)?;
-        file.set_len(len as u64)?;
-        Self::map(file, path, len)
+            .open(path)
     }
 
     /// As [`Segment::create`], with every page reserved now: a full tmpfs
     /// (a container's small `/dev/shm`) then fails here, not with `SIGBUS`
     /// at the first touch of a page it cannot supply.
     pub(crate) fn create_reserved(path: &Path, len: usize) -> io::Result<Segment> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)?;
+        let file = Self::new_file(path)?;
         // SAFETY: posix_fallocate only extends the file behind a descriptor we own.
         let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
         if rc != 0 {
