@@ -185,6 +185,23 @@ fn parse_routers() -> io::Result<Vec<(u32, u32, String)>> {
 /// handshake in a thread of its own: a stranger that connects and then says
 /// nothing (or trickles bytes) holds only its own thread until the
 /// handshake timeout, while the real peers are accepted meanwhile.
+/// The warning for a node whose ranks' rings may need `need` bytes of a
+/// shared-memory file system with `free` bytes left, if they may not fit.
+fn shm_space_warning(need: u64, free: u64) -> Option<String> {
+    (need > free).then(|| {
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        format!(
+            "the shared-memory rings of this node's ranks may take {:.0} MiB, and {} has {:.0} MiB \
+             free: a rank that fills its rings past that dies with SIGBUS. Make it larger \
+             (docker run --shm-size), or the rings smaller (METAMPI_SHM_RING, bytes per sender), \
+             or use TCP (METAMPI_FORCE_TCP=1)",
+            mib(need),
+            crate::sys::shm::dir().display(),
+            mib(free)
+        )
+    })
+}
+
 /// After the handshake with a router: offers it shared-memory pipes (when
 /// `want`), and returns them if it runs on this rank's node and took them.
 /// The router answers one byte: 1 for "mapped", 0 for "keep TCP".
@@ -366,6 +383,16 @@ impl Shared {
             .max(64 << 10);
         let ring_bytes = CTL_BYTES + ring_cap;
         let seg_len = SEG_CTL + shm_ranks.len() * ring_bytes;
+        if shm_ranks.len() > 1 && shm_ranks[0] == rank {
+            // Rings take pages as they are used; a tmpfs that runs out kills
+            // the rank that touches the next page with SIGBUS. Say so before.
+            let need = shm_ranks.len() * seg_len;
+            if let Some(w) =
+                crate::sys::shm::free_bytes().and_then(|free| shm_space_warning(need as u64, free))
+            {
+                eprintln!("metampi: rank {rank}: {w}");
+            }
+        }
 
         let mut own_seg = None;
         if shm_ranks.len() > 1 {
@@ -831,6 +858,17 @@ impl Shared {
 mod tests {
     use super::*;
     use crate::auth::{self, Secret};
+
+    #[test]
+    fn a_small_shared_memory_file_system_is_reported() {
+        assert_eq!(shm_space_warning(64 << 20, 64 << 20), None);
+        let w = shm_space_warning(96 << 20, 60 << 20).expect("a warning");
+        assert!(w.contains("96 MiB") && w.contains("60 MiB"), "{w}");
+        assert!(
+            w.contains("--shm-size") && w.contains("METAMPI_SHM_RING"),
+            "{w}"
+        );
+    }
 
     /// Silent strangers connected first must not hold up the real peers:
     /// each handshake runs on its own, so the two peers get in long before

@@ -19,6 +19,18 @@ pub(crate) fn dir() -> PathBuf {
     }
 }
 
+/// Bytes free for an unprivileged user on the file system of [`dir`].
+pub(crate) fn free_bytes() -> Option<u64> {
+    let path = std::ffi::CString::new(dir().into_os_string().into_encoded_bytes()).ok()?;
+    // SAFETY: statvfs fills the zeroed struct we pass from a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both pointers are valid for the call.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 /// A mapping of a whole shared file. Unmapped on drop.
 pub(crate) struct Segment {
     ptr: *mut u8,
@@ -123,6 +135,11 @@ impl Drop for Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_space_is_known() {
+        assert!(free_bytes().is_some_and(|b| b > 0));
+    }
 
     #[test]
     fn a_reservation_that_cannot_be_had_fails_and_leaves_nothing() {
