@@ -238,6 +238,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
     }
     let statuses = std::mem::take(&mut monitor.statuses);
     drop(pmi);
+    sweep_segments(job);
 
     let take = |buffer: Arc<Mutex<Vec<u8>>>| {
         std::mem::take(&mut *buffer.lock().unwrap_or_else(PoisonError::into_inner))
@@ -897,6 +898,27 @@ impl Monitor<'_> {
 
 /// The job secret: the launcher's own `METAMPI_SECRET` when it has one (a
 /// job started inside a job, or by a user who chose it), else 256 random bits.
+/// Removes what this job's ranks left in this machine's shared-memory
+/// directory. Ranks unlink their segments once every local peer has mapped
+/// them, so only a job that died during start-up leaves any; without this,
+/// each such job would keep its rings' pages until the machine reboots.
+fn sweep_segments(job: JobId) {
+    let dir = if Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let prefix = format!("metampi-{job}-");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 fn job_secret() -> io::Result<String> {
     if let Ok(s) = std::env::var("METAMPI_SECRET") {
         return Ok(s);

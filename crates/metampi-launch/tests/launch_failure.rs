@@ -136,3 +136,27 @@ fn all_ranks_exiting_zero_is_success() {
         .iter()
         .all(|r| r.status.is_some_and(|s| s.success())));
 }
+
+/// A rank that dies before unlinking its shared-memory segment leaves it
+/// behind (here the ranks just leave a file of that name); the launcher
+/// removes it when the job ends, and nothing of another job's.
+#[test]
+fn segments_a_dead_job_left_are_swept() {
+    let other = std::path::Path::new("/dev/shm").join(format!(
+        "metampi-0000000000000000-sweep-test-{}",
+        std::process::id()
+    ));
+    if std::fs::write(&other, b"x").is_err() {
+        eprintln!("skipped: /dev/shm cannot be written here");
+        return;
+    }
+    let script = "f=/dev/shm/metampi-$METAMPI_JOB-$METAMPI_RANK; : > $f && echo $f";
+    let outcome = run(&captured(sh(2, script))).unwrap();
+    let left: Vec<String> = outcome.stdout_text().lines().map(String::from).collect();
+    assert_eq!(left.len(), 2, "{}", outcome.stderr_text());
+    for f in &left {
+        assert!(!std::path::Path::new(f).exists(), "{f} is still there");
+    }
+    assert!(other.exists(), "another job's file was removed");
+    std::fs::remove_file(&other).unwrap();
+}
