@@ -6,6 +6,7 @@
 # bandwidth: higher is better).
 #
 #   bash bench/compare_mpich.sh            # RUNS=5 by default
+#   PIN=1 bash bench/compare_mpich.sh      # each rank pinned to its own core (taskset)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
@@ -40,10 +41,17 @@ run_case() {
     echo "$(printf '%s\n' "${lats[@]}" | median) $(printf '%s\n' "${bws[@]}" | median)"
 }
 
-read -r m_shm_lat m_shm_bw < <(run_case "$MR" run -n 2 "$PP")
-read -r p_shm_lat p_shm_bw < <(run_case mpiexec.mpich -n 2 "$out/pingpong_mpich")
-read -r m_tcp_lat m_tcp_bw < <(run_case env METAMPI_FORCE_TCP=1 "$MR" run -n 2 -x METAMPI_FORCE_TCP "$PP")
-read -r p_tcp_lat p_tcp_bw < <(run_case env UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_SHM_ENABLE=0 mpiexec.mpich -n 2 "$out/pingpong_mpich")
+# With PIN=1 every rank runs under `taskset -c <its rank>`; otherwise the
+# kernel places them. Extra arguments (the message sizes) follow the program.
+MP=("$PP") PM=("$out/pingpong_mpich")
+if [ "${PIN:-0}" = 1 ]; then
+    MP=(sh -c 'exec taskset -c "$METAMPI_RANK" "$0" "$@"' "$PP")
+    PM=(sh -c 'exec taskset -c "$PMI_RANK" "$0" "$@"' "$out/pingpong_mpich")
+fi
+read -r m_shm_lat m_shm_bw < <(run_case "$MR" run -n 2 "${MP[@]}")
+read -r p_shm_lat p_shm_bw < <(run_case mpiexec.mpich -n 2 "${PM[@]}")
+read -r m_tcp_lat m_tcp_bw < <(run_case env METAMPI_FORCE_TCP=1 "$MR" run -n 2 -x METAMPI_FORCE_TCP "${MP[@]}")
+read -r p_tcp_lat p_tcp_bw < <(run_case env UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_SHM_ENABLE=0 mpiexec.mpich -n 2 "${PM[@]}")
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 printf '%-22s %12s %12s %8s %s\n' "measure" "metampi" "MPICH" "ratio" "target"
@@ -51,4 +59,4 @@ printf '%-22s %12s %12s %8s %s\n' "shm latency (us)" "$m_shm_lat" "$p_shm_lat" "
 printf '%-22s %12s %12s %8s %s\n' "shm bandwidth (MB/s)" "$m_shm_bw" "$p_shm_bw" "$(ratio "$m_shm_bw" "$p_shm_bw")" ">= 1.0"
 printf '%-22s %12s %12s %8s %s\n' "tcp latency (us)" "$m_tcp_lat" "$p_tcp_lat" "$(ratio "$m_tcp_lat" "$p_tcp_lat")" "<= 1.0"
 printf '%-22s %12s %12s %8s %s\n' "tcp bandwidth (MB/s)" "$m_tcp_bw" "$p_tcp_bw" "$(ratio "$m_tcp_bw" "$p_tcp_bw")" ">= 1.0"
-echo "(message sizes: latency $LAT bytes, bandwidth $BW bytes; $RUNS runs each, medians)"
+echo "(message sizes: latency $LAT bytes, bandwidth $BW bytes; $RUNS runs each, medians; pinned: ${PIN:-0})"

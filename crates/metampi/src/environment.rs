@@ -90,6 +90,14 @@ impl Universe {
     pub fn detach_buffer(&mut self) {
         self.buffer_size = 0;
     }
+
+    /// Whether this machine's ranks (and the routers they reach on it) outnumber
+    /// the cores they were given: the union of their affinity masks, within any
+    /// CPU quota. Oversubscribed ranks yield their core while they wait instead
+    /// of spinning on it. Not in MPI; `metampi bench` prints it.
+    pub fn oversubscribed(&self) -> bool {
+        self.shared.oversubscribed()
+    }
 }
 
 impl Drop for Universe {

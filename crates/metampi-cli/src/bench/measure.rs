@@ -295,7 +295,12 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
     let (a, b) = cfg.pair;
     let p2p_ok = a < size && b < size && a >= 0 && b >= 0;
     let me = world.rank();
-    let mut report = BenchReport::new(size, args.label.clone(), cfg.pair);
+    let mut report = BenchReport::new(
+        size,
+        args.label.clone(),
+        cfg.pair,
+        universe.oversubscribed(),
+    );
     if me == 0 {
         report.print_header();
         if !p2p_ok && cfg.ops.iter().any(|o| o.is_p2p()) {

@@ -79,11 +79,19 @@ pub struct BenchReport {
     pub ranks: i32,
     pub pair: (i32, i32),
     pub transport: String,
+    /// The machine's ranks outnumbered their cores, so waiting ranks yielded.
+    #[serde(default)]
+    pub oversubscribed: bool,
     pub results: Vec<Row>,
 }
 
 impl BenchReport {
-    pub fn new(ranks: i32, label: Option<String>, pair: (i32, i32)) -> BenchReport {
+    pub fn new(
+        ranks: i32,
+        label: Option<String>,
+        pair: (i32, i32),
+        oversubscribed: bool,
+    ) -> BenchReport {
         let transport = if std::env::var("METAMPI_FORCE_TCP").as_deref() == Ok("1") {
             "tcp"
         } else {
@@ -96,14 +104,23 @@ impl BenchReport {
             ranks,
             pair,
             transport: transport.into(),
+            oversubscribed,
             results: Vec::new(),
         }
     }
 
     pub fn print_header(&self) {
         println!(
-            "# metampi bench {}: {} ranks, transport {}, label `{}`",
-            self.version, self.ranks, self.transport, self.label
+            "# metampi bench {}: {} ranks, transport {}, label `{}`, waiting: {}",
+            self.version,
+            self.ranks,
+            self.transport,
+            self.label,
+            if self.oversubscribed {
+                "yield (ranks outnumber their cores)"
+            } else {
+                "spin (a core per rank)"
+            }
         );
     }
 

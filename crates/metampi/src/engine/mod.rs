@@ -356,7 +356,9 @@ impl Shared {
         let pid = unsafe { libc::getpid() };
         pmi.put(&format!("n{rank}"), &node)?;
         pmi.put(&format!("m{rank}"), &machine_id())?;
-        pmi.put(&format!("p{rank}"), &pid.to_string())?;
+        // The pid, then the affinity mask (see `sys::cpus`).
+        let mask = crate::sys::cpus::affinity_hex().unwrap_or_default();
+        pmi.put(&format!("p{rank}"), &format!("{pid}/{mask}"))?;
         pmi.put(&format!("t{rank}"), &InetAddr::new(my_ip, port).to_string())?;
         pmi.fence()?;
 
@@ -365,10 +367,17 @@ impl Shared {
         let mut tcp_addrs = Vec::with_capacity(size as usize);
         let me = machine_id();
         let mut on_machine = 0;
+        let mut masks = Vec::new();
         for r in 0..size {
-            on_machine += usize::from(pmi.get(&format!("m{r}"))? == me);
+            let here = pmi.get(&format!("m{r}"))? == me;
+            on_machine += usize::from(here);
             nodes.push(pmi.get(&format!("n{r}"))?);
-            pids.push(pmi.get(&format!("p{r}"))?.parse::<i32>().unwrap_or(0));
+            let p = pmi.get(&format!("p{r}"))?;
+            let (pid, cpus) = p.split_once('/').unwrap_or((&p, ""));
+            pids.push(pid.parse::<i32>().unwrap_or(0));
+            if here {
+                masks.push(cpus.to_string());
+            }
             tcp_addrs.push(pmi.get(&format!("t{r}"))?);
         }
         let sites = parse_sites(size)?;
@@ -574,7 +583,12 @@ impl Shared {
         for &r in &shm_ranks {
             core.pids[r as usize] = pids[r as usize];
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // The cores this machine's ranks were given together: ranks pinned to
+        // a core each are not oversubscribed, though each sees one core.
+        let cores = crate::sys::cpus::machine_cores(
+            crate::sys::cpus::union_count([mask.as_str()]),
+            crate::sys::cpus::union_count(masks.iter().map(String::as_str)),
+        );
         // Emulated nodes, sites and their routers share this machine's cores:
         // count every rank on the machine, and the routers it reaches on loopback.
         let routers_here = parse_routers()?
@@ -709,8 +723,14 @@ impl Shared {
 
     /// Drives progress until `check` returns a value.
     pub(crate) fn wait_until<R>(&self, mut check: impl FnMut(&mut Engine) -> Option<R>) -> R {
-        let start = Instant::now();
+        // With a core of our own, the clock starts at the 16th empty pass and
+        // is read on every 16th pass only: a pass without it is several times
+        // shorter, and a short pass is what notices an arriving message soonest
+        // (a ping-pong's reply often comes within those first passes). A pass
+        // that yields the core may take a time slice, so it reads the clock.
+        let mut start = None;
         let mut spins = 0u32;
+        let mut waited = Duration::ZERO;
         let mut fds = Vec::new();
         let r = loop {
             let mut e = self.lock();
@@ -728,7 +748,9 @@ impl Shared {
                 self.after_progress(wakers);
                 continue;
             }
-            let waited = start.elapsed();
+            if self.oversubscribed || spins % 16 == 15 {
+                waited = start.get_or_insert_with(Instant::now).elapsed();
+            }
             if waited < self.spin {
                 drop(e);
                 spins += 1;
