@@ -699,6 +699,18 @@ impl Links {
     }
 
     /// Whether frames are queued that a transport has not taken yet.
+    /// This rank and its shared-memory peers that are not asleep in `poll`
+    /// (their sleep flags), for whether spinning would take a core from them.
+    pub(crate) fn shm_awake(&self) -> usize {
+        1 + self
+            .peers
+            .iter()
+            .filter(
+                |l| matches!(l, Link::Shm(s) if s.peer_sleep.get().load(Ordering::Relaxed) == 0),
+            )
+            .count()
+    }
+
     pub(crate) fn has_pending(&self) -> bool {
         self.pending > 0 || !self.self_q.is_empty()
     }
