@@ -137,47 +137,104 @@ impl SystemOperation {
     }
 }
 
+/// Plain numeric types: every bit pattern is a value, so bytes may be viewed
+/// as them.
+///
+/// # Safety
+/// Only for types without padding or invalid bit patterns.
+unsafe trait Plain: Copy {}
+// SAFETY: primitive integers and floats have neither padding nor invalid values.
+unsafe impl Plain for i8 {}
+// SAFETY: as above.
+unsafe impl Plain for u8 {}
+// SAFETY: as above.
+unsafe impl Plain for i16 {}
+// SAFETY: as above.
+unsafe impl Plain for u16 {}
+// SAFETY: as above.
+unsafe impl Plain for i32 {}
+// SAFETY: as above.
+unsafe impl Plain for u32 {}
+// SAFETY: as above.
+unsafe impl Plain for i64 {}
+// SAFETY: as above.
+unsafe impl Plain for u64 {}
+// SAFETY: as above.
+unsafe impl Plain for i128 {}
+// SAFETY: as above.
+unsafe impl Plain for u128 {}
+// SAFETY: as above.
+unsafe impl Plain for f32 {}
+// SAFETY: as above.
+unsafe impl Plain for f64 {}
+
+/// `upper[i] = f(lower[i], upper[i])` over the whole elements of both.
+///
+/// The operation is chosen before the loop, one loop per operation and type,
+/// so the compiler can vectorise it: with the choice inside the loop, a 2-rank
+/// 4 MiB `f32` sum all-reduce spent a quarter of its time here.
+fn zip_with<T: Plain>(lower: &[u8], upper: &mut [u8], f: impl Fn(T, T) -> T) {
+    let n = std::mem::size_of::<T>();
+    let len = lower.len().min(upper.len()) / n * n;
+    let (lower, upper) = (&lower[..len], &mut upper[..len]);
+    let align = std::mem::align_of::<T>();
+    if lower.as_ptr() as usize % align == 0 && upper.as_ptr() as usize % align == 0 {
+        // SAFETY: both ranges are aligned for T and hold `len / n` whole
+        // values; T has no invalid bit patterns (`Plain`); the views keep the
+        // borrows they come from (shared and exclusive, so they do not overlap).
+        let (lo, up) = unsafe {
+            (
+                std::slice::from_raw_parts(lower.as_ptr() as *const T, len / n),
+                std::slice::from_raw_parts_mut(upper.as_mut_ptr() as *mut T, len / n),
+            )
+        };
+        for (x, y) in lo.iter().zip(up.iter_mut()) {
+            *y = f(*x, *y);
+        }
+    } else {
+        for (a, b) in lower.chunks_exact(n).zip(upper.chunks_exact_mut(n)) {
+            // SAFETY: `a` and `b` are `n` bytes each, read and written
+            // unaligned; T has no invalid bit patterns.
+            unsafe {
+                let x = std::ptr::read_unaligned(a.as_ptr() as *const T);
+                let y = std::ptr::read_unaligned(b.as_ptr() as *const T);
+                std::ptr::write_unaligned(b.as_mut_ptr() as *mut T, f(x, y));
+            }
+        }
+    }
+}
+
 macro_rules! arith {
     ($op:expr, $lo:expr, $up:expr, $t:ty, int) => {{
-        let n = std::mem::size_of::<$t>();
-        for (a, b) in $lo.chunks_exact(n).zip($up.chunks_exact_mut(n)) {
-            let x = <$t>::from_ne_bytes(a.try_into().expect("chunks_exact gives n bytes"));
-            let y = <$t>::from_ne_bytes((&*b).try_into().expect("chunks_exact gives n bytes"));
-            let z: $t = match $op {
-                SysOp::Max => x.max(y),
-                SysOp::Min => x.min(y),
-                SysOp::Sum => x.wrapping_add(y),
-                SysOp::Product => x.wrapping_mul(y),
-                SysOp::LogicalAnd => ((x != 0) && (y != 0)) as $t,
-                SysOp::LogicalOr => ((x != 0) || (y != 0)) as $t,
-                SysOp::LogicalXor => ((x != 0) != (y != 0)) as $t,
-                SysOp::BitwiseAnd => x & y,
-                SysOp::BitwiseOr => x | y,
-                SysOp::BitwiseXor => x ^ y,
-                SysOp::MaxLoc | SysOp::MinLoc => unreachable!("handled before"),
-            };
-            b.copy_from_slice(&z.to_ne_bytes());
+        let (lo, up) = ($lo, $up);
+        match $op {
+            SysOp::Max => zip_with::<$t>(lo, up, |x, y| x.max(y)),
+            SysOp::Min => zip_with::<$t>(lo, up, |x, y| x.min(y)),
+            SysOp::Sum => zip_with::<$t>(lo, up, |x, y| x.wrapping_add(y)),
+            SysOp::Product => zip_with::<$t>(lo, up, |x, y| x.wrapping_mul(y)),
+            SysOp::LogicalAnd => zip_with::<$t>(lo, up, |x, y| ((x != 0) && (y != 0)) as $t),
+            SysOp::LogicalOr => zip_with::<$t>(lo, up, |x, y| ((x != 0) || (y != 0)) as $t),
+            SysOp::LogicalXor => zip_with::<$t>(lo, up, |x, y| ((x != 0) != (y != 0)) as $t),
+            SysOp::BitwiseAnd => zip_with::<$t>(lo, up, |x, y| x & y),
+            SysOp::BitwiseOr => zip_with::<$t>(lo, up, |x, y| x | y),
+            SysOp::BitwiseXor => zip_with::<$t>(lo, up, |x, y| x ^ y),
+            SysOp::MaxLoc | SysOp::MinLoc => unreachable!("handled before"),
         }
         Ok(())
     }};
     ($op:expr, $lo:expr, $up:expr, $t:ty, float) => {{
-        let n = std::mem::size_of::<$t>();
-        for (a, b) in $lo.chunks_exact(n).zip($up.chunks_exact_mut(n)) {
-            let x = <$t>::from_ne_bytes(a.try_into().expect("chunks_exact gives n bytes"));
-            let y = <$t>::from_ne_bytes((&*b).try_into().expect("chunks_exact gives n bytes"));
-            let z: $t = match $op {
-                SysOp::Max => x.max(y),
-                SysOp::Min => x.min(y),
-                SysOp::Sum => x + y,
-                SysOp::Product => x * y,
-                other => {
-                    return Err(Error::new(
-                        ErrorClass::Type,
-                        format!("{other:?} is not defined on floating-point values"),
-                    ))
-                }
-            };
-            b.copy_from_slice(&z.to_ne_bytes());
+        let (lo, up) = ($lo, $up);
+        match $op {
+            SysOp::Max => zip_with::<$t>(lo, up, |x, y| x.max(y)),
+            SysOp::Min => zip_with::<$t>(lo, up, |x, y| x.min(y)),
+            SysOp::Sum => zip_with::<$t>(lo, up, |x, y| x + y),
+            SysOp::Product => zip_with::<$t>(lo, up, |x, y| x * y),
+            other => {
+                return Err(Error::new(
+                    ErrorClass::Type,
+                    format!("{other:?} is not defined on floating-point values"),
+                ))
+            }
         }
         Ok(())
     }};
@@ -687,6 +744,54 @@ where
             // SAFETY: as above.
             unsafe { layout.unpack(&upper) };
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Misaligned byte ranges take the unaligned path and give the same
+    /// values as aligned ones.
+    #[test]
+    fn aligned_and_misaligned_ranges_agree() {
+        let lower: Vec<f64> = (0..37).map(|i| i as f64 * 1.25 - 7.0).collect();
+        let upper: Vec<f64> = (0..37).map(|i| 3.5 - i as f64).collect();
+        let bytes = |v: &[f64]| v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
+        let (lo, up) = (bytes(&lower), bytes(&upper));
+        for op in [
+            SystemOperation::sum(),
+            SystemOperation::max(),
+            SystemOperation::product(),
+        ] {
+            let mut aligned = up.clone();
+            op.apply(&lo, &mut aligned, Some(Prim::F64), 0).unwrap();
+            // One byte in: neither range is aligned for f64 any more.
+            let mut lo_off = vec![0u8; lo.len() + 1];
+            lo_off[1..].copy_from_slice(&lo);
+            let mut up_off = vec![0u8; up.len() + 1];
+            up_off[1..].copy_from_slice(&up);
+            assert_ne!(
+                lo_off[1..].as_ptr() as usize % 8,
+                0,
+                "the test needs a misaligned range"
+            );
+            op.apply(&lo_off[1..], &mut up_off[1..], Some(Prim::F64), 0)
+                .unwrap();
+            assert_eq!(&up_off[1..], &aligned[..], "{op:?}");
+            let want: Vec<u8> = bytes(
+                &lower
+                    .iter()
+                    .zip(&upper)
+                    .map(|(x, y)| match op.0 {
+                        SysOp::Sum => x + y,
+                        SysOp::Max => x.max(*y),
+                        _ => x * y,
+                    })
+                    .collect::<Vec<f64>>(),
+            );
+            assert_eq!(aligned, want, "{op:?}");
         }
     }
 }
