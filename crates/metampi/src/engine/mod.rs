@@ -765,6 +765,13 @@ impl Shared {
             if moved {
                 drop(e);
                 self.after_progress(wakers);
+                // The spin budget is time without progress: a long transfer
+                // that stalls now and then on ring space must not fall back to
+                // sleeping (a wake-up per stall) once it has run for longer
+                // than the budget.
+                start = None;
+                spins = 0;
+                waited = Duration::ZERO;
                 continue;
             }
             if crowded || spins % 16 == 15 {
