@@ -184,7 +184,20 @@ fn register(tm: TypeMap) -> u32 {
     (reg.len() - 1) as u32
 }
 
+/// The maps of the predefined types, which never change: looked up without
+/// the registry's lock, on every send and receive of plain data.
+fn prim_maps() -> &'static [Arc<TypeMap>] {
+    static PRIMS: OnceLock<Vec<Arc<TypeMap>>> = OnceLock::new();
+    PRIMS.get_or_init(|| {
+        let reg = registry().read().unwrap_or_else(|p| p.into_inner());
+        reg[..Prim::ALL.len()].to_vec()
+    })
+}
+
 pub(crate) fn type_map(id: u32) -> Arc<TypeMap> {
+    if let Some(tm) = prim_maps().get(id as usize) {
+        return Arc::clone(tm);
+    }
     let reg = registry().read().unwrap_or_else(|p| p.into_inner());
     // Ids only come from `register`, so they are always in range.
     Arc::clone(&reg[id as usize])
@@ -749,9 +762,15 @@ pub(crate) fn size_of_type(id: u32) -> usize {
 
 /// The signature bytes of a buffer.
 pub(crate) fn pack<B: Buffer + ?Sized>(buf: &B) -> Packed<'_> {
-    let tm = type_map(buf.as_datatype().type_id());
+    let id = buf.as_datatype().type_id();
     let count = ucount(buf.count());
     let base = buf.pointer() as *const u8;
+    if let Some(p) = prim_maps().get(id as usize) {
+        // SAFETY: `Buffer` guarantees `count` elements of `extent` bytes at
+        // `base`, and a predefined type's elements are dense.
+        return Packed::Dense(unsafe { std::slice::from_raw_parts(base, count * p.extent) });
+    }
+    let tm = type_map(id);
     if tm.is_dense() {
         // SAFETY: `Buffer` guarantees `count` dense elements of `extent` bytes at `base`.
         return Packed::Dense(unsafe { std::slice::from_raw_parts(base, count * tm.extent) });
