@@ -5,8 +5,14 @@
 # metampi/peer (for bandwidth: peer/metampi, so < 1 is better everywhere),
 # and writes an overlay plot.
 #
+# A shared machine has slow spells that last seconds: one sweep after the
+# other would charge a spell to whichever ran in it. Each side's sweep runs
+# ROUNDS times (default 2), the two alternating, and each point keeps its
+# best round (lowest median time, highest bandwidth) on both sides alike.
+#
 #   bash bench/compare_bench.sh [RANKS] [OPS] [SIZES]
 #   PEER=openmpi bash bench/compare_bench.sh 8 barrier,allreduce 8
+#   ROUNDS=1 bash bench/compare_bench.sh 2      # quicker, noisier
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RANKS=${1:-2}
@@ -32,15 +38,36 @@ else
 fi
 cargo build --release -q -p metampi-cli
 
-target/release/metampi bench -n "$RANKS" --ops "$OPS" --sizes "$SIZES" --iters-scale "$SCALE" --label metampi --json "$out/metampi.json" >/dev/null
-timeout 600 "${peer_run[@]}" "$out/osu_like_peer" "$OPS" "$SIZES" "$SCALE" "$PEER" "$out/peer.json"
+ROUNDS=${ROUNDS:-2}
+for r in $(seq "$ROUNDS"); do
+    target/release/metampi bench -n "$RANKS" --ops "$OPS" --sizes "$SIZES" --iters-scale "$SCALE" --label metampi --json "$out/metampi.$r.json" >/dev/null
+    timeout 600 "${peer_run[@]}" "$out/osu_like_peer" "$OPS" "$SIZES" "$SCALE" "$PEER" "$out/peer.$r.json"
+done
+
+# Best round per point, written as one report per side (for the plot too).
+python3 - "$out" "$ROUNDS" <<'PY'
+import json, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+for side in ("metampi", "peer"):
+    runs = [json.load(open(f"{out}/{side}.{r}.json")) for r in range(1, rounds + 1)]
+    best = runs[0]
+    for run in runs[1:]:
+        for i, row in enumerate(run["results"]):
+            b = best["results"][i]
+            if (row["op"], row["bytes"]) != (b["op"], b["bytes"]):
+                continue
+            if (row["mbps"] or 0) > (b["mbps"] or 0) or (row["mbps"] is None and row["median_us"] < b["median_us"]):
+                best["results"][i] = row
+    json.dump(best, open(f"{out}/{side}.json", "w"))
+PY
 target/release/metampi bench plot "$out/metampi.json" "$out/peer.json" -o "$out/compare.svg" >/dev/null
 
-python3 - "$out/metampi.json" "$out/peer.json" "$PEER" <<'PY'
+python3 - "$out/metampi.json" "$out/peer.json" "$PEER" "$ROUNDS" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))["results"]
 p = json.load(open(sys.argv[2]))["results"]
 peer = sys.argv[3]
+print(f"(best of {sys.argv[4]} alternating rounds per side)")
 key = {(r["op"], r["bytes"]): r for r in p}
 print(f"{'op':>10} {'bytes':>9} {'metampi':>12} {peer:>12} {'ratio':>7}   (median us; MB/s for bw)")
 for r in m:
