@@ -92,8 +92,14 @@ impl Collective {
         use Algorithm::*;
         match self {
             Collective::Barrier => &[Dissemination, Hierarchical, SharedMemory],
-            Collective::Broadcast => &[Binomial, ScatterAllGather, Linear, Hierarchical],
-            Collective::Reduce => &[Binomial, Linear, Hierarchical],
+            Collective::Broadcast => &[
+                Binomial,
+                ScatterAllGather,
+                Linear,
+                Hierarchical,
+                SharedMemory,
+            ],
+            Collective::Reduce => &[Binomial, Linear, Hierarchical, SharedMemory],
             Collective::AllReduce => &[
                 RecursiveDoubling,
                 Rabenseifner,
@@ -101,8 +107,9 @@ impl Collective {
                 Hierarchical,
                 SharedMemory,
             ],
-            Collective::Gather | Collective::Scatter => &[Binomial, Linear, Hierarchical],
-            Collective::AllGather => &[Bruck, Ring, Hierarchical],
+            Collective::Gather => &[Binomial, Linear, Hierarchical, SharedMemory],
+            Collective::Scatter => &[Binomial, Linear, Hierarchical],
+            Collective::AllGather => &[Bruck, Ring, Hierarchical, SharedMemory],
             Collective::AllToAll => &[Pairwise, Linear, Hierarchical],
             Collective::Scan | Collective::ExclusiveScan => {
                 &[RecursiveDoubling, Linear, Hierarchical]

@@ -1139,6 +1139,9 @@ pub trait CommunicatorCollectives: Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
+        if let Some(r) = shm::gather(comm_of(self), None, sendbuf, Some(&mut *recvbuf)) {
+            return r;
+        }
         // SAFETY: `run` waits for the schedule while both buffers are borrowed.
         run(unsafe { plan_all_gather(comm_of(self), sendbuf, recvbuf) })
     }
@@ -1520,6 +1523,9 @@ pub trait Root: AsCommunicator {
         Buf: BufferMut + ?Sized,
     {
         let comm = comm_of(self.as_communicator());
+        if let Some(r) = shm::bcast(comm, self.root_rank() as u32, &mut *buffer) {
+            return r;
+        }
         // SAFETY: `run` waits for the schedule while the buffer is borrowed.
         run(unsafe { plan_bcast(comm, self.root_rank(), buffer) })
     }
@@ -1544,6 +1550,10 @@ pub trait Root: AsCommunicator {
         let comm = comm_of(self.as_communicator());
         if comm.rank == self.root_rank() {
             return Err(not_root("gather_into"));
+        }
+        let root = Some(self.root_rank() as u32);
+        if let Some(r) = shm::gather(comm, root, sendbuf, None::<&mut [u8]>) {
+            return r;
         }
         // SAFETY: `run` waits for the schedule while the buffer is borrowed.
         run(unsafe { plan_gather(comm, self.root_rank(), sendbuf, None::<&mut [u8]>) })
@@ -1572,6 +1582,10 @@ pub trait Root: AsCommunicator {
         let comm = comm_of(self.as_communicator());
         if comm.rank != self.root_rank() {
             return Err(only_root("gather_into_root"));
+        }
+        let root = Some(self.root_rank() as u32);
+        if let Some(r) = shm::gather(comm, root, sendbuf, Some(&mut *recvbuf)) {
+            return r;
         }
         // SAFETY: `run` waits for the schedule while both buffers are borrowed.
         run(unsafe { plan_gather(comm, self.root_rank(), sendbuf, Some(recvbuf)) })
@@ -1803,6 +1817,11 @@ pub trait Root: AsCommunicator {
         if comm.rank == self.root_rank() {
             return Err(not_root("reduce_into"));
         }
+        let root = self.root_rank() as u32;
+        let op = match shm::reduce(comm, root, sendbuf, None::<&mut [u8]>, op) {
+            Ok(r) => return r,
+            Err(op) => op,
+        };
         // SAFETY: `run` waits for the schedule while the buffer is borrowed.
         run(unsafe { plan_reduce(comm, self.root_rank(), sendbuf, None::<&mut [u8]>, op) })
     }
@@ -1837,6 +1856,11 @@ pub trait Root: AsCommunicator {
         if comm.rank != self.root_rank() {
             return Err(only_root("reduce_into_root"));
         }
+        let root = self.root_rank() as u32;
+        let op = match shm::reduce(comm, root, sendbuf, Some(&mut *recvbuf), op) {
+            Ok(r) => return r,
+            Err(op) => op,
+        };
         // SAFETY: `run` waits for the schedule while both buffers are borrowed.
         run(unsafe { plan_reduce(comm, self.root_rank(), sendbuf, Some(recvbuf), op) })
     }
