@@ -31,7 +31,7 @@
 //! eligible call, and only for blocking calls: `immediate_*` forms and
 //! forced algorithms other than `shared_memory` keep the schedules.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::algorithm::{forced_algorithm, Algorithm, Collective};
 use super::op::Operation;
@@ -131,7 +131,7 @@ impl Region {
         let (mut k, mut round) = (1, 0);
         while k < n {
             self.counter(me, round).store(epoch, Ordering::Release);
-            fence(Ordering::SeqCst);
+            crate::sys::store_load_fence();
             self.nudge((me + k) % n);
             let from = self.counter((me + n - k) % n, round);
             wait_for(|| from.load(Ordering::Acquire) >= epoch);
@@ -156,7 +156,7 @@ impl Region {
         }
         self.slot_epoch(self.me, parity)
             .store(epoch, Ordering::Release);
-        fence(Ordering::SeqCst);
+        crate::sys::store_load_fence();
         for m in (0..self.n).filter(|&m| m != self.me) {
             self.nudge(m);
         }

@@ -14,7 +14,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{SocketAddr, UnixDatagram};
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::core::{Action, Core, ReqId};
 use crate::envelope::{Envelope, Kind, ENV_LEN, F_BIG_ENDIAN, INLINE_MAX};
@@ -408,7 +408,7 @@ impl Links {
                 if !written {
                     return false;
                 }
-                fence(Ordering::SeqCst);
+                crate::sys::store_load_fence();
                 if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
                     let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
                 }
@@ -544,7 +544,7 @@ impl Links {
                     if !l.prod.try_write(&f.env, payload) {
                         break;
                     }
-                    fence(Ordering::SeqCst);
+                    crate::sys::store_load_fence();
                     if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
                         let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
                     }
@@ -609,7 +609,7 @@ impl Links {
                 moved = true;
                 // The writer may be asleep waiting for ring space.
                 if let Link::Shm(l) = &self.peers[src as usize] {
-                    fence(Ordering::SeqCst);
+                    crate::sys::store_load_fence();
                     if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
                         let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
                     }

@@ -19,7 +19,7 @@
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use bytes::BytesMut;
 
@@ -363,7 +363,7 @@ impl VChan {
         if on {
             // Orders the flag before the caller's next look at the pipes
             // (pairs with the fence in `notify`).
-            fence(Ordering::SeqCst);
+            super::store_load_fence();
         }
     }
 
@@ -373,7 +373,7 @@ impl VChan {
             Side::Rank => Side::Router,
             Side::Router => Side::Rank,
         };
-        fence(Ordering::SeqCst);
+        super::store_load_fence();
         let f = self.flag(peer);
         if f.load(Ordering::Relaxed) != 0 && f.swap(0, Ordering::SeqCst) != 0 {
             // A full socket buffer already holds a wake-up.
