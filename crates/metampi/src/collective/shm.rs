@@ -445,35 +445,7 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    let dt = send.as_datatype().type_id();
-    let tm = type_map(dt);
-    let bytes = usize::try_from(send.count()).unwrap_or(0) * tm.size;
-    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
-    let r = match region_for(comm, Collective::AllReduce, bytes, &mut st) {
-        None => return Err(op),
-        Some(Err(e)) => return Ok(Err(e)),
-        Some(Ok(r)) => r,
-    };
-    let t = crate::trace::start();
-    let packed = pack(send);
-    let mine = packed.bytes();
-    let parity = r.exchange(mine);
-    let layout = RecvLayout::of(recv);
-    let cap = layout.capacity();
-    let result = op
-        .check(tm.prim, dt)
-        .and_then(|()| same_lengths(r, parity, mine.len(), "all-reduce vectors"))
-        .and_then(|()| match cap == mine.len() {
-            true => Ok(()),
-            false => Err(count_error(format!(
-                "a contribution of {} bytes does not match a block of {cap} bytes",
-                mine.len()
-            ))),
-        })
-        // SAFETY: `recv` is exclusively borrowed for this call.
-        .and_then(|()| unsafe { deliver(&layout, |acc| fold(r, parity, &op, tm.prim, dt, acc)) });
-    record(t, "allreduce", -1, bytes, comm);
-    Ok(result)
+    reduce_to(comm, None, send, Some(recv), op)
 }
 
 /// A blocking reduce of at most [`MAX_BYTES`] per member through the region
@@ -491,11 +463,32 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
+    reduce_to(comm, Some(root), send, recv, op)
+}
+
+/// Reduce (`root`) or all-reduce (no root): every member publishes its
+/// vector, and whoever has `recv` folds them all.
+fn reduce_to<S, R, O>(
+    comm: &CommInner,
+    root: Option<u32>,
+    send: &S,
+    recv: Option<&mut R>,
+    op: O,
+) -> Result<Result<(), Error>, O>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+    O: Operation,
+{
+    let (kind, name) = match root {
+        Some(_) => (Collective::Reduce, "reduce"),
+        None => (Collective::AllReduce, "allreduce"),
+    };
     let dt = send.as_datatype().type_id();
     let tm = type_map(dt);
     let bytes = usize::try_from(send.count()).unwrap_or(0) * tm.size;
     let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
-    let r = match region_for(comm, Collective::Reduce, bytes, &mut st) {
+    let r = match region_for(comm, kind, bytes, &mut st) {
         None => return Err(op),
         Some(Err(e)) => return Ok(Err(e)),
         Some(Ok(r)) => r,
@@ -508,7 +501,7 @@ where
     if let (Some(recv), Ok(())) = (recv, &result) {
         let layout = RecvLayout::of(recv);
         let cap = layout.capacity();
-        result = same_lengths(r, parity, mine.len(), "reduce vectors")
+        result = same_lengths(r, parity, mine.len(), &format!("{name} vectors"))
             .and_then(|()| match cap == mine.len() {
                 true => Ok(()),
                 false => Err(count_error(format!(
@@ -521,7 +514,7 @@ where
                 deliver(&layout, |acc| fold(r, parity, &op, tm.prim, dt, acc))
             });
     }
-    record(t, "reduce", root as i32, bytes, comm);
+    record(t, name, root.map_or(-1, |r| r as i32), bytes, comm);
     Ok(result)
 }
 
