@@ -1240,7 +1240,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        let op = match shm::all_reduce(comm_of(self), sendbuf, recvbuf, op) {
+        let op = match shm::reduce(comm_of(self), None, sendbuf, Some(&mut *recvbuf), op) {
             Ok(r) => return r,
             Err(op) => op,
         };
@@ -1818,7 +1818,7 @@ pub trait Root: AsCommunicator {
             return Err(not_root("reduce_into"));
         }
         let root = self.root_rank() as u32;
-        let op = match shm::reduce(comm, root, sendbuf, None::<&mut [u8]>, op) {
+        let op = match shm::reduce(comm, Some(root), sendbuf, None::<&mut [u8]>, op) {
             Ok(r) => return r,
             Err(op) => op,
         };
@@ -1857,7 +1857,7 @@ pub trait Root: AsCommunicator {
             return Err(only_root("reduce_into_root"));
         }
         let root = self.root_rank() as u32;
-        let op = match shm::reduce(comm, root, sendbuf, Some(&mut *recvbuf), op) {
+        let op = match shm::reduce(comm, Some(root), sendbuf, Some(&mut *recvbuf), op) {
             Ok(r) => return r,
             Err(op) => op,
         };

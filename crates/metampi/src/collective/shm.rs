@@ -432,43 +432,11 @@ unsafe fn deliver(
     }
 }
 
-/// A blocking all-reduce of at most [`MAX_BYTES`] through the region, or
-/// `None` (with `op` handed back) where the schedules run it.
-pub(crate) fn all_reduce<S, R, O>(
-    comm: &CommInner,
-    send: &S,
-    recv: &mut R,
-    op: O,
-) -> Result<Result<(), Error>, O>
-where
-    S: Buffer + ?Sized,
-    R: BufferMut + ?Sized,
-    O: Operation,
-{
-    reduce_to(comm, None, send, Some(recv), op)
-}
-
-/// A blocking reduce of at most [`MAX_BYTES`] per member through the region
-/// (every member publishes, the root folds); `recv` is the root's buffer.
-/// `None` (with `op` handed back) where the schedules run it.
+/// A blocking reduce (`root`; `recv` is the root's buffer) or all-reduce (no
+/// root) of at most [`MAX_BYTES`] per member through the region: every member
+/// publishes its vector, and whoever has `recv` folds them all. `None` (with
+/// `op` handed back) where the schedules run it.
 pub(crate) fn reduce<S, R, O>(
-    comm: &CommInner,
-    root: u32,
-    send: &S,
-    recv: Option<&mut R>,
-    op: O,
-) -> Result<Result<(), Error>, O>
-where
-    S: Buffer + ?Sized,
-    R: BufferMut + ?Sized,
-    O: Operation,
-{
-    reduce_to(comm, Some(root), send, recv, op)
-}
-
-/// Reduce (`root`) or all-reduce (no root): every member publishes its
-/// vector, and whoever has `recv` folds them all.
-fn reduce_to<S, R, O>(
     comm: &CommInner,
     root: Option<u32>,
     send: &S,
