@@ -469,7 +469,11 @@ where
     if let (Some(recv), Ok(())) = (recv, &result) {
         let layout = RecvLayout::of(recv);
         let cap = layout.capacity();
-        result = same_lengths(r, parity, mine.len(), &format!("{name} vectors"))
+        let what = match root {
+            Some(_) => "reduce vectors",
+            None => "all-reduce vectors",
+        };
+        result = same_lengths(r, parity, mine.len(), what)
             .and_then(|()| match cap == mine.len() {
                 true => Ok(()),
                 false => Err(count_error(format!(
