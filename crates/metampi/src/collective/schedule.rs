@@ -774,10 +774,18 @@ impl Schedules {
     }
 
     /// Advances every running schedule; called on each engine progress pass.
+    /// Inlined, so that a pass with none running (all point-to-point traffic)
+    /// costs a length check, not a call with a large frame (3% of a receiving
+    /// rank's cycles in an 8-byte message-rate run).
+    #[inline]
     pub(crate) fn advance(&mut self, core: &mut Core, links: &mut Links) -> bool {
         if self.active.is_empty() {
             return false;
         }
+        self.advance_active(core, links)
+    }
+
+    fn advance_active(&mut self, core: &mut Core, links: &mut Links) -> bool {
         let mut moved = false;
         let mut i = 0;
         while i < self.active.len() {
