@@ -2,8 +2,11 @@
 //!
 //! Posted receives and unexpected messages are kept in arrival order and
 //! matched on (context, source, tag) with wildcards, which together with FIFO
-//! transports gives MPI's non-overtaking rule (MPI-1.2 §3.5). Control messages
-//! the engine wants sent are queued in `out` for the transport layer.
+//! transports gives MPI's non-overtaking rule (MPI-1.2 §3.5). Unexpected
+//! messages are kept per source (with their arrival number, for wildcard
+//! receives), so that a receive from one source does not scan the others'.
+//! Control messages the engine wants sent are queued in `out` for the
+//! transport layer.
 
 use std::collections::VecDeque;
 use std::task::Waker;
@@ -123,6 +126,61 @@ pub(crate) struct Unexpected {
     pub data: Vec<u8>,
 }
 
+/// Unexpected messages in arrival order per source world rank, each with
+/// its arrival number. A root that receives from many ranks which run ahead
+/// of it (eager gathers, say) holds many messages of later calls: one queue
+/// for all made every receive scan the other sources' (8 ranks on 2 cores,
+/// linear gather of 8 bytes: 56 µs per call at the root).
+#[derive(Default)]
+struct UnexpectedQueue {
+    by_src: Vec<VecDeque<(u64, Unexpected)>>,
+    next: u64,
+    len: usize,
+}
+
+impl UnexpectedQueue {
+    fn push(&mut self, u: Unexpected) {
+        let s = u.env.src as usize;
+        if self.by_src.len() <= s {
+            self.by_src.resize_with(s + 1, VecDeque::new);
+        }
+        self.by_src[s].push_back((self.next, u));
+        self.next += 1;
+        self.len += 1;
+    }
+
+    /// Source and index of the earliest message `pat` matches: the first
+    /// match of its source, or for any source the earliest of each source's
+    /// first match (arrival order, as one queue had it).
+    fn position(&self, pat: &Pattern) -> Option<(usize, usize)> {
+        if self.len == 0 {
+            return None;
+        }
+        let first = |s: usize| {
+            let q = self.by_src.get(s)?;
+            let i = q.iter().position(|(_, u)| pat.matches(&u.env))?;
+            Some((q[i].0, s, i))
+        };
+        let found = match pat.src {
+            Some(s) => first(s as usize),
+            None => (0..self.by_src.len()).filter_map(first).min(),
+        };
+        found.map(|(_, s, i)| (s, i))
+    }
+
+    fn take(&mut self, pat: &Pattern) -> Option<Unexpected> {
+        let (s, i) = self.position(pat)?;
+        let (_, u) = self.by_src[s].remove(i)?;
+        self.len -= 1;
+        Some(u)
+    }
+
+    fn find(&self, pat: &Pattern) -> Option<&Unexpected> {
+        let (s, i) = self.position(pat)?;
+        Some(&self.by_src[s][i].1)
+    }
+}
+
 /// Work for the transport layer.
 pub(crate) enum Action {
     /// Send a payload-less control envelope.
@@ -143,7 +201,7 @@ pub(crate) struct Core {
     slots: Vec<Slot>,
     free: Vec<u32>,
     posted: VecDeque<ReqId>,
-    unexpected: VecDeque<Unexpected>,
+    unexpected: UnexpectedQueue,
     pub out: VecDeque<Action>,
     pub wakers: Vec<Waker>,
     /// Process ids by world rank, for cross-memory attach (0 = not local).
@@ -161,7 +219,7 @@ impl Core {
             slots: Vec::new(),
             free: Vec::new(),
             posted: VecDeque::new(),
-            unexpected: VecDeque::new(),
+            unexpected: UnexpectedQueue::default(),
             out: VecDeque::new(),
             wakers: Vec::new(),
             pids: vec![0; size],
@@ -355,8 +413,7 @@ impl Core {
             matched: false,
             got: 0,
         });
-        if let Some(i) = self.unexpected.iter().position(|u| pat.matches(&u.env)) {
-            let u = self.unexpected.remove(i).expect("index from position");
+        if let Some(u) = self.unexpected.take(&pat) {
             self.deliver_unexpected(id, u);
         } else {
             self.posted.push_back(id);
@@ -383,22 +440,18 @@ impl Core {
 
     /// Looks for a matching unexpected message without taking it.
     pub(crate) fn probe(&self, pat: Pattern) -> Option<RawStatus> {
-        self.unexpected
-            .iter()
-            .find(|u| pat.matches(&u.env))
-            .map(|u| RawStatus {
-                src: u.env.src,
-                tag: u.env.tag,
-                len: u.env.len as usize,
-                cancelled: false,
-                big_endian: u.env.flags & F_BIG_ENDIAN != 0,
-            })
+        self.unexpected.find(&pat).map(|u| RawStatus {
+            src: u.env.src,
+            tag: u.env.tag,
+            len: u.env.len as usize,
+            cancelled: false,
+            big_endian: u.env.flags & F_BIG_ENDIAN != 0,
+        })
     }
 
     /// Takes a matching unexpected message out of the queue (matched probe).
     pub(crate) fn take_unexpected(&mut self, pat: Pattern) -> Option<Unexpected> {
-        let i = self.unexpected.iter().position(|u| pat.matches(&u.env))?;
-        self.unexpected.remove(i)
+        self.unexpected.take(&pat)
     }
 
     /// Cancels a receive that has not matched yet. Returns whether it did.
@@ -580,7 +633,7 @@ impl Core {
                             self.deliver_eager(id, env, payload);
                         }
                     }
-                    None => self.unexpected.push_back(Unexpected {
+                    None => self.unexpected.push(Unexpected {
                         env: *env,
                         data: payload.to_vec(),
                     }),
@@ -628,6 +681,29 @@ mod tests {
         assert_eq!(c.take(r1).unwrap().data.unwrap(), b"a");
         assert_eq!(c.take(r2).unwrap().data.unwrap(), b"x");
         assert_eq!(c.take(r3).unwrap().data.unwrap(), b"b");
+    }
+
+    /// Unexpected messages are kept per source; a wildcard receive still
+    /// takes the earliest arrival, not the lowest source's.
+    #[test]
+    fn wildcard_receives_take_the_earliest_arrival_across_sources() {
+        let mut c = Core::new(0, 4);
+        c.handle_incoming(&eager(3, 7, b"c"), b"c");
+        c.handle_incoming(&eager(1, 8, b"a"), b"a");
+        c.handle_incoming(&eager(2, 7, b"b"), b"b");
+        let any = owned(&mut c, None, None);
+        let tag7 = owned(&mut c, None, Some(7));
+        let from1 = owned(&mut c, Some(1), None);
+        assert_eq!(c.take(any).unwrap().data.unwrap(), b"c");
+        assert_eq!(c.take(tag7).unwrap().data.unwrap(), b"b");
+        assert_eq!(c.take(from1).unwrap().data.unwrap(), b"a");
+        assert!(c
+            .probe(Pattern {
+                ctx: 0,
+                src: None,
+                tag: None
+            })
+            .is_none());
     }
 
     #[test]
