@@ -174,7 +174,8 @@ pub enum Algorithm {
     /// two of its ranks or more.
     Hierarchical,
     /// Flags and slots in a shared-memory region of the communicator's own
-    /// (barrier, all-reduce up to 1 KiB): one cache-line transfer per step
+    /// (barrier; broadcast, reduce, all-reduce, gather and all-gather up to
+    /// 8 KiB per member): one cache-line transfer per step
     /// instead of a message. Chosen automatically for blocking calls when
     /// every member shares this machine's memory, from the third call on a
     /// communicator; the `immediate_*` forms keep the message algorithms.
@@ -266,9 +267,10 @@ const REDSCAT_SHORT: usize = 16 << 10;
 /// This is the flat choice; a communicator that spans several meta hosts
 /// (for barrier, broadcast, reduce and all-reduce also one that spans
 /// several machines sharing memory) runs [`Algorithm::Hierarchical`] instead
-/// for the operations that have it, and blocking barriers and all-reduces
-/// (up to 1 KiB) on a communicator inside one machine run
-/// [`Algorithm::SharedMemory`] once it has been used a few times.
+/// for the operations that have it, and blocking barriers, and broadcasts,
+/// reduces, all-reduces, gathers and all-gathers up to 8 KiB per member, on a
+/// communicator inside one machine run [`Algorithm::SharedMemory`] once it has
+/// been used a few times (the rooted ones not where ranks outnumber cores).
 pub fn default_algorithm(op: Collective, size: Rank, bytes: usize, commutative: bool) -> Algorithm {
     let total = bytes.saturating_mul(size.max(0) as usize);
     match op {
