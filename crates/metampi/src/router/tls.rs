@@ -25,7 +25,7 @@
 //! refused with a message that says why, and the stream types are
 //! uninhabited, so the router's TLS branches compile to nothing.
 //!
-//! The router drives a [`TlsStream`] from its event loop over the same
+//! The router drives a `TlsStream` from its event loop over the same
 //! non-blocking socket as a plain link: ciphertext is read in large chunks
 //! into a buffer of its own (rustls would read 4 KiB per call, a system call
 //! each), decrypted, and appended to the bytes handed to the wire protocol;
