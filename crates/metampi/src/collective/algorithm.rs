@@ -110,7 +110,7 @@ impl Collective {
             Collective::Gather => &[Binomial, Linear, Hierarchical, SharedMemory],
             Collective::Scatter => &[Binomial, Linear, Hierarchical],
             Collective::AllGather => &[Bruck, Ring, Hierarchical, SharedMemory],
-            Collective::AllToAll => &[Pairwise, Linear, Hierarchical],
+            Collective::AllToAll => &[Pairwise, Linear, Hierarchical, SharedMemory],
             Collective::Scan | Collective::ExclusiveScan => {
                 &[RecursiveDoubling, Linear, Hierarchical]
             }
@@ -175,7 +175,7 @@ pub enum Algorithm {
     Hierarchical,
     /// Flags and slots in a shared-memory region of the communicator's own
     /// (barrier; broadcast, reduce, all-reduce, gather and all-gather up to
-    /// 8 KiB per member): one cache-line transfer per step
+    /// 8 KiB per member, all-to-all up to 8 KiB of send buffer): one cache-line transfer per step
     /// instead of a message. Chosen automatically for blocking calls when
     /// every member shares this machine's memory, from the third call on a
     /// communicator; the `immediate_*` forms keep the message algorithms.

@@ -1190,6 +1190,9 @@ pub trait CommunicatorCollectives: Communicator {
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
+        if let Some(r) = shm::all_to_all(comm_of(self), sendbuf, &mut *recvbuf) {
+            return r;
+        }
         // SAFETY: `run` waits for the schedule while both buffers are borrowed.
         run(unsafe { plan_all_to_all(comm_of(self), sendbuf, recvbuf) })
     }

@@ -20,8 +20,9 @@
 //!   member has provably finished reading it (it published the call between).
 //! - the same exchange serves the others up to [`MAX_BYTES`] per member:
 //!   reduce (only the root folds), gather and all-gather (the root, or every
-//!   member, copies the slots in rank order), broadcast (the root publishes
-//!   its buffer, the others an empty slot). Every member takes part in every
+//!   member, copies the slots in rank order), all-to-all (every member
+//!   publishes its whole send buffer and takes its block of each slot),
+//!   broadcast (the root publishes its buffer, the others an empty slot). Every member takes part in every
 //!   call and waits for every slot, which is what keeps the reuse rule.
 //!
 //! Waiting goes through the engine's wait loop, so point-to-point traffic
@@ -589,5 +590,57 @@ where
         None => "allgather",
     };
     record(t, name, root.map_or(-1, |r| r as i32), bytes, comm);
+    Some(result)
+}
+
+/// A blocking all-to-all whose send buffer is at most [`MAX_BYTES`] through
+/// the region: every member publishes its whole send buffer and takes block
+/// `me` of every slot. Not rooted, so it serves oversubscribed machines too.
+/// `None` where the schedules run it.
+pub(crate) fn all_to_all<S, R>(
+    comm: &CommInner,
+    send: &S,
+    recv: &mut R,
+) -> Option<Result<(), Error>>
+where
+    S: Buffer + ?Sized,
+    R: BufferMut + ?Sized,
+{
+    let es = type_map(send.as_datatype().type_id()).size;
+    let bytes = usize::try_from(send.count()).unwrap_or(0) * es;
+    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
+    let r = match region_for(comm, Collective::AllToAll, bytes, &mut st)? {
+        Err(e) => return Some(Err(e)),
+        Ok(r) => r,
+    };
+    let t = crate::trace::start();
+    let packed = pack(send);
+    let mine = packed.bytes();
+    let parity = r.exchange(mine);
+    let (n, me, len) = (r.n, r.me, mine.len());
+    let bs = len / n;
+    let layout = RecvLayout::of(recv);
+    let cap = layout.capacity();
+    let checked = if len % n != 0 || (es > 0 && bs % es != 0) {
+        Err(count_error(format!(
+            "the all-to-all send buffer of {len} bytes does not split into {n} blocks of whole elements"
+        )))
+    } else if cap != len {
+        Err(count_error(format!(
+            "an all-to-all receive buffer of {cap} bytes does not match a send buffer of {len} bytes"
+        )))
+    } else {
+        same_lengths(r, parity, len, "all-to-all send buffers")
+    };
+    // SAFETY: `recv` is exclusively borrowed for this call.
+    let result = checked.and_then(|()| unsafe {
+        deliver(&layout, |all| {
+            for (m, block) in all.chunks_exact_mut(bs.max(1)).take(n).enumerate() {
+                block.copy_from_slice(&r.part(m, parity)[me * bs..(me + 1) * bs]);
+            }
+            Ok(())
+        })
+    });
+    record(t, "alltoall", -1, bytes, comm);
     Some(result)
 }
