@@ -131,19 +131,30 @@ pub(crate) struct Unexpected {
 /// of it (eager gathers, say) holds many messages of later calls: one queue
 /// for all made every receive scan the other sources' (8 ranks on 2 cores,
 /// linear gather of 8 bytes: 56 µs per call at the root).
-#[derive(Default)]
 struct UnexpectedQueue {
+    /// One queue per world rank, then one for sources outside the world
+    /// (a peer's bytes may name any; they stay matchable by wildcards only).
     by_src: Vec<VecDeque<(u64, Unexpected)>>,
     next: u64,
     len: usize,
 }
 
 impl UnexpectedQueue {
-    fn push(&mut self, u: Unexpected) {
-        let s = u.env.src as usize;
-        if self.by_src.len() <= s {
-            self.by_src.resize_with(s + 1, VecDeque::new);
+    fn new(world: usize) -> UnexpectedQueue {
+        UnexpectedQueue {
+            by_src: (0..=world).map(|_| VecDeque::new()).collect(),
+            next: 0,
+            len: 0,
         }
+    }
+
+    /// The queue of source `src`.
+    fn bucket(&self, src: u32) -> usize {
+        (src as usize).min(self.by_src.len() - 1)
+    }
+
+    fn push(&mut self, u: Unexpected) {
+        let s = self.bucket(u.env.src);
         self.by_src[s].push_back((self.next, u));
         self.next += 1;
         self.len += 1;
@@ -162,7 +173,7 @@ impl UnexpectedQueue {
             Some((q[i].0, s, i))
         };
         let found = match pat.src {
-            Some(s) => first(s as usize),
+            Some(s) => first(self.bucket(s)),
             None => (0..self.by_src.len()).filter_map(first).min(),
         };
         found.map(|(_, s, i)| (s, i))
@@ -219,7 +230,7 @@ impl Core {
             slots: Vec::new(),
             free: Vec::new(),
             posted: VecDeque::new(),
-            unexpected: UnexpectedQueue::default(),
+            unexpected: UnexpectedQueue::new(size),
             out: VecDeque::new(),
             wakers: Vec::new(),
             pids: vec![0; size],
@@ -704,6 +715,19 @@ mod tests {
                 tag: None
             })
             .is_none());
+    }
+
+    /// A peer's bytes may name any source: such a message costs no memory
+    /// per named rank, and only a wildcard receive can take it.
+    #[test]
+    fn a_source_outside_the_world_is_kept_for_wildcards() {
+        let mut c = Core::new(0, 4);
+        c.handle_incoming(&eager(4_000_000_000, 1, b"x"), b"x");
+        c.handle_incoming(&eager(3, 1, b"y"), b"y");
+        let from3 = owned(&mut c, Some(3), None);
+        let any = owned(&mut c, None, None);
+        assert_eq!(c.take(from3).unwrap().data.unwrap(), b"y");
+        assert_eq!(c.take(any).unwrap().data.unwrap(), b"x");
     }
 
     #[test]
