@@ -304,23 +304,46 @@ fn dynamic_mode_moves_units_across_servers() {
             // 132 blocks, so the slowed clients' queues hold far more than the three units
             // each keeps in flight.
             let file = write_observation_of(w, 4 * NSAMPLES);
-            let out =
-                check_against_single(w, &file, ServiceMode::Dynamic, 2, Some(("site 1", SLOW_S)));
-            if let Some(d) = out {
-                assert_eq!(d.servers, 2);
-                for c in &d.per_client {
-                    eprintln!("  {c:?}");
+            // Stealing shows only where the plan gives the lone slowed client a real share:
+            // a pilot disturbed by a loaded machine can give it almost nothing (seen once in
+            // a full CI run: 4 units), and then there is nothing to move. Such a run is
+            // repeated, at most twice.
+            for attempt in 1..=3 {
+                let slow = Some(("site 1", SLOW_S));
+                let out = check_against_single(w, &file, ServiceMode::Dynamic, 2, slow);
+                let mut again = 0u8;
+                if let Some(d) = out {
+                    assert_eq!(d.servers, 2);
+                    eprintln!("attempt {attempt}:");
+                    for c in &d.per_client {
+                        eprintln!("  {c:?}");
+                    }
+                    let lone = d
+                        .per_client
+                        .iter()
+                        .find(|c| c.server == 1)
+                        .expect("server 1 has a client");
+                    assert_eq!(lone.host, "site 1", "server 1 serves only a slowed client");
+                    if lone.units < 20 && attempt < 3 {
+                        again = 1;
+                    } else {
+                        assert!(lone.units >= 20, "the plans never gave it a real share");
+                        assert!(
+                            lone.done_units + 10 <= lone.units,
+                            "units of server 1's slowed client moved to server 0's: {lone:?}"
+                        );
+                    }
                 }
-                let lone = d
-                    .per_client
-                    .iter()
-                    .find(|c| c.server == 1)
-                    .expect("server 1 has a client");
-                assert_eq!(lone.host, "site 1", "server 1 serves only a slowed client");
-                assert!(
-                    lone.done_units + 10 <= lone.units,
-                    "units of server 1's slowed client moved to server 0's: {lone:?}"
+                // Only the root has the outcome.
+                let mut any = 0u8;
+                w.all_reduce_into(
+                    &again,
+                    &mut any,
+                    metampi::collective::SystemOperation::max(),
                 );
+                if any == 0 {
+                    break;
+                }
             }
             remove_observation(w, &file);
         });
