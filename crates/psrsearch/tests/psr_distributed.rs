@@ -97,6 +97,17 @@ fn remove_observation(world: &SimpleCommunicator, file: &std::path::Path) {
 
 /// Search `file` distributed (collective); the root checks the candidates against the
 /// single-process search and returns the outcome.
+/// Whether any rank asks for another attempt (only the root has the outcomes).
+fn again_anywhere(w: &SimpleCommunicator, again: u8) -> bool {
+    let mut any = 0u8;
+    w.all_reduce_into(
+        &again,
+        &mut any,
+        metampi::collective::SystemOperation::max(),
+    );
+    any != 0
+}
+
 fn check_against_single(
     world: &SimpleCommunicator,
     file: &std::path::Path,
@@ -258,14 +269,7 @@ fn three_sites_slow_host_dynamic_beats_static() {
                         );
                     }
                 }
-                // Only the root has the outcomes.
-                let mut any = 0u8;
-                w.all_reduce_into(
-                    &again,
-                    &mut any,
-                    metampi::collective::SystemOperation::max(),
-                );
-                if any == 0 {
+                if !again_anywhere(w, again) {
                     break;
                 }
             }
@@ -306,9 +310,10 @@ fn dynamic_mode_moves_units_across_servers() {
             let file = write_observation_of(w, 4 * NSAMPLES);
             // Stealing shows only where the plan gives the lone slowed client a real share:
             // a pilot disturbed by a loaded machine can give it almost nothing (seen once in
-            // a full CI run: 4 units), and then there is nothing to move. Such a run is
-            // repeated, at most twice.
-            for attempt in 1..=3 {
+            // a full CI run: 4 units; 12-32 in nine local runs), and then there is nothing to
+            // move. The check needs 16 (the client itself does about 6, 10 must move);
+            // a run that plans fewer is repeated, at most three times.
+            for attempt in 1..=4 {
                 let slow = Some(("site 1", SLOW_S));
                 let out = check_against_single(w, &file, ServiceMode::Dynamic, 2, slow);
                 let mut again = 0u8;
@@ -324,24 +329,17 @@ fn dynamic_mode_moves_units_across_servers() {
                         .find(|c| c.server == 1)
                         .expect("server 1 has a client");
                     assert_eq!(lone.host, "site 1", "server 1 serves only a slowed client");
-                    if lone.units < 20 && attempt < 3 {
+                    if lone.units < 16 && attempt < 4 {
                         again = 1;
                     } else {
-                        assert!(lone.units >= 20, "the plans never gave it a real share");
+                        assert!(lone.units >= 16, "the plans never gave it a real share");
                         assert!(
                             lone.done_units + 10 <= lone.units,
                             "units of server 1's slowed client moved to server 0's: {lone:?}"
                         );
                     }
                 }
-                // Only the root has the outcome.
-                let mut any = 0u8;
-                w.all_reduce_into(
-                    &again,
-                    &mut any,
-                    metampi::collective::SystemOperation::max(),
-                );
-                if any == 0 {
+                if !again_anywhere(w, again) {
                     break;
                 }
             }

@@ -701,13 +701,16 @@ impl Links {
     /// Whether frames are queued that a transport has not taken yet.
     /// This rank and its shared-memory peers that are not asleep in `poll`
     /// (their sleep flags), for whether spinning would take a core from them.
+    /// Looks at the shared-memory peers only (`shm_in`), not the whole world:
+    /// it runs on every 16th pass of an oversubscribed rank's wait.
     pub(crate) fn shm_awake(&self) -> usize {
         1 + self
-            .peers
+            .shm_in
             .iter()
-            .filter(
-                |l| matches!(l, Link::Shm(s) if s.peer_sleep.get().load(Ordering::Relaxed) == 0),
-            )
+            .filter(|(src, _)| {
+                matches!(&self.peers[*src as usize],
+                    Link::Shm(s) if s.peer_sleep.get().load(Ordering::Relaxed) == 0)
+            })
             .count()
     }
 
