@@ -435,6 +435,37 @@ unsafe fn deliver(
     }
 }
 
+/// The common part of the collectives whose members each publish `send`:
+/// `None` where the schedules run `op`; else `body` gets the region, the
+/// call's slot parity and this member's bytes, after every member published,
+/// and the call is traced as `name`.
+fn publish_send<S, T>(
+    comm: &CommInner,
+    op: Collective,
+    send: &S,
+    name: &'static str,
+    root: Option<u32>,
+    body: impl FnOnce(&Region, usize, &[u8]) -> Result<T, Error>,
+) -> Option<Result<T, Error>>
+where
+    S: Buffer + ?Sized,
+{
+    let es = type_map(send.as_datatype().type_id()).size;
+    let bytes = usize::try_from(send.count()).unwrap_or(0) * es;
+    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
+    let r = match region_for(comm, op, bytes, &mut st)? {
+        Err(e) => return Some(Err(e)),
+        Ok(r) => r,
+    };
+    let t = crate::trace::start();
+    let packed = pack(send);
+    let mine = packed.bytes();
+    let parity = r.exchange(mine);
+    let result = body(r, parity, mine);
+    record(t, name, root.map_or(-1, |r| r as i32), bytes, comm);
+    Some(result)
+}
+
 /// A blocking reduce (`root`; `recv` is the root's buffer) or all-reduce (no
 /// root) of at most [`MAX_BYTES`] per member through the region: every member
 /// publishes its vector, and whoever has `recv` folds them all. `None` (with
@@ -451,46 +482,30 @@ where
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    let (kind, name) = match root {
-        Some(_) => (Collective::Reduce, "reduce"),
-        None => (Collective::AllReduce, "allreduce"),
+    let (kind, name, what) = match root {
+        Some(_) => (Collective::Reduce, "reduce", "reduce vectors"),
+        None => (Collective::AllReduce, "allreduce", "all-reduce vectors"),
     };
     let dt = send.as_datatype().type_id();
-    let tm = type_map(dt);
-    let bytes = usize::try_from(send.count()).unwrap_or(0) * tm.size;
-    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
-    let r = match region_for(comm, kind, bytes, &mut st) {
-        None => return Err(op),
-        Some(Err(e)) => return Ok(Err(e)),
-        Some(Ok(r)) => r,
-    };
-    let t = crate::trace::start();
-    let packed = pack(send);
-    let mine = packed.bytes();
-    let parity = r.exchange(mine);
-    let mut result = op.check(tm.prim, dt);
-    if let (Some(recv), Ok(())) = (recv, &result) {
+    let prim = type_map(dt).prim;
+    let result = publish_send(comm, kind, send, name, root, |r, parity, mine| {
+        op.check(prim, dt)?;
+        let Some(recv) = recv else {
+            return Ok(());
+        };
         let layout = RecvLayout::of(recv);
         let cap = layout.capacity();
-        let what = match root {
-            Some(_) => "reduce vectors",
-            None => "all-reduce vectors",
-        };
-        result = same_lengths(r, parity, mine.len(), what)
-            .and_then(|()| match cap == mine.len() {
-                true => Ok(()),
-                false => Err(count_error(format!(
-                    "a contribution of {} bytes does not match a block of {cap} bytes",
-                    mine.len()
-                ))),
-            })
-            // SAFETY: `recv` is exclusively borrowed for this call.
-            .and_then(|()| unsafe {
-                deliver(&layout, |acc| fold(r, parity, &op, tm.prim, dt, acc))
-            });
-    }
-    record(t, name, root.map_or(-1, |r| r as i32), bytes, comm);
-    Ok(result)
+        same_lengths(r, parity, mine.len(), what)?;
+        if cap != mine.len() {
+            return Err(count_error(format!(
+                "a contribution of {} bytes does not match a block of {cap} bytes",
+                mine.len()
+            )));
+        }
+        // SAFETY: `recv` is exclusively borrowed for this call.
+        unsafe { deliver(&layout, |acc| fold(r, parity, &op, prim, dt, acc)) }
+    });
+    result.ok_or(op)
 }
 
 /// A blocking broadcast of at most [`MAX_BYTES`] through the region (the
@@ -549,48 +564,32 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
-    let tm = type_map(send.as_datatype().type_id());
-    let bytes = usize::try_from(send.count()).unwrap_or(0) * tm.size;
-    let op = match root {
-        Some(_) => Collective::Gather,
-        None => Collective::AllGather,
+    let (op, name) = match root {
+        Some(_) => (Collective::Gather, "gather"),
+        None => (Collective::AllGather, "allgather"),
     };
-    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
-    let r = match region_for(comm, op, bytes, &mut st)? {
-        Err(e) => return Some(Err(e)),
-        Ok(r) => r,
-    };
-    let t = crate::trace::start();
-    let packed = pack(send);
-    let mine = packed.bytes();
-    let parity = r.exchange(mine);
-    let mut result = Ok(());
-    if let Some(recv) = recv {
+    publish_send(comm, op, send, name, root, |r, parity, mine| {
+        let Some(recv) = recv else {
+            return Ok(());
+        };
         let layout = RecvLayout::of(recv);
         let (cap, len, n) = (layout.capacity(), mine.len(), r.n);
-        result = same_lengths(r, parity, len, "gathered blocks")
-            .and_then(|()| match cap == n * len {
-                true => Ok(()),
-                false => Err(count_error(format!(
-                    "a receive buffer of {cap} bytes does not hold {n} blocks of {len} bytes"
-                ))),
+        same_lengths(r, parity, len, "gathered blocks")?;
+        if cap != n * len {
+            return Err(count_error(format!(
+                "a receive buffer of {cap} bytes does not hold {n} blocks of {len} bytes"
+            )));
+        }
+        // SAFETY: `recv` is exclusively borrowed for this call.
+        unsafe {
+            deliver(&layout, |all| {
+                for (m, block) in all.chunks_exact_mut(len.max(1)).take(n).enumerate() {
+                    block.copy_from_slice(r.part(m, parity));
+                }
+                Ok(())
             })
-            // SAFETY: `recv` is exclusively borrowed for this call.
-            .and_then(|()| unsafe {
-                deliver(&layout, |all| {
-                    for (m, block) in all.chunks_exact_mut(len.max(1)).take(n).enumerate() {
-                        block.copy_from_slice(r.part(m, parity));
-                    }
-                    Ok(())
-                })
-            });
-    }
-    let name = match root {
-        Some(_) => "gather",
-        None => "allgather",
-    };
-    record(t, name, root.map_or(-1, |r| r as i32), bytes, comm);
-    Some(result)
+        }
+    })
 }
 
 /// A blocking all-to-all whose send buffer is at most [`MAX_BYTES`] through
@@ -607,40 +606,37 @@ where
     R: BufferMut + ?Sized,
 {
     let es = type_map(send.as_datatype().type_id()).size;
-    let bytes = usize::try_from(send.count()).unwrap_or(0) * es;
-    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
-    let r = match region_for(comm, Collective::AllToAll, bytes, &mut st)? {
-        Err(e) => return Some(Err(e)),
-        Ok(r) => r,
-    };
-    let t = crate::trace::start();
-    let packed = pack(send);
-    let mine = packed.bytes();
-    let parity = r.exchange(mine);
-    let (n, me, len) = (r.n, r.me, mine.len());
-    let bs = len / n;
-    let layout = RecvLayout::of(recv);
-    let cap = layout.capacity();
-    let checked = if len % n != 0 || (es > 0 && bs % es != 0) {
-        Err(count_error(format!(
-            "the all-to-all send buffer of {len} bytes does not split into {n} blocks of whole elements"
-        )))
-    } else if cap != len {
-        Err(count_error(format!(
-            "an all-to-all receive buffer of {cap} bytes does not match a send buffer of {len} bytes"
-        )))
-    } else {
-        same_lengths(r, parity, len, "all-to-all send buffers")
-    };
-    // SAFETY: `recv` is exclusively borrowed for this call.
-    let result = checked.and_then(|()| unsafe {
-        deliver(&layout, |all| {
-            for (m, block) in all.chunks_exact_mut(bs.max(1)).take(n).enumerate() {
-                block.copy_from_slice(&r.part(m, parity)[me * bs..(me + 1) * bs]);
+    publish_send(
+        comm,
+        Collective::AllToAll,
+        send,
+        "alltoall",
+        None,
+        |r, parity, mine| {
+            let (n, me, len) = (r.n, r.me, mine.len());
+            let bs = len / n;
+            let layout = RecvLayout::of(recv);
+            let cap = layout.capacity();
+            if len % n != 0 || (es > 0 && bs % es != 0) {
+                return Err(count_error(format!(
+                "the all-to-all send buffer of {len} bytes does not split into {n} blocks of whole elements"
+            )));
             }
-            Ok(())
-        })
-    });
-    record(t, "alltoall", -1, bytes, comm);
-    Some(result)
+            if cap != len {
+                return Err(count_error(format!(
+                "an all-to-all receive buffer of {cap} bytes does not match a send buffer of {len} bytes"
+            )));
+            }
+            same_lengths(r, parity, len, "all-to-all send buffers")?;
+            // SAFETY: `recv` is exclusively borrowed for this call.
+            unsafe {
+                deliver(&layout, |all| {
+                    for (m, block) in all.chunks_exact_mut(bs.max(1)).take(n).enumerate() {
+                        block.copy_from_slice(&r.part(m, parity)[me * bs..(me + 1) * bs]);
+                    }
+                    Ok(())
+                })
+            }
+        },
+    )
 }
