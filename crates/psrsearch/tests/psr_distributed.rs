@@ -230,11 +230,13 @@ fn three_sites_slow_host_dynamic_beats_static() {
         .run("three_sites_slow_host_dynamic_beats_static", |w| {
             let file = write_observation_of(w, 4 * NSAMPLES);
             let slow = Some(("site 1", SLOW_S));
-            // The comparison means something only where the static plan gives `b` a real
-            // share: a calibration or pilot disturbed by a loaded machine can give it almost
-            // nothing (seen once: 6 of 118 units), and static service then never waits for
-            // it. Such a run is repeated, at most twice.
-            for attempt in 1..=3 {
+            // The comparison means something only where both plans (each run makes its
+            // own) give `b` a real share: a calibration or pilot disturbed by a loaded
+            // machine can give it almost nothing (seen: 6 of 118 units in a static plan;
+            // 19 in a dynamic plan, of which b still did 12, so fewer than 10 could move),
+            // and then static service never waits for it, or dynamic has little to move.
+            // Such a run is repeated, at most three times.
+            for attempt in 1..=4 {
                 let fixed = check_against_single(w, &file, ServiceMode::Scheduled, 128, slow);
                 let dynamic = check_against_single(w, &file, ServiceMode::Dynamic, 128, slow);
                 let mut again = 0u8;
@@ -250,7 +252,7 @@ fn three_sites_slow_host_dynamic_beats_static() {
                     for h in s.hosts.iter().chain(&d.hosts) {
                         eprintln!("  {h:?}");
                     }
-                    if sb.units < 20 && attempt < 3 {
+                    if (sb.units < 20 || db.units < 20) && attempt < 4 {
                         again = 1;
                     } else {
                         assert!(sb.units >= 20, "the static plans never gave b a real share");
