@@ -56,6 +56,9 @@ pub struct MetaJob {
     pub slow_link: Option<(String, f64)>,
 }
 
+/// The routers' spin budget (microseconds; `0`: block at once).
+const ROUTER_SPIN_ENV: &str = "METAMPI_ROUTER_SPIN_US";
+
 /// Run `job`: parse the description, start its routers, run the ranks, stop the routers.
 ///
 /// # Errors
@@ -68,7 +71,14 @@ pub fn run(job: &MetaJob) -> Result<JobOutcome, MetaJobError> {
         slow_down_link(&mut layout, name, *factor)?;
     }
     let exe = std::env::current_exe()?.into_os_string();
-    let (_routers, plan) = metampi::meta::start(&layout, &exe, &["router".into()], &[])?;
+    // Units are large and the search is throughput-bound: routers that spin for low latency
+    // would only take cycles from the clients beside them and inflate the relay CPU the
+    // pilot measures (the plan then starves the data host). A user's own setting wins.
+    let router_env: Vec<(OsString, OsString)> = match std::env::var_os(ROUTER_SPIN_ENV) {
+        Some(_) => Vec::new(),
+        None => vec![(ROUTER_SPIN_ENV.into(), "0".into())],
+    };
+    let (_routers, plan) = metampi::meta::start(&layout, &exe, &["router".into()], &router_env)?;
     let mut spec = JobSpec::new()
         .app(AppSpec::new(plan.world_size, exe).args(job.rank_args.clone()))
         .hosts(plan.hosts.clone())

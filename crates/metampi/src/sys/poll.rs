@@ -57,31 +57,40 @@ pub(crate) fn wait_fds(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Resu
     Ok(n as usize)
 }
 
-/// Polls without sleeping for a while before blocking, where cores are to
-/// spare: a process blocked in `ppoll` is woken by the kernel, which costs
-/// microseconds on a bare machine and tens of them in some virtual machines,
-/// once per hop of every message (a router's share of routed latency). Spins
-/// only soon after an event (traffic is flowing) and, unless forced, only
-/// while the machine has at least two idle cores (runnable threads from
-/// `/proc/loadavg`), so an oversubscribed machine never loses a core to it.
+/// Polls without sleeping for a while before blocking: a process blocked in
+/// `ppoll` is woken by the kernel, which costs microseconds on a bare machine
+/// and tens of them in some virtual machines, once per hop of every message (a
+/// router's share of routed latency). Spins only soon after an event (traffic
+/// is flowing). Where the machine has at least two idle cores (runnable
+/// threads from `/proc/loadavg`) it spins hard. Where it has not but no more
+/// than two other threads per core are runnable, it yields the core between looks
+/// (`sched_yield`), so a rank that needs the core gets it at once while the
+/// router still sees its next frame without a wake-up (2 ranks and 2 routers
+/// on 2 cores: routed 8-byte ping-pong 54-90 µs blocking, 20-26 µs
+/// yielding). Busier than that, it blocks at once: a yielding spinner among
+/// many computing ranks shortens their time slices (a 3-site `psrsearch` on 2
+/// cores finished later and its plans went wrong).
 pub(crate) struct Spinner {
     /// Longest spin before one blocking wait; zero: never.
     budget: Duration,
-    /// Spin whatever the load (set explicitly).
+    /// Spin hard whatever the load (set explicitly).
     forced: bool,
-    spare: bool,
+    /// The machine's load at the last look.
+    load: Load,
     checked: Option<Instant>,
     last_event: Option<Instant>,
 }
 
 /// How recent the last event must be for a wait to spin first.
 const SPIN_AFTER: Duration = Duration::from_millis(10);
-/// How often the machine's load is looked at again.
-const LOAD_CHECK: Duration = Duration::from_millis(250);
+/// How often the machine's load is looked at again: often enough that a
+/// busy moment (a job starting) does not stop a short exchange's spinning
+/// (reading `/proc/loadavg` costs a few microseconds).
+const LOAD_CHECK: Duration = Duration::from_millis(20);
 
 impl Spinner {
     /// From `var` (microseconds; `0` turns spinning off, a number forces it);
-    /// unset: `auto_us`, where cores are spare.
+    /// unset: `auto_us`, hard where cores are spare and yielding elsewhere.
     pub(crate) fn from_env(var: &str, auto_us: u64) -> Spinner {
         let set = std::env::var(var)
             .ok()
@@ -89,7 +98,7 @@ impl Spinner {
         Spinner {
             budget: Duration::from_micros(set.unwrap_or(auto_us)),
             forced: set.is_some(),
-            spare: false,
+            load: Load::Crowded,
             checked: None,
             last_event: None,
         }
@@ -100,19 +109,22 @@ impl Spinner {
         if self.budget.is_zero() || self.last_event.is_none_or(|t| now - t >= SPIN_AFTER) {
             return Duration::ZERO;
         }
-        if !self.forced {
-            if self.checked.is_none_or(|t| now - t >= LOAD_CHECK) {
-                self.spare = spare_cores(
-                    &std::fs::read_to_string("/proc/loadavg").unwrap_or_default(),
-                    std::thread::available_parallelism().map_or(1, |n| n.get()),
-                );
-                self.checked = Some(now);
-            }
-            if !self.spare {
-                return Duration::ZERO;
-            }
+        if !self.forced && self.checked.is_none_or(|t| now - t >= LOAD_CHECK) {
+            self.load = load(
+                &std::fs::read_to_string("/proc/loadavg").unwrap_or_default(),
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            );
+            self.checked = Some(now);
+        }
+        if !self.forced && self.load == Load::Crowded {
+            return Duration::ZERO;
         }
         self.budget.min(timeout)
+    }
+
+    /// Whether a spin keeps its core (else it yields between looks).
+    fn hard(&self) -> bool {
+        self.forced || self.load == Load::Spare
     }
 
     /// As [`wait_fds`], spinning first where that pays (see [`Spinner`]),
@@ -134,6 +146,7 @@ impl Spinner {
         }
         let spin = self.spin_for(start, timeout);
         if !spin.is_zero() {
+            let hard = self.hard();
             loop {
                 let n = wait_fds(pfds, Duration::ZERO)?;
                 if n > 0 || ready() {
@@ -143,7 +156,11 @@ impl Spinner {
                 if start.elapsed() >= spin {
                     break;
                 }
-                std::hint::spin_loop();
+                if hard {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
         }
         let left = timeout.saturating_sub(start.elapsed());
@@ -169,16 +186,31 @@ impl Spinner {
     }
 }
 
-/// Whether a machine of `cores` has two idle at least, from the runnable
-/// count in `/proc/loadavg` text (`0.50 0.40 0.30 3/345 1234`: 3 runnable,
-/// the reader included).
-fn spare_cores(loadavg: &str, cores: usize) -> bool {
+/// How busy a machine is, for a [`Spinner`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Load {
+    /// Two cores idle at least: spin hard.
+    Spare,
+    /// At most two runnable threads per core besides the reader: spin,
+    /// yielding between looks.
+    Shared,
+    /// More, or unknown: block at once.
+    Crowded,
+}
+
+/// A machine of `cores`'s load from the runnable count in `/proc/loadavg`
+/// text (`0.50 0.40 0.30 3/345 1234`: 3 runnable, the reader included).
+fn load(loadavg: &str, cores: usize) -> Load {
     let runnable = loadavg
         .split_whitespace()
         .nth(3)
         .and_then(|f| f.split('/').next())
         .and_then(|r| r.parse::<usize>().ok());
-    runnable.is_some_and(|r| r + 2 <= cores)
+    match runnable {
+        Some(r) if r + 2 <= cores => Load::Spare,
+        Some(r) if r <= 2 * cores + 1 => Load::Shared,
+        _ => Load::Crowded,
+    }
 }
 
 /// Sets a socket's send and receive buffer sizes (`SO_SNDBUF`/`SO_RCVBUF`).
@@ -232,12 +264,15 @@ mod tests {
     use std::os::unix::net::UnixDatagram;
 
     #[test]
-    fn spare_cores_reads_the_runnable_count() {
-        assert!(spare_cores("0.10 0.20 0.30 3/345 999", 16));
-        assert!(!spare_cores("2.10 2.20 2.30 2/345 999", 2));
-        assert!(!spare_cores("1.00 1.00 1.00 15/345 999", 16));
-        assert!(!spare_cores("", 16));
-        assert!(!spare_cores("garbage", 16));
+    fn load_reads_the_runnable_count() {
+        assert_eq!(load("0.10 0.20 0.30 3/345 999", 16), Load::Spare);
+        assert_eq!(load("2.10 2.20 2.30 2/345 999", 2), Load::Shared);
+        assert_eq!(load("2.10 2.20 2.30 4/345 999", 2), Load::Shared);
+        assert_eq!(load("2.10 2.20 2.30 5/345 999", 2), Load::Shared);
+        assert_eq!(load("8.00 8.00 8.00 6/345 999", 2), Load::Crowded);
+        assert_eq!(load("1.00 1.00 1.00 15/345 999", 16), Load::Shared);
+        assert_eq!(load("", 16), Load::Crowded);
+        assert_eq!(load("garbage", 16), Load::Crowded);
     }
 
     #[test]
@@ -247,7 +282,7 @@ mod tests {
         let mut s = Spinner {
             budget: Duration::from_micros(50),
             forced: true,
-            spare: false,
+            load: Load::Crowded,
             checked: None,
             last_event: None,
         };
@@ -263,6 +298,18 @@ mod tests {
             Duration::ZERO,
             "traffic stopped"
         );
+        assert!(s.hard(), "forced spins keep the core");
+        // Unforced: hard with spare cores, yielding on a shared machine,
+        // not at all on a crowded one.
+        s.forced = false;
+        s.checked = Some(now);
+        s.load = Load::Shared;
+        assert_eq!(s.spin_for(now, t), Duration::from_micros(50));
+        assert!(!s.hard());
+        s.load = Load::Spare;
+        assert!(s.hard());
+        s.load = Load::Crowded;
+        assert_eq!(s.spin_for(now, t), Duration::ZERO);
         s.budget = Duration::ZERO;
         assert_eq!(s.spin_for(now, t), Duration::ZERO);
     }
@@ -273,7 +320,7 @@ mod tests {
         let mut s = Spinner {
             budget: Duration::from_millis(50),
             forced: true,
-            spare: false,
+            load: Load::Crowded,
             checked: None,
             last_event: Some(Instant::now()),
         };
