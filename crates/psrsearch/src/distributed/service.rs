@@ -506,16 +506,30 @@ fn serve_requests(
 /// root records here too — so a unit can move to a client of any server, and the rates of
 /// every host are compared.
 ///
-/// The rule (a client asks for a unit with its own queue empty): find the client `v` with the
-/// latest predicted finish, `(outstanding_v + queued_v) · rate_v`; hand the asker `c` the last
-/// unit of `v`'s queue when `c` would finish it sooner,
-/// `transfer_c + (outstanding_c + 1) · rate_c < (outstanding_v + queued_v) · rate_v`, else
-/// answer `Drained`. `rate` is the measured interval between a client's results once it has
-/// returned two, before that the plan's `max(unit_s, transfer_s)`, and never less than the
-/// time the client has been holding work without returning any (so a host that stalls, or
-/// is slower than calibrated, is seen before its second result); `transfer` is the plan's
-/// time to move a unit over the asker's link, so a slow-link host is not handed a unit it
-/// would deliver late.
+/// The rule, when client `c` asks:
+/// - Its own queue not empty: the queue's next unit, unless the other clients still asking
+///   would, at their rates, finish all queued units and what they hold before `c` finished
+///   one more, `Σ queued / Σ_v (1 / rate_v) < (outstanding_c + 1) · rate_c` (the sums over
+///   every queue and the asking `v ≠ c`, whose outstanding units count too). Then `c` is
+///   answered `Drained` and its queue waits for the others: a host slower than planned, or
+///   behind a slower link, stops taking its own share once the others could finish the job
+///   without it. The last client asking never declines.
+/// - Its own queue empty: a unit of a drained client's queue if there is one (nobody else
+///   will take it); else find the client `v` with the latest predicted finish,
+///   `(outstanding_v + queued_v) · rate_v`, and hand `c` the last unit of `v`'s queue when
+///   `c` would finish it sooner, `transfer_c + (outstanding_c + 1) · rate_c <
+///   (outstanding_v + queued_v) · rate_v`; else answer `Drained`.
+///
+/// So every unit is taken: a drained client's units go to whoever asks next, and a client
+/// is drained only while another still asks.
+///
+/// `rate` is the measured interval between a client's results once it has returned two,
+/// after one the time from its first unit to that result, before that the plan's
+/// `max(unit_s, transfer_s)`, and never less than the time the client
+/// has been holding work without returning any (so a host that stalls, or is slower than
+/// calibrated, is seen before its second result); `transfer` is the plan's time to move a
+/// unit over the client's link, so a slow-link host is not handed a unit it would deliver
+/// late.
 pub(crate) struct Pool {
     /// Per world rank: units still to hand out, in the plan's order.
     queues: Vec<VecDeque<u64>>,
@@ -527,8 +541,12 @@ pub(crate) struct Pool {
     returned: Vec<(u64, f64, f64)>,
     /// Per world rank: since when it has held work without returning a result.
     holding_since: Vec<f64>,
+    /// Per world rank: when it was first handed a unit.
+    first_given: Vec<Option<f64>>,
     /// Per world rank: the plan's seconds per unit and per transfer of its host.
     planned: Vec<SiteCost>,
+    /// Per world rank: a client of this pool that has not been answered `Drained`.
+    asking: Vec<bool>,
 }
 
 impl Pool {
@@ -544,7 +562,9 @@ impl Pool {
             .unwrap_or(0);
         let mut queues = vec![VecDeque::new(); size];
         let mut planned = vec![SiteCost::default(); size];
+        let mut asking = vec![false; size];
         for &c in mine {
+            asking[c as usize] = true;
             queues[c as usize] = job.assignment[c as usize].iter().copied().collect();
             let k = job
                 .roles
@@ -561,7 +581,9 @@ impl Pool {
             outstanding: vec![0; size],
             returned: vec![(0, 0.0, 0.0); size],
             holding_since: vec![0.0; size],
+            first_given: vec![None; size],
             planned,
+            asking,
         }
     }
 
@@ -570,6 +592,8 @@ impl Pool {
     fn rate(&self, c: usize, now: f64) -> f64 {
         let base = match self.returned[c] {
             (n, first, last) if n >= 2 => (last - first) / (n - 1) as f64,
+            // One result: it took at most this long since the client got work.
+            (1, first, _) => first - self.first_given[c].unwrap_or(first),
             _ => self.planned[c].unit_s.max(self.planned[c].transfer_s),
         };
         if self.outstanding[c] > 0 {
@@ -579,32 +603,74 @@ impl Pool {
         }
     }
 
-    /// The unit to send client `c` at `now`, or `None` when it should stop asking.
+    /// The unit to send client `c` at `now`, or `None` when it should stop asking (see
+    /// [`Pool`] for the rule).
     fn next_for(&mut self, c: Rank, now: f64) -> Option<u64> {
         let c = c as usize;
-        let b = match self.queues[c].pop_front() {
-            Some(b) => b,
-            None => {
-                let finish = |p: &Pool, v: usize| {
-                    (p.outstanding[v] + p.queues[v].len() as u64) as f64 * p.rate(v, now)
-                };
-                let victim = (0..self.queues.len())
-                    .filter(|&v| v != c && !self.queues[v].is_empty())
-                    .max_by(|&a, &b| finish(self, a).total_cmp(&finish(self, b)))?;
-                let mine = self.planned[c].transfer_s
-                    + (self.outstanding[c] + 1) as f64 * self.rate(c, now);
-                if mine >= finish(self, victim) {
-                    return None;
-                }
-                self.queues[victim].pop_back()?
-            }
+        if !self.asking.get(c).copied().unwrap_or(false) {
+            return None;
+        }
+        let b = if self.queues[c].is_empty() {
+            self.steal_for(c, now)
+        } else if self.better_elsewhere(c, now) {
+            None
+        } else {
+            self.queues[c].pop_front()
+        };
+        let Some(b) = b else {
+            self.asking[c] = false;
+            return None;
         };
         self.holder[b as usize] = Some(c as Rank);
         if self.outstanding[c] == 0 {
             self.holding_since[c] = now;
         }
+        self.first_given[c].get_or_insert(now);
         self.outstanding[c] += 1;
         Some(b)
+    }
+
+    /// When `c` could finish everything it has and one more unit.
+    fn finish_with_one_more(&self, c: usize, now: f64) -> f64 {
+        (self.outstanding[c] + 1) as f64 * self.rate(c, now)
+    }
+
+    /// When `v` would finish what it holds and has queued.
+    fn finish(&self, v: usize, now: f64) -> f64 {
+        (self.outstanding[v] + self.queues[v].len() as u64) as f64 * self.rate(v, now)
+    }
+
+    /// Whether the other clients still asking, at their rates, would finish everything queued
+    /// (`c`'s queue included, which they take over if `c` stops) and what they hold before `c`
+    /// would finish what it holds and one unit more.
+    fn better_elsewhere(&self, c: usize, now: f64) -> bool {
+        let (mut work, mut speed) = (0u64, 0.0);
+        for v in 0..self.queues.len() {
+            work += self.queues[v].len() as u64;
+            let r = self.rate(v, now);
+            if v != c && self.asking[v] && r > 0.0 {
+                work += self.outstanding[v];
+                speed += 1.0 / r;
+            }
+        }
+        speed > 0.0 && work as f64 / speed < self.finish_with_one_more(c, now)
+    }
+
+    /// A unit for `c`, whose own queue is empty: a drained client's first, else one from the
+    /// client predicted to finish last if `c` would finish it sooner.
+    fn steal_for(&mut self, c: usize, now: f64) -> Option<u64> {
+        let others = || (0..self.queues.len()).filter(move |&v| v != c);
+        if let Some(v) = others().find(|&v| !self.asking[v] && !self.queues[v].is_empty()) {
+            return self.queues[v].pop_front();
+        }
+        let victim = others()
+            .filter(|&v| !self.queues[v].is_empty())
+            .max_by(|&a, &b| self.finish(a, now).total_cmp(&self.finish(b, now)))?;
+        let mine = self.planned[c].transfer_s + self.finish_with_one_more(c, now);
+        if mine >= self.finish(victim, now) {
+            return None;
+        }
+        self.queues[victim].pop_back()
     }
 
     /// Record the result for `block` at `now` for whichever client holds it (another
@@ -1289,6 +1355,149 @@ pub(crate) fn periodicity_worker(
                     describe(&m)
                 )))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool of clients 0.. with these queues, all planned at `planned_s` per unit.
+    fn pool(queues: &[Vec<u64>], planned_s: f64) -> Pool {
+        let n = queues.len();
+        let nblocks = queues
+            .iter()
+            .flatten()
+            .map(|&b| b as usize + 1)
+            .max()
+            .unwrap_or(0);
+        Pool {
+            queues: queues.iter().map(|q| q.iter().copied().collect()).collect(),
+            holder: vec![None; nblocks],
+            outstanding: vec![0; n],
+            returned: vec![(0, 0.0, 0.0); n],
+            holding_since: vec![0.0; n],
+            first_given: vec![None; n],
+            planned: vec![
+                SiteCost {
+                    unit_s: planned_s,
+                    transfer_s: 0.0,
+                };
+                n
+            ],
+            asking: vec![true; n],
+        }
+    }
+
+    /// Runs the pool to the end with clients that take `true_s[c]` seconds per unit and keep
+    /// `ahead` units requested; returns the units each computed and the finish time.
+    fn simulate(p: &mut Pool, true_s: &[f64], ahead: usize) -> (Vec<Vec<u64>>, f64) {
+        let n = true_s.len();
+        let mut done = vec![Vec::new(); n];
+        // Per client: units received, in order, and when its current one finishes.
+        let mut held: Vec<VecDeque<u64>> = vec![VecDeque::new(); n];
+        let mut busy_until = vec![0.0f64; n];
+        let mut asking = vec![true; n];
+        let mut now = 0.0f64;
+        for c in 0..n {
+            for _ in 0..ahead {
+                match p.next_for(c as Rank, now) {
+                    Some(b) => held[c].push_back(b),
+                    None => asking[c] = false,
+                }
+            }
+            busy_until[c] = true_s[c];
+        }
+        while let Some(c) = (0..n)
+            .filter(|&c| !held[c].is_empty())
+            .min_by(|&a, &b| busy_until[a].total_cmp(&busy_until[b]))
+        {
+            now = busy_until[c];
+            let b = held[c].pop_front().unwrap();
+            assert!(
+                p.returned(c as Rank, b, now),
+                "client {c} was not given unit {b}"
+            );
+            done[c].push(b);
+            if asking[c] {
+                match p.next_for(c as Rank, now) {
+                    Some(b) => held[c].push_back(b),
+                    None => asking[c] = false,
+                }
+            }
+            busy_until[c] = now + true_s[c];
+        }
+        (done, now)
+    }
+
+    fn all_once(done: &[Vec<u64>], units: u64) {
+        let mut all: Vec<u64> = done.iter().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            (0..units).collect::<Vec<_>>(),
+            "every unit exactly once"
+        );
+    }
+
+    #[test]
+    fn a_slow_client_gives_up_its_own_share() {
+        // Planned equal; client 2 is really ten times slower.
+        let queues = vec![(0..20).collect(), (20..40).collect(), (40..60).collect()];
+        let mut p = pool(&queues, 1.0);
+        let (done, end) = simulate(&mut p, &[1.0, 1.0, 10.0], 3);
+        all_once(&done, 60);
+        assert!(
+            done[2].len() <= 4,
+            "the slow client kept {} units",
+            done[2].len()
+        );
+        // Without declining it would compute its 20 units: 200 s. Declining after its first
+        // result (its three units requested ahead done at 30 s), the others' 57 take 28.5 s.
+        assert!(end <= 30.0, "finished at {end}");
+        // Its units went to the others, who took them although their own rates were known.
+        assert!(done[0].iter().chain(&done[1]).any(|&b| b >= 40));
+    }
+
+    #[test]
+    fn the_last_client_asking_never_declines() {
+        let queues = vec![(0..5).collect(), (5..10).collect()];
+        let mut p = pool(&queues, 1.0);
+        p.asking[0] = false;
+        // Client 1 is slow and client 0 no longer asks: client 1 must take everything.
+        p.holding_since[1] = 0.0;
+        let mut got = Vec::new();
+        while let Some(b) = p.next_for(1, 100.0) {
+            got.push(b);
+            assert!(p.returned(1, b, 100.0));
+        }
+        got.sort_unstable();
+        assert_eq!(got, (0..10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn every_unit_is_handed_out_once_whatever_the_speeds() {
+        // Speeds from a fixed little generator: no unit is lost or given twice, and no
+        // client is told to stop while units that only it could take remain.
+        let mut x = 12345u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..200 {
+            let n = 1 + (next() % 6) as usize;
+            let mut queues = vec![Vec::new(); n];
+            let units = next() % 40;
+            for b in 0..units {
+                queues[(next() % n as u64) as usize].push(b);
+            }
+            let true_s: Vec<f64> = (0..n).map(|_| 0.1 + (next() % 100) as f64 / 10.0).collect();
+            let mut p = pool(&queues, 1.0);
+            let (done, _) = simulate(&mut p, &true_s, 1 + (next() % 3) as usize);
+            all_once(&done, units);
         }
     }
 }
