@@ -20,6 +20,8 @@ pub enum ErrorClass {
     Type,
     /// `MPI_ERR_ARG`: another invalid argument.
     Arg,
+    /// `MPI_ERR_DIMS`: an invalid dimension or number of dimensions of a grid.
+    Dims,
     /// `MPI_ERR_PENDING`/would-block: the operation cannot complete now.
     WouldBlock,
     /// `MPI_ERR_OTHER`: transport failure, lost peer, internal error.
@@ -36,6 +38,7 @@ impl fmt::Display for ErrorClass {
             ErrorClass::Comm => "MPI_ERR_COMM",
             ErrorClass::Type => "MPI_ERR_TYPE",
             ErrorClass::Arg => "MPI_ERR_ARG",
+            ErrorClass::Dims => "MPI_ERR_DIMS",
             ErrorClass::WouldBlock => "MPI_ERR_PENDING",
             ErrorClass::Other => "MPI_ERR_OTHER",
         };

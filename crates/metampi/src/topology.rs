@@ -12,7 +12,10 @@ use crate::collective;
 use crate::environment::shared;
 use crate::error::{Error, ErrorClass};
 pub use crate::Rank;
-use crate::Tag;
+use crate::{Count, Tag};
+
+mod cartesian;
+pub use cartesian::{dims_create, CartesianCommunicator, CartesianLayout};
 
 /// A key for ordering ranks in `split_by_color_with_key`.
 pub type Key = i32;
@@ -31,6 +34,8 @@ pub(crate) struct CommInner {
     /// Shared-memory region for blocking barriers and small all-reduces.
     pub shm: Mutex<crate::collective::shm::State>,
     name: Mutex<String>,
+    /// The grid of a Cartesian communicator (and of its duplicates).
+    pub(crate) grid: OnceLock<Arc<cartesian::Grid>>,
 }
 
 impl CommInner {
@@ -53,6 +58,7 @@ impl CommInner {
             coll_seq: AtomicU32::new(0),
             shm: Mutex::default(),
             name: Mutex::new(name),
+            grid: OnceLock::new(),
         }))
     }
 
@@ -222,9 +228,74 @@ pub trait Communicator: sealed::AsHandle {
         let h = &self.as_handle().0;
         let ctx = collective::agree_context(h);
         let name = format!("{} (dup)", self.get_name());
-        SimpleCommunicator(CommunicatorHandle(
-            CommInner::new(ctx, h.ranks.to_vec(), name).expect("a member of the parent"),
-        ))
+        let inner = CommInner::new(ctx, h.ranks.to_vec(), name).expect("a member of the parent");
+        // A duplicate keeps the topology (MPI_Comm_dup).
+        if let Some(g) = h.grid.get() {
+            let _ = inner.grid.set(Arc::clone(g));
+        }
+        SimpleCommunicator(CommunicatorHandle(inner))
+    }
+
+    /// A communicator whose ranks are the cells of a `dims` grid, periodic where `periods`
+    /// says (`MPI_Cart_create`; collective). With `reorder`, processes are placed so that
+    /// few grid edges cross sites and machines (see [`CartesianCommunicator`]); without,
+    /// rank `r` takes cell `r`. `None` for a process without a cell.
+    ///
+    /// # Panics
+    /// On invalid arguments; see [`Communicator::try_create_cartesian_communicator`].
+    fn create_cartesian_communicator(
+        &self,
+        dims: &[Count],
+        periods: &[bool],
+        reorder: bool,
+    ) -> Option<CartesianCommunicator> {
+        self.try_create_cartesian_communicator(dims, periods, reorder)
+            .unwrap_or_else(|e| panic!("create_cartesian_communicator: {e}"))
+    }
+
+    /// As [`Communicator::create_cartesian_communicator`].
+    ///
+    /// # Errors
+    /// `Arg` when `dims` and `periods` differ in length or the grid has more cells than the
+    /// communicator has processes, `Dims` for an extent under 1. The arguments are checked
+    /// before anything is sent, so every member, given the same ones, returns the same error.
+    fn try_create_cartesian_communicator(
+        &self,
+        dims: &[Count],
+        periods: &[bool],
+        reorder: bool,
+    ) -> Result<Option<CartesianCommunicator>, Error> {
+        let h = &self.as_handle().0;
+        let grid = cartesian::Grid::new(dims, periods, h.size())?;
+        let members = cartesian::members_of_cells(h, &grid, reorder);
+        let ctx = collective::agree_context(h);
+        let name = format!("cartesian {dims:?} of {}", self.get_name());
+        Ok(CartesianCommunicator::make(h, ctx, grid, &members, name))
+    }
+
+    /// The rank this process would have in
+    /// [`Communicator::create_cartesian_communicator`] with `reorder` (`MPI_Cart_map`;
+    /// local), or `None` if it would have no cell.
+    ///
+    /// # Panics
+    /// On invalid arguments; see [`Communicator::try_cartesian_map`].
+    fn cartesian_map(&self, dims: &[Count], periods: &[bool]) -> Option<Rank> {
+        self.try_cartesian_map(dims, periods)
+            .unwrap_or_else(|e| panic!("cartesian_map: {e}"))
+    }
+
+    /// As [`Communicator::cartesian_map`].
+    ///
+    /// # Errors
+    /// As [`Communicator::try_create_cartesian_communicator`].
+    fn try_cartesian_map(&self, dims: &[Count], periods: &[bool]) -> Result<Option<Rank>, Error> {
+        let h = &self.as_handle().0;
+        let grid = cartesian::Grid::new(dims, periods, h.size())?;
+        let members = cartesian::members_of_cells(h, &grid, true);
+        Ok(members
+            .iter()
+            .position(|&m| m == h.rank as usize)
+            .map(|cell| cell as Rank))
     }
 
     /// Splits by colour, ordering by old rank (collective).
@@ -449,7 +520,41 @@ pub(crate) fn site_of_world(w: u32) -> usize {
 /// A communicator value of its own (world, duplicates, splits).
 pub struct SimpleCommunicator(pub(crate) CommunicatorHandle);
 
+/// The kind of process topology a communicator carries (`MPI_Topo_test`).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Topology {
+    /// A Cartesian grid.
+    Cartesian,
+    /// None.
+    Undefined,
+}
+
+/// A communicator as the type of its topology.
+pub enum IntoTopology {
+    /// A Cartesian grid.
+    Cartesian(CartesianCommunicator),
+    /// None.
+    Undefined(SimpleCommunicator),
+}
+
 impl SimpleCommunicator {
+    /// The topology this communicator carries (a duplicate of a Cartesian communicator
+    /// carries its grid).
+    pub fn topology(&self) -> Topology {
+        match self.0 .0.grid.get() {
+            Some(_) => Topology::Cartesian,
+            None => Topology::Undefined,
+        }
+    }
+
+    /// This communicator as the type of its topology.
+    pub fn into_topology(self) -> IntoTopology {
+        match self.0 .0.grid.get().cloned() {
+            Some(g) => IntoTopology::Cartesian(CartesianCommunicator(self, g)),
+            None => IntoTopology::Undefined(self),
+        }
+    }
+
     /// The world communicator.
     pub fn world() -> SimpleCommunicator {
         static WORLD: OnceLock<Arc<CommInner>> = OnceLock::new();
