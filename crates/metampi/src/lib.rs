@@ -38,6 +38,7 @@
 //! [`traits::Source::immediate_receive_vec`]) need no scope and are real
 //! `Future`s woken by the library.
 
+pub mod attribute;
 pub mod auth;
 mod bootstrap;
 pub mod collective;
@@ -73,6 +74,7 @@ pub type Address = isize;
 
 /// rsmpi's vocabulary in one import: `use metampi::traits::*;`.
 pub mod traits {
+    pub use crate::attribute::{AnyCommunicator, CommAttribute};
     pub use crate::collective::{CommunicatorCollectives, Operation, Root};
     pub use crate::datatype::{
         AsDatatype, Buffer, BufferMut, Collection, Datatype, Equivalence, Partitioned,

@@ -36,6 +36,8 @@ pub(crate) struct CommInner {
     name: Mutex<String>,
     /// The grid of a Cartesian communicator (and of its duplicates).
     pub(crate) grid: OnceLock<Arc<cartesian::Grid>>,
+    /// Cached attributes (`attribute::AnyCommunicator`).
+    pub(crate) attrs: Mutex<crate::attribute::Attributes>,
 }
 
 impl CommInner {
@@ -59,6 +61,7 @@ impl CommInner {
             shm: Mutex::default(),
             name: Mutex::new(name),
             grid: OnceLock::new(),
+            attrs: Mutex::default(),
         }))
     }
 
@@ -229,10 +232,17 @@ pub trait Communicator: sealed::AsHandle {
         let ctx = collective::agree_context(h);
         let name = format!("{} (dup)", self.get_name());
         let inner = CommInner::new(ctx, h.ranks.to_vec(), name).expect("a member of the parent");
-        // A duplicate keeps the topology (MPI_Comm_dup).
+        // A duplicate keeps the topology and the attributes that ask to be copied
+        // (MPI_Comm_dup).
         if let Some(g) = h.grid.get() {
             let _ = inner.grid.set(Arc::clone(g));
         }
+        let attrs = h
+            .attrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .for_duplicate();
+        *inner.attrs.lock().unwrap_or_else(|p| p.into_inner()) = attrs;
         SimpleCommunicator(CommunicatorHandle(inner))
     }
 

@@ -193,3 +193,42 @@ fn cartesian_reorder_keeps_sites_together() {
             }
         });
 }
+
+#[derive(Clone, Debug, PartialEq)]
+struct Tuning(i32);
+impl metampi::traits::CommAttribute for Tuning {
+    const CLONE_ON_DUP: bool = true;
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Scratch(Vec<u8>);
+impl metampi::traits::CommAttribute for Scratch {}
+
+/// Attributes cached on a communicator: per type, replaced by a later set, seen through every
+/// handle of the same communicator, and copied to a duplicate only where the type asks.
+#[test]
+fn attributes_are_cached_per_communicator() {
+    Ranks::new(2).run("attributes_are_cached_per_communicator", |world| {
+        let mut w = metampi::topology::SimpleCommunicator::world();
+        assert_eq!(w.get_attr::<Tuning>(), None);
+        w.set_attr(Tuning(10));
+        w.set_attr(Scratch(vec![1, 2]));
+        let first = w.get_attr::<Tuning>().cloned();
+        assert_eq!(first, Some(Tuning(10)));
+        // `world` is another handle of the same communicator.
+        assert_eq!(world.get_attr::<Scratch>(), Some(&Scratch(vec![1, 2])));
+        let mut dup = w.duplicate();
+        assert_eq!(dup.get_attr::<Tuning>(), Some(&Tuning(10)));
+        assert_eq!(dup.get_attr::<Scratch>(), None, "not copied on duplication");
+        // Set through a trait object; the original keeps its own value.
+        let d: &mut dyn Communicator = &mut dup;
+        d.set_attr(Tuning(11));
+        assert_eq!(dup.get_attr::<Tuning>(), Some(&Tuning(11)));
+        assert_eq!(w.get_attr::<Tuning>(), Some(&Tuning(10)));
+        // A reference taken before a replacement stays valid.
+        let old = world.get_attr::<Tuning>().unwrap();
+        w.set_attr(Tuning(12));
+        assert_eq!(old, &Tuning(10));
+        assert_eq!(world.get_attr::<Tuning>(), Some(&Tuning(12)));
+    });
+}
