@@ -62,14 +62,14 @@ pub(crate) fn wait_fds(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Resu
 /// and tens of them in some virtual machines, once per hop of every message (a
 /// router's share of routed latency). Spins only soon after an event (traffic
 /// is flowing). Where the machine has at least two idle cores (runnable
-/// threads from `/proc/loadavg`) it spins hard. Where it has not but no more
-/// than two other threads per core are runnable, it yields the core between looks
-/// (`sched_yield`), so a rank that needs the core gets it at once while the
+/// threads from `/proc/loadavg`) it spins hard. Where it has not, but no more
+/// than two other threads per core are runnable, it yields the core between
+/// looks (`sched_yield`): a rank that needs the core gets it at once, and the
 /// router still sees its next frame without a wake-up (2 ranks and 2 routers
-/// on 2 cores: routed 8-byte ping-pong 54-90 µs blocking, 20-26 µs
-/// yielding). Busier than that, it blocks at once: a yielding spinner among
-/// many computing ranks shortens their time slices (a 3-site `psrsearch` on 2
-/// cores finished later and its plans went wrong).
+/// on 2 cores: routed 8-byte ping-pong 54-82 µs blocking, 20-34 µs yielding).
+/// Busier than that, it blocks at once: a yielding spinner among many
+/// computing ranks shortens their time slices (a 3-site `psrsearch` on 2
+/// cores finished later, and its plans went wrong).
 pub(crate) struct Spinner {
     /// Longest spin before one blocking wait; zero: never.
     budget: Duration,
