@@ -129,7 +129,8 @@ fn post_send_as(
     let sync = mode == Mode::Synchronous;
     let id = shared().with(|e| {
         let id = e.core.new_send(w, data);
-        e.links.post_send(&mut e.core, id, w, ctx, tag, sync, waiting);
+        e.links
+            .post_send(&mut e.core, id, w, ctx, tag, sync, waiting);
         if mode == Mode::Buffered {
             e.core.detach(id);
         }

@@ -73,10 +73,11 @@ pub enum ServiceMode {
     /// The server sends every client its planned units in a fixed order; no requests.
     Scheduled,
     /// Starts from the static plan, then rebalances while running: clients ask for "a next
-    /// unit", the root server keeps every client's queue from the plan (other servers ask it)
-    /// and lets a client whose queue is empty take the last unit of the client, of any host
-    /// and any server, predicted to finish last, when the thief's measured rate and link say
-    /// it will finish that unit sooner (see [`service`]).
+    /// unit", and the root server keeps every client's queue from the plan (other servers ask
+    /// it). A client whose queue is empty takes the last unit of the client, of any host and
+    /// any server, predicted to finish last, when its measured rate and link say it will
+    /// finish that unit sooner; a client slower than the others declines its own queue once
+    /// they could finish the job without it (`docs/psrsearch.md`, "Dynamic mode").
     Dynamic,
 }
 
