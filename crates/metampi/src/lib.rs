@@ -46,6 +46,13 @@ pub mod datatype;
 mod engine;
 mod envelope;
 pub mod environment;
+/// C-interface names that rsmpi programs use; there is no C library behind them.
+pub mod ffi {
+    /// The handle of a datatype, as [`crate::collective::UnsafeUserFunction`] receives it
+    /// (compare with `UncommittedDatatype::type_id`).
+    #[allow(non_camel_case_types)]
+    pub type MPI_Datatype = u32;
+}
 mod error;
 mod hash;
 pub mod meta;

@@ -441,3 +441,85 @@ fn local(seed: u64) {
     reduce_local_into(&x[..], &mut y[..], SystemOperation::bitwise_xor());
     assert_eq!(y, [0, 0]);
 }
+
+/// The datatype handle the C-style function below last saw.
+static SEEN_DATATYPE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// `inoutvec += invec` over `i64`s, written as for C MPI's `MPI_Op_create`.
+unsafe extern "C" fn c_add(
+    invec: *mut std::ffi::c_void,
+    inoutvec: *mut std::ffi::c_void,
+    len: *mut std::ffi::c_int,
+    datatype: *mut metampi::ffi::MPI_Datatype,
+) {
+    // SAFETY: the library hands over `*len` aligned i64s at each pointer (the operation is
+    // only used on i64 buffers), `inoutvec` exclusively.
+    unsafe {
+        SEEN_DATATYPE.store(*datatype, std::sync::atomic::Ordering::Relaxed);
+        let x = std::slice::from_raw_parts(invec as *const i64, *len as usize);
+        let y = std::slice::from_raw_parts_mut(inoutvec as *mut i64, *len as usize);
+        for (a, b) in x.iter().zip(y) {
+            *b = b.wrapping_add(*a);
+        }
+    }
+}
+
+/// `inoutvec = invec`: associative, not commutative, so a reduce in rank order yields the
+/// first rank's values.
+unsafe extern "C" fn c_first(
+    invec: *mut std::ffi::c_void,
+    inoutvec: *mut std::ffi::c_void,
+    len: *mut std::ffi::c_int,
+    _datatype: *mut metampi::ffi::MPI_Datatype,
+) {
+    // SAFETY: as in `c_add`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(invec as *const i64, inoutvec as *mut i64, *len as usize);
+    }
+}
+
+/// rsmpi's `UnsafeUserOperation`: C-style functions as reduction operations, commutative and
+/// not, blocking and nonblocking, with the datatype handle passed through.
+#[test]
+fn c_style_user_operations() {
+    use metampi::collective::UnsafeUserOperation;
+    Ranks::new(4).run("c_style_user_operations", |world| {
+        let (n, me) = (world.size() as i64, world.rank() as i64);
+        // SAFETY: `c_add` and `c_first` keep to `*len` i64s and are used on i64 buffers only.
+        let (add, first) = unsafe {
+            (
+                UnsafeUserOperation::commutative(c_add),
+                UnsafeUserOperation::associative(c_first),
+            )
+        };
+        let mine: Vec<i64> = (0..1000).map(|i| i * (me + 1)).collect();
+        let mut sum = vec![0i64; 1000];
+        world.all_reduce_into(&mine[..], &mut sum[..], add);
+        let total: i64 = (1..=n).sum();
+        assert!(sum.iter().enumerate().all(|(i, &v)| v == i as i64 * total));
+        assert_eq!(
+            SEEN_DATATYPE.load(std::sync::atomic::Ordering::Relaxed),
+            i64::equivalent_datatype().type_id(),
+            "the function saw i64's handle"
+        );
+        let root = world.process_at_rank(n as i32 - 1);
+        if me == n - 1 {
+            let mut out = vec![0i64; 1000];
+            root.reduce_into_root(&mine[..], &mut out[..], first);
+            assert_eq!(
+                out,
+                (0..1000).collect::<Vec<i64>>(),
+                "rank 0's values first"
+            );
+        } else {
+            root.reduce_into(&mine[..], first);
+        }
+        let mut out = 0i64;
+        metampi::request::scope(|s| {
+            world
+                .immediate_all_reduce_into(s, &me, &mut out, add)
+                .wait();
+        });
+        assert_eq!(out, (0..n).sum::<i64>());
+    });
+}

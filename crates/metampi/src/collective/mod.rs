@@ -71,7 +71,7 @@ pub use self::algorithm::{
 pub use self::op::OpApply;
 pub use self::op::{
     reduce_local_into, try_reduce_local_into, DynBuffer, DynBufferMut, LocIndex, LocValue,
-    Operation, SystemOperation, UserOperation, ValueIndex,
+    Operation, SystemOperation, UnsafeUserFunction, UnsafeUserOperation, UserOperation, ValueIndex,
 };
 
 use self::algorithm::choose;

@@ -627,74 +627,176 @@ impl OpApply for UserOperation<'_> {
         _prim: Option<Prim>,
         dt: u32,
     ) -> Result<(), Error> {
-        let tm = type_map(dt);
-        let datatype = DatatypeRef::__from_id(dt);
-        if !has_element_storage(&tm) || tm.is_dense() {
-            // Signature bytes are the element layout: copy them to aligned storage.
-            let count = upper.len().checked_div(tm.size).unwrap_or(0);
-            let n = upper.len();
-            let mut lo = aligned(n);
-            let mut up = aligned(n);
-            as_bytes_mut(&mut lo)[..n].copy_from_slice(lower);
-            as_bytes_mut(&mut up)[..n].copy_from_slice(upper);
-            (self.f)(
-                DynBuffer {
-                    bytes: &as_bytes(&lo)[..n],
-                    len: count,
-                    datatype,
-                },
-                DynBufferMut {
-                    bytes: &mut as_bytes_mut(&mut up)[..n],
-                    len: count,
-                    datatype,
-                },
-            );
-            upper.copy_from_slice(&as_bytes(&up)[..n]);
-            return Ok(());
-        }
-        // Elements with gaps (padding): unpack into element storage so the
-        // closure sees real values of its type, then pack the result back.
-        let count = upper.len() / tm.size;
-        let span = count * tm.extent;
-        let mut lo = aligned(span);
-        let mut up = aligned(span);
-        let layout = |v: &mut [u128]| RecvLayout {
-            tm: type_map(dt),
-            count,
-            base: v.as_mut_ptr() as *mut u8,
-        };
-        // SAFETY: the scratch holds `count` elements of `extent` bytes and
-        // every block lies inside its element (`has_element_storage`).
-        unsafe {
-            layout(&mut lo).unpack(lower);
-            layout(&mut up).unpack(upper);
-        }
-        (self.f)(
+        on_elements(lower, upper, dt, |x, y| (self.f)(x, y))
+    }
+}
+
+/// Runs `f(invec, inoutvec)` over `lower` and `upper` (signature bytes of datatype `dt`)
+/// laid out as element storage, aligned, and writes the result back into `upper`.
+fn on_elements(
+    lower: &[u8],
+    upper: &mut [u8],
+    dt: u32,
+    f: impl Fn(DynBuffer, DynBufferMut),
+) -> Result<(), Error> {
+    let tm = type_map(dt);
+    let datatype = DatatypeRef::__from_id(dt);
+    if !has_element_storage(&tm) || tm.is_dense() {
+        // Signature bytes are the element layout: copy them to aligned storage.
+        let count = upper.len().checked_div(tm.size).unwrap_or(0);
+        let n = upper.len();
+        let mut lo = aligned(n);
+        let mut up = aligned(n);
+        as_bytes_mut(&mut lo)[..n].copy_from_slice(lower);
+        as_bytes_mut(&mut up)[..n].copy_from_slice(upper);
+        f(
             DynBuffer {
-                bytes: &as_bytes(&lo)[..span],
+                bytes: &as_bytes(&lo)[..n],
                 len: count,
                 datatype,
             },
             DynBufferMut {
-                bytes: &mut as_bytes_mut(&mut up)[..span],
+                bytes: &mut as_bytes_mut(&mut up)[..n],
                 len: count,
                 datatype,
             },
         );
-        let src = as_bytes(&up);
-        let mut pos = 0;
-        for i in 0..count {
-            for &(o, l) in &tm.blocks {
-                let at = i * tm.extent + o as usize;
-                upper[pos..pos + l].copy_from_slice(&src[at..at + l]);
-                pos += l;
-            }
-        }
-        Ok(())
+        upper.copy_from_slice(&as_bytes(&up)[..n]);
+        return Ok(());
     }
+    // Elements with gaps (padding): unpack into element storage so the
+    // closure sees real values of its type, then pack the result back.
+    let count = upper.len() / tm.size;
+    let span = count * tm.extent;
+    let mut lo = aligned(span);
+    let mut up = aligned(span);
+    let layout = |v: &mut [u128]| RecvLayout {
+        tm: type_map(dt),
+        count,
+        base: v.as_mut_ptr() as *mut u8,
+    };
+    // SAFETY: the scratch holds `count` elements of `extent` bytes and
+    // every block lies inside its element (`has_element_storage`).
+    unsafe {
+        layout(&mut lo).unpack(lower);
+        layout(&mut up).unpack(upper);
+    }
+    f(
+        DynBuffer {
+            bytes: &as_bytes(&lo)[..span],
+            len: count,
+            datatype,
+        },
+        DynBufferMut {
+            bytes: &mut as_bytes_mut(&mut up)[..span],
+            len: count,
+            datatype,
+        },
+    );
+    let src = as_bytes(&up);
+    let mut pos = 0;
+    for i in 0..count {
+        for &(o, l) in &tm.blocks {
+            let at = i * tm.extent + o as usize;
+            upper[pos..pos + l].copy_from_slice(&src[at..at + l]);
+            pos += l;
+        }
+    }
+    Ok(())
 }
 
 impl Operation for &UserOperation<'_> {
+    fn is_commutative(&self) -> bool {
+        self.commute
+    }
+}
+
+/// A C-style reduction function, as rsmpi's: `(invec, inoutvec, len, datatype)`, setting
+/// `inoutvec[i] = invec[i] ∘ inoutvec[i]` for `*len` elements of `*datatype`.
+pub type UnsafeUserFunction = unsafe extern "C" fn(
+    *mut std::ffi::c_void,
+    *mut std::ffi::c_void,
+    *mut std::ffi::c_int,
+    *mut crate::ffi::MPI_Datatype,
+);
+
+/// A reduction operation from a C-style function, as rsmpi's `UnsafeUserOperation`: for
+/// code written against C MPI's `MPI_Op_create`. [`UserOperation`] with a closure is the
+/// safe form. The elements are handed over as [`UserOperation`]'s closures see them
+/// (aligned element storage of the datatype).
+#[derive(Clone, Copy)]
+pub struct UnsafeUserOperation {
+    commute: bool,
+    f: UnsafeUserFunction,
+}
+
+impl UnsafeUserOperation {
+    /// A non-commutative (but associative) operation: applied in rank order.
+    ///
+    /// # Safety
+    /// `function` must read at most `*len` elements of `*datatype` at `invec` (and never
+    /// write there), write at most that many at `inoutvec`, and touch nothing else; it may
+    /// run on another thread, with the library's progress lock held, so it must not call
+    /// metampi.
+    pub unsafe fn associative(function: UnsafeUserFunction) -> Self {
+        // SAFETY: the caller's promise is passed on.
+        unsafe { Self::new(false, function) }
+    }
+
+    /// A commutative operation.
+    ///
+    /// # Safety
+    /// As [`UnsafeUserOperation::associative`].
+    pub unsafe fn commutative(function: UnsafeUserFunction) -> Self {
+        // SAFETY: the caller's promise is passed on.
+        unsafe { Self::new(true, function) }
+    }
+
+    /// An operation with explicit commutativity.
+    ///
+    /// # Safety
+    /// As [`UnsafeUserOperation::associative`].
+    pub unsafe fn new(commute: bool, function: UnsafeUserFunction) -> Self {
+        UnsafeUserOperation {
+            commute,
+            f: function,
+        }
+    }
+}
+
+impl std::fmt::Debug for UnsafeUserOperation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UnsafeUserOperation {{ commute: {} }}", self.commute)
+    }
+}
+
+impl OpApply for UnsafeUserOperation {
+    fn apply(
+        &self,
+        lower: &[u8],
+        upper: &mut [u8],
+        _prim: Option<Prim>,
+        dt: u32,
+    ) -> Result<(), Error> {
+        on_elements(lower, upper, dt, |x, y| {
+            let mut len = std::ffi::c_int::try_from(x.len).unwrap_or(std::ffi::c_int::MAX);
+            let mut datatype: crate::ffi::MPI_Datatype = dt;
+            // SAFETY: `x` and `y` hold `x.len` elements of `dt` each (`on_elements`), `y`
+            // exclusively borrowed; the constructor's caller promised that the function
+            // reads only those at `invec`, writes only those at `inoutvec`.
+            unsafe {
+                (self.f)(
+                    x.bytes.as_ptr() as *mut std::ffi::c_void,
+                    y.bytes.as_mut_ptr().cast(),
+                    &mut len,
+                    &mut datatype,
+                )
+            }
+        })
+    }
+}
+
+impl Operation for UnsafeUserOperation {
     fn is_commutative(&self) -> bool {
         self.commute
     }
