@@ -631,6 +631,29 @@ impl OpApply for UserOperation<'_> {
     }
 }
 
+/// Calls `f` with the first `bytes` of the scratch `lo` and `up`, `count` elements each.
+fn hand_over(
+    f: &impl Fn(DynBuffer, DynBufferMut),
+    lo: &[u128],
+    up: &mut [u128],
+    bytes: usize,
+    count: usize,
+    datatype: DatatypeRef<'_>,
+) {
+    f(
+        DynBuffer {
+            bytes: &as_bytes(lo)[..bytes],
+            len: count,
+            datatype,
+        },
+        DynBufferMut {
+            bytes: &mut as_bytes_mut(up)[..bytes],
+            len: count,
+            datatype,
+        },
+    );
+}
+
 /// Runs `f(invec, inoutvec)` over `lower` and `upper` (signature bytes of datatype `dt`)
 /// laid out as element storage, aligned, and writes the result back into `upper`.
 fn on_elements(
@@ -649,18 +672,7 @@ fn on_elements(
         let mut up = aligned(n);
         as_bytes_mut(&mut lo)[..n].copy_from_slice(lower);
         as_bytes_mut(&mut up)[..n].copy_from_slice(upper);
-        f(
-            DynBuffer {
-                bytes: &as_bytes(&lo)[..n],
-                len: count,
-                datatype,
-            },
-            DynBufferMut {
-                bytes: &mut as_bytes_mut(&mut up)[..n],
-                len: count,
-                datatype,
-            },
-        );
+        hand_over(&f, &lo, &mut up, n, count, datatype);
         upper.copy_from_slice(&as_bytes(&up)[..n]);
         return Ok(());
     }
@@ -681,18 +693,7 @@ fn on_elements(
         layout(&mut lo).unpack(lower);
         layout(&mut up).unpack(upper);
     }
-    f(
-        DynBuffer {
-            bytes: &as_bytes(&lo)[..span],
-            len: count,
-            datatype,
-        },
-        DynBufferMut {
-            bytes: &mut as_bytes_mut(&mut up)[..span],
-            len: count,
-            datatype,
-        },
-    );
+    hand_over(&f, &lo, &mut up, span, count, datatype);
     let src = as_bytes(&up);
     let mut pos = 0;
     for i in 0..count {
