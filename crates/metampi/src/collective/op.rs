@@ -143,30 +143,13 @@ impl SystemOperation {
 /// # Safety
 /// Only for types without padding or invalid bit patterns.
 unsafe trait Plain: Copy {}
-// SAFETY: primitive integers and floats have neither padding nor invalid values.
-unsafe impl Plain for i8 {}
-// SAFETY: as above.
-unsafe impl Plain for u8 {}
-// SAFETY: as above.
-unsafe impl Plain for i16 {}
-// SAFETY: as above.
-unsafe impl Plain for u16 {}
-// SAFETY: as above.
-unsafe impl Plain for i32 {}
-// SAFETY: as above.
-unsafe impl Plain for u32 {}
-// SAFETY: as above.
-unsafe impl Plain for i64 {}
-// SAFETY: as above.
-unsafe impl Plain for u64 {}
-// SAFETY: as above.
-unsafe impl Plain for i128 {}
-// SAFETY: as above.
-unsafe impl Plain for u128 {}
-// SAFETY: as above.
-unsafe impl Plain for f32 {}
-// SAFETY: as above.
-unsafe impl Plain for f64 {}
+macro_rules! plain {
+    ($($t:ty),*) => {$(
+        // SAFETY: primitive integers and floats have neither padding nor invalid values.
+        unsafe impl Plain for $t {}
+    )*};
+}
+plain!(i8, u8, i16, u16, i32, u32, i64, u64, i128, u128, f32, f64);
 
 /// `upper[i] = f(lower[i], upper[i])` over the whole elements of both.
 ///
