@@ -148,6 +148,8 @@ impl Rtt {
 
 /// Doublings of the partial-frame timeout (it is also capped by `max_rto`).
 const MAX_STALL_BACKOFF: u32 = 8;
+/// Data frames received that make an acknowledgement due at once.
+const ACK_FRAMES: u32 = 32;
 
 /// Bytes a dead link's transport is read for at most per call (then dropped).
 pub(crate) const DISCARD_READ: usize = 64 << 10;
@@ -182,7 +184,10 @@ pub(crate) struct LinkState {
     recv_cost: u64,
     consumed: u64,
     advertised: u64,
+    /// Data frames and their wire bytes received since our last frame (which
+    /// acknowledged them).
     acks_owed: u32,
+    ack_bytes_owed: u64,
     ack_deadline: Option<Instant>,
     ack_now: bool,
     nack_owed: bool,
@@ -237,6 +242,7 @@ impl LinkState {
             consumed: 0,
             advertised: INITIAL_CREDIT,
             acks_owed: 0,
+            ack_bytes_owed: 0,
             ack_deadline: None,
             ack_now: false,
             nack_owed: false,
@@ -467,7 +473,15 @@ impl LinkState {
         self.stats.payload_raw_in += raw.len() as u64;
         self.stats.payload_wire_in += payload.len() as u64;
         self.acks_owed += 1;
-        if self.acks_owed >= 2 {
+        self.ack_bytes_owed += payload.len() as u64;
+        // Acknowledge at once only after a good share of the window, or many
+        // frames: the sender keeps frames until they are acknowledged and
+        // sends within its credit, so these keep a stream flowing. A lone
+        // small message waits for the deadline (or for a frame of ours going
+        // the other way), so that a ping-pong over two one-way connections
+        // does not pay a frame of acknowledgement, written and read, per
+        // message.
+        if self.acks_owed >= ACK_FRAMES || self.ack_bytes_owed >= self.ack_bytes() {
             self.ack_now = true;
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + self.cfg.ack_delay);
@@ -557,6 +571,12 @@ impl LinkState {
 
     fn can_send_data(&self, queue: &SendQueue) -> bool {
         queue.can_pull(self.cfg.max_frame_payload, self.credit_left())
+    }
+
+    /// Received bytes that make an acknowledgement due at once: a sixteenth of
+    /// the window (at least 64 KiB).
+    fn ack_bytes(&self) -> u64 {
+        (self.cfg.window / 16).max(64 << 10)
     }
 
     fn credit_owed(&self) -> bool {
@@ -706,6 +726,7 @@ impl LinkState {
     fn sent(&mut self, now: Instant, bytes: usize) {
         self.last_send = now;
         self.acks_owed = 0;
+        self.ack_bytes_owed = 0;
         self.ack_deadline = None;
         self.ack_now = false;
         self.stats.frames_out += 1;
@@ -943,6 +964,44 @@ mod tests {
         assert_eq!(p.flush_b(), vec![(FrameKind::Nack, 0)]);
         assert!(p.drain_a().is_empty());
         assert_eq!(p.a.stats.retransmits, 2);
+    }
+
+    #[test]
+    fn small_frames_are_acknowledged_after_many_or_after_the_delay() {
+        let mut p = Pair::new();
+        let frames = p.send_frames(ACK_FRAMES as usize);
+        // A few small frames: no acknowledgement of their own yet.
+        for f in &frames[..ACK_FRAMES as usize - 1] {
+            p.deliver_to_b(f);
+        }
+        assert!(p.flush_b().is_empty(), "acknowledged before its delay");
+        // The delay passes: one acknowledgement of them all.
+        p.now += p.cfg.ack_delay;
+        p.b.handle_timeout(p.now);
+        assert_eq!(p.flush_b(), vec![(FrameKind::Ack, 0)]);
+        assert_eq!(p.a.peer_ack, ACK_FRAMES as u64 - 1);
+        // The count of frames makes it due at once.
+        let more = p.send_frames(ACK_FRAMES as usize);
+        p.deliver_to_b(&frames[ACK_FRAMES as usize - 1]);
+        for f in &more[..ACK_FRAMES as usize - 1] {
+            p.deliver_to_b(f);
+        }
+        assert_eq!(p.flush_b(), vec![(FrameKind::Ack, 0)]);
+        assert_eq!(p.a.peer_ack, 2 * ACK_FRAMES as u64 - 1);
+        // So do the bytes: two frames of half the threshold each.
+        let big = p.b.ack_bytes() as usize / 2;
+        let m = |tag| Message::new(Envelope { tag, ..Envelope::default() }, vec![7u8; big]);
+        p.deliver_to_b(&more[ACK_FRAMES as usize - 1]);
+        p.qa.push(p.now, m(1));
+        let first = p.drain_a();
+        p.qa.push(p.now, m(2));
+        let second = p.drain_a();
+        p.flush_b();
+        for f in first.iter().chain(&second) {
+            p.deliver_to_b(f);
+        }
+        assert_eq!(p.flush_b(), vec![(FrameKind::Ack, 0)]);
+        assert_eq!(p.a.peer_ack, p.a.next_seq);
     }
 
     #[test]

@@ -914,7 +914,7 @@ fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
     if rx.len() < n {
         return Ok(Err(n));
     }
-    if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
+    if debug_enabled() {
         if let Some(e) = Envelope::decode(&rx[..ENV_LEN]) {
             eprintln!(
                 "router frame {:?} src {} dst {} len {} frag {} trailing {}",
@@ -928,6 +928,112 @@ fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
         }
     }
     Ok(Ok(rx.split_to(n).freeze()))
+}
+
+/// `METAMPI_ROUTER_DEBUG`, read once: a lookup per frame costs the
+/// environment's lock and a scan.
+fn debug_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("METAMPI_ROUTER_DEBUG").is_some())
+}
+
+/// Where a router's loop spends its time (`METAMPI_ROUTER_PROFILE` set:
+/// printed to stderr every 200 ms of traffic): how many passes, the time they took, and
+/// how the waits between them ended. Tells a router that sleeps between the
+/// hops of a routed message from one whose passes are slow.
+struct Profile {
+    since: Instant,
+    passes: u64,
+    body: Duration,
+    longest: Duration,
+    waits: crate::sys::poll::WaitCounts,
+    /// Time per part of a pass (see [`PHASES`]), and when the last part ended.
+    phases: [Duration; PHASES.len()],
+    mark: Instant,
+    /// Link reads that got bytes and link writes that had bytes to write:
+    /// how many, and the time they took.
+    reads: (u64, Duration),
+    writes: (u64, Duration),
+}
+
+/// The parts of a router's pass, in order, as the profile names them.
+const PHASES: [&str; 6] = [
+    "accept",
+    "from ranks",
+    "links out",
+    "links in",
+    "to ranks",
+    "prepare wait",
+];
+
+impl Profile {
+    fn from_env() -> Option<Profile> {
+        std::env::var_os("METAMPI_ROUTER_PROFILE").map(|_| Profile {
+            since: Instant::now(),
+            passes: 0,
+            body: Duration::ZERO,
+            longest: Duration::ZERO,
+            waits: Default::default(),
+            phases: Default::default(),
+            mark: Instant::now(),
+            reads: Default::default(),
+            writes: Default::default(),
+        })
+    }
+
+    /// Ends part `k` of the pass.
+    fn phase(&mut self, k: usize) {
+        let now = Instant::now();
+        self.phases[k] += now - self.mark;
+        self.mark = now;
+    }
+
+    /// Counts a pass that began at `start`; prints and restarts every 200 ms.
+    fn pass(&mut self, id: usize, start: Instant, waits: crate::sys::poll::WaitCounts) {
+        let took = start.elapsed();
+        self.passes += 1;
+        self.body += took;
+        self.longest = self.longest.max(took);
+        if self.since.elapsed() < Duration::from_millis(200) {
+            return;
+        }
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        let each = |t: Duration| t.as_secs_f64() * 1e6 / self.passes as f64;
+        let parts: Vec<String> = PHASES
+            .iter()
+            .zip(&self.phases)
+            .map(|(name, t)| format!("{name} {:.2}", each(*t)))
+            .collect();
+        let io = |(n, t): (u64, Duration)| (n, t.as_secs_f64() * 1e6 / n.max(1) as f64);
+        let (reads, writes) = (io(self.reads), io(self.writes));
+        eprintln!(
+            "metampi router {id} profile: {} passes, {:.2} us each (longest {} us; {}); \
+             {} link reads of {:.2} us, {} link writes of {:.2} us; \
+             {} waits: {} ended spinning, {} slept",
+            self.passes,
+            each(self.body),
+            self.longest.as_micros(),
+            parts.join(", "),
+            reads.0,
+            reads.1,
+            writes.0,
+            writes.1,
+            d(waits.waits, self.waits.waits),
+            d(waits.spun, self.waits.spun),
+            d(waits.blocked, self.waits.blocked),
+        );
+        *self = Profile {
+            since: Instant::now(),
+            passes: 0,
+            body: Duration::ZERO,
+            longest: Duration::ZERO,
+            waits,
+            phases: Default::default(),
+            mark: Instant::now(),
+            reads: Default::default(),
+            writes: Default::default(),
+        };
+    }
 }
 
 fn wire_message(frame: Bytes) -> WireMessage {
@@ -1024,6 +1130,8 @@ struct Router {
     spinner: crate::sys::poll::Spinner,
     /// Hash of the node it runs on: ranks offering pipes from the same node get them.
     node: u64,
+    /// `METAMPI_ROUTER_PROFILE`: where the loop's time goes.
+    profile: Option<Profile>,
 }
 
 /// A link connection a connector thread made: peer, link, socket, and the
@@ -1157,6 +1265,7 @@ impl Router {
                     .clone()
                     .unwrap_or_else(crate::environment::hostname),
             ),
+            profile: Profile::from_env(),
         };
         Ok(r)
     }
@@ -1535,6 +1644,9 @@ impl Router {
     /// Feeds a link connection's bytes to its bundle; drives its transmit side.
     fn service_peer(&mut self, now: Instant, outgoing: bool, key: usize, readable: &[bool]) {
         let mut lost = Vec::new();
+        let timing = self.profile.is_some();
+        let mut reads = (0u64, Duration::ZERO);
+        let mut writes = (0u64, Duration::ZERO);
         {
             let Some(p) = self.peer_mut(outgoing, key) else {
                 return;
@@ -1544,6 +1656,7 @@ impl Router {
                     continue;
                 };
                 if readable.get(l).copied().unwrap_or(true) || c.pending() {
+                    let t0 = timing.then(Instant::now);
                     let n = match c.read_into(&mut p.bundle, now, l) {
                         Ok((n, true)) => n,
                         Ok((n, false)) => {
@@ -1556,6 +1669,10 @@ impl Router {
                         }
                     };
                     if n > 0 {
+                        if let Some(t0) = t0 {
+                            reads.0 += 1;
+                            reads.1 += t0.elapsed();
+                        }
                         if let Some(t) = p.trace.as_mut() {
                             t.record(now, p.layout_ids[l], n, true);
                         }
@@ -1565,6 +1682,16 @@ impl Router {
             if p.bundle.poll_timeout().is_some_and(|t| t <= now) {
                 p.bundle.handle_timeout(now);
             }
+        }
+        // What arrived goes to its ranks before anything is written to the
+        // links: an acknowledgement written first would delay the message.
+        if self.take_events(outgoing, key) {
+            self.write_ranks();
+        }
+        {
+            let Some(p) = self.peer_mut(outgoing, key) else {
+                return;
+            };
             for l in 0..p.conns.len() {
                 let Some(c) = p.conns[l].as_mut() else {
                     continue;
@@ -1580,10 +1707,21 @@ impl Router {
                         None => break,
                     }
                 }
+                let t0 = (timing && c.shaper.blocked_on_socket(now)).then(Instant::now);
                 if let Err(e) = c.write(now) {
                     lost.push((l, tls::describe_error(&e)));
                 }
+                if let Some(t0) = t0 {
+                    writes.0 += 1;
+                    writes.1 += t0.elapsed();
+                }
             }
+        }
+        if let Some(p) = self.profile.as_mut() {
+            p.reads.0 += reads.0;
+            p.reads.1 += reads.1;
+            p.writes.0 += writes.0;
+            p.writes.1 += writes.1;
         }
         for (l, why) in lost {
             self.link_lost(now, outgoing, key, l, &why);
@@ -1593,14 +1731,16 @@ impl Router {
 
     /// Messages the links delivered go to their ranks, while the queue
     /// towards ranks has room (otherwise the wire credit stops the sender).
-    fn take_events(&mut self, outgoing: bool, key: usize) {
+    /// Whether any did.
+    fn take_events(&mut self, outgoing: bool, key: usize) -> bool {
         let id = self.id;
+        let mut any = false;
         loop {
             if self.to_ranks >= DELIVER_LIMIT {
-                return;
+                return any;
             }
             let Some(p) = self.peer_mut(outgoing, key) else {
-                return;
+                return any;
             };
             // A message that came in several fragments is written as they are
             // (`writev`), not joined first.
@@ -1612,13 +1752,15 @@ impl Router {
                     None => self.waiting.entry(dst).or_default(),
                 };
                 tx.extend(m.parts);
+                any = true;
                 continue;
             }
             let Some(ev) = p.bundle.poll_event() else {
-                return;
+                return any;
             };
             match ev {
                 Event::Delivered(m) => {
+                    any = true;
                     let dst = m.envelope.dst;
                     self.to_ranks += m.data.len();
                     match self.ranks.iter_mut().find(|r| r.rank == dst) {
@@ -1708,7 +1850,7 @@ impl Router {
                 let _ = std::fs::rename(&tmp, &path);
             }
         }
-        if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
+        if debug_enabled() {
             let ranks: Vec<String> = self
                 .ranks
                 .iter()
@@ -1749,6 +1891,13 @@ impl Router {
         }
     }
 
+    /// Ends part `k` of a profiled pass.
+    fn phase(&mut self, k: usize) {
+        if let Some(p) = self.profile.as_mut() {
+            p.phase(k);
+        }
+    }
+
     fn run(&mut self) -> io::Result<()> {
         self.start_connectors();
         let mut pfds: Vec<libc::pollfd> = Vec::new();
@@ -1758,6 +1907,9 @@ impl Router {
         let mut first = true;
         loop {
             let now = Instant::now();
+            if let Some(p) = self.profile.as_mut() {
+                p.mark = now;
+            }
             let ready = |want: fn(&Slot) -> bool| {
                 first
                     || pfds
@@ -1798,16 +1950,20 @@ impl Router {
                 }
             }
             first = false;
+            self.phase(0);
             self.read_ranks(now, &rank_ready);
+            self.phase(1);
             for k in 0..self.out.len() {
                 let r = link_ready.remove(&(true, k)).unwrap_or_default();
                 self.service_peer(now, true, k, &r);
             }
+            self.phase(2);
             let keys: Vec<u32> = self.inbound.keys().copied().collect();
             for k in keys {
                 let r = link_ready.remove(&(false, k as usize)).unwrap_or_default();
                 self.service_peer(now, false, k as usize, &r);
             }
+            self.phase(3);
             // Delivery may have been waiting for room towards the ranks.
             self.write_ranks();
             for k in 0..self.out.len() {
@@ -1818,6 +1974,7 @@ impl Router {
                 self.take_events(false, k as usize);
             }
             self.write_ranks();
+            self.phase(4);
             self.write_stats(now);
 
             // Sleep until a socket is ready or a timer is due.
@@ -1883,6 +2040,10 @@ impl Router {
             if busy {
                 // Held frames: retry soon (the link's acknowledgements also wake us).
                 wake = wake.min(now + Duration::from_millis(1));
+            }
+            if let Some(p) = self.profile.as_mut() {
+                p.phase(5);
+                p.pass(self.id, now, self.spinner.counts);
             }
             let timeout = wake.saturating_duration_since(Instant::now());
             let ranks = &self.ranks;
