@@ -22,6 +22,9 @@
 #      (PSRSEARCH_SLOW_LINK), the plan trusting the description (PSRSEARCH_TRUST_LINKS).
 #    Printed: the service time and, per host, units planned / done and the finish time.
 #
+# KEEP=DIR keeps every run's distributed.json and log there (as demo.json, run2.json, host-scheduled.json, ... and .log);
+# PLAN_ONLY=1 stops after the plan-against-measured runs.
+#
 # Other users' work on the machine changes the cores the job gets; before every run the script
 # waits up to QUIET_WAIT seconds (default 60) for the machine to be idle, and every run prints
 # the cores other processes took while it ran (machine busy time from /proc/stat less this
@@ -67,6 +70,11 @@ run() {
   local b0 c0 t0 b1 c1 t1
   children_cpu > "$d/c0"; b0=$(busy_jiffies); t0=$(date +%s.%N)
   "$@" > "$out/log" 2>&1 || { echo "$label failed:"; tail -20 "$out/log"; exit 1; }
+  if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP"
+    cp "$out/distributed.json" "$KEEP/$(basename "$out").json"
+    cp "$out/log" "$KEEP/$(basename "$out").log"
+  fi
   b1=$(busy_jiffies); t1=$(date +%s.%N); children_cpu > "$d/c1"
   c0=$(cat "$d/c0"); c1=$(cat "$d/c1")
   local other
@@ -113,6 +121,7 @@ print(f"plan against measured: {ok} of {n} runs with spread and plan error both 
       f"worst of each run, sorted: {', '.join(f'{100 * w:.0f}%' for w in worst)}")
 PY
 
+[ "${PLAN_ONLY:-0}" = 1 ] && exit 0
 for scenario in "host" "link"; do
   if [ "$scenario" = host ]; then
     echo "== stuttgart slowed (0.1 s sleep after every unit, unknown to the plan)"

@@ -990,7 +990,15 @@ mod tests {
         assert_eq!(p.a.peer_ack, 2 * ACK_FRAMES as u64 - 1);
         // So do the bytes: two frames of half the threshold each.
         let big = p.b.ack_bytes() as usize / 2;
-        let m = |tag| Message::new(Envelope { tag, ..Envelope::default() }, vec![7u8; big]);
+        let m = |tag| {
+            Message::new(
+                Envelope {
+                    tag,
+                    ..Envelope::default()
+                },
+                vec![7u8; big],
+            )
+        };
         p.deliver_to_b(&more[ACK_FRAMES as usize - 1]);
         p.qa.push(p.now, m(1));
         let first = p.drain_a();

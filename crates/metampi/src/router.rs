@@ -47,6 +47,7 @@ use crate::envelope::{Envelope, ENV_LEN};
 use crate::sys::vchan::{Offer, VChan, OFFER_LEN};
 
 pub mod tls;
+mod writer;
 
 pub use tls::{Identity, LinkTls, PeerCheck};
 
@@ -445,6 +446,9 @@ struct Shaper {
     next_free: Instant,
     /// Frames waiting for their arrival time, with the bytes already written.
     queue: VecDeque<(Instant, Transmit, usize)>,
+    /// The front frame waits for room in the link's writer thread, which
+    /// wakes the loop (the socket's readiness says nothing about it).
+    held_for_writer: bool,
 }
 
 impl Shaper {
@@ -454,6 +458,7 @@ impl Shaper {
             latency,
             next_free: Instant::now(),
             queue: VecDeque::new(),
+            held_for_writer: false,
         }
     }
 
@@ -474,12 +479,33 @@ impl Shaper {
             .push_back((done + self.latency.unwrap_or_default(), bytes, 0));
     }
 
-    /// Writes what is due (its arrival time has come).
-    fn write(&mut self, s: &mut TcpStream, now: Instant) -> io::Result<()> {
-        while let Some((due, t, done)) = self.queue.front_mut() {
+    /// Writes what is due (its arrival time has come), handing large frames,
+    /// and any frame while earlier ones wait there, to `writer`.
+    fn write(
+        &mut self,
+        s: &mut TcpStream,
+        now: Instant,
+        writer: Option<&writer::Writer>,
+    ) -> io::Result<()> {
+        self.held_for_writer = false;
+        while let Some((due, t, done)) = self.queue.front() {
             if *due > now {
                 break;
             }
+            let hand =
+                writer.filter(|w| *done == 0 && (w.busy() || t.len() >= writer::HAND_OVER_BYTES));
+            if let Some(w) = hand {
+                let (due, t, _) = self.queue.pop_front().expect("a front frame");
+                if let Err(t) = w.offer(t)? {
+                    self.queue.push_front((due, t, 0));
+                    self.held_for_writer = true;
+                    break;
+                }
+                continue;
+            }
+            let Some((_, t, done)) = self.queue.front_mut() else {
+                break;
+            };
             // Header and payload parts in one writev: the payload is not copied.
             let mut iov = [IoSlice::new(&[]); MAX_IOV];
             let n = io_slices(t, *done, &mut iov);
@@ -545,7 +571,7 @@ impl Shaper {
     }
 
     fn blocked_on_socket(&self, now: Instant) -> bool {
-        self.queue.front().is_some_and(|f| f.0 <= now)
+        !self.held_for_writer && self.queue.front().is_some_and(|f| f.0 <= now)
     }
 }
 
@@ -627,6 +653,9 @@ struct WireConn {
     shaper: Shaper,
     /// The TLS session on `stream`, on a link with TLS.
     tls: Option<Box<tls::TlsStream>>,
+    /// The thread that writes large frames (plain, unshaped outgoing links
+    /// where cores are spare; see [`writer`]).
+    writer: Option<writer::Writer>,
 }
 
 impl WireConn {
@@ -640,13 +669,81 @@ impl WireConn {
         now: Instant,
         link: usize,
     ) -> io::Result<(usize, bool)> {
+        let Some(w) = &self.writer else {
+            return read_link(&mut self.stream, self.tls.as_deref_mut(), bundle, now, link);
+        };
+        // What the writer thread read comes first; while it writes, the
+        // socket is its to read. The inbox stays locked through a read here.
+        let mut inbox = w.inbox();
+        let n = inbox.bytes.len();
+        if n > 0 {
+            bundle.handle_bytes(now, link, &inbox.bytes);
+            inbox.bytes.clear();
+        }
+        if inbox.closed {
+            return Ok((n, false));
+        }
+        if w.busy() {
+            return Ok((n, true));
+        }
+        let (m, open) = read_link(&mut self.stream, None, bundle, now, link)?;
+        Ok((n + m, open))
+    }
+
+    /// The descriptor the loop polls: none while the writer thread reads it.
+    fn poll_fd(&self) -> i32 {
+        match &self.writer {
+            Some(w) if w.busy() => -1,
+            _ => self.stream.as_raw_fd(),
+        }
+    }
+
+    /// Writes the shaper's due frames.
+    fn write(&mut self, now: Instant) -> io::Result<()> {
+        if let Some(w) = &self.writer {
+            w.check()?;
+        }
+        match self.tls.as_mut() {
+            None => self
+                .shaper
+                .write(&mut self.stream, now, self.writer.as_ref()),
+            Some(t) => self.shaper.write_tls(&mut self.stream, t, now),
+        }
+    }
+
+    /// Bytes wait inside the TLS session, or in the writer thread's inbox:
+    /// read again without waiting for the socket.
+    fn pending(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.pending())
+            || self.writer.as_ref().is_some_and(|w| {
+                let inbox = w.inbox();
+                inbox.closed || !inbox.bytes.is_empty()
+            })
+    }
+
+    /// The loop must wait for the socket to take bytes.
+    fn wants_write(&self, now: Instant) -> bool {
+        self.shaper.blocked_on_socket(now) || self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+}
+
+/// Reads what arrived on a link (decrypted on a TLS link) straight into the
+/// buffer link `link` of `bundle` decodes frames from (see [`WireConn::read_into`]).
+fn read_link(
+    stream: &mut TcpStream,
+    mut tls: Option<&mut tls::TlsStream>,
+    bundle: &mut Bundle,
+    now: Instant,
+    link: usize,
+) -> io::Result<(usize, bool)> {
+    {
         let mut total = 0;
         while total < READ_BUDGET {
             let (r, n) = bundle.handle_read(now, link, |buf, max| {
                 let max = max.min(READ_BUDGET - total);
                 let before = buf.len();
-                let r = match self.tls.as_mut() {
-                    None => match crate::sys::read::read_append(&self.stream, buf, max) {
+                let r = match tls.as_deref_mut() {
+                    None => match crate::sys::read::read_append(&*stream, buf, max) {
                         Ok(0) => Ok(Some(false)),
                         // A short read: the socket is drained.
                         Ok(n) if n < max => Ok(Some(true)),
@@ -657,7 +754,7 @@ impl WireConn {
                     },
                     // Stops when the socket would block, or with `pending` set.
                     Some(t) => t
-                        .fill_at_most(&mut self.stream, buf, max)
+                        .fill_at_most(stream, buf, max)
                         .map(|open| (!open || !t.pending()).then_some(open)),
                 };
                 (r, buf.len().saturating_sub(before))
@@ -669,25 +766,6 @@ impl WireConn {
             }
         }
         Ok((total, true))
-    }
-
-    /// Writes the shaper's due frames.
-    fn write(&mut self, now: Instant) -> io::Result<()> {
-        match self.tls.as_mut() {
-            None => self.shaper.write(&mut self.stream, now),
-            Some(t) => self.shaper.write_tls(&mut self.stream, t, now),
-        }
-    }
-
-    /// Bytes wait inside the TLS session: read again without waiting for
-    /// the socket.
-    fn pending(&self) -> bool {
-        self.tls.as_ref().is_some_and(|t| t.pending())
-    }
-
-    /// The loop must wait for the socket to take bytes.
-    fn wants_write(&self, now: Instant) -> bool {
-        self.shaper.blocked_on_socket(now) || self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 }
 
@@ -1544,10 +1622,12 @@ impl Router {
         if let Some(t) = tls.as_mut() {
             t.set_link_buffers();
         }
+        // Only acknowledgements go back on an incoming connection: no writer.
         p.conns[link] = Some(WireConn {
             stream: h.stream,
             shaper: Shaper::new(None, None),
             tls,
+            writer: None,
         });
         if again {
             p.bundle.handle_reconnect(now, link);
@@ -1562,10 +1642,16 @@ impl Router {
             let first = !peer.seen[l];
             peer.seen[l] = true;
             peer.lost_at[l] = None;
+            // Emulated links are slow, and TLS encrypts in the loop: the
+            // writer thread is for plain links at full speed.
+            let writer = (tls.is_none() && bps.is_none() && lat.is_none() && writer::enabled())
+                .then(|| writer::Writer::spawn(&stream, Arc::clone(&self.waker.0)).ok())
+                .flatten();
             peer.conns[l] = Some(WireConn {
                 stream,
                 shaper: Shaper::new(bps, lat),
                 tls,
+                writer,
             });
             if !first {
                 peer.bundle.handle_reconnect(now, l);
@@ -2030,7 +2116,7 @@ impl Router {
                     }
                     add(
                         &mut pfds,
-                        c.stream.as_raw_fd(),
+                        c.poll_fd(),
                         c.wants_write(now),
                         Slot::Link(o, k, l),
                     );

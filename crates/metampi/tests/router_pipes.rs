@@ -65,6 +65,19 @@ fn exchange(world: &metampi::topology::SimpleCommunicator) {
 /// checks, while every rank is still connected, that router `r` serves
 /// `want[r]` ranks (all, through pipes).
 fn run(test: &str, portbase: u16, env: &[(&str, &str)], want: [(u64, u64); 2]) {
+    run_checked(test, portbase, env, want, false);
+}
+
+/// [`run`], and with `in_order` also checks that no link resent a frame:
+/// TCP loses nothing here, so a resend means a router wrote a link's frames
+/// out of order (the receiving end asks again for the ones it skipped).
+fn run_checked(
+    test: &str,
+    portbase: u16,
+    env: &[(&str, &str)],
+    want: [(u64, u64); 2],
+    in_order: bool,
+) {
     let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
     let dir = StatsDir::new(test);
     let mut ranks = Ranks::new(6)
@@ -89,6 +102,15 @@ fn run(test: &str, portbase: u16, env: &[(&str, &str)], want: [(u64, u64); 2]) {
                     Some(*pipes),
                     "router {r}: {text}"
                 );
+            }
+            if in_order {
+                for f in std::fs::read_dir(d).unwrap().flatten() {
+                    let name = f.file_name().to_string_lossy().into_owned();
+                    if name.contains("-link-") && name.ends_with("-out.json") {
+                        let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+                        assert_eq!(number(&text, "retransmits"), Some(0), "{name}: {text}");
+                    }
+                }
             }
         }
         world.barrier();
@@ -143,5 +165,21 @@ fn tiny_pipes_carry_everything() {
         24320,
         &[("METAMPI_ROUTER_PIPE", "4096"), ("METAMPI_SPIN_US", "0")],
         [(4, 2), (2, 2)],
+    );
+}
+
+/// Link writer threads forced on (they start on their own only on machines
+/// of four cores or more): frames of 32 KiB and more are written by a thread,
+/// smaller ones by the router's loop unless the thread has frames queued, and
+/// the thread reads the acknowledgements while it writes. Every message still
+/// arrives intact and in order.
+#[test]
+fn link_writer_threads_keep_every_message_in_order() {
+    run_checked(
+        "link_writer_threads_keep_every_message_in_order",
+        24330,
+        &[("METAMPI_ROUTER_WRITER", "1")],
+        [(4, 2), (2, 2)],
+        true,
     );
 }
