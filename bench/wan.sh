@@ -50,6 +50,7 @@ link=12.5
 r() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 printf '%-44s %10s %10s %7s %s\n' measure routed direct ratio target
 printf '%-44s %10s %10s %7s %s\n' "8-byte latency (us), through 2 routers" "$rl" "$dl" "$(r "$rl" "$dl")" "<= 2.0"
+printf '%-44s %10s %10s %7s %s\n' "  latency the routers add (us)" "$(awk -v a="$rl" -v b="$dl" 'BEGIN {printf "%.2f", a - b}')" "$dl" "$(awk -v a="$rl" -v b="$dl" 'BEGIN {printf "%.2f", (a - b) / b}')" "<= 2.0"
 printf '%-44s %10s %10s %7s %s\n' "4 MiB bandwidth (MB/s), through 2 routers" "$rb" "$db" "$(r "$rb" "$db")" ">= 0.9"
 printf '%-44s %10s %10s %7s %s\n' "  same, TCP to the routers: latency (us)" "$tl" "$dl" "$(r "$tl" "$dl")" "-"
 printf '%-44s %10s %10s %7s %s\n' "  same, TCP to the routers: bandwidth (MB/s)" "$vb" "$db" "$(r "$vb" "$db")" "-"
