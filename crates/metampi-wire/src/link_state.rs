@@ -150,6 +150,8 @@ impl Rtt {
 const MAX_STALL_BACKOFF: u32 = 8;
 /// Data frames received that make an acknowledgement due at once.
 const ACK_FRAMES: u32 = 32;
+/// Wire bytes received (in two frames or more) that make one due at once.
+const ACK_BYTES: u64 = 64 << 10;
 
 /// Bytes a dead link's transport is read for at most per call (then dropped).
 pub(crate) const DISCARD_READ: usize = 64 << 10;
@@ -474,14 +476,15 @@ impl LinkState {
         self.stats.payload_wire_in += payload.len() as u64;
         self.acks_owed += 1;
         self.ack_bytes_owed += payload.len() as u64;
-        // Acknowledge at once only after a good share of the window, or many
-        // frames: the sender keeps frames until they are acknowledged and
-        // sends within its credit, so these keep a stream flowing. A lone
-        // small message waits for the deadline (or for a frame of ours going
-        // the other way), so that a ping-pong over two one-way connections
-        // does not pay a frame of acknowledgement, written and read, per
-        // message.
-        if self.acks_owed >= ACK_FRAMES || self.ack_bytes_owed >= self.ack_bytes() {
+        // Acknowledge every second frame of a stream (the sender keeps frames
+        // until they are acknowledged and sends within its credit), but small
+        // frames only once they add up to [`ACK_BYTES`] or [`ACK_FRAMES`]: a
+        // lone small message waits for the deadline (or for a frame of ours
+        // going the other way), so that a ping-pong over two one-way
+        // connections does not pay a frame of acknowledgement, written and
+        // read, per message.
+        if self.acks_owed >= ACK_FRAMES || (self.acks_owed >= 2 && self.ack_bytes_owed >= ACK_BYTES)
+        {
             self.ack_now = true;
         } else if self.ack_deadline.is_none() {
             self.ack_deadline = Some(now + self.cfg.ack_delay);
@@ -571,12 +574,6 @@ impl LinkState {
 
     fn can_send_data(&self, queue: &SendQueue) -> bool {
         queue.can_pull(self.cfg.max_frame_payload, self.credit_left())
-    }
-
-    /// Received bytes that make an acknowledgement due at once: a sixteenth of
-    /// the window (at least 64 KiB).
-    fn ack_bytes(&self) -> u64 {
-        (self.cfg.window / 16).max(64 << 10)
     }
 
     fn credit_owed(&self) -> bool {
@@ -988,8 +985,8 @@ mod tests {
         }
         assert_eq!(p.flush_b(), vec![(FrameKind::Ack, 0)]);
         assert_eq!(p.a.peer_ack, 2 * ACK_FRAMES as u64 - 1);
-        // So do the bytes: two frames of half the threshold each.
-        let big = p.b.ack_bytes() as usize / 2;
+        // So do the bytes, in two frames or more: two of half the threshold.
+        let big = ACK_BYTES as usize / 2;
         let m = |tag| {
             Message::new(
                 Envelope {

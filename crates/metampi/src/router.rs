@@ -1768,16 +1768,6 @@ impl Router {
             if p.bundle.poll_timeout().is_some_and(|t| t <= now) {
                 p.bundle.handle_timeout(now);
             }
-        }
-        // What arrived goes to its ranks before anything is written to the
-        // links: an acknowledgement written first would delay the message.
-        if self.take_events(outgoing, key) {
-            self.write_ranks();
-        }
-        {
-            let Some(p) = self.peer_mut(outgoing, key) else {
-                return;
-            };
             for l in 0..p.conns.len() {
                 let Some(c) = p.conns[l].as_mut() else {
                     continue;
@@ -1817,16 +1807,14 @@ impl Router {
 
     /// Messages the links delivered go to their ranks, while the queue
     /// towards ranks has room (otherwise the wire credit stops the sender).
-    /// Whether any did.
-    fn take_events(&mut self, outgoing: bool, key: usize) -> bool {
+    fn take_events(&mut self, outgoing: bool, key: usize) {
         let id = self.id;
-        let mut any = false;
         loop {
             if self.to_ranks >= DELIVER_LIMIT {
-                return any;
+                return;
             }
             let Some(p) = self.peer_mut(outgoing, key) else {
-                return any;
+                return;
             };
             // A message that came in several fragments is written as they are
             // (`writev`), not joined first.
@@ -1838,15 +1826,13 @@ impl Router {
                     None => self.waiting.entry(dst).or_default(),
                 };
                 tx.extend(m.parts);
-                any = true;
                 continue;
             }
             let Some(ev) = p.bundle.poll_event() else {
-                return any;
+                return;
             };
             match ev {
                 Event::Delivered(m) => {
-                    any = true;
                     let dst = m.envelope.dst;
                     self.to_ranks += m.data.len();
                     match self.ranks.iter_mut().find(|r| r.rank == dst) {
