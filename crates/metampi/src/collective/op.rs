@@ -2,13 +2,15 @@
 //! [`ValueIndex`] pairs, and user operations from closures.
 
 use std::any::TypeId;
+use std::marker::PhantomData;
 use std::sync::{OnceLock, RwLock};
 
 use crate::datatype::{
-    pack, register_distinct, type_map, Buffer, BufferMut, DatatypeRef, Equivalence, Prim,
-    RecvLayout, TypeMap, UncommittedDatatype,
+    pack, register_distinct, type_map, AsDatatype, Buffer, BufferMut, Collection, DatatypeRef,
+    Equivalence, Pointer, PointerMut, Prim, RecvLayout, TypeMap, UncommittedDatatype,
 };
 use crate::error::{Error, ErrorClass, OrAbort};
+use crate::Count;
 
 #[doc(hidden)]
 pub trait OpApply {
@@ -460,15 +462,52 @@ fn apply_loc(max: bool, lower: &[u8], upper: &mut [u8], dt: u32) -> Result<(), E
 
 // ---- user operations ----------------------------------------------------------------
 
-/// A read-only buffer of a given datatype handed to user operations.
+/// A read-only buffer of elements of a datatype known at run time: what user
+/// operations receive, and (built with [`DynBuffer::from_raw`]) a buffer for
+/// any operation, as in rsmpi.
 #[derive(Copy, Clone, Debug)]
 pub struct DynBuffer<'a> {
-    bytes: &'a [u8],
+    ptr: *const u8,
+    /// Bytes from `ptr` the elements span.
+    bytes: usize,
     len: usize,
     datatype: DatatypeRef<'a>,
+    _data: PhantomData<&'a [u8]>,
+}
+
+/// Bytes `len` elements of `datatype` span from their first one.
+fn span(len: usize, datatype: DatatypeRef<'_>) -> usize {
+    len.saturating_mul(type_map(datatype.type_id()).extent)
 }
 
 impl<'a> DynBuffer<'a> {
+    fn new(bytes: &'a [u8], len: usize, datatype: DatatypeRef<'a>) -> Self {
+        DynBuffer {
+            ptr: bytes.as_ptr(),
+            bytes: bytes.len(),
+            len,
+            datatype,
+            _data: PhantomData,
+        }
+    }
+
+    /// A buffer of `len` elements of `datatype` at `ptr` (rsmpi's
+    /// `DynBuffer::from_raw`). A negative `len` counts as none.
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` elements of `datatype` that live, unchanged
+    /// by anything else, for `'a`.
+    pub unsafe fn from_raw<T>(ptr: *const T, len: Count, datatype: DatatypeRef<'a>) -> Self {
+        let len = usize::try_from(len).unwrap_or(0);
+        DynBuffer {
+            ptr: ptr.cast(),
+            bytes: span(len, datatype),
+            len,
+            datatype,
+            _data: PhantomData,
+        }
+    }
+
     /// Whether the elements are `T`.
     pub fn is<T: Equivalence>(&self) -> bool {
         T::equivalent_datatype().type_id() == self.datatype.type_id()
@@ -476,14 +515,15 @@ impl<'a> DynBuffer<'a> {
 
     /// The elements as `&[T]` when they are `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a [T]> {
-        if !self.is::<T>() || !holds::<T>(self.bytes.as_ptr(), self.bytes.len(), self.len) {
+        if !self.is::<T>() || !holds::<T>(self.ptr, self.bytes, self.len) {
             return None;
         }
         // SAFETY: the datatype is T's (checked) and describes every data byte
         // of T (Equivalence contract); the bytes hold `len` whole values laid
-        // out as T (`UserOperation::apply` unpacks into element storage), are
-        // aligned and long enough (checked).
-        Some(unsafe { std::slice::from_raw_parts(self.bytes.as_ptr() as *const T, self.len) })
+        // out as T (`UserOperation::apply` unpacks into element storage;
+        // `from_raw`'s contract), live for 'a, are aligned and long enough
+        // (checked).
+        Some(unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.len) })
     }
 
     /// Number of elements.
@@ -495,17 +535,52 @@ impl<'a> DynBuffer<'a> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Where the elements start.
+    pub fn as_ptr(&self) -> *const std::ffi::c_void {
+        self.ptr.cast()
+    }
 }
 
-/// A writable buffer handed to user operations.
+/// A writable buffer of elements of a datatype known at run time (see
+/// [`DynBuffer`]).
 #[derive(Debug)]
 pub struct DynBufferMut<'a> {
-    bytes: &'a mut [u8],
+    ptr: *mut u8,
+    bytes: usize,
     len: usize,
     datatype: DatatypeRef<'a>,
+    _data: PhantomData<&'a mut [u8]>,
 }
 
 impl<'a> DynBufferMut<'a> {
+    fn new(bytes: &'a mut [u8], len: usize, datatype: DatatypeRef<'a>) -> Self {
+        DynBufferMut {
+            ptr: bytes.as_mut_ptr(),
+            bytes: bytes.len(),
+            len,
+            datatype,
+            _data: PhantomData,
+        }
+    }
+
+    /// A writable buffer of `len` elements of `datatype` at `ptr` (rsmpi's
+    /// `DynBufferMut::from_raw`). A negative `len` counts as none.
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` elements of `datatype` that live for `'a`,
+    /// with no other reference to them meanwhile.
+    pub unsafe fn from_raw<T>(ptr: *mut T, len: Count, datatype: DatatypeRef<'a>) -> Self {
+        let len = usize::try_from(len).unwrap_or(0);
+        DynBufferMut {
+            ptr: ptr.cast(),
+            bytes: span(len, datatype),
+            len,
+            datatype,
+            _data: PhantomData,
+        }
+    }
+
     /// Whether the elements are `T`.
     pub fn is<T: Equivalence>(&self) -> bool {
         T::equivalent_datatype().type_id() == self.datatype.type_id()
@@ -513,11 +588,11 @@ impl<'a> DynBufferMut<'a> {
 
     /// The elements as `&mut [T]` when they are `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a mut [T]> {
-        if !self.is::<T>() || !holds::<T>(self.bytes.as_ptr(), self.bytes.len(), self.len) {
+        if !self.is::<T>() || !holds::<T>(self.ptr, self.bytes, self.len) {
             return None;
         }
         // SAFETY: as in `DynBuffer::downcast`, and the borrow is exclusive.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.bytes.as_mut_ptr() as *mut T, self.len) })
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) })
     }
 
     /// Number of elements.
@@ -529,7 +604,70 @@ impl<'a> DynBufferMut<'a> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Where the elements start.
+    pub fn as_ptr(&self) -> *const std::ffi::c_void {
+        self.ptr.cast()
+    }
+
+    /// Where the elements start, for writing.
+    pub fn as_mut_ptr(&mut self) -> *mut std::ffi::c_void {
+        self.ptr.cast()
+    }
 }
+
+// SAFETY: `len` elements of `datatype` at `ptr` (constructors' contracts).
+unsafe impl Collection for DynBuffer<'_> {
+    fn count(&self) -> Count {
+        Count::try_from(self.len).unwrap_or(Count::MAX)
+    }
+}
+// SAFETY: as above.
+unsafe impl Pointer for DynBuffer<'_> {
+    fn pointer(&self) -> *const std::ffi::c_void {
+        self.ptr.cast()
+    }
+}
+// SAFETY: as above.
+unsafe impl<'a> AsDatatype for DynBuffer<'a> {
+    type Out = DatatypeRef<'a>;
+    fn as_datatype(&self) -> DatatypeRef<'a> {
+        self.datatype
+    }
+}
+// SAFETY: as above.
+unsafe impl Buffer for DynBuffer<'_> {}
+
+// SAFETY: `len` elements of `datatype` at `ptr`, borrowed exclusively
+// (constructors' contracts).
+unsafe impl Collection for DynBufferMut<'_> {
+    fn count(&self) -> Count {
+        Count::try_from(self.len).unwrap_or(Count::MAX)
+    }
+}
+// SAFETY: as above.
+unsafe impl Pointer for DynBufferMut<'_> {
+    fn pointer(&self) -> *const std::ffi::c_void {
+        self.ptr.cast()
+    }
+}
+// SAFETY: as above.
+unsafe impl PointerMut for DynBufferMut<'_> {
+    fn pointer_mut(&mut self) -> *mut std::ffi::c_void {
+        self.ptr.cast()
+    }
+}
+// SAFETY: as above.
+unsafe impl<'a> AsDatatype for DynBufferMut<'a> {
+    type Out = DatatypeRef<'a>;
+    fn as_datatype(&self) -> DatatypeRef<'a> {
+        self.datatype
+    }
+}
+// SAFETY: as above.
+unsafe impl Buffer for DynBufferMut<'_> {}
+// SAFETY: as above.
+unsafe impl BufferMut for DynBufferMut<'_> {}
 
 /// Whether `bytes` bytes at `ptr` hold `len` aligned values of `T`.
 fn holds<T>(ptr: *const u8, bytes: usize, len: usize) -> bool {
@@ -624,16 +762,8 @@ fn hand_over(
     datatype: DatatypeRef<'_>,
 ) {
     f(
-        DynBuffer {
-            bytes: &as_bytes(lo)[..bytes],
-            len: count,
-            datatype,
-        },
-        DynBufferMut {
-            bytes: &mut as_bytes_mut(up)[..bytes],
-            len: count,
-            datatype,
-        },
+        DynBuffer::new(&as_bytes(lo)[..bytes], count, datatype),
+        DynBufferMut::new(&mut as_bytes_mut(up)[..bytes], count, datatype),
     );
 }
 
@@ -770,8 +900,8 @@ impl OpApply for UnsafeUserOperation {
             // reads only those at `invec`, writes only those at `inoutvec`.
             unsafe {
                 (self.f)(
-                    x.bytes.as_ptr() as *mut std::ffi::c_void,
-                    y.bytes.as_mut_ptr().cast(),
+                    x.ptr as *mut std::ffi::c_void,
+                    y.ptr.cast(),
                     &mut len,
                     &mut datatype,
                 )
