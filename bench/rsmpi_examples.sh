@@ -32,7 +32,8 @@ edition = "2021"
 default = ["user-operations"]
 user-operations = []
 [dependencies]
-mpi = { package = "metampi", path = "$ROOT/crates/metampi" }
+mpi = { package = "metampi", path = "$ROOT/crates/metampi", features = ["complex"] }
+num-complex = "0.4"
 [workspace]
 T
 echo 'fn main() { println!("cargo::rustc-check-cfg=cfg(msmpi)"); }' > "$W/compat/build.rs"

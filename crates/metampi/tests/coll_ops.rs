@@ -556,3 +556,44 @@ fn raw_dyn_buffers_in_collectives_and_point_to_point() {
         world.barrier();
     });
 }
+
+/// `Complex32` and `Complex64` (feature `complex`, on by default) as buffer
+/// elements: broadcast, a sum and a product all-reduce that multiply as complex
+/// numbers, and `Type` for an operation complex numbers do not have.
+#[cfg(feature = "complex")]
+#[test]
+fn complex_numbers_reduce_as_complex_numbers() {
+    use num_complex::{Complex32, Complex64};
+    Ranks::new(3).run("complex_numbers", |world| {
+        let me = world.rank();
+        let mut data = if me == 0 {
+            vec![Complex64::new(1.0, 2.0), Complex64::new(2.0, 3.0)]
+        } else {
+            vec![Complex64::new(0.0, 0.0); 2]
+        };
+        world.process_at_rank(0).broadcast_into(&mut data[..]);
+        assert_eq!(data, [Complex64::new(1.0, 2.0), Complex64::new(2.0, 3.0)]);
+
+        // Rank r contributes 1 + r·i: the product over 3 ranks is
+        // (1)(1 + i)(1 + 2i) = -1 + 3i, the sum 3 + 3i.
+        let mine = Complex64::new(1.0, me as f64);
+        let mut prod = Complex64::default();
+        world.all_reduce_into(&mine, &mut prod, SystemOperation::product());
+        assert_eq!(prod, Complex64::new(-1.0, 3.0));
+        let mut sum = Complex64::default();
+        world.all_reduce_into(&mine, &mut sum, SystemOperation::sum());
+        assert_eq!(sum, Complex64::new(3.0, 3.0));
+        let small = [Complex32::new(0.0, 1.0); 4];
+        let mut p32 = [Complex32::default(); 4];
+        world.all_reduce_into(&small[..], &mut p32[..], SystemOperation::product());
+        // i³ = -i.
+        assert_eq!(p32, [Complex32::new(0.0, -1.0); 4]);
+
+        let r = world.try_all_reduce_into(&mine, &mut prod, SystemOperation::max());
+        assert_eq!(
+            r.err().map(|e| e.class()),
+            Some(metampi::ErrorClass::Type),
+            "max of complex numbers"
+        );
+    });
+}

@@ -237,6 +237,9 @@ impl OpApply for SystemOperation {
         if matches!(op, SysOp::MaxLoc | SysOp::MinLoc) {
             return apply_loc(op == SysOp::MaxLoc, lower, upper, dt);
         }
+        if let Some(p) = complex_kind(dt) {
+            return apply_complex(op, lower, upper, p);
+        }
         let Some(p) = prim else {
             return Err(Error::new(
                 ErrorClass::Type,
@@ -264,6 +267,7 @@ impl OpApply for SystemOperation {
         let op = self.0;
         let ok = match (op, prim) {
             (SysOp::MaxLoc | SysOp::MinLoc, _) => loc_kind(dt).is_some(),
+            _ if complex_kind(dt).is_some() => matches!(op, SysOp::Sum | SysOp::Product),
             (_, None) => false,
             (SysOp::Max | SysOp::Min | SysOp::Sum | SysOp::Product, _) => true,
             (_, Some(p)) => !matches!(p, Prim::F32 | Prim::F64),
@@ -275,6 +279,7 @@ impl OpApply for SystemOperation {
             (SysOp::MaxLoc | SysOp::MinLoc, _) => {
                 "needs buffers of metampi::collective::ValueIndex".to_string()
             }
+            _ if complex_kind(dt).is_some() => "is not defined on complex numbers".to_string(),
             (_, None) => "needs a datatype of one predefined kind".to_string(),
             _ => "is not defined on floating-point values".to_string(),
         };
@@ -282,6 +287,90 @@ impl OpApply for SystemOperation {
     }
 }
 impl Operation for SystemOperation {}
+
+// ---- complex numbers ----------------------------------------------------------------
+
+/// `upper = lower ∘ upper` over complex numbers of parts `p`: sums part by
+/// part, products as complex numbers; nothing else is defined on them.
+fn apply_complex(op: SysOp, lower: &[u8], upper: &mut [u8], p: Prim) -> Result<(), Error> {
+    macro_rules! product {
+        ($t:ty) => {{
+            const S: usize = std::mem::size_of::<$t>();
+            let part = |s: &[u8]| <$t>::from_ne_bytes(s.try_into().expect("S bytes"));
+            for (a, b) in lower.chunks_exact(2 * S).zip(upper.chunks_exact_mut(2 * S)) {
+                let (ar, ai, br, bi) = (part(&a[..S]), part(&a[S..]), part(&b[..S]), part(&b[S..]));
+                b[..S].copy_from_slice(&(ar * br - ai * bi).to_ne_bytes());
+                b[S..].copy_from_slice(&(ar * bi + ai * br).to_ne_bytes());
+            }
+        }};
+    }
+    match (op, p) {
+        (SysOp::Sum, Prim::F32) => zip_with::<f32>(lower, upper, |x, y| x + y),
+        (SysOp::Sum, _) => zip_with::<f64>(lower, upper, |x, y| x + y),
+        (SysOp::Product, Prim::F32) => product!(f32),
+        (SysOp::Product, _) => product!(f64),
+        (other, _) => {
+            return Err(Error::new(
+                ErrorClass::Type,
+                format!("{other:?} is not defined on complex numbers"),
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// The part type of complex datatype `dt`, if it is one.
+#[cfg(feature = "complex")]
+fn complex_kind(dt: u32) -> Option<Prim> {
+    let [c32, c64] = complex_types();
+    (dt == c32)
+        .then_some(Prim::F32)
+        .or((dt == c64).then_some(Prim::F64))
+}
+
+#[cfg(not(feature = "complex"))]
+fn complex_kind(_: u32) -> Option<Prim> {
+    None
+}
+
+/// The datatypes of `Complex<f32>` and `Complex<f64>`: two parts each,
+/// registered as types of their own so that reductions tell them from pairs
+/// of plain numbers.
+#[cfg(feature = "complex")]
+fn complex_types() -> [u32; 2] {
+    static IDS: OnceLock<[u32; 2]> = OnceLock::new();
+    *IDS.get_or_init(|| {
+        [(Prim::F32, 4usize), (Prim::F64, 8)].map(|(p, s)| {
+            register_distinct(TypeMap {
+                prim: Some(p),
+                blocks: vec![(0, 2 * s)],
+                size: 2 * s,
+                extent: 2 * s,
+                lb: 0,
+                units: vec![(s as u8, 2)],
+            })
+        })
+    })
+}
+
+// SAFETY: `Complex<T>` is `repr(C)` with fields `re` and `im` of `T`: two
+// contiguous floats, every byte data and every bit pattern valid.
+#[cfg(feature = "complex")]
+unsafe impl Equivalence for num_complex::Complex<f32> {
+    type Out = DatatypeRef<'static>;
+    fn equivalent_datatype() -> DatatypeRef<'static> {
+        DatatypeRef::__from_id(complex_types()[0])
+    }
+}
+
+// SAFETY: as for `Complex<f32>`.
+#[cfg(feature = "complex")]
+unsafe impl Equivalence for num_complex::Complex<f64> {
+    type Out = DatatypeRef<'static>;
+    fn equivalent_datatype() -> DatatypeRef<'static> {
+        DatatypeRef::__from_id(complex_types()[1])
+    }
+}
 
 // ---- max-loc / min-loc ------------------------------------------------------------
 
