@@ -582,10 +582,25 @@ const MAX_IOV: usize = 64;
 
 /// Fills `iov` with frame `t`'s bytes after the first `done`; how many entries.
 fn io_slices<'a>(t: &'a Transmit, done: usize, iov: &mut [IoSlice<'a>; MAX_IOV]) -> usize {
-    let mut n = 0;
+    io_slices_upto(t, done, usize::MAX, iov)
+}
+
+/// [`io_slices`], at most `cap` bytes.
+fn io_slices_upto<'a>(
+    t: &'a Transmit,
+    done: usize,
+    cap: usize,
+    iov: &mut [IoSlice<'a>; MAX_IOV],
+) -> usize {
+    let (mut n, mut room) = (0, cap);
     for (slot, part) in iov.iter_mut().zip(t.slices_from(done)) {
+        let part = &part[..part.len().min(room)];
         *slot = IoSlice::new(part);
         n += 1;
+        room -= part.len();
+        if room == 0 {
+            break;
+        }
     }
     n
 }
@@ -736,37 +751,35 @@ fn read_link(
     now: Instant,
     link: usize,
 ) -> io::Result<(usize, bool)> {
-    {
-        let mut total = 0;
-        while total < READ_BUDGET {
-            let (r, n) = bundle.handle_read(now, link, |buf, max| {
-                let max = max.min(READ_BUDGET - total);
-                let before = buf.len();
-                let r = match tls.as_deref_mut() {
-                    None => match crate::sys::read::read_append(&*stream, buf, max) {
-                        Ok(0) => Ok(Some(false)),
-                        // A short read: the socket is drained.
-                        Ok(n) if n < max => Ok(Some(true)),
-                        Ok(_) => Ok(None),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Some(true)),
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
-                        Err(e) => Err(e),
-                    },
-                    // Stops when the socket would block, or with `pending` set.
-                    Some(t) => t
-                        .fill_at_most(stream, buf, max)
-                        .map(|open| (!open || !t.pending()).then_some(open)),
-                };
-                (r, buf.len().saturating_sub(before))
-            });
-            total += n;
-            // `Some(open)`: nothing more to read now.
-            if let Some(open) = r? {
-                return Ok((total, open));
-            }
+    let mut total = 0;
+    while total < READ_BUDGET {
+        let (r, n) = bundle.handle_read(now, link, |buf, max| {
+            let max = max.min(READ_BUDGET - total);
+            let before = buf.len();
+            let r = match tls.as_deref_mut() {
+                None => match crate::sys::read::read_append(&*stream, buf, max) {
+                    Ok(0) => Ok(Some(false)),
+                    // A short read: the socket is drained.
+                    Ok(n) if n < max => Ok(Some(true)),
+                    Ok(_) => Ok(None),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Some(true)),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+                    Err(e) => Err(e),
+                },
+                // Stops when the socket would block, or with `pending` set.
+                Some(t) => t
+                    .fill_at_most(stream, buf, max)
+                    .map(|open| (!open || !t.pending()).then_some(open)),
+            };
+            (r, buf.len().saturating_sub(before))
+        });
+        total += n;
+        // `Some(open)`: nothing more to read now.
+        if let Some(open) = r? {
+            return Ok((total, open));
         }
-        Ok((total, true))
     }
+    Ok((total, true))
 }
 
 /// One logical connection to or from a peer router: a wire [`Bundle`] over
@@ -1389,7 +1402,7 @@ impl Router {
         if let Some(p) = self.peer_mut(outgoing, key) {
             if p.conns[link].take().is_some() {
                 p.lost_at[link] = Some(std::time::SystemTime::now());
-                if std::env::var_os("METAMPI_ROUTER_DEBUG").is_some() {
+                if debug_enabled() {
                     eprintln!("metampi router {id}: link {link} {} lost ({why})", p.label);
                 }
                 p.bundle.handle_disconnect(now, link);

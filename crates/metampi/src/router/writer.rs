@@ -182,17 +182,7 @@ fn write_frame(
     let mut done = 0;
     while done < total {
         let mut iov = [IoSlice::new(&[]); super::MAX_IOV];
-        let mut n = 0;
-        let mut room = WRITE_BYTES;
-        for (slot, part) in iov.iter_mut().zip(t.slices_from(done)) {
-            let part = &part[..part.len().min(room)];
-            *slot = IoSlice::new(part);
-            n += 1;
-            room -= part.len();
-            if room == 0 {
-                break;
-            }
-        }
+        let n = super::io_slices_upto(t, done, WRITE_BYTES, &mut iov);
         match s.write_vectored(&iov[..n]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(k) => done += k,
