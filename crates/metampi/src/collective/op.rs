@@ -597,11 +597,6 @@ impl<'a> DynBuffer<'a> {
         }
     }
 
-    /// Whether the elements are `T`.
-    pub fn is<T: Equivalence>(&self) -> bool {
-        T::equivalent_datatype().type_id() == self.datatype.type_id()
-    }
-
     /// The elements as `&[T]` when they are `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a [T]> {
         if !self.is::<T>() || !holds::<T>(self.ptr, self.bytes, self.len) {
@@ -613,21 +608,6 @@ impl<'a> DynBuffer<'a> {
         // `from_raw`'s contract), live for 'a, are aligned and long enough
         // (checked).
         Some(unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.len) })
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Where the elements start.
-    pub fn as_ptr(&self) -> *const std::ffi::c_void {
-        self.ptr.cast()
     }
 }
 
@@ -670,11 +650,6 @@ impl<'a> DynBufferMut<'a> {
         }
     }
 
-    /// Whether the elements are `T`.
-    pub fn is<T: Equivalence>(&self) -> bool {
-        T::equivalent_datatype().type_id() == self.datatype.type_id()
-    }
-
     /// The elements as `&mut [T]` when they are `T`.
     pub fn downcast<T: Equivalence>(self) -> Option<&'a mut [T]> {
         if !self.is::<T>() || !holds::<T>(self.ptr, self.bytes, self.len) {
@@ -684,77 +659,71 @@ impl<'a> DynBufferMut<'a> {
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) })
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Where the elements start.
-    pub fn as_ptr(&self) -> *const std::ffi::c_void {
-        self.ptr.cast()
-    }
-
     /// Where the elements start, for writing.
     pub fn as_mut_ptr(&mut self) -> *mut std::ffi::c_void {
         self.ptr.cast()
     }
 }
 
-// SAFETY: `len` elements of `datatype` at `ptr` (constructors' contracts).
-unsafe impl Collection for DynBuffer<'_> {
-    fn count(&self) -> Count {
-        Count::try_from(self.len).unwrap_or(Count::MAX)
-    }
-}
-// SAFETY: as above.
-unsafe impl Pointer for DynBuffer<'_> {
-    fn pointer(&self) -> *const std::ffi::c_void {
-        self.ptr.cast()
-    }
-}
-// SAFETY: as above.
-unsafe impl<'a> AsDatatype for DynBuffer<'a> {
-    type Out = DatatypeRef<'a>;
-    fn as_datatype(&self) -> DatatypeRef<'a> {
-        self.datatype
-    }
-}
-// SAFETY: as above.
-unsafe impl Buffer for DynBuffer<'_> {}
+/// What `DynBuffer` and `DynBufferMut` share: the element queries and the
+/// read-side buffer traits.
+macro_rules! dyn_buffer_common {
+    ($($t:ident),*) => {$(
+        impl $t<'_> {
+            /// Whether the elements are `T`.
+            pub fn is<T: Equivalence>(&self) -> bool {
+                T::equivalent_datatype().type_id() == self.datatype.type_id()
+            }
 
-// SAFETY: `len` elements of `datatype` at `ptr`, borrowed exclusively
-// (constructors' contracts).
-unsafe impl Collection for DynBufferMut<'_> {
-    fn count(&self) -> Count {
-        Count::try_from(self.len).unwrap_or(Count::MAX)
-    }
+            /// Number of elements.
+            pub fn len(&self) -> usize {
+                self.len
+            }
+
+            /// Whether there are no elements.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// Where the elements start.
+            pub fn as_ptr(&self) -> *const std::ffi::c_void {
+                self.ptr.cast()
+            }
+        }
+
+        // SAFETY: `len` elements of `datatype` at `ptr`, borrowed as the type
+        // says (the constructors' contracts).
+        unsafe impl Collection for $t<'_> {
+            fn count(&self) -> Count {
+                Count::try_from(self.len).unwrap_or(Count::MAX)
+            }
+        }
+        // SAFETY: as above.
+        unsafe impl Pointer for $t<'_> {
+            fn pointer(&self) -> *const std::ffi::c_void {
+                self.ptr.cast()
+            }
+        }
+        // SAFETY: as above.
+        unsafe impl<'a> AsDatatype for $t<'a> {
+            type Out = DatatypeRef<'a>;
+            fn as_datatype(&self) -> DatatypeRef<'a> {
+                self.datatype
+            }
+        }
+        // SAFETY: as above.
+        unsafe impl Buffer for $t<'_> {}
+    )*};
 }
-// SAFETY: as above.
-unsafe impl Pointer for DynBufferMut<'_> {
-    fn pointer(&self) -> *const std::ffi::c_void {
-        self.ptr.cast()
-    }
-}
-// SAFETY: as above.
+dyn_buffer_common!(DynBuffer, DynBufferMut);
+
+// SAFETY: `DynBufferMut`'s elements are borrowed exclusively (its
+// constructors' contracts).
 unsafe impl PointerMut for DynBufferMut<'_> {
     fn pointer_mut(&mut self) -> *mut std::ffi::c_void {
         self.ptr.cast()
     }
 }
-// SAFETY: as above.
-unsafe impl<'a> AsDatatype for DynBufferMut<'a> {
-    type Out = DatatypeRef<'a>;
-    fn as_datatype(&self) -> DatatypeRef<'a> {
-        self.datatype
-    }
-}
-// SAFETY: as above.
-unsafe impl Buffer for DynBufferMut<'_> {}
 // SAFETY: as above.
 unsafe impl BufferMut for DynBufferMut<'_> {}
 
