@@ -10,7 +10,10 @@ use std::task::{Context, Poll};
 use crate::datatype::{
     pack, Buffer, BufferMut, Datatype, Equivalence, Packed, RecvLayout, UncommittedDatatype,
 };
-use crate::engine::core::{Completed, Pattern, RawStatus, RecvBuf, ReqId, SendBuf, Unexpected};
+use crate::engine::core::{
+    Completed, Pattern, RawStatus, RecvBuf, ReqId, SendBuf, Unexpected, SENT,
+};
+use crate::engine::Pass;
 use crate::environment::shared;
 use crate::error::{truncate, Error, ErrorClass, OrAbort};
 use crate::request::{Post, Request, Scope};
@@ -127,14 +130,15 @@ fn post_send_as(
     let w = comm.world_of(dst)?;
     let ctx = comm.ctx + coll as u32;
     let sync = mode == Mode::Synchronous;
-    let id = shared().with(|e| {
+    let id = shared().with_then(|e| {
         let id = e.core.new_send(w, data);
         e.links
             .post_send(&mut e.core, id, w, ctx, tag, sync, waiting);
         if mode == Mode::Buffered {
             e.core.detach(id);
         }
-        id
+        let id = e.core.settle_send(id);
+        (id, if id == SENT { Pass::None } else { Pass::Full })
     });
     Ok(id)
 }
@@ -158,7 +162,7 @@ pub(crate) fn post_recv(
         src,
         tag,
     };
-    Ok(shared().with(|e| e.core.post_recv(pat, buf)))
+    Ok(shared().with_then(|e| (e.core.post_recv(pat, buf), Pass::Lazy)))
 }
 
 /// Sends small standard-mode messages without a request when the transport
@@ -774,21 +778,25 @@ pub trait Destination: AsCommunicator {
     {
         let t = trace::start();
         let comm = &self.as_communicator().as_handle().0;
-        let data = match (mode, pack_for(comm, self.destination_rank(), buf)) {
-            (Mode::Buffered, p) => SendBuf::Owned(p.bytes().to_vec()),
-            (_, p) => send_buf(p),
-        };
-        let len = match &data {
-            SendBuf::Borrowed(p) => p.bytes().len(),
-            SendBuf::Owned(v) => v.len(),
-        };
-        let mode = if mode == Mode::Buffered {
-            Mode::Standard
-        } else {
-            mode
-        };
         let dst = self.destination_rank();
-        let id = post_send(comm, dst, tag, data, mode, false)?;
+        let packed = pack_for(comm, dst, buf);
+        let len = packed.bytes().len();
+        // Buffered mode copies the bytes out before the call returns, which
+        // a standard send the transport takes at once does too.
+        let buffered = mode == Mode::Buffered;
+        let mode = if buffered { Mode::Standard } else { mode };
+        // A small message the transport takes at once needs no request slot:
+        // the request comes back complete (`SENT`), as a blocking send would
+        // have returned.
+        let id = if send_now(comm, dst, tag, packed.bytes(), mode, false)? {
+            SENT
+        } else {
+            let data = match (buffered, packed) {
+                (true, p) => SendBuf::Owned(p.bytes().to_vec()),
+                (false, p) => send_buf(p),
+            };
+            post_send(comm, dst, tag, data, mode, false)?
+        };
         if t.is_some() {
             let peer = comm.world_of(dst).map_or(-1, |w| w as i32);
             trace::record(t, trace::Kind::ISend, "", peer, tag, len, comm.ctx);

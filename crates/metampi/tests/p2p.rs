@@ -148,6 +148,54 @@ fn wildcard_order(world: &SimpleCommunicator) {
 }
 matrix!(wildcard_order);
 
+/// Receives posted in another order than their messages came: tags 3, 2,
+/// 1, 0 in turn, while the messages came in tag order 0, 1, 2, 3, 0, ... .
+/// The first batch waits in the unexpected queue (a probe's pass moved it
+/// there), the second in the shared-memory ring (a receive's pass leaves
+/// messages that no posted receive wants where they are); each tag's
+/// receives must get that tag's messages oldest first across both.
+fn posted_out_of_order(world: &SimpleCommunicator) {
+    const K: usize = 64;
+    let r = world.rank();
+    let partner = r ^ 1;
+    if partner < world.size() {
+        let peer = world.process_at_rank(partner);
+        if r % 2 == 0 {
+            for v in 0..2 * K as u32 {
+                if v == K as u32 {
+                    let _go: (u8, Status) = peer.receive_with_tag(99);
+                }
+                peer.send_with_tag(&v, (v % 4) as i32);
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+            let _ = peer.probe_with_tag(3);
+            peer.send_with_tag(&0u8, 99);
+            // The second batch lands while this rank is away.
+            std::thread::sleep(Duration::from_millis(20));
+            let mut got = vec![u32::MAX; 2 * K];
+            metampi::request::scope(|s| {
+                let mut cells: Vec<Option<&mut u32>> = got.iter_mut().map(Some).collect();
+                let mut reqs = Vec::new();
+                for t in (0..4).rev() {
+                    for i in (t..2 * K).step_by(4) {
+                        let c = cells[i].take().expect("each cell once");
+                        reqs.push(peer.immediate_receive_into_with_tag(s, c, t as i32));
+                    }
+                }
+                for q in reqs {
+                    q.wait();
+                }
+            });
+            for (i, &v) in got.iter().enumerate() {
+                assert_eq!(v as usize, i, "receive {i} got message {v}");
+            }
+        }
+    }
+    world.barrier();
+}
+matrix!(posted_out_of_order);
+
 /// Probe does not consume; matched probe takes exactly the probed message.
 fn probe_and_matched_probe(world: &SimpleCommunicator) {
     let r = world.rank();

@@ -18,6 +18,11 @@ use crate::sys::rawbuf::{RecvPtr, SendPtr};
 
 pub(crate) type ReqId = u64;
 
+/// The id of a send that completed while it was being started (an eager
+/// message the transport took at once): it holds no slot, and taking it
+/// needs no lock. No slot ever has this id (generation and index all ones).
+pub(crate) const SENT: ReqId = u64::MAX;
+
 /// What a completed receive reports, in world ranks and bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RawStatus {
@@ -207,6 +212,17 @@ pub(crate) struct Completed {
     pub data: Option<Vec<u8>>,
 }
 
+impl Completed {
+    /// What a send that completed without error reports.
+    pub(crate) fn sent() -> Completed {
+        Completed {
+            status: RawStatus::default(),
+            result: Ok(()),
+            data: None,
+        }
+    }
+}
+
 pub(crate) struct Core {
     pub rank: u32,
     slots: Vec<Slot>,
@@ -311,7 +327,19 @@ impl Core {
     }
 
     pub(crate) fn is_done(&mut self, id: ReqId) -> bool {
-        self.slot(id).is_some_and(|s| s.done)
+        id == SENT || self.slot(id).is_some_and(|s| s.done)
+    }
+
+    /// Frees send `id` if it has already completed without error; returns
+    /// the id to hand out for it ([`SENT`] then).
+    pub(crate) fn settle_send(&mut self, id: ReqId) -> ReqId {
+        match self.slot(id) {
+            Some(s) if s.done && s.error.is_none() => {
+                self.release(id);
+                SENT
+            }
+            _ => id,
+        }
     }
 
     /// Registers a waker; returns false if the request is already done.
@@ -333,6 +361,9 @@ impl Core {
 
     /// Takes the result of a completed request and frees its slot.
     pub(crate) fn take(&mut self, id: ReqId) -> Option<Completed> {
+        if id == SENT {
+            return Some(Completed::sent());
+        }
         let idx = (id & 0xffff_ffff) as u32;
         let s = self.slot(id)?;
         if !s.done {
@@ -626,6 +657,16 @@ impl Core {
     }
 
     /// Handles one envelope (and its payload) from any transport.
+    /// Whether `env` starts a message that no posted receive matches (it
+    /// would go to the unexpected queue).
+    pub(crate) fn unwanted(&self, env: &Envelope) -> bool {
+        matches!(env.kind, Kind::Eager | Kind::EagerSync | Kind::Rts)
+            && !self.posted.iter().any(|&id| {
+                matches!(&self.slots[(id & 0xffff_ffff) as usize].state,
+                    State::Recv { pat, .. } if pat.matches(env))
+            })
+    }
+
     pub(crate) fn handle_incoming(&mut self, env: &Envelope, payload: &[u8]) {
         match env.kind {
             Kind::Eager | Kind::EagerSync | Kind::Rts => {

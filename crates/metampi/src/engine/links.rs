@@ -592,6 +592,16 @@ impl Links {
 
     /// One non-blocking pass over every transport. Returns whether anything moved.
     pub(crate) fn progress(&mut self, core: &mut Core) -> bool {
+        self.progress_as(core, false)
+    }
+
+    /// As [`Links::progress`]; `lazy`: a message from shared memory that no
+    /// posted receive wants stays in its ring (so do the ones behind it),
+    /// where a receive posted next takes it with one copy instead of two
+    /// and no allocation. A full pass (every wait and test) moves it to the
+    /// unexpected queue; messages left in a ring are all newer than those
+    /// of the same sender in that queue, so matching order holds.
+    pub(crate) fn progress_as(&mut self, core: &mut Core, lazy: bool) -> bool {
         let before = core.completions;
         let mut moved = false;
         while let Some((env, data)) = self.self_q.pop_front() {
@@ -604,6 +614,9 @@ impl Links {
             while got < RING_BATCH {
                 let r = cons.read_one(|rec| {
                     if let Some(env) = Envelope::decode(rec) {
+                        if lazy && core.unwanted(&env) {
+                            return false;
+                        }
                         let payload = if env.is_inline() {
                             &rec[32..32 + env.len as usize]
                         } else {
@@ -616,7 +629,7 @@ impl Links {
                     }
                     true
                 });
-                if r.is_none() {
+                if r != Some(true) {
                     break;
                 }
                 got += 1;

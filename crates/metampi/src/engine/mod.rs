@@ -35,13 +35,29 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub(crate) fn progress(&mut self) -> bool {
-        let moved = self.links.progress(&mut self.core);
+        self.progress_as(false)
+    }
+
+    /// A progress pass; `lazy`: see [`links::Links::progress_as`].
+    pub(crate) fn progress_as(&mut self, lazy: bool) -> bool {
+        let moved = self.links.progress_as(&mut self.core, lazy);
         if let Some(why) = self.links.fatal.take() {
             crate::environment::abort_job(1, &why);
         }
         // Collectives advance on every pass, whichever thread drives it.
         self.colls.advance(&mut self.core, &mut self.links) || moved
     }
+}
+
+/// The progress pass after a call that starts a request.
+pub(crate) enum Pass {
+    /// None: a send that went out at once has nothing to wait for, and MPI
+    /// asks no progress of the call that started it.
+    None,
+    /// A pass that leaves unmatched shared-memory messages in their rings
+    /// (after posting a receive: the next one posted may want them).
+    Lazy,
+    Full,
 }
 
 /// Facts about the job learned at start-up.
@@ -705,6 +721,21 @@ impl Shared {
         r
     }
 
+    /// As [`Shared::with`], with the progress pass `f` asks for.
+    pub(crate) fn with_then<R>(&self, f: impl FnOnce(&mut Engine) -> (R, Pass)) -> R {
+        let mut e = self.lock();
+        let (r, pass) = f(&mut e);
+        match pass {
+            Pass::None => false,
+            Pass::Lazy => e.progress_as(true),
+            Pass::Full => e.progress(),
+        };
+        let wakers = std::mem::take(&mut e.core.wakers);
+        drop(e);
+        self.after_progress(wakers);
+        r
+    }
+
     fn after_progress(&self, wakers: Vec<std::task::Waker>) {
         let woke = !wakers.is_empty();
         for w in wakers {
@@ -751,8 +782,16 @@ impl Shared {
         // passes; a sleeper that wakes is seen within 16 passes.
         let mut crowded = self.oversubscribed;
         let mut fds = Vec::new();
+        // What is already there is taken before a progress pass (a request
+        // that completed earlier, most often).
+        let mut first = true;
         let r = loop {
             let mut e = self.lock();
+            if std::mem::take(&mut first) {
+                if let Some(r) = check(&mut e) {
+                    break r;
+                }
+            }
             let moved = e.progress();
             let wakers = std::mem::take(&mut e.core.wakers);
             if let Some(r) = check(&mut e) {
@@ -900,6 +939,10 @@ impl Shared {
 
     /// Blocks until request `id` completes and returns its result.
     pub(crate) fn wait(&self, id: core::ReqId) -> core::Completed {
+        // A send that completed as it started needs no lock.
+        if id == core::SENT {
+            return core::Completed::sent();
+        }
         self.wait_until(|e| e.core.take(id))
     }
 }
