@@ -597,3 +597,51 @@ fn complex_numbers_reduce_as_complex_numbers() {
         );
     });
 }
+
+/// A root that runs ahead by 200 broadcasts of 32 KiB while the others
+/// start late: past a megabyte queued at a member, the root's messages wait
+/// in the ring (flow control) and the root in its broadcast. A receive
+/// posted before any broadcast is taken must lift that hold (the message it
+/// wants comes after all 200), and every broadcast must arrive intact and
+/// in order.
+fn run_ahead(world: &SimpleCommunicator) {
+    const N: u32 = 200;
+    let root = world.process_at_rank(0);
+    let mut buf = vec![0u32; 8192];
+    if world.rank() == 0 {
+        for k in 0..N {
+            for (i, x) in buf.iter_mut().enumerate() {
+                *x = k * 100_000 + i as u32;
+            }
+            root.broadcast_into(&mut buf[..]);
+        }
+        for r in 1..world.size() {
+            world.process_at_rank(r).send_with_tag(&N, 5);
+        }
+    } else {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (n, _) = root.receive_with_tag::<u32>(5);
+        assert_eq!(n, N);
+        for k in 0..N {
+            root.broadcast_into(&mut buf[..]);
+            for (i, &x) in buf.iter().enumerate() {
+                assert_eq!(x, k * 100_000 + i as u32, "broadcast {k}, element {i}");
+            }
+        }
+    }
+    world.barrier();
+}
+
+#[test]
+fn run_ahead_shm_2() {
+    Ranks::new(2)
+        .timeout(std::time::Duration::from_secs(60))
+        .run("run_ahead_shm_2", run_ahead);
+}
+
+#[test]
+fn run_ahead_shm_4() {
+    Ranks::new(4)
+        .timeout(std::time::Duration::from_secs(60))
+        .run("run_ahead_shm_4", run_ahead);
+}

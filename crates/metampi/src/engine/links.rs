@@ -614,7 +614,7 @@ impl Links {
             while got < RING_BATCH {
                 let r = cons.read_one(|rec| {
                     if let Some(env) = Envelope::decode(rec) {
-                        if lazy && core.unwanted(&env) {
+                        if (lazy && core.unwanted(&env)) || core.hold(&env) {
                             return false;
                         }
                         let payload = if env.is_inline() {
