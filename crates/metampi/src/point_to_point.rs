@@ -421,7 +421,7 @@ pub unsafe trait Source: AsCommunicator {
     fn try_probe_with_tag(&self, tag: Option<Tag>) -> Result<Status, Error> {
         let comm = &self.as_communicator().as_handle().0;
         let pat = pattern(comm, self.source(), tag)?;
-        let raw = shared().wait_until(|e| e.core.probe(pat));
+        let raw = probing(|| shared().wait_until(|e| e.core.probe(pat)));
         Ok(Status::from_raw(comm, raw))
     }
 
@@ -439,7 +439,7 @@ pub unsafe trait Source: AsCommunicator {
     fn try_matched_probe(&self, tag: Option<Tag>) -> Result<(Message, Status), Error> {
         let comm = &self.as_communicator().as_handle().0;
         let pat = pattern(comm, self.source(), tag)?;
-        let u = shared().wait_until(|e| e.core.take_unexpected(pat));
+        let u = probing(|| shared().wait_until(|e| e.core.take_unexpected(pat)));
         Ok(Message::new(comm, u))
     }
 
@@ -646,15 +646,25 @@ fn pattern(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>) -> Result<Patt
     })
 }
 
+/// Runs a probe with the collective flow-control hold lifted (see
+/// `Core::hold`): the message probed for may wait behind held ones.
+fn probing<R>(f: impl FnOnce() -> R) -> R {
+    shared().quick(|e| e.core.probing += 1);
+    let r = f();
+    shared().quick(|e| e.core.probing -= 1);
+    r
+}
+
 fn immediate_probe<S: Source + ?Sized>(s: &S, tag: Option<Tag>) -> Option<Status> {
     let comm = &s.as_communicator().as_handle().0;
     let pat = pattern(comm, s.source(), tag).or_abort();
-    shared()
-        .with(|e| {
+    probing(|| {
+        shared().with(|e| {
             e.progress();
             e.core.probe(pat)
         })
-        .map(|raw| Status::from_raw(comm, raw))
+    })
+    .map(|raw| Status::from_raw(comm, raw))
 }
 
 fn immediate_matched_probe<S: Source + ?Sized>(
@@ -663,12 +673,13 @@ fn immediate_matched_probe<S: Source + ?Sized>(
 ) -> Option<(Message, Status)> {
     let comm = &s.as_communicator().as_handle().0;
     let pat = pattern(comm, s.source(), tag).or_abort();
-    shared()
-        .with(|e| {
+    probing(|| {
+        shared().with(|e| {
             e.progress();
             e.core.take_unexpected(pat)
         })
-        .map(|u| Message::new(comm, u))
+    })
+    .map(|u| Message::new(comm, u))
 }
 
 // SAFETY: the wildcard is always valid.

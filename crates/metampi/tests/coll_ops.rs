@@ -601,9 +601,9 @@ fn complex_numbers_reduce_as_complex_numbers() {
 /// A root that runs ahead by 200 broadcasts of 32 KiB while the others
 /// start late: past a megabyte queued at a member, the root's messages wait
 /// in the ring (flow control) and the root in its broadcast. A receive
-/// posted before any broadcast is taken must lift that hold (the message it
-/// wants comes after all 200), and every broadcast must arrive intact and
-/// in order.
+/// posted before any broadcast is taken (odd ranks probe first) must lift
+/// that hold (the message it wants comes after all 200), and every
+/// broadcast must arrive intact and in order.
 fn run_ahead(world: &SimpleCommunicator) {
     const N: u32 = 200;
     let root = world.process_at_rank(0);
@@ -620,6 +620,9 @@ fn run_ahead(world: &SimpleCommunicator) {
         }
     } else {
         std::thread::sleep(std::time::Duration::from_millis(50));
+        if world.rank() % 2 == 1 {
+            root.probe_with_tag(5);
+        }
         let (n, _) = root.receive_with_tag::<u32>(5);
         assert_eq!(n, N);
         for k in 0..N {

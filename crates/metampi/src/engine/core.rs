@@ -250,6 +250,9 @@ pub(crate) struct Core {
     pub completions: u64,
     /// Futures currently registered and not yet complete.
     pub async_waiters: usize,
+    /// Probes under way (any thread): they lift every [`Core::hold`], as a
+    /// probe for a held sender's later message has no receive posted.
+    pub probing: usize,
 }
 
 impl Core {
@@ -265,6 +268,7 @@ impl Core {
             pids: vec![0; size],
             completions: 0,
             async_waiters: 0,
+            probing: 0,
         }
     }
 
@@ -683,7 +687,8 @@ impl Core {
     /// Whether even a full progress pass should leave `env` in its
     /// shared-memory ring: the eager message of a collective that no posted
     /// receive wants, from a sender that already has [`HOLD_BYTES`] queued
-    /// here, while no receive from that sender (or from any) is posted.
+    /// here, while no receive from that sender (or from any) is posted and
+    /// no probe is under way.
     /// Flow control: a root that runs ahead (a loop of broadcasts) would
     /// otherwise grow the queue without bound, each message costing an
     /// allocation of fresh pages and a second copy (2 ranks, 32 KiB
@@ -696,6 +701,7 @@ impl Core {
     pub(crate) fn hold(&self, env: &Envelope) -> bool {
         matches!(env.kind, Kind::Eager | Kind::EagerSync)
             && env.context % 2 == 1
+            && self.probing == 0
             && self.unexpected.bytes_from(env.src) >= HOLD_BYTES
             && !self.posted.iter().any(|&id| {
                 matches!(&self.slots[(id & 0xffff_ffff) as usize].state,
