@@ -649,9 +649,9 @@ fn pattern(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>) -> Result<Patt
 /// Runs a probe with the collective flow-control hold lifted (see
 /// `Core::hold`): the message probed for may wait behind held ones.
 fn probing<R>(f: impl FnOnce() -> R) -> R {
-    shared().quick(|e| e.core.probing += 1);
+    shared().quick(|e| e.core.unheld += 1);
     let r = f();
-    shared().quick(|e| e.core.probing -= 1);
+    shared().quick(|e| e.core.unheld -= 1);
     r
 }
 

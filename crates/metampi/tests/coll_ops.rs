@@ -648,3 +648,50 @@ fn run_ahead_shm_4() {
         .timeout(std::time::Duration::from_secs(60))
         .run("run_ahead_shm_4", run_ahead);
 }
+
+/// A program that relies on the library buffering a run-ahead root's
+/// broadcasts (MPI calls it unsafe; unbounded buffering runs it): rank 0
+/// broadcasts 200 × 32 KiB to rank 1 on a communicator of the two, then
+/// tells rank 2; rank 2 then tells rank 1, which only then joins the
+/// broadcasts. Rank 1 waits on rank 2, not on the root, so no posted
+/// receive lifts the hold on the root's messages: the wait must drain them
+/// before it sleeps, or the three ranks stall for good.
+fn run_ahead_third_party(world: &SimpleCommunicator) {
+    const N: u32 = 200;
+    let me = world.rank();
+    let pair = world
+        .split_by_color(Color::with_value(if me < 2 { 0 } else { 1 }))
+        .expect("every rank has a color");
+    let mut buf = vec![0u32; 8192];
+    match me {
+        0 => {
+            let root = pair.process_at_rank(0);
+            for k in 0..N {
+                buf.fill(k);
+                root.broadcast_into(&mut buf[..]);
+            }
+            world.process_at_rank(2).send_with_tag(&N, 5);
+        }
+        1 => {
+            let (n, _) = world.process_at_rank(2).receive_with_tag::<u32>(6);
+            assert_eq!(n, N);
+            let root = pair.process_at_rank(0);
+            for k in 0..N {
+                root.broadcast_into(&mut buf[..]);
+                assert!(buf.iter().all(|&x| x == k), "broadcast {k}");
+            }
+        }
+        _ => {
+            let (n, _) = world.process_at_rank(0).receive_with_tag::<u32>(5);
+            world.process_at_rank(1).send_with_tag(&n, 6);
+        }
+    }
+    world.barrier();
+}
+
+#[test]
+fn run_ahead_third_party_shm_3() {
+    Ranks::new(3)
+        .timeout(std::time::Duration::from_secs(60))
+        .run("run_ahead_third_party_shm_3", run_ahead_third_party);
+}

@@ -250,9 +250,10 @@ pub(crate) struct Core {
     pub completions: u64,
     /// Futures currently registered and not yet complete.
     pub async_waiters: usize,
-    /// Probes under way (any thread): they lift every [`Core::hold`], as a
-    /// probe for a held sender's later message has no receive posted.
-    pub probing: usize,
+    /// Passes under way that ignore every [`Core::hold`]: probes (one for a
+    /// held sender's later message has no receive posted) and a wait's last
+    /// pass before it sleeps.
+    pub unheld: usize,
 }
 
 impl Core {
@@ -268,7 +269,7 @@ impl Core {
             pids: vec![0; size],
             completions: 0,
             async_waiters: 0,
-            probing: 0,
+            unheld: 0,
         }
     }
 
@@ -687,26 +688,33 @@ impl Core {
     /// Whether even a full progress pass should leave `env` in its
     /// shared-memory ring: the eager message of a collective that no posted
     /// receive wants, from a sender that already has [`HOLD_BYTES`] queued
-    /// here, while no receive from that sender (or from any) is posted and
-    /// no probe is under way.
+    /// here, while nothing of ours waits on that sender (no receive from it
+    /// or from any source posted, no send to it unfinished) and no pass
+    /// ignores holds ([`Core::unheld`]: probes, and a wait about to sleep).
+    ///
     /// Flow control: a root that runs ahead (a loop of broadcasts) would
     /// otherwise grow the queue without bound, each message costing an
     /// allocation of fresh pages and a second copy (2 ranks, 32 KiB
     /// broadcasts: 17-21 µs a call, against 5 through the rendezvous path
-    /// one byte higher). Held, the sender waits for ring space instead. A
-    /// wait that needs a message of that sender has a receive posted for
-    /// it, which lifts the hold; and a sender whose collective ran ahead
-    /// has no backlog of our collective messages to hold in turn (all
-    /// members call collectives in one order), so holds cannot form a cycle.
+    /// one byte higher). Held, the sender waits for ring space instead.
+    /// Liveness: a rank that waits on anything and makes no progress for
+    /// its spin budget drains every held message before it sleeps, so a
+    /// hold delays a program that relies on unbounded buffering (one where
+    /// we wait on a third rank that waits on the held sender, say) by that
+    /// budget at most, and never stops it.
     pub(crate) fn hold(&self, env: &Envelope) -> bool {
         matches!(env.kind, Kind::Eager | Kind::EagerSync)
             && env.context % 2 == 1
-            && self.probing == 0
+            && self.unheld == 0
             && self.unexpected.bytes_from(env.src) >= HOLD_BYTES
             && !self.posted.iter().any(|&id| {
                 matches!(&self.slots[(id & 0xffff_ffff) as usize].state,
                     State::Recv { pat, .. } if pat.src.is_none_or(|s| s == env.src))
             })
+            && !self
+                .slots
+                .iter()
+                .any(|s| !s.done && matches!(s.state, State::Send { dst, .. } if dst == env.src))
     }
 
     pub(crate) fn handle_incoming(&mut self, env: &Envelope, payload: &[u8]) {

@@ -836,9 +836,13 @@ impl Shared {
                 .is_ok()
             {
                 // Announce sleep, then look once more: a writer that published
-                // before seeing the flag is caught here (Dekker-style).
+                // before seeing the flag is caught here (Dekker-style). This
+                // pass also takes messages flow control held (`Core::hold`):
+                // nothing else to do is when a hold could stall the job.
                 self.set_sleeping(&e, true);
+                e.core.unheld += 1;
                 let moved = e.progress();
+                e.core.unheld -= 1;
                 // A completion found here must be returned, not dropped: the
                 // check may have taken it (a request's slot is freed by `take`).
                 let done = if moved { None } else { check(&mut e) };
