@@ -635,18 +635,22 @@ fn run_ahead(world: &SimpleCommunicator) {
     world.barrier();
 }
 
+/// Runs `f` on `n` ranks with a timeout short enough that a stall fails
+/// the test quickly.
+fn stall_checked(n: usize, name: &str, f: fn(&SimpleCommunicator)) {
+    Ranks::new(n)
+        .timeout(std::time::Duration::from_secs(60))
+        .run(name, f);
+}
+
 #[test]
 fn run_ahead_shm_2() {
-    Ranks::new(2)
-        .timeout(std::time::Duration::from_secs(60))
-        .run("run_ahead_shm_2", run_ahead);
+    stall_checked(2, "run_ahead_shm_2", run_ahead);
 }
 
 #[test]
 fn run_ahead_shm_4() {
-    Ranks::new(4)
-        .timeout(std::time::Duration::from_secs(60))
-        .run("run_ahead_shm_4", run_ahead);
+    stall_checked(4, "run_ahead_shm_4", run_ahead);
 }
 
 /// A program that relies on the library buffering a run-ahead root's
@@ -691,7 +695,5 @@ fn run_ahead_third_party(world: &SimpleCommunicator) {
 
 #[test]
 fn run_ahead_third_party_shm_3() {
-    Ranks::new(3)
-        .timeout(std::time::Duration::from_secs(60))
-        .run("run_ahead_third_party_shm_3", run_ahead_third_party);
+    stall_checked(3, "run_ahead_third_party_shm_3", run_ahead_third_party);
 }
