@@ -674,15 +674,19 @@ impl Core {
         }
     }
 
-    /// Handles one envelope (and its payload) from any transport.
+    /// Whether any posted receive's pattern satisfies `f`.
+    fn any_posted(&self, f: impl Fn(&Pattern) -> bool) -> bool {
+        self.posted.iter().any(|&id| {
+            matches!(&self.slots[(id & 0xffff_ffff) as usize].state,
+                State::Recv { pat, .. } if f(pat))
+        })
+    }
+
     /// Whether `env` starts a message that no posted receive matches (it
     /// would go to the unexpected queue).
     pub(crate) fn unwanted(&self, env: &Envelope) -> bool {
         matches!(env.kind, Kind::Eager | Kind::EagerSync | Kind::Rts)
-            && !self.posted.iter().any(|&id| {
-                matches!(&self.slots[(id & 0xffff_ffff) as usize].state,
-                    State::Recv { pat, .. } if pat.matches(env))
-            })
+            && !self.any_posted(|pat| pat.matches(env))
     }
 
     /// Whether even a full progress pass should leave `env` in its
@@ -707,16 +711,14 @@ impl Core {
             && env.context % 2 == 1
             && self.unheld == 0
             && self.unexpected.bytes_from(env.src) >= HOLD_BYTES
-            && !self.posted.iter().any(|&id| {
-                matches!(&self.slots[(id & 0xffff_ffff) as usize].state,
-                    State::Recv { pat, .. } if pat.src.is_none_or(|s| s == env.src))
-            })
+            && !self.any_posted(|pat| pat.src.is_none_or(|s| s == env.src))
             && !self
                 .slots
                 .iter()
                 .any(|s| !s.done && matches!(s.state, State::Send { dst, .. } if dst == env.src))
     }
 
+    /// Handles one envelope (and its payload) from any transport.
     pub(crate) fn handle_incoming(&mut self, env: &Envelope, payload: &[u8]) {
         match env.kind {
             Kind::Eager | Kind::EagerSync | Kind::Rts => {

@@ -726,10 +726,14 @@ impl Shared {
         let mut e = self.lock();
         let (r, pass) = f(&mut e);
         match pass {
-            Pass::None => false,
-            Pass::Lazy => e.progress_as(true),
-            Pass::Full => e.progress(),
-        };
+            Pass::None => {}
+            Pass::Lazy => {
+                e.progress_as(true);
+            }
+            Pass::Full => {
+                e.progress();
+            }
+        }
         let wakers = std::mem::take(&mut e.core.wakers);
         drop(e);
         self.after_progress(wakers);
