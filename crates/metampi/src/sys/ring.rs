@@ -206,8 +206,9 @@ impl Producer {
         }
         let next = (first + lines) % (self.cap as usize / LINE);
         if !self.is_clean(next) {
-            // SAFETY: a line whose last writer put payload there is read
-            // ground: free space inside the data area (module comment).
+            // SAFETY: a line that last held payload the reader does not
+            // clear lies in space it has already freed (module comment):
+            // free, and inside the data area.
             unsafe { len_word(self.data, (next * LINE) as u64) }.store(0, Ordering::Relaxed);
             self.mark_clean(next, next + 1);
         }
