@@ -148,7 +148,11 @@ const TWO_SITES: &str = "PORTBASE 24700\n\
      PAIR a b 1\na0 <-> b0\n";
 
 fn killed_router(world: &metampi::topology::SimpleCommunicator) {
-    // One message across first, so the routers are known to carry traffic.
+    // Every rank past start-up (its router connection authenticated) before
+    // the router dies: a rank still connecting fails start-up instead, with
+    // another message. Then one message across, so the routers are known to
+    // carry traffic.
+    world.barrier();
     if world.rank() == 0 {
         world.process_at_rank(2).send(&7u32);
         for pid in processes_of(
