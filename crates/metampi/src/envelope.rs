@@ -33,6 +33,10 @@ pub(crate) enum Kind {
     Fin = 6,
     /// A synchronous eager send was matched.
     SyncAck = 7,
+    /// Receiver matched an `Rts` on shared memory and asks the sender to copy
+    /// chunks into its buffer at `addr` (`rreq`: slot and generation, see
+    /// `engine::coop`); the send completes on `Fin` as before.
+    Help = 8,
 }
 
 impl Kind {
@@ -45,6 +49,7 @@ impl Kind {
             5 => Kind::Data,
             6 => Kind::Fin,
             7 => Kind::SyncAck,
+            8 => Kind::Help,
             _ => return None,
         })
     }

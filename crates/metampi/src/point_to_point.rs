@@ -111,19 +111,6 @@ pub(crate) fn post_send(
     mode: Mode,
     coll: bool,
 ) -> Result<ReqId, Error> {
-    post_send_as(comm, dst, tag, data, mode, coll, false)
-}
-
-/// As [`post_send`]; `waiting`: the caller waits for the send at once.
-fn post_send_as(
-    comm: &CommInner,
-    dst: Rank,
-    tag: Tag,
-    data: SendBuf,
-    mode: Mode,
-    coll: bool,
-    waiting: bool,
-) -> Result<ReqId, Error> {
     if !coll {
         check_tag(tag)?;
     }
@@ -132,8 +119,7 @@ fn post_send_as(
     let sync = mode == Mode::Synchronous;
     let id = shared().with_then(|e| {
         let id = e.core.new_send(w, data);
-        e.links
-            .post_send(&mut e.core, id, w, ctx, tag, sync, waiting);
+        e.links.post_send(&mut e.core, id, w, ctx, tag, sync);
         if mode == Mode::Buffered {
             e.core.detach(id);
         }
@@ -208,7 +194,7 @@ fn send_packed(
     if send_now(comm, dst, tag, packed.bytes(), mode, false)? {
         return Ok(());
     }
-    let id = post_send_as(comm, dst, tag, send_buf(packed), mode, false, true)?;
+    let id = post_send(comm, dst, tag, send_buf(packed), mode, false)?;
     shared().wait(id).result
 }
 
@@ -226,7 +212,7 @@ pub(crate) fn send_bytes(
     }
     // SAFETY: we wait for completion before returning, so `bytes` outlives the request.
     let buf = SendBuf::Borrowed(unsafe { SendPtr::new(bytes) });
-    let id = post_send_as(comm, dst, tag, buf, mode, coll, mode != Mode::Buffered)?;
+    let id = post_send(comm, dst, tag, buf, mode, coll)?;
     if mode == Mode::Buffered {
         return Ok(());
     }

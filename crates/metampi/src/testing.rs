@@ -227,6 +227,16 @@ pub fn is_rank() -> bool {
     std::env::var_os(CHILD_ENV).is_some()
 }
 
+/// Chunks of long shared-memory messages this rank has copied into their
+/// receivers' buffers while it waited for those sends (the receiver asked
+/// for help, see `docs/architecture.md`); `None` where this rank does not
+/// copy cooperatively (no shared-memory peers, no cross-memory attach, more
+/// processes than cores, or `METAMPI_NO_COOP`). Call it after `initialize`.
+pub fn chunks_helped() -> Option<u64> {
+    let on = crate::environment::shared().quick(|e| e.core.coop_min != usize::MAX);
+    on.then(|| crate::engine::coop::HELPED.load(AtomicOrdering::Relaxed))
+}
+
 /// A directory for the router statistics of one test job: made fresh in the
 /// test itself (named after the test and the process), found again, the same
 /// path, in the job's ranks and routers through `METAMPI_ROUTER_STATS`

@@ -320,6 +320,44 @@ fn large_messages(world: &SimpleCommunicator) {
 }
 matrix!(large_messages);
 
+/// Long shared-memory messages are copied by both sides: a sender waiting
+/// for its send writes chunks into the receiver's buffer, and every byte
+/// still lands where it belongs.
+#[test]
+fn waiting_senders_help_copy() {
+    Ranks::new(2).run("waiting_senders_help_copy", |world| {
+        const N: usize = 32 << 20;
+        let pattern = |k: usize, i: usize| ((i * 13 + k) % 251) as u8;
+        let peer = world.process_at_rank(1 - world.rank());
+        if world.rank() == 0 {
+            for k in 0..8 {
+                let data: Vec<u8> = (0..N).map(|i| pattern(k, i)).collect();
+                peer.send(&data[..]);
+            }
+            peer.send(&metampi::testing::chunks_helped().map_or(-1, |h| h as i64));
+        } else {
+            let mut buf = vec![0u8; N];
+            for k in 0..8 {
+                buf.fill(0);
+                peer.receive_into(&mut buf[..]);
+                let bad = (0..N).find(|&i| buf[i] != pattern(k, i));
+                assert_eq!(bad, None, "message {k}: first wrong byte");
+            }
+            let (helped, _) = peer.receive::<i64>();
+            if helped < 0 {
+                eprintln!(
+                    "skipped: this machine does not copy cooperatively (more ranks than cores?)"
+                );
+            } else {
+                assert!(
+                    helped > 0,
+                    "the sender never helped with 8 messages of 32 MiB"
+                );
+            }
+        }
+    });
+}
+
 /// 10,000 receives and 10,000 sends outstanding at once.
 fn many_requests(world: &SimpleCommunicator) {
     const N: usize = 10_000;

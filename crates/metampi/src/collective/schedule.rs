@@ -655,7 +655,7 @@ impl Schedule {
                         return;
                     }
                     let id = core.new_send(w, SendBuf::Owned(v));
-                    links.post_send(core, id, w, self.ctx, tag, false, false);
+                    links.post_send(core, id, w, self.ctx, tag, false);
                     self.pending.push(Pending { id, recv: None });
                     return;
                 }
@@ -665,7 +665,7 @@ impl Schedule {
                 // SAFETY: as above; the memory outlives the request because
                 // the schedule waits for it before moving on or completing.
                 let id = core.new_send(w, SendBuf::Borrowed(unsafe { SendPtr::new(bytes) }));
-                links.post_send(core, id, w, self.ctx, tag, false, false);
+                links.post_send(core, id, w, self.ctx, tag, false);
                 self.pending.push(Pending { id, recv: None });
             }
             Step::Recv { from, tag, dst } => {

@@ -216,6 +216,23 @@ pub(crate) enum Action {
     Ctrl { dst: u32, env: Envelope },
     /// Stream the data of send request `sreq` to `dst` for its request `rreq`.
     SendData { dst: u32, sreq: ReqId, rreq: u64 },
+    /// Copy a matched rendezvous message out of the sender's memory, with
+    /// its help where it can give it (`engine::coop`).
+    Pull(Pull),
+    /// Help the receiver `src` copy our send: its `Kind::Help` envelope.
+    Assist { src: u32, env: Envelope },
+}
+
+/// A matched shared-memory rendezvous message to copy from the sender.
+pub(crate) struct Pull {
+    pub id: ReqId,
+    pub src: u32,
+    pub pid: i32,
+    pub sreq: u64,
+    /// The sender's buffer, in its address space.
+    pub remote: u64,
+    pub context: u32,
+    pub tag: i32,
 }
 
 /// The result of a completed request, taken out of the table.
@@ -254,6 +271,9 @@ pub(crate) struct Core {
     /// held sender's later message has no receive posted) and a wait's last
     /// pass before it sleeps.
     pub unheld: usize,
+    /// Shared-memory rendezvous messages at least this long are copied with
+    /// the sender's help ([`Action::Pull`]); `usize::MAX`: never.
+    pub coop_min: usize,
 }
 
 impl Core {
@@ -270,6 +290,7 @@ impl Core {
             completions: 0,
             async_waiters: 0,
             unheld: 0,
+            coop_min: usize::MAX,
         }
     }
 
@@ -430,6 +451,17 @@ impl Core {
         }
     }
 
+    /// As [`Core::send_bytes`], for a send to world rank `dst` only.
+    pub(crate) fn send_bytes_to(&self, id: ReqId, dst: u32) -> Option<&[u8]> {
+        let s = self.slots.get((id & 0xffff_ffff) as usize)?;
+        match &s.state {
+            State::Send { dst: d, buf } if s.gen == (id >> 32) as u32 && *d == dst && !s.done => {
+                Some(buf.bytes())
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn complete_send(&mut self, id: ReqId) {
         self.complete(id, RawStatus::default(), None);
     }
@@ -580,6 +612,7 @@ impl Core {
             big_endian: env.flags & F_BIG_ENDIAN != 0,
         };
         let pid = self.pids.get(env.src as usize).copied().unwrap_or(0);
+        let help = len >= self.coop_min && !self.exchanging_with(env.src, self.coop_min);
         let mut fin = Envelope::new(Kind::Fin, self.rank, env.context, env.tag, 0);
         fin.sreq = env.sreq;
         let Some(Slot {
@@ -618,7 +651,24 @@ impl Core {
             }
         }
         let dst = buf.prepare(len);
-        if env.addr != 0 && pid > 0 && cma::read_from(pid, env.addr, dst).is_ok() {
+        let pulls = env.addr != 0 && pid > 0;
+        if pulls && help {
+            // Copied with the sender's help once the links have asked for it.
+            if let Some(s) = self.slot(id) {
+                s.status = status;
+            }
+            self.out.push_back(Action::Pull(Pull {
+                id,
+                src: env.src,
+                pid,
+                sreq: env.sreq,
+                remote: env.addr,
+                context: env.context,
+                tag: env.tag,
+            }));
+            return;
+        }
+        if pulls && cma::read_from(pid, env.addr, dst).is_ok() {
             self.out.push_back(Action::Ctrl {
                 dst: env.src,
                 env: fin,
@@ -634,17 +684,58 @@ impl Core {
             self.complete(id, status, None);
             return;
         }
-        // Ask the sender to stream the data (TCP, or no cross-memory attach).
         if let Some(s) = self.slot(id) {
             s.status = status;
         }
-        let mut cts = Envelope::new(Kind::Cts, self.rank, env.context, env.tag, env.len);
-        cts.sreq = env.sreq;
+        self.ask_for_data(id, env.src, env.sreq, env.context, env.tag, len);
+    }
+
+    /// Asks the sender of a matched rendezvous message to stream its data
+    /// (TCP, or no cross-memory attach).
+    fn ask_for_data(&mut self, id: ReqId, src: u32, sreq: u64, context: u32, tag: i32, len: usize) {
+        let mut cts = Envelope::new(Kind::Cts, self.rank, context, tag, len as u64);
+        cts.sreq = sreq;
         cts.rreq = id;
-        self.out.push_back(Action::Ctrl {
-            dst: env.src,
-            env: cts,
-        });
+        self.out.push_back(Action::Ctrl { dst: src, env: cts });
+    }
+
+    /// Whether a send of ours of at least `min` bytes to `peer` is unfinished:
+    /// then the peer copies from us while we copy from it, both cores are
+    /// busy, and asking for help would only cut our copy into chunks.
+    fn exchanging_with(&self, peer: u32, min: usize) -> bool {
+        self.slots.iter().any(|s| {
+            !s.done && matches!(&s.state, State::Send { dst, buf } if *dst == peer && buf.bytes().len() >= min)
+        })
+    }
+
+    /// Where a [`Pull`] copies to: the whole prepared receive buffer.
+    pub(crate) fn pull_target(&mut self, p: &Pull) -> Option<&mut [u8]> {
+        let s = self.slot(p.id)?;
+        let len = s.status.len;
+        match &mut s.state {
+            State::Recv {
+                buf, matched: true, ..
+            } => buf.slice_at(0, len),
+            _ => None,
+        }
+    }
+
+    /// Ends a [`Pull`]: `ok`, the data is in place and the sender is told to
+    /// finish; otherwise it is asked to stream the data instead.
+    pub(crate) fn finish_pull(&mut self, p: &Pull, ok: bool) {
+        let Some(s) = self.slot(p.id) else { return };
+        let status = s.status;
+        if ok {
+            let mut fin = Envelope::new(Kind::Fin, self.rank, p.context, p.tag, 0);
+            fin.sreq = p.sreq;
+            self.out.push_back(Action::Ctrl {
+                dst: p.src,
+                env: fin,
+            });
+            self.complete(p.id, status, None);
+        } else {
+            self.ask_for_data(p.id, p.src, p.sreq, p.context, p.tag, status.len);
+        }
     }
 
     /// Where the payload of a `Data` fragment should land, if the request is live.
@@ -757,6 +848,10 @@ impl Core {
                 }
             }
             Kind::Fin | Kind::SyncAck => self.complete_send(env.sreq),
+            Kind::Help => self.out.push_back(Action::Assist {
+                src: env.src,
+                env: *env,
+            }),
         }
     }
 }

@@ -16,9 +16,11 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::core::{Action, Core, ReqId};
+use super::coop::{self, PeerSlots, Table};
+use super::core::{Action, Core, Pull, ReqId};
 use crate::envelope::{Envelope, Kind, ENV_LEN, F_BIG_ENDIAN, INLINE_MAX};
 use crate::error::{Error, ErrorClass};
+use crate::sys::cma;
 use crate::sys::ring::{Consumer, Producer};
 use crate::sys::shm::Segment;
 use crate::sys::vchan::{self, VChan};
@@ -57,6 +59,8 @@ pub(crate) struct ShmLink {
     pub prod: Producer,
     pub peer_sleep: SleepFlag,
     pub peer_wake: SocketAddr,
+    /// The peer's cooperative-copy slots (it asks us to help through them).
+    pub peer_coop: PeerSlots,
 }
 
 pub(crate) struct TcpLink {
@@ -129,16 +133,6 @@ struct OutFrame {
     done: Option<ReqId>,
 }
 
-/// Above this many bytes, a blocking send on shared memory streams through the ring rather
-/// than offering its buffer for a single-copy read. The single copy is one core's work; the
-/// stream keeps both cores copying, which wins once the message outgrows the caches. On the
-/// 2-core test machine, ping-pong through the ring against the single copy: 4 MiB 520-545
-/// against 770-950 µs, 8 MiB 1035-1220 against 2054-2240; 1 MiB 116-128 against 84-116, so
-/// the switch is above 2 MiB. Nonblocking sends and collectives keep the single copy: there
-/// the sender may have its own work (4 MiB broadcasts and all-reduces were 1.5x slower
-/// streamed).
-const STREAM_WHEN_WAITING: usize = 2 << 20;
-
 pub(crate) struct Links {
     pub rank: u32,
     pub peers: Vec<Link>,
@@ -154,6 +148,8 @@ pub(crate) struct Links {
     /// meta host declares it; the sender converted them).
     pub routed_big_endian: bool,
     pub cma: bool,
+    /// Our cooperative-copy slots (`None` without shared-memory peers).
+    pub coop: Option<Table>,
     pub my_sleep: Option<SleepFlag>,
     pub wake: UnixDatagram,
     pub segments: Vec<Segment>,
@@ -199,6 +195,7 @@ impl Links {
             eager_router: 512 << 10,
             routed_big_endian: cfg!(target_endian = "big"),
             cma: false,
+            coop: None,
             my_sleep: None,
             wake,
             segments: Vec::new(),
@@ -298,9 +295,7 @@ impl Links {
         }
     }
 
-    /// Starts a send of the bytes held by request `id` to `dst`. `waiting`: the caller
-    /// waits for this send at once (a blocking send), so its core has nothing else to do.
-    #[allow(clippy::too_many_arguments)]
+    /// Starts a send of the bytes held by request `id` to `dst`.
     pub(crate) fn post_send(
         &mut self,
         core: &mut Core,
@@ -309,7 +304,6 @@ impl Links {
         ctx: u32,
         tag: i32,
         sync: bool,
-        waiting: bool,
     ) {
         let len = core.send_bytes(id).map_or(0, |b| b.len());
         let kind = if sync { Kind::EagerSync } else { Kind::Eager };
@@ -347,10 +341,9 @@ impl Links {
                     );
                 } else {
                     env.kind = Kind::Rts;
-                    // A sender that only waits streams a long message through the ring,
-                    // copying in while the receiver copies out; else the receiver reads
-                    // it alone in one kernel copy (see `STREAM_WHEN_WAITING`).
-                    if self.cma && !(waiting && len > STREAM_WHEN_WAITING) {
+                    // The receiver copies it out of our buffer, with our help
+                    // when we are waiting (`coop`).
+                    if self.cma {
                         env.addr = core.send_bytes(id).map_or(0, |b| b.as_ptr() as u64);
                     }
                     self.queue(d, env.encode(None), None, None);
@@ -507,6 +500,8 @@ impl Links {
                         self.queue(c, env.encode(None), None, None);
                     }
                 }
+                Action::Pull(p) => self.pull(core, p),
+                Action::Assist { src, env } => self.assist(core, src, &env),
                 Action::SendData { dst, sreq, rreq } => {
                     let Some(total) = core.send_bytes(sreq).map(<[u8]>::len) else {
                         continue;
@@ -543,6 +538,66 @@ impl Links {
                 }
             }
         }
+    }
+
+    /// Copies a matched shared-memory rendezvous message out of its sender's
+    /// memory. Where a slot is free, the sender is first asked to help
+    /// (`Kind::Help`, written to its ring at once) and both copy chunks of it;
+    /// a sender that is busy elsewhere leaves them all to us.
+    fn pull(&mut self, core: &mut Core, p: Pull) {
+        let Some((addr, len)) = core
+            .pull_target(&p)
+            .map(|d| (d.as_mut_ptr() as u64, d.len()))
+        else {
+            return;
+        };
+        let c = self.chan(p.src);
+        let open = match (self.coop.as_mut(), self.peers.get(c)) {
+            (Some(t), Some(Link::Shm(_))) => t.open(),
+            _ => None,
+        };
+        if let Some(o) = &open {
+            let mut help = Envelope::new(Kind::Help, self.rank, p.context, p.tag, len as u64);
+            help.dst = p.src;
+            help.sreq = p.sreq;
+            help.rreq = o.tag();
+            help.addr = addr;
+            self.queue(c, help.encode(None), None, None);
+            self.flush(core, c);
+        }
+        let Some(dst) = core.pull_target(&p) else {
+            return;
+        };
+        let mut copy = |r: std::ops::Range<usize>| {
+            cma::read_from(p.pid, p.remote + r.start as u64, &mut dst[r]).is_ok()
+        };
+        let ok = match (open, self.coop.as_mut()) {
+            (Some(o), Some(t)) => t.finish(o, len, &mut copy, &mut || process_exists(p.pid)),
+            _ => copy(0..len),
+        };
+        core.finish_pull(&p, ok);
+    }
+
+    /// Helps receiver `src` copy our send named in its `Kind::Help`: chunks
+    /// claimed from its slot are written into its buffer.
+    fn assist(&mut self, core: &Core, src: u32, env: &Envelope) {
+        let Some(Link::Shm(l)) = self.peers.get(src as usize) else {
+            return;
+        };
+        let (index, gen) = coop::untag(env.rreq);
+        let (Some(slot), Some(bytes), Some(&pid)) = (
+            l.peer_coop.slot(index),
+            core.send_bytes_to(env.sreq, src),
+            core.pids.get(src as usize),
+        ) else {
+            return;
+        };
+        if bytes.len() as u64 != env.len {
+            return;
+        }
+        coop::help(slot, gen, bytes.len(), &mut |r| {
+            cma::write_to(pid, env.addr + r.start as u64, &bytes[r]).is_ok()
+        });
     }
 
     /// Writes queued frames to `dst` until its transport is full.
@@ -750,6 +805,14 @@ impl Links {
 
 /// Writes as much of one frame as the socket (or pipe) takes; `Ok(true)`
 /// when all is out.
+/// Whether process `pid` still exists (a zombie counts: it can no longer
+/// copy, but its parent has not looked yet; the launcher ends the job).
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 fn write_frame(
     t: &mut TcpLink,
     env: &[u8],
