@@ -124,7 +124,7 @@ pub(crate) fn post_send(
             e.core.detach(id);
         }
         let id = e.core.settle_send(id);
-        (id, if id == SENT { Pass::None } else { Pass::Full })
+        (id, if id == SENT { Pass::None } else { Pass::Lazy })
     });
     Ok(id)
 }

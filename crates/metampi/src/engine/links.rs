@@ -150,6 +150,9 @@ pub(crate) struct Links {
     pub cma: bool,
     /// Our cooperative-copy slots (`None` without shared-memory peers).
     pub coop: Option<Table>,
+    /// Matched long messages to copy in the next full pass: the call that
+    /// posts a request only starts it (see [`Links::progress_as`]).
+    deferred: Vec<Pull>,
     pub my_sleep: Option<SleepFlag>,
     pub wake: UnixDatagram,
     pub segments: Vec<Segment>,
@@ -196,6 +199,7 @@ impl Links {
             routed_big_endian: cfg!(target_endian = "big"),
             cma: false,
             coop: None,
+            deferred: Vec::new(),
             my_sleep: None,
             wake,
             segments: Vec::new(),
@@ -500,7 +504,7 @@ impl Links {
                         self.queue(c, env.encode(None), None, None);
                     }
                 }
-                Action::Pull(p) => self.pull(core, p),
+                Action::Pull(p) => self.deferred.push(p),
                 Action::Assist { src, env } => self.assist(core, src, &env),
                 Action::SendData { dst, sreq, rreq } => {
                     let Some(total) = core.send_bytes(sreq).map(<[u8]>::len) else {
@@ -650,12 +654,16 @@ impl Links {
         self.progress_as(core, false)
     }
 
-    /// As [`Links::progress`]; `lazy`: a message from shared memory that no
-    /// posted receive wants stays in its ring (so do the ones behind it),
-    /// where a receive posted next takes it with one copy instead of two
-    /// and no allocation. A full pass (every wait and test) moves it to the
-    /// unexpected queue; messages left in a ring are all newer than those
-    /// of the same sender in that queue, so matching order holds.
+    /// As [`Links::progress`]; `lazy` (the pass of a call that starts a
+    /// request): a message from shared memory that no posted receive wants
+    /// stays in its ring (so do the ones behind it), where a receive posted
+    /// next takes it with one copy instead of two and no allocation; and
+    /// long messages matched are copied only in the next full pass, so that
+    /// a rank posting receives and then sends gets its sends out first (two
+    /// ranks exchanging then copy at the same time, not one after the
+    /// other). A full pass (every wait and test) moves what is left in the
+    /// rings to the unexpected queue; messages left in a ring are all newer
+    /// than those of the same sender in that queue, so matching order holds.
     pub(crate) fn progress_as(&mut self, core: &mut Core, lazy: bool) -> bool {
         let before = core.completions;
         let mut moved = false;
@@ -732,6 +740,13 @@ impl Links {
         if !core.out.is_empty() {
             self.drain_actions(core);
         }
+        if !lazy && !self.deferred.is_empty() {
+            for p in std::mem::take(&mut self.deferred) {
+                self.pull(core, p);
+            }
+            self.drain_actions(core);
+            moved = true;
+        }
         if self.pending > 0 {
             for d in 0..self.outq.len() {
                 if !self.outq[d].is_empty() {
@@ -799,7 +814,7 @@ impl Links {
     }
 
     pub(crate) fn has_pending(&self) -> bool {
-        self.pending > 0 || !self.self_q.is_empty()
+        self.pending > 0 || !self.self_q.is_empty() || !self.deferred.is_empty()
     }
 }
 

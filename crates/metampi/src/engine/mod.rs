@@ -57,9 +57,10 @@ pub(crate) enum Pass {
     /// asks no progress of the call that started it.
     None,
     /// A pass that leaves unmatched shared-memory messages in their rings
-    /// (after posting a receive: the next one posted may want them).
+    /// (after posting a receive: the next one posted may want them) and
+    /// long matched messages uncopied until a wait or test (after posting
+    /// any request: see [`links::Links::progress_as`]).
     Lazy,
-    Full,
 }
 
 /// Facts about the job learned at start-up.
@@ -750,9 +751,6 @@ impl Shared {
             Pass::None => {}
             Pass::Lazy => {
                 e.progress_as(true);
-            }
-            Pass::Full => {
-                e.progress();
             }
         }
         let wakers = std::mem::take(&mut e.core.wakers);
