@@ -830,7 +830,36 @@ struct RankConn {
     tx: VecDeque<Bytes>,
     /// Bytes of `tx`'s front already written.
     tx_off: usize,
+    /// What its pipe has on loan (see `sys::vchan`).
+    lent: Loans,
 }
+
+/// Buffers lent to a rank through its pipe, oldest first, kept until the
+/// rank has copied them.
+#[derive(Default)]
+struct Loans {
+    out: VecDeque<Bytes>,
+    /// Loans made so far (the rank counts those it returned).
+    made: u64,
+    bytes: usize,
+}
+
+impl Loans {
+    /// Drops what the rank has returned (`returned` loans in all).
+    fn settle(&mut self, returned: u64) {
+        let outstanding = self.made.saturating_sub(returned) as usize;
+        while self.out.len() > outstanding {
+            let b = self.out.pop_front().expect("longer than outstanding");
+            self.bytes -= b.len();
+        }
+    }
+}
+
+/// Buffers at least this long go to a rank on loan rather than copied into
+/// its pipe: below it a copy costs less than the rank's system call.
+const LEND_MIN: usize = 16 << 10;
+/// Bytes on loan to one rank at most; beyond, buffers are copied.
+const LEND_MAX: usize = 8 << 20;
 
 /// A connection that has not said who it is yet.
 struct Hello {
@@ -900,7 +929,7 @@ fn read_rank(rc: &mut RankConn, budget: usize) -> io::Result<usize> {
     let Some(v) = &mut rc.vchan else {
         return crate::sys::read::read_append(&rc.stream, &mut rc.rx, max);
     };
-    match v.read_append(&mut rc.rx, max) {
+    match v.read_append(&mut rc.rx, max)? {
         0 if rc.bell_eof => Ok(0),
         0 => Err(io::ErrorKind::WouldBlock.into()),
         n => {
@@ -936,12 +965,45 @@ fn settle_offer(node: u64, rc: &mut RankConn) -> Result<(), String> {
     (&rc.stream).write_all(&answer).map_err(|e| e.to_string())
 }
 
-/// Copies queued buffers into a rank's pipe, as [`flush_queue`] writes them
-/// to its socket.
-fn flush_pipe(v: &mut VChan, bell: &TcpStream, q: &mut VecDeque<Bytes>, off: &mut usize) {
+/// Hands queued buffers to a rank's pipe, as [`flush_queue`] writes them to
+/// its socket: long ones on loan where the rank takes loans, the others
+/// copied.
+fn flush_pipe(
+    v: &mut VChan,
+    bell: &TcpStream,
+    q: &mut VecDeque<Bytes>,
+    off: &mut usize,
+    lent: &mut Loans,
+) {
+    let lending = v.lending();
+    if lending {
+        lent.settle(v.returned());
+    }
+    let lendable = |b: &Bytes, lent: &Loans| {
+        lending && b.len() >= LEND_MIN && lent.bytes + b.len() <= LEND_MAX
+    };
     let mut wrote = false;
-    while !q.is_empty() {
-        let n = v.write_vectored(&front_slices(q, *off));
+    while let Some(front) = q.front() {
+        let front = front.slice(*off..);
+        if lendable(&front, lent) {
+            if !v.lend(front.as_ptr() as u64, front.len()) {
+                break;
+            }
+            lent.made += 1;
+            lent.bytes += front.len();
+            lent.out.push_back(front);
+            q.pop_front();
+            *off = 0;
+            wrote = true;
+            continue;
+        }
+        // Copied up to the next buffer that goes on loan.
+        let mut upto = 1;
+        while upto < q.len().min(64) && !lendable(&q[upto], lent) {
+            upto += 1;
+        }
+        let parts: Vec<IoSlice<'_>> = front_slices(q, *off).into_iter().take(upto).collect();
+        let n = v.write_vectored(&parts);
         if n == 0 {
             break;
         }
@@ -1582,6 +1644,7 @@ impl Router {
             frame_hint: RANK_READ_CHUNK / 4,
             tx,
             tx_off: 0,
+            lent: Loans::default(),
         });
     }
 
@@ -1889,7 +1952,7 @@ impl Router {
                 None => flush_queue(&mut rc.stream, &mut rc.tx, &mut rc.tx_off),
                 Some(_) if rc.bell_eof => Err(io::ErrorKind::BrokenPipe.into()),
                 Some(v) => {
-                    flush_pipe(v, &rc.stream, &mut rc.tx, &mut rc.tx_off);
+                    flush_pipe(v, &rc.stream, &mut rc.tx, &mut rc.tx_off, &mut rc.lent);
                     Ok(())
                 }
             };
@@ -1922,11 +1985,12 @@ impl Router {
             };
             let queued: u64 = self.out.iter().map(|p| p.bundle.send_buffered()).sum();
             let text = format!(
-                "{{\"rss_kb\":{},\"peak_rss_kb\":{},\"ranks\":{},\"pipe_ranks\":{},\"to_ranks_bytes\":{},\"send_buffered\":{queued}}}\n",
+                "{{\"rss_kb\":{},\"peak_rss_kb\":{},\"ranks\":{},\"pipe_ranks\":{},\"loans\":{},\"to_ranks_bytes\":{},\"send_buffered\":{queued}}}\n",
                 kb("VmRSS:"),
                 kb("VmHWM:"),
                 self.ranks.len(),
                 self.ranks.iter().filter(|r| r.vchan.is_some()).count(),
+                self.ranks.iter().map(|r| r.lent.made).sum::<u64>(),
                 self.to_ranks
             );
             let path = std::path::PathBuf::from(dir).join(format!("router-{}.json", self.id));

@@ -63,8 +63,9 @@ fn exchange(world: &metampi::topology::SimpleCommunicator) {
 
 /// Runs [`exchange`] on 6 ranks with `env` for the ranks; then rank 0
 /// checks, while every rank is still connected, that router `r` serves
-/// `want[r]` ranks (all, through pipes).
-fn run(test: &str, portbase: u16, env: &[(&str, &str)], want: [(u64, u64); 2]) {
+/// `want[r]` ranks (all, through pipes) and whether it lent long messages
+/// to the ranks on its node (`sys::vchan`'s loans) rather than copying them.
+fn run(test: &str, portbase: u16, env: &[(&str, &str)], want: [(u64, u64, bool); 2]) {
     run_checked(test, portbase, env, want, false);
 }
 
@@ -75,7 +76,7 @@ fn run_checked(
     test: &str,
     portbase: u16,
     env: &[(&str, &str)],
-    want: [(u64, u64); 2],
+    want: [(u64, u64, bool); 2],
     in_order: bool,
 ) {
     let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
@@ -93,7 +94,7 @@ fn run_checked(
         if world.rank() == 0 {
             // Statistics are rewritten twice a second.
             std::thread::sleep(Duration::from_millis(1200));
-            for (r, (all, pipes)) in want.iter().enumerate() {
+            for (r, (all, pipes, lends)) in want.iter().enumerate() {
                 let text =
                     std::fs::read_to_string(d.join(format!("router-{r}.json"))).unwrap_or_default();
                 assert_eq!(number(&text, "ranks"), Some(*all), "router {r}: {text}");
@@ -102,6 +103,8 @@ fn run_checked(
                     Some(*pipes),
                     "router {r}: {text}"
                 );
+                let loans = number(&text, "loans").unwrap_or(0);
+                assert_eq!(loans > 0, *lends, "router {r}'s loans: {text}");
             }
             if in_order {
                 for f in std::fs::read_dir(d).unwrap().flatten() {
@@ -142,7 +145,18 @@ fn ranks_on_the_router_node_use_pipes() {
         "ranks_on_the_router_node_use_pipes",
         24300,
         &[],
-        [(4, 2), (2, 2)],
+        [(4, 2, true), (2, 2, true)],
+    );
+}
+
+/// Ranks that refuse loans get every byte copied into their pipes.
+#[test]
+fn loans_can_be_turned_off() {
+    run(
+        "loans_can_be_turned_off",
+        24340,
+        &[("METAMPI_NO_ROUTER_LOANS", "1")],
+        [(4, 2, false), (2, 2, false)],
     );
 }
 
@@ -152,7 +166,7 @@ fn pipes_can_be_turned_off() {
         "pipes_can_be_turned_off",
         24310,
         &[("METAMPI_NO_ROUTER_SHM", "1")],
-        [(4, 0), (2, 0)],
+        [(4, 0, false), (2, 0, false)],
     );
 }
 
@@ -164,7 +178,7 @@ fn tiny_pipes_carry_everything() {
         "tiny_pipes_carry_everything",
         24320,
         &[("METAMPI_ROUTER_PIPE", "4096"), ("METAMPI_SPIN_US", "0")],
-        [(4, 2), (2, 2)],
+        [(4, 2, true), (2, 2, true)],
     );
 }
 
@@ -179,7 +193,7 @@ fn link_writer_threads_keep_every_message_in_order() {
         "link_writer_threads_keep_every_message_in_order",
         24330,
         &[("METAMPI_ROUTER_WRITER", "1")],
-        [(4, 2), (2, 2)],
+        [(4, 2, true), (2, 2, true)],
         true,
     );
 }

@@ -888,7 +888,7 @@ fn read_some(
     buf: &mut [u8],
 ) -> io::Result<Option<usize>> {
     if let Some(v) = pipe {
-        let n = v.read(buf);
+        let n = v.read(buf)?;
         if n == 0 {
             return Ok(None);
         }

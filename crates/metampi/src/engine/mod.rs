@@ -261,7 +261,11 @@ fn offer_pipes(
         v
     });
     got?;
-    Ok(vchan.filter(|_| answer[0] == 1))
+    let mut vchan = vchan.filter(|_| answer[0] == 1);
+    if let Some(v) = &mut vchan {
+        v.probe_loans(!env_flag("METAMPI_NO_ROUTER_LOANS"));
+    }
+    Ok(vchan)
 }
 
 fn accept_peers(

@@ -11,15 +11,27 @@
 //! down and sends one byte on the connection. So a sleeper is woken once, and
 //! a side that is awake pays nothing but a shared load.
 //!
+//! **Loans.** The router-to-rank pipe carries records: bytes (an 8-byte
+//! header, then the bytes), or a loan (a header and an address): bytes that
+//! stay in the router's memory, where the rank copies them from with
+//! `process_vm_readv` and then counts the loan returned. A router that
+//! received a long message from the wide-area link thus hands it on without
+//! copying it into the pipe (its copy was a quarter of a receiving router's
+//! time); the rank copies once either way. The router lends only once the
+//! rank has shown it may read the router's memory (a probe at set-up), and
+//! keeps what it lent until the rank returns it. The rank-to-router pipe
+//! stays a plain byte stream.
+//!
 //! Segment layout: line 0 magic and token, line 1 the rank's flag, line 2 the
-//! router's flag, then the rank-to-router pipe and the router-to-rank pipe,
-//! each a 128-byte control block (consumer and producer positions on lines
-//! of their own) and `cap` bytes.
+//! router's flag, line 3 the router's pid and probe address and the rank's
+//! verdict on lending, line 4 the loans returned, then the rank-to-router pipe
+//! and the router-to-rank pipe, each a 128-byte control block (consumer and
+//! producer positions on lines of their own) and `cap` bytes.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bytes::BytesMut;
 
@@ -28,9 +40,24 @@ use super::shm::Segment;
 
 const MAGIC: &[u8; 8] = b"MPVCHAN1";
 const OFFER_MAGIC: &[u8; 4] = b"MPVO";
-const HEADER: usize = 256;
+const HEADER: usize = 320;
 const FLAG_RANK: usize = 64;
 const FLAG_ROUTER: usize = 128;
+/// Router's pid (u32), the rank's verdict on loans (u32: 1 yes, 2 no), the
+/// address of the router's probe bytes (u64).
+const LOAN_PID: usize = 192;
+const LOAN_OK: usize = 196;
+const LOAN_PROBE: usize = 200;
+/// Loans the rank has finished copying (u64).
+const RETURNED: usize = 256;
+/// What a rank must read at the probe address to take loans.
+static PROBE: [u8; 16] = *b"metampi vchan ok";
+/// Header of a record in the router-to-rank pipe: length (u32), kind (u32).
+const REC: usize = 8;
+const REC_BYTES: u32 = 0;
+/// A loan record adds the address (u64) after its header.
+const REC_LOAN: u32 = 1;
+const LOAN_REC: usize = REC + 8;
 const PIPE_CTL: usize = 128;
 /// Bytes of the offer a rank sends after its hello: magic, log2 of the pipe
 /// size, its node's hash, the token naming the segment (all zero: no offer).
@@ -142,6 +169,17 @@ impl End {
         self.cap - (self.mine - self.other) as usize
     }
 
+    /// Producer: room for `want` bytes, looking at the consumer's position
+    /// again if the cached one leaves too little.
+    fn room_for(&mut self, want: usize) -> usize {
+        let room = self.room();
+        if room >= want {
+            return room;
+        }
+        self.other = self.ctl().head.0.load(Ordering::Acquire);
+        self.cap - (self.mine - self.other) as usize
+    }
+
     /// Consumer: bytes that may be read now.
     fn available(&mut self) -> usize {
         if self.mine == self.other {
@@ -224,6 +262,21 @@ pub(crate) struct VChan {
     tx: End,
     rx: End,
     side: Side,
+    /// Rank: the record of the router-to-rank pipe being read.
+    cur: Rec,
+    /// Rank: the router's pid (loans are read from it).
+    router: i32,
+}
+
+/// Where a rank is in the router-to-rank pipe's records.
+#[derive(Clone, Copy)]
+enum Rec {
+    /// Between records.
+    None,
+    /// Bytes left of a bytes record.
+    Bytes(usize),
+    /// A loan of `len` bytes at `addr` in the router, `off` of them copied.
+    Loan { addr: u64, len: usize, off: usize },
 }
 
 // SAFETY: the channel is pointers into a mapping it owns; the pipe protocol is
@@ -270,7 +323,61 @@ impl VChan {
             ));
         }
         seg.unlink();
-        Ok(Self::ends(seg, offer.cap, Side::Router))
+        let v = Self::ends(seg, offer.cap, Side::Router);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        v.word32(LOAN_PID).store(pid, Ordering::Relaxed);
+        v.word64(LOAN_PROBE)
+            .store(PROBE.as_ptr() as u64, Ordering::Relaxed);
+        Ok(v)
+    }
+
+    /// The rank's side, once the router took the offer: may we read the
+    /// router's memory (loans; `allowed`: we want them)? Says so to the
+    /// router either way.
+    pub(crate) fn probe_loans(&mut self, allowed: bool) -> bool {
+        let pid = self.word32(LOAN_PID).load(Ordering::Acquire) as i32;
+        let at = self.word64(LOAN_PROBE).load(Ordering::Acquire);
+        let mut got = [0u8; 16];
+        let ok =
+            allowed && pid > 0 && super::cma::read_from(pid, at, &mut got).is_ok() && got == PROBE;
+        self.router = pid;
+        self.word32(LOAN_OK)
+            .store(if ok { 1 } else { 2 }, Ordering::Release);
+        ok
+    }
+
+    /// The router's side: whether the rank takes loans.
+    pub(crate) fn lending(&self) -> bool {
+        self.word32(LOAN_OK).load(Ordering::Acquire) == 1
+    }
+
+    /// The router's side: loans the rank has finished with (they are
+    /// returned in the order they were made).
+    pub(crate) fn returned(&self) -> u64 {
+        self.word64(RETURNED).load(Ordering::Acquire)
+    }
+
+    /// The router's side: lends `len` bytes at `addr` (they must stay there
+    /// until [`VChan::returned`] counts this loan). False when the pipe has
+    /// no room for the record.
+    pub(crate) fn lend(&mut self, addr: u64, len: usize) -> bool {
+        let mut rec = [0u8; LOAN_REC];
+        rec[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        rec[4..8].copy_from_slice(&REC_LOAN.to_le_bytes());
+        rec[8..].copy_from_slice(&addr.to_le_bytes());
+        self.tx.room_for(LOAN_REC) >= LOAN_REC && self.tx.write(&[IoSlice::new(&rec)]) == LOAN_REC
+    }
+
+    fn word32(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: `at` is a 4-byte aligned offset inside the header of the
+        // live mapping.
+        unsafe { &*(self.seg.base().add(at) as *const AtomicU32) }
+    }
+
+    fn word64(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: as above, 8-byte aligned.
+        unsafe { &*(self.seg.base().add(at) as *const AtomicU64) }
     }
 
     fn ends(seg: Segment, cap: usize, side: Side) -> VChan {
@@ -289,7 +396,14 @@ impl VChan {
                 End::new(seg.base().add(rx), cap, false),
             )
         };
-        VChan { seg, tx, rx, side }
+        VChan {
+            seg,
+            tx,
+            rx,
+            side,
+            cur: Rec::None,
+            router: 0,
+        }
     }
 
     /// Removes the segment's name (the mappings stay).
@@ -308,9 +422,117 @@ impl VChan {
         unsafe { &*(self.seg.base().add(at) as *const AtomicU32) }
     }
 
-    /// Copies as much of `bufs` as fits into the outgoing pipe.
+    /// Copies as much of `bufs` as fits into the outgoing pipe (the
+    /// router's, as one bytes record).
     pub(crate) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> usize {
-        self.tx.write(bufs)
+        if self.side == Side::Rank {
+            return self.tx.write(bufs);
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let n = self.tx.room_for(REC + total).saturating_sub(REC).min(total);
+        if n == 0 {
+            return 0;
+        }
+        let mut hdr = [0u8; REC];
+        hdr[..4].copy_from_slice(&(n as u32).to_le_bytes());
+        hdr[4..].copy_from_slice(&REC_BYTES.to_le_bytes());
+        let mut parts = Vec::with_capacity(bufs.len() + 1);
+        parts.push(IoSlice::new(&hdr));
+        let mut left = n;
+        for b in bufs {
+            let k = b.len().min(left);
+            parts.push(IoSlice::new(&b[..k]));
+            left -= k;
+            if left == 0 {
+                break;
+            }
+        }
+        let wrote = self.tx.write(&parts);
+        debug_assert_eq!(wrote, REC + n, "room was measured");
+        n
+    }
+
+    /// The rank's side: copies up to `n` bytes of the router-to-rank pipe's
+    /// records to `dst`, bytes out of the pipe and loans out of the router.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `n` bytes.
+    unsafe fn read_records(&mut self, dst: *mut u8, n: usize) -> io::Result<usize> {
+        let mut done = 0;
+        while done < n {
+            match self.cur {
+                Rec::None => {
+                    if self.rx.available() < REC {
+                        break;
+                    }
+                    let mut hdr = [0u8; LOAN_REC];
+                    // SAFETY: `hdr` takes REC bytes.
+                    unsafe { self.rx.read_to(hdr.as_mut_ptr(), REC) };
+                    let len = u32::from_le_bytes(hdr[..4].try_into().expect("4")) as usize;
+                    self.cur = match u32::from_le_bytes(hdr[4..8].try_into().expect("4")) {
+                        REC_BYTES => Rec::Bytes(len),
+                        REC_LOAN => {
+                            // The address was published with the header.
+                            // SAFETY: `hdr` takes 8 more bytes.
+                            unsafe { self.rx.read_to(hdr.as_mut_ptr().add(REC), 8) };
+                            let addr = u64::from_le_bytes(hdr[REC..].try_into().expect("8"));
+                            Rec::Loan { addr, len, off: 0 }
+                        }
+                        k => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!("router pipe record of unknown kind {k}"),
+                            ))
+                        }
+                    };
+                }
+                Rec::Bytes(left) => {
+                    // SAFETY: `dst + done` has `n - done` writable bytes.
+                    let k = unsafe { self.rx.read_to(dst.add(done), left.min(n - done)) };
+                    if k == 0 {
+                        break;
+                    }
+                    done += k;
+                    self.cur = if k == left {
+                        Rec::None
+                    } else {
+                        Rec::Bytes(left - k)
+                    };
+                }
+                Rec::Loan { addr, len, off } => {
+                    let k = (len - off).min(n - done);
+                    // SAFETY: `dst + done` has `k` writable bytes.
+                    let to = unsafe { std::slice::from_raw_parts_mut(dst.add(done), k) };
+                    super::cma::read_from(self.router, addr + off as u64, to)?;
+                    done += k;
+                    if off + k == len {
+                        self.cur = Rec::None;
+                        self.word64(RETURNED).fetch_add(1, Ordering::Release);
+                    } else {
+                        self.cur = Rec::Loan {
+                            addr,
+                            len,
+                            off: off + k,
+                        };
+                    }
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Copies up to `n` bytes from the incoming pipe to `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `n` bytes.
+    unsafe fn read_raw(&mut self, dst: *mut u8, n: usize) -> io::Result<usize> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match self.side {
+                Side::Rank => self.read_records(dst, n),
+                Side::Router => Ok(self.rx.read_to(dst, n)),
+            }
+        }
     }
 
     /// Bytes waiting in the incoming pipe.
@@ -336,23 +558,24 @@ impl VChan {
         self.tx.cap - (self.tx.mine - self.tx.ctl().head.0.load(Ordering::Acquire)) as usize
     }
 
-    /// Copies up to `dst.len()` bytes from the incoming pipe.
-    pub(crate) fn read(&mut self, dst: &mut [u8]) -> usize {
+    /// Copies up to `dst.len()` bytes from the incoming pipe. An error only
+    /// where the rank cannot copy a loan (the router is gone).
+    pub(crate) fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         // SAFETY: `dst` is valid for writes of its length.
-        unsafe { self.rx.read_to(dst.as_mut_ptr(), dst.len()) }
+        unsafe { self.read_raw(dst.as_mut_ptr(), dst.len()) }
     }
 
     /// Appends up to `max` bytes from the incoming pipe to `buf`.
-    pub(crate) fn read_append(&mut self, buf: &mut BytesMut, max: usize) -> usize {
+    pub(crate) fn read_append(&mut self, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
         buf.reserve(max);
         let spare = buf.spare_capacity_mut();
         let n = max.min(spare.len());
         // SAFETY: `spare` has `n` or more writable bytes owned by `buf`; only
         // the bytes copied in are then marked initialised.
         unsafe {
-            let got = self.rx.read_to(spare.as_mut_ptr().cast(), n);
+            let got = self.read_raw(spare.as_mut_ptr().cast(), n)?;
             buf.set_len(buf.len() + got);
-            got
+            Ok(got)
         }
     }
 
@@ -425,7 +648,7 @@ mod tests {
             let chunk: Vec<u8> = (0..777).map(|i| ((sent + i) % 251) as u8).collect();
             let n = a.write_vectored(&[IoSlice::new(&chunk[..300]), IoSlice::new(&chunk[300..])]);
             sent += n as u64;
-            let k = b.read(&mut buf);
+            let k = b.read(&mut buf).unwrap();
             for (i, &x) in buf[..k].iter().enumerate() {
                 assert_eq!(x, ((got + i as u64) % 251) as u8);
             }
@@ -434,7 +657,7 @@ mod tests {
         // And back, through `read_append`.
         assert_eq!(b.write_vectored(&[IoSlice::new(b"pong")]), 4);
         let mut m = BytesMut::from(&b"> "[..]);
-        assert_eq!(a.read_append(&mut m, 100), 4);
+        assert_eq!(a.read_append(&mut m, 100).unwrap(), 4);
         assert_eq!(&m[..], b"> pong");
         assert_eq!(a.readable(), 0);
     }
@@ -447,9 +670,67 @@ mod tests {
         assert_eq!(a.writable(), 0);
         assert_eq!(a.write_vectored(&[IoSlice::new(b"x")]), 0);
         let mut out = vec![0u8; 100];
-        assert_eq!(b.read(&mut out), 100);
+        assert_eq!(b.read(&mut out).unwrap(), 100);
         assert_eq!(a.writable(), 100);
         assert_eq!(b.readable(), 3996);
+    }
+
+    /// Bytes and loans through the router-to-rank pipe arrive as one stream
+    /// in order, across the wrap, and each loan is returned once copied.
+    #[test]
+    fn loans_and_bytes_make_one_stream() {
+        let (mut rank, mut router) = pair(4096);
+        assert!(!router.lending(), "no loans before the rank's probe");
+        assert!(rank.probe_loans(true));
+        assert!(router.lending());
+        let pattern = |k: usize, i: usize| ((i * 7 + k * 13) % 251) as u8;
+        let mut expect = Vec::new();
+        let mut got = Vec::new();
+        let mut lent: Vec<Vec<u8>> = Vec::new();
+        let mut buf = vec![0u8; 1500];
+        let mut drain = |rank: &mut VChan, got: &mut Vec<u8>| {
+            let n = rank.read(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..n]);
+            n
+        };
+        for k in 0..40 {
+            let small: Vec<u8> = (0..(k * 37) % 900 + 1).map(|i| pattern(k, i)).collect();
+            // A full pipe takes part of it, or nothing: the rest goes next time.
+            let mut sent = 0;
+            while sent < small.len() {
+                sent += router.write_vectored(&[IoSlice::new(&small[sent..])]);
+                drain(&mut rank, &mut got);
+            }
+            expect.extend_from_slice(&small);
+            let big: Vec<u8> = (0..20_000 + k * 1000).map(|i| pattern(k + 1, i)).collect();
+            while !router.lend(big.as_ptr() as u64, big.len()) {
+                drain(&mut rank, &mut got);
+            }
+            expect.extend_from_slice(&big);
+            lent.push(big);
+        }
+        while got.len() < expect.len() {
+            assert!(drain(&mut rank, &mut got) > 0, "the stream ended early");
+        }
+        assert!(got == expect, "the stream differs");
+        assert_eq!(router.returned(), 40);
+        assert_eq!(drain(&mut rank, &mut got), 0);
+    }
+
+    #[test]
+    fn a_rank_that_refuses_gets_no_loans_and_bad_records_are_errors() {
+        let (mut rank, mut router) = pair(4096);
+        assert!(!rank.probe_loans(false));
+        assert!(!router.lending());
+        // A record of a kind nobody writes.
+        let mut rec = [0u8; REC];
+        rec[..4].copy_from_slice(&4u32.to_le_bytes());
+        rec[4..].copy_from_slice(&9u32.to_le_bytes());
+        router
+            .tx
+            .write(&[IoSlice::new(&rec), IoSlice::new(b"abcd")]);
+        let e = rank.read(&mut [0u8; 16]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
     }
 
     #[test]
