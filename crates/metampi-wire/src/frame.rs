@@ -22,6 +22,7 @@
 //! tell the frame was bad.
 
 use bytes::{Buf, Bytes, BytesMut};
+use crc_fast::{CrcAlgorithm, Digest};
 use thiserror::Error;
 
 /// The four bytes every frame starts with.
@@ -201,7 +202,7 @@ pub fn decode(buf: &[u8], max_payload: usize) -> Result<Decoded<'_>, DecodeError
     let Some(h) = buf.get(..HEADER_LEN) else {
         return Ok(Decoded::Incomplete(HEADER_LEN));
     };
-    if crc32c::crc32c(&h[..40]) != le_u32(h, 40) {
+    if crc32(&h[..40]) != le_u32(h, 40) {
         return Err(DecodeError::HeaderChecksum);
     }
     let header = parse_header(h, max_payload)?;
@@ -209,7 +210,7 @@ pub fn decode(buf: &[u8], max_payload: usize) -> Result<Decoded<'_>, DecodeError
     let Some(payload) = buf.get(HEADER_LEN..end) else {
         return Ok(Decoded::Incomplete(end));
     };
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..44]), payload);
+    let crc = crc32_parts(&h[..44], &[payload]);
     if crc != le_u32(h, 44) {
         return Err(DecodeError::FrameChecksum);
     }
@@ -224,7 +225,22 @@ pub fn decode(buf: &[u8], max_payload: usize) -> Result<Decoded<'_>, DecodeError
 /// (its fields are not checked). Looks at 48 bytes at most.
 pub(crate) fn starts_with_header(buf: &[u8]) -> bool {
     buf.get(..HEADER_LEN)
-        .is_some_and(|h| h[..4] == MAGIC && crc32c::crc32c(&h[..40]) == le_u32(h, 40))
+        .is_some_and(|h| h[..4] == MAGIC && crc32(&h[..40]) == le_u32(h, 40))
+}
+
+/// CRC-32C (Castagnoli, "iSCSI"), the frames' checksum.
+fn crc32(b: &[u8]) -> u32 {
+    crc_fast::crc32_iscsi(b)
+}
+
+/// CRC-32C of `head`, then `parts`, one after the other.
+fn crc32_parts<P: AsRef<[u8]>>(head: &[u8], parts: &[P]) -> u32 {
+    let mut d = Digest::new(CrcAlgorithm::Crc32Iscsi);
+    d.update(head);
+    for p in parts {
+        d.update(p.as_ref());
+    }
+    d.finalize() as u32
 }
 
 fn parse_header(h: &[u8], max_payload: usize) -> Result<Header, DecodeError> {
@@ -303,11 +319,9 @@ pub fn encode_header_parts<P: AsRef<[u8]>>(header: &Header, parts: &[P]) -> [u8;
     h[20..28].copy_from_slice(&header.ack.to_le_bytes());
     h[28..36].copy_from_slice(&header.credit.to_le_bytes());
     h[36..40].copy_from_slice(&(len as u32).to_le_bytes());
-    let hcrc = crc32c::crc32c(&h[..40]);
+    let hcrc = crc32(&h[..40]);
     h[40..44].copy_from_slice(&hcrc.to_le_bytes());
-    let fcrc = parts.iter().fold(crc32c::crc32c(&h[..44]), |crc, p| {
-        crc32c::crc32c_append(crc, p.as_ref())
-    });
+    let fcrc = crc32_parts(&h[..44], parts);
     h[44..48].copy_from_slice(&fcrc.to_le_bytes());
     h
 }
@@ -504,6 +518,13 @@ pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The checksum is CRC-32C (its standard check value), whole or in parts.
+    #[test]
+    fn checksum_is_crc32c() {
+        assert_eq!(crc32(b"123456789"), 0xE306_9283);
+        assert_eq!(crc32_parts(b"1234", &[&b"56"[..], b"789"]), 0xE306_9283);
+    }
 
     fn header(kind: FrameKind, len: u32) -> Header {
         Header {
