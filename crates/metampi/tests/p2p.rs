@@ -237,6 +237,9 @@ fn truncation(world: &SimpleCommunicator) {
     if r % 2 == 0 {
         peer.send(&[1i32; 10][..]);
         peer.send(&vec![2u8; 1 << 20][..]);
+        // Eager through routers, and longer than what one read brings in.
+        peer.send(&vec![3u8; 300_000][..]);
+        peer.synchronous_send(&vec![4u8; 300_000][..]);
         peer.send(&5i32);
     } else {
         let mut small = [0i32; 5];
@@ -249,6 +252,15 @@ fn truncation(world: &SimpleCommunicator) {
             .try_receive_into_with_tag(&mut kb[..], None)
             .unwrap_err();
         assert_eq!(e.class(), ErrorClass::Truncate);
+        let e = peer
+            .try_receive_into_with_tag(&mut kb[..], None)
+            .unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Truncate);
+        // A buffer that fits, posted by a wildcard receive.
+        let mut big = vec![0u8; 400_000];
+        let st = world.any_process().receive_into(&mut big[..]);
+        assert_eq!(st.count(u8::equivalent_datatype()), 300_000);
+        assert!(big[..300_000].iter().all(|&b| b == 4) && big[300_000..].iter().all(|&b| b == 0));
         let (v, _) = peer.receive::<i32>();
         assert_eq!(v, 5);
         let e = peer

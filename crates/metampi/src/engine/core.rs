@@ -571,13 +571,6 @@ impl Core {
     }
 
     fn deliver_eager(&mut self, id: ReqId, env: &Envelope, payload: &[u8]) {
-        let status = RawStatus {
-            src: env.src,
-            tag: env.tag,
-            len: payload.len(),
-            cancelled: false,
-            big_endian: env.flags & F_BIG_ENDIAN != 0,
-        };
         let mut err = None;
         if let Some(Slot {
             state: State::Recv { buf, matched, .. },
@@ -591,6 +584,18 @@ impl Core {
                 buf.prepare(payload.len()).copy_from_slice(payload);
             }
         }
+        self.finish_eager(id, env, payload.len(), err);
+    }
+
+    /// Completes receive `id` of the eager message `env` (`len` bytes).
+    fn finish_eager(&mut self, id: ReqId, env: &Envelope, len: usize, err: Option<Error>) {
+        let status = RawStatus {
+            src: env.src,
+            tag: env.tag,
+            len,
+            cancelled: false,
+            big_endian: env.flags & F_BIG_ENDIAN != 0,
+        };
         if env.kind == Kind::EagerSync {
             let mut ack = Envelope::new(Kind::SyncAck, self.rank, env.context, env.tag, 0);
             ack.sreq = env.sreq;
@@ -600,6 +605,75 @@ impl Core {
             });
         }
         self.complete(id, status, err);
+    }
+
+    /// The first posted receive that `env` matches, taken out of the posted
+    /// queue.
+    fn take_posted(&mut self, env: &Envelope) -> Option<ReqId> {
+        let i = self.first_posted(env)?;
+        self.posted.remove(i)
+    }
+
+    /// Where in the posted queue the first receive `env` matches is.
+    fn first_posted(&self, env: &Envelope) -> Option<usize> {
+        self.posted.iter().position(|&id| {
+            matches!(&self.slots[(id & 0xffff_ffff) as usize].state,
+                State::Recv { pat, .. } if pat.matches(env))
+        })
+    }
+
+    /// A stream has read the envelope of eager message `env` and not yet its
+    /// payload: where a posted receive matches it and can hold it, that
+    /// receive is matched now and the payload can be read straight into its
+    /// buffer ([`Core::eager_target`], then [`Core::eager_done`]). Nothing can
+    /// come between on that stream, so the matching order is the arrival order.
+    pub(crate) fn claim_eager(&mut self, env: &Envelope) -> Option<ReqId> {
+        let len = env.len as usize;
+        let i = self.first_posted(env)?;
+        // A receive too small to hold it is matched when the payload is in,
+        // and fails then with the truncation error.
+        let first = self.posted[i];
+        match &self.slot(first)?.state {
+            State::Recv { buf, .. } if buf.cap() >= len => {}
+            _ => return None,
+        }
+        let id = self.posted.remove(i)?;
+        let s = self.slot(id)?;
+        s.status.len = len;
+        if let State::Recv { buf, matched, .. } = &mut s.state {
+            *matched = true;
+            buf.prepare(len);
+        }
+        Some(id)
+    }
+
+    /// The buffer a claimed eager message is read into.
+    pub(crate) fn eager_target(&mut self, id: ReqId) -> Option<&mut [u8]> {
+        let s = self.slot(id)?;
+        let len = s.status.len;
+        match &mut s.state {
+            State::Recv {
+                buf, matched: true, ..
+            } => buf.slice_at(0, len),
+            _ => None,
+        }
+    }
+
+    /// The payload of claimed eager message `env` is in receive `id`'s buffer.
+    pub(crate) fn eager_done(&mut self, id: ReqId, env: &Envelope) {
+        self.finish_eager(id, env, env.len as usize, None);
+    }
+
+    /// As [`Core::handle_incoming`] for an eager message whose payload the
+    /// caller owns: unexpected, it is queued without a copy.
+    pub(crate) fn handle_eager_owned(&mut self, env: &Envelope, payload: Vec<u8>) {
+        match self.take_posted(env) {
+            Some(id) => self.deliver_eager(id, env, &payload),
+            None => self.unexpected.push(Unexpected {
+                env: *env,
+                data: payload,
+            }),
+        }
     }
 
     fn start_rendezvous(&mut self, id: ReqId, env: &Envelope) {
@@ -812,28 +886,19 @@ impl Core {
     /// Handles one envelope (and its payload) from any transport.
     pub(crate) fn handle_incoming(&mut self, env: &Envelope, payload: &[u8]) {
         match env.kind {
-            Kind::Eager | Kind::EagerSync | Kind::Rts => {
-                let pos = self.posted.iter().position(|&id| {
-                    match &self.slots[(id & 0xffff_ffff) as usize].state {
-                        State::Recv { pat, .. } => pat.matches(env),
-                        _ => false,
+            Kind::Eager | Kind::EagerSync | Kind::Rts => match self.take_posted(env) {
+                Some(id) => {
+                    if env.kind == Kind::Rts {
+                        self.start_rendezvous(id, env);
+                    } else {
+                        self.deliver_eager(id, env, payload);
                     }
-                });
-                match pos {
-                    Some(i) => {
-                        let id = self.posted.remove(i).expect("index from position");
-                        if env.kind == Kind::Rts {
-                            self.start_rendezvous(id, env);
-                        } else {
-                            self.deliver_eager(id, env, payload);
-                        }
-                    }
-                    None => self.unexpected.push(Unexpected {
-                        env: *env,
-                        data: payload.to_vec(),
-                    }),
                 }
-            }
+                None => self.unexpected.push(Unexpected {
+                    env: *env,
+                    data: payload.to_vec(),
+                }),
+            },
             Kind::Cts => self.out.push_back(Action::SendData {
                 dst: env.src,
                 sreq: env.sreq,

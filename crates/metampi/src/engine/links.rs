@@ -108,7 +108,10 @@ impl Default for Rx {
 enum Body {
     #[default]
     None,
+    /// An eager payload nobody has asked for yet (queued as it is, no copy).
     Staged(Vec<u8>),
+    /// An eager payload read straight into the posted receive it matched.
+    Eager(ReqId),
     /// Rendezvous data read straight into the receiver's buffer.
     Direct,
     /// Bytes for a request that no longer exists.
@@ -731,6 +734,17 @@ impl Links {
                         Err(e) => {
                             t.closed = true;
                             let why = e.to_string();
+                            // A receive the broken message had claimed (a
+                            // wildcard one names no peer to fail it by).
+                            if let Body::Eager(id) = std::mem::take(&mut t.rx.body) {
+                                core.fail(
+                                    id,
+                                    Error::new(
+                                        ErrorClass::Other,
+                                        format!("connection lost mid-message: {why}"),
+                                    ),
+                                );
+                            }
                             self.fail_channel(core, p, &why);
                         }
                     }
@@ -913,6 +927,15 @@ fn read_some(
 }
 
 /// Reads every complete frame available on a stream without blocking.
+/// Where a stream reads the payload `body` of `env` straight to.
+fn body_target<'a>(core: &'a mut Core, body: &Body, env: &Envelope) -> Option<&'a mut [u8]> {
+    match body {
+        Body::Direct => core.data_target(env),
+        Body::Eager(id) => core.eager_target(*id),
+        _ => None,
+    }
+}
+
 fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
     let mut moved = false;
     let TcpLink {
@@ -954,8 +977,10 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
                     } else {
                         Body::Discard
                     }
+                } else if let Some(id) = core.claim_eager(&env) {
+                    Body::Eager(id)
                 } else {
-                    Body::Staged(vec![0; n])
+                    Body::Staged(Vec::with_capacity(n))
                 };
                 rx.env = Some(env);
                 continue;
@@ -971,8 +996,8 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
             let k = avail.min(need);
             let src = &rx.buf[rx.start..rx.start + k];
             match &mut rx.body {
-                Body::Staged(v) => v[rx.body_got..rx.body_got + k].copy_from_slice(src),
-                Body::Direct => match core.data_target(&env) {
+                Body::Staged(v) => v.extend_from_slice(src),
+                Body::Direct | Body::Eager(_) => match body_target(core, &rx.body, &env) {
                     Some(dst) => dst[rx.body_got..rx.body_got + k].copy_from_slice(src),
                     None => rx.body = Body::Discard,
                 },
@@ -980,8 +1005,8 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
             }
             rx.start += k;
             rx.body_got += k;
-        } else if need >= DIRECT_MIN && matches!(rx.body, Body::Direct) {
-            let got = match core.data_target(&env) {
+        } else if need >= DIRECT_MIN && matches!(rx.body, Body::Direct | Body::Eager(_)) {
+            let got = match body_target(core, &rx.body, &env) {
                 Some(dst) => read_some(stream, vchan.as_mut(), &mut dst[rx.body_got..])?,
                 None => {
                     rx.body = Body::Discard;
@@ -997,7 +1022,8 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
         }
         if rx.body_got == n {
             match std::mem::take(&mut rx.body) {
-                Body::Staged(v) => core.handle_incoming(&env, &v),
+                Body::Staged(v) => core.handle_eager_owned(&env, v),
+                Body::Eager(id) => core.eager_done(id, &env),
                 Body::Direct => core.data_done(&env),
                 _ => {}
             }
