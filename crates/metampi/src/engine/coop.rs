@@ -250,6 +250,14 @@ mod tests {
     #[repr(C, align(64))]
     struct Mem([u8; TABLE_BYTES]);
 
+    /// The receiver's and a helper's view of one table in `mem`.
+    fn views(mem: &Mem) -> (Table, PeerSlots) {
+        let base = mem.0.as_ptr();
+        // SAFETY: `mem` is 64-byte aligned and table-sized, and the tests keep
+        // it alive longer than both views.
+        unsafe { (Table::new(base), PeerSlots::new(base)) }
+    }
+
     #[test]
     fn chunks_cover_the_message() {
         for len in [1, 64 << 10, (64 << 10) + 1, 1 << 20, 4 << 20, 100_000_007] {
@@ -272,11 +280,7 @@ mod tests {
     #[test]
     fn two_copiers_share_one_message() {
         let mem = Box::new(Mem([0; TABLE_BYTES]));
-        let base = mem.0.as_ptr();
-        // SAFETY: `mem` is 64-byte aligned, table-sized, and outlives both views.
-        let mut table = unsafe { Table::new(base) };
-        // SAFETY: the same table, seen as a helper sees it.
-        let peer = unsafe { PeerSlots::new(base) };
+        let (mut table, peer) = views(&mem);
         let len = (4 << 20) + 12345;
         let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4093) as u8).collect();
         for round in 0..20 {
@@ -315,10 +319,7 @@ mod tests {
     #[test]
     fn failed_chunks_are_copied_again() {
         let mem = Box::new(Mem([0; TABLE_BYTES]));
-        // SAFETY: as above.
-        let mut table = unsafe { Table::new(mem.0.as_ptr()) };
-        // SAFETY: as above.
-        let peer = unsafe { PeerSlots::new(mem.0.as_ptr()) };
+        let (mut table, peer) = views(&mem);
         let len = 1 << 20;
         let o = table.open().unwrap();
         let (index, gen) = untag(o.tag());
@@ -347,10 +348,7 @@ mod tests {
     #[test]
     fn a_vanished_helper_is_covered() {
         let mem = Box::new(Mem([0; TABLE_BYTES]));
-        // SAFETY: as above.
-        let mut table = unsafe { Table::new(mem.0.as_ptr()) };
-        // SAFETY: as above.
-        let peer = unsafe { PeerSlots::new(mem.0.as_ptr()) };
+        let (mut table, peer) = views(&mem);
         let len = 1 << 20;
         let o = table.open().unwrap();
         let (index, gen) = untag(o.tag());
@@ -372,8 +370,7 @@ mod tests {
     #[test]
     fn the_table_fits_and_runs_out() {
         let mem = Box::new(Mem([0; TABLE_BYTES]));
-        // SAFETY: as above.
-        let mut table = unsafe { Table::new(mem.0.as_ptr()) };
+        let (mut table, _) = views(&mem);
         let open: Vec<Open> = (0..SLOTS).map(|_| table.open().unwrap()).collect();
         assert!(table.open().is_none());
         assert_eq!(open.iter().map(|o| o.index).max(), Some(SLOTS - 1));

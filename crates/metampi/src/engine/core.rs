@@ -124,6 +124,17 @@ struct Slot {
     detached: bool,
 }
 
+/// The status of a receive that got message `env` (`len` bytes of it).
+fn status_of(env: &Envelope, len: usize) -> RawStatus {
+    RawStatus {
+        src: env.src,
+        tag: env.tag,
+        len,
+        cancelled: false,
+        big_endian: env.flags & F_BIG_ENDIAN != 0,
+    }
+}
+
 /// A message that arrived before a matching receive was posted.
 pub(crate) struct Unexpected {
     pub env: Envelope,
@@ -589,13 +600,7 @@ impl Core {
 
     /// Completes receive `id` of the eager message `env` (`len` bytes).
     fn finish_eager(&mut self, id: ReqId, env: &Envelope, len: usize, err: Option<Error>) {
-        let status = RawStatus {
-            src: env.src,
-            tag: env.tag,
-            len,
-            cancelled: false,
-            big_endian: env.flags & F_BIG_ENDIAN != 0,
-        };
+        let status = status_of(env, len);
         if env.kind == Kind::EagerSync {
             let mut ack = Envelope::new(Kind::SyncAck, self.rank, env.context, env.tag, 0);
             ack.sreq = env.sreq;
@@ -647,7 +652,8 @@ impl Core {
         Some(id)
     }
 
-    /// The buffer a claimed eager message is read into.
+    /// The buffer a claimed eager message is read into (the prepared buffer
+    /// of a matched receive, as long as its status says).
     pub(crate) fn eager_target(&mut self, id: ReqId) -> Option<&mut [u8]> {
         let s = self.slot(id)?;
         let len = s.status.len;
@@ -678,13 +684,7 @@ impl Core {
 
     fn start_rendezvous(&mut self, id: ReqId, env: &Envelope) {
         let len = env.len as usize;
-        let status = RawStatus {
-            src: env.src,
-            tag: env.tag,
-            len,
-            cancelled: false,
-            big_endian: env.flags & F_BIG_ENDIAN != 0,
-        };
+        let status = status_of(env, len);
         let pid = self.pids.get(env.src as usize).copied().unwrap_or(0);
         let help = len >= self.coop_min && !self.exchanging_with(env.src, self.coop_min);
         let mut fin = Envelope::new(Kind::Fin, self.rank, env.context, env.tag, 0);
@@ -784,14 +784,7 @@ impl Core {
 
     /// Where a [`Pull`] copies to: the whole prepared receive buffer.
     pub(crate) fn pull_target(&mut self, p: &Pull) -> Option<&mut [u8]> {
-        let s = self.slot(p.id)?;
-        let len = s.status.len;
-        match &mut s.state {
-            State::Recv {
-                buf, matched: true, ..
-            } => buf.slice_at(0, len),
-            _ => None,
-        }
+        self.eager_target(p.id)
     }
 
     /// Ends a [`Pull`]: `ok`, the data is in place and the sender is told to
