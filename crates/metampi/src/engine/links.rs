@@ -573,6 +573,11 @@ impl Links {
             self.flush(core, c);
         }
         let Some(dst) = core.pull_target(&p) else {
+            // Nothing here changes the request, but a helper told where to
+            // write must be done before the slot is used again.
+            if let (Some(o), Some(t)) = (open, self.coop.as_mut()) {
+                t.finish(o, len, &mut |_| true, &mut || process_exists(p.pid));
+            }
             return;
         };
         let mut copy = |r: std::ops::Range<usize>| {
