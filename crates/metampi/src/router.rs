@@ -1002,8 +1002,8 @@ fn flush_pipe(
         while upto < q.len().min(64) && !lendable(&q[upto], lent) {
             upto += 1;
         }
-        let parts: Vec<IoSlice<'_>> = front_slices(q, *off).into_iter().take(upto).collect();
-        let n = v.write_vectored(&parts);
+        let parts = front_slices(q, *off);
+        let n = v.write_vectored(&parts[..upto]);
         if n == 0 {
             break;
         }
