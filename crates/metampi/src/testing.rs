@@ -230,10 +230,12 @@ pub fn is_rank() -> bool {
 /// Chunks of long shared-memory messages this rank has copied into their
 /// receivers' buffers while it waited for those sends (the receiver asked
 /// for help, see `docs/architecture.md`); `None` where this rank does not
-/// copy cooperatively (no shared-memory peers, no cross-memory attach, more
-/// processes than cores, or `METAMPI_NO_COOP`). Call it after `initialize`.
+/// always copy cooperatively (no shared-memory peers, no cross-memory
+/// attach, `METAMPI_NO_COOP`, or more processes than cores, where help is
+/// asked only while few are awake). Call it after `initialize`.
 pub fn chunks_helped() -> Option<u64> {
-    let on = crate::environment::shared().quick(|e| e.core.coop_min != usize::MAX);
+    let on = crate::environment::shared()
+        .quick(|e| e.core.coop_min != usize::MAX && e.links.crowd.is_none());
     on.then(|| crate::engine::coop::HELPED.load(AtomicOrdering::Relaxed))
 }
 

@@ -640,11 +640,11 @@ impl Shared {
         let on_machine = on_machine.max(local.len());
         let oversubscribed = on_machine + routers_here > cores;
         let unseen_here = on_machine - shm_ranks.len() + routers_here;
-        // Two copiers need two cores: with more processes than cores the
-        // helper mostly is not running, and each chunk costs a system call
-        // (8 ranks on 2 cores: 2 MiB broadcasts 1.76 -> 2.15 ms with help).
-        if links.cma && links.coop.is_some() && !oversubscribed && !env_flag("METAMPI_NO_COOP") {
+        if links.cma && links.coop.is_some() && !env_flag("METAMPI_NO_COOP") {
             core.coop_min = env_usize("METAMPI_COOP_MIN").unwrap_or(COOP_MIN);
+            // Two copiers need two cores: where processes outnumber cores,
+            // help is asked only while few enough are awake (see `Links::pull`).
+            links.crowd = oversubscribed.then_some((cores, unseen_here));
         }
         // Oversubscribed ranks yield while they spin, which hands the core to a peer
         // that has work; blocking early costs a wake-up per message (measured:
