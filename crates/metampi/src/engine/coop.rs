@@ -258,6 +258,15 @@ mod tests {
         unsafe { (Table::new(base), PeerSlots::new(base)) }
     }
 
+    /// One transfer opened on a fresh table: the table, the open transfer,
+    /// and the helper's slot of it with its generation.
+    fn opened(mem: &Mem) -> (Table, PeerSlots, Open, usize, u32) {
+        let (mut table, peer) = views(mem);
+        let o = table.open().unwrap();
+        let (index, gen) = untag(o.tag());
+        (table, peer, o, index, gen)
+    }
+
     #[test]
     fn chunks_cover_the_message() {
         for len in [1, 64 << 10, (64 << 10) + 1, 1 << 20, 4 << 20, 100_000_007] {
@@ -319,10 +328,8 @@ mod tests {
     #[test]
     fn failed_chunks_are_copied_again() {
         let mem = Box::new(Mem([0; TABLE_BYTES]));
-        let (mut table, peer) = views(&mem);
+        let (mut table, peer, o, index, gen) = opened(&mem);
         let len = 1 << 20;
-        let o = table.open().unwrap();
-        let (index, gen) = untag(o.tag());
         // The helper claims everything first and fails every other chunk.
         let slot = peer.slot(index).unwrap();
         let mut k = 0;
@@ -348,10 +355,8 @@ mod tests {
     #[test]
     fn a_vanished_helper_is_covered() {
         let mem = Box::new(Mem([0; TABLE_BYTES]));
-        let (mut table, peer) = views(&mem);
+        let (mut table, peer, o, index, gen) = opened(&mem);
         let len = 1 << 20;
-        let o = table.open().unwrap();
-        let (index, gen) = untag(o.tag());
         let slot = peer.slot(index).unwrap();
         assert_eq!(slot.claim(gen, chunks(len)), Some(0));
         assert_eq!(slot.claim(gen, chunks(len)), Some(1));

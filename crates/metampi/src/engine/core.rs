@@ -452,25 +452,23 @@ impl Core {
     }
 
     pub(crate) fn send_bytes(&self, id: ReqId) -> Option<&[u8]> {
+        self.send_slot(id).map(|(_, _, b)| b)
+    }
+
+    /// Send request `id`'s slot, destination and bytes, if it is live.
+    fn send_slot(&self, id: ReqId) -> Option<(&Slot, u32, &[u8])> {
         let s = self.slots.get((id & 0xffff_ffff) as usize)?;
-        if s.gen != (id >> 32) as u32 {
-            return None;
-        }
         match &s.state {
-            State::Send { buf, .. } => Some(buf.bytes()),
+            State::Send { dst, buf } if s.gen == (id >> 32) as u32 => Some((s, *dst, buf.bytes())),
             _ => None,
         }
     }
 
     /// As [`Core::send_bytes`], for a send to world rank `dst` only.
     pub(crate) fn send_bytes_to(&self, id: ReqId, dst: u32) -> Option<&[u8]> {
-        let s = self.slots.get((id & 0xffff_ffff) as usize)?;
-        match &s.state {
-            State::Send { dst: d, buf } if s.gen == (id >> 32) as u32 && *d == dst && !s.done => {
-                Some(buf.bytes())
-            }
-            _ => None,
-        }
+        self.send_slot(id)
+            .filter(|(s, d, _)| *d == dst && !s.done)
+            .map(|(_, _, b)| b)
     }
 
     pub(crate) fn complete_send(&mut self, id: ReqId) {
@@ -630,7 +628,7 @@ impl Core {
     /// A stream has read the envelope of eager message `env` and not yet its
     /// payload: where a posted receive matches it and can hold it, that
     /// receive is matched now and the payload can be read straight into its
-    /// buffer ([`Core::eager_target`], then [`Core::eager_done`]). Nothing can
+    /// buffer ([`Core::matched_target`], then [`Core::eager_done`]). Nothing can
     /// come between on that stream, so the matching order is the arrival order.
     pub(crate) fn claim_eager(&mut self, env: &Envelope) -> Option<ReqId> {
         let len = env.len as usize;
@@ -652,9 +650,9 @@ impl Core {
         Some(id)
     }
 
-    /// The buffer a claimed eager message is read into (the prepared buffer
-    /// of a matched receive, as long as its status says).
-    pub(crate) fn eager_target(&mut self, id: ReqId) -> Option<&mut [u8]> {
+    /// The prepared buffer of matched receive `id`, as long as its status
+    /// says: where a claimed eager message is read to, or a [`Pull`] copies.
+    pub(crate) fn matched_target(&mut self, id: ReqId) -> Option<&mut [u8]> {
         let s = self.slot(id)?;
         let len = s.status.len;
         match &mut s.state {
@@ -780,11 +778,6 @@ impl Core {
         self.slots.iter().any(|s| {
             !s.done && matches!(&s.state, State::Send { dst, buf } if *dst == peer && buf.bytes().len() >= min)
         })
-    }
-
-    /// Where a [`Pull`] copies to: the whole prepared receive buffer.
-    pub(crate) fn pull_target(&mut self, p: &Pull) -> Option<&mut [u8]> {
-        self.eager_target(p.id)
     }
 
     /// Ends a [`Pull`]: `ok`, the data is in place and the sender is told to

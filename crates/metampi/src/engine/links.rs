@@ -558,7 +558,7 @@ impl Links {
     /// a sender that is busy elsewhere leaves them all to us.
     fn pull(&mut self, core: &mut Core, p: Pull) {
         let Some((addr, len)) = core
-            .pull_target(&p)
+            .matched_target(p.id)
             .map(|d| (d.as_mut_ptr() as u64, d.len()))
         else {
             return;
@@ -587,7 +587,7 @@ impl Links {
             self.queue(c, help.encode(None), None, None);
             self.flush(core, c);
         }
-        let Some(dst) = core.pull_target(&p) else {
+        let Some(dst) = core.matched_target(p.id) else {
             // Nothing here changes the request, but a helper told where to
             // write must be done before the slot is used again.
             if let (Some(o), Some(t)) = (open, self.coop.as_mut()) {
@@ -951,7 +951,7 @@ fn read_some(
 fn body_target<'a>(core: &'a mut Core, body: &Body, env: &Envelope) -> Option<&'a mut [u8]> {
     match body {
         Body::Direct => core.data_target(env),
-        Body::Eager(id) => core.eager_target(*id),
+        Body::Eager(id) => core.matched_target(*id),
         _ => None,
     }
 }
