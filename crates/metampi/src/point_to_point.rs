@@ -129,6 +129,25 @@ pub(crate) fn post_send(
     Ok(id)
 }
 
+/// What a receive from `src` with `tag` matches.
+fn recv_pattern(
+    comm: &CommInner,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+    coll: bool,
+) -> Result<Pattern, Error> {
+    if let Some(t) = tag {
+        if !coll {
+            check_tag(t)?;
+        }
+    }
+    Ok(Pattern {
+        ctx: comm.ctx + coll as u32,
+        src: src.map(|r| comm.world_of(r)).transpose()?,
+        tag,
+    })
+}
+
 /// Posts a receive into `buf`.
 pub(crate) fn post_recv(
     comm: &CommInner,
@@ -137,18 +156,59 @@ pub(crate) fn post_recv(
     buf: RecvBuf,
     coll: bool,
 ) -> Result<ReqId, Error> {
-    if let Some(t) = tag {
-        if !coll {
-            check_tag(t)?;
+    let pat = recv_pattern(comm, src, tag, coll)?;
+    Ok(shared().with_then(|e| (e.core.post_recv(pat, buf), Pass::Lazy)))
+}
+
+/// A receive as started: its request, or its result where the message was
+/// there already (the id is then [`SENT`]: no slot).
+pub(crate) struct Started {
+    pub id: ReqId,
+    pub done: Option<Completed>,
+}
+
+impl Started {
+    /// Waits for the result.
+    pub(crate) fn wait(self) -> Completed {
+        match self.done {
+            Some(c) => c,
+            None => shared().wait(self.id),
         }
     }
-    let src = src.map(|r| comm.world_of(r)).transpose()?;
-    let pat = Pattern {
-        ctx: comm.ctx + coll as u32,
-        src,
-        tag,
-    };
-    Ok(shared().with_then(|e| (e.core.post_recv(pat, buf), Pass::Lazy)))
+}
+
+/// Starts a receive into `buf`: completed at once where the message due to
+/// it is waiting ([`crate::engine::Engine::recv_now`]), posted otherwise.
+pub(crate) fn start_recv(
+    comm: &CommInner,
+    src: Option<Rank>,
+    tag: Option<Tag>,
+    mut buf: RecvBuf,
+    coll: bool,
+) -> Result<Started, Error> {
+    let pat = recv_pattern(comm, src, tag, coll)?;
+    Ok(shared().with_then(|e| match e.recv_now(&pat, &mut buf) {
+        Some(status) => {
+            let data = match buf {
+                RecvBuf::Owned(v) => Some(v),
+                RecvBuf::Borrowed(_) => None,
+            };
+            let c = Completed {
+                status,
+                result: Ok(()),
+                data,
+            };
+            let s = Started {
+                id: SENT,
+                done: Some(c),
+            };
+            (s, Pass::None)
+        }
+        None => {
+            let id = e.core.post_recv(pat, buf);
+            (Started { id, done: None }, Pass::Lazy)
+        }
+    }))
 }
 
 /// Sends small standard-mode messages without a request when the transport
@@ -230,8 +290,7 @@ pub(crate) fn recv_bytes(
     let t = if coll { None } else { trace::start() };
     // SAFETY: we wait for completion before returning, so `buf` outlives the request.
     let rb = RecvBuf::Borrowed(unsafe { RecvPtr::new(buf) });
-    let id = post_recv(comm, src, tag, rb, coll)?;
-    let c = shared().wait(id);
+    let c = start_recv(comm, src, tag, rb, coll)?.wait();
     let st = c.result.map(|_| Status::from_raw(comm, c.status))?;
     trace_recv(t, comm, &st);
     Ok(st)
@@ -253,8 +312,7 @@ pub(crate) fn recv_vec_bytes(
     coll: bool,
 ) -> Result<(Vec<u8>, Status), Error> {
     let t = if coll { None } else { trace::start() };
-    let id = post_recv(comm, src, tag, RecvBuf::Owned(Vec::new()), coll)?;
-    let c = shared().wait(id);
+    let c = start_recv(comm, src, tag, RecvBuf::Owned(Vec::new()), coll)?.wait();
     c.result?;
     let st = Status::from_raw(comm, c.status);
     trace_recv(t, comm, &st);
@@ -306,9 +364,9 @@ pub(crate) fn recv_target<B: BufferMut + ?Sized>(buf: &mut B) -> (RecvBuf, Post)
 }
 
 /// Finishes a completed receive: truncation check and unpacking.
-pub(crate) fn finish(c: Completed, post: &Post) -> Result<(), Error> {
+pub(crate) fn finish(c: Completed, st: &Status, post: &Post) -> Result<(), Error> {
     c.result?;
-    let foreign = c.status.big_endian != cfg!(target_endian = "big");
+    let foreign = st.foreign;
     match post {
         Post::Unpack(layout, cap) => {
             let mut data = c.data.unwrap_or_default();
@@ -324,7 +382,7 @@ pub(crate) fn finish(c: Completed, post: &Post) -> Result<(), Error> {
         Post::Dense(layout) if foreign => {
             // SAFETY: the dense buffer was borrowed by the request until now and the
             // receive wrote its first `len` bytes (at most its capacity).
-            let bytes = unsafe { std::slice::from_raw_parts_mut(layout.base, c.status.len) };
+            let bytes = unsafe { std::slice::from_raw_parts_mut(layout.base, st.bytes) };
             crate::datatype::swap_packed(&layout.tm, bytes);
         }
         _ => {}
@@ -492,10 +550,9 @@ pub unsafe trait Source: AsCommunicator {
         let t = trace::start();
         let comm = &self.as_communicator().as_handle().0;
         let (rb, post) = recv_target(buf);
-        let id = post_recv(comm, self.source(), tag, rb, false)?;
-        let c = shared().wait(id);
+        let c = start_recv(comm, self.source(), tag, rb, false)?.wait();
         let st = Status::from_raw(comm, c.status);
-        finish(c, &post)?;
+        finish(c, &st, &post)?;
         trace_recv(t, comm, &st);
         Ok(st)
     }
@@ -561,8 +618,8 @@ pub unsafe trait Source: AsCommunicator {
     {
         let comm = &self.as_communicator().as_handle().0;
         let (rb, post) = recv_target(buf);
-        let id = post_recv(comm, self.source(), tag, rb, false)?;
-        Ok(Request::new(id, Arc::clone(comm), &*buf, scope, post))
+        let started = start_recv(comm, self.source(), tag, rb, false)?;
+        Ok(Request::started(started, comm, &*buf, scope, post))
     }
 
     /// Starts a receive of one value with `tag`.
@@ -798,7 +855,7 @@ pub trait Destination: AsCommunicator {
             let peer = comm.world_of(dst).map_or(-1, |w| w as i32);
             trace::record(t, trace::Kind::ISend, "", peer, tag, len, comm.ctx);
         }
-        Ok(Request::new(id, Arc::clone(comm), buf, scope, Post::None))
+        Ok(Request::new(id, comm, buf, scope, Post::None))
     }
 
     /// Starts a standard send with `tag`.
@@ -1011,7 +1068,7 @@ impl Message {
         let id = self.post(rb);
         let c = shared().wait(id);
         let st = Status::from_raw(&self.comm, c.status);
-        finish(c, &post).or_abort();
+        finish(c, &st, &post).or_abort();
         st
     }
 
@@ -1027,7 +1084,7 @@ impl Message {
     {
         let (rb, post) = recv_target(buf);
         let id = self.post(rb);
-        Request::new(id, Arc::clone(&self.comm), &*buf, scope, post)
+        Request::new(id, &self.comm, &*buf, scope, post)
     }
 }
 

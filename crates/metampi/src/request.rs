@@ -8,10 +8,10 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::datatype::RecvLayout;
-use crate::engine::core::ReqId;
+use crate::engine::core::{Completed, ReqId, SENT};
 use crate::environment::shared;
 use crate::error::{Error, OrAbort};
-use crate::point_to_point::{finish, Status};
+use crate::point_to_point::{finish, Started, Status};
 use crate::topology::CommInner;
 
 /// What to do with a completed request's data.
@@ -96,17 +96,54 @@ where
     f(&s)
 }
 
+/// How a request's status is made.
+enum End {
+    /// From the engine's slot, in the terms of the communicator (which
+    /// the request keeps: the user may free theirs meanwhile).
+    Slot(Arc<CommInner>),
+    /// The request completed as it started (its id is
+    /// [`crate::engine::core::SENT`]: no slot): its status, made then.
+    Ready(Status),
+}
+
 pub(crate) struct Inflight<'a, D: ?Sized> {
     id: ReqId,
-    comm: Arc<CommInner>,
+    end: End,
+    /// The communicator's context (for the trace).
+    ctx: u32,
     data: &'a D,
     post: Post,
 }
 
 impl<D: ?Sized> Inflight<'_, D> {
-    fn complete(self, c: crate::engine::core::Completed) -> Result<Status, Error> {
-        let st = Status::from_raw(&self.comm, c.status);
-        finish(c, &self.post)?;
+    /// Whether the result is in.
+    fn is_done(&self, e: &mut crate::engine::Engine) -> bool {
+        matches!(self.end, End::Ready(_)) || e.core.is_done(self.id)
+    }
+
+    /// Waits for the result.
+    fn outcome(&self) -> (Status, Completed) {
+        match &self.end {
+            End::Ready(st) => (*st, Completed::sent()),
+            End::Slot(comm) => {
+                let c = shared().wait(self.id);
+                (Status::from_raw(comm, c.status), c)
+            }
+        }
+    }
+
+    /// The result if it is in (one progress pass).
+    fn try_outcome(&self) -> Option<(Status, Completed)> {
+        match &self.end {
+            End::Ready(_) => Some(self.outcome()),
+            End::Slot(comm) => shared()
+                .test(self.id)
+                .map(|c| (Status::from_raw(comm, c.status), c)),
+        }
+    }
+
+    fn complete(self, (st, c): (Status, Completed)) -> Result<Status, Error> {
+        finish(c, &st, &self.post)?;
         Ok(st)
     }
 }
@@ -120,12 +157,42 @@ pub struct Request<'a, D: ?Sized, S: Scope<'a> = StaticScope> {
 }
 
 impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
-    pub(crate) fn new(id: ReqId, comm: Arc<CommInner>, data: &'a D, scope: S, post: Post) -> Self {
+    /// A request for engine request `id` on `comm`.
+    pub(crate) fn new(id: ReqId, comm: &Arc<CommInner>, data: &'a D, scope: S, post: Post) -> Self {
+        let end = if id == SENT {
+            End::Ready(Status::from_raw(comm, Completed::sent().status))
+        } else {
+            End::Slot(Arc::clone(comm))
+        };
+        Self::with_end(id, end, comm.ctx, data, scope, post)
+    }
+
+    /// A request for a receive into a borrowed buffer as
+    /// [`crate::point_to_point::start_recv`] started it.
+    pub(crate) fn started(
+        started: Started,
+        comm: &Arc<CommInner>,
+        data: &'a D,
+        scope: S,
+        post: Post,
+    ) -> Self {
+        match started.done {
+            // Completed at once into a borrowed buffer: no error, no data.
+            Some(c) => {
+                let end = End::Ready(Status::from_raw(comm, c.status));
+                Self::with_end(SENT, end, comm.ctx, data, scope, post)
+            }
+            None => Self::new(started.id, comm, data, scope, post),
+        }
+    }
+
+    fn with_end(id: ReqId, end: End, ctx: u32, data: &'a D, scope: S, post: Post) -> Self {
         scope.register();
         Request {
             inner: Some(Inflight {
                 id,
-                comm,
+                end,
+                ctx,
                 data,
                 post,
             }),
@@ -150,8 +217,8 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     pub fn try_wait(mut self) -> Result<Status, Error> {
         let t = crate::trace::start();
         let i = self.take();
-        let ctx = i.comm.ctx;
-        let c = shared().wait(i.id);
+        let ctx = i.ctx;
+        let c = i.outcome();
         let st = i.complete(c)?;
         if t.is_some() {
             crate::trace::record(
@@ -176,7 +243,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     pub fn wait_for_data(mut self) -> &'a D {
         let i = self.take();
         let data = i.data;
-        let c = shared().wait(i.id);
+        let c = i.outcome();
         i.complete(c).or_abort();
         data
     }
@@ -188,8 +255,8 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
 
     /// The status and data if complete, else the request back.
     pub fn test_with_data(mut self) -> Result<(Status, &'a D), Self> {
-        let id = self.inner.as_ref().expect("a live request").id;
-        match shared().test(id) {
+        let got = self.inner.as_ref().expect("a live request").try_outcome();
+        match got {
             Some(c) => {
                 let i = self.take();
                 let data = i.data;
@@ -215,12 +282,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         let i = self.take();
         scope.register();
         Request {
-            inner: Some(Inflight {
-                id: i.id,
-                comm: i.comm,
-                data: i.data,
-                post: i.post,
-            }),
+            inner: Some(i),
             scope,
             phantom: PhantomData,
         }
@@ -251,11 +313,11 @@ pub fn wait_any<'a, D, S: Scope<'a>>(
     if requests.is_empty() {
         return None;
     }
-    let ids: Vec<ReqId> = requests
-        .iter()
-        .map(|r| r.inner.as_ref().expect("live").id)
-        .collect();
-    let idx = shared().wait_until(|e| ids.iter().position(|&id| e.core.is_done(id)));
+    let idx = shared().wait_until(|e| {
+        requests
+            .iter()
+            .position(|r| r.inner.as_ref().expect("live").is_done(e))
+    });
     let r = requests.remove(idx);
     Some((idx, r.wait()))
 }
@@ -348,7 +410,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
         self.reqs.len() - 1
     }
 
-    fn finish_at(&mut self, idx: usize, c: crate::engine::core::Completed) -> Done<'a, D> {
+    fn finish_at(&mut self, idx: usize, c: (Status, Completed)) -> Done<'a, D> {
         let i = self.reqs[idx].take().expect("a live slot");
         let data = i.data;
         (idx, i.complete(c).or_abort(), data)
@@ -358,14 +420,13 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
         self.reqs
             .iter()
             .enumerate()
-            .filter_map(|(k, r)| r.as_ref().filter(|i| e.core.is_done(i.id)).map(|_| k))
+            .filter_map(|(k, r)| r.as_ref().filter(|i| i.is_done(e)).map(|_| k))
             .collect()
     }
 
     fn take_done(&mut self, idxs: Vec<usize>, result: &mut Vec<Done<'a, D>>) {
         for k in idxs {
-            let id = self.reqs[k].as_ref().expect("live").id;
-            let c = shared().wait(id);
+            let c = self.reqs[k].as_ref().expect("live").outcome();
             result.push(self.finish_at(k, c));
         }
     }
@@ -376,8 +437,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
             return None;
         }
         let k = shared().wait_until(|e| self.done_ids(e).first().copied());
-        let id = self.reqs[k].as_ref().expect("live").id;
-        let c = shared().wait(id);
+        let c = self.reqs[k].as_ref().expect("live").outcome();
         Some(self.finish_at(k, c))
     }
 
@@ -407,8 +467,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
             self.done_ids(e)
         });
         let k = *idxs.first()?;
-        let id = self.reqs[k].as_ref().expect("live").id;
-        let c = shared().wait(id);
+        let c = self.reqs[k].as_ref().expect("live").outcome();
         Some(self.finish_at(k, c))
     }
 

@@ -196,6 +196,109 @@ fn posted_out_of_order(world: &SimpleCommunicator) {
 }
 matrix!(posted_out_of_order);
 
+/// Receives of every kind, posted while their messages wait (in a
+/// shared-memory ring or the unexpected queue, where a receive takes a
+/// plain eager message at once, without a request slot) and while they
+/// have not come yet, in turn: each round the sender sends eight messages
+/// (inline, eager, rendezvous and synchronous, on three tags) and the
+/// receiver takes them with wildcard and specific, blocking and
+/// nonblocking, fixed-buffer and vector receives. An earlier posted receive
+/// must get the earlier message, even where a later receive names the
+/// sender and the message already waits.
+fn receive_paths(world: &SimpleCommunicator) {
+    const ROUNDS: u32 = 24;
+    // Elements (u32) per message: 4 and 32 bytes go inline in the envelope,
+    // 132 and 4000 bytes eagerly, 160 KB by rendezvous.
+    const LENS: [usize; 8] = [1, 8, 33, 33, 1000, 40_000, 4, 16];
+    const TAGS: [i32; 8] = [0, 1, 0, 1, 0, 1, 7, 1];
+    let r = world.rank();
+    let partner = r ^ 1;
+    if partner >= world.size() {
+        world.barrier();
+        return;
+    }
+    let peer = world.process_at_rank(partner);
+    let fill = |round: u32, i: usize| vec![round * 8 + i as u32; LENS[i]];
+    for round in 0..ROUNDS {
+        // Odd rounds: the messages come once the first two receives are posted.
+        let late = round % 2 == 1;
+        if r % 2 == 0 {
+            if late {
+                let _go: (u8, Status) = peer.receive_with_tag(99);
+            }
+            for (i, &tag) in TAGS.iter().enumerate() {
+                let v = fill(round, i);
+                if tag == 7 {
+                    peer.synchronous_send_with_tag(&v[..], tag);
+                } else {
+                    peer.send_with_tag(&v[..], tag);
+                }
+            }
+            continue;
+        }
+        if !late {
+            // Everything up to the synchronous send waits unread.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let check = |i: usize, got: &[u32], st: Status| {
+            assert_eq!(st.source_rank(), partner, "round {round}, message {i}");
+            assert_eq!(st.tag(), TAGS[i], "round {round}, message {i}");
+            assert_eq!(got, &fill(round, i)[..], "round {round}, message {i}");
+        };
+        let mut b0 = vec![0u32; 64];
+        let mut b1 = vec![0u32; 64];
+        let mut b2 = vec![0u32; 64];
+        let mut w4 = vec![0u32; 1000];
+        let mut w5 = vec![0u32; 40_000];
+        let mut w6 = vec![0u32; 4];
+        let mut w7 = vec![0u32; 100];
+        let count = |st: &Status| st.count(u32::equivalent_datatype()) as usize;
+        let sts = metampi::request::scope(|s| {
+            // Message 0: any tag from the partner; message 1: tag 1 from
+            // any source. Both posted before the receives below, which
+            // would match them too.
+            let r0 = peer.immediate_receive_into(s, &mut b0[..]);
+            let mut r1 = world
+                .any_process()
+                .immediate_receive_into_with_tag(s, &mut b1[..], 1);
+            if late {
+                // The messages land behind the posted receives, unread.
+                peer.send_with_tag(&0u8, 99);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let st = peer.receive_into_with_tag(&mut b2[..], 0);
+            check(2, &b2[..count(&st)], st);
+            let (v3, st) = peer.receive_vec_with_tag::<u32>(1);
+            check(3, &v3, st);
+            let st1 = loop {
+                match r1.test() {
+                    Ok(st) => break st,
+                    Err(again) => r1 = again,
+                }
+            };
+            let st0 = r0.wait();
+            let q4 = peer.immediate_receive_into_with_tag(s, &mut w4[..], 0);
+            let q5 = peer.immediate_receive_into_with_tag(s, &mut w5[..], 1);
+            let q6 = peer.immediate_receive_into_with_tag(s, &mut w6[..], 7);
+            let q7 = peer.immediate_receive_into(s, &mut w7[..]);
+            // Completed last to first.
+            let st7 = q7.wait();
+            let st6 = q6.wait();
+            let st5 = q5.wait();
+            let st4 = q4.wait();
+            [st0, st1, st4, st5, st6, st7]
+        });
+        check(0, &b0[..count(&sts[0])], sts[0]);
+        check(1, &b1[..count(&sts[1])], sts[1]);
+        check(4, &w4, sts[2]);
+        check(5, &w5, sts[3]);
+        check(6, &w6, sts[4]);
+        check(7, &w7[..count(&sts[5])], sts[5]);
+    }
+    world.barrier();
+}
+matrix!(receive_paths);
+
 /// Probe does not consume; matched probe takes exactly the probed message.
 fn probe_and_matched_probe(world: &SimpleCommunicator) {
     let r = world.rank();

@@ -1080,7 +1080,7 @@ fn request<'a, D: ?Sized, Sc: Scope<'a>>(
     scope: Sc,
 ) -> Request<'a, D, Sc> {
     let id = start(s);
-    Request::new(id, Arc::clone(comm), data, scope, Post::None)
+    Request::new(id, comm, data, scope, Post::None)
 }
 
 fn not_root(what: &str) -> Error {

@@ -56,7 +56,7 @@ pub(crate) enum RecvBuf {
 }
 
 impl RecvBuf {
-    fn cap(&self) -> usize {
+    pub(crate) fn cap(&self) -> usize {
         match self {
             RecvBuf::Borrowed(p) => p.len(),
             RecvBuf::Owned(_) => usize::MAX,
@@ -64,7 +64,7 @@ impl RecvBuf {
     }
 
     /// Makes room for `len` bytes and returns the destination slice.
-    fn prepare(&mut self, len: usize) -> &mut [u8] {
+    pub(crate) fn prepare(&mut self, len: usize) -> &mut [u8] {
         match self {
             RecvBuf::Borrowed(p) => &mut p.bytes_mut()[..len],
             RecvBuf::Owned(v) => {
@@ -92,7 +92,7 @@ pub(crate) struct Pattern {
 }
 
 impl Pattern {
-    fn matches(&self, env: &Envelope) -> bool {
+    pub(crate) fn matches(&self, env: &Envelope) -> bool {
         env.context == self.ctx
             && self.src.is_none_or(|s| s == env.src)
             && self.tag.is_none_or(|t| t == env.tag)
@@ -125,7 +125,7 @@ struct Slot {
 }
 
 /// The status of a receive that got message `env` (`len` bytes of it).
-fn status_of(env: &Envelope, len: usize) -> RawStatus {
+pub(crate) fn status_of(env: &Envelope, len: usize) -> RawStatus {
     RawStatus {
         src: env.src,
         tag: env.tag,
@@ -520,6 +520,34 @@ impl Core {
             self.posted.push_back(id);
         }
         id
+    }
+
+    /// Whether a posted receive matches `env`.
+    pub(crate) fn posted_match(&self, env: &Envelope) -> bool {
+        self.first_posted(env).is_some()
+    }
+
+    /// A receive's shortcut through the unexpected queue: where the first
+    /// message `pat` matches there is a plain eager one that `buf` holds, it
+    /// is taken into `buf` and its status returned (`Some(Some(_))`);
+    /// `Some(None)` where the first match needs the full path (a rendezvous,
+    /// a synchronous send, a truncation); `None` where nothing matches.
+    pub(crate) fn take_unexpected_eager(
+        &mut self,
+        pat: &Pattern,
+        buf: &mut RecvBuf,
+    ) -> Option<Option<RawStatus>> {
+        let u = self.unexpected.find(pat)?;
+        if u.env.kind != Kind::Eager || u.data.len() > buf.cap() {
+            return Some(None);
+        }
+        let u = self.unexpected.take(pat)?;
+        let status = status_of(&u.env, u.data.len());
+        match buf {
+            RecvBuf::Owned(v) => *v = u.data,
+            RecvBuf::Borrowed(_) => buf.prepare(u.data.len()).copy_from_slice(&u.data),
+        }
+        Some(Some(status))
     }
 
     /// Receives a message already taken by a matched probe.

@@ -17,7 +17,7 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::coop::{self, PeerSlots, Table};
-use super::core::{Action, Core, Pull, ReqId};
+use super::core::{status_of, Action, Core, Pattern, Pull, RawStatus, RecvBuf, ReqId};
 use crate::envelope::{Envelope, Kind, ENV_LEN, F_BIG_ENDIAN, INLINE_MAX};
 use crate::error::{Error, ErrorClass};
 use crate::sys::cma;
@@ -141,6 +141,8 @@ pub(crate) struct Links {
     pub peers: Vec<Link>,
     outq: Vec<VecDeque<OutFrame>>,
     shm_in: Vec<(u32, Consumer)>,
+    /// Index into `shm_in` by world rank (`u32::MAX`: none).
+    in_at: Vec<u32>,
     self_q: VecDeque<(Envelope, Vec<u8>)>,
     pub eager_shm: usize,
     pub eager_tcp: usize,
@@ -176,6 +178,16 @@ pub(crate) struct Links {
     bell_tick: u32,
 }
 
+/// The payload of ring record `rec` whose envelope is `env` (inline or
+/// after the envelope); `None` where the record is too short for it.
+fn record_payload<'r>(env: &Envelope, rec: &'r [u8]) -> Option<&'r [u8]> {
+    if env.is_inline() {
+        rec.get(32..32 + env.len as usize)
+    } else {
+        rec.get(ENV_LEN..ENV_LEN + env.trailing_len())
+    }
+}
+
 impl Links {
     /// The sleep word of world rank `w` when it shares memory with us.
     pub(crate) fn sleep_flag(&self, w: u32) -> Option<*const AtomicU32> {
@@ -199,6 +211,7 @@ impl Links {
             peers,
             outq: (0..n).map(|_| VecDeque::new()).collect(),
             shm_in: Vec::new(),
+            in_at: Vec::new(),
             self_q: VecDeque::new(),
             eager_shm: 32 << 10,
             eager_tcp: 64 << 10,
@@ -233,7 +246,62 @@ impl Links {
     }
 
     pub(crate) fn add_inbound(&mut self, src: u32, c: Consumer) {
+        let s = src as usize;
+        if self.in_at.len() <= s {
+            self.in_at.resize(s + 1, u32::MAX);
+        }
+        self.in_at[s] = self.shm_in.len() as u32;
         self.shm_in.push((src, c));
+    }
+
+    /// A receive's shortcut through the ring of shared-memory peer `src`:
+    /// where the next message there is a plain eager one that `pat` matches,
+    /// no receive posted earlier matches, and `buf` holds, it is read into
+    /// `buf` and its status returned. Anything else stays for the full path
+    /// (see [`super::Engine::recv_now`]).
+    pub(crate) fn take_ring_head(
+        &mut self,
+        core: &Core,
+        src: u32,
+        pat: &Pattern,
+        buf: &mut RecvBuf,
+    ) -> Option<RawStatus> {
+        let i = *self.in_at.get(src as usize)?;
+        let (_, cons) = self.shm_in.get_mut(i as usize)?;
+        let mut got = None;
+        cons.read_one(|rec| {
+            let Some(env) = Envelope::decode(rec) else {
+                return false;
+            };
+            if env.kind != Kind::Eager
+                || !pat.matches(&env)
+                || env.len as usize > buf.cap()
+                || core.posted_match(&env)
+            {
+                return false;
+            }
+            let Some(payload) = record_payload(&env, rec) else {
+                return false;
+            };
+            buf.prepare(payload.len()).copy_from_slice(payload);
+            got = Some(status_of(&env, payload.len()));
+            true
+        })?;
+        if got.is_some() {
+            self.ring_freed(src);
+        }
+        got
+    }
+
+    /// We took records from `src`'s ring: the writer may be asleep waiting
+    /// for its space.
+    fn ring_freed(&self, src: u32) {
+        if let Some(Link::Shm(l)) = self.peers.get(src as usize) {
+            crate::sys::store_load_fence();
+            if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
+                let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
+            }
+        }
     }
 
     /// Adds a channel (a router connection) after the world ranks; returns its index.
@@ -703,13 +771,8 @@ impl Links {
                         if (lazy && core.unwanted(&env)) || core.hold(&env) {
                             return false;
                         }
-                        let payload = if env.is_inline() {
-                            &rec[32..32 + env.len as usize]
-                        } else {
-                            match rec.get(ENV_LEN..ENV_LEN + env.trailing_len()) {
-                                Some(p) => p,
-                                None => return true,
-                            }
+                        let Some(payload) = record_payload(&env, rec) else {
+                            return true;
                         };
                         core.handle_incoming(&env, payload);
                     }
@@ -722,13 +785,7 @@ impl Links {
             }
             if got > 0 {
                 moved = true;
-                // The writer may be asleep waiting for ring space.
-                if let Link::Shm(l) = &self.peers[src as usize] {
-                    crate::sys::store_load_fence();
-                    if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
-                        let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
-                    }
-                }
+                self.ring_freed(src);
             }
         }
         self.bell_tick = self.bell_tick.wrapping_add(1);
