@@ -24,6 +24,8 @@
 #
 # KEEP=DIR keeps every run's distributed.json and log there (as demo.json, run2.json, host-scheduled.json, ... and .log);
 # PLAN_ONLY=1 stops after the plan-against-measured runs.
+# METAMPI_BIND_TO=hwthread (or core) binds every rank to CPUs of its own for the whole run, so
+# the pilot's measurements hold later (see docs/architecture.md, "Start-up and launch").
 #
 # Other users' work on the machine changes the cores the job gets; before every run the script
 # waits up to QUIET_WAIT seconds (default 60) for the machine to be idle, and every run prints

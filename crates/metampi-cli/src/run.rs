@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use metampi_launch::{AppSpec, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget};
+use metampi_launch::{AppSpec, Binding, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget};
 
 /// Exit status for a command line or job description that is refused before anything starts;
 /// the same as clap uses for its own usage errors.
@@ -114,6 +114,14 @@ pub struct RunArgs {
     /// /dev/null)
     #[arg(long, value_name = "0|all|none|N", default_value = "0", value_parser = parse_stdin)]
     stdin: StdinTarget,
+
+    /// Bind each rank started on this machine to CPUs of its own, from those this command may
+    /// use: `core` gives a rank a whole core (all its hardware threads), `hwthread` one hardware
+    /// thread, spread over the cores first; `none` leaves placement to the operating system.
+    /// With more ranks than cores (or threads) they share them round-robin, with a note.
+    /// Default: the METAMPI_BIND_TO variable, else none
+    #[arg(long, value_name = "none|core|hwthread", value_parser = clap::builder::ValueParser::new(str::parse::<Binding>))]
+    bind_to: Option<Binding>,
 
     /// Kill the job after SECS seconds (fractions allowed); exit status 124
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
@@ -331,7 +339,11 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         .env_all(args.env_all)
         .tag_output(args.tag_output)
         .stdin(args.stdin)
-        .join_timeout(args.join_timeout);
+        .join_timeout(args.join_timeout)
+        .bind(match args.bind_to {
+            Some(b) => b,
+            None => Binding::from_env().map_err(anyhow::Error::msg)?,
+        });
     if let Some(host) = args.pmi_host {
         spec = spec.pmi_host(host);
     }

@@ -323,6 +323,98 @@ fn invalid_command_lines_are_refused_before_anything_starts() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Each rank's `Cpus_allowed_list` line, by rank, from ranks that print
+/// `RANK LIST`.
+fn cpu_lists(out: &Output) -> Vec<String> {
+    let mut lines: Vec<(usize, String)> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (r, list) = l.split_once(' ').unwrap();
+            (r.parse().unwrap(), list.to_string())
+        })
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|(_, l)| l).collect()
+}
+
+#[test]
+fn bind_to_gives_each_rank_cpus_of_its_own() {
+    let show = "echo $METAMPI_RANK $(sed -n 's/^Cpus_allowed_list:\\s*//p' /proc/self/status)";
+    let ours = std::fs::read_to_string("/proc/self/status").unwrap();
+    let ours = ours
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let k = cpus.min(4);
+    let n = k.to_string();
+
+    // Unbound, ranks may use what the launcher may.
+    let out = metampi(&["run", "-n", &n, "sh", "-c", show]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        cpu_lists(&out).iter().all(|l| *l == ours),
+        "{:?}",
+        cpu_lists(&out)
+    );
+
+    // One hardware thread each, all different while there are enough.
+    let out = metampi(&["run", "-n", &n, "--bind-to", "hwthread", "sh", "-c", show]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let lists = cpu_lists(&out);
+    assert_eq!(lists.len(), k);
+    for l in &lists {
+        assert!(l.parse::<usize>().is_ok(), "a single CPU, not {l}");
+    }
+    let mut distinct = lists.clone();
+    distinct.dedup();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), k, "{lists:?}");
+
+    // More ranks than threads: they share, round-robin, and the launcher says so.
+    let more = (cpus + 1).to_string();
+    let out = metampi(&[
+        "run",
+        "-n",
+        &more,
+        "--bind-to",
+        "hwthread",
+        "sh",
+        "-c",
+        show,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("several ranks share one"),
+        "{}",
+        text(&out.stderr)
+    );
+    let lists = cpu_lists(&out);
+    assert_eq!(
+        lists[0], lists[cpus],
+        "rank {cpus} wraps round to rank 0's CPU"
+    );
+
+    // Whole cores: a rank's list is a core's hardware threads, never all of ours
+    // where there are several cores.
+    let out = metampi(&["run", "-n", "1", "--bind-to", "core", "sh", "-c", show]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    if cpus > 1 {
+        let core_of_cpu0 =
+            std::fs::read_to_string("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list");
+        match core_of_cpu0 {
+            Ok(siblings) if ours.starts_with('0') => {
+                assert_eq!(cpu_lists(&out)[0], siblings.trim());
+            }
+            _ => assert_ne!(cpu_lists(&out)[0], ours),
+        }
+    }
+}
+
 #[test]
 fn help_documents_every_option() {
     let out = metampi(&["run", "--help"]);
@@ -340,6 +432,7 @@ fn help_documents_every_option() {
         "--stdin",
         "--timeout",
         "--debug",
+        "--bind-to",
         "METAMPI_PMI",
         "METAMPI_LOCAL_SIZE",
         "Exit status",

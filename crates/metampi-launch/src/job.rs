@@ -127,9 +127,33 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
             source,
         })?)
     };
+    // CPUs for the ranks started on this machine, in turn (`--bind-to`).
+    let binding = crate::bind::plan(spec.bind).map_err(|source| LaunchError::Io {
+        what: "cannot read the CPUs this process may use",
+        source,
+    })?;
+    let here = plan
+        .ranks
+        .iter()
+        .filter(|r| r.start == Start::Local)
+        .count();
+    if !binding.is_empty() && here > binding.len() {
+        let units = match (spec.bind, binding.len()) {
+            (crate::Binding::Core, 1) => "core",
+            (crate::Binding::Core, _) => "cores",
+            (_, 1) => "hardware thread",
+            _ => "hardware threads",
+        };
+        eprintln!(
+            "{WHO}: {here} ranks bound to {} {units} here: several ranks share one",
+            binding.len()
+        );
+    }
     let (done_tx, done_rx) = mpsc::channel();
     let started_at = Instant::now();
     let mut ctx = StartContext {
+        binding,
+        bound: 0,
         spec,
         plan: &plan,
         job,
@@ -284,6 +308,9 @@ struct Started {
 }
 
 struct StartContext<'a> {
+    /// CPU sets for the ranks started here, in turn, and how many were given.
+    binding: Vec<Vec<usize>>,
+    bound: usize,
     spec: &'a JobSpec,
     plan: &'a Plan,
     job: JobId,
@@ -409,6 +436,10 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
         cmd.envs(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
     }
     sys::kill_when_parent_dies(&mut cmd);
+    if !remote && !ctx.binding.is_empty() {
+        sys::bind_to(&mut cmd, &ctx.binding[ctx.bound % ctx.binding.len()]);
+        ctx.bound += 1;
+    }
     // A remote rank's stdin carries the job secret first, and then either the launcher's
     // stdin or nothing until the job ends.
     cmd.stdin(if reads_stdin || remote {

@@ -60,6 +60,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bind;
 mod command;
 mod error;
 mod host;
@@ -71,6 +72,7 @@ mod spec;
 mod stdio;
 mod sys;
 
+pub use bind::{Binding, BIND_ENV};
 pub use error::LaunchError;
 pub use host::{place, Host, HostSpecError, HostSpecErrorKind, Placement};
 pub use job::{run, KILL_GRACE};

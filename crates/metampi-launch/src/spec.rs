@@ -5,6 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::bind::Binding;
 use crate::command;
 use crate::error::LaunchError;
 use crate::host::{self, Host, HostSpecError, HostSpecErrorKind, Placement};
@@ -128,6 +129,7 @@ pub struct JobSpec {
     pub(crate) pmi_host: Option<String>,
     pub(crate) forward_signals: bool,
     pub(crate) join_timeout: Duration,
+    pub(crate) bind: Binding,
 }
 
 /// How long ranks started by hand have to connect to the launcher by default: time to open a
@@ -159,6 +161,7 @@ impl Default for JobSpec {
             pmi_host: None,
             forward_signals: true,
             join_timeout: DEFAULT_JOIN_TIMEOUT,
+            bind: Binding::None,
         }
     }
 }
@@ -299,6 +302,14 @@ impl JobSpec {
     #[must_use]
     pub fn join_timeout(mut self, timeout: Duration) -> Self {
         self.join_timeout = timeout;
+        self
+    }
+
+    /// Binds the ranks started on this machine to CPUs (default
+    /// [`Binding::None`]); ranks started elsewhere are left alone.
+    #[must_use]
+    pub fn bind(mut self, binding: Binding) -> Self {
+        self.bind = binding;
         self
     }
 

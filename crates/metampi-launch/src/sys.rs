@@ -228,6 +228,45 @@ pub(crate) fn kill_when_parent_dies(cmd: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn kill_when_parent_dies(_cmd: &mut Command) {}
 
+/// The CPUs this process may run on.
+pub(crate) fn affinity() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain bits; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this process; the size is that of `set`, which the call fills.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET reads bit `c` of the set, and `c` is below its size.
+    Ok((0..n)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Makes the process `cmd` starts run only on `cpus`.
+pub(crate) fn bind_to(cmd: &mut Command, cpus: &[usize]) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: cpu_set_t is plain bits; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let n = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    for &c in cpus.iter().filter(|&&c| c < n) {
+        // SAFETY: CPU_SET writes bit `c` of the set, and `c` is below its size.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: it makes one system call on a set
+    // built before the fork, allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Signals the launcher forwards to its ranks.
 pub(crate) const FORWARDED_SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 

@@ -190,6 +190,15 @@ pub fn library_version() -> Result<String, std::string::FromUtf8Error> {
     Ok(format!("metampi {} (pure Rust)", env!("CARGO_PKG_VERSION")))
 }
 
+/// The cores this machine's ranks were given together: the union of their
+/// affinity masks, within any CPU quota. A rank bound to one core
+/// (`metampi run --bind-to`, `taskset`, a batch system) still learns its
+/// machine's share, which its own mask does not tell. 1 before
+/// [`initialize`] and after the universe is dropped. Not in MPI.
+pub fn machine_cores() -> usize {
+    try_shared().map_or(1, |s| s.cores())
+}
+
 /// The name of this machine (`MPI_Get_processor_name`).
 pub fn processor_name() -> Result<String, std::string::FromUtf8Error> {
     Ok(hostname())

@@ -46,6 +46,7 @@ pub struct Ranks {
     meta: Option<String>,
     timeout: Duration,
     faults: Option<(Faults, ProxyCounts)>,
+    bind: metampi_launch::Binding,
 }
 
 impl Ranks {
@@ -58,7 +59,14 @@ impl Ranks {
             meta: None,
             timeout: Duration::from_secs(120),
             faults: None,
+            bind: metampi_launch::Binding::None,
         }
+    }
+
+    /// Binds the ranks to CPUs as `metampi run --bind-to` does.
+    pub fn bind(mut self, binding: metampi_launch::Binding) -> Ranks {
+        self.bind = binding;
+        self
     }
 
     /// Sets an environment variable for every rank.
@@ -195,7 +203,8 @@ impl Ranks {
             .env(CHILD_ENV, test_name)
             .stdin(StdinTarget::None)
             .output(OutputMode::Terminal)
-            .timeout(self.timeout);
+            .timeout(self.timeout)
+            .bind(self.bind);
         for (k, v) in self.env {
             spec = spec.env(k, v);
         }

@@ -232,3 +232,21 @@ fn attributes_are_cached_per_communicator() {
         assert_eq!(world.get_attr::<Tuning>(), Some(&Tuning(12)));
     });
 }
+
+/// Ranks bound to a hardware thread each see one CPU in their own mask, yet
+/// learn their machine's cores from everyone's: the union of the distinct
+/// CPUs they were given.
+#[test]
+fn bound_ranks_learn_their_machines_cores() {
+    const N: usize = 2;
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    Ranks::new(N)
+        .bind(metampi_launch::Binding::HwThread)
+        .env("EXPECT_CORES", N.min(cpus).to_string())
+        .run("bound_ranks_learn_their_machines_cores", |world| {
+            let own = std::thread::available_parallelism().map_or(0, |c| c.get());
+            assert_eq!(own, 1, "rank {} is bound to one CPU", world.rank());
+            let expect: usize = std::env::var("EXPECT_CORES").unwrap().parse().unwrap();
+            assert_eq!(metampi::environment::machine_cores(), expect);
+        });
+}

@@ -10,7 +10,9 @@ use std::ffi::OsString;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use metampi_launch::{AppSpec, JobOutcome, JobSpec, LaunchMethod, OutputMode, StdinTarget};
+use metampi_launch::{
+    AppSpec, Binding, JobOutcome, JobSpec, LaunchMethod, OutputMode, StdinTarget,
+};
 
 /// Why a meta job could not run.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +91,11 @@ pub fn run(job: &MetaJob) -> Result<JobOutcome, MetaJobError> {
             StdinTarget::None
         })
         .output(OutputMode::Terminal)
-        .timeout(job.timeout);
+        .timeout(job.timeout)
+        .bind(
+            Binding::from_env()
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?,
+        );
     for (k, v) in &plan.env {
         spec = spec.env(k, v);
     }

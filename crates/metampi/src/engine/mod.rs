@@ -742,6 +742,11 @@ impl Shared {
         })
     }
 
+    /// The cores this machine's ranks were given together.
+    pub(crate) fn cores(&self) -> usize {
+        self.cores
+    }
+
     /// Whether this machine's ranks (and routers) outnumber its cores.
     pub(crate) fn oversubscribed(&self) -> bool {
         self.oversubscribed

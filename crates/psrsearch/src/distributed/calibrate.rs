@@ -128,9 +128,10 @@ pub(crate) fn processes_cpu_s(pids: &[u32]) -> f64 {
     ns as f64 * 1e-9
 }
 
-/// Cores this process may run on.
+/// Cores this process's machine gave the job's ranks on it (the union of their affinity
+/// masks: a rank bound to one core by `--bind-to` or `taskset` would see one core alone).
 pub(crate) fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    metampi::environment::machine_cores()
 }
 
 /// A synthetic block of small integers (the values of 8-bit data), so it packs, travels and
