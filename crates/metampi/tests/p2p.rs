@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use metampi::point_to_point::Status;
 use metampi::testing::Ranks;
-use metampi::topology::SimpleCommunicator;
+use metampi::topology::{Process, SimpleCommunicator};
 use metampi::traits::*;
 use metampi::ErrorClass;
 
@@ -48,6 +48,18 @@ fn netns_sites(test: &str) -> Option<(Option<metampi::testing::NetnsPair>, Strin
         ns.names[0], ns.addrs[0], ns.names[1], ns.addrs[1]
     );
     Some((Some(ns), cfg))
+}
+
+/// This rank's partner in the pair tests (ranks 2k and 2k + 1) and the
+/// partner's handle; `None`, after the test's closing barrier, for the last
+/// rank of an odd world, which has no partner.
+fn pair_peer(world: &SimpleCommunicator) -> Option<(i32, Process<'_>)> {
+    let partner = world.rank() ^ 1;
+    if partner >= world.size() {
+        world.barrier();
+        return None;
+    }
+    Some((partner, world.process_at_rank(partner)))
 }
 
 /// Generates one test per (ranks, transport) for a scenario.
@@ -212,12 +224,9 @@ fn receive_paths(world: &SimpleCommunicator) {
     const LENS: [usize; 8] = [1, 8, 33, 33, 1000, 40_000, 4, 16];
     const TAGS: [i32; 8] = [0, 1, 0, 1, 0, 1, 7, 1];
     let r = world.rank();
-    let partner = r ^ 1;
-    if partner >= world.size() {
-        world.barrier();
+    let Some((partner, peer)) = pair_peer(world) else {
         return;
-    }
-    let peer = world.process_at_rank(partner);
+    };
     let fill = |round: u32, i: usize| vec![round * 8 + i as u32; LENS[i]];
     for round in 0..ROUNDS {
         // Odd rounds: the messages come once the first two receives are posted.
@@ -331,12 +340,9 @@ matrix!(probe_and_matched_probe);
 /// eager and the rendezvous path, and the job carries on afterwards.
 fn truncation(world: &SimpleCommunicator) {
     let r = world.rank();
-    let partner = r ^ 1;
-    if partner >= world.size() {
-        world.barrier();
+    let Some((_, peer)) = pair_peer(world) else {
         return;
-    }
-    let peer = world.process_at_rank(partner);
+    };
     if r % 2 == 0 {
         peer.send(&[1i32; 10][..]);
         peer.send(&vec![2u8; 1 << 20][..]);
@@ -385,12 +391,9 @@ matrix!(truncation);
 /// A synchronous send completes only after the receiver has matched it.
 fn synchronous_send(world: &SimpleCommunicator) {
     let r = world.rank();
-    let partner = r ^ 1;
-    if partner >= world.size() {
-        world.barrier();
+    let Some((_, peer)) = pair_peer(world) else {
         return;
-    }
-    let peer = world.process_at_rank(partner);
+    };
     if r % 2 == 0 {
         let x = 9u64;
         metampi::request::scope(|scope| {
@@ -477,12 +480,9 @@ fn waiting_senders_help_copy() {
 fn many_requests(world: &SimpleCommunicator) {
     const N: usize = 10_000;
     let r = world.rank();
-    let partner = r ^ 1;
-    if partner >= world.size() {
-        world.barrier();
+    let Some((partner, peer)) = pair_peer(world) else {
         return;
-    }
-    let peer = world.process_at_rank(partner);
+    };
     let out: Vec<u64> = (0..N as u64).map(|i| i * 3 + r as u64).collect();
     let mut inb = vec![0u64; N];
     metampi::request::multiple_scope(2 * N, |scope, coll| {
@@ -538,12 +538,9 @@ matrix!(four_threads);
 /// library wakes them (the sender starts late, so the receiver really sleeps).
 fn futures_with_executor(world: &SimpleCommunicator) {
     let r = world.rank();
-    let partner = r ^ 1;
-    if partner >= world.size() {
-        world.barrier();
+    let Some((_, peer)) = pair_peer(world) else {
         return;
-    }
-    let peer = world.process_at_rank(partner);
+    };
     if r % 2 == 0 {
         std::thread::sleep(Duration::from_millis(100));
         let sends: Vec<_> = (0..8)
