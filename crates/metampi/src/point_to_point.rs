@@ -157,7 +157,8 @@ pub(crate) fn post_recv(
     coll: bool,
 ) -> Result<ReqId, Error> {
     let pat = recv_pattern(comm, src, tag, coll)?;
-    Ok(shared().with_then(|e| (e.core.post_recv(pat, buf), Pass::Lazy)))
+    let pass = pat.src.map_or(Pass::Lazy, Pass::From);
+    Ok(shared().with_then(|e| (e.core.post_recv(pat, buf), pass)))
 }
 
 /// A receive as started: its request, or its result where the message was
@@ -206,7 +207,8 @@ pub(crate) fn start_recv(
         }
         None => {
             let id = e.core.post_recv(pat, buf);
-            (Started { id, done: None }, Pass::Lazy)
+            let pass = pat.src.map_or(Pass::Lazy, Pass::From);
+            (Started { id, done: None }, pass)
         }
     }))
 }

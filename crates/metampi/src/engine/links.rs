@@ -763,30 +763,7 @@ impl Links {
             moved = true;
         }
         for i in 0..self.shm_in.len() {
-            let (src, ref mut cons) = self.shm_in[i];
-            let mut got = 0;
-            while got < RING_BATCH {
-                let r = cons.read_one(|rec| {
-                    if let Some(env) = Envelope::decode(rec) {
-                        if (lazy && core.unwanted(&env)) || core.hold(&env) {
-                            return false;
-                        }
-                        let Some(payload) = record_payload(&env, rec) else {
-                            return true;
-                        };
-                        core.handle_incoming(&env, payload);
-                    }
-                    true
-                });
-                if r != Some(true) {
-                    break;
-                }
-                got += 1;
-            }
-            if got > 0 {
-                moved = true;
-                self.ring_freed(src);
-            }
+            moved |= self.drain_ring(core, i, lazy);
         }
         self.bell_tick = self.bell_tick.wrapping_add(1);
         if self.bell_tick % 256 == 0 {
@@ -838,6 +815,15 @@ impl Links {
             self.drain_actions(core);
             moved = true;
         }
+        self.flush_pending(core);
+        if !self.self_q.is_empty() {
+            moved = true;
+        }
+        moved || core.completions != before
+    }
+
+    /// Writes what the out-queues hold, as far as the transports take it.
+    fn flush_pending(&mut self, core: &mut Core) {
         if self.pending > 0 {
             for d in 0..self.outq.len() {
                 if !self.outq[d].is_empty() {
@@ -845,10 +831,50 @@ impl Links {
                 }
             }
         }
-        if !self.self_q.is_empty() {
-            moved = true;
+    }
+
+    /// Takes up to [`RING_BATCH`] records from ring `i` of `shm_in` (`lazy`:
+    /// see [`Links::progress_as`]); returns whether it took any.
+    fn drain_ring(&mut self, core: &mut Core, i: usize, lazy: bool) -> bool {
+        let (src, ref mut cons) = self.shm_in[i];
+        let mut got = 0;
+        while got < RING_BATCH {
+            let r = cons.read_one(|rec| {
+                if let Some(env) = Envelope::decode(rec) {
+                    if (lazy && core.unwanted(&env)) || core.hold(&env) {
+                        return false;
+                    }
+                    let Some(payload) = record_payload(&env, rec) else {
+                        return true;
+                    };
+                    core.handle_incoming(&env, payload);
+                }
+                true
+            });
+            if r != Some(true) {
+                break;
+            }
+            got += 1;
         }
-        moved || core.completions != before
+        if got > 0 {
+            self.ring_freed(src);
+        }
+        got > 0
+    }
+
+    /// The lazy pass after posting a receive from shared-memory peer `src`:
+    /// only its ring can hold that message (and what must be matched before
+    /// it), so only that ring is read. `None` where `src` has no ring (the
+    /// whole lazy pass is due then).
+    pub(crate) fn progress_ring_of(&mut self, core: &mut Core, src: u32) -> Option<bool> {
+        let i = *self.in_at.get(src as usize).filter(|&&i| i != u32::MAX)?;
+        let before = core.completions;
+        let moved = self.drain_ring(core, i as usize, true);
+        if !core.out.is_empty() {
+            self.drain_actions(core);
+        }
+        self.flush_pending(core);
+        Some(moved || core.completions != before)
     }
 
     /// Fails the requests of every peer reached through channel `c`.

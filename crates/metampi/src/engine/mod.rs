@@ -50,6 +50,15 @@ impl Engine {
         self.colls.advance(&mut self.core, &mut self.links) || moved
     }
 
+    /// The pass after posting a receive from world rank `src`: its ring
+    /// alone where it is a shared-memory peer, else the whole lazy pass.
+    pub(crate) fn progress_from(&mut self, src: u32) -> bool {
+        match self.links.progress_ring_of(&mut self.core, src) {
+            Some(moved) => moved,
+            None => self.progress_as(true),
+        }
+    }
+
     /// A receive that the message due to it completes at once, without a
     /// request slot, a posted-queue entry or a progress pass: the first
     /// match in the unexpected queue (no posted receive matches what is
@@ -84,6 +93,8 @@ pub(crate) enum Pass {
     /// long matched messages uncopied until a wait or test (after posting
     /// any request: see [`links::Links::progress_as`]).
     Lazy,
+    /// After posting a receive from this world rank: [`Engine::progress_from`].
+    From(u32),
 }
 
 /// Facts about the job learned at start-up.
@@ -783,6 +794,9 @@ impl Shared {
             Pass::None => {}
             Pass::Lazy => {
                 e.progress_as(true);
+            }
+            Pass::From(src) => {
+                e.progress_from(src);
             }
         }
         let wakers = std::mem::take(&mut e.core.wakers);
