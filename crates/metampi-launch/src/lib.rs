@@ -88,3 +88,4 @@ pub use remote::{manual_command, spawn_remote, HostLaunch, ManualProcess, Secret
 pub use spec::{
     AppSpec, JobSpec, LaunchMethod, OutputMode, StdinTarget, DEFAULT_JOIN_TIMEOUT, RESERVED_ENV,
 };
+pub use sys::affinity;

@@ -228,8 +228,11 @@ pub(crate) fn kill_when_parent_dies(cmd: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn kill_when_parent_dies(_cmd: &mut Command) {}
 
-/// The CPUs this process may run on.
-pub(crate) fn affinity() -> io::Result<Vec<usize>> {
+/// The CPUs this process may run on (its affinity mask), in increasing order.
+///
+/// # Errors
+/// What `sched_getaffinity` reports.
+pub fn affinity() -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain bits; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is this process; the size is that of `set`, which the call fills.

@@ -10,19 +10,7 @@
 /// This process's affinity mask as a bitmap in hexadecimal, lowest CPU in the
 /// last digit; `None` where the system does not say.
 pub(crate) fn affinity_hex() -> Option<String> {
-    // SAFETY: cpu_set_t is plain bits; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is this process; the size is that of `set`, which the call fills.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return None;
-    }
-    let n = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: CPU_ISSET reads bit `c` of the set, and `c` is below its size.
-    let cpus: Vec<usize> = (0..n)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect();
-    Some(to_hex(&cpus))
+    metampi_launch::affinity().ok().map(|cpus| to_hex(&cpus))
 }
 
 fn to_hex(cpus: &[usize]) -> String {
