@@ -102,8 +102,10 @@ enum End {
     /// the request keeps: the user may free theirs meanwhile).
     Slot(Arc<CommInner>),
     /// The request completed as it started (its id is
-    /// [`crate::engine::core::SENT`]: no slot): its status, made then.
-    Ready(Status),
+    /// [`crate::engine::core::SENT`]: no slot): its status, made then, and
+    /// what the receive brought where that was more than "done" (packed
+    /// bytes still to unpack into a non-contiguous buffer), taken once.
+    Ready(Status, Cell<Option<Completed>>),
 }
 
 pub(crate) struct Inflight<'a, D: ?Sized> {
@@ -118,13 +120,13 @@ pub(crate) struct Inflight<'a, D: ?Sized> {
 impl<D: ?Sized> Inflight<'_, D> {
     /// Whether the result is in.
     fn is_done(&self, e: &mut crate::engine::Engine) -> bool {
-        matches!(self.end, End::Ready(_)) || e.core.is_done(self.id)
+        matches!(self.end, End::Ready(..)) || e.core.is_done(self.id)
     }
 
     /// Waits for the result.
     fn outcome(&self) -> (Status, Completed) {
         match &self.end {
-            End::Ready(st) => (*st, Completed::sent()),
+            End::Ready(st, c) => (*st, c.take().unwrap_or_else(Completed::sent)),
             End::Slot(comm) => {
                 let c = shared().wait(self.id);
                 (Status::from_raw(comm, c.status), c)
@@ -135,7 +137,7 @@ impl<D: ?Sized> Inflight<'_, D> {
     /// The result if it is in (one progress pass).
     fn try_outcome(&self) -> Option<(Status, Completed)> {
         match &self.end {
-            End::Ready(_) => Some(self.outcome()),
+            End::Ready(..) => Some(self.outcome()),
             End::Slot(comm) => shared()
                 .test(self.id)
                 .map(|c| (Status::from_raw(comm, c.status), c)),
@@ -160,7 +162,10 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     /// A request for engine request `id` on `comm`.
     pub(crate) fn new(id: ReqId, comm: &Arc<CommInner>, data: &'a D, scope: S, post: Post) -> Self {
         let end = if id == SENT {
-            End::Ready(Status::from_raw(comm, Completed::sent().status))
+            End::Ready(
+                Status::from_raw(comm, Completed::sent().status),
+                Cell::new(None),
+            )
         } else {
             End::Slot(Arc::clone(comm))
         };
@@ -177,9 +182,10 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         post: Post,
     ) -> Self {
         match started.done {
-            // Completed at once into a borrowed buffer: no error, no data.
+            // Completed at once: into a borrowed buffer, or packed bytes that
+            // `finish` unpacks at the wait.
             Some(c) => {
-                let end = End::Ready(Status::from_raw(comm, c.status));
+                let end = End::Ready(Status::from_raw(comm, c.status), Cell::new(Some(c)));
                 Self::with_end(SENT, end, comm.ctx, data, scope, post)
             }
             None => Self::new(started.id, comm, data, scope, post),

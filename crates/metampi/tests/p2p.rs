@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use metampi::datatype::{MutView, UserDatatype};
 use metampi::point_to_point::Status;
 use metampi::testing::Ranks;
 use metampi::topology::{Process, SimpleCommunicator};
@@ -307,6 +308,83 @@ fn receive_paths(world: &SimpleCommunicator) {
     world.barrier();
 }
 matrix!(receive_paths);
+
+/// Receives into a non-contiguous buffer (every other element: a vector
+/// type), nonblocking and blocking, with the message already waiting or
+/// arriving behind the posted receive: the packed bytes are unpacked at the
+/// wait, and a message longer than the strided buffer is `Truncate` there.
+fn strided_receives(world: &SimpleCommunicator) {
+    // Elements per message: inline, eager, too long for 4 slots, rendezvous.
+    const LENS: [usize; 4] = [4, 1000, 5, 40_000];
+    let r = world.rank();
+    let Some((_, peer)) = pair_peer(world) else {
+        return;
+    };
+    let fill = |round: u32, i: usize| -> Vec<u32> {
+        (0..LENS[i] as u32)
+            .map(|k| round * 100_000 + k + 1)
+            .collect()
+    };
+    for round in 0..6 {
+        let late = round % 2 == 1;
+        if r % 2 == 0 {
+            if late {
+                let _go: (u8, Status) = peer.receive_with_tag(99);
+            }
+            for i in 0..LENS.len() {
+                peer.send_with_tag(&fill(round, i)[..], 0);
+            }
+            continue;
+        }
+        if !late {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let u32t = u32::equivalent_datatype();
+        let every_other = |n: usize| UserDatatype::vector(n as i32, 1, 2, &u32t);
+        let check = |i: usize, buf: &[u32]| {
+            let want = fill(round, i);
+            for (k, &v) in buf.iter().enumerate() {
+                let expect = if k % 2 == 0 { want[k / 2] } else { 0 };
+                assert_eq!(v, expect, "round {round}, message {i}, element {k}");
+            }
+        };
+        let mut b0 = vec![0u32; 8];
+        let mut b1 = vec![0u32; 2000];
+        let mut b2 = vec![0u32; 8];
+        let mut b3 = vec![0u32; 80_000];
+        let (t4, t1000, t40k) = (every_other(4), every_other(1000), every_other(40_000));
+        {
+            // SAFETY: n values every other element lie inside each 2n-element buffer.
+            let mut v0 = unsafe { MutView::with_count_and_datatype(&mut b0[..], 1, &t4) };
+            // SAFETY: as above.
+            let mut v1 = unsafe { MutView::with_count_and_datatype(&mut b1[..], 1, &t1000) };
+            // SAFETY: as above.
+            let mut v2 = unsafe { MutView::with_count_and_datatype(&mut b2[..], 1, &t4) };
+            // SAFETY: as above.
+            let mut v3 = unsafe { MutView::with_count_and_datatype(&mut b3[..], 1, &t40k) };
+            metampi::request::scope(|s| {
+                let q0 = peer.immediate_receive_into(s, &mut v0);
+                if late {
+                    peer.send_with_tag(&0u8, 99);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let st = peer.receive_into(&mut v1);
+                assert_eq!(st.count(u32t), 1000);
+                let q2 = peer.immediate_receive_into(s, &mut v2);
+                let q3 = peer.immediate_receive_into(s, &mut v3);
+                let err = q2.try_wait().expect_err("5 values into 4 slots");
+                assert_eq!(err.class(), ErrorClass::Truncate, "round {round}");
+                assert_eq!(q3.wait().count(u32t), 40_000);
+                assert_eq!(q0.wait().count(u32t), 4);
+            });
+        }
+        check(0, &b0);
+        check(1, &b1);
+        check(3, &b3);
+    }
+    world.barrier();
+}
+matrix!(strided_receives);
 
 /// Probe does not consume; matched probe takes exactly the probed message.
 fn probe_and_matched_probe(world: &SimpleCommunicator) {
