@@ -348,9 +348,9 @@ fn strided_receives(world: &SimpleCommunicator) {
                 assert_eq!(v, expect, "round {round}, message {i}, element {k}");
             }
         };
-        let mut b0 = vec![0u32; 8];
+        let mut b0 = [0u32; 8];
         let mut b1 = vec![0u32; 2000];
-        let mut b2 = vec![0u32; 8];
+        let mut b2 = [0u32; 8];
         let mut b3 = vec![0u32; 80_000];
         let (t4, t1000, t40k) = (every_other(4), every_other(1000), every_other(40_000));
         {
