@@ -103,9 +103,9 @@ enum End {
     Slot(Arc<CommInner>),
     /// The request completed as it started (its id is
     /// [`crate::engine::core::SENT`]: no slot): its status, made then, and
-    /// what the receive brought where that was more than "done" (packed
-    /// bytes still to unpack into a non-contiguous buffer), taken once.
-    Ready(Status, Cell<Option<Completed>>),
+    /// for a receive into a non-contiguous buffer the packed bytes still to
+    /// unpack (taken once, by the wait).
+    Ready(Status, Cell<Option<Vec<u8>>>),
 }
 
 pub(crate) struct Inflight<'a, D: ?Sized> {
@@ -126,7 +126,11 @@ impl<D: ?Sized> Inflight<'_, D> {
     /// Waits for the result.
     fn outcome(&self) -> (Status, Completed) {
         match &self.end {
-            End::Ready(st, c) => (*st, c.take().unwrap_or_else(Completed::sent)),
+            End::Ready(st, data) => {
+                let mut c = Completed::sent();
+                c.data = data.take();
+                (*st, c)
+            }
             End::Slot(comm) => {
                 let c = shared().wait(self.id);
                 (Status::from_raw(comm, c.status), c)
@@ -182,10 +186,11 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         post: Post,
     ) -> Self {
         match started.done {
-            // Completed at once: into a borrowed buffer, or packed bytes that
-            // `finish` unpacks at the wait.
+            // Completed at once, without error: into a borrowed buffer, or
+            // packed bytes that `finish` unpacks at the wait.
             Some(c) => {
-                let end = End::Ready(Status::from_raw(comm, c.status), Cell::new(Some(c)));
+                debug_assert!(c.result.is_ok());
+                let end = End::Ready(Status::from_raw(comm, c.status), Cell::new(c.data));
                 Self::with_end(SENT, end, comm.ctx, data, scope, post)
             }
             None => Self::new(started.id, comm, data, scope, post),
