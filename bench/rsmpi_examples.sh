@@ -7,6 +7,9 @@
 # regression and the script exits 1.
 #
 #   bash bench/rsmpi_examples.sh [RANKS]
+#   SITES=1 bash bench/rsmpi_examples.sh    # 4 ranks over 3 local meta hosts (routers)
+#   SITES=big bash bench/rsmpi_examples.sh  # the same, one meta host big-endian
+#   RUN="--launch local --hosts m0:2,m1:2 -n 4" bash bench/rsmpi_examples.sh   # two machines (TCP)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -14,6 +17,24 @@ RANKS=${1:-4}
 W=${WORK:-$(mktemp -d)}
 cargo build --release -q -p metampi-cli || exit 1
 mkdir -p "$W/probe" "$W/compat/examples" "$W/compat/src"
+if [ "${SITES:-0}" != 0 ]; then
+    # 1 + 1 + 2 ranks on three meta hosts of this machine, joined by routers;
+    # SITES=big declares meta host b big-endian (data converted across it).
+    order=""; [ "$SITES" = big ] && order="BYTEORDER = big;"
+    cat > "$W/sites.meta" <<M
+METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }
+METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; $order }
+METAHOST c { LAUNCH = local; NPROCS = 2; NODES = c0; }
+PAIR a b 1
+a0 <-> b0
+PAIR a c 1
+a0 <-> c0
+PAIR b c 1
+b0 <-> c0
+M
+    RUN=${RUN:---meta $W/sites.meta}
+fi
+read -r -a run_args <<<"${RUN:--n $RANKS}"
 (cd "$W/probe" && cat > Cargo.toml <<'T'
 [package]
 name = "probe"
@@ -58,9 +79,9 @@ for f in "$W/compat/examples/"*.rs; do
     exe="$W/target/debug/examples/$e"
     if [ ! -x "$exe" ]; then notbuilt+=("$e"); continue; fi
     built=$((built + 1))
-    if timeout 60 target/release/metampi run -n "$RANKS" "$exe" >"$W/$e.log" 2>&1; then ran=$((ran + 1)); else failed+=("$e"); fi
+    if timeout 60 target/release/metampi run "${run_args[@]}" "$exe" >"$W/$e.log" 2>&1; then ran=$((ran + 1)); else failed+=("$e"); fi
 done
-echo "rsmpi 0.8.2 examples: $total; compile against metampi: $built; run OK on $RANKS ranks: $ran"
+echo "rsmpi 0.8.2 examples: $total; compile against metampi: $built; run OK (metampi run ${run_args[*]}): $ran"
 bad=0
 for e in "${notbuilt[@]}" "${failed[@]}"; do
     if [ -n "${EXPECTED[$e]:-}" ]; then

@@ -984,7 +984,7 @@ pub trait Destination: AsCommunicator {
         tag: Tag,
     ) -> Result<SendFuture<T>, Error> {
         let comm = &self.as_communicator().as_handle().0;
-        let buf = match pack(&data[..]) {
+        let buf = match pack_for(comm, self.destination_rank(), &data[..]) {
             // SAFETY: the vector's heap memory does not move when the vector
             // does, and `SendFuture` keeps the vector until the send completes
             // (its Drop waits).
@@ -1402,20 +1402,7 @@ where
     D: Destination,
     S: Source,
 {
-    let copy = pack(&*buf).bytes().to_vec();
-    let comm = &destination.as_communicator().as_handle().0;
-    let id = post_send(
-        comm,
-        destination.destination_rank(),
-        sendtag,
-        SendBuf::Owned(copy),
-        Mode::Standard,
-        false,
-    )
-    .or_abort();
-    let st = source.receive_into_with_tag(buf, receivetag);
-    shared().wait(id).result.or_abort();
-    st
+    replace(buf, destination, sendtag, source, Some(receivetag))
 }
 
 /// [`send_receive_replace_into_with_tags`] with send tag 0 and any receive tag.
@@ -1425,18 +1412,39 @@ where
     D: Destination,
     S: Source,
 {
-    let copy = pack(&*buf).bytes().to_vec();
+    replace(buf, destination, 0, source, None)
+}
+
+/// Sends a copy of `buf` (converted for the destination's meta host like
+/// every typed send) and receives into `buf`.
+fn replace<B, D, S>(
+    buf: &mut B,
+    destination: &D,
+    sendtag: Tag,
+    source: &S,
+    tag: Option<Tag>,
+) -> Status
+where
+    B: BufferMut + Buffer + ?Sized,
+    D: Destination,
+    S: Source,
+{
     let comm = &destination.as_communicator().as_handle().0;
+    let dst = destination.destination_rank();
+    let copy = match pack_for(comm, dst, &*buf) {
+        Packed::Dense(b) => b.to_vec(),
+        Packed::Packed(v) => v,
+    };
     let id = post_send(
         comm,
-        destination.destination_rank(),
-        0,
+        dst,
+        sendtag,
         SendBuf::Owned(copy),
         Mode::Standard,
         false,
     )
     .or_abort();
-    let st = source.receive_into(buf);
+    let st = source.try_receive_into_with_tag(buf, tag).or_abort();
     shared().wait(id).result.or_abort();
     st
 }

@@ -2,8 +2,9 @@
 //! on this little-endian machine, so typed point-to-point payloads between
 //! `a` and `b` cross the routers in big-endian order and the receiver makes
 //! them right. Values of every primitive width, a derived struct, a strided
-//! vector type and the fallible/matched/nonblocking receive forms all arrive
-//! intact; a `u32` received as raw bytes shows the order on the wire.
+//! vector type, every send form, the send-receive exchanges and the
+//! fallible/matched/nonblocking receive forms all arrive intact; a `u32`
+//! received as raw bytes shows the order on the wire.
 //! Collectives convert the same way: every operation with every algorithm
 //! across three meta hosts of mixed order against sequential references,
 //! and a broadcast received as raw bytes shows the sender's declared order.
@@ -113,6 +114,42 @@ fn exchange(world: &SimpleCommunicator) {
         p.send(&[1.5f64, -2.25, 1e300][..]);
         p.send(&-123_456i32);
     }
+    // Every send form converts, both ways: values tagged with their form.
+    let value = |k: u64, from: i32| 0x0102_0304_0506_0708u64 + k * 16 + from as u64;
+    let send_forms = || {
+        p.send_with_tag(&value(0, me), 30);
+        p.synchronous_send_with_tag(&value(1, me), 31);
+        let (v2, v3) = (value(2, me), value(3, me));
+        metampi::request::scope(|s| {
+            p.immediate_send_with_tag(s, &v2, 32).wait();
+            p.immediate_synchronous_send_with_tag(s, &v3, 33).wait();
+        });
+        p.immediate_send_owned(vec![value(4, me)], 34)
+            .wait()
+            .unwrap();
+    };
+    let recv_forms = || {
+        for k in 0..5 {
+            let (v, _) = p.receive_with_tag::<u64>(30 + k as i32);
+            assert_eq!(v, value(k, peer), "send form {k}");
+        }
+    };
+    if me < peer {
+        send_forms();
+        recv_forms();
+    } else {
+        recv_forms();
+        send_forms();
+    }
+    // The exchanges: each side sends its value and gets the other's.
+    let (v, _): (u64, _) = metampi::point_to_point::send_receive(&value(5, me), &p, &p);
+    assert_eq!(v, value(5, peer), "send_receive");
+    let mut v = value(6, me);
+    metampi::point_to_point::send_receive_replace_into(&mut v, &p, &p);
+    assert_eq!(v, value(6, peer), "send_receive_replace_into");
+    let mut got = [0u64; 2];
+    metampi::point_to_point::send_receive_into(&[value(7, me); 2][..], &p, &mut got[..], &p);
+    assert_eq!(got, [value(7, peer); 2], "send_receive_into");
 }
 
 #[test]
