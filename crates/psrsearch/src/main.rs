@@ -29,11 +29,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Write a DADA or GUPPI file of Gaussian noise with injected, dispersed pulsars.
+    /// Write a DADA, GUPPI or VDIF file of Gaussian noise with injected, dispersed pulsars.
     Simulate(SimulateArgs),
     /// Print the layout a baseband file's headers describe.
     Info {
-        /// DADA or GUPPI file.
+        /// DADA, GUPPI or VDIF file (VDIF needs FILE.hdr beside it: FREQ, and BW, NPOL, SAMPLE_RATE, THREADS where the headers lack them).
         file: PathBuf,
     },
     /// Coherently dedisperse at one DM and write time series, filterbank or voltages.
@@ -99,6 +99,8 @@ enum FormatArg {
     Dada32,
     /// GUPPI RAW, 8-bit.
     Guppi,
+    /// VDIF, 8-bit, one thread per channel and polarisation, plus the FILE.hdr side-car.
+    Vdif,
 }
 
 #[derive(Debug, Args)]
@@ -178,7 +180,7 @@ impl DedispersionOpts {
 
 #[derive(Debug, Args)]
 struct DedisperseArgs {
-    /// DADA or GUPPI file.
+    /// DADA, GUPPI or VDIF file (VDIF needs FILE.hdr beside it: FREQ, and BW, NPOL, SAMPLE_RATE, THREADS where the headers lack them).
     file: PathBuf,
     /// Dispersion measure, pc cm⁻³.
     #[arg(long)]
@@ -262,7 +264,7 @@ impl SearchOpts {
 
 #[derive(Debug, Args)]
 struct SearchArgs {
-    /// DADA or GUPPI file.
+    /// DADA, GUPPI or VDIF file (VDIF needs FILE.hdr beside it: FREQ, and BW, NPOL, SAMPLE_RATE, THREADS where the headers lack them).
     file: PathBuf,
     #[command(flatten)]
     search: SearchOpts,
@@ -356,6 +358,7 @@ fn simulate_cmd(a: SimulateArgs) -> Result<()> {
         FormatArg::Guppi => SimFormat::Guppi {
             block_samples: a.block_samples,
         },
+        FormatArg::Vdif => SimFormat::Vdif8,
     };
     let band = write_simulation(&cfg, format, &a.out)
         .with_context(|| format!("simulating {}", a.out.display()))?;

@@ -24,6 +24,7 @@ use crate::band::Band;
 use crate::dm::{Dispersion, DEFAULT_DISPERSION_CONSTANT};
 use crate::format::dada::{write_dada, DadaHeader};
 use crate::format::guppi::{write_guppi, GuppiHeader};
+use crate::format::vdif::{write_vdif, VdifSidecar};
 use crate::voltages::Voltages;
 
 /// An injected pulsar.
@@ -99,6 +100,9 @@ pub enum SimFormat {
         /// Samples per block.
         block_samples: usize,
     },
+    /// VDIF, 8-bit, one thread per channel and polarisation, with the `FILE.hdr` side-car
+    /// that gives the sky frequencies.
+    Vdif8,
 }
 
 /// What to simulate.
@@ -380,6 +384,42 @@ pub fn write_simulation(
             h.set("NPOL", config.npol);
             h.set("NCHAN", config.nchan);
             write_dada(&mut w, &h, &data)?;
+        }
+        SimFormat::Vdif8 => {
+            let rate = band.sample_rate_hz;
+            let parts = if config.complex { 2 } else { 1 };
+            // The longest frame up to 8192 samples that divides both the observation and a
+            // second, with a payload of whole 8-byte words.
+            let spf = (1..=8192usize)
+                .rev()
+                .find(|&n| {
+                    config.nsamples % n == 0
+                        && (rate / n as f64).fract() == 0.0
+                        && (n * 8 * parts) % 64 == 0
+                })
+                .ok_or_else(|| {
+                    SimError::Config(format!(
+                        "no VDIF frame length divides both {} samples and a second at {rate} Hz: \
+                         choose another duration",
+                        config.nsamples
+                    ))
+                })?;
+            // 8-bit VDIF decodes code c as (c - 127.5) / 35.5: scale so that the codes
+            // carry the same integer steps as 8-bit DADA.
+            let mut scaled = data.clone();
+            scaled.as_mut_slice().iter_mut().for_each(|z| *z /= 35.5);
+            write_vdif(&mut w, &scaled, config.complex, 8, spf, rate)?;
+            let car = format!(
+                "# side-car of {}: what VDIF headers do not say\nFREQ {}\nBW {}\nNPOL {}\n\
+                 SAMPLE_RATE {}\nSOURCE {}\nTELESCOPE psrsearch-simulator\n",
+                path.display(),
+                config.centre_mhz,
+                config.bandwidth_mhz,
+                config.npol,
+                rate / 1e6,
+                config.source
+            );
+            std::fs::write(VdifSidecar::path_of(path), car)?;
         }
         SimFormat::Guppi { block_samples } => {
             let mut h = GuppiHeader::default();

@@ -25,7 +25,8 @@ if [ -z "$data" ]; then
     echo "no baseband/data in $archive" >&2
     exit 4
 fi
-for f in sample.dada sample_meerkat.dada sample_puppi.raw sample_vegas.raw sample_blc.raw; do
+for f in sample.dada sample_meerkat.dada sample_puppi.raw sample_vegas.raw sample_blc.raw \
+    sample.vdif sample_bps1.vdif; do
     cp "$data/$f" "$dest/$f"
 done
 echo "baseband samples in $dest" >&2

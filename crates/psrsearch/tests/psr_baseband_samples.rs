@@ -1,5 +1,6 @@
-//! The real telescope samples shipped with the PyPI package `baseband` read exactly as
-//! `baseband` reads them (values from its own test suite). The files are fetched by
+//! The real telescope samples shipped with the PyPI package `baseband` (DADA, GUPPI, VDIF)
+//! read exactly as `baseband` reads them (values from its own test suite). The files are
+//! fetched by
 //! `tests/fetch_baseband_samples.sh` into the target directory; without pip or PyPI the
 //! tests say so and pass without checking (set `PSRSEARCH_REQUIRE_SAMPLES=1` to fail
 //! instead, `PSRSEARCH_BASEBAND_SAMPLES=DIR` to use files already at hand).
@@ -17,7 +18,15 @@ fn samples() -> Option<PathBuf> {
         let dir = std::env::var_os("PSRSEARCH_BASEBAND_SAMPLES")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("baseband-samples"));
-        if dir.join("sample_puppi.raw").exists() && dir.join("sample.dada").exists() {
+        if [
+            "sample_puppi.raw",
+            "sample.dada",
+            "sample.vdif",
+            "sample_bps1.vdif",
+        ]
+        .iter()
+        .all(|f| dir.join(f).exists())
+        {
             return Some(dir);
         }
         let script =
@@ -274,4 +283,84 @@ fn dedisperse_the_dada_sample() {
         (series_mean / (2.0 * power) - 1.0).abs() < 1e-3,
         "{series_mean} vs {power}"
     );
+}
+
+/// 2-bit levels as `baseband` gives them, from the integers its tests write.
+fn two_bit(v: &[i32]) -> Vec<Complex32> {
+    v.iter()
+        .map(|&x| {
+            let level = match x {
+                3 => 3.316505,
+                -3 => -3.316505,
+                _ => x as f32,
+            };
+            c(level, 0.0)
+        })
+        .collect()
+}
+
+#[test]
+fn vlba_vdif_sample() {
+    let Some(dir) = samples() else { return };
+    let path = dir.join("sample.vdif");
+    std::fs::write(dir.join("sample.vdif.hdr"), "FREQ 320\nSOURCE vlba\n").unwrap();
+    let mut r = BasebandReader::open(&path).unwrap();
+    assert_eq!(r.format(), BasebandFormat::Vdif);
+    let b = r.band().clone();
+    // EDV 3: 8 threads of one real 2-bit channel at 32 MHz (baseband's test_vdif.py).
+    assert_eq!((b.nchan(), b.npol, b.complex), (8, 1, false));
+    assert_eq!(b.sample_rate_hz, 32e6);
+    assert_eq!(r.nsamples(), 40_000);
+    assert_eq!(r.nframes(), 2);
+    assert!(r.warnings().is_empty(), "{:?}", r.warnings());
+    let mjd = r.metadata().start_mjd.unwrap();
+    assert_eq!(mjd.floor(), 56_824.0);
+    assert_eq!(((mjd - 56_824.0) * 86_400.0).round(), 21_367.0);
+    let v = r.read(0, 12).unwrap();
+    let want = [
+        (0, [-1, -1, 3, -1, 1, -1, 3, -1, 1, 3, -1, 1]),
+        (1, [1, 1, 1, -3, 1, 1, -3, -3, -3, 3, 3, -1]),
+        (3, [-1, 1, -1, 1, -3, -1, 3, -1, 3, -3, 1, 3]),
+    ];
+    for (thread, w) in want {
+        assert_eq!(v.series(thread, 0), &two_bit(&w)[..], "thread {thread}");
+    }
+    // The second frame set continues the first.
+    let all = r.read(0, 40_000).unwrap();
+    let part = r.read(19_990, 20).unwrap();
+    assert_eq!(part.series(5, 0), &all.series(5, 0)[19_990..20_010]);
+}
+
+#[test]
+fn one_bit_vdif_sample() {
+    let Some(dir) = samples() else { return };
+    let path = dir.join("sample_bps1.vdif");
+    // EDV 0 gives no rate and the file spans less than a second: the side-car says it.
+    std::fs::write(
+        dir.join("sample_bps1.vdif.hdr"),
+        "FREQ 1000\nSAMPLE_RATE 8\n",
+    )
+    .unwrap();
+    let mut r = BasebandReader::open(&path).unwrap();
+    let b = r.band().clone();
+    assert_eq!((b.nchan(), b.npol, b.complex), (16, 1, false));
+    assert_eq!(r.nsamples(), 8000);
+    let v = r.read(0, 4).unwrap();
+    // baseband's TestVDIFBPS1::test_stream, rows of (time, channel).
+    let want = [
+        [1, -1, -1, -1, 1, -1, -1, 1, -1, 1, -1, 1, -1, -1, -1, 1],
+        [-1, -1, 1, -1, 1, 1, -1, 1, -1, -1, 1, -1, 1, 1, -1, 1],
+        [1, 1, -1, -1, 1, 1, 1, 1, 1, -1, 1, 1, -1, 1, 1, 1],
+        [1, -1, 1, -1, 1, 1, 1, -1, 1, -1, 1, 1, 1, -1, -1, -1],
+    ];
+    for (t, row) in want.iter().enumerate() {
+        for (ch, &x) in row.iter().enumerate() {
+            assert_eq!(v.get(ch, 0, t), c(x as f32, 0.0), "t={t} chan={ch}");
+        }
+    }
+    let all = r.read(0, 8000).unwrap();
+    assert!(all
+        .as_slice()
+        .iter()
+        .all(|z| z.re.abs() == 1.0 && z.im == 0.0));
 }

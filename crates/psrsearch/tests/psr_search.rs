@@ -112,6 +112,16 @@ fn guppi_lower_sideband_recovered() {
 }
 
 #[test]
+fn vdif_two_polarisations_lower_sideband_recovered() {
+    // Four threads (2 channels x 2 polarisations) of 8-bit VDIF and its side-car.
+    let mut obs = observation(14, two_pulsars());
+    obs.npol = 2;
+    obs.bandwidth_mhz = -2.0;
+    let outcome = run("two.vdif", &obs, SimFormat::Vdif8);
+    assert_recovered(&outcome, &obs.pulsars);
+}
+
+#[test]
 fn real_sampled_float_dada_recovered() {
     let mut obs = observation(13, vec![two_pulsars()[0].clone()]);
     obs.complex = false;

@@ -1,6 +1,7 @@
-//! File formats: baseband input (PSRDADA, GUPPI RAW) and products (SIGPROC, PRESTO, `.npy`).
+//! File formats: baseband input (PSRDADA, GUPPI RAW, VDIF) and products (SIGPROC, PRESTO,
+//! `.npy`).
 //!
-//! [`BasebandReader`] opens either baseband format, validates its headers and hands out
+//! [`BasebandReader`] opens any of the baseband formats, validates its headers and hands out
 //! blocks of [`Voltages`] by sample range, so a driver can give different
 //! workers different ranges of one file.
 
@@ -12,6 +13,7 @@ pub mod npy;
 pub mod presto;
 pub mod sigproc;
 pub mod stream;
+pub mod vdif;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -119,8 +121,8 @@ pub enum ReadError {
         /// What is missing.
         detail: String,
     },
-    /// Neither DADA nor GUPPI.
-    #[error("{path} is neither a DADA nor a GUPPI RAW file: {detail}")]
+    /// Neither DADA, GUPPI nor VDIF.
+    #[error("{path} is not a DADA, GUPPI RAW or VDIF file: {detail}")]
     UnknownFormat {
         /// The file.
         path: PathBuf,
@@ -155,6 +157,8 @@ pub enum BasebandFormat {
     Dada,
     /// GUPPI RAW: FITS-card headers before every block.
     Guppi,
+    /// VDIF: binary frame headers, one thread per frame; sky frequencies from `FILE.hdr`.
+    Vdif,
 }
 
 /// Descriptive header values carried into products.
@@ -181,7 +185,7 @@ pub(crate) struct Frame {
     pub layout: Layout,
 }
 
-/// A DADA or GUPPI file opened for reading blocks of samples.
+/// A DADA, GUPPI or VDIF file opened for reading blocks of samples.
 ///
 /// ```no_run
 /// let mut r = psrsearch::BasebandReader::open("obs.dada")?;
@@ -201,6 +205,8 @@ pub struct BasebandReader {
     header_text: String,
     warnings: Vec<String>,
     scratch: Vec<u8>,
+    /// Where a VDIF file's frames are (the other formats use `frames`).
+    vdif: Option<vdif::VdifIndex>,
 }
 
 impl BasebandReader {
@@ -223,11 +229,18 @@ impl BasebandReader {
                 String::from_utf8_lossy(&start[..n.min(40)])
             ),
         })?;
-        let index = match format {
-            BasebandFormat::Dada => dada::index(path, &mut file)?,
-            BasebandFormat::Guppi => guppi::index(path, &mut file)?,
+        let (index, vdif) = match format {
+            BasebandFormat::Dada => (dada::index(path, &mut file)?, None),
+            BasebandFormat::Guppi => (guppi::index(path, &mut file)?, None),
+            BasebandFormat::Vdif => {
+                let (index, v) = vdif::index(path, &mut file)?;
+                (index, Some(v))
+            }
         };
-        let nsamples = index.frames.iter().map(|f| f.nsamples).sum();
+        let nsamples = match &vdif {
+            Some(v) => v.nsamples(),
+            None => index.frames.iter().map(|f| f.nsamples).sum(),
+        };
         Ok(BasebandReader {
             path: path.to_path_buf(),
             file,
@@ -239,6 +252,7 @@ impl BasebandReader {
             header_text: index.header_text,
             warnings: index.warnings,
             scratch: Vec::new(),
+            vdif,
         })
     }
 
@@ -262,9 +276,9 @@ impl BasebandReader {
         self.nsamples
     }
 
-    /// Number of frames (DADA frames or GUPPI blocks).
+    /// Number of frames (DADA frames, GUPPI blocks or VDIF frame sets).
     pub fn nframes(&self) -> usize {
-        self.frames.len()
+        self.vdif.as_ref().map_or(self.frames.len(), |v| v.nsets())
     }
 
     /// Text of the first header, for display.
@@ -305,6 +319,11 @@ impl BasebandReader {
                 end,
                 available: self.nsamples,
             });
+        }
+        if let Some(v) = &self.vdif {
+            return v
+                .read_into(&mut self.file, start, out, &mut self.scratch)
+                .map_err(|e| ReadError::io(&self.path, e));
         }
         // Frames are sorted by first_sample; find the first one that overlaps.
         let first = self
@@ -355,7 +374,7 @@ fn detect(start: &[u8]) -> Option<BasebandFormat> {
     if first_key == "HEADER" || text.contains("DADA") || text.starts_with("HDR_") {
         return Some(BasebandFormat::Dada);
     }
-    None
+    vdif::looks_like(start).then_some(BasebandFormat::Vdif)
 }
 
 /// Fill as much of `buf` as the file allows; returns the count.
@@ -407,6 +426,9 @@ mod tests {
             Some(BasebandFormat::Guppi)
         );
         assert_eq!(detect(b"\x93NUMPY"), None);
+        let mut v = [0u8; 32];
+        v[8] = 100; // 800-byte frames, version 0
+        assert_eq!(detect(&v), Some(BasebandFormat::Vdif));
     }
 
     #[test]
