@@ -548,6 +548,17 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<(Index, VdifIndex), 
                     },
                 ));
             }
+            if fps < 1.0 {
+                return Err(header_err(
+                    0,
+                    HeaderError::Inconsistent {
+                        format: FORMAT,
+                        detail: format!(
+                            "a sample rate of {r} Hz is less than one {spf}-sample frame a second"
+                        ),
+                    },
+                ));
+            }
             fps as u64
         }
         None => {
@@ -601,8 +612,24 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<(Index, VdifIndex), 
         ));
     }
     // Frame sets by time since the first frame; gaps and missing threads read as zeros.
-    let when = |f: &(u32, u32, u16, u64, bool)| u64::from(f.0) * fps + u64::from(f.1);
-    let t0 = frames.iter().map(when).min().unwrap_or(0);
+    let when = |f: &(u32, u32, u16, u64, bool)| {
+        u64::from(f.0)
+            .saturating_mul(fps)
+            .saturating_add(u64::from(f.1))
+    };
+    // The stream starts at the earliest of the first frames (threads may be written a
+    // little out of order); frames before it, or so far after it that the gap would
+    // outnumber the frames present (a damaged header), are left out.
+    let t0 = frames.iter().take(64).map(when).min().unwrap_or(0);
+    let reach = 2 * frames.len() as u64 + 1024;
+    let before = frames.len();
+    frames.retain(|f| when(f) >= t0 && when(f) - t0 < reach);
+    if frames.len() < before {
+        warnings.push(format!(
+            "{} frame(s) dated before the first frame or far beyond the others: ignored",
+            before - frames.len()
+        ));
+    }
     let nsets = frames.iter().map(|f| when(f) - t0 + 1).max().unwrap_or(0) as usize;
     let nt = threads.len();
     let mut slots = vec![None; nsets * nt];
