@@ -127,12 +127,26 @@ fn exchange(world: &SimpleCommunicator) {
         p.immediate_send_owned(vec![value(4, me)], 34)
             .wait()
             .unwrap();
+        p.send_with_tag(&[value(5, me); 3][..], 35);
     };
     let recv_forms = || {
         for k in 0..5 {
             let (v, _) = p.receive_with_tag::<u64>(30 + k as i32);
             assert_eq!(v, value(k, peer), "send form {k}");
         }
+        // A nonblocking receive into a buffer whose message already waits completes as
+        // it starts: converted all the same.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut got = [0u64; 3];
+        metampi::request::scope(|s| {
+            p.immediate_receive_into_with_tag(s, &mut got[..], 35)
+                .wait();
+        });
+        assert_eq!(
+            got,
+            [value(5, peer); 3],
+            "immediate receive of a waiting message"
+        );
     };
     if me < peer {
         send_forms();
@@ -142,8 +156,8 @@ fn exchange(world: &SimpleCommunicator) {
         send_forms();
     }
     // The exchanges: each side sends its value and gets the other's.
-    let (v, _): (u64, _) = metampi::point_to_point::send_receive(&value(5, me), &p, &p);
-    assert_eq!(v, value(5, peer), "send_receive");
+    let (v, _): (u64, _) = metampi::point_to_point::send_receive(&value(8, me), &p, &p);
+    assert_eq!(v, value(8, peer), "send_receive");
     let mut v = value(6, me);
     metampi::point_to_point::send_receive_replace_into(&mut v, &p, &p);
     assert_eq!(v, value(6, peer), "send_receive_replace_into");
