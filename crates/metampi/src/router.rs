@@ -2209,6 +2209,9 @@ impl Router {
                 for v in ranks.iter().filter_map(|r| r.vchan.as_ref()) {
                     v.arm(on);
                 }
+                if on {
+                    crate::sys::sleep_fence();
+                }
             };
             self.spinner.wait_or(&mut pfds, timeout, pipes_ready, arm)?;
         }

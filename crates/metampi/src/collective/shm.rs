@@ -134,7 +134,7 @@ impl Region {
         let (mut k, mut round) = (1, 0);
         while k < n {
             self.counter(me, round).store(epoch, Ordering::Release);
-            crate::sys::store_load_fence();
+            crate::sys::publish_fence();
             self.nudge((me + k) % n);
             let from = self.counter((me + n - k) % n, round);
             wait_for(|| from.load(Ordering::Acquire) >= epoch);
@@ -159,7 +159,7 @@ impl Region {
         }
         self.slot_epoch(self.me, parity)
             .store(epoch, Ordering::Release);
-        crate::sys::store_load_fence();
+        crate::sys::publish_fence();
         for m in (0..self.n).filter(|&m| m != self.me) {
             self.nudge(m);
         }

@@ -297,7 +297,7 @@ impl Links {
     /// for its space.
     fn ring_freed(&self, src: u32) {
         if let Some(Link::Shm(l)) = self.peers.get(src as usize) {
-            crate::sys::store_load_fence();
+            crate::sys::publish_fence();
             if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
                 let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
             }
@@ -497,7 +497,7 @@ impl Links {
                 if !written {
                     return false;
                 }
-                crate::sys::store_load_fence();
+                crate::sys::publish_fence();
                 if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
                     let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
                 }
@@ -710,7 +710,7 @@ impl Links {
                     if !l.prod.try_write(&f.env, payload) {
                         break;
                     }
-                    crate::sys::store_load_fence();
+                    crate::sys::publish_fence();
                     if l.peer_sleep.get().load(Ordering::Relaxed) != 0 {
                         let _ = self.wake.send_to_addr(&[1], &l.peer_wake);
                     }

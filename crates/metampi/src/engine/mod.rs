@@ -831,6 +831,10 @@ impl Shared {
             f.get().store(on as u32, Ordering::SeqCst);
         }
         e.links.arm_pipes(on);
+        if on {
+            // Writers to our rings and pipes skip their barrier (`publish_fence`).
+            crate::sys::sleep_fence();
+        }
     }
 
     /// Drives progress until `check` returns a value.

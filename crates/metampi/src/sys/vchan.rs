@@ -579,15 +579,11 @@ impl VChan {
         }
     }
 
-    /// Raises (or lowers) this side's flag: "wake me with a byte". Raise it,
-    /// then look at the pipes once more before blocking.
+    /// Raises (or lowers) this side's flag: "wake me with a byte". Raise
+    /// every flag, then [`super::sleep_fence`] once (it pairs with the fence
+    /// in `notify`), then look at the pipes once more before blocking.
     pub(crate) fn arm(&self, on: bool) {
         self.flag(self.side).store(u32::from(on), Ordering::SeqCst);
-        if on {
-            // Orders the flag before the caller's next look at the pipes
-            // (pairs with the fence in `notify`).
-            super::store_load_fence();
-        }
     }
 
     /// After writing data or freeing room: wakes the other side if it sleeps.
@@ -596,7 +592,7 @@ impl VChan {
             Side::Rank => Side::Router,
             Side::Router => Side::Rank,
         };
-        super::store_load_fence();
+        super::publish_fence();
         let f = self.flag(peer);
         if f.load(Ordering::Relaxed) != 0 && f.swap(0, Ordering::SeqCst) != 0 {
             // A full socket buffer already holds a wake-up.
@@ -765,6 +761,7 @@ mod tests {
         a.write_vectored(&[IoSlice::new(b"1")]);
         a.notify(&rank_bell);
         b.arm(true);
+        crate::sys::sleep_fence();
         a.write_vectored(&[IoSlice::new(b"2")]);
         a.notify(&rank_bell);
         a.write_vectored(&[IoSlice::new(b"3")]);
