@@ -554,6 +554,21 @@ fn waiting_senders_help_copy() {
     });
 }
 
+/// With `METAMPI_ASYMMETRIC_FENCE=0` every writer fences for itself
+/// instead of relying on the sleeper's `membarrier`: eight ranks on two
+/// cores keep falling asleep, and streams, synchronous sends and barriers
+/// must still wake them.
+#[test]
+fn symmetric_fences_wake_sleepers() {
+    Ranks::new(8)
+        .env("METAMPI_ASYMMETRIC_FENCE", "0")
+        .run("symmetric_fences_wake_sleepers", |world| {
+            wildcard_order(world);
+            synchronous_send(world);
+            large_messages(world);
+        });
+}
+
 /// 10,000 receives and 10,000 sends outstanding at once.
 fn many_requests(world: &SimpleCommunicator) {
     const N: usize = 10_000;
