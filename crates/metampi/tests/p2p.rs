@@ -560,13 +560,14 @@ fn waiting_senders_help_copy() {
 /// must still wake them.
 #[test]
 fn symmetric_fences_wake_sleepers() {
-    Ranks::new(8)
-        .env("METAMPI_ASYMMETRIC_FENCE", "0")
-        .run("symmetric_fences_wake_sleepers", |world| {
+    Ranks::new(8).env("METAMPI_ASYMMETRIC_FENCE", "0").run(
+        "symmetric_fences_wake_sleepers",
+        |world| {
             wildcard_order(world);
             synchronous_send(world);
             large_messages(world);
-        });
+        },
+    );
 }
 
 /// 10,000 receives and 10,000 sends outstanding at once.

@@ -12,6 +12,7 @@ use clap::Args;
 use metampi::traits::*;
 use psrsearch::demo;
 use psrsearch::distributed::stream::{stream_search, Interim, StreamConfig, StreamRole};
+use psrsearch::format::stream::StreamFormat;
 use psrsearch::metajob::{self, MetaJob};
 use psrsearch::search::Candidate;
 
@@ -41,6 +42,24 @@ pub struct StreamArgs {
     /// Skip the plots.
     #[arg(long)]
     pub no_plots: bool,
+    /// The stream's format: auto tells a DADA header from a VDIF frame by its first bytes.
+    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
+    pub format: InputFormat,
+    /// For VDIF: the side-car text file (FREQ and SAMPLE_RATE in MHz, optionally BW, NPOL,
+    /// THREADS, SOURCE, TELESCOPE), as the file reader takes from FILE.vdif.hdr.
+    #[arg(long, value_name = "FILE")]
+    pub vdif_header: Option<PathBuf>,
+}
+
+/// `--format` of `psrsearch stream`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum InputFormat {
+    /// DADA or VDIF, told by the first bytes.
+    Auto,
+    /// PSRDADA.
+    Dada,
+    /// VDIF (needs --vdif-header).
+    Vdif,
 }
 
 /// Arguments of the hidden `stream-rank` subcommand.
@@ -62,9 +81,29 @@ pub struct StreamRankArgs {
 
 /// `psrsearch stream`.
 pub fn stream_main(a: StreamArgs) -> Result<()> {
+    let vdif_sidecar = match &a.vdif_header {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading the VDIF side-car {}", p.display()))?;
+            // Refuse a bad side-car here, with its line, rather than after the job starts.
+            psrsearch::format::vdif::VdifSidecar::parse(&text)
+                .with_context(|| format!("in {}", p.display()))?;
+            Some(text)
+        }
+        None => None,
+    };
+    if matches!(a.format, InputFormat::Vdif) && vdif_sidecar.is_none() {
+        bail!("--format vdif needs --vdif-header FILE (VDIF headers give no sky frequency)");
+    }
     let config = StreamConfig {
         search: a.search.config()?,
         search_every: a.search_every,
+        format: match a.format {
+            InputFormat::Auto => StreamFormat::Auto,
+            InputFormat::Dada => StreamFormat::Dada,
+            InputFormat::Vdif => StreamFormat::Vdif,
+        },
+        vdif_sidecar,
     };
     let (name, description) = match &a.meta {
         Some(p) => (
@@ -196,6 +235,9 @@ pub fn stream_rank_main(a: StreamRankArgs) -> Result<()> {
                 mean * 1e3,
                 max * 1e3
             );
+            for line in &r.repairs {
+                eprintln!("stream: {line}");
+            }
             let mut hosts = r.stage1_hosts.clone();
             hosts.sort_unstable();
             hosts.dedup();

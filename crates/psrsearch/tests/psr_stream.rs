@@ -287,3 +287,59 @@ fn stream_from_stdin_finds_the_same_candidates() {
     assert_eq!(candidates(&out), single(&file));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A VDIF stream on stdin (format told by its first bytes, the side-car given with
+/// `--vdif-header`) gives the candidates of the non-streaming search of the same file; with
+/// a frame lost, the loss is reported and the pulsar is still found.
+#[test]
+fn vdif_stream_from_stdin_finds_the_same_candidates_and_reports_lost_frames() {
+    let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("psr-stream-vdif-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("obs.vdif");
+    write_simulation(&observation(1 << 17), SimFormat::Vdif8, &file).unwrap();
+    let car = dir.join("obs.vdif.hdr");
+    let bytes = std::fs::read(&file).unwrap();
+    let run = |input: Vec<u8>, out: &Path| {
+        let mut child = stream_command(out)
+            .arg("--vdif-header")
+            .arg(&car)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let feeder = std::thread::spawn(move || stdin.write_all(&input));
+        let out = child.wait_with_output().unwrap();
+        feeder.join().unwrap().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+    let whole = dir.join("whole");
+    let (stdout, stderr) = run(bytes.clone(), &whole);
+    assert!(stdout.contains("lag (block arrival to result)"), "{stdout}");
+    assert!(!stderr.contains("read as zeros"), "{stderr}");
+    assert_eq!(candidates(&whole), single(&file));
+
+    // Drop the 100th frame (of 4096: 2 threads, 64-sample frames).
+    let frame = psrsearch::format::vdif::VdifHeader::parse(&bytes)
+        .unwrap()
+        .frame_bytes;
+    let mut lossy = bytes[..100 * frame].to_vec();
+    lossy.extend_from_slice(&bytes[101 * frame..]);
+    let lost = dir.join("lost");
+    let (_, stderr) = run(lossy, &lost);
+    assert!(
+        stderr.contains("1 frame(s) missing or marked invalid: read as zeros"),
+        "{stderr}"
+    );
+    let best = &candidates(&lost)[0];
+    assert!((best.period_s / 0.01 - 1.0).abs() < 1e-3, "{best:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

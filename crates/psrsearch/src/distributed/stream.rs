@@ -35,7 +35,7 @@ use super::{broadcast_bytes, DistError};
 use crate::assemble::PowerAssembler;
 use crate::band::Band;
 use crate::dedisperse::{BlockPower, DedispersionPlan};
-use crate::format::stream::DadaStream;
+use crate::format::stream::{BasebandStream, StreamFormat};
 use crate::search::{search_series, SearchConfig, SearchError, SearchOutcome};
 use crate::voltages::Voltages;
 
@@ -49,6 +49,12 @@ pub struct StreamConfig {
     pub search: SearchConfig,
     /// Run the interim search every this many blocks (0: only at the end).
     pub search_every: u64,
+    /// The input's format.
+    #[serde(default)]
+    pub format: StreamFormat,
+    /// Text of the side-car a VDIF stream needs (FREQ, SAMPLE_RATE, ...).
+    #[serde(default)]
+    pub vdif_sidecar: Option<String>,
 }
 
 /// One block's passage through the pipeline, on the master's clock (s since the first
@@ -89,6 +95,9 @@ pub struct StreamReport {
     /// Meta host of every stage-1 rank (from the topology API), in dealing order.
     #[serde(default)]
     pub stage1_hosts: Vec<usize>,
+    /// What the reader had to repair in the input (VDIF frames lost, late or damaged).
+    #[serde(default)]
+    pub repairs: Vec<String>,
 }
 
 impl StreamReport {
@@ -192,7 +201,10 @@ pub fn stream_search<R: Read>(
     if me == 0 {
         let opened = open_input()
             .map_err(|e| e.to_string())
-            .and_then(|(r, name)| DadaStream::new(r, name).map_err(|e| format!("{e:#}")))
+            .and_then(|(r, name)| {
+                BasebandStream::open(r, name, config.format, config.vdif_sidecar.as_deref())
+                    .map_err(|e| error_chain(&e))
+            })
             .and_then(|s| {
                 DedispersionPlan::new(s.band(), &config.search.dms, &config.search.plan)
                     .map_err(|e| e.to_string())?;
@@ -240,6 +252,18 @@ pub fn stream_search<R: Read>(
     }
 }
 
+/// `e` and its causes, as one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
 fn send(comm: &SimpleCommunicator, to: Rank, m: &Msg) -> Result<(), DistError> {
     comm.try_process_at_rank(to)?
         .try_send_with_tag(&m.encode()[..], TAG)?;
@@ -248,7 +272,7 @@ fn send(comm: &SimpleCommunicator, to: Rank, m: &Msg) -> Result<(), DistError> {
 
 fn master<R: Read>(
     comm: &SimpleCommunicator,
-    mut stream: DadaStream<R>,
+    mut stream: BasebandStream<R>,
     plan: &DedispersionPlan,
     stage2: Rank,
     stage1: &[Rank],
@@ -316,13 +340,14 @@ fn master<R: Read>(
             .iter()
             .map(|&r| comm.meta_host_of(r))
             .collect::<Result<_, _>>()?,
+        repairs: stream.repairs(),
     })
 }
 
 /// Cut the stream into blocks as they complete and deal them out.
 fn deal<R: Read>(
     comm: &SimpleCommunicator,
-    stream: &mut DadaStream<R>,
+    stream: &mut BasebandStream<R>,
     plan: &DedispersionPlan,
     stage1: &[Rank],
     arrivals: &mut Vec<f64>,

@@ -14,6 +14,7 @@ pub mod presto;
 pub mod sigproc;
 pub mod stream;
 pub mod vdif;
+pub mod vdif_stream;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -359,7 +360,7 @@ pub(crate) struct Index {
     pub warnings: Vec<String>,
 }
 
-fn detect(start: &[u8]) -> Option<BasebandFormat> {
+pub(crate) fn detect(start: &[u8]) -> Option<BasebandFormat> {
     // GUPPI headers are FITS cards: an 8-character key padded with blanks, then "= ".
     if start.len() >= 10
         && start[8] == b'='

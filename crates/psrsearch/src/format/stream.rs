@@ -9,9 +9,11 @@ use std::path::PathBuf;
 
 use super::dada::{DadaHeader, DadaParams, DEFAULT_HDR_SIZE};
 use super::layout::{Axis, Layout};
-use super::{HeaderError, ReadError};
+use super::vdif_stream::VdifStream;
+use super::{BasebandFormat, HeaderError, ReadError};
 use crate::band::Band;
 use crate::voltages::Voltages;
+use serde::{Deserialize, Serialize};
 
 /// An ordered DADA stream; see the module documentation.
 #[derive(Debug)]
@@ -231,6 +233,161 @@ impl<R: Read> DadaStream<R> {
             .map_err(|e| ReadError::io(&self.name, e))?;
         self.offset += got;
         Ok(())
+    }
+}
+
+/// Which format `psrsearch stream` reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamFormat {
+    /// Told by the first bytes: a DADA header is text, a VDIF frame binary.
+    #[default]
+    Auto,
+    /// PSRDADA.
+    Dada,
+    /// VDIF, with a side-car text for what its headers do not say.
+    Vdif,
+}
+
+/// The input a stream was opened on, with the bytes looked at to tell its format put back
+/// in front.
+pub type Peeked<R> = std::io::Chain<std::io::Cursor<Vec<u8>>, R>;
+
+/// An ordered baseband stream of either format.
+#[derive(Debug)]
+pub enum BasebandStream<R> {
+    /// See [`DadaStream`].
+    Dada(DadaStream<Peeked<R>>),
+    /// See [`VdifStream`].
+    Vdif(VdifStream<Peeked<R>>),
+}
+
+impl<R: Read> BasebandStream<R> {
+    /// Open `input` as `format` (telling DADA from VDIF by the first bytes for `Auto`);
+    /// `vdif_sidecar` is the side-car text a VDIF stream needs. `name` labels errors.
+    ///
+    /// # Errors
+    /// As [`DadaStream::new`] and [`VdifStream::new`]; a VDIF stream without a side-car;
+    /// a GUPPI stream, or bytes of no known format.
+    pub fn open(
+        mut input: R,
+        name: impl Into<PathBuf>,
+        format: StreamFormat,
+        vdif_sidecar: Option<&str>,
+    ) -> Result<Self, ReadError> {
+        let name = name.into();
+        let mut start = vec![0u8; 64];
+        let got = read_full(&mut input, &mut start).map_err(|e| ReadError::io(&name, e))?;
+        start.truncate(got);
+        let format = match format {
+            StreamFormat::Auto => match super::detect(&start) {
+                Some(BasebandFormat::Dada) => StreamFormat::Dada,
+                Some(BasebandFormat::Vdif) => StreamFormat::Vdif,
+                Some(BasebandFormat::Guppi) => {
+                    return Err(ReadError::UnknownFormat {
+                        path: name,
+                        detail: "GUPPI RAW arrives in blocks whose samples are not time-major; \
+                                 streams are DADA or VDIF"
+                            .into(),
+                    })
+                }
+                None if got == 0 => {
+                    return Err(ReadError::Truncated {
+                        path: name,
+                        detail: "the stream ended before its first header".into(),
+                    })
+                }
+                None => {
+                    return Err(ReadError::UnknownFormat {
+                        path: name,
+                        detail: format!(
+                            "the first bytes are neither a DADA header nor a VDIF frame: {:?}",
+                            String::from_utf8_lossy(&start[..got.min(32)])
+                        ),
+                    })
+                }
+            },
+            f => f,
+        };
+        let input = std::io::Cursor::new(start).chain(input);
+        match format {
+            StreamFormat::Vdif => {
+                let car = vdif_sidecar.ok_or_else(|| ReadError::Header {
+                    path: name.clone(),
+                    offset: 0,
+                    source: HeaderError::Missing {
+                        format: "VDIF",
+                        key: "FREQ (VDIF headers give no sky frequency: pass a side-car of \
+                              `FREQ <MHz>` and `SAMPLE_RATE <MHz>` lines, optionally BW, NPOL, \
+                              THREADS, with --vdif-header)"
+                            .into(),
+                    },
+                })?;
+                Ok(BasebandStream::Vdif(VdifStream::new(input, name, car)?))
+            }
+            _ => Ok(BasebandStream::Dada(DadaStream::new(input, name)?)),
+        }
+    }
+
+    /// The band the stream describes.
+    pub fn band(&self) -> &Band {
+        match self {
+            BasebandStream::Dada(s) => s.band(),
+            BasebandStream::Vdif(s) => s.band(),
+        }
+    }
+
+    /// Read `n` time samples into `out` from sample `at` on; fewer only at the end.
+    ///
+    /// # Errors
+    /// As the format's reader.
+    pub fn read_samples(
+        &mut self,
+        out: &mut Voltages,
+        at: usize,
+        n: usize,
+    ) -> Result<usize, ReadError> {
+        match self {
+            BasebandStream::Dada(s) => s.read_samples(out, at, n),
+            BasebandStream::Vdif(s) => s.read_samples(out, at, n),
+        }
+    }
+
+    /// Time samples delivered so far.
+    pub fn samples_read(&self) -> u64 {
+        match self {
+            BasebandStream::Dada(s) => s.samples_read(),
+            BasebandStream::Vdif(s) => s.samples_read(),
+        }
+    }
+
+    /// What had to be repaired, in words (VDIF: frames read as zeros, late, damaged); empty
+    /// when nothing was.
+    pub fn repairs(&self) -> Vec<String> {
+        let BasebandStream::Vdif(s) = self else {
+            return Vec::new();
+        };
+        let c = s.counts();
+        let mut out = Vec::new();
+        for (n, what) in [
+            (
+                c.zero_frames,
+                "frame(s) missing or marked invalid: read as zeros",
+            ),
+            (
+                c.late,
+                "frame(s) arrived after their frame set was used: dropped",
+            ),
+            (
+                c.damaged,
+                "frame(s) with unusable headers or dates: skipped",
+            ),
+            (c.other_threads, "frame(s) of threads not read: ignored"),
+        ] {
+            if n > 0 {
+                out.push(format!("{n} {what}"));
+            }
+        }
+        out
     }
 }
 

@@ -195,7 +195,7 @@ impl VdifHeader {
     }
 
     /// Whether `other` can be a frame of the same stream.
-    fn same_stream(&self, other: &VdifHeader) -> bool {
+    pub(crate) fn same_stream(&self, other: &VdifHeader) -> bool {
         (
             self.frame_bytes,
             self.nchan,
@@ -214,7 +214,7 @@ impl VdifHeader {
     }
 
     /// The reference epoch as a modified Julian date.
-    fn epoch_mjd(&self) -> f64 {
+    pub(crate) fn epoch_mjd(&self) -> f64 {
         let year = 2000 + i64::from(self.ref_epoch / 2);
         let month = if self.ref_epoch % 2 == 0 { 1 } else { 7 };
         days_from_civil(year, month, 1) as f64 + 40_587.0
@@ -425,34 +425,60 @@ impl VdifIndex {
                 format!("frame payload ends {} bytes early", scratch.len() - got),
             ));
         }
-        let bits = h.bits as usize;
-        let mask = (1u32 << bits) - 1;
-        let level = levels(h.bits);
-        let shift0 = first_bit - b0 * 8;
-        let parts = if h.complex { 2 } else { 1 };
-        // Component e of the frame range starts at bit shift0 + e * bits of the scratch;
-        // samples never straddle a byte since bits divides 8.
-        let comp = |e: usize| {
-            let bit = shift0 + e * bits;
-            level[(u32::from(scratch[bit / 8]) >> (bit % 8) & mask) as usize]
-        };
-        for j in 0..h.nchan {
-            let dst = &mut out.series_mut(chan0 + j, pol)[at..at + n];
-            for (i, d) in dst.iter_mut().enumerate() {
-                let e = (i * h.nchan + j) * parts;
-                *d = if h.complex {
-                    Complex32::new(comp(e), comp(e + 1))
-                } else {
-                    Complex32::new(comp(e), 0.0)
-                };
-            }
-        }
+        decode_bits(
+            h,
+            &levels(h.bits),
+            scratch,
+            first_bit - b0 * 8,
+            n,
+            out,
+            chan0,
+            pol,
+            at,
+        );
         Ok(())
     }
 }
 
+/// Decode `n` times of a frame of header `h` into channels `chan0..chan0 + h.nchan`,
+/// polarisation `pol`, samples `at..at + n` of `out`, from `bytes`, whose bit `shift0` is the
+/// first bit of the first time; `level` maps codes to values.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decode_bits(
+    h: &VdifHeader,
+    level: &[f32],
+    bytes: &[u8],
+    shift0: usize,
+    n: usize,
+    out: &mut Voltages,
+    chan0: usize,
+    pol: usize,
+    at: usize,
+) {
+    let bits = h.bits as usize;
+    let mask = (1u32 << bits) - 1;
+    let parts = if h.complex { 2 } else { 1 };
+    // Component e of the range starts at bit shift0 + e * bits of `bytes`; samples never
+    // straddle a byte since bits divides 8.
+    let comp = |e: usize| {
+        let bit = shift0 + e * bits;
+        level[(u32::from(bytes[bit / 8]) >> (bit % 8) & mask) as usize]
+    };
+    for j in 0..h.nchan {
+        let dst = &mut out.series_mut(chan0 + j, pol)[at..at + n];
+        for (i, d) in dst.iter_mut().enumerate() {
+            let e = (i * h.nchan + j) * parts;
+            *d = if h.complex {
+                Complex32::new(comp(e), comp(e + 1))
+            } else {
+                Complex32::new(comp(e), 0.0)
+            };
+        }
+    }
+}
+
 /// Decoded value of every code of a `bits`-bit component.
-fn levels(bits: u32) -> Vec<f32> {
+pub(crate) fn levels(bits: u32) -> Vec<f32> {
     match bits {
         1 => vec![-1.0, 1.0],
         2 => vec![-TWO_BIT_HIGH, -1.0, 1.0, TWO_BIT_HIGH],
@@ -461,6 +487,69 @@ fn levels(bits: u32) -> Vec<f32> {
             .map(|v| (v as f32 - 127.5) / EIGHT_BIT_SIGMA)
             .collect(),
     }
+}
+
+/// Frame sets a second at `rate` samples a second with `spf` samples a frame.
+pub(crate) fn frames_per_second(rate: f64, spf: f64) -> Result<u64, HeaderError> {
+    let fps = rate / spf;
+    if fps.fract() != 0.0 {
+        return Err(HeaderError::Inconsistent {
+            format: FORMAT,
+            detail: format!(
+                "a sample rate of {rate} Hz is not a whole number of {spf}-sample frames per \
+                 second"
+            ),
+        });
+    }
+    if fps < 1.0 {
+        return Err(HeaderError::Inconsistent {
+            format: FORMAT,
+            detail: format!(
+                "a sample rate of {rate} Hz is less than one {spf}-sample frame a second"
+            ),
+        });
+    }
+    Ok(fps as u64)
+}
+
+/// The band of `nt` threads of frames like `h0` at `sample_rate_hz`, with the side-car's
+/// frequency and bandwidth; `car_name` names the side-car in errors.
+pub(crate) fn band_of(
+    h0: &VdifHeader,
+    car: &VdifSidecar,
+    nt: usize,
+    sample_rate_hz: f64,
+    car_name: &str,
+) -> Result<Band, HeaderError> {
+    let nchan = nt / car.npol * h0.nchan;
+    let chan_bw = if h0.complex {
+        sample_rate_hz
+    } else {
+        sample_rate_hz / 2.0
+    } / 1e6;
+    let total = nchan as f64 * chan_bw;
+    let bw = car.bw_mhz.unwrap_or(total);
+    if (bw.abs() - total).abs() > 1e-6 * total {
+        return Err(HeaderError::Inconsistent {
+            format: FORMAT,
+            detail: format!(
+                "BW {bw} MHz in {car_name} but {nchan} channels at {sample_rate_hz} Hz span \
+                 {total} MHz"
+            ),
+        });
+    }
+    let freq = car.freq_mhz.ok_or_else(|| HeaderError::Missing {
+        format: FORMAT,
+        key: format!("FREQ in {car_name}"),
+    })?;
+    Ok(Band::from_total(
+        freq,
+        bw,
+        nchan,
+        sample_rate_hz,
+        h0.complex,
+        car.npol,
+    ))
 }
 
 /// Index a VDIF file whose side-car (see the module documentation) gives what the headers
@@ -534,33 +623,7 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<(Index, VdifIndex), 
     // Frame sets per second: from the sample rate, else from a frame number that wraps.
     let rate = car.sample_rate_hz.or(h0.sample_rate_hz);
     let fps = match rate {
-        Some(r) => {
-            let fps = r / spf;
-            if fps.fract() != 0.0 {
-                return Err(header_err(
-                    0,
-                    HeaderError::Inconsistent {
-                        format: FORMAT,
-                        detail: format!(
-                            "a sample rate of {r} Hz is not a whole number of {spf}-sample \
-                             frames per second"
-                        ),
-                    },
-                ));
-            }
-            if fps < 1.0 {
-                return Err(header_err(
-                    0,
-                    HeaderError::Inconsistent {
-                        format: FORMAT,
-                        detail: format!(
-                            "a sample rate of {r} Hz is less than one {spf}-sample frame a second"
-                        ),
-                    },
-                ));
-            }
-            fps as u64
-        }
+        Some(r) => frames_per_second(r, spf).map_err(|e| header_err(0, e))?,
         None => {
             let s0 = frames[0].0;
             if !frames.iter().any(|f| f.0 != s0) {
@@ -657,36 +720,14 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<(Index, VdifIndex), 
             slots.len()
         ));
     }
-    let nchan = nt / car.npol * h0.nchan;
-    let chan_bw = if h0.complex {
-        sample_rate_hz
-    } else {
-        sample_rate_hz / 2.0
-    } / 1e6;
-    let total = nchan as f64 * chan_bw;
-    let bw = car.bw_mhz.unwrap_or(total);
-    if (bw.abs() - total).abs() > 1e-6 * total {
-        return Err(header_err(
-            0,
-            HeaderError::Inconsistent {
-                format: FORMAT,
-                detail: format!(
-                    "BW {bw} MHz in {} but {nchan} channels at {sample_rate_hz} Hz span {total} MHz",
-                    car_path.display()
-                ),
-            },
-        ));
-    }
-    let freq = car.freq_mhz.ok_or_else(|| {
-        header_err(
-            0,
-            HeaderError::Missing {
-                format: FORMAT,
-                key: format!("FREQ in {}", car_path.display()),
-            },
-        )
-    })?;
-    let band = Band::from_total(freq, bw, nchan, sample_rate_hz, h0.complex, car.npol);
+    let band = band_of(
+        &h0,
+        &car,
+        nt,
+        sample_rate_hz,
+        &car_path.display().to_string(),
+    )
+    .map_err(|e| header_err(0, e))?;
     let start = frames
         .iter()
         .find(|f| when(f) == t0)
