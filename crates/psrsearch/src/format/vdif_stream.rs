@@ -24,6 +24,9 @@ use crate::voltages::Voltages;
 /// Frame sets a frame may arrive behind the newest one and still be used.
 pub const REORDER: u64 = 4;
 
+/// Channels a stream may have at most (the headers could claim billions).
+const MAX_CHANNELS: usize = 1 << 16;
+
 /// This many frames in a row dated implausibly far ahead are taken as a jump of the
 /// stream itself, which ends it with an error rather than zeros for the whole gap.
 const FAR_RUN_LIMIT: u32 = 64;
@@ -34,6 +37,16 @@ const FAR_RUN_LIMIT: u32 = 64;
 struct Set {
     payload: Vec<Option<Vec<u8>>>,
     seen: usize,
+}
+
+/// Frame sets handed on to be read.
+#[derive(Debug)]
+enum Ready {
+    /// One set: each thread slot's payload (`None`: zeros).
+    Set(Vec<Option<Vec<u8>>>),
+    /// This many sets of zeros (a gap in time), kept as a count so that a damaged date
+    /// cannot make a large allocation.
+    Gap(u64),
 }
 
 /// What the stream had to repair so far.
@@ -66,7 +79,7 @@ pub struct VdifStream<R> {
     next: u64,
     pending: BTreeMap<u64, Set>,
     /// Sets handed on but not yet read, oldest first; `used` samples of the front are read.
-    ready: VecDeque<Vec<Option<Vec<u8>>>>,
+    ready: VecDeque<Ready>,
     used: usize,
     /// A frame read while learning the threads, not yet placed.
     held: Vec<(VdifHeader, Vec<u8>)>,
@@ -159,10 +172,27 @@ impl<R: Read> VdifStream<R> {
                         Some(Err(_)) => s.counts.damaged += 1,
                         None => break,
                     }
+                    // Thread ids are below 1024: more frames than that of one set means
+                    // damaged dates; what was seen will do.
+                    if s.held.len() > 2048 {
+                        break;
+                    }
                 }
                 seen.into_iter().collect()
             }
         };
+        let nchan = s.threads.len() / car.npol.max(1) * s.first.nchan;
+        if nchan > MAX_CHANNELS {
+            return Err(header_err(HeaderError::Inconsistent {
+                format: "VDIF",
+                detail: format!(
+                    "{} threads of {} channels make {nchan} channels, more than the {MAX_CHANNELS} \
+                     a stream may have",
+                    s.threads.len(),
+                    s.first.nchan
+                ),
+            }));
+        }
         if s.threads.len() % car.npol != 0 {
             return Err(header_err(HeaderError::Inconsistent {
                 format: "VDIF",
@@ -248,22 +278,25 @@ impl<R: Read> VdifStream<R> {
             if self.ready.is_empty() && !self.fill()? {
                 break;
             }
-            let Some(set) = self.ready.front() else {
+            let Some(front) = self.ready.front() else {
                 break;
             };
-            let take = (spf - self.used).min(n - done);
+            let (len, set) = match front {
+                Ready::Set(set) => (spf, Some(set)),
+                Ready::Gap(k) => ((*k as usize).saturating_mul(spf), None),
+            };
+            let take = (len - self.used).min(n - done);
             let first_bit = self.used * bpt;
-            for (k, slot) in set.iter().enumerate() {
+            for k in 0..self.threads.len() {
                 let pol = k % self.npol;
                 let chan0 = k / self.npol * h.nchan;
-                match slot {
+                match set.and_then(|s| s[k].as_ref()) {
                     Some(p) => {
                         let b0 = first_bit / 8;
-                        let bytes = &p[b0..];
                         decode_bits(
                             &h,
                             &self.level,
-                            bytes,
+                            &p[b0..],
                             first_bit - b0 * 8,
                             take,
                             out,
@@ -282,7 +315,7 @@ impl<R: Read> VdifStream<R> {
             }
             self.used += take;
             done += take;
-            if self.used == spf {
+            if self.used == len {
                 self.ready.pop_front();
                 self.used = 0;
             }
@@ -293,7 +326,9 @@ impl<R: Read> VdifStream<R> {
 
     /// Frame sets since the epoch of frame `h`.
     fn when(&self, h: &VdifHeader) -> u64 {
-        u64::from(h.seconds) * self.fps + u64::from(h.frame_nr)
+        u64::from(h.seconds)
+            .saturating_mul(self.fps)
+            .saturating_add(u64::from(h.frame_nr))
     }
 
     /// Read frames until a set is ready to hand on; `false` once the stream has ended and
@@ -334,7 +369,7 @@ impl<R: Read> VdifStream<R> {
             self.counts.late += 1;
             return Ok(());
         }
-        let reach = (4 * self.fps).max(1024);
+        let reach = self.fps.saturating_mul(4).max(1024);
         if t - self.next >= reach {
             self.counts.damaged += 1;
             self.far_run += 1;
@@ -378,14 +413,23 @@ impl<R: Read> VdifStream<R> {
 
     /// Hand on every set before time `upto` (absent ones as zeros).
     fn hand_on(&mut self, upto: u64) {
+        let nt = self.threads.len() as u64;
         while self.next < upto {
-            let payload = match self.pending.remove(&self.next) {
-                Some(s) => s.payload,
-                None => vec![None; self.threads.len()],
-            };
-            self.counts.zero_frames += payload.iter().filter(|p| p.is_none()).count() as u64;
-            self.ready.push_back(payload);
-            self.next += 1;
+            if let Some(set) = self.pending.remove(&self.next) {
+                self.counts.zero_frames +=
+                    set.payload.iter().filter(|p| p.is_none()).count() as u64;
+                self.ready.push_back(Ready::Set(set.payload));
+                self.next += 1;
+                continue;
+            }
+            let end = self
+                .pending
+                .range(self.next..)
+                .next()
+                .map_or(upto, |(&t, _)| t.min(upto));
+            self.counts.zero_frames += (end - self.next) * nt;
+            self.ready.push_back(Ready::Gap(end - self.next));
+            self.next = end;
         }
     }
 
@@ -606,6 +650,60 @@ mod tests {
         assert!(format!("{:?}", e).contains("FREQ"), "{e:?}");
         let e = VdifStream::new(&bytes[..0], "<test>", &car).unwrap_err();
         assert!(e.to_string().contains("ended before a VDIF frame"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Damaged bytes anywhere after the first frame, and random first bytes, give errors
+    /// or zeros, never a panic or a runaway allocation.
+    #[test]
+    fn damaged_streams_never_panic() {
+        use rand::{Rng, SeedableRng};
+        let dir = std::env::temp_dir().join(format!("psr-vdif-stream-f-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, bytes) = write(&dir, "");
+        let car = std::fs::read_to_string(VdifSidecar::path_of(&file)).unwrap();
+        let frame = VdifHeader::parse(&bytes).unwrap().frame_bytes;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for round in 0..300 {
+            let mut b = bytes.clone();
+            let from = if round % 10 == 0 { 0 } else { frame };
+            for _ in 0..rng.gen_range(1..40) {
+                let i = rng.gen_range(from..b.len());
+                // Mostly header bytes, where damage changes framing and dates.
+                let i = if rng.gen_bool(0.7) {
+                    i - i % frame + i % 32
+                } else {
+                    i
+                };
+                b[i] = rng.gen();
+            }
+            b.truncate(rng.gen_range(b.len() / 2..=b.len()));
+            let Ok(mut s) = VdifStream::new(&b[..], "<fuzz>", &car) else {
+                continue;
+            };
+            let band = s.band().clone();
+            if band.nchan() > 64 {
+                // A damaged first header with many channels: too big a test buffer.
+                continue;
+            }
+            let mut out = Voltages::zeros(band.nchan(), band.npol, 4096);
+            let mut total = 0u64;
+            loop {
+                match s.read_samples(&mut out, 0, 4096) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => total += n as u64,
+                }
+                // A damaged date may add up to 4 s of zeros, not more per frame.
+                assert!(total < 1 << 26, "round {round}: {total} samples");
+            }
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+        for _ in 0..300 {
+            let junk: Vec<u8> = (0..rng.gen_range(0..4096)).map(|_| rng.gen()).collect();
+            if let Ok(s) = VdifStream::new(&junk[..], "<junk>", &car) {
+                assert!(s.band().nchan() <= MAX_CHANNELS);
+            }
+        }
         std::fs::remove_dir_all(&dir).ok();
     }
 }
