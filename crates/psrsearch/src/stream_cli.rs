@@ -13,6 +13,7 @@ use metampi::traits::*;
 use psrsearch::demo;
 use psrsearch::distributed::stream::{stream_search, Interim, StreamConfig, StreamRole};
 use psrsearch::format::stream::StreamFormat;
+use psrsearch::format::vdif_stream::UdpFrames;
 use psrsearch::metajob::{self, MetaJob};
 use psrsearch::search::Candidate;
 
@@ -20,9 +21,17 @@ use psrsearch::search::Candidate;
 #[derive(Debug, Args)]
 pub struct StreamArgs {
     /// Accept one TCP connection on this address (e.g. 127.0.0.1:9000) and read the stream
-    /// from it; without it the stream is read from standard input.
-    #[arg(long)]
+    /// from it; without it (or --listen-udp) the stream is read from standard input.
+    #[arg(long, conflicts_with = "listen_udp")]
     pub listen: Option<String>,
+    /// Receive VDIF frames as UDP datagrams on this address, one frame each, with or without
+    /// an 8-byte sequence number before it (VTP); lost datagrams read as zeros. For high
+    /// rates raise the kernel's receive buffer (sysctl net.core.rmem_default).
+    #[arg(long, value_name = "ADDR")]
+    pub listen_udp: Option<String>,
+    /// With --listen-udp: the stream ends when no datagram has come for this many seconds.
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub udp_idle_s: f64,
     /// Ranks of the single-machine job: a master, a stage-2 rank and the rest stage 1 (at
     /// least 3).
     #[arg(long, default_value_t = 3)]
@@ -71,6 +80,12 @@ pub struct StreamRankArgs {
     /// Address to accept the stream on (master only); stdin otherwise.
     #[arg(long)]
     pub listen: Option<String>,
+    /// Address to receive VDIF datagrams on (master only).
+    #[arg(long)]
+    pub listen_udp: Option<String>,
+    /// Seconds without a datagram that end a UDP stream.
+    #[arg(long, default_value_t = 2.0)]
+    pub udp_idle_s: f64,
     /// Where stage 2 writes candidates and plots, and the master the lags.
     #[arg(long)]
     pub out_dir: PathBuf,
@@ -92,6 +107,17 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
         }
         None => None,
     };
+    if a.listen_udp.is_some() {
+        if matches!(a.format, InputFormat::Dada) {
+            bail!("--listen-udp receives VDIF frames; DADA streams come on stdin or --listen");
+        }
+        if vdif_sidecar.is_none() {
+            bail!("--listen-udp needs --vdif-header FILE (VDIF headers give no sky frequency)");
+        }
+        if !(a.udp_idle_s > 0.0 && a.udp_idle_s.is_finite()) {
+            bail!("--udp-idle-s must be a positive number of seconds");
+        }
+    }
     if matches!(a.format, InputFormat::Vdif) && vdif_sidecar.is_none() {
         bail!("--format vdif needs --vdif-header FILE (VDIF headers give no sky frequency)");
     }
@@ -138,6 +164,12 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
         rank_args.push("--listen".into());
         rank_args.push(l.into());
     }
+    if let Some(l) = &a.listen_udp {
+        rank_args.push("--listen-udp".into());
+        rank_args.push(l.into());
+        rank_args.push("--udp-idle-s".into());
+        rank_args.push(a.udp_idle_s.to_string().into());
+    }
     if a.no_plots {
         rank_args.push("--no-plots".into());
     }
@@ -148,7 +180,7 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
         rank_args,
         env: Vec::new(),
         timeout: Duration::from_secs(24 * 3600),
-        stdin_to_root: a.listen.is_none(),
+        stdin_to_root: a.listen.is_none() && a.listen_udp.is_none(),
         slow_link: None,
     })?;
     if let Some(f) = &outcome.failure {
@@ -158,7 +190,17 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
     Ok(())
 }
 
-fn open_input(listen: Option<&str>) -> std::io::Result<(Box<dyn Read>, String)> {
+fn open_input(
+    listen: Option<&str>,
+    udp: Option<(&str, f64)>,
+) -> std::io::Result<(Box<dyn Read>, String)> {
+    if let Some((addr, idle)) = udp {
+        let socket = std::net::UdpSocket::bind(addr)?;
+        let local = socket.local_addr()?;
+        eprintln!("stream: receiving VDIF datagrams on udp:{local}");
+        let frames = UdpFrames::new(socket, Duration::from_secs_f64(idle))?;
+        return Ok((Box::new(frames), format!("udp:{local}")));
+    }
     match listen {
         Some(addr) => {
             let l = TcpListener::bind(addr)?;
@@ -195,6 +237,7 @@ pub fn stream_rank_main(a: StreamRankArgs) -> Result<()> {
     let config: StreamConfig =
         serde_json::from_str(&a.config_json).context("parsing --config-json")?;
     let listen = a.listen.clone();
+    let udp = a.listen_udp.clone().map(|l| (l, a.udp_idle_s));
     let mut report = |i: &Interim| {
         println!(
             "interim search after {} blocks ({:.3} s of data): {}",
@@ -205,7 +248,12 @@ pub fn stream_rank_main(a: StreamRankArgs) -> Result<()> {
     };
     let role = match stream_search(
         &world,
-        || open_input(listen.as_deref()),
+        || {
+            open_input(
+                listen.as_deref(),
+                udp.as_ref().map(|(a, i)| (a.as_str(), *i)),
+            )
+        },
         &config,
         &mut report,
     ) {

@@ -494,6 +494,139 @@ fn read_frame(
     Ok(Some(parsed.map(|h| (h, payload))))
 }
 
+/// VDIF frames arriving as UDP datagrams, one frame each, as e-VLBI systems send them,
+/// optionally after an 8-byte packet sequence number (the VTP form), read as an ordered byte
+/// stream of frames for [`VdifStream`]. Which form is told from each datagram: a frame whose
+/// header's length is the datagram's, or one 8 bytes in whose length is the rest. A datagram
+/// of neither form is dropped and counted. The stream ends when no datagram has come for
+/// `idle` after the first.
+///
+/// A capture thread does nothing but take datagrams off the socket into a queue (at most
+/// [`UDP_QUEUE_BYTES`]), so that a reader busy elsewhere for a while does not make the
+/// kernel's socket buffer overflow.
+#[derive(Debug)]
+pub struct UdpFrames {
+    queue: std::sync::mpsc::Receiver<Datagram>,
+    queued: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    counts: std::sync::Arc<std::sync::Mutex<(u64, u64, u64)>>,
+    frame: Vec<u8>,
+    at: usize,
+    ended: bool,
+}
+
+/// Bytes of datagrams the capture thread holds for the reader at most; more are dropped.
+pub const UDP_QUEUE_BYTES: usize = 256 << 20;
+
+#[derive(Debug)]
+enum Datagram {
+    Frame(Vec<u8>),
+    End(Option<std::io::Error>),
+}
+
+impl UdpFrames {
+    /// Read frames from `socket` (bound by the caller), ending after `idle` without one.
+    ///
+    /// # Errors
+    /// If the socket's timeout cannot be set or the capture thread cannot start.
+    pub fn new(socket: std::net::UdpSocket, idle: std::time::Duration) -> std::io::Result<Self> {
+        use std::sync::atomic::Ordering;
+        socket.set_read_timeout(None)?;
+        let idle = idle.max(std::time::Duration::from_millis(1));
+        let (tx, queue) = std::sync::mpsc::channel();
+        let queued = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counts = std::sync::Arc::new(std::sync::Mutex::new((0, 0, 0)));
+        let (q, c) = (queued.clone(), counts.clone());
+        std::thread::Builder::new()
+            .name("udp-capture".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                let mut started = false;
+                let end = loop {
+                    let n = match socket.recv(&mut buf) {
+                        Ok(n) => n,
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            break None
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => break Some(e),
+                    };
+                    if !started {
+                        started = true;
+                        if let Err(e) = socket.set_read_timeout(Some(idle)) {
+                            break Some(e);
+                        }
+                    }
+                    let mut counts = c.lock().unwrap_or_else(|p| p.into_inner());
+                    match UdpFrames::frame_start(&buf, n) {
+                        Some(skip) if q.load(Ordering::Relaxed) + n <= UDP_QUEUE_BYTES => {
+                            counts.0 += 1;
+                            counts.2 += u64::from(skip > 0);
+                            q.fetch_add(n - skip, Ordering::Relaxed);
+                            if tx.send(Datagram::Frame(buf[skip..n].to_vec())).is_err() {
+                                return; // the reader is gone
+                            }
+                        }
+                        _ => counts.1 += 1,
+                    }
+                };
+                let _ = tx.send(Datagram::End(end));
+            })?;
+        Ok(UdpFrames {
+            queue,
+            queued,
+            counts,
+            frame: Vec::new(),
+            at: 0,
+            ended: false,
+        })
+    }
+
+    /// Frames taken, datagrams dropped (neither a frame nor a numbered frame, or the queue
+    /// full), and frames that came with a sequence number.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        *self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where the frame of a datagram of `n` bytes in `buf` starts, if it holds one.
+    fn frame_start(buf: &[u8], n: usize) -> Option<usize> {
+        [0, 8].into_iter().find(|&skip| {
+            n > skip && VdifHeader::parse(&buf[skip..n]).is_ok_and(|h| h.frame_bytes == n - skip)
+        })
+    }
+}
+
+impl Read for UdpFrames {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.frame.len() {
+            if self.ended {
+                return Ok(0);
+            }
+            match self.queue.recv() {
+                Ok(Datagram::Frame(f)) => {
+                    self.queued
+                        .fetch_sub(f.len(), std::sync::atomic::Ordering::Relaxed);
+                    self.frame = f;
+                    self.at = 0;
+                }
+                Ok(Datagram::End(None)) | Err(_) => self.ended = true,
+                Ok(Datagram::End(Some(e))) => {
+                    self.ended = true;
+                    return Err(e);
+                }
+            }
+        }
+        let k = out.len().min(self.frame.len() - self.at);
+        out[..k].copy_from_slice(&self.frame[self.at..self.at + k]);
+        self.at += k;
+        Ok(k)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -704,6 +837,39 @@ mod tests {
                 assert!(s.band().nchan() <= MAX_CHANNELS);
             }
         }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Datagrams with and without a sequence number become one stream of frames; a datagram
+    /// of neither form is dropped; the stream ends once they stop.
+    #[test]
+    fn udp_datagrams_become_frames() {
+        let dir = std::env::temp_dir().join(format!("psr-vdif-udp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (_, bytes) = write(&dir, "");
+        let frames = frames_of(&bytes);
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let mut want = Vec::new();
+        for (i, (_, f)) in frames.iter().take(40).enumerate() {
+            if i % 2 == 0 {
+                tx.send(f).unwrap();
+            } else {
+                let mut d = (i as u64).to_le_bytes().to_vec();
+                d.extend_from_slice(f);
+                tx.send(&d).unwrap();
+            }
+            want.extend_from_slice(f);
+            if i == 10 {
+                tx.send(&f[..50]).unwrap();
+            }
+        }
+        let mut udp = UdpFrames::new(rx, std::time::Duration::from_millis(200)).unwrap();
+        let mut got = Vec::new();
+        udp.read_to_end(&mut got).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(udp.counts(), (40, 1, 20));
         std::fs::remove_dir_all(&dir).ok();
     }
 }
