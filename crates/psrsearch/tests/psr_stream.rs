@@ -401,7 +401,10 @@ fn vdif_over_udp_finds_the_same_candidates() {
     }
     let stdout = wait_ok(child, Duration::from_secs(60));
     let stderr = reader.join().unwrap();
-    assert!(stdout.contains("lag (block arrival to result)"), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("lag (block arrival to result)"),
+        "{stdout}\n{stderr}"
+    );
     if stderr.contains("read as zeros") {
         // Loopback drops datagrams only when the capture thread was kept off the CPU for
         // longer than the socket buffer lasts; the rest was still searched.
