@@ -526,4 +526,69 @@ mod tests {
         let e = DadaStream::new(&bytes[..], "<test>").unwrap_err();
         assert!(e.to_string().contains("bad header"), "{e}");
     }
+
+    /// Damaged bytes in a DADA stream (headers of the first and later frames, payload, the
+    /// end) and random bytes give errors or samples, never a panic.
+    #[test]
+    fn damaged_dada_streams_never_panic() {
+        use rand::{Rng, SeedableRng};
+        let dir = std::env::temp_dir().join(format!("psr-stream-f-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("s.dada");
+        let cfg = SimConfig {
+            nchan: 2,
+            npol: 2,
+            bandwidth_mhz: 2.0,
+            nsamples: 3000,
+            ..SimConfig::default()
+        };
+        write_simulation(&cfg, SimFormat::Dada8, &file).unwrap();
+        let one = std::fs::read(&file).unwrap();
+        let bytes: Vec<u8> = one.iter().chain(&one).copied().collect();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let mut opened = 0;
+        let digits = b"0123456789-.e ";
+        for round in 0..400 {
+            let mut b = bytes.clone();
+            for _ in 0..rng.gen_range(1..20) {
+                // Header text of either frame most of the time, digits where numbers are.
+                let i = if rng.gen_bool(0.8) {
+                    rng.gen_range(0..4096) + if rng.gen_bool(0.5) { 0 } else { one.len() }
+                } else {
+                    rng.gen_range(0..b.len())
+                };
+                b[i] = if rng.gen_bool(0.5) {
+                    digits[rng.gen_range(0..digits.len())]
+                } else {
+                    rng.gen()
+                };
+            }
+            b.truncate(rng.gen_range(0..=b.len()));
+            let Ok(mut s) = DadaStream::new(&b[..], "<fuzz>") else {
+                continue;
+            };
+            opened += 1;
+            let (nchan, npol) = (s.params().nchan, s.params().npol);
+            if nchan * npol > 64 {
+                continue;
+            }
+            let mut out = Voltages::zeros(nchan, npol, 1000);
+            let mut total = 0;
+            while let Ok(n) = s.read_samples(&mut out, 0, 1000) {
+                if n == 0 {
+                    break;
+                }
+                total += n;
+                assert!(total <= b.len(), "round {round}: more samples than bytes");
+            }
+        }
+        // Enough damaged streams still open for their payload paths to be exercised.
+        assert!(opened >= 40, "only {opened} of 400 damaged streams opened");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        for _ in 0..300 {
+            let junk: Vec<u8> = (0..rng.gen_range(0..6000)).map(|_| rng.gen()).collect();
+            let _ = DadaStream::new(&junk[..], "<junk>");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
