@@ -471,19 +471,26 @@ mod tests {
     use crate::format::BasebandReader;
     use crate::simulate::{write_simulation, SimConfig, SimFormat};
 
-    #[test]
-    fn stream_reads_what_the_file_reader_reads() {
-        let dir = std::env::temp_dir().join(format!("psr-stream-{}", std::process::id()));
+    /// A simulated 8-bit DADA file of 2 channels, 2 polarisations and `nsamples` samples in
+    /// a directory of its own (`tag` names it).
+    fn simulated(tag: &str, nsamples: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("psr-stream-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("s.dada");
         let cfg = SimConfig {
             nchan: 2,
             npol: 2,
             bandwidth_mhz: 2.0,
-            nsamples: 5000,
+            nsamples,
             ..SimConfig::default()
         };
         write_simulation(&cfg, SimFormat::Dada8, &file).unwrap();
+        (dir, file)
+    }
+
+    #[test]
+    fn stream_reads_what_the_file_reader_reads() {
+        let (dir, file) = simulated("read", 5000);
         let mut reader = BasebandReader::open(&file).unwrap();
         let whole = reader.read(0, 5000).unwrap();
         // Two frames back to back, as a recorder writing successive files would send them.
@@ -532,17 +539,7 @@ mod tests {
     #[test]
     fn damaged_dada_streams_never_panic() {
         use rand::{Rng, SeedableRng};
-        let dir = std::env::temp_dir().join(format!("psr-stream-f-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("s.dada");
-        let cfg = SimConfig {
-            nchan: 2,
-            npol: 2,
-            bandwidth_mhz: 2.0,
-            nsamples: 3000,
-            ..SimConfig::default()
-        };
-        write_simulation(&cfg, SimFormat::Dada8, &file).unwrap();
+        let (dir, file) = simulated("fuzz", 3000);
         let one = std::fs::read(&file).unwrap();
         let bytes: Vec<u8> = one.iter().chain(&one).copied().collect();
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
