@@ -405,7 +405,7 @@ pub fn search_distributed(
             }
             Err(e) => {
                 let mut b = vec![0u8];
-                b.extend(e.to_string().into_bytes());
+                b.extend(error_chain(&e).into_bytes());
                 b
             }
         };
@@ -1409,4 +1409,17 @@ pub fn unit_bytes_8bit(plan: &DedispersionPlan) -> usize {
 /// Bytes of one unit's result on the wire.
 pub fn result_bytes(plan: &DedispersionPlan) -> usize {
     1 + 8 + 8 + 4 * plan.dms().len() * plan.band().nchan() * plan.samples_per_block()
+}
+
+/// `e` and its causes, as one line: the root's set-up failure travels to every rank as text,
+/// and a bad header's reason is in its cause.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
 }

@@ -31,7 +31,7 @@ use metampi::Rank;
 use serde::{Deserialize, Serialize};
 
 use super::codec::{Msg, TAG};
-use super::{broadcast_bytes, DistError};
+use super::{broadcast_bytes, error_chain, DistError};
 use crate::assemble::PowerAssembler;
 use crate::band::Band;
 use crate::dedisperse::{BlockPower, DedispersionPlan};
@@ -250,18 +250,6 @@ pub fn stream_search<R: Read>(
     } else {
         Ok(StreamRole::StageOne(stage_one(&comm, &plan, stage2)?))
     }
-}
-
-/// `e` and its causes, as one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 fn send(comm: &SimpleCommunicator, to: Rank, m: &Msg) -> Result<(), DistError> {
