@@ -172,6 +172,13 @@ pub(crate) struct LinkState {
     epoch: u64,
     rtt: Rtt,
     backoff: u32,
+    /// When an acknowledgement last took frames off `unacked`: the retransmission
+    /// timer restarts there (RFC 6298, 5.3). A frame written into a deep transport
+    /// queue (a socket buffer draining into a slow line) waits its turn for longer
+    /// than a round trip, but while the frames before it keep being acknowledged
+    /// nothing is lost; timing it from its write alone resent whole windows that
+    /// were only queued (measured: half a 100 Mbit/s line's bytes were resends).
+    acked_at: Instant,
     last_send: Instant,
     resume_owed: bool,
     compressor: Compressor,
@@ -233,6 +240,7 @@ impl LinkState {
                 rttvar: Duration::ZERO,
             },
             backoff: 0,
+            acked_at: now,
             last_send: now,
             resume_owed: false,
             compressor: Compressor::new(now, cfg.compression, cfg.zstd_level),
@@ -522,6 +530,7 @@ impl LinkState {
             self.idle_since.get_or_insert(now);
         }
         self.peer_ack = ack;
+        self.acked_at = now;
         self.backoff = 0;
         if self.resend_next.is_some_and(|r| r < ack) {
             self.resend_next = (ack < self.next_seq).then_some(ack);
@@ -565,7 +574,9 @@ impl LinkState {
         if !self.connected || self.resend_next.is_some() {
             return None;
         }
-        self.unacked.front().map(|f| f.last_sent + self.rto())
+        self.unacked
+            .front()
+            .map(|f| f.last_sent.max(self.acked_at) + self.rto())
     }
 
     fn credit_left(&self) -> u64 {
@@ -1035,6 +1046,42 @@ mod tests {
             p.a.rtt.srtt.is_none(),
             "Karn: no sample from a resent frame"
         );
+    }
+
+    #[test]
+    fn a_deep_queue_drained_with_steady_acknowledgements_is_not_resent() {
+        let mut p = Pair::new();
+        // Quick round trips first: the timeout comes down to its floor.
+        for _ in 0..5 {
+            let f = p.send_frames(1);
+            p.now += Duration::from_millis(1);
+            p.deliver_to_b(&f[0]);
+            p.b.ack_now = true;
+            p.flush_b();
+        }
+        assert_eq!(p.a.rto(), p.cfg.min_rto);
+        // Then 40 frames written at once into a transport that delivers one every
+        // 10 ms (a socket buffer before a slow line): the last waits 400 ms, far
+        // beyond the timeout, yet an acknowledgement comes every 10 ms.
+        let frames = p.send_frames(40);
+        for f in &frames {
+            p.now += Duration::from_millis(10);
+            assert!(p.a.handle_timeout(p.now).is_none());
+            assert!(
+                p.drain_a().is_empty(),
+                "queued frame {} was resent",
+                p.a.peer_ack
+            );
+            p.deliver_to_b(f);
+            p.b.ack_now = true;
+            p.flush_b();
+        }
+        assert_eq!((p.a.stats.retransmits, p.a.unacked.len()), (0, 0));
+        // Silence does still resend, one timeout after the last acknowledgement.
+        let f = p.send_frames(1);
+        p.now += p.a.rto();
+        p.a.handle_timeout(p.now);
+        assert_eq!(p.drain_a(), f);
     }
 
     #[test]

@@ -173,9 +173,9 @@ fn auto_keeps_compressing_where_it_beats_a_slow_line() {
         };
         net.queue(0, t0, Message::new(env, text(&mut rng, 100_000)));
     }
-    net.run(Duration::from_secs(60));
+    let done = net.run(Duration::from_secs(60));
     net.check_delivery();
-    let elapsed = (net.now - t0).as_secs_f64();
+    let elapsed = (done - t0).as_secs_f64();
     let s = net.ep[0].stats();
     eprintln!(
         "{total} bytes in {elapsed:.2} s: ratio {:.3}, mode {:?}, goodput compressed {} raw {} B/s, {} probes",

@@ -511,10 +511,13 @@ impl<E: Endpoint> Net<E> {
     }
 
     /// Steps until settled; panics (with the seed in the message) after `limit` of
-    /// virtual time.
-    pub fn run(&mut self, limit: Duration) {
+    /// virtual time. Returns when it settled: the time of the step that settled it (`now` has moved
+    /// on by then, to whatever timer came next, such as a keepalive).
+    pub fn run(&mut self, limit: Duration) -> Instant {
         let deadline = self.now + limit;
+        let mut at = self.now;
         while !self.settled() {
+            at = self.now;
             assert!(
                 self.now < deadline,
                 "not settled after {limit:?}: sent {}/{} delivered {}/{} events {:?} {:?}\nstats0 {:?}\nstats1 {:?}",
@@ -529,6 +532,7 @@ impl<E: Endpoint> Net<E> {
             );
             self.step();
         }
+        at
     }
 
     /// Asserts exactly-once, in-order, intact delivery both ways.
