@@ -44,43 +44,6 @@ for r in $(seq "$ROUNDS"); do
     timeout 600 "${peer_run[@]}" "$out/osu_like_peer" "$OPS" "$SIZES" "$SCALE" "$PEER" "$out/peer.$r.json"
 done
 
-# Best round per point, written as one report per side (for the plot too).
-python3 - "$out" "$ROUNDS" <<'PY'
-import json, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-for side in ("metampi", "peer"):
-    runs = [json.load(open(f"{out}/{side}.{r}.json")) for r in range(1, rounds + 1)]
-    best = runs[0]
-    for run in runs[1:]:
-        for i, row in enumerate(run["results"]):
-            b = best["results"][i]
-            if (row["op"], row["bytes"]) != (b["op"], b["bytes"]):
-                continue
-            if (row["mbps"] or 0) > (b["mbps"] or 0) or (row["mbps"] is None and row["median_us"] < b["median_us"]):
-                best["results"][i] = row
-    json.dump(best, open(f"{out}/{side}.json", "w"))
-PY
+python3 bench/compare_report.py "$out" "$ROUNDS" "$PEER"
 target/release/metampi bench plot "$out/metampi.json" "$out/peer.json" -o "$out/compare.svg" >/dev/null
-
-python3 - "$out/metampi.json" "$out/peer.json" "$PEER" "$ROUNDS" <<'PY'
-import json, sys
-m = json.load(open(sys.argv[1]))["results"]
-p = json.load(open(sys.argv[2]))["results"]
-peer = sys.argv[3]
-print(f"(best of {sys.argv[4]} alternating rounds per side)")
-key = {(r["op"], r["bytes"]): r for r in p}
-print(f"{'op':>10} {'bytes':>9} {'metampi':>12} {peer:>12} {'ratio':>7}   (median us; MB/s for bw)")
-for r in m:
-    q = key.get((r["op"], r["bytes"]))
-    if not q:
-        continue
-    if r["mbps"] is not None:
-        a, b = r["mbps"], q["mbps"]
-        ratio = b / a if a else float("inf")
-    else:
-        a, b = r["median_us"], q["median_us"]
-        ratio = a / b if b else float("inf")
-    print(f"{r['op']:>10} {r['bytes']:>9} {a:>12.2f} {b:>12.2f} {ratio:>7.2f}")
-print("ratio < 1: metampi is faster")
-PY
 echo "plot: $out/compare.svg"

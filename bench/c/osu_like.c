@@ -2,15 +2,18 @@
  * same operations, sizes, iteration counts and JSON fields, so that
  * bench/compare_bench.sh can put both side by side.
  *
- *   mpiexec -n 4 ./osu_like OPS SIZES ITERS_SCALE LABEL OUT.json
+ *   mpiexec -n 4 ./osu_like OPS SIZES ITERS_SCALE LABEL OUT.json [PAIR]
  *   OPS: comma list of pingpong,pingping,bw,bibw,barrier,bcast,reduce,allreduce,
- *        gather,scatter,allgather,alltoall;  SIZES: comma list of byte counts. */
+ *        gather,scatter,allgather,alltoall;  SIZES: comma list of byte counts;
+ *   PAIR: the two ranks of the point-to-point operations, "0,1" by default (as --pair). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define WINDOW 32
+
+static int pair_a = 0, pair_b = 1;
 
 static int cmpd(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -32,12 +35,12 @@ static int is_p2p(const char *op) { return !strcmp(op, "pingpong") || !strcmp(op
 /* Runs `iters` iterations; fills t[] with per-iteration seconds (0 when not taking part). */
 static void run(const char *op, size_t size, int iters, double *t, int rank, int nranks, char *sbuf, char *rbuf,
                 char *sbig, char *rbig, char **win, float *fs, float *fr) {
-    int a = 0, b = 1, peer = rank == a ? b : a;
+    int a = pair_a, b = pair_b, peer = rank == a ? b : a;
     int fcount = (int)(size / 4);
     MPI_Request reqs[2 * WINDOW];
     for (int i = 0; i < iters; i++) {
         t[i] = 0;
-        if (is_p2p(op) && rank > 1) continue;
+        if (is_p2p(op) && rank != a && rank != b) continue;
         double t0 = MPI_Wtime();
         if (!strcmp(op, "pingpong")) {
             if (rank == a) {
@@ -95,7 +98,13 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     if (argc < 6) {
-        if (rank == 0) fprintf(stderr, "usage: osu_like OPS SIZES ITERS_SCALE LABEL OUT.json\n");
+        if (rank == 0) fprintf(stderr, "usage: osu_like OPS SIZES ITERS_SCALE LABEL OUT.json [PAIR]\n");
+        MPI_Finalize();
+        return 2;
+    }
+    if (argc > 6 && (sscanf(argv[6], "%d,%d", &pair_a, &pair_b) != 2 || pair_a == pair_b || pair_a < 0 ||
+                     pair_b < 0 || pair_a >= n || pair_b >= n)) {
+        if (rank == 0) fprintf(stderr, "osu_like: PAIR must be two different ranks below %d, like 0,1\n", n);
         MPI_Finalize();
         return 2;
     }
@@ -120,7 +129,7 @@ int main(int argc, char **argv) {
     FILE *out = NULL;
     if (rank == 0) {
         out = fopen(argv[5], "w");
-        fprintf(out, "{\"tool\":\"osu_like.c\",\"version\":\"1\",\"label\":\"%s\",\"ranks\":%d,\"pair\":[0,1],\"transport\":\"%s\",\"results\":[", argv[4], n, "native");
+        fprintf(out, "{\"tool\":\"osu_like.c\",\"version\":\"1\",\"label\":\"%s\",\"ranks\":%d,\"pair\":[%d,%d],\"transport\":\"%s\",\"results\":[", argv[4], n, pair_a, pair_b, "native");
     }
     int first = 1;
     for (char *op = strtok(ops, ","); op; op = strtok(NULL, ",")) {
