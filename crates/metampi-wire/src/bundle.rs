@@ -240,6 +240,17 @@ impl Bundle {
         }
     }
 
+    /// The transport of link `link` still holds bytes it has not delivered (a TCP
+    /// socket whose peer has not acknowledged everything written): nothing sent
+    /// on the link can be lost yet, so its retransmission timer restarts now. A
+    /// driver calls it before [`Bundle::handle_timeout`]; over a slow line, frames
+    /// wait in the transport's queue longer than any round trip measured on it.
+    pub fn transport_busy(&mut self, now: Instant, link: usize) {
+        if let Some(l) = self.links.get_mut(link) {
+            l.transport_busy(now);
+        }
+    }
+
     /// The transport of link `link` broke; nothing is sent on it until
     /// [`Bundle::handle_reconnect`]. Its idle timeout keeps running.
     pub fn handle_disconnect(&mut self, _now: Instant, link: usize) {

@@ -111,8 +111,16 @@ struct SentFrame {
 /// Why a go-back-N resend is asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum GoBack {
-    /// Retransmission timeout or our own reconnect: always.
+    /// A second retransmission timeout without a fresh round trip, or our own
+    /// reconnect: always, everything.
     Force,
+    /// A first retransmission timeout: the oldest frame only. Over an in-order
+    /// transport a frame is lost only with everything behind it or by a fault the
+    /// peer reports (`Nack`); a timeout is far more often a frame still queued
+    /// before a slow line (a 256 KiB frame takes a second at 2 Mbit/s), and resending
+    /// a whole window of queued frames would only queue it twice. A tail truly lost
+    /// is resent whole at the next timeout, the backoff being kept until then.
+    Probe,
     /// The peer saw a gap: unless the frame was already resent less than a round trip
     /// ago (the report then predates the resend). A first transmission is always
     /// resent: a report for it arrives about one round trip after it left, so no
@@ -169,15 +177,18 @@ pub(crate) struct LinkState {
     peer_credit: u64,
     sent_cost: u64,
     resend_next: Option<u64>,
+    /// Resending stops before this sequence number (`u64::MAX`: at the newest frame).
+    resend_end: u64,
     epoch: u64,
     rtt: Rtt,
     backoff: u32,
-    /// When an acknowledgement last took frames off `unacked`: the retransmission
-    /// timer restarts there (RFC 6298, 5.3). A frame written into a deep transport
-    /// queue (a socket buffer draining into a slow line) waits its turn for longer
-    /// than a round trip, but while the frames before it keep being acknowledged
-    /// nothing is lost; timing it from its write alone resent whole windows that
-    /// were only queued (measured: half a 100 Mbit/s line's bytes were resends).
+    /// When an acknowledgement last took frames off `unacked`, or the driver last
+    /// saw the transport still delivering: the retransmission timer restarts there
+    /// (RFC 6298, 5.3). A frame written into a deep transport queue (a socket
+    /// buffer draining into a slow line) waits its turn for longer than a round
+    /// trip, but while the frames before it keep being acknowledged nothing is
+    /// lost; timing it from its write alone resent whole windows that were only
+    /// queued (measured: half a 100 Mbit/s line's bytes were resends).
     acked_at: Instant,
     last_send: Instant,
     resume_owed: bool,
@@ -234,6 +245,7 @@ impl LinkState {
             peer_credit: INITIAL_CREDIT,
             sent_cost: 0,
             resend_next: None,
+            resend_end: u64::MAX,
             epoch: 0,
             rtt: Rtt {
                 srtt: None,
@@ -525,15 +537,16 @@ impl LinkState {
         }
         if let Some(sent) = sample {
             self.rtt.sample(now.saturating_duration_since(sent));
+            // RFC 6298: a backed-off timeout stays until a new measurement.
+            self.backoff = 0;
         }
         if self.unacked.is_empty() {
             self.idle_since.get_or_insert(now);
         }
         self.peer_ack = ack;
         self.acked_at = now;
-        self.backoff = 0;
         if self.resend_next.is_some_and(|r| r < ack) {
-            self.resend_next = (ack < self.next_seq).then_some(ack);
+            self.resend_next = (ack < self.next_seq.min(self.resend_end)).then_some(ack);
         }
         Ok(())
     }
@@ -543,14 +556,21 @@ impl LinkState {
             return;
         };
         let from = from.max(first);
-        if from >= self.next_seq || self.resend_next.is_some_and(|r| r <= from) {
+        if from >= self.next_seq {
+            return;
+        }
+        if self.resend_next.is_some_and(|r| r <= from) {
+            // Already resending from there: a probe becomes a full resend.
+            if why != GoBack::Probe {
+                self.resend_end = u64::MAX;
+            }
             return;
         }
         let Some(f) = self.unacked.get((from - first) as usize) else {
             return;
         };
         let skip = match why {
-            GoBack::Force => false,
+            GoBack::Force | GoBack::Probe => false,
             GoBack::Nack => {
                 f.retransmitted && now < f.last_sent + self.rtt.srtt.unwrap_or(self.cfg.min_rto)
             }
@@ -558,6 +578,10 @@ impl LinkState {
         };
         if !skip {
             self.resend_next = Some(from);
+            self.resend_end = match why {
+                GoBack::Probe => from + 1,
+                _ => u64::MAX,
+            };
         }
     }
 
@@ -577,6 +601,11 @@ impl LinkState {
         self.unacked
             .front()
             .map(|f| f.last_sent.max(self.acked_at) + self.rto())
+    }
+
+    /// See [`crate::Bundle::transport_busy`].
+    pub(crate) fn transport_busy(&mut self, now: Instant) {
+        self.acked_at = self.acked_at.max(now);
     }
 
     fn credit_left(&self) -> u64 {
@@ -607,8 +636,12 @@ impl LinkState {
         }
         if self.rto_deadline().is_some_and(|d| now >= d) {
             self.stats.timeouts += 1;
+            let why = match self.backoff {
+                0 => GoBack::Probe,
+                _ => GoBack::Force,
+            };
             self.backoff = self.backoff.saturating_add(1);
-            self.go_back(now, self.peer_ack, GoBack::Force);
+            self.go_back(now, self.peer_ack, why);
         }
         let keepalive_due = self.connected && now >= self.last_send + self.cfg.keepalive;
         if keepalive_due || self.ack_deadline.is_some_and(|d| now >= d) {
@@ -761,7 +794,7 @@ impl LinkState {
         f.last_sent = now;
         f.epoch = epoch;
         f.retransmitted = true;
-        self.resend_next = (seq + 1 < self.next_seq).then_some(seq + 1);
+        self.resend_next = (seq + 1 < self.next_seq.min(self.resend_end)).then_some(seq + 1);
         self.stats.retransmits += 1;
         self.sent(now, out.len());
         Some(out)
@@ -1021,7 +1054,7 @@ mod tests {
     }
 
     #[test]
-    fn retransmission_timeout_backs_off_and_resets_on_progress() {
+    fn retransmission_timeout_backs_off_until_a_fresh_round_trip() {
         let mut p = Pair::new();
         let frames = p.send_frames(1);
         let mut fired = Vec::new();
@@ -1041,11 +1074,59 @@ mod tests {
         p.deliver_to_b(&frames[0]);
         p.b.ack_now = true;
         p.flush_b();
-        assert_eq!((p.a.backoff, p.a.unacked.len()), (0, 0));
-        assert!(
-            p.a.rtt.srtt.is_none(),
-            "Karn: no sample from a resent frame"
-        );
+        // Karn: a resent frame's acknowledgement gives no sample, so the backed-off
+        // timeout stays (RFC 6298) ...
+        assert_eq!((p.a.backoff, p.a.unacked.len()), (3, 0));
+        assert!(p.a.rtt.srtt.is_none());
+        // ... until a frame sent once comes back.
+        let f = p.send_frames(1);
+        p.now += Duration::from_millis(3);
+        p.deliver_to_b(&f[0]);
+        p.b.ack_now = true;
+        p.flush_b();
+        assert_eq!(p.a.backoff, 0);
+        assert!(p.a.rtt.srtt.is_some());
+    }
+
+    #[test]
+    fn a_first_timeout_resends_the_oldest_frame_and_a_second_the_rest() {
+        let mut p = Pair::new();
+        let frames = p.send_frames(4);
+        // Frames still queued before a slow line: the first timeout probes with
+        // the oldest alone.
+        p.now = p.a.rto_deadline().unwrap();
+        p.a.handle_timeout(p.now);
+        assert_eq!(p.drain_a(), frames[..1]);
+        // Its original arrives (it was only late): the acknowledgement ends the
+        // probe, and the frames behind it are not resent.
+        p.deliver_to_b(&frames[0]);
+        p.b.ack_now = true;
+        p.flush_b();
+        assert!(p.drain_a().is_empty());
+        // Nothing more arrives (the tail was lost): the next timeout, the backoff
+        // kept, resends all of it.
+        p.now = p.a.rto_deadline().unwrap();
+        p.a.handle_timeout(p.now);
+        assert_eq!(p.drain_a(), frames[1..]);
+        for f in &frames[1..] {
+            p.deliver_to_b(f);
+        }
+        p.b.ack_now = true;
+        p.flush_b();
+        assert!(p.a.unacked.is_empty());
+        assert_eq!(p.a.stats.retransmits, 4);
+    }
+
+    #[test]
+    fn a_nack_during_a_probe_resends_everything_from_the_gap() {
+        let mut p = Pair::new();
+        let frames = p.send_frames(3);
+        p.now = p.a.rto_deadline().unwrap();
+        p.a.handle_timeout(p.now);
+        // The peer reports frame 0 missing before the probe went out.
+        p.deliver_to_b(&frames[1]);
+        p.flush_b();
+        assert_eq!(p.drain_a(), frames);
     }
 
     #[test]

@@ -396,6 +396,12 @@ fn wire_config(id: u32, compression: Compression, slow: bool) -> Config {
         .send_buffer(8 << 20)
         .initial_rto(Duration::from_secs(1))
         .min_rto(Duration::from_millis(500))
+        // TCP itself pauses inside a frame while it recovers a lost segment (its
+        // timeout is 200 ms at least, then doubles): a give-up before that is
+        // premature and costs a resend of everything after the frame. A pure
+        // receiver (it sends only acknowledgements) measures no round trip to
+        // stretch the wait by.
+        .partial_frame_timeout(Duration::from_secs(1))
         .idle_timeout(link_timeout())
         .keepalive((link_timeout() / 3).min(Duration::from_secs(1)))
         .compression(compression)
@@ -634,7 +640,7 @@ fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats, compression: &s
         m => m.as_str(),
     };
     let text = format!(
-        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{},\"compression\":\"{compression}\",\"compression_mode\":\"{mode}\",\"compressed_frames_out\":{},\"compression_skipped\":{},\"goodput_compressed_bps\":{},\"goodput_raw_bps\":{},\"auto_probes\":{},\"auto_switches\":{},\"auto_busy_percent\":{}}}\n",
+        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"timeouts\":{},\"nacks_in\":{},\"nacks_out\":{},\"duplicates_in\":{},\"out_of_order_in\":{},\"reconnects\":{},\"srtt_us\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{},\"compression\":\"{compression}\",\"compression_mode\":\"{mode}\",\"compressed_frames_out\":{},\"compression_skipped\":{},\"goodput_compressed_bps\":{},\"goodput_raw_bps\":{},\"auto_probes\":{},\"auto_switches\":{},\"auto_busy_percent\":{}}}\n",
         st.bytes_out,
         st.bytes_in,
         st.frames_out,
@@ -643,6 +649,13 @@ fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats, compression: &s
         st.payload_wire_out,
         st.compression_ratio_out(),
         st.retransmits,
+        st.timeouts,
+        st.nacks_in,
+        st.nacks_out,
+        st.duplicates_in,
+        st.out_of_order_in,
+        st.reconnects,
+        st.srtt.map_or(0, |d| d.as_micros()),
         st.queued_messages,
         st.queued_bytes,
         st.unacked_bytes,
@@ -674,6 +687,15 @@ struct WireConn {
 }
 
 impl WireConn {
+    /// Whether frames written to this connection may still be on their way:
+    /// waiting in the shaper's delay line or the writer thread, or in the
+    /// socket unacknowledged by the peer's kernel.
+    fn delivering(&self) -> bool {
+        !self.shaper.queue.is_empty()
+            || self.writer.as_ref().is_some_and(writer::Writer::busy)
+            || crate::sys::poll::unacked_bytes(self.stream.as_raw_fd()).is_ok_and(|n| n > 0)
+    }
+
     /// Reads what arrived (decrypted on a TLS link) straight into the buffer
     /// link `link` of `bundle` decodes frames from, which then takes it (the
     /// bytes are not copied again: the messages it delivers are slices of that
@@ -1842,6 +1864,14 @@ impl Router {
                 }
             }
             if p.bundle.poll_timeout().is_some_and(|t| t <= now) {
+                // TCP delivers what it holds or breaks the connection: frames
+                // still in a link's socket, writer thread or delay line are
+                // late, not lost (a slow line's queue holds seconds of them).
+                for (l, c) in p.conns.iter().enumerate() {
+                    if c.as_ref().is_some_and(WireConn::delivering) {
+                        p.bundle.transport_busy(now, l);
+                    }
+                }
                 p.bundle.handle_timeout(now);
             }
             for l in 0..p.conns.len() {

@@ -301,6 +301,8 @@ pub struct NetnsPair {
     pub names: [String; 2],
     /// The address of each namespace's end of the veth pair.
     pub addrs: [&'static str; 2],
+    /// The veth pair's ends, in `names` order.
+    veth: [String; 2],
 }
 
 impl NetnsPair {
@@ -319,36 +321,53 @@ impl NetnsPair {
         let pair = NetnsPair {
             names,
             addrs: ["10.77.0.1", "10.77.0.2"],
-        };
-        let ip = |args: &[&str]| -> Result<(), String> {
-            let out = std::process::Command::new("ip")
-                .args(args)
-                .output()
-                .map_err(|e| format!("cannot run `ip`: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "`ip {}` failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))
-            }
+            veth: veth.clone(),
         };
         let [a, b] = &pair.names;
-        ip(&["netns", "add", a])?;
-        ip(&["netns", "add", b])?;
-        ip(&[
+        run_ip(&["netns", "add", a])?;
+        run_ip(&["netns", "add", b])?;
+        run_ip(&[
             "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
         ])?;
         for ((ns, addr), dev) in pair.names.iter().zip(pair.addrs).zip(&veth) {
             let cidr = format!("{addr}/24");
-            ip(&["link", "set", dev, "netns", ns])?;
-            ip(&["-n", ns, "addr", "add", &cidr, "dev", dev])?;
-            ip(&["-n", ns, "link", "set", dev, "up"])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            run_ip(&["link", "set", dev, "netns", ns])?;
+            run_ip(&["-n", ns, "addr", "add", &cidr, "dev", dev])?;
+            run_ip(&["-n", ns, "link", "set", dev, "up"])?;
+            run_ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
         Ok(pair)
+    }
+
+    /// Limits the line to `rate` (as `tc` writes it, e.g. `20mbit`) each way
+    /// with a token bucket: a real kernel-shaped slow line, whose queue and
+    /// drops TCP has to live with (unlike the routers' own emulation).
+    pub fn limit(&self, rate: &str) -> Result<(), String> {
+        for (ns, dev) in self.names.iter().zip(&self.veth) {
+            let args = [
+                "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                "burst", "64kb", "latency", "50ms",
+            ];
+            run_ip(&args)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `ip ARGS`; the error quotes the command and what it printed.
+fn run_ip(args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run `ip`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 

@@ -249,6 +249,18 @@ pub(crate) fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Bytes written to a TCP socket that its peer's kernel has not acknowledged
+/// yet (`SIOCOUTQ`): while there are any, the connection is still delivering.
+pub(crate) fn unacked_bytes(fd: RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ on a socket) writes one c_int to the live `n`.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as usize)
+}
+
 /// Asks the kernel to kill this process when its parent exits, so routers
 /// started by a launcher never outlive it.
 pub(crate) fn die_with_parent() {
