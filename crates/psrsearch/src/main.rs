@@ -96,10 +96,14 @@ enum Command {
 enum FormatArg {
     /// DADA, 8-bit.
     Dada,
+    /// DADA, 16-bit integers.
+    Dada16,
     /// DADA, 32-bit floats.
     Dada32,
     /// GUPPI RAW, 8-bit.
     Guppi,
+    /// GUPPI RAW, 16-bit.
+    Guppi16,
     /// VDIF, 8-bit, one thread per channel and polarisation, plus the FILE.hdr side-car.
     Vdif,
 }
@@ -355,8 +359,12 @@ fn simulate_cmd(a: SimulateArgs) -> Result<()> {
     };
     let format = match a.format {
         FormatArg::Dada => SimFormat::Dada8,
+        FormatArg::Dada16 => SimFormat::Dada16,
         FormatArg::Dada32 => SimFormat::Dada32,
         FormatArg::Guppi => SimFormat::Guppi {
+            block_samples: a.block_samples,
+        },
+        FormatArg::Guppi16 => SimFormat::Guppi16 {
             block_samples: a.block_samples,
         },
         FormatArg::Vdif => SimFormat::Vdif8,

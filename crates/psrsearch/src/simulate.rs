@@ -23,8 +23,9 @@ use serde::{Deserialize, Serialize};
 use crate::band::Band;
 use crate::dm::{Dispersion, DEFAULT_DISPERSION_CONSTANT};
 use crate::format::dada::{write_dada, DadaHeader};
-use crate::format::guppi::{write_guppi, GuppiHeader};
+use crate::format::guppi::{write_guppi_as, GuppiHeader};
 use crate::format::vdif::{write_vdif, VdifSidecar};
+use crate::format::SampleFormat;
 use crate::voltages::Voltages;
 
 /// An injected pulsar.
@@ -93,10 +94,17 @@ impl Pulsar {
 pub enum SimFormat {
     /// PSRDADA with `NBIT` 8.
     Dada8,
+    /// PSRDADA with `NBIT` 16.
+    Dada16,
     /// PSRDADA with `NBIT` 32 (floats, no quantisation).
     Dada32,
     /// GUPPI RAW, 8-bit, this many samples per block.
     Guppi {
+        /// Samples per block.
+        block_samples: usize,
+    },
+    /// GUPPI RAW, 16-bit, this many samples per block.
+    Guppi16 {
         /// Samples per block.
         block_samples: usize,
     },
@@ -355,7 +363,7 @@ pub fn write_simulation(
     format: SimFormat,
     path: &Path,
 ) -> Result<Band, SimError> {
-    if let SimFormat::Guppi { block_samples } = format {
+    if let SimFormat::Guppi { block_samples } | SimFormat::Guppi16 { block_samples } = format {
         // GUPPI marks complex data by OBSNCHAN > 1.
         if !config.complex || config.nchan < 2 {
             return Err(SimError::Config(
@@ -369,7 +377,7 @@ pub fn write_simulation(
     let (band, data) = simulate(config)?;
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
     match format {
-        SimFormat::Dada8 | SimFormat::Dada32 => {
+        SimFormat::Dada8 | SimFormat::Dada16 | SimFormat::Dada32 => {
             let mut h = DadaHeader::with_defaults();
             h.set("SOURCE", &config.source);
             h.set("TELESCOPE", "psrsearch-simulator");
@@ -379,7 +387,12 @@ pub fn write_simulation(
             h.set("FREQ", config.centre_mhz);
             h.set("BW", config.bandwidth_mhz);
             h.set("TSAMP", 1e6 / band.sample_rate_hz);
-            h.set("NBIT", if format == SimFormat::Dada8 { 8 } else { 32 });
+            let nbit = match format {
+                SimFormat::Dada8 => 8,
+                SimFormat::Dada16 => 16,
+                _ => 32,
+            };
+            h.set("NBIT", nbit);
             h.set("NDIM", if config.complex { 2 } else { 1 });
             h.set("NPOL", config.npol);
             h.set("NCHAN", config.nchan);
@@ -421,7 +434,7 @@ pub fn write_simulation(
             );
             std::fs::write(VdifSidecar::path_of(path), car)?;
         }
-        SimFormat::Guppi { block_samples } => {
+        SimFormat::Guppi { block_samples } | SimFormat::Guppi16 { block_samples } => {
             let mut h = GuppiHeader::default();
             h.set_str("BACKEND", "GUPPI");
             h.set_str("TELESCOP", "psrsearch-simulator");
@@ -434,7 +447,11 @@ pub fn write_simulation(
             h.set_num("STT_SMJD", 0.0);
             h.set_num("STT_OFFS", 0.0);
             h.set_num("DIRECTIO", 0.0);
-            write_guppi(&mut w, &h, &data, block_samples)?;
+            let sample = match format {
+                SimFormat::Guppi16 { .. } => SampleFormat::Int16,
+                _ => SampleFormat::Int8,
+            };
+            write_guppi_as(&mut w, &h, &data, block_samples, sample)?;
         }
     }
     w.flush()?;

@@ -258,3 +258,35 @@ fn cli_simulate_dedisperse_search() {
     assert!(!out.status.success());
     assert!(stderr.contains("NBIT"), "{stderr}");
 }
+
+#[test]
+fn sixteen_bit_dada_and_guppi_search_like_eight_bit() {
+    // At the default noise level every simulated value fits 8 bits, so 16-bit files
+    // decode to the same samples and must give the very same candidates.
+    let table = |o: &psrsearch::SearchOutcome| format!("{:?}", o.candidates);
+    let obs = observation(15, two_pulsars());
+    let dada8 = run("b8.dada", &obs, SimFormat::Dada8);
+    let dada16 = run("b16.dada", &obs, SimFormat::Dada16);
+    assert_recovered(&dada16, &obs.pulsars);
+    assert_eq!(table(&dada8), table(&dada16));
+    let blocks = 100_000;
+    let guppi8 = run(
+        "b8.raw",
+        &obs,
+        SimFormat::Guppi {
+            block_samples: blocks,
+        },
+    );
+    let guppi16 = run(
+        "b16.raw",
+        &obs,
+        SimFormat::Guppi16 {
+            block_samples: blocks,
+        },
+    );
+    assert_eq!(table(&guppi8), table(&guppi16));
+    // Noise 40 times stronger clips in 8 bits; 16 bits hold it.
+    let mut loud = observation(16, two_pulsars());
+    loud.rms *= 40.0;
+    assert_recovered(&run("loud16.dada", &loud, SimFormat::Dada16), &loud.pulsars);
+}

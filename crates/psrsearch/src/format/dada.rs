@@ -4,8 +4,8 @@
 //!
 //! Payload order follows `baseband`: time slowest, then polarisation, then channel, then the
 //! real/imaginary pair (`TPF`), unless an `ORDER` key names another permutation of `T`, `F`
-//! and `P` (slowest first). `NBIT` 8 is two's-complement integers, 32 is little-endian
-//! floats. `TSAMP` is in microseconds, `FREQ` (band centre) and `BW` in MHz, a negative `BW`
+//! and `P` (slowest first). `NBIT` 8 and 16 are two's-complement integers (16 little
+//! endian), 32 is little-endian floats. `TSAMP` is in microseconds, `FREQ` (band centre) and `BW` in MHz, a negative `BW`
 //! meaning lower sideband.
 
 use std::fs::File;
@@ -208,8 +208,13 @@ impl DadaHeader {
                 _ => Err(HeaderError::invalid(FORMAT, key, v, expected)),
             }
         };
-        let sample = match int("NBIT", &[8, 32], "8 (signed integers) or 32 (floats)")? {
+        let sample = match int(
+            "NBIT",
+            &[8, 16, 32],
+            "8 or 16 (signed integers) or 32 (floats)",
+        )? {
             8 => SampleFormat::Int8,
+            16 => SampleFormat::Int16,
             _ => SampleFormat::Float32,
         };
         let complex = int("NDIM", &[1, 2], "1 (real) or 2 (complex)")? == 2;
@@ -625,7 +630,10 @@ NBIT         8\nNDIM         2\nNPOL         2\nNCHAN        1  \t\t# number of 
     fn errors_name_the_key_and_expectation() {
         let e = with("NBIT", "4");
         assert!(matches!(&e, HeaderError::Invalid { key, .. } if key == "NBIT"));
-        assert!(e.to_string().contains("8 (signed integers) or 32"), "{e}");
+        assert!(
+            e.to_string().contains("8 or 16 (signed integers) or 32"),
+            "{e}"
+        );
         assert!(matches!(with("NDIM", "3"), HeaderError::Invalid { key, .. } if key == "NDIM"));
         assert!(matches!(with("NPOL", "4"), HeaderError::Invalid { key, .. } if key == "NPOL"));
         assert!(matches!(with("NCHAN", "0"), HeaderError::Invalid { key, .. } if key == "NCHAN"));

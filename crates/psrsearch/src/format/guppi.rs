@@ -1,6 +1,6 @@
 //! GUPPI RAW files: blocks, each a header of 80-character FITS cards ending with `END`
 //! (padded with NULs to a multiple of 512 bytes when `DIRECTIO` is set) followed by
-//! `BLOCSIZE` bytes of 8-bit samples.
+//! `BLOCSIZE` bytes of 8- or 16-bit (little-endian) two's-complement samples (`NBITS`).
 //!
 //! As in `baseband`: data are complex unless `OBSNCHAN` is 1; `NPOL` counts real components
 //! (4 for two complex polarisations); payloads are channel-major, `(channel, time,
@@ -57,6 +57,8 @@ pub struct GuppiParams {
     pub npol: usize,
     /// Complex samples (`OBSNCHAN` ≠ 1).
     pub complex: bool,
+    /// Encoding of each component (`NBITS`).
+    pub sample: SampleFormat,
     /// Band centre, MHz.
     pub obsfreq_mhz: f64,
     /// Signed total bandwidth, MHz.
@@ -74,7 +76,7 @@ pub struct GuppiParams {
 impl GuppiParams {
     /// Bytes of one complete sample.
     pub fn bytes_per_time(&self) -> usize {
-        self.nchan * self.npol * if self.complex { 2 } else { 1 }
+        self.nchan * self.npol * self.sample.bytes() * if self.complex { 2 } else { 1 }
     }
 
     /// Complete samples in one block, overlap included.
@@ -106,7 +108,7 @@ impl GuppiParams {
             self.nchan,
             self.npol,
             self.complex,
-            SampleFormat::Int8,
+            self.sample,
         )
     }
 }
@@ -257,11 +259,10 @@ impl GuppiHeader {
                 .ok_or_else(|| HeaderError::invalid(FORMAT, key, v, expected))
         };
         let blocsize = int("BLOCSIZE", |n| n > 0, "a positive byte count")? as u64;
-        int(
-            "NBITS",
-            |n| n == 8,
-            "8 (only 8-bit GUPPI data are supported)",
-        )?;
+        let sample = match int("NBITS", |n| n == 8 || n == 16, "8 or 16 (signed integers)")? {
+            8 => SampleFormat::Int8,
+            _ => SampleFormat::Int16,
+        };
         let nchan = int("OBSNCHAN", |n| n >= 1, "an integer ≥ 1")? as usize;
         let complex = nchan != 1;
         let npol_raw = if complex {
@@ -316,6 +317,7 @@ impl GuppiHeader {
             nchan,
             npol,
             complex,
+            sample,
             obsfreq_mhz,
             obsbw_mhz,
             tbin_s,
@@ -550,20 +552,39 @@ pub fn write_guppi(
     data: &Voltages,
     block_samples: usize,
 ) -> std::io::Result<()> {
+    write_guppi_as(w, template, data, block_samples, SampleFormat::Int8)
+}
+
+/// [`write_guppi`] with components encoded as `sample` (8- or 16-bit integers).
+///
+/// # Errors
+/// As [`write_guppi`], and for floats, which GUPPI does not carry.
+pub fn write_guppi_as(
+    w: &mut impl Write,
+    template: &GuppiHeader,
+    data: &Voltages,
+    block_samples: usize,
+    sample: SampleFormat,
+) -> std::io::Result<()> {
     let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
     if block_samples == 0 {
         return Err(invalid("block_samples must be positive".into()));
+    }
+    if sample == SampleFormat::Float32 {
+        return Err(invalid(
+            "GUPPI RAW holds 8- or 16-bit integers, not floats".into(),
+        ));
     }
     let complex = data.nchan() != 1;
     let mut header = template.clone();
     header.set_num("OBSNCHAN", data.nchan() as f64);
     header.set_num("NPOL", (data.npol() * if complex { 2 } else { 1 }) as f64);
-    header.set_num("NBITS", 8.0);
+    header.set_num("NBITS", f64::from(sample.bits()));
     header.set_str("PKTFMT", "1SFA");
     header.set_num("OVERLAP", 0.0);
     let pktsize = header.get("PKTSIZE").and_then(parse_i64).unwrap_or(8192);
     header.set_num("PKTSIZE", pktsize as f64);
-    let bpt = data.nchan() * data.npol() * if complex { 2 } else { 1 };
+    let bpt = data.nchan() * data.npol() * sample.bytes() * if complex { 2 } else { 1 };
     let mut start = 0usize;
     let mut bytes_written = 0u64;
     let mut buf = Vec::new();
@@ -578,7 +599,7 @@ pub fn write_guppi(
             data.nchan(),
             data.npol(),
             complex,
-            SampleFormat::Int8,
+            sample,
         );
         debug_assert_eq!(params.samples_per_block(), n);
         w.write_all(&header.to_bytes())?;

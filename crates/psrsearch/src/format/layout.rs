@@ -18,6 +18,8 @@ use crate::voltages::Voltages;
 pub enum SampleFormat {
     /// Two's-complement 8-bit integer.
     Int8,
+    /// Two's-complement 16-bit integer, little endian.
+    Int16,
     /// IEEE 754 single precision, little endian.
     Float32,
 }
@@ -27,6 +29,7 @@ impl SampleFormat {
     pub fn bytes(self) -> usize {
         match self {
             SampleFormat::Int8 => 1,
+            SampleFormat::Int16 => 2,
             SampleFormat::Float32 => 4,
         }
     }
@@ -121,6 +124,13 @@ impl Layout {
         match (self.sample, self.complex) {
             (SampleFormat::Int8, true) => Complex32::new(b[0] as i8 as f32, b[1] as i8 as f32),
             (SampleFormat::Int8, false) => Complex32::new(b[0] as i8 as f32, 0.0),
+            (SampleFormat::Int16, true) => Complex32::new(
+                i16::from_le_bytes([b[0], b[1]]) as f32,
+                i16::from_le_bytes([b[2], b[3]]) as f32,
+            ),
+            (SampleFormat::Int16, false) => {
+                Complex32::new(i16::from_le_bytes([b[0], b[1]]) as f32, 0.0)
+            }
             (SampleFormat::Float32, true) => Complex32::new(
                 f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
                 f32::from_le_bytes([b[4], b[5], b[6], b[7]]),
@@ -131,12 +141,18 @@ impl Layout {
         }
     }
 
-    /// Encode one sample (rounding and clipping to the integer range for 8 bits).
+    /// Encode one sample (rounding and clipping to the integer range for integers).
     pub fn encode(&self, v: Complex32, out: &mut Vec<u8>) {
         let q = |x: f32| x.round().clamp(-128.0, 127.0) as i8 as u8;
+        let q16 = |x: f32| (x.round().clamp(-32768.0, 32767.0) as i16).to_le_bytes();
         match (self.sample, self.complex) {
             (SampleFormat::Int8, true) => out.extend_from_slice(&[q(v.re), q(v.im)]),
             (SampleFormat::Int8, false) => out.push(q(v.re)),
+            (SampleFormat::Int16, true) => {
+                out.extend_from_slice(&q16(v.re));
+                out.extend_from_slice(&q16(v.im));
+            }
+            (SampleFormat::Int16, false) => out.extend_from_slice(&q16(v.re)),
             (SampleFormat::Float32, true) => {
                 out.extend_from_slice(&v.re.to_le_bytes());
                 out.extend_from_slice(&v.im.to_le_bytes());
@@ -239,6 +255,15 @@ mod tests {
         let mut buf = Vec::new();
         l.encode(Complex32::new(-3.4, 300.0), &mut buf);
         assert_eq!(l.decode(&buf), Complex32::new(-3.0, 127.0));
+        let w = Layout {
+            sample: SampleFormat::Int16,
+            ..l
+        };
+        buf.clear();
+        w.encode(Complex32::new(-300.4, 1e6), &mut buf);
+        assert_eq!(buf.len(), 4);
+        assert_eq!(buf[..2], (-300i16).to_le_bytes());
+        assert_eq!(w.decode(&buf), Complex32::new(-300.0, 32767.0));
         let f = Layout {
             sample: SampleFormat::Float32,
             complex: false,
