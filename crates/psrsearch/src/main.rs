@@ -59,7 +59,7 @@ enum Command {
         #[arg(long)]
         meta: Option<PathBuf>,
     },
-    /// Search an ordered DADA or VDIF stream (stdin, one TCP connection with --listen, or VDIF
+    /// Search an ordered DADA, GUPPI RAW or VDIF stream (stdin, one TCP connection with --listen, or VDIF
     /// datagrams with --listen-udp) as it
     /// arrives: a master rank cuts it into blocks, stage-1 ranks dedisperse them at every
     /// trial DM, a stage-2 rank reassembles them in order, searches what has arrived every

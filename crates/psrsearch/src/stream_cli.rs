@@ -63,10 +63,12 @@ pub struct StreamArgs {
 /// `--format` of `psrsearch stream`.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum InputFormat {
-    /// DADA or VDIF, told by the first bytes.
+    /// DADA, GUPPI or VDIF, told by the first bytes.
     Auto,
     /// PSRDADA.
     Dada,
+    /// GUPPI RAW (a block is processed once it has arrived whole).
+    Guppi,
     /// VDIF (needs --vdif-header).
     Vdif,
 }
@@ -108,8 +110,11 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
         None => None,
     };
     if a.listen_udp.is_some() {
-        if matches!(a.format, InputFormat::Dada) {
-            bail!("--listen-udp receives VDIF frames; DADA streams come on stdin or --listen");
+        if matches!(a.format, InputFormat::Dada | InputFormat::Guppi) {
+            bail!(
+                "--listen-udp receives VDIF frames; DADA and GUPPI streams come on stdin or \
+                 --listen"
+            );
         }
         if vdif_sidecar.is_none() {
             bail!("--listen-udp needs --vdif-header FILE (VDIF headers give no sky frequency)");
@@ -127,6 +132,7 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
         format: match a.format {
             InputFormat::Auto => StreamFormat::Auto,
             InputFormat::Dada => StreamFormat::Dada,
+            InputFormat::Guppi => StreamFormat::Guppi,
             InputFormat::Vdif => StreamFormat::Vdif,
         },
         vdif_sidecar,

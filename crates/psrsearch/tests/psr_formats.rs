@@ -5,10 +5,11 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use psrsearch::format::dada::{write_dada, DadaHeader};
-use psrsearch::format::guppi::{write_guppi, GuppiHeader};
+use psrsearch::format::guppi::{write_guppi, write_guppi_as, GuppiHeader};
 use psrsearch::format::presto::{read_dat_inf, write_dat_inf, InfFile};
 use psrsearch::format::sigproc::{read_sigproc, write_fil, write_tim, SigprocHeader};
-use psrsearch::format::{candidates, npy};
+use psrsearch::format::stream::{BasebandStream, StreamFormat};
+use psrsearch::format::{candidates, npy, SampleFormat};
 use psrsearch::search::Candidate;
 use psrsearch::{BasebandReader, HeaderError, ReadError, Sideband, Voltages};
 use rand::rngs::StdRng;
@@ -19,6 +20,43 @@ fn tmp(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("psr_formats");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
+}
+
+/// All of a baseband stream, read in chunks of `chunk` samples (across block edges), with
+/// what it had to repair.
+fn stream_all(bytes: &[u8], chunk: usize) -> (Voltages, Vec<String>) {
+    let mut s = BasebandStream::open(bytes, "<test>", StreamFormat::Auto, None).unwrap();
+    let b = s.band().clone();
+    let (nchan, npol) = (b.nchan(), b.npol);
+    let mut parts: Vec<Voltages> = Vec::new();
+    loop {
+        let mut out = Voltages::zeros(nchan, npol, chunk);
+        let got = s.read_samples(&mut out, 0, chunk).unwrap();
+        if got == 0 {
+            break;
+        }
+        let mut part = Voltages::zeros(nchan, npol, got);
+        for c in 0..nchan {
+            for p in 0..npol {
+                part.series_mut(c, p)
+                    .copy_from_slice(&out.series(c, p)[..got]);
+            }
+        }
+        parts.push(part);
+    }
+    let total = parts.iter().map(Voltages::nsamp).sum();
+    let mut all = Voltages::zeros(nchan, npol, total);
+    let mut at = 0;
+    for part in &parts {
+        for c in 0..nchan {
+            for p in 0..npol {
+                all.series_mut(c, p)[at..at + part.nsamp()].copy_from_slice(part.series(c, p));
+            }
+        }
+        at += part.nsamp();
+    }
+    assert_eq!(s.samples_read(), total as u64);
+    (all, s.repairs())
 }
 
 fn random_voltages(nchan: usize, npol: usize, n: usize, complex: bool, seed: u64) -> Voltages {
@@ -124,6 +162,31 @@ fn guppi_roundtrip_blocks_and_overlap() {
     assert_eq!(r.band().sideband, Sideband::Lower);
     assert_eq!(r.band().centre_mhz[0], 350.0 + 6.25 - 1.5625);
     assert_eq!(r.read(0, 1000).unwrap(), v);
+    // The same bytes as a stream, in chunks that straddle blocks.
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(stream_all(&bytes, 37), (v.clone(), Vec::new()));
+    // 16-bit samples, beyond 8 bits' range.
+    let mut loud = Voltages::zeros(4, 2, 500);
+    for c in 0..4 {
+        for p in 0..2 {
+            for (t, z) in loud.series_mut(c, p).iter_mut().enumerate() {
+                *z = Complex32::new(
+                    (t as f32 - 250.0) * 97.0,
+                    (c * 1000 + p * 100) as f32 - 3000.0,
+                );
+            }
+        }
+    }
+    let mut bytes = Vec::new();
+    write_guppi_as(&mut bytes, &t, &loud, 128, SampleFormat::Int16).unwrap();
+    assert!(write_guppi_as(&mut Vec::new(), &t, &loud, 128, SampleFormat::Float32).is_err());
+    let path16 = tmp("rt16.raw");
+    std::fs::write(&path16, &bytes).unwrap();
+    assert_eq!(
+        BasebandReader::open(&path16).unwrap().read(0, 500).unwrap(),
+        loud
+    );
+    assert_eq!(stream_all(&bytes, 200).0, loud);
 
     // Blocks of 100 samples of which the last 20 repeat at the start of the next, with
     // DIRECTIO headers: the stream must contain every sample once.
@@ -156,6 +219,25 @@ fn guppi_roundtrip_blocks_and_overlap() {
     let mut r = BasebandReader::open(&path).unwrap();
     assert_eq!(r.nsamples(), 260);
     assert_eq!(r.read(0, 260).unwrap(), v);
+    // Streamed, the held-back overlap of each block is dropped when the next block comes
+    // and delivered after the last.
+    let bytes = std::fs::read(&path).unwrap();
+    for chunk in [1, 7, 80, 100, 1000] {
+        assert_eq!(
+            stream_all(&bytes, chunk),
+            (v.clone(), Vec::new()),
+            "chunk {chunk}"
+        );
+    }
+    // Cut inside the last block: it is dropped and reported, as the file reader does,
+    // and the block before it keeps its overlap.
+    let (got, repairs) = stream_all(&bytes[..bytes.len() - 10], 64);
+    assert_eq!(got.nsamp(), 180);
+    assert_eq!(got.series(1, 0), &v.series(1, 0)[..180]);
+    assert!(
+        repairs.len() == 1 && repairs[0].contains("dropped"),
+        "{repairs:?}"
+    );
 }
 
 #[test]

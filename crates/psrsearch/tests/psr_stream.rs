@@ -267,24 +267,35 @@ fn stream_over_three_meta_hosts_keeps_lag_bounded_and_finds_the_same_candidates(
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// DADA, and 16-bit GUPPI RAW in blocks (held whole, then dealt), on stdin.
 #[test]
 fn stream_from_stdin_finds_the_same_candidates() {
     let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
-    let (dir, file) = setup("stdin", 1 << 17);
-    let out = dir.join("out");
-    let mut child = stream_command(&out)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let bytes = std::fs::read(&file).unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let feeder = std::thread::spawn(move || stdin.write_all(&bytes));
-    let stdout = wait_ok(child, Duration::from_secs(60));
-    feeder.join().unwrap().unwrap();
-    assert!(stdout.contains("lag (block arrival to result)"), "{stdout}");
-    assert_eq!(candidates(&out), single(&file));
+    let (dir, dada) = setup("stdin", 1 << 17);
+    let guppi = dir.join("obs.raw");
+    let blocks = SimFormat::Guppi16 {
+        block_samples: 10_000,
+    };
+    write_simulation(&observation(1 << 17), blocks, &guppi).unwrap();
+    for (file, name) in [(&dada, "dada"), (&guppi, "guppi")] {
+        let out = dir.join(name);
+        let mut child = stream_command(&out)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let bytes = std::fs::read(file).unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let feeder = std::thread::spawn(move || stdin.write_all(&bytes));
+        let stdout = wait_ok(child, Duration::from_secs(60));
+        feeder.join().unwrap().unwrap();
+        assert!(
+            stdout.contains("lag (block arrival to result)"),
+            "{name}: {stdout}"
+        );
+        assert_eq!(candidates(&out), single(file), "{name}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

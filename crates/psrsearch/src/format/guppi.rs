@@ -96,7 +96,7 @@ impl GuppiParams {
         )
     }
 
-    fn layout(&self) -> Layout {
+    pub(crate) fn layout(&self) -> Layout {
         let order = if self.channels_first {
             [Axis::Chan, Axis::Time, Axis::Pol]
         } else {

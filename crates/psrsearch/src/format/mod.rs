@@ -8,6 +8,7 @@
 pub mod candidates;
 pub mod dada;
 pub mod guppi;
+pub mod guppi_stream;
 mod layout;
 pub mod npy;
 pub mod presto;

@@ -8,9 +8,10 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use super::dada::{DadaHeader, DadaParams, DEFAULT_HDR_SIZE};
+use super::guppi_stream::GuppiStream;
 use super::layout::{Axis, Layout};
 use super::vdif_stream::VdifStream;
-use super::{BasebandFormat, HeaderError, ReadError};
+use super::{read_up_to, BasebandFormat, HeaderError, ReadError};
 use crate::band::Band;
 use crate::voltages::Voltages;
 use serde::{Deserialize, Serialize};
@@ -159,7 +160,7 @@ impl<R: Read> DadaStream<R> {
             }
             let bytes = want as usize * bpt;
             self.scratch.resize(bytes, 0);
-            let got = read_full(&mut self.input, &mut self.scratch)
+            let got = read_up_to(&mut self.input, &mut self.scratch)
                 .map_err(|e| ReadError::io(&self.name, e))?;
             self.offset += got as u64;
             if let Some(left) = self.left_in_frame.as_mut() {
@@ -239,11 +240,14 @@ impl<R: Read> DadaStream<R> {
 /// Which format `psrsearch stream` reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StreamFormat {
-    /// Told by the first bytes: a DADA header is text, a VDIF frame binary.
+    /// Told by the first bytes: a DADA header is `KEY value` text, a GUPPI header FITS
+    /// cards, a VDIF frame binary.
     #[default]
     Auto,
     /// PSRDADA.
     Dada,
+    /// GUPPI RAW.
+    Guppi,
     /// VDIF, with a side-car text for what its headers do not say.
     Vdif,
 }
@@ -257,17 +261,19 @@ pub type Peeked<R> = std::io::Chain<std::io::Cursor<Vec<u8>>, R>;
 pub enum BasebandStream<R> {
     /// See [`DadaStream`].
     Dada(DadaStream<Peeked<R>>),
+    /// See [`GuppiStream`].
+    Guppi(GuppiStream<Peeked<R>>),
     /// See [`VdifStream`].
     Vdif(VdifStream<Peeked<R>>),
 }
 
 impl<R: Read> BasebandStream<R> {
-    /// Open `input` as `format` (telling DADA from VDIF by the first bytes for `Auto`);
-    /// `vdif_sidecar` is the side-car text a VDIF stream needs. `name` labels errors.
+    /// Open `input` as `format` (told by the first bytes for `Auto`); `vdif_sidecar` is
+    /// the side-car text a VDIF stream needs. `name` labels errors.
     ///
     /// # Errors
-    /// As [`DadaStream::new`] and [`VdifStream::new`]; a VDIF stream without a side-car;
-    /// a GUPPI stream, or bytes of no known format.
+    /// As [`DadaStream::new`], [`GuppiStream::new`] and [`VdifStream::new`]; a VDIF stream
+    /// without a side-car, or bytes of no known format.
     pub fn open(
         mut input: R,
         name: impl Into<PathBuf>,
@@ -276,20 +282,13 @@ impl<R: Read> BasebandStream<R> {
     ) -> Result<Self, ReadError> {
         let name = name.into();
         let mut start = vec![0u8; 64];
-        let got = read_full(&mut input, &mut start).map_err(|e| ReadError::io(&name, e))?;
+        let got = read_up_to(&mut input, &mut start).map_err(|e| ReadError::io(&name, e))?;
         start.truncate(got);
         let format = match format {
             StreamFormat::Auto => match super::detect(&start) {
                 Some(BasebandFormat::Dada) => StreamFormat::Dada,
                 Some(BasebandFormat::Vdif) => StreamFormat::Vdif,
-                Some(BasebandFormat::Guppi) => {
-                    return Err(ReadError::UnknownFormat {
-                        path: name,
-                        detail: "GUPPI RAW arrives in blocks whose samples are not time-major; \
-                                 streams are DADA or VDIF"
-                            .into(),
-                    })
-                }
+                Some(BasebandFormat::Guppi) => StreamFormat::Guppi,
                 None if got == 0 => {
                     return Err(ReadError::Truncated {
                         path: name,
@@ -300,7 +299,8 @@ impl<R: Read> BasebandStream<R> {
                     return Err(ReadError::UnknownFormat {
                         path: name,
                         detail: format!(
-                            "the first bytes are neither a DADA header nor a VDIF frame: {:?}",
+                            "the first bytes are neither a DADA or GUPPI header nor a VDIF \
+                             frame: {:?}",
                             String::from_utf8_lossy(&start[..got.min(32)])
                         ),
                     })
@@ -324,6 +324,7 @@ impl<R: Read> BasebandStream<R> {
                 })?;
                 Ok(BasebandStream::Vdif(VdifStream::new(input, name, car)?))
             }
+            StreamFormat::Guppi => Ok(BasebandStream::Guppi(GuppiStream::new(input, name)?)),
             _ => Ok(BasebandStream::Dada(DadaStream::new(input, name)?)),
         }
     }
@@ -332,6 +333,7 @@ impl<R: Read> BasebandStream<R> {
     pub fn band(&self) -> &Band {
         match self {
             BasebandStream::Dada(s) => s.band(),
+            BasebandStream::Guppi(s) => s.band(),
             BasebandStream::Vdif(s) => s.band(),
         }
     }
@@ -348,6 +350,7 @@ impl<R: Read> BasebandStream<R> {
     ) -> Result<usize, ReadError> {
         match self {
             BasebandStream::Dada(s) => s.read_samples(out, at, n),
+            BasebandStream::Guppi(s) => s.read_samples(out, at, n),
             BasebandStream::Vdif(s) => s.read_samples(out, at, n),
         }
     }
@@ -356,15 +359,20 @@ impl<R: Read> BasebandStream<R> {
     pub fn samples_read(&self) -> u64 {
         match self {
             BasebandStream::Dada(s) => s.samples_read(),
+            BasebandStream::Guppi(s) => s.samples_read(),
             BasebandStream::Vdif(s) => s.samples_read(),
         }
     }
 
-    /// What had to be repaired, in words (VDIF: frames read as zeros, late, damaged); empty
-    /// when nothing was.
+    /// What had to be repaired, in words (VDIF: frames read as zeros, late, damaged;
+    /// GUPPI: a last block cut short); empty when nothing was.
     pub fn repairs(&self) -> Vec<String> {
-        let BasebandStream::Vdif(s) = self else {
-            return Vec::new();
+        let s = match self {
+            BasebandStream::Vdif(s) => s,
+            BasebandStream::Guppi(s) => {
+                return s.dropped_block().map(String::from).into_iter().collect()
+            }
+            BasebandStream::Dada(_) => return Vec::new(),
         };
         let c = s.counts();
         let mut out = Vec::new();
@@ -398,7 +406,7 @@ fn read_header(
     offset: u64,
 ) -> Result<Option<(DadaHeader, String, usize)>, ReadError> {
     let mut buf = vec![0u8; DEFAULT_HDR_SIZE];
-    let got = read_full(input, &mut buf).map_err(|e| ReadError::io(name, e))?;
+    let got = read_up_to(input, &mut buf).map_err(|e| ReadError::io(name, e))?;
     if got == 0 {
         return Ok(None);
     }
@@ -436,7 +444,7 @@ fn read_header(
     let mut full = buf[..got].to_vec();
     if size > got {
         let mut rest = vec![0u8; size - got];
-        let more = read_full(input, &mut rest).map_err(|e| ReadError::io(name, e))?;
+        let more = read_up_to(input, &mut rest).map_err(|e| ReadError::io(name, e))?;
         full.extend_from_slice(&rest[..more]);
     }
     if full.len() < size {
@@ -449,20 +457,6 @@ fn read_header(
     let header = DadaHeader::parse(&text).map_err(bad)?;
     let shown = text.split('\0').next().unwrap_or("").to_string();
     Ok(Some((header, shown, size)))
-}
-
-/// Fill `buf` as far as the stream allows; returns the count (short only at its end).
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 #[cfg(test)]
