@@ -189,7 +189,7 @@ pub(crate) struct LinkState {
     /// trip, but while the frames before it keep being acknowledged nothing is
     /// lost; timing it from its write alone resent whole windows that were only
     /// queued (measured: half a 100 Mbit/s line's bytes were resends).
-    acked_at: Instant,
+    progress_at: Instant,
     last_send: Instant,
     resume_owed: bool,
     compressor: Compressor,
@@ -252,7 +252,7 @@ impl LinkState {
                 rttvar: Duration::ZERO,
             },
             backoff: 0,
-            acked_at: now,
+            progress_at: now,
             last_send: now,
             resume_owed: false,
             compressor: Compressor::new(now, cfg.compression, cfg.zstd_level),
@@ -544,7 +544,7 @@ impl LinkState {
             self.idle_since.get_or_insert(now);
         }
         self.peer_ack = ack;
-        self.acked_at = now;
+        self.progress_at = now;
         if self.resend_next.is_some_and(|r| r < ack) {
             self.resend_next = (ack < self.next_seq.min(self.resend_end)).then_some(ack);
         }
@@ -600,12 +600,12 @@ impl LinkState {
         }
         self.unacked
             .front()
-            .map(|f| f.last_sent.max(self.acked_at) + self.rto())
+            .map(|f| f.last_sent.max(self.progress_at) + self.rto())
     }
 
     /// See [`crate::Bundle::transport_busy`].
     pub(crate) fn transport_busy(&mut self, now: Instant) {
-        self.acked_at = self.acked_at.max(now);
+        self.progress_at = self.progress_at.max(now);
     }
 
     fn credit_left(&self) -> u64 {
