@@ -73,7 +73,24 @@ pub struct GuppiParams {
     pub directio: bool,
 }
 
+/// What a block whose header fails [`GuppiParams::same_layout`] is told.
+pub(crate) const LAYOUT_CHANGED: &str =
+    "a block header changes OBSNCHAN/NPOL/NBITS/TBIN/OBSFREQ/OBSBW/PKTFMT from the first block";
+
 impl GuppiParams {
+    /// Whether a later block's header keeps this block's layout and band (all a reader
+    /// assumes stays fixed through a file or stream).
+    pub fn same_layout(&self, other: &GuppiParams) -> bool {
+        self.nchan == other.nchan
+            && self.npol == other.npol
+            && self.complex == other.complex
+            && self.sample == other.sample
+            && self.tbin_s == other.tbin_s
+            && self.obsfreq_mhz == other.obsfreq_mhz
+            && self.obsbw_mhz == other.obsbw_mhz
+            && self.channels_first == other.channels_first
+    }
+
     /// Bytes of one complete sample.
     pub fn bytes_per_time(&self) -> usize {
         self.nchan * self.npol * self.sample.bytes() * if self.complex { 2 } else { 1 }
@@ -431,21 +448,13 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<Index, ReadError> {
             }
         };
         if let Some((_, p0)) = &first {
-            let same = p0.nchan == params.nchan
-                && p0.npol == params.npol
-                && p0.tbin_s == params.tbin_s
-                && p0.obsfreq_mhz == params.obsfreq_mhz
-                && p0.obsbw_mhz == params.obsbw_mhz
-                && p0.channels_first == params.channels_first;
-            if !same {
+            if !p0.same_layout(&params) {
                 return Err(ReadError::Header {
                     path: path.to_path_buf(),
                     offset: pos,
                     source: HeaderError::Inconsistent {
                         format: FORMAT,
-                        detail: "block header changes OBSNCHAN/NPOL/TBIN/OBSFREQ/OBSBW/PKTFMT \
-                                 from the first block"
-                            .into(),
+                        detail: LAYOUT_CHANGED.into(),
                     },
                 });
             }

@@ -11,7 +11,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use super::guppi::{GuppiHeader, GuppiParams};
+use super::guppi::{GuppiHeader, GuppiParams, LAYOUT_CHANGED};
 use super::layout::Layout;
 use super::{read_up_to, HeaderError, ReadError};
 use crate::band::Band;
@@ -233,23 +233,11 @@ fn read_block(
             "at most 1 GiB in a stream",
         )));
     }
-    if let Some(f) = first {
-        let same = params.nchan == f.nchan
-            && params.npol == f.npol
-            && params.complex == f.complex
-            && params.sample == f.sample
-            && params.tbin_s == f.tbin_s
-            && params.obsfreq_mhz == f.obsfreq_mhz
-            && params.obsbw_mhz == f.obsbw_mhz
-            && params.channels_first == f.channels_first;
-        if !same {
-            return Err(bad(HeaderError::Inconsistent {
-                format: "GUPPI",
-                detail: "a block header changes OBSNCHAN/NPOL/NBITS/TBIN/OBSFREQ/OBSBW/PKTFMT \
-                         from the first block"
-                    .into(),
-            }));
-        }
+    if first.is_some_and(|f| !f.same_layout(&params)) {
+        return Err(bad(HeaderError::Inconsistent {
+            format: "GUPPI",
+            detail: LAYOUT_CHANGED.into(),
+        }));
     }
     // The cards are read; DIRECTIO pads the header to 512 bytes.
     let cards = ncards * 80;
@@ -278,6 +266,7 @@ fn read_block(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::fuzz;
     use crate::format::guppi::write_guppi;
     use rand::{Rng, SeedableRng};
 
@@ -299,36 +288,15 @@ mod tests {
         let mut bytes = Vec::new();
         write_guppi(&mut bytes, &t, &v, 100).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-        let digits = b"0123456789-.E ";
         let mut opened = 0;
-        for round in 0..400 {
-            let mut b = bytes.clone();
-            for _ in 0..rng.gen_range(1..12) {
-                let i = rng.gen_range(0..b.len());
-                b[i] = if rng.gen_bool(0.5) {
-                    digits[rng.gen_range(0..digits.len())]
-                } else {
-                    rng.gen()
-                };
-            }
-            b.truncate(rng.gen_range(0..=b.len()));
+        for _ in 0..400 {
+            let b = fuzz::damage(&bytes, &mut rng, 12, |rng| rng.gen_range(0..bytes.len()));
             let Ok(mut s) = GuppiStream::new(&b[..], "<fuzz>") else {
                 continue;
             };
             opened += 1;
-            let (nchan, npol) = (s.params().nchan, s.params().npol);
-            if nchan * npol > 64 {
-                continue;
-            }
-            let mut out = Voltages::zeros(nchan, npol, 64);
-            let mut total = 0;
-            while let Ok(n) = s.read_samples(&mut out, 0, 64) {
-                if n == 0 {
-                    break;
-                }
-                total += n;
-                assert!(total <= b.len(), "round {round}: more samples than bytes");
-            }
+            let shape = (s.params().nchan, s.params().npol);
+            fuzz::drain(shape, 64, b.len(), |out| s.read_samples(out, 0, 64));
         }
         assert!(opened >= 40, "only {opened} of 400 damaged streams opened");
         for _ in 0..300 {

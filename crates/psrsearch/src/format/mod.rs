@@ -409,6 +409,60 @@ pub(crate) fn parse_i64(s: &str) -> Option<i64> {
     })
 }
 
+/// Helpers of the streams' damaged-input tests.
+#[cfg(test)]
+pub(crate) mod fuzz {
+    use super::ReadError;
+    use crate::voltages::Voltages;
+    use rand::rngs::StdRng;
+    use rand::Rng;
+
+    /// `bytes` with 1 to `edits` bytes changed, at positions `pick` chooses, to a digit
+    /// (header numbers) or a random byte, then cut at a random length.
+    pub(crate) fn damage(
+        bytes: &[u8],
+        rng: &mut StdRng,
+        edits: usize,
+        mut pick: impl FnMut(&mut StdRng) -> usize,
+    ) -> Vec<u8> {
+        let digits = b"0123456789-.eE ";
+        let mut b = bytes.to_vec();
+        for _ in 0..rng.gen_range(1..edits) {
+            let i = pick(rng).min(b.len() - 1);
+            b[i] = if rng.gen_bool(0.5) {
+                digits[rng.gen_range(0..digits.len())]
+            } else {
+                rng.gen()
+            };
+        }
+        b.truncate(rng.gen_range(0..=b.len()));
+        b
+    }
+
+    /// Reads a stream of `nchan` x `npol` in chunks of `chunk` samples through `read` until
+    /// its end or first error; a stream that yields more samples than its `len` bytes
+    /// fails the test. Streams of more than 64 series are skipped (damaged counts).
+    pub(crate) fn drain(
+        (nchan, npol): (usize, usize),
+        chunk: usize,
+        len: usize,
+        mut read: impl FnMut(&mut Voltages) -> Result<usize, ReadError>,
+    ) {
+        if nchan * npol > 64 {
+            return;
+        }
+        let mut out = Voltages::zeros(nchan, npol, chunk);
+        let mut total = 0;
+        while let Ok(n) = read(&mut out) {
+            if n == 0 {
+                break;
+            }
+            total += n;
+            assert!(total <= len, "more samples than bytes");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

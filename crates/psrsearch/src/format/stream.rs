@@ -538,40 +538,21 @@ mod tests {
         let bytes: Vec<u8> = one.iter().chain(&one).copied().collect();
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let mut opened = 0;
-        let digits = b"0123456789-.e ";
-        for round in 0..400 {
-            let mut b = bytes.clone();
-            for _ in 0..rng.gen_range(1..20) {
-                // Header text of either frame most of the time, digits where numbers are.
-                let i = if rng.gen_bool(0.8) {
+        for _ in 0..400 {
+            // Header text of either frame most of the time, digits where numbers are.
+            let b = crate::format::fuzz::damage(&bytes, &mut rng, 20, |rng| {
+                if rng.gen_bool(0.8) {
                     rng.gen_range(0..4096) + if rng.gen_bool(0.5) { 0 } else { one.len() }
                 } else {
-                    rng.gen_range(0..b.len())
-                };
-                b[i] = if rng.gen_bool(0.5) {
-                    digits[rng.gen_range(0..digits.len())]
-                } else {
-                    rng.gen()
-                };
-            }
-            b.truncate(rng.gen_range(0..=b.len()));
+                    rng.gen_range(0..bytes.len())
+                }
+            });
             let Ok(mut s) = DadaStream::new(&b[..], "<fuzz>") else {
                 continue;
             };
             opened += 1;
-            let (nchan, npol) = (s.params().nchan, s.params().npol);
-            if nchan * npol > 64 {
-                continue;
-            }
-            let mut out = Voltages::zeros(nchan, npol, 1000);
-            let mut total = 0;
-            while let Ok(n) = s.read_samples(&mut out, 0, 1000) {
-                if n == 0 {
-                    break;
-                }
-                total += n;
-                assert!(total <= b.len(), "round {round}: more samples than bytes");
-            }
+            let shape = (s.params().nchan, s.params().npol);
+            crate::format::fuzz::drain(shape, 1000, b.len(), |out| s.read_samples(out, 0, 1000));
         }
         // Enough damaged streams still open for their payload paths to be exercised.
         assert!(opened >= 40, "only {opened} of 400 damaged streams opened");
