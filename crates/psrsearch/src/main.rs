@@ -399,10 +399,11 @@ fn info_cmd(file: PathBuf) -> Result<()> {
         r.nframes()
     );
     println!(
-        "data        {}, {} pol, {} channel(s)",
+        "data        {}, {} pol, {} channel(s), {}-bit components",
         if b.complex { "complex" } else { "real" },
         b.npol,
-        b.nchan()
+        b.nchan(),
+        r.bits_per_component()
     );
     println!(
         "rate        {} Hz ({} µs)",

@@ -258,6 +258,15 @@ impl BasebandReader {
         })
     }
 
+    /// Bits of one real component as stored (8 or 16 for integers, 32 for floats; VDIF 1
+    /// to 8).
+    pub fn bits_per_component(&self) -> u32 {
+        match &self.vdif {
+            Some(v) => v.bits(),
+            None => self.frames.first().map_or(0, |f| f.layout.sample.bits()),
+        }
+    }
+
     /// The format detected.
     pub fn format(&self) -> BasebandFormat {
         self.format

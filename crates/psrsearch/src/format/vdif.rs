@@ -350,6 +350,11 @@ pub(crate) struct VdifIndex {
 }
 
 impl VdifIndex {
+    /// Bits of one real component.
+    pub(crate) fn bits(&self) -> u32 {
+        self.header.bits
+    }
+
     /// Number of frame sets.
     pub(crate) fn nsets(&self) -> usize {
         self.slots.len() / self.threads.len()
