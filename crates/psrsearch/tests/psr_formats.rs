@@ -182,10 +182,10 @@ fn guppi_roundtrip_blocks_and_overlap() {
     assert!(write_guppi_as(&mut Vec::new(), &t, &loud, 128, SampleFormat::Float32).is_err());
     let path16 = tmp("rt16.raw");
     std::fs::write(&path16, &bytes).unwrap();
-    assert_eq!(
-        BasebandReader::open(&path16).unwrap().read(0, 500).unwrap(),
-        loud
-    );
+    let mut r16 = BasebandReader::open(&path16).unwrap();
+    assert_eq!(r16.bits_per_component(), 16);
+    assert_eq!(r16.read(0, 500).unwrap(), loud);
+    assert_eq!(BasebandReader::open(&path).unwrap().bits_per_component(), 8);
     assert_eq!(stream_all(&bytes, 200).0, loud);
 
     // Blocks of 100 samples of which the last 20 repeat at the start of the next, with
