@@ -240,6 +240,16 @@ impl Bundle {
         }
     }
 
+    /// Whether link `link`'s retransmission timer has expired: the moment for a
+    /// driver to ask its transport whether it is still delivering (see
+    /// [`Bundle::transport_busy`]) rather than on every timer.
+    #[must_use]
+    pub fn retransmission_due(&self, now: Instant, link: usize) -> bool {
+        self.links
+            .get(link)
+            .is_some_and(|l| l.retransmission_due(now))
+    }
+
     /// The transport of link `link` still holds bytes it has not delivered (a TCP
     /// socket whose peer has not acknowledged everything written): nothing sent
     /// on the link can be lost yet, so its retransmission timer restarts now. A

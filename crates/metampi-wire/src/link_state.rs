@@ -603,6 +603,11 @@ impl LinkState {
             .map(|f| f.last_sent.max(self.progress_at) + self.rto())
     }
 
+    /// See [`crate::Bundle::retransmission_due`].
+    pub(crate) fn retransmission_due(&self, now: Instant) -> bool {
+        !self.dead && self.rto_deadline().is_some_and(|d| now >= d)
+    }
+
     /// See [`crate::Bundle::transport_busy`].
     pub(crate) fn transport_busy(&mut self, now: Instant) {
         self.progress_at = self.progress_at.max(now);
@@ -634,7 +639,7 @@ impl LinkState {
             self.dead = true;
             return Some(CloseReason::IdleTimeout(self.cfg.idle_timeout));
         }
-        if self.rto_deadline().is_some_and(|d| now >= d) {
+        if self.retransmission_due(now) {
             self.stats.timeouts += 1;
             let why = match self.backoff {
                 0 => GoBack::Probe,

@@ -1867,8 +1867,11 @@ impl Router {
                 // TCP delivers what it holds or breaks the connection: frames
                 // still in a link's socket, writer thread or delay line are
                 // late, not lost (a slow line's queue holds seconds of them).
+                // Asked only when a link's timer has expired (a system call).
                 for (l, c) in p.conns.iter().enumerate() {
-                    if c.as_ref().is_some_and(WireConn::delivering) {
+                    if p.bundle.retransmission_due(now, l)
+                        && c.as_ref().is_some_and(WireConn::delivering)
+                    {
                         p.bundle.transport_busy(now, l);
                     }
                 }
