@@ -57,6 +57,19 @@ pub struct DadaParams {
 }
 
 impl DadaParams {
+    /// Whether a later frame's header keeps this frame's layout and band (all a reader
+    /// assumes stays fixed through a file or stream).
+    pub fn same_layout(&self, other: &DadaParams) -> bool {
+        self.sample == other.sample
+            && self.complex == other.complex
+            && self.npol == other.npol
+            && self.nchan == other.nchan
+            && self.tsamp_us == other.tsamp_us
+            && self.freq_mhz == other.freq_mhz
+            && self.bw_mhz == other.bw_mhz
+            && self.order == other.order
+    }
+
     /// Frequency layout.
     pub fn band(&self) -> Band {
         Band::from_total(
@@ -458,15 +471,7 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<Index, ReadError> {
             }
         };
         if let Some((_, p0)) = &first {
-            let same = p0.sample == params.sample
-                && p0.complex == params.complex
-                && p0.npol == params.npol
-                && p0.nchan == params.nchan
-                && p0.tsamp_us == params.tsamp_us
-                && p0.freq_mhz == params.freq_mhz
-                && p0.bw_mhz == params.bw_mhz
-                && p0.order == params.order;
-            if !same {
+            if !p0.same_layout(&params) {
                 return Err(ReadError::Header {
                     path: path.to_path_buf(),
                     offset: pos,

@@ -126,9 +126,7 @@ impl<R: Read> GuppiStream<R> {
         at: usize,
         n: usize,
     ) -> Result<usize, ReadError> {
-        assert_eq!(out.nchan(), self.params.nchan, "channel count");
-        assert_eq!(out.npol(), self.params.npol, "polarisation count");
-        assert!(at + n <= out.nsamp(), "block too short");
+        super::check_block(out, self.params.nchan, self.params.npol, at, n);
         let mut done = 0;
         while done < n {
             if self.pos == self.usable {

@@ -402,6 +402,17 @@ pub(crate) fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<u
     Ok(n)
 }
 
+/// The streams' check of a caller's block: it has the stream's `nchan` channels and `npol`
+/// polarisations, and room for samples `at..at + n`.
+///
+/// # Panics
+/// When it does not.
+pub(crate) fn check_block(out: &Voltages, nchan: usize, npol: usize, at: usize, n: usize) {
+    assert_eq!(out.nchan(), nchan, "channel count");
+    assert_eq!(out.npol(), npol, "polarisation count");
+    assert!(at + n <= out.nsamp(), "block too short");
+}
+
 /// Parse a number the way headers write them (FITS allows a `D` exponent).
 pub(crate) fn parse_f64(s: &str) -> Option<f64> {
     let t = s.trim().replace(['D', 'd'], "E");

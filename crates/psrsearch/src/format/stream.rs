@@ -138,9 +138,7 @@ impl<R: Read> DadaStream<R> {
         at: usize,
         n: usize,
     ) -> Result<usize, ReadError> {
-        assert_eq!(out.nchan(), self.params.nchan, "channel count");
-        assert_eq!(out.npol(), self.params.npol, "polarisation count");
-        assert!(at + n <= out.nsamp(), "block too short");
+        super::check_block(out, self.params.nchan, self.params.npol, at, n);
         let bpt = self.layout.bytes_per_time();
         let mut done = 0;
         while done < n {
@@ -206,15 +204,7 @@ impl<R: Read> DadaStream<R> {
             offset: at,
             source,
         })?;
-        let same = p.nchan == self.params.nchan
-            && p.npol == self.params.npol
-            && p.complex == self.params.complex
-            && p.sample == self.params.sample
-            && p.order == self.params.order
-            && p.tsamp_us == self.params.tsamp_us
-            && p.freq_mhz == self.params.freq_mhz
-            && p.bw_mhz == self.params.bw_mhz;
-        if !same {
+        if !p.same_layout(&self.params) {
             return Err(ReadError::Header {
                 path: self.name.clone(),
                 offset: at,

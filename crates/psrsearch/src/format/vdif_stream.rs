@@ -267,9 +267,7 @@ impl<R: Read> VdifStream<R> {
         at: usize,
         n: usize,
     ) -> Result<usize, ReadError> {
-        assert_eq!(out.nchan(), self.band.nchan(), "channel count");
-        assert_eq!(out.npol(), self.npol, "polarisation count");
-        assert!(at + n <= out.nsamp(), "block too short");
+        super::check_block(out, self.band.nchan(), self.npol, at, n);
         let h = self.first.clone();
         let spf = h.samples_per_frame();
         let bpt = h.bits_per_time();
