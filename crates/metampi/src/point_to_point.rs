@@ -186,8 +186,26 @@ pub(crate) fn start_recv(
     tag: Option<Tag>,
     mut buf: RecvBuf,
     coll: bool,
+    blocking: bool,
 ) -> Result<Started, Error> {
     let pat = recv_pattern(comm, src, tag, coll)?;
+    if blocking {
+        if let Some(status) = shared().recv_spin(&pat, &mut buf) {
+            let data = match buf {
+                RecvBuf::Owned(v) => Some(v),
+                RecvBuf::Borrowed(_) => None,
+            };
+            let done = Completed {
+                status,
+                result: Ok(()),
+                data,
+            };
+            return Ok(Started {
+                id: SENT,
+                done: Some(done),
+            });
+        }
+    }
     Ok(shared().with_then(|e| match e.recv_now(&pat, &mut buf) {
         Some(status) => {
             let data = match buf {
@@ -292,7 +310,7 @@ pub(crate) fn recv_bytes(
     let t = if coll { None } else { trace::start() };
     // SAFETY: we wait for completion before returning, so `buf` outlives the request.
     let rb = RecvBuf::Borrowed(unsafe { RecvPtr::new(buf) });
-    let c = start_recv(comm, src, tag, rb, coll)?.wait();
+    let c = start_recv(comm, src, tag, rb, coll, true)?.wait();
     let st = c.result.map(|_| Status::from_raw(comm, c.status))?;
     trace_recv(t, comm, &st);
     Ok(st)
@@ -314,7 +332,7 @@ pub(crate) fn recv_vec_bytes(
     coll: bool,
 ) -> Result<(Vec<u8>, Status), Error> {
     let t = if coll { None } else { trace::start() };
-    let c = start_recv(comm, src, tag, RecvBuf::Owned(Vec::new()), coll)?.wait();
+    let c = start_recv(comm, src, tag, RecvBuf::Owned(Vec::new()), coll, true)?.wait();
     c.result?;
     let st = Status::from_raw(comm, c.status);
     trace_recv(t, comm, &st);
@@ -552,7 +570,7 @@ pub unsafe trait Source: AsCommunicator {
         let t = trace::start();
         let comm = &self.as_communicator().as_handle().0;
         let (rb, post) = recv_target(buf);
-        let c = start_recv(comm, self.source(), tag, rb, false)?.wait();
+        let c = start_recv(comm, self.source(), tag, rb, false, true)?.wait();
         let st = Status::from_raw(comm, c.status);
         finish(c, &st, &post)?;
         trace_recv(t, comm, &st);
@@ -620,7 +638,7 @@ pub unsafe trait Source: AsCommunicator {
     {
         let comm = &self.as_communicator().as_handle().0;
         let (rb, post) = recv_target(buf);
-        let started = start_recv(comm, self.source(), tag, rb, false)?;
+        let started = start_recv(comm, self.source(), tag, rb, false, false)?;
         Ok(Request::started(started, comm, &*buf, scope, post))
     }
 

@@ -248,6 +248,15 @@ pub fn chunks_helped() -> Option<u64> {
     on.then(|| crate::engine::coop::HELPED.load(AtomicOrdering::Relaxed))
 }
 
+/// Blocking receives from a shared-memory peer that waited for their
+/// message by watching the peer's ring and took it without being posted
+/// (see `Shared::recv_spin`); `None` where this rank never waits that way
+/// (more processes than cores on its machine). Call it after `initialize`.
+pub fn spin_receives() -> Option<u64> {
+    let on = !crate::environment::shared().oversubscribed();
+    on.then(|| crate::engine::SPIN_RECEIVES.load(AtomicOrdering::Relaxed))
+}
+
 /// A directory for the router statistics of one test job: made fresh in the
 /// test itself (named after the test and the process), found again, the same
 /// path, in the job's ranks and routers through `METAMPI_ROUTER_STATS`

@@ -717,3 +717,99 @@ fn rendezvous_window(world: &SimpleCommunicator) {
     world.barrier();
 }
 matrix!(rendezvous_window);
+
+/// A blocking receive whose message comes while it watches the sender's ring
+/// (each round the receiver asks for the message, then receives at once):
+/// every kind of message lands as through a posted receive, an earlier
+/// nonblocking receive still takes the first message, a message the pattern
+/// refuses is passed by, and small ones are taken on the watching path.
+#[test]
+fn blocking_receives_waiting_on_the_ring() {
+    Ranks::new(2).run("blocking_receives_waiting_on_the_ring", |world| {
+        let peer = world.process_at_rank(1 - world.rank());
+        let bytes = |n: usize, k: u8| {
+            (0..n)
+                .map(|i| (i as u8).wrapping_mul(7) ^ k)
+                .collect::<Vec<u8>>()
+        };
+        const SMALL: usize = 300;
+        if world.rank() == 0 {
+            let go = || peer.receive::<u8>().0;
+            for k in 0..SMALL {
+                go();
+                peer.send_with_tag(&bytes(8, k as u8)[..], 1);
+            }
+            go();
+            peer.send_with_tag(&bytes(16 << 10, 2)[..], 2);
+            go();
+            peer.send_with_tag(&bytes(1 << 20, 3)[..], 3);
+            go();
+            peer.synchronous_send_with_tag(&bytes(8, 4)[..], 4);
+            go();
+            peer.send_with_tag(&bytes(100, 5)[..], 5);
+            go();
+            peer.send_with_tag(&bytes(8, 6)[..], 6);
+            peer.send_with_tag(&bytes(8, 7)[..], 6);
+            go();
+            peer.send_with_tag(&bytes(8, 8)[..], 7);
+            peer.send_with_tag(&bytes(8, 9)[..], 8);
+        } else {
+            let go = || peer.send(&1u8);
+            let mut b8 = [0u8; 8];
+            for k in 0..SMALL {
+                go();
+                let st = peer.receive_into_with_tag(&mut b8[..], 1);
+                assert_eq!(
+                    (st.tag(), &b8[..]),
+                    (1, &bytes(8, k as u8)[..]),
+                    "small {k}"
+                );
+            }
+            let mut big = vec![0u8; 1 << 20];
+            go();
+            let st = peer.receive_into(&mut big[..]);
+            assert_eq!(st.count(u8::equivalent_datatype()), 16 << 10);
+            assert!(big[..16 << 10] == bytes(16 << 10, 2)[..], "16 KiB eager");
+            go();
+            peer.receive_into(&mut big[..]);
+            assert!(big == bytes(1 << 20, 3), "1 MiB rendezvous");
+            go();
+            let st = peer.receive_into(&mut b8[..]);
+            assert_eq!((st.tag(), &b8[..]), (4, &bytes(8, 4)[..]), "synchronous");
+            go();
+            let e = peer
+                .try_receive_into_with_tag(&mut b8[..], None)
+                .unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Truncate, "100 bytes into 8");
+            let mut first = [0u8; 8];
+            metampi::request::scope(|s| {
+                let r = peer.immediate_receive_into(s, &mut first[..]);
+                go();
+                peer.receive_into(&mut b8[..]);
+                r.wait();
+            });
+            assert_eq!(
+                first,
+                bytes(8, 6)[..],
+                "the earlier receive takes the first message"
+            );
+            assert_eq!(b8, bytes(8, 7)[..], "the blocking receive the second");
+            go();
+            let st = peer.receive_into_with_tag(&mut b8[..], 8);
+            assert_eq!(
+                (st.tag(), &b8[..]),
+                (8, &bytes(8, 9)[..]),
+                "tag 8 passes tag 7"
+            );
+            let st = peer.receive_into(&mut b8[..]);
+            assert_eq!((st.tag(), &b8[..]), (7, &bytes(8, 8)[..]), "then tag 7");
+            match metampi::testing::spin_receives() {
+                None => eprintln!("skipped the watching-path count: more ranks than cores here"),
+                Some(n) => assert!(
+                    n > 0,
+                    "none of {SMALL} small receives took the watching path"
+                ),
+            }
+        }
+    });
+}

@@ -21,7 +21,7 @@ use super::core::{status_of, Action, Core, Pattern, Pull, RawStatus, RecvBuf, Re
 use crate::envelope::{Envelope, Kind, ENV_LEN, F_BIG_ENDIAN, INLINE_MAX};
 use crate::error::{Error, ErrorClass};
 use crate::sys::cma;
-use crate::sys::ring::{Consumer, Producer};
+use crate::sys::ring::{Consumer, HeadWatch, Producer};
 use crate::sys::shm::Segment;
 use crate::sys::vchan::{self, VChan};
 
@@ -291,6 +291,16 @@ impl Links {
             self.ring_freed(src);
         }
         got
+    }
+
+    /// Whether `src`'s ring holds a record now, and a watch on where its
+    /// next one will be published; `None` where `src` has no ring. The rings
+    /// are in this rank's own segment, mapped as long as the engine lives
+    /// (`segments`).
+    pub(crate) fn ring_head(&self, src: u32) -> Option<(bool, HeadWatch)> {
+        let i = *self.in_at.get(src as usize)?;
+        let cons = &self.shm_in.get(i as usize)?.1;
+        Some((cons.has_record(), cons.watch()))
     }
 
     /// We took records from `src`'s ring: the writer may be asleep waiting

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr as InetAddr, TcpListener, TcpStream}
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -163,6 +163,14 @@ pub(crate) struct Shared {
 
 /// Spinning without yielding, for the latency of a quick reply.
 const PURE_SPIN: Duration = Duration::from_micros(10);
+
+/// Blocking receives whose message [`Shared::recv_spin`] waited for and
+/// took (for tests, `testing::spin_receives`).
+pub(crate) static SPIN_RECEIVES: AtomicU64 = AtomicU64::new(0);
+
+/// Looks at a ring's head word between two looks with the lock, in
+/// [`Shared::recv_spin`].
+const LOOKS_UNLOCKED: u32 = 64;
 
 /// Shared-memory rendezvous messages from this size on are copied by
 /// receiver and sender together (`coop`).
@@ -1012,6 +1020,63 @@ impl Shared {
         drop(e);
         self.after_progress(wakers);
         r
+    }
+
+    /// A blocking receive from a shared-memory peer, before it is posted:
+    /// spins for up to [`PURE_SPIN`] while the peer's ring stays empty,
+    /// polling the word its next record sets without the engine's lock, and
+    /// takes the message through [`Engine::recv_now`]. `None`: post it and
+    /// wait as usual (no ring, an oversubscribed machine, something there the
+    /// cheap path cannot take, or nothing came).
+    ///
+    /// Measured (2 ranks pinned, 8-byte ping-pong, 24 alternating runs,
+    /// median): 0.24 µs one way through a posted receive, 0.20 this way
+    /// (MPICH in the same session: 0.20-0.24).
+    pub(crate) fn recv_spin(
+        &self,
+        pat: &core::Pattern,
+        buf: &mut core::RecvBuf,
+    ) -> Option<core::RawStatus> {
+        if self.oversubscribed {
+            return None;
+        }
+        let src = pat.src?;
+        let mut start = None;
+        let mut looks = 0u32;
+        loop {
+            let mut e = self.lock();
+            if let Some(st) = e.recv_now(pat, buf) {
+                if looks > 0 {
+                    SPIN_RECEIVES.fetch_add(1, Ordering::Relaxed);
+                }
+                return Some(st);
+            }
+            let (waiting, watch) = e.links.ring_head(src)?;
+            if waiting {
+                return None;
+            }
+            looks += 1;
+            if looks % 16 == 0 {
+                // Everything else this rank owes progress to moves too; what
+                // that pass takes from the ring goes the full way.
+                let moved = e.progress();
+                let wakers = std::mem::take(&mut e.core.wakers);
+                drop(e);
+                self.after_progress(wakers);
+                if moved || start.get_or_insert_with(Instant::now).elapsed() > PURE_SPIN {
+                    return None;
+                }
+            } else {
+                drop(e);
+            }
+            for _ in 0..LOOKS_UNLOCKED {
+                // SAFETY: the ring is in this rank's own segment (`ring_head`).
+                if unsafe { watch.published() } {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
     }
 
     /// Blocks until request `id` completes and returns its result.

@@ -76,6 +76,25 @@ pub(crate) struct Producer {
     clean: Vec<u64>,
 }
 
+/// The length word at a consumer's head as it was when the watch was made:
+/// it turns non-zero when the next record is published. A thread that waits
+/// for that record polls this one word (a load that hits its cache until the
+/// writer stores) instead of taking the engine's lock for every look. Once
+/// the consumer has moved on, the word is a freed line's (zero, or a later
+/// record's length): a look then only sends the caller to the real consumer.
+pub(crate) struct HeadWatch(*const AtomicU32);
+
+impl HeadWatch {
+    /// Whether something was published at the watched position.
+    ///
+    /// # Safety
+    /// The ring's memory must still be mapped.
+    pub(crate) unsafe fn published(&self) -> bool {
+        // SAFETY: per the contract the word is mapped; it is only accessed atomically.
+        unsafe { &*self.0 }.load(Ordering::Acquire) != 0
+    }
+}
+
 pub(crate) struct Consumer {
     ctl: *const Ctl,
     data: *const u8,
@@ -250,6 +269,19 @@ impl Consumer {
     fn head_len(&self) -> u64 {
         // SAFETY: `head % cap` is a line inside the data area.
         unsafe { len_word(self.data, self.head & (self.cap - 1)) }.load(Ordering::Acquire) as u64
+    }
+
+    /// Whether a record is published at the head (one shared load).
+    pub(crate) fn has_record(&self) -> bool {
+        self.head_len() != 0
+    }
+
+    /// The word the next record's publication sets, for polling without the
+    /// consumer (see [`HeadWatch`]).
+    pub(crate) fn watch(&self) -> HeadWatch {
+        // SAFETY: `head % cap` is a line inside the data area.
+        let word = unsafe { len_word(self.data, self.head & (self.cap - 1)) };
+        HeadWatch(word as *const AtomicU32)
     }
 
     /// Hands the next record (envelope and payload area) to `f`, then frees it.
