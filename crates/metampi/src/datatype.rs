@@ -765,10 +765,11 @@ pub(crate) fn pack<B: Buffer + ?Sized>(buf: &B) -> Packed<'_> {
     let id = buf.as_datatype().type_id();
     let count = ucount(buf.count());
     let base = buf.pointer() as *const u8;
-    if let Some(p) = prim_maps().get(id as usize) {
-        // SAFETY: `Buffer` guarantees `count` elements of `extent` bytes at
+    // The predefined types are registered first, in `Prim::ALL`'s order.
+    if let Some(p) = Prim::ALL.get(id as usize) {
+        // SAFETY: `Buffer` guarantees `count` elements of `size` bytes at
         // `base`, and a predefined type's elements are dense.
-        return Packed::Dense(unsafe { std::slice::from_raw_parts(base, count * p.extent) });
+        return Packed::Dense(unsafe { std::slice::from_raw_parts(base, count * p.size()) });
     }
     let tm = type_map(id);
     if tm.is_dense() {
@@ -788,9 +789,35 @@ pub(crate) fn pack<B: Buffer + ?Sized>(buf: &B) -> Packed<'_> {
     Packed::Packed(out)
 }
 
+/// A type map held by a layout: a predefined type's is borrowed for the
+/// whole run (no reference count to touch on every receive), a derived
+/// type's shared.
+pub(crate) enum TmRef {
+    Prim(&'static TypeMap),
+    Derived(Arc<TypeMap>),
+}
+
+impl std::ops::Deref for TmRef {
+    type Target = TypeMap;
+    fn deref(&self) -> &TypeMap {
+        match self {
+            TmRef::Prim(t) => t,
+            TmRef::Derived(t) => t,
+        }
+    }
+}
+
+/// The type map of datatype `id`, as a layout holds it.
+pub(crate) fn type_map_ref(id: u32) -> TmRef {
+    match prim_maps().get(id as usize) {
+        Some(t) => TmRef::Prim(t),
+        None => TmRef::Derived(type_map(id)),
+    }
+}
+
 /// How a receive lands in a `BufferMut`.
 pub(crate) struct RecvLayout {
-    pub tm: Arc<TypeMap>,
+    pub tm: TmRef,
     pub count: usize,
     pub base: *mut u8,
 }
@@ -798,7 +825,7 @@ pub(crate) struct RecvLayout {
 impl RecvLayout {
     pub(crate) fn of<B: BufferMut + ?Sized>(buf: &mut B) -> RecvLayout {
         RecvLayout {
-            tm: type_map(buf.as_datatype().type_id()),
+            tm: type_map_ref(buf.as_datatype().type_id()),
             count: ucount(buf.count()),
             base: buf.pointer_mut() as *mut u8,
         }

@@ -31,7 +31,7 @@ pub struct Status {
     bytes: usize,
     cancelled: bool,
     /// The payload arrived in the other byte order and must be converted.
-    foreign: bool,
+    pub(crate) foreign: bool,
 }
 
 impl Status {
@@ -432,7 +432,7 @@ fn vec_from_bytes<T: Equivalence>(mut data: Vec<u8>, st: &Status) -> Result<Vec<
     let n = data.len() / size;
     let mut v: Vec<T> = Vec::with_capacity(n);
     let layout = RecvLayout {
-        tm: crate::datatype::type_map(dt.type_id()),
+        tm: crate::datatype::type_map_ref(dt.type_id()),
         count: n,
         base: v.as_mut_ptr() as *mut u8,
     };

@@ -123,6 +123,17 @@ impl<D: ?Sized> Inflight<'_, D> {
         matches!(self.end, End::Ready(..)) || e.core.is_done(self.id)
     }
 
+    /// The status of a request that completed as it started and leaves its
+    /// wait nothing to do (no bytes to unpack or convert): `finish` would
+    /// only look.
+    fn ready_status(&self) -> Option<Status> {
+        match (&self.end, &self.post) {
+            (End::Ready(st, _), Post::None) => Some(*st),
+            (End::Ready(st, _), Post::Dense(_)) if !st.foreign => Some(*st),
+            _ => None,
+        }
+    }
+
     /// Waits for the result.
     fn outcome(&self) -> (Status, Completed) {
         match &self.end {
@@ -229,8 +240,13 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         let t = crate::trace::start();
         let i = self.take();
         let ctx = i.ctx;
-        let c = i.outcome();
-        let st = i.complete(c)?;
+        let st = match i.ready_status() {
+            Some(st) => st,
+            None => {
+                let c = i.outcome();
+                i.complete(c)?
+            }
+        };
         if t.is_some() {
             crate::trace::record(
                 t,

@@ -282,7 +282,7 @@ unsafe fn output_parts<R: PartitionedBufferMut + ?Sized>(
         let reg = all.at(at, c * tm.size);
         at += reg.len;
         let layout = RecvLayout {
-            tm: type_map(dt),
+            tm: crate::datatype::type_map_ref(dt),
             count: c,
             // SAFETY: element `d` lies inside the buffer (partition contract).
             base: unsafe { base.add(d * tm.extent) },

@@ -854,7 +854,7 @@ fn on_elements(
     let mut lo = aligned(span);
     let mut up = aligned(span);
     let layout = |v: &mut [u128]| RecvLayout {
-        tm: type_map(dt),
+        tm: crate::datatype::type_map_ref(dt),
         count,
         base: v.as_mut_ptr() as *mut u8,
     };

@@ -214,10 +214,14 @@ impl Producer {
 
     /// Writes a record at data offset `off`, then publishes it, having made
     /// sure the line after it reads as empty (see the module comment).
+    #[inline]
     fn put(&mut self, off: u64, env: &[u8; LINE], payload: &[u8], rec: u64) {
         let first = (off / LINE as u64) as usize;
         let lines = (rec / LINE as u64) as usize;
-        if rec <= CLEAR_ALL_MAX {
+        if lines == 1 {
+            // A small message's whole record (the commonest case).
+            self.clean[first / 64] |= 1 << (first % 64);
+        } else if rec <= CLEAR_ALL_MAX {
             self.mark_clean(first, first + lines);
         } else {
             self.mark_clean(first, first + 1);
@@ -243,7 +247,9 @@ impl Producer {
                 dst.add(REC_LEN_AT + 4),
                 LINE - REC_LEN_AT - 4,
             );
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(LINE), payload.len());
+            if !payload.is_empty() {
+                std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(LINE), payload.len());
+            }
             len_word(self.data, off).store(rec as u32, Ordering::Release);
         }
     }
