@@ -183,10 +183,15 @@ impl UnexpectedQueue {
     /// Source and index of the earliest message `pat` matches: the first
     /// match of its source, or for any source the earliest of each source's
     /// first match (arrival order, as one queue had it).
+    #[inline]
     fn position(&self, pat: &Pattern) -> Option<(usize, usize)> {
         if self.len == 0 {
             return None;
         }
+        self.position_in_queues(pat)
+    }
+
+    fn position_in_queues(&self, pat: &Pattern) -> Option<(usize, usize)> {
         let first = |s: usize| {
             let q = self.by_src.get(s)?;
             let i = q.iter().position(|(_, u)| pat.matches(&u.env))?;
@@ -199,6 +204,7 @@ impl UnexpectedQueue {
         found.map(|(_, s, i)| (s, i))
     }
 
+    #[inline]
     fn take(&mut self, pat: &Pattern) -> Option<Unexpected> {
         let (s, i) = self.position(pat)?;
         let (_, u) = self.by_src[s].remove(i)?;
@@ -211,6 +217,7 @@ impl UnexpectedQueue {
         self.bytes[self.bucket(src)]
     }
 
+    #[inline]
     fn find(&self, pat: &Pattern) -> Option<&Unexpected> {
         let (s, i) = self.position(pat)?;
         Some(&self.by_src[s][i].1)
@@ -305,6 +312,7 @@ impl Core {
         }
     }
 
+    #[inline]
     fn alloc(&mut self, state: State) -> ReqId {
         let idx = match self.free.pop() {
             Some(i) => i,
@@ -332,11 +340,13 @@ impl Core {
         ((s.gen as u64) << 32) | idx as u64
     }
 
+    #[inline]
     fn slot(&mut self, id: ReqId) -> Option<&mut Slot> {
         let s = self.slots.get_mut((id & 0xffff_ffff) as usize)?;
         (s.gen == (id >> 32) as u32 && !matches!(s.state, State::Free)).then_some(s)
     }
 
+    #[inline]
     fn complete(&mut self, id: ReqId, status: RawStatus, error: Option<Error>) {
         let mut had_waker = false;
         let mut detached = false;
@@ -625,6 +635,7 @@ impl Core {
     }
 
     /// Completes receive `id` of the eager message `env` (`len` bytes).
+    #[inline]
     fn finish_eager(&mut self, id: ReqId, env: &Envelope, len: usize, err: Option<Error>) {
         let status = status_of(env, len);
         if env.kind == Kind::EagerSync {
@@ -641,8 +652,11 @@ impl Core {
     /// The first posted receive that `env` matches, taken out of the posted
     /// queue.
     fn take_posted(&mut self, env: &Envelope) -> Option<ReqId> {
-        let i = self.first_posted(env)?;
-        self.posted.remove(i)
+        match self.first_posted(env)? {
+            // Receives are mostly matched in the order they were posted.
+            0 => self.posted.pop_front(),
+            i => self.posted.remove(i),
+        }
     }
 
     /// Where in the posted queue the first receive `env` matches is.

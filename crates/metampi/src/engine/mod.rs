@@ -813,7 +813,18 @@ impl Shared {
         r
     }
 
+    #[inline]
     fn after_progress(&self, wakers: Vec<std::task::Waker>) {
+        if wakers.is_empty() {
+            if self.blocked.load(Ordering::SeqCst) > 0 {
+                self.kick();
+            }
+            return;
+        }
+        self.wake_all(wakers);
+    }
+
+    fn wake_all(&self, wakers: Vec<std::task::Waker>) {
         let woke = !wakers.is_empty();
         for w in wakers {
             w.wake();
