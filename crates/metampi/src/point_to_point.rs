@@ -225,7 +225,12 @@ pub(crate) fn start_recv(
         }
         None => {
             let id = e.core.post_recv(pat, buf);
-            let pass = pat.src.map_or(Pass::Lazy, Pass::From);
+            let pass = match pat.src {
+                // `recv_now` just saw the ring empty: the pass would only look again.
+                Some(s) if e.links.ring_pass_idle(&e.core, s) => Pass::None,
+                Some(s) => Pass::From(s),
+                None => Pass::Lazy,
+            };
             (Started { id, done: None }, pass)
         }
     }))

@@ -303,6 +303,19 @@ impl Links {
         Some((cons.has_record(), cons.watch()))
     }
 
+    /// Whether the pass after posting a receive from `src`
+    /// ([`Links::progress_ring_of`]) would find nothing to do: `src`'s ring
+    /// is empty and nothing waits to go out.
+    pub(crate) fn ring_pass_idle(&self, core: &Core, src: u32) -> bool {
+        self.pending == 0
+            && core.out.is_empty()
+            && self
+                .in_at
+                .get(src as usize)
+                .and_then(|&i| self.shm_in.get(i as usize))
+                .is_some_and(|(_, c)| !c.has_record())
+    }
+
     /// We took records from `src`'s ring: the writer may be asleep waiting
     /// for its space.
     fn ring_freed(&self, src: u32) {
