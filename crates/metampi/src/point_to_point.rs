@@ -169,6 +169,23 @@ pub(crate) struct Started {
 }
 
 impl Started {
+    /// A receive that completed as it started, with `status`, into `buf`.
+    fn now(status: RawStatus, buf: RecvBuf) -> Started {
+        let data = match buf {
+            RecvBuf::Owned(v) => Some(v),
+            RecvBuf::Borrowed(_) => None,
+        };
+        let done = Completed {
+            status,
+            result: Ok(()),
+            data,
+        };
+        Started {
+            id: SENT,
+            done: Some(done),
+        }
+    }
+
     /// Waits for the result.
     pub(crate) fn wait(self) -> Completed {
         match self.done {
@@ -180,6 +197,8 @@ impl Started {
 
 /// Starts a receive into `buf`: completed at once where the message due to
 /// it is waiting ([`crate::engine::Engine::recv_now`]), posted otherwise.
+/// `blocking`: the caller waits for it next, so it may first watch the
+/// source's ring for a while (`Shared::recv_spin`).
 pub(crate) fn start_recv(
     comm: &CommInner,
     src: Option<Rank>,
@@ -191,38 +210,11 @@ pub(crate) fn start_recv(
     let pat = recv_pattern(comm, src, tag, coll)?;
     if blocking {
         if let Some(status) = shared().recv_spin(&pat, &mut buf) {
-            let data = match buf {
-                RecvBuf::Owned(v) => Some(v),
-                RecvBuf::Borrowed(_) => None,
-            };
-            let done = Completed {
-                status,
-                result: Ok(()),
-                data,
-            };
-            return Ok(Started {
-                id: SENT,
-                done: Some(done),
-            });
+            return Ok(Started::now(status, buf));
         }
     }
     Ok(shared().with_then(|e| match e.recv_now(&pat, &mut buf) {
-        Some(status) => {
-            let data = match buf {
-                RecvBuf::Owned(v) => Some(v),
-                RecvBuf::Borrowed(_) => None,
-            };
-            let c = Completed {
-                status,
-                result: Ok(()),
-                data,
-            };
-            let s = Started {
-                id: SENT,
-                done: Some(c),
-            };
-            (s, Pass::None)
-        }
+        Some(status) => (Started::now(status, buf), Pass::None),
         None => {
             let id = e.core.post_recv(pat, buf);
             let pass = match pat.src {
