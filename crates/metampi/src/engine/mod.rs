@@ -824,14 +824,13 @@ impl Shared {
         self.wake_all(wakers);
     }
 
+    /// Wakes the futures whose requests completed, and the threads that
+    /// drive progress for them.
     fn wake_all(&self, wakers: Vec<std::task::Waker>) {
-        let woke = !wakers.is_empty();
         for w in wakers {
             w.wake();
         }
-        if woke || self.blocked.load(Ordering::SeqCst) > 0 {
-            self.kick();
-        }
+        self.kick();
     }
 
     /// Wakes threads waiting in this process (condition variable and poller).
