@@ -1062,7 +1062,8 @@ impl Shared {
                 return Some(st);
             }
             let (waiting, watch) = e.links.ring_head(src)?;
-            if waiting {
+            // Something there already that the cheap path refuses.
+            if waiting || e.core.probe(*pat).is_some() {
                 return None;
             }
             looks += 1;
