@@ -240,9 +240,27 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         let t = crate::trace::start();
         let i = self.take();
         let ctx = i.ctx;
-        let st = match i.ready_status() {
-            Some(st) => st,
-            None => {
+        let st = match (i.ready_status(), &i.end, &i.post) {
+            (Some(st), ..) => st,
+            // A send, or a receive into a dense buffer: the status is the
+            // whole result (no `Completed` to build and take apart).
+            (None, End::Slot(comm), Post::None | Post::Dense(_)) => {
+                let raw = shared().wait_status(i.id)?;
+                let st = Status::from_raw(comm, raw);
+                if st.foreign {
+                    finish(
+                        Completed {
+                            status: raw,
+                            result: Ok(()),
+                            data: None,
+                        },
+                        &st,
+                        &i.post,
+                    )?;
+                }
+                st
+            }
+            _ => {
                 let c = i.outcome();
                 i.complete(c)?
             }

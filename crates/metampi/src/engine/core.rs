@@ -450,6 +450,27 @@ impl Core {
         })
     }
 
+    /// As [`Core::take`], for a request whose result is its status alone (a
+    /// send, or a receive into a borrowed buffer): nothing else is built, and
+    /// an owned buffer would be dropped.
+    pub(crate) fn take_status(&mut self, id: ReqId) -> Option<Result<RawStatus, Error>> {
+        if id == SENT {
+            return Some(Ok(RawStatus::default()));
+        }
+        let idx = (id & 0xffff_ffff) as u32;
+        let s = self.slot(id)?;
+        if !s.done {
+            return None;
+        }
+        s.state = State::Free;
+        let r = match s.error.take() {
+            Some(e) => Err(e),
+            None => Ok(s.status),
+        };
+        self.free.push(idx);
+        Some(r)
+    }
+
     /// Releases a request whose result nobody will read (after completion).
     pub(crate) fn release(&mut self, id: ReqId) {
         let _ = self.take(id);
@@ -899,6 +920,7 @@ impl Core {
     /// hold delays a program that relies on unbounded buffering (one where
     /// we wait on a third rank that waits on the held sender, say) by that
     /// budget at most, and never stops it.
+    #[inline]
     pub(crate) fn hold(&self, env: &Envelope) -> bool {
         matches!(env.kind, Kind::Eager | Kind::EagerSync)
             && env.context % 2 == 1

@@ -1090,6 +1090,15 @@ impl Shared {
         }
     }
 
+    /// As [`Shared::wait`], for a request whose result is its status alone
+    /// ([`core::Core::take_status`]).
+    pub(crate) fn wait_status(&self, id: core::ReqId) -> Result<core::RawStatus, crate::Error> {
+        if id == core::SENT {
+            return Ok(core::RawStatus::default());
+        }
+        self.wait_until(|e| e.core.take_status(id))
+    }
+
     /// Blocks until request `id` completes and returns its result.
     pub(crate) fn wait(&self, id: core::ReqId) -> core::Completed {
         // A send that completed as it started needs no lock.

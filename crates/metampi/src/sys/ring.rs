@@ -332,6 +332,11 @@ impl Consumer {
     /// head published after it orders the stores before the producer's reuse
     /// of the space.
     fn clear(&self, off: u64, rec: u64) {
+        if rec == LINE as u64 {
+            // SAFETY: the line of the record just read, inside the data area.
+            unsafe { len_word(self.data, off) }.store(0, Ordering::Relaxed);
+            return;
+        }
         let end = if rec <= CLEAR_ALL_MAX {
             off + rec
         } else {
