@@ -36,8 +36,13 @@ pub struct Status {
 
 impl Status {
     pub(crate) fn from_raw(comm: &CommInner, raw: RawStatus) -> Status {
+        Status::named(comm.comm_of(raw.src), raw)
+    }
+
+    /// A status whose source is communicator rank `source`.
+    pub(crate) fn named(source: Rank, raw: RawStatus) -> Status {
         Status {
-            source: comm.comm_of(raw.src),
+            source,
             tag: raw.tag,
             bytes: raw.len,
             cancelled: raw.cancelled,
@@ -635,8 +640,9 @@ pub unsafe trait Source: AsCommunicator {
     {
         let comm = &self.as_communicator().as_handle().0;
         let (rb, post) = recv_target(buf);
-        let started = start_recv(comm, self.source(), tag, rb, false, false)?;
-        Ok(Request::started(started, comm, &*buf, scope, post))
+        let src = self.source();
+        let started = start_recv(comm, src, tag, rb, false, false)?;
+        Ok(Request::started(started, comm, src, &*buf, scope, post))
     }
 
     /// Starts a receive of one value with `tag`.

@@ -8,11 +8,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::datatype::RecvLayout;
-use crate::engine::core::{Completed, ReqId, SENT};
+use crate::engine::core::{Completed, RawStatus, ReqId, SENT};
 use crate::environment::shared;
 use crate::error::{Error, OrAbort};
 use crate::point_to_point::{finish, Started, Status};
 use crate::topology::CommInner;
+use crate::Rank;
 
 /// What to do with a completed request's data.
 pub(crate) enum Post {
@@ -98,14 +99,34 @@ where
 
 /// How a request's status is made.
 enum End {
-    /// From the engine's slot, in the terms of the communicator (which
-    /// the request keeps: the user may free theirs meanwhile).
-    Slot(Arc<CommInner>),
+    /// From the engine's slot, its source named as [`Sender`] says.
+    Slot(Sender),
     /// The request completed as it started (its id is
     /// [`crate::engine::core::SENT`]: no slot): its status, made then, and
     /// for a receive into a non-contiguous buffer the packed bytes still to
     /// unpack (taken once, by the wait).
     Ready(Status, Cell<Option<Vec<u8>>>),
+}
+
+/// Who the status of a request still in the engine names as its source.
+enum Sender {
+    /// This communicator rank: the one a receive named (only its messages
+    /// match). Keeps no reference to the communicator, whose count would be
+    /// touched twice per request.
+    Named(Rank),
+    /// The sender's world rank in the terms of the communicator (which the
+    /// request keeps: the user may free theirs meanwhile): a receive from any
+    /// source, a send, a collective.
+    Comm(Arc<CommInner>),
+}
+
+impl Sender {
+    fn status(&self, raw: RawStatus) -> Status {
+        match self {
+            Sender::Named(r) => Status::named(*r, raw),
+            Sender::Comm(comm) => Status::from_raw(comm, raw),
+        }
+    }
 }
 
 pub(crate) struct Inflight<'a, D: ?Sized> {
@@ -142,9 +163,9 @@ impl<D: ?Sized> Inflight<'_, D> {
                 c.data = data.take();
                 (*st, c)
             }
-            End::Slot(comm) => {
+            End::Slot(sender) => {
                 let c = shared().wait(self.id);
-                (Status::from_raw(comm, c.status), c)
+                (sender.status(c.status), c)
             }
         }
     }
@@ -153,9 +174,7 @@ impl<D: ?Sized> Inflight<'_, D> {
     fn try_outcome(&self) -> Option<(Status, Completed)> {
         match &self.end {
             End::Ready(..) => Some(self.outcome()),
-            End::Slot(comm) => shared()
-                .test(self.id)
-                .map(|c| (Status::from_raw(comm, c.status), c)),
+            End::Slot(sender) => shared().test(self.id).map(|c| (sender.status(c.status), c)),
         }
     }
 
@@ -182,16 +201,18 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
                 Cell::new(None),
             )
         } else {
-            End::Slot(Arc::clone(comm))
+            End::Slot(Sender::Comm(Arc::clone(comm)))
         };
         Self::with_end(id, end, comm.ctx, data, scope, post)
     }
 
     /// A request for a receive into a borrowed buffer as
     /// [`crate::point_to_point::start_recv`] started it.
+    /// `src`: the rank it receives from (`None`: any).
     pub(crate) fn started(
         started: Started,
         comm: &Arc<CommInner>,
+        src: Option<Rank>,
         data: &'a D,
         scope: S,
         post: Post,
@@ -204,7 +225,13 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
                 let end = End::Ready(Status::from_raw(comm, c.status), Cell::new(c.data));
                 Self::with_end(SENT, end, comm.ctx, data, scope, post)
             }
-            None => Self::new(started.id, comm, data, scope, post),
+            None => match src {
+                Some(r) => {
+                    let end = End::Slot(Sender::Named(r));
+                    Self::with_end(started.id, end, comm.ctx, data, scope, post)
+                }
+                None => Self::new(started.id, comm, data, scope, post),
+            },
         }
     }
 
@@ -244,9 +271,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
             (Some(st), ..) => st,
             // A send, or a receive into a dense buffer: the status is the
             // whole result (no `Completed` to build and take apart).
-            (None, End::Slot(comm), Post::None | Post::Dense(_)) => {
+            (None, End::Slot(sender), Post::None | Post::Dense(_)) => {
                 let raw = shared().wait_status(i.id)?;
-                let st = Status::from_raw(comm, raw);
+                let st = sender.status(raw);
                 if st.foreign {
                     finish(
                         Completed {
