@@ -21,6 +21,7 @@
 //! ```
 
 use std::ffi::OsString;
+use std::path::Path;
 use std::time::Duration;
 
 use std::io::{Read, Write};
@@ -317,15 +318,19 @@ pub struct NetnsPair {
 impl NetnsPair {
     /// Creates the pair; names derive from `tag` and this process, so
     /// concurrent tests do not collide. Fails (with the reason) where
-    /// namespaces cannot be made, for example without root.
+    /// namespaces cannot be made, for example without root. Pairs left by
+    /// test processes that are gone (killed before their drop) are removed
+    /// first: the names carry the owner's pid.
     pub fn create(tag: &str) -> Result<NetnsPair, String> {
+        let pid = std::process::id();
         let h = tag
             .bytes()
-            .chain(std::process::id().to_le_bytes())
+            .chain(pid.to_le_bytes())
             .fold(0x811c_9dc5u32, |h, b| {
                 (h ^ b as u32).wrapping_mul(0x0100_0193)
             });
-        let names = [format!("mpt{h:08x}a"), format!("mpt{h:08x}b")];
+        sweep_orphan_netns();
+        let names = [format!("mpt{pid}-{h:08x}a"), format!("mpt{pid}-{h:08x}b")];
         let veth = [format!("mv{h:08x}a"), format!("mv{h:08x}b")];
         let pair = NetnsPair {
             names,
@@ -361,6 +366,26 @@ impl NetnsPair {
         }
         Ok(())
     }
+}
+
+/// Removes the namespaces of [`NetnsPair`]s whose test process is gone.
+fn sweep_orphan_netns() {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if netns_owner(&name).is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = run_ip(&["netns", "del", &name]);
+        }
+    }
+}
+
+/// The pid in a [`NetnsPair`] namespace's name (`mpt<pid>-<hash><a|b>`).
+fn netns_owner(name: &str) -> Option<u32> {
+    let (pid, rest) = name.strip_prefix("mpt")?.split_once('-')?;
+    (rest.len() == 9).then_some(())?;
+    pid.parse().ok()
 }
 
 /// Runs `ip ARGS`; the error quotes the command and what it printed.
@@ -663,5 +688,43 @@ mod rand_core_lite {
         pub fn below(&mut self, n: u64) -> u64 {
             self.next() % n.max(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod netns_tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_name_gives_its_owner() {
+        assert_eq!(netns_owner("mpt123-0badcafea"), Some(123));
+        assert_eq!(netns_owner("mpt123-0badcafeb"), Some(123));
+        // The names of earlier versions carry no pid; other names are not ours.
+        assert_eq!(netns_owner("mpt0badcafea"), None);
+        assert_eq!(netns_owner("mpt12-x"), None);
+        assert_eq!(netns_owner("site-a"), None);
+    }
+
+    /// A pair left by a process that is gone is removed when the next pair is made.
+    #[test]
+    fn a_dead_owners_namespace_is_swept() {
+        let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(4 << 20);
+        // Above pid_max: never a live process.
+        let orphan = format!("mpt{}-0000beefa", pid_max + 1);
+        if let Err(e) = run_ip(&["netns", "add", &orphan]) {
+            eprintln!("SKIPPED a_dead_owners_namespace_is_swept: cannot create network namespaces here ({e})");
+            return;
+        }
+        let pair = NetnsPair::create("sweep");
+        let left = Path::new("/run/netns").join(&orphan).exists();
+        if left {
+            let _ = run_ip(&["netns", "del", &orphan]);
+        }
+        assert!(pair.is_ok(), "{pair:?}");
+        drop(pair);
+        assert!(!left, "the orphan namespace {orphan} is still there");
     }
 }
