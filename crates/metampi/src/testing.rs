@@ -258,6 +258,18 @@ pub fn spin_receives() -> Option<u64> {
     on.then(|| crate::engine::SPIN_RECEIVES.load(AtomicOrdering::Relaxed))
 }
 
+/// The algorithm a collective `op` on `comm` moving `bytes` per rank runs
+/// when it reaches the schedules (blocking calls small enough for the
+/// shared-memory flags are served before that). Call it after `initialize`.
+pub fn collective_algorithm<C: crate::traits::Communicator>(
+    comm: &C,
+    op: crate::collective::Collective,
+    bytes: usize,
+    commutative: bool,
+) -> crate::collective::Algorithm {
+    crate::collective::algorithm::choose(&comm.as_handle().0, op, bytes, commutative)
+}
+
 /// A directory for the router statistics of one test job: made fresh in the
 /// test itself (named after the test and the process), found again, the same
 /// path, in the job's ranks and routers through `METAMPI_ROUTER_STATS`

@@ -12,7 +12,7 @@ mod coll_common;
 
 use coll_common::*;
 use metampi::collective::{
-    reduce_local_into, Collective, SystemOperation, UserOperation, ValueIndex,
+    reduce_local_into, Algorithm, Collective, SystemOperation, UserOperation, ValueIndex,
 };
 use metampi::datatype::{Partition, PartitionMut};
 use metampi::testing::Ranks;
@@ -696,4 +696,37 @@ fn run_ahead_third_party(world: &SimpleCommunicator) {
 #[test]
 fn run_ahead_third_party_shm_3() {
     stall_checked(3, "run_ahead_third_party_shm_3", run_ahead_third_party);
+}
+
+/// A long broadcast inside one machine runs scatter + ring all-gather where
+/// every rank has a core, binomial where ranks outnumber cores (each ring
+/// step would wait for a peer to be scheduled); either way every member
+/// gets the root's bytes.
+#[test]
+fn long_broadcast_follows_the_cores() {
+    Ranks::new(8).run("long_broadcast_follows_the_cores", |world| {
+        let crowded = world.size() as usize > metampi::environment::machine_cores();
+        let want = if crowded {
+            Algorithm::Binomial
+        } else {
+            Algorithm::ScatterAllGather
+        };
+        for bytes in [128 << 10, 1 << 20] {
+            let got =
+                metampi::testing::collective_algorithm(world, Collective::Broadcast, bytes, true);
+            assert_eq!(got, want, "{bytes} bytes, crowded {crowded}");
+            let root = world.process_at_rank(3);
+            let fill = |i: usize| (i * 7 + bytes) as u8;
+            let mut buf: Vec<u8> = if world.rank() == 3 {
+                (0..bytes).map(fill).collect()
+            } else {
+                vec![0; bytes]
+            };
+            root.broadcast_into(&mut buf[..]);
+            assert!(buf.iter().enumerate().all(|(i, &b)| b == fill(i)));
+        }
+        // Short ones stay binomial everywhere.
+        let short = metampi::testing::collective_algorithm(world, Collective::Broadcast, 64, true);
+        assert_eq!(short, Algorithm::Binomial);
+    });
 }

@@ -175,6 +175,15 @@ pub(crate) fn spans_sites(comm: &CommInner) -> bool {
     }
 }
 
+/// Whether every member of the communicator is on one machine.
+pub(crate) fn on_one_machine(comm: &CommInner) -> bool {
+    let mut it = comm.ranks.iter().map(|&w| node_of_world(w));
+    match it.next() {
+        Some(first) => it.all(|n| n == first),
+        None => true,
+    }
+}
+
 /// Whether the communicator spans several machines, one at least with two
 /// of its ranks or more (with one rank per machine a hierarchy saves
 /// nothing).
