@@ -15,7 +15,9 @@ pub use crate::Rank;
 use crate::{Count, Tag};
 
 mod cartesian;
+mod inter;
 pub use cartesian::{dims_create, CartesianCommunicator, CartesianLayout};
+pub use inter::{InterCommunicator, MergeOrder};
 
 /// A key for ordering ranks in `split_by_color_with_key`.
 pub type Key = i32;
@@ -38,6 +40,9 @@ pub(crate) struct CommInner {
     pub(crate) grid: OnceLock<Arc<cartesian::Grid>>,
     /// Cached attributes (`attribute::AnyCommunicator`).
     pub(crate) attrs: Mutex<crate::attribute::Attributes>,
+    /// The remote group of an intercommunicator: ranks given to
+    /// point-to-point calls and reported in statuses are its ranks.
+    pub(crate) remote: Option<Box<inter::Remote>>,
 }
 
 impl CommInner {
@@ -62,27 +67,54 @@ impl CommInner {
             name: Mutex::new(name),
             grid: OnceLock::new(),
             attrs: Mutex::default(),
+            remote: None,
         }))
     }
 
+    /// The communicator's name.
+    pub(crate) fn name(&self) -> String {
+        self.name.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Number of members (of the local group, for an intercommunicator).
     pub(crate) fn size(&self) -> Rank {
         self.ranks.len() as Rank
     }
 
+    /// Whether this is an intercommunicator.
+    pub(crate) fn is_inter(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// The group that point-to-point ranks name: the members, or the
+    /// remote group of an intercommunicator.
+    pub(crate) fn targets(&self) -> &Arc<Vec<u32>> {
+        self.remote.as_ref().map_or(&self.ranks, |r| &r.ranks)
+    }
+
+    /// World rank of the process that point-to-point rank `r` names.
     pub(crate) fn world_of(&self, r: Rank) -> Result<u32, Error> {
+        let targets = self.targets();
         usize::try_from(r)
             .ok()
-            .and_then(|i| self.ranks.get(i).copied())
+            .and_then(|i| targets.get(i).copied())
             .ok_or_else(|| {
+                let what = if self.is_inter() {
+                    "the remote group of an intercommunicator"
+                } else {
+                    "a communicator"
+                };
                 Error::new(
                     ErrorClass::Rank,
-                    format!("rank {r} is outside a communicator of size {}", self.size()),
+                    format!("rank {r} is outside {what} of size {}", targets.len()),
                 )
             })
     }
 
+    /// Point-to-point rank of world rank `world` (-1: none).
     pub(crate) fn comm_of(&self, world: u32) -> Rank {
-        self.inverse.get(world as usize).copied().unwrap_or(-1)
+        let inverse = self.remote.as_ref().map_or(&self.inverse, |r| &r.inverse);
+        inverse.get(world as usize).copied().unwrap_or(-1)
     }
 
     /// Tag base for the next collective: unique per call on this communicator.
@@ -157,9 +189,10 @@ impl Color {
 
 /// A communicator (MPI-1.2 §5.4). Object safe: `&dyn Communicator` works.
 pub trait Communicator: sealed::AsHandle {
-    /// Number of processes a message can be addressed to.
+    /// Number of processes a message can be addressed to (the remote
+    /// group's size for an intercommunicator).
     fn target_size(&self) -> Rank {
-        self.as_handle().0.size()
+        self.as_handle().0.targets().len() as Rank
     }
 
     /// Number of processes in the communicator.
@@ -389,9 +422,52 @@ pub trait Communicator: sealed::AsHandle {
         )
     }
 
-    /// Whether this is an inter-communicator (never, in this library).
+    /// Whether this is an intercommunicator (`MPI_Comm_test_inter`).
     fn test_inter(&self) -> bool {
-        false
+        self.as_handle().0.is_inter()
+    }
+
+    /// An intercommunicator between this communicator's group and another,
+    /// disjoint group (`MPI_Intercomm_create`; collective over both groups).
+    /// `local_leader` is the rank here that speaks for this group; at that
+    /// process alone, `peer_comm` is a communicator it shares with the
+    /// other group's leader and `remote_leader` that leader's rank in it
+    /// (other processes pass anything). Both leaders pass the same `tag`.
+    ///
+    /// # Panics
+    /// On invalid arguments; see
+    /// [`Communicator::try_create_intercommunicator`].
+    fn create_intercommunicator(
+        &self,
+        local_leader: Rank,
+        peer_comm: &dyn Communicator,
+        remote_leader: Rank,
+        tag: Tag,
+    ) -> InterCommunicator {
+        match self.try_create_intercommunicator(local_leader, peer_comm, remote_leader, tag) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// As [`Communicator::create_intercommunicator`], with errors:
+    /// `ErrorClass::Rank` for a leader outside its communicator,
+    /// `ErrorClass::Comm` where this is an intercommunicator or the two
+    /// groups share a process (reported by every member of both groups).
+    fn try_create_intercommunicator(
+        &self,
+        local_leader: Rank,
+        peer_comm: &dyn Communicator,
+        remote_leader: Rank,
+        tag: Tag,
+    ) -> Result<InterCommunicator, Error> {
+        inter::create(
+            &self.as_handle().0,
+            local_leader,
+            &peer_comm.as_handle().0,
+            remote_leader,
+            tag,
+        )
     }
 
     /// Sets the communicator's name.

@@ -1051,6 +1051,20 @@ pub(crate) fn agree_context_among(parent: &CommInner, members: &[u32], tag: i32)
     ctx
 }
 
+/// The largest of the members' `v` (collective over `comm`).
+pub(crate) fn max_u32(comm: &CommInner, v: u32) -> Result<u32, Error> {
+    let mut out = 0u32;
+    // SAFETY: both buffers outlive `run`, which waits for the schedule.
+    run(unsafe { plan_all_reduce(comm, &v, &mut out, SystemOperation::max()) })?;
+    Ok(out)
+}
+
+/// Broadcasts `buf` from comm rank `root` (collective over `comm`).
+pub(crate) fn bcast_bytes(comm: &CommInner, root: Rank, buf: &mut [u8]) -> Result<(), Error> {
+    // SAFETY: `buf` outlives `run`, which waits for the schedule.
+    run(unsafe { plan_bcast(comm, root, buf) })
+}
+
 pub(crate) fn all_gather_i32_pairs(comm: &CommInner, a: i32, b: i32) -> Vec<(i32, i32)> {
     let mine = [a, b];
     let mut all = vec![0i32; 2 * comm.size() as usize];

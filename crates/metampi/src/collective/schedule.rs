@@ -499,6 +499,21 @@ impl<'c> Builder<'c> {
 
     pub(crate) fn finish(mut self) -> Schedule {
         self.round();
+        if self.comm.is_inter() {
+            // MPI-1 defines no collective on an intercommunicator: fail on
+            // every member at once, touching no buffer and sending nothing.
+            self.steps.clear();
+            self.ends.clear();
+            self.outs.clear();
+            self.error = Some(Error::new(
+                ErrorClass::Comm,
+                format!(
+                    "{} on an intercommunicator: collective operations need an \
+                     intracommunicator (merge the intercommunicator first)",
+                    self.name
+                ),
+            ));
+        }
         Schedule {
             name: self.name,
             ctx: self.comm.ctx + 1,

@@ -252,7 +252,10 @@ fn region<'s>(
 /// member: they all see the same machine).
 fn eligible(comm: &CommInner) -> bool {
     let n = comm.ranks.len();
-    if !(2..=MAX_MEMBERS).contains(&n) || std::env::var_os("METAMPI_NO_SHM_COLL").is_some() {
+    if !(2..=MAX_MEMBERS).contains(&n)
+        || comm.is_inter()
+        || std::env::var_os("METAMPI_NO_SHM_COLL").is_some()
+    {
         return false;
     }
     let sh = shared();

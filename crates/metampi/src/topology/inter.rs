@@ -1,0 +1,353 @@
+//! Intercommunicators (MPI-1.2 §5.6): a local and a remote group, disjoint,
+//! where the ranks that point-to-point calls take and statuses report are
+//! ranks of the remote group. Made by
+//! [`Communicator::create_intercommunicator`](super::Communicator::create_intercommunicator),
+//! turned into one intracommunicator of both groups by
+//! [`InterCommunicator::merge`].
+//!
+//! Both groups agree on one context pair, free on every member of either:
+//! each group takes the largest next context of its members, the two leaders
+//! swap theirs and keep the larger, and each leader broadcasts the outcome
+//! in its own group. Point-to-point traffic uses the even context; the odd
+//! one carries the leaders' own messages (negative tags) and, among the
+//! members of one group only, the collectives that merging needs, which run
+//! on a private intracommunicator of the local group. The intercommunicator
+//! itself has no collective operations (MPI-1 defines none): they fail with
+//! `MPI_ERR_COMM` on every member, touching no buffer.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{sealed, AsCommunicator, CommInner, Communicator, CommunicatorHandle, UserGroup};
+use super::{Rank, SimpleCommunicator};
+use crate::collective;
+use crate::environment::shared;
+use crate::error::{Error, ErrorClass};
+use crate::point_to_point::{recv_bytes, send_bytes, Mode};
+use crate::Tag;
+
+/// Leaders' messages while making an intercommunicator: below the tags of
+/// `agree_context_among` (which stay above -2^20 - 2), the user's tag
+/// folded in so concurrent calls with different tags stay apart.
+const CREATE_TAG: Tag = -(1 << 22);
+/// Leaders' messages while merging.
+const MERGE_TAG: Tag = -(1 << 21) - 7;
+/// A header count that says the leader found an error.
+const FAILED: u32 = u32::MAX;
+/// The classes a failing leader can report, by index.
+const CLASSES: [ErrorClass; 3] = [ErrorClass::Other, ErrorClass::Rank, ErrorClass::Comm];
+
+/// The remote side of an intercommunicator.
+pub(crate) struct Remote {
+    /// World rank of each remote member, in remote rank order.
+    pub ranks: Arc<Vec<u32>>,
+    /// Remote rank of each world rank (-1: not a remote member).
+    pub inverse: Vec<Rank>,
+    /// The local group on the intercommunicator's context, for collectives
+    /// among the local members.
+    pub local: Arc<CommInner>,
+}
+
+/// Which group's processes come first in [`InterCommunicator::merge`]
+/// (the `high` argument of `MPI_Intercomm_merge`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MergeOrder {
+    /// This group first.
+    Low,
+    /// This group last.
+    High,
+}
+
+/// A communicator between two disjoint groups: `size` and `rank` are those
+/// of the local group, and the ranks given to sends and receives, and
+/// reported as message sources, are those of the remote group.
+pub struct InterCommunicator(pub(crate) CommunicatorHandle);
+
+impl InterCommunicator {
+    fn remote(&self) -> &Remote {
+        self.0
+             .0
+            .remote
+            .as_deref()
+            .expect("an InterCommunicator has a remote group")
+    }
+
+    /// Number of processes in the remote group (`MPI_Comm_remote_size`).
+    pub fn remote_size(&self) -> Rank {
+        self.remote().ranks.len() as Rank
+    }
+
+    /// The remote group (`MPI_Comm_remote_group`).
+    pub fn remote_group(&self) -> UserGroup {
+        UserGroup(Arc::clone(&self.remote().ranks))
+    }
+
+    /// One intracommunicator of both groups (`MPI_Intercomm_merge`;
+    /// collective over both): the group that passes [`MergeOrder::Low`]
+    /// comes first; where both pass the same, the group whose leader has
+    /// the lower world rank does.
+    ///
+    /// # Panics
+    /// Where the agreement fails; see [`InterCommunicator::try_merge`].
+    pub fn merge(&self, order: MergeOrder) -> SimpleCommunicator {
+        match self.try_merge(order) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// As [`InterCommunicator::merge`], with the error of a failed message.
+    pub fn try_merge(&self, order: MergeOrder) -> Result<SimpleCommunicator, Error> {
+        let inner = &self.0 .0;
+        let remote = self.remote();
+        let local = &remote.local;
+        let sh = shared();
+        let mine = collective::max_u32(local, sh.next_context.load(Ordering::SeqCst))?;
+        let low = order == MergeOrder::Low;
+        // The leaders settle the context and which group goes first.
+        let mut head = [0u8; 8];
+        if inner.rank == 0 {
+            let theirs = swap_with(inner, 0, MERGE_TAG, &[mine, u32::from(low)])?;
+            let [their_ctx, their_low] = theirs[..] else {
+                return Err(Error::new(
+                    ErrorClass::Other,
+                    "the remote leader's merge message is malformed",
+                ));
+            };
+            let first = if low != (their_low != 0) {
+                low
+            } else {
+                inner.ranks[0] < remote.ranks[0]
+            };
+            head = pack2(mine.max(their_ctx), u32::from(first));
+        }
+        collective::bcast_bytes(local, 0, &mut head)?;
+        let (ctx, first) = unpack2(&head);
+        let (a, b) = if first != 0 {
+            (&inner.ranks, &remote.ranks)
+        } else {
+            (&remote.ranks, &inner.ranks)
+        };
+        let ranks: Vec<u32> = a.iter().chain(b.iter()).copied().collect();
+        sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
+        let name = format!("merge of {}", self.get_name());
+        let merged = CommInner::new(ctx, ranks, name).expect("a member of one of the groups");
+        Ok(SimpleCommunicator(CommunicatorHandle(merged)))
+    }
+}
+
+impl sealed::AsHandle for InterCommunicator {
+    fn as_handle(&self) -> &CommunicatorHandle {
+        &self.0
+    }
+}
+impl Communicator for InterCommunicator {}
+impl AsCommunicator for InterCommunicator {
+    type Out = InterCommunicator;
+    fn as_communicator(&self) -> &InterCommunicator {
+        self
+    }
+}
+
+impl std::fmt::Debug for InterCommunicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "InterCommunicator(size {}, rank {}, remote size {})",
+            self.size(),
+            self.rank(),
+            self.remote_size()
+        )
+    }
+}
+
+fn pack2(a: u32, b: u32) -> [u8; 8] {
+    let mut h = [0u8; 8];
+    h[..4].copy_from_slice(&a.to_le_bytes());
+    h[4..].copy_from_slice(&b.to_le_bytes());
+    h
+}
+
+fn unpack2(h: &[u8; 8]) -> (u32, u32) {
+    let w = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    (w(0), w(4))
+}
+
+fn to_bytes(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_bytes(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Sends `mine` to point-to-point rank `other` of `comm` and returns what
+/// it sent back (a count, then the values, on the collective context). The
+/// process of lower world rank sends first, so two long lists cannot wait
+/// on each other.
+fn swap_with(comm: &CommInner, other: Rank, tag: Tag, mine: &[u32]) -> Result<Vec<u32>, Error> {
+    let me = shared().info.rank;
+    let them = comm.world_of(other)?;
+    if them == me {
+        return Err(Error::new(
+            ErrorClass::Comm,
+            "the two groups' leaders are the same process",
+        ));
+    }
+    let send = |v: &[u32]| -> Result<(), Error> {
+        send_bytes(
+            comm,
+            other,
+            tag,
+            &(v.len() as u32).to_le_bytes(),
+            Mode::Standard,
+            true,
+        )?;
+        send_bytes(comm, other, tag, &to_bytes(v), Mode::Standard, true)
+    };
+    let recv = || -> Result<Vec<u32>, Error> {
+        let mut n = [0u8; 4];
+        recv_bytes(comm, Some(other), Some(tag), &mut n, true)?;
+        let mut body = vec![0u8; 4 * u32::from_le_bytes(n) as usize];
+        recv_bytes(comm, Some(other), Some(tag), &mut body, true)?;
+        Ok(from_bytes(&body))
+    };
+    if me < them {
+        send(mine)?;
+        recv()
+    } else {
+        let theirs = recv()?;
+        send(mine)?;
+        Ok(theirs)
+    }
+}
+
+/// `MPI_Intercomm_create`, see
+/// [`Communicator::try_create_intercommunicator`](super::Communicator::try_create_intercommunicator).
+pub(crate) fn create(
+    local: &Arc<CommInner>,
+    local_leader: Rank,
+    peer: &Arc<CommInner>,
+    remote_leader: Rank,
+    tag: Tag,
+) -> Result<InterCommunicator, Error> {
+    if local.is_inter() {
+        return Err(Error::new(
+            ErrorClass::Comm,
+            "the local communicator of a new intercommunicator is itself an intercommunicator",
+        ));
+    }
+    if !(0..local.size()).contains(&local_leader) {
+        return Err(Error::new(
+            ErrorClass::Rank,
+            format!(
+                "local leader {local_leader} is outside a communicator of size {}",
+                local.size()
+            ),
+        ));
+    }
+    let sh = shared();
+    let mine = collective::max_u32(local, sh.next_context.load(Ordering::SeqCst))?;
+    // The leader learns the other group and the context, or an error that
+    // every member must return alike (nobody is left waiting).
+    let mut head = pack2(0, FAILED);
+    let mut remote = Vec::new();
+    let mut leader_error = None;
+    if local.rank == local_leader {
+        let t = CREATE_TAG - tag.rem_euclid(1 << 20);
+        let mut offer = vec![mine];
+        offer.extend_from_slice(&local.ranks);
+        match swap_with(peer, remote_leader, t, &offer) {
+            Ok(theirs) if theirs.is_empty() => {
+                leader_error = Some(Error::new(
+                    ErrorClass::Other,
+                    "the remote leader's group message is empty",
+                ))
+            }
+            Ok(theirs) => {
+                remote = theirs[1..].to_vec();
+                let world = sh.info.size;
+                let mut seen = remote.clone();
+                seen.sort_unstable();
+                seen.dedup();
+                if let Some(w) = remote.iter().find(|w| local.ranks.contains(w)) {
+                    leader_error = Some(overlap(*w));
+                } else if remote.is_empty()
+                    || seen.len() != remote.len()
+                    || remote.iter().any(|&w| w >= world)
+                {
+                    leader_error = Some(Error::new(
+                        ErrorClass::Other,
+                        "the remote leader sent an invalid group",
+                    ));
+                } else {
+                    head = pack2(mine.max(theirs[0]), remote.len() as u32);
+                }
+            }
+            Err(e) => leader_error = Some(e),
+        }
+    }
+    // A failing leader sends its error along: every member returns it.
+    let mut told = Vec::new();
+    if let Some(e) = &leader_error {
+        let code = CLASSES.iter().position(|&c| c == e.class()).unwrap_or(0);
+        told.push(code as u8);
+        told.extend_from_slice(e.message().as_bytes());
+        head = pack2(told.len() as u32, FAILED);
+    }
+    collective::bcast_bytes(local, local_leader, &mut head)?;
+    let (ctx, n) = unpack2(&head);
+    if n == FAILED {
+        told.resize(ctx as usize, 0);
+        collective::bcast_bytes(local, local_leader, &mut told)?;
+        return Err(leader_error.unwrap_or_else(|| {
+            let class = CLASSES
+                .get(told.first().copied().unwrap_or(0) as usize)
+                .copied()
+                .unwrap_or(ErrorClass::Other);
+            let why = String::from_utf8_lossy(told.get(1..).unwrap_or_default());
+            Error::new(
+                class,
+                format!("the local leader (rank {local_leader}) failed: {why}"),
+            )
+        }));
+    }
+    let mut body = to_bytes(&remote);
+    body.resize(4 * n as usize, 0);
+    collective::bcast_bytes(local, local_leader, &mut body)?;
+    let remote = from_bytes(&body);
+    sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
+    Ok(assemble(ctx, local, remote))
+}
+
+fn overlap(w: u32) -> Error {
+    Error::new(
+        ErrorClass::Comm,
+        format!("world rank {w} is in both groups of an intercommunicator"),
+    )
+}
+
+/// The intercommunicator on context `ctx` between `local`'s group and `remote`.
+fn assemble(ctx: u32, local: &CommInner, remote: Vec<u32>) -> InterCommunicator {
+    let name = format!("intercommunicator of {}", local.name());
+    let private = CommInner::new(ctx, local.ranks.to_vec(), format!("{name} (local group)"))
+        .expect("a member of the local group");
+    let mut inner =
+        CommInner::new(ctx, local.ranks.to_vec(), name).expect("a member of the local group");
+    let mut inverse = vec![-1; shared().info.size as usize];
+    for (i, &w) in remote.iter().enumerate() {
+        if let Some(x) = inverse.get_mut(w as usize) {
+            *x = i as Rank;
+        }
+    }
+    Arc::get_mut(&mut inner)
+        .expect("made just now, not yet shared")
+        .remote = Some(Box::new(Remote {
+        ranks: Arc::new(remote),
+        inverse,
+        local: private,
+    }));
+    InterCommunicator(CommunicatorHandle(inner))
+}
