@@ -27,13 +27,13 @@ use crate::sys::vchan::{self, VChan};
 
 /// Largest eager payload accepted from a stream peer; more is a protocol error.
 const MAX_EAGER_WIRE: usize = 64 << 20;
-/// Largest eager message over shared memory: a record of envelope and
-/// payload stays within 64 KiB (a longer one made 64 KiB ping-pong 9-10 µs
-/// against 4.2-4.9 at 63 KiB). Measured against the rendezvous above 32 KiB
-/// (2 ranks pinned, alternating runs): 48 KiB ping-pong 3.0-3.4 µs against
-/// 5.6-7.4, streaming 20-24 GB/s against 9, both ways at once 12.6-13
-/// against 7.5-9.2.
-const EAGER_SHM: usize = (64 << 10) - 64;
+/// Largest eager message over shared memory. Measured against the
+/// rendezvous above 32 KiB (2 ranks pinned, alternating runs): 48 KiB
+/// ping-pong 3.0-3.4 µs against 5.6-7.4, streaming 20-24 GB/s against 9,
+/// both ways at once 12.6-13 against 7.5-9.2. Its record (envelope
+/// included) must stay within the ring's `CLEAR_ALL_MAX`: one past it made
+/// 64 KiB ping-pong 9-10 µs against 4.2-4.9 at 63 KiB.
+const EAGER_SHM: usize = 64 << 10;
 
 /// Largest `Data` fragment sent through a router.
 const ROUTER_FRAGMENT: usize = 256 << 10;

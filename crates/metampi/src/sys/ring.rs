@@ -43,8 +43,9 @@ const PAD: u8 = 0xFF;
 /// Offset of the record length inside the envelope (owned by the ring).
 pub(crate) const REC_LEN_AT: usize = 20;
 /// Records up to this size have every line's length word cleared by the
-/// reader; larger ones only the first (see the module comment).
-pub(crate) const CLEAR_ALL_MAX: u64 = 64 * 1024;
+/// reader; larger ones only the first (see the module comment). It covers
+/// the largest eager record (64 KiB and its envelope).
+pub(crate) const CLEAR_ALL_MAX: u64 = 128 * 1024;
 
 /// A counter on a cache line of its own.
 #[repr(C, align(64))]
