@@ -238,6 +238,12 @@ fn all_at_once(c: &SimpleCommunicator, seed: u64) {
         all[2 * me as usize..][..2],
         "ireduce_scatter_block"
     );
+    // The ring's receives take any source and any tag, so nobody may send
+    // the next phase's messages on `c` before every rank has had all of its
+    // ring's: the collectives above can finish on one rank while another
+    // still waits in the ring (seen: a later phase's one-byte message taken
+    // by a ring receive on 9 ranks over TCP).
+    c.barrier();
 }
 
 /// Every rank but the last starts a collective and then blocks in a receive

@@ -63,11 +63,12 @@ fn battery(world: &SimpleCommunicator) {
             assert_eq!(v, vec![2 * r + i32::from(even), inter.rank(), k]);
         }
     }
-    // Any source: the status names the remote rank, the payload says who sent.
-    inter.process_at_rank(0).send(&[me][..]);
+    // Any source: the status names the remote rank, the payload says who
+    // sent. (A tag of its own: the leaders' later messages must not match.)
+    inter.process_at_rank(0).send_with_tag(&[me][..], 20);
     if inter.rank() == 0 {
         for _ in 0..remote_size {
-            let (v, st) = inter.any_process().receive_vec::<i32>();
+            let (v, st) = inter.any_process().receive_vec_with_tag::<i32>(20);
             assert_eq!(v[0], 2 * st.source_rank() + i32::from(even));
         }
     }
