@@ -1,7 +1,7 @@
 //! Intercommunicators (MPI-1.2 §5.6): made from two disjoint groups of the
 //! world by their leaders, point-to-point between the groups (ranks and
 //! statuses name the remote group; order, wildcards, long and synchronous
-//! messages), collectives refused with `MPI_ERR_COMM`, merged back into one
+//! messages), collectives refused with `MPI_ERR_COMM`, duplicated, merged back into one
 //! intracommunicator in either order, over shared memory and across meta
 //! hosts (routers); and the errors of bad leaders.
 
@@ -117,6 +117,21 @@ fn battery(world: &SimpleCommunicator) {
             .class(),
         ErrorClass::Comm
     );
+
+    // A duplicate has the same groups and a context of its own: the
+    // leaders send on both with one tag and receive in the other order.
+    let dup = inter.duplicate();
+    assert!(dup.test_inter());
+    assert_eq!((dup.size(), dup.rank()), (inter.size(), inter.rank()));
+    assert_eq!(dup.remote_size(), remote_size);
+    if inter.rank() == 0 {
+        inter.process_at_rank(0).send_with_tag(&1i32, 30);
+        dup.process_at_rank(0).send_with_tag(&2i32, 30);
+        let (x, _) = dup.process_at_rank(0).receive_with_tag::<i32>(30);
+        let (y, _) = inter.process_at_rank(0).receive_with_tag::<i32>(30);
+        assert_eq!((x, y), (2, 1));
+    }
+    assert_eq!(dup.try_barrier().unwrap_err().class(), ErrorClass::Comm);
 
     // Merged, evens low: evens first in world order, then odds.
     let merged = inter.merge(if even {

@@ -2,8 +2,8 @@
 //! where the ranks that point-to-point calls take and statuses report are
 //! ranks of the remote group. Made by
 //! [`Communicator::create_intercommunicator`](super::Communicator::create_intercommunicator),
-//! turned into one intracommunicator of both groups by
-//! [`InterCommunicator::merge`].
+//! duplicated by [`InterCommunicator::duplicate`], turned into one
+//! intracommunicator of both groups by [`InterCommunicator::merge`].
 //!
 //! Both groups agree on one context pair, free on every member of either:
 //! each group takes the largest next context of its members, the two leaders
@@ -30,8 +30,10 @@ use crate::Tag;
 /// `agree_context_among` (which stay above -2^20 - 2), the user's tag
 /// folded in so concurrent calls with different tags stay apart.
 const CREATE_TAG: Tag = -(1 << 22);
-/// Leaders' messages while merging.
+/// Leaders' messages while merging and duplicating (on the
+/// intercommunicator's own odd context).
 const MERGE_TAG: Tag = -(1 << 21) - 7;
+const DUP_TAG: Tag = -(1 << 21) - 8;
 /// A header count that says the leader found an error.
 const FAILED: u32 = u32::MAX;
 /// The classes a failing leader can report, by index.
@@ -100,39 +102,86 @@ impl InterCommunicator {
     pub fn try_merge(&self, order: MergeOrder) -> Result<SimpleCommunicator, Error> {
         let inner = &self.0 .0;
         let remote = self.remote();
-        let local = &remote.local;
-        let sh = shared();
-        let mine = collective::max_u32(local, sh.next_context.load(Ordering::SeqCst))?;
         let low = order == MergeOrder::Low;
-        // The leaders settle the context and which group goes first.
-        let mut head = [0u8; 8];
-        if inner.rank == 0 {
-            let theirs = swap_with(inner, 0, MERGE_TAG, &[mine, u32::from(low)])?;
-            let [their_ctx, their_low] = theirs[..] else {
-                return Err(Error::new(
-                    ErrorClass::Other,
-                    "the remote leader's merge message is malformed",
-                ));
-            };
-            let first = if low != (their_low != 0) {
-                low
-            } else {
-                inner.ranks[0] < remote.ranks[0]
-            };
-            head = pack2(mine.max(their_ctx), u32::from(first));
-        }
-        collective::bcast_bytes(local, 0, &mut head)?;
-        let (ctx, first) = unpack2(&head);
-        let (a, b) = if first != 0 {
+        let (ctx, their_low) = self.agree(MERGE_TAG, u32::from(low))?;
+        let first = if low != (their_low != 0) {
+            low
+        } else {
+            inner.ranks[0] < remote.ranks[0]
+        };
+        let (a, b) = if first {
             (&inner.ranks, &remote.ranks)
         } else {
             (&remote.ranks, &inner.ranks)
         };
         let ranks: Vec<u32> = a.iter().chain(b.iter()).copied().collect();
-        sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
         let name = format!("merge of {}", self.get_name());
         let merged = CommInner::new(ctx, ranks, name).expect("a member of one of the groups");
         Ok(SimpleCommunicator(CommunicatorHandle(merged)))
+    }
+
+    /// The same two groups on a new context (`MPI_Comm_dup`; collective
+    /// over both groups).
+    ///
+    /// # Panics
+    /// Where the agreement fails; see [`InterCommunicator::try_duplicate`].
+    pub fn duplicate(&self) -> InterCommunicator {
+        match self.try_duplicate() {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// As [`InterCommunicator::duplicate`], with the error of a failed message.
+    pub fn try_duplicate(&self) -> Result<InterCommunicator, Error> {
+        let (ctx, _) = self.agree(DUP_TAG, 0)?;
+        let name = format!("{} (dup)", self.get_name());
+        Ok(assemble(
+            ctx,
+            &self.0 .0,
+            self.remote().ranks.to_vec(),
+            name,
+        ))
+    }
+
+    /// A context free on every member of both groups (collective over
+    /// both), and the `flag` the other group's leader passed: each group
+    /// takes its members' largest next context, the leaders swap theirs
+    /// and their flags, and each broadcasts the outcome in its group.
+    fn agree(&self, tag: Tag, flag: u32) -> Result<(u32, u32), Error> {
+        let inner = &self.0 .0;
+        let local = &self.remote().local;
+        let sh = shared();
+        let mine = collective::max_u32(local, sh.next_context.load(Ordering::SeqCst))?;
+        let mut head = pack2(0, FAILED);
+        let mut leader_error = None;
+        if inner.rank == 0 {
+            match swap_with(inner, 0, tag, &[mine, flag]) {
+                Ok(theirs) if theirs.len() == 2 && theirs[1] != FAILED => {
+                    head = pack2(mine.max(theirs[0]), theirs[1]);
+                }
+                Ok(_) => {
+                    leader_error = Some(Error::new(
+                        ErrorClass::Other,
+                        "the remote leader's message is malformed",
+                    ))
+                }
+                Err(e) => leader_error = Some(e),
+            }
+        }
+        // A failing leader still broadcasts, so that its group is not left waiting.
+        collective::bcast_bytes(local, 0, &mut head)?;
+        let (ctx, their_flag) = unpack2(&head);
+        if their_flag == FAILED {
+            return Err(leader_error.unwrap_or_else(|| {
+                Error::new(
+                    ErrorClass::Other,
+                    "the local leader could not agree with the remote group",
+                )
+            }));
+        }
+        sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
+        Ok((ctx, their_flag))
     }
 }
 
@@ -319,7 +368,8 @@ pub(crate) fn create(
     collective::bcast_bytes(local, local_leader, &mut body)?;
     let remote = from_bytes(&body);
     sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
-    Ok(assemble(ctx, local, remote))
+    let name = format!("intercommunicator of {}", local.name());
+    Ok(assemble(ctx, local, remote, name))
 }
 
 fn overlap(w: u32) -> Error {
@@ -330,8 +380,7 @@ fn overlap(w: u32) -> Error {
 }
 
 /// The intercommunicator on context `ctx` between `local`'s group and `remote`.
-fn assemble(ctx: u32, local: &CommInner, remote: Vec<u32>) -> InterCommunicator {
-    let name = format!("intercommunicator of {}", local.name());
+fn assemble(ctx: u32, local: &CommInner, remote: Vec<u32>, name: String) -> InterCommunicator {
     let private = CommInner::new(ctx, local.ranks.to_vec(), format!("{name} (local group)"))
         .expect("a member of the local group");
     let mut inner =
