@@ -38,6 +38,8 @@ pub(crate) struct CommInner {
     name: Mutex<String>,
     /// The grid of a Cartesian communicator (and of its duplicates).
     pub(crate) grid: OnceLock<Arc<cartesian::Grid>>,
+    /// Where the members are (`collective::hier::Spread`), once asked.
+    pub(crate) spread: OnceLock<crate::collective::hier::Spread>,
     /// Cached attributes (`attribute::AnyCommunicator`).
     pub(crate) attrs: Mutex<crate::attribute::Attributes>,
     /// The remote group of an intercommunicator: ranks given to
@@ -66,6 +68,7 @@ impl CommInner {
             shm: Mutex::default(),
             name: Mutex::new(name),
             grid: OnceLock::new(),
+            spread: OnceLock::new(),
             attrs: Mutex::default(),
             remote: None,
         }))

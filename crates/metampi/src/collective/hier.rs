@@ -166,47 +166,58 @@ pub(crate) fn usable(comm: &CommInner, commutative: bool) -> bool {
     commutative || tiers(comm, commutative).is_some()
 }
 
+/// Where a communicator's members are, as the choice of algorithm asks on
+/// every collective call: worked out once per communicator (an 8-rank
+/// broadcast spent some 400 instructions a call on it).
+pub(crate) struct Spread {
+    /// The members are on several sites.
+    sites: bool,
+    /// On several machines, one at least with two of them or more (with one
+    /// rank per machine a hierarchy saves nothing).
+    shared_machines: bool,
+    /// All on one machine.
+    one_machine: bool,
+}
+
+fn spread(comm: &CommInner) -> &Spread {
+    comm.spread.get_or_init(|| {
+        let all_equal = |key: &dyn Fn(u32) -> u32| {
+            let mut it = comm.ranks.iter().map(|&w| key(w));
+            match it.next() {
+                Some(first) => it.all(|k| k == first),
+                None => true,
+            }
+        };
+        let one_machine = all_equal(&node_of_world);
+        let mut seen: Vec<u32> = Vec::new();
+        let repeated = comm.ranks.iter().any(|&w| {
+            let k = node_of_world(w);
+            let again = seen.contains(&k);
+            seen.push(k);
+            again
+        });
+        Spread {
+            sites: !all_equal(&|w| site_of_world(w) as u32),
+            shared_machines: !one_machine && repeated,
+            one_machine,
+        }
+    })
+}
+
 /// Whether the communicator spans several sites.
 pub(crate) fn spans_sites(comm: &CommInner) -> bool {
-    let mut it = comm.ranks.iter().map(|&w| site_of_world(w));
-    match it.next() {
-        Some(first) => it.any(|s| s != first),
-        None => false,
-    }
+    spread(comm).sites
 }
 
 /// Whether every member of the communicator is on one machine.
 pub(crate) fn on_one_machine(comm: &CommInner) -> bool {
-    let mut it = comm.ranks.iter().map(|&w| node_of_world(w));
-    match it.next() {
-        Some(first) => it.all(|n| n == first),
-        None => true,
-    }
+    spread(comm).one_machine
 }
 
 /// Whether the communicator spans several machines, one at least with two
-/// of its ranks or more (with one rank per machine a hierarchy saves
-/// nothing).
+/// of its ranks or more.
 pub(crate) fn spans_shared_machines(comm: &CommInner) -> bool {
-    let ids = node_ids();
-    let node = |w: u32| ids.get(w as usize).copied().unwrap_or(0);
-    let Some(&first) = comm.ranks.first() else {
-        return false;
-    };
-    let first = node(first);
-    if comm.ranks.iter().all(|&w| node(w) == first) {
-        return false;
-    }
-    let mut seen: Vec<u32> = Vec::new();
-    comm.ranks.iter().any(|&w| {
-        let k = node(w);
-        if seen.contains(&k) {
-            true
-        } else {
-            seen.push(k);
-            false
-        }
-    })
+    spread(comm).shared_machines
 }
 
 /// The group that holds rank `r`.

@@ -52,7 +52,7 @@ mod alltoall;
 mod barrier;
 mod bcast;
 mod gather;
-mod hier;
+pub(crate) mod hier;
 mod op;
 mod reduce;
 mod scan;
