@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RANKS=${1:-2}
-OPS=${2:-pingpong,bw,barrier,bcast,allreduce,alltoall}
+OPS=${2:-pingpong,bw,bibw,barrier,bcast,allreduce,alltoall}
 SIZES=${3:-0,8,64,512,4096,32768,262144,1048576,4194304}
 SCALE=${SCALE:-0.5}
 PEER=${PEER:-mpich}
