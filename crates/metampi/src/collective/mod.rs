@@ -1012,11 +1012,7 @@ pub(crate) fn barrier_impl<C: Communicator + ?Sized>(c: &C) -> Result<(), Error>
 /// Agrees on a fresh context id among the members of `comm` (collective).
 pub(crate) fn agree_context(comm: &CommInner) -> u32 {
     let sh = crate::environment::shared();
-    let mine = sh.next_context.load(Ordering::SeqCst);
-    let mut ctx = 0u32;
-    // SAFETY: both buffers outlive `run`, which waits for the schedule.
-    let s = unsafe { plan_all_reduce(comm, &mine, &mut ctx, SystemOperation::max()) };
-    run(s).or_abort();
+    let ctx = max_u32(comm, sh.next_context.load(Ordering::SeqCst)).or_abort();
     sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
     ctx
 }

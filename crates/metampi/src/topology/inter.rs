@@ -153,33 +153,17 @@ impl InterCommunicator {
         let local = &self.remote().local;
         let sh = shared();
         let mine = collective::max_u32(local, sh.next_context.load(Ordering::SeqCst))?;
-        let mut head = pack2(0, FAILED);
-        let mut leader_error = None;
-        if inner.rank == 0 {
-            match swap_with(inner, 0, tag, &[mine, flag]) {
-                Ok(theirs) if theirs.len() == 2 && theirs[1] != FAILED => {
-                    head = pack2(mine.max(theirs[0]), theirs[1]);
-                }
-                Ok(_) => {
-                    leader_error = Some(Error::new(
-                        ErrorClass::Other,
-                        "the remote leader's message is malformed",
-                    ))
-                }
-                Err(e) => leader_error = Some(e),
+        let outcome = (inner.rank == 0).then(|| match swap_with(inner, 0, tag, &[mine, flag]) {
+            Ok(theirs) if theirs.len() == 2 && theirs[1] != FAILED => {
+                Ok(pack2(mine.max(theirs[0]), theirs[1]))
             }
-        }
-        // A failing leader still broadcasts, so that its group is not left waiting.
-        collective::bcast_bytes(local, 0, &mut head)?;
-        let (ctx, their_flag) = unpack2(&head);
-        if their_flag == FAILED {
-            return Err(leader_error.unwrap_or_else(|| {
-                Error::new(
-                    ErrorClass::Other,
-                    "the local leader could not agree with the remote group",
-                )
-            }));
-        }
+            Ok(_) => Err(Error::new(
+                ErrorClass::Other,
+                "the remote leader's message is malformed",
+            )),
+            Err(e) => Err(e),
+        });
+        let (ctx, their_flag) = tell_group(local, 0, outcome)?;
         sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
         Ok((ctx, their_flag))
     }
@@ -301,68 +285,30 @@ pub(crate) fn create(
     let mine = collective::max_u32(local, sh.next_context.load(Ordering::SeqCst))?;
     // The leader learns the other group and the context, or an error that
     // every member must return alike (nobody is left waiting).
-    let mut head = pack2(0, FAILED);
     let mut remote = Vec::new();
-    let mut leader_error = None;
-    if local.rank == local_leader {
+    let outcome = (local.rank == local_leader).then(|| {
         let t = CREATE_TAG - tag.rem_euclid(1 << 20);
         let mut offer = vec![mine];
         offer.extend_from_slice(&local.ranks);
-        match swap_with(peer, remote_leader, t, &offer) {
-            Ok(theirs) if theirs.is_empty() => {
-                leader_error = Some(Error::new(
-                    ErrorClass::Other,
-                    "the remote leader's group message is empty",
-                ))
-            }
-            Ok(theirs) => {
-                remote = theirs[1..].to_vec();
-                let world = sh.info.size;
-                let mut seen = remote.clone();
-                seen.sort_unstable();
-                seen.dedup();
-                if let Some(w) = remote.iter().find(|w| local.ranks.contains(w)) {
-                    leader_error = Some(overlap(*w));
-                } else if remote.is_empty()
-                    || seen.len() != remote.len()
-                    || remote.iter().any(|&w| w >= world)
-                {
-                    leader_error = Some(Error::new(
-                        ErrorClass::Other,
-                        "the remote leader sent an invalid group",
-                    ));
-                } else {
-                    head = pack2(mine.max(theirs[0]), remote.len() as u32);
-                }
-            }
-            Err(e) => leader_error = Some(e),
+        let theirs = swap_with(peer, remote_leader, t, &offer)?;
+        let (&their_ctx, group) = theirs.split_first().unwrap_or((&0, &[]));
+        let world = sh.info.size;
+        let mut seen = group.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        if let Some(w) = group.iter().find(|w| local.ranks.contains(w)) {
+            return Err(overlap(*w));
         }
-    }
-    // A failing leader sends its error along: every member returns it.
-    let mut told = Vec::new();
-    if let Some(e) = &leader_error {
-        let code = CLASSES.iter().position(|&c| c == e.class()).unwrap_or(0);
-        told.push(code as u8);
-        told.extend_from_slice(e.message().as_bytes());
-        head = pack2(told.len() as u32, FAILED);
-    }
-    collective::bcast_bytes(local, local_leader, &mut head)?;
-    let (ctx, n) = unpack2(&head);
-    if n == FAILED {
-        told.resize(ctx as usize, 0);
-        collective::bcast_bytes(local, local_leader, &mut told)?;
-        return Err(leader_error.unwrap_or_else(|| {
-            let class = CLASSES
-                .get(told.first().copied().unwrap_or(0) as usize)
-                .copied()
-                .unwrap_or(ErrorClass::Other);
-            let why = String::from_utf8_lossy(told.get(1..).unwrap_or_default());
-            Error::new(
-                class,
-                format!("the local leader (rank {local_leader}) failed: {why}"),
-            )
-        }));
-    }
+        if group.is_empty() || seen.len() != group.len() || group.iter().any(|&w| w >= world) {
+            return Err(Error::new(
+                ErrorClass::Other,
+                "the remote leader sent an invalid group",
+            ));
+        }
+        remote = group.to_vec();
+        Ok(pack2(mine.max(their_ctx), group.len() as u32))
+    });
+    let (ctx, n) = tell_group(local, local_leader, outcome)?;
     let mut body = to_bytes(&remote);
     body.resize(4 * n as usize, 0);
     collective::bcast_bytes(local, local_leader, &mut body)?;
@@ -370,6 +316,48 @@ pub(crate) fn create(
     sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
     let name = format!("intercommunicator of {}", local.name());
     Ok(assemble(ctx, local, remote, name))
+}
+
+/// Broadcasts a leader's outcome in its group (collective over `local`,
+/// whose rank `leader` passes `Some`): two words, or the leader's error,
+/// class and text, which every member then returns alike.
+fn tell_group(
+    local: &CommInner,
+    leader: Rank,
+    outcome: Option<Result<[u8; 8], Error>>,
+) -> Result<(u32, u32), Error> {
+    let mut head = pack2(0, FAILED);
+    let mut told = Vec::new();
+    let mut leader_error = None;
+    match outcome {
+        Some(Ok(h)) => head = h,
+        Some(Err(e)) => {
+            let code = CLASSES.iter().position(|&c| c == e.class()).unwrap_or(0);
+            told.push(code as u8);
+            told.extend_from_slice(e.message().as_bytes());
+            head = pack2(told.len() as u32, FAILED);
+            leader_error = Some(e);
+        }
+        None => {}
+    }
+    collective::bcast_bytes(local, leader, &mut head)?;
+    let (a, b) = unpack2(&head);
+    if b != FAILED {
+        return Ok((a, b));
+    }
+    told.resize(a as usize, 0);
+    collective::bcast_bytes(local, leader, &mut told)?;
+    Err(leader_error.unwrap_or_else(|| {
+        let class = CLASSES
+            .get(told.first().copied().unwrap_or(0) as usize)
+            .copied()
+            .unwrap_or(ErrorClass::Other);
+        let why = String::from_utf8_lossy(told.get(1..).unwrap_or_default());
+        Error::new(
+            class,
+            format!("the local leader (rank {leader}) failed: {why}"),
+        )
+    }))
 }
 
 fn overlap(w: u32) -> Error {
