@@ -65,8 +65,6 @@ echo "" > "$W/compat/src/lib.rs"
 # Examples that fail by design, and why. Any other failure is a regression:
 # the script then exits 1.
 declare -A EXPECTED=(
-    [spawn]="dynamic processes (MPI_Comm_spawn) are not provided"
-    [spawn_multiple]="dynamic processes (MPI_Comm_spawn_multiple) are not provided"
     [derive_nonthreaded_panic]="expects a panic making a datatype off the main thread; metampi's datatypes work on any thread"
     [derive_postfinalize_panic]="expects a panic making a datatype after finalize; metampi's datatypes need no live library"
     [derive_preinit_panic]="expects a panic making a datatype before initialize; likewise"

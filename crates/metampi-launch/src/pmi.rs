@@ -513,6 +513,15 @@ impl PmiServer {
     /// # Errors
     /// The socket cannot be bound or the accept thread cannot start.
     pub fn start(size: usize, job: JobId) -> io::Result<PmiServer> {
+        Self::start_with_key(size, job, None)
+    }
+
+    /// As [`PmiServer::start`], for ranks that must prove `key` (`AUTH`) when one is given.
+    /// A process that starts others (`MPI_Comm_spawn`) hosts their start-up with it.
+    ///
+    /// # Errors
+    /// As for [`PmiServer::start`].
+    pub fn start_with_key(size: usize, job: JobId, key: Option<JobKey>) -> io::Result<PmiServer> {
         let (tx, rx) = mpsc::channel();
         let sink: EventSink = Box::new(move |event| {
             if matches!(event, PmiEvent::Abort { .. }) {
@@ -527,7 +536,7 @@ impl PmiServer {
             job,
             sink,
             false,
-            None,
+            key,
         )?;
         server.events = Some(rx);
         Ok(server)

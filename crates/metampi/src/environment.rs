@@ -108,6 +108,9 @@ impl Drop for Universe {
         let _ = crate::collective::barrier_impl(&world);
         crate::trace::flush();
         self.shared.finalize();
+        // MPI_Finalize is collective over connected processes: the children
+        // this process started end before it does.
+        crate::topology::spawn::wait_children(&self.shared);
         *state().lock().unwrap_or_else(|p| p.into_inner()) = State::Finalized;
     }
 }

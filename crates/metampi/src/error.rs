@@ -24,6 +24,8 @@ pub enum ErrorClass {
     Dims,
     /// `MPI_ERR_PENDING`/would-block: the operation cannot complete now.
     WouldBlock,
+    /// `MPI_ERR_SPAWN`: processes could not be started (MPI-2 §5.3).
+    Spawn,
     /// `MPI_ERR_OTHER`: transport failure, lost peer, internal error.
     Other,
 }
@@ -40,6 +42,7 @@ impl fmt::Display for ErrorClass {
             ErrorClass::Arg => "MPI_ERR_ARG",
             ErrorClass::Dims => "MPI_ERR_DIMS",
             ErrorClass::WouldBlock => "MPI_ERR_PENDING",
+            ErrorClass::Spawn => "MPI_ERR_SPAWN",
             ErrorClass::Other => "MPI_ERR_OTHER",
         };
         f.write_str(s)

@@ -69,6 +69,9 @@ pub use crate::environment::{
     time_resolution, Threading,
 };
 pub use crate::error::{Error, ErrorClass};
+/// rsmpi's name for the error of a fallible call (such as
+/// [`Root::spawn`](collective::Root::spawn)).
+pub type MpiError = Error;
 
 /// A rank in a communicator.
 pub type Rank = i32;

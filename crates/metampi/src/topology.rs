@@ -16,11 +16,28 @@ use crate::{Count, Tag};
 
 mod cartesian;
 mod inter;
+pub(crate) mod spawn;
 pub use cartesian::{dims_create, CartesianCommunicator, CartesianLayout};
 pub use inter::{InterCommunicator, MergeOrder};
 
 /// A key for ordering ranks in `split_by_color_with_key`.
 pub type Key = i32;
+
+/// Communicator rank of each engine rank in `ranks` (-1 elsewhere): world
+/// ranks, and processes joined later (numbered after the world).
+pub(crate) fn inverse_of(ranks: &[u32]) -> Vec<Rank> {
+    let n = ranks
+        .iter()
+        .map(|&w| w as usize + 1)
+        .max()
+        .unwrap_or(0)
+        .max(shared().info.size as usize);
+    let mut inverse = vec![-1; n];
+    for (i, &w) in ranks.iter().enumerate() {
+        inverse[w as usize] = i as Rank;
+    }
+    inverse
+}
 
 /// Shared state of one communicator.
 pub(crate) struct CommInner {
@@ -45,17 +62,20 @@ pub(crate) struct CommInner {
     /// The remote group of an intercommunicator: ranks given to
     /// point-to-point calls and reported in statuses are its ranks.
     pub(crate) remote: Option<Box<inter::Remote>>,
+    /// Some members are processes of another world (spawned ones, or
+    /// parents): every member then sees the others as spread one per
+    /// machine, since no member knows where all the others are, and the
+    /// collectives' choices must be the same on all ([`CommInner::node_of`]).
+    pub(crate) mixed: bool,
 }
 
 impl CommInner {
     pub(crate) fn new(ctx: u32, ranks: Vec<u32>, name: String) -> Option<Arc<CommInner>> {
         let sh = shared();
         let me = sh.info.rank;
-        let mut inverse = vec![-1; sh.info.size as usize];
-        for (i, &w) in ranks.iter().enumerate() {
-            inverse[w as usize] = i as Rank;
-        }
+        let inverse = inverse_of(&ranks);
         let rank = inverse[me as usize];
+        let mixed = ranks.iter().any(|&w| w >= sh.info.size);
         if rank < 0 {
             return None;
         }
@@ -71,7 +91,18 @@ impl CommInner {
             spread: OnceLock::new(),
             attrs: Mutex::default(),
             remote: None,
+            mixed,
         }))
+    }
+
+    /// The machine name of engine rank `w` as collectives and topology
+    /// queries see it: `None` for a process of another world, and for
+    /// every member of a mixed communicator (see [`CommInner::mixed`]).
+    pub(crate) fn node_of(&self, w: u32) -> Option<&'static str> {
+        if self.mixed {
+            return None;
+        }
+        shared().info.nodes.get(w as usize).map(String::as_str)
     }
 
     /// The communicator's name.
@@ -373,11 +404,12 @@ pub trait Communicator: sealed::AsHandle {
     fn split_shared(&self, key: i32) -> SimpleCommunicator {
         let h = &self.as_handle().0;
         let sh = shared();
-        let my_node = &sh.info.nodes[sh.info.rank as usize];
+        // A process of another world shares no memory with this one here.
+        let my_node = h.node_of(sh.info.rank);
         let color = h
             .ranks
             .iter()
-            .position(|&w| &sh.info.nodes[w as usize] == my_node)
+            .position(|&w| w == sh.info.rank || (my_node.is_some() && h.node_of(w) == my_node))
             .unwrap_or(0) as i32;
         self.split_by_color_with_key(Color(color), key)
             .expect("every process has a node colour")
@@ -471,6 +503,15 @@ pub trait Communicator: sealed::AsHandle {
             remote_leader,
             tag,
         )
+    }
+
+    /// The intercommunicator to the processes that spawned this one
+    /// (`MPI_Comm_get_parent`); `None` in a process that was not spawned
+    /// (see [`Root::spawn`](crate::collective::Root::spawn)). Its local
+    /// group is this process's world, its remote group the spawning
+    /// communicator's members in their order.
+    fn parent(&self) -> Option<InterCommunicator> {
+        spawn::parent()
     }
 
     /// Sets the communicator's name.
@@ -586,18 +627,14 @@ pub trait Communicator: sealed::AsHandle {
     }
 
     /// Number of distinct machines (shared-memory nodes) in this communicator.
+    /// Processes of another world (spawned, parents) count one machine each.
     fn num_nodes(&self) -> usize {
-        let sh = shared();
-        let mut names: Vec<&str> = self
-            .as_handle()
-            .0
-            .ranks
-            .iter()
-            .map(|&w| sh.info.nodes[w as usize].as_str())
-            .collect();
+        let h = &self.as_handle().0;
+        let mut names: Vec<&str> = h.ranks.iter().filter_map(|&w| h.node_of(w)).collect();
+        let unknown = h.ranks.len() - names.len();
         names.sort_unstable();
         names.dedup();
-        names.len()
+        names.len() + unknown
     }
 }
 

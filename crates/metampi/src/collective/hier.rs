@@ -95,8 +95,23 @@ fn node_ids() -> &'static [u32] {
     })
 }
 
-fn node_of_world(w: u32) -> u32 {
-    node_ids().get(w as usize).copied().unwrap_or(0)
+/// The machine of engine rank `w` of `comm`, and its site, as every member
+/// sees them: in a communicator with processes of another world
+/// (`CommInner::mixed`) one machine per member on one site, since no
+/// member knows where all the others are.
+fn node_in(comm: &CommInner, w: u32) -> u32 {
+    if comm.mixed {
+        return w;
+    }
+    node_ids().get(w as usize).copied().unwrap_or(u32::MAX - w)
+}
+
+fn site_in(comm: &CommInner, w: u32) -> usize {
+    if comm.mixed {
+        0
+    } else {
+        site_of_world(w)
+    }
 }
 
 /// `ranks` (ascending communicator ranks) grouped by `key`: each group
@@ -126,8 +141,8 @@ fn consecutive(g: &[Rank]) -> bool {
 /// site whose machines interleave is treated as one machine.
 pub(crate) fn tiers(comm: &CommInner, commutative: bool) -> Option<Tiers> {
     let n = comm.size();
-    let site = |r: Rank| site_of_world(comm.ranks[r as usize]);
-    let node = |r: Rank| node_of_world(comm.ranks[r as usize]);
+    let site = |r: Rank| site_in(comm, comm.ranks[r as usize]);
+    let node = |r: Rank| node_in(comm, comm.ranks[r as usize]);
     let sites = group_by(0..n, site);
     if sites.len() > 1 {
         if !commutative && !sites.iter().all(|g| consecutive(g)) {
@@ -188,16 +203,16 @@ fn spread(comm: &CommInner) -> &Spread {
                 None => true,
             }
         };
-        let one_machine = all_equal(&node_of_world);
+        let one_machine = all_equal(&|w| node_in(comm, w));
         let mut seen: Vec<u32> = Vec::new();
         let repeated = comm.ranks.iter().any(|&w| {
-            let k = node_of_world(w);
+            let k = node_in(comm, w);
             let again = seen.contains(&k);
             seen.push(k);
             again
         });
         Spread {
-            sites: !all_equal(&|w| site_of_world(w) as u32),
+            sites: !all_equal(&|w| site_in(comm, w) as u32),
             shared_machines: !one_machine && repeated,
             one_machine,
         }

@@ -1519,6 +1519,53 @@ pub trait Root: AsCommunicator {
     /// The root's rank.
     fn root_rank(&self) -> Rank;
 
+    /// Starts `maxprocs` processes of `command` and returns the
+    /// intercommunicator to them (`MPI_Comm_spawn`, MPI-2 §5.3.2;
+    /// collective over the communicator, whose root's arguments alone
+    /// count). The children form a world of their own, started on the
+    /// root's machine with the command's arguments, environment and
+    /// directory, standard input closed and output shared with the root;
+    /// they reach this group through
+    /// [`Communicator::parent`](crate::traits::Communicator::parent). A child
+    /// that aborts, or ends without finalizing or with a failing status, ends
+    /// the whole job; the root's finalize waits for the children.
+    ///
+    /// # Errors
+    /// `ErrorClass::Spawn` where a program cannot be started, or the
+    /// communicator spans meta hosts (children could not reach parents
+    /// behind a router); `ErrorClass::Arg` for a count below 1;
+    /// `ErrorClass::Comm` on an intercommunicator. Every member returns the
+    /// same error.
+    fn spawn(
+        &self,
+        command: &std::process::Command,
+        maxprocs: Rank,
+    ) -> Result<crate::topology::InterCommunicator, Error> {
+        let comm = comm_of(self.as_communicator());
+        crate::topology::spawn::spawn(comm, self.root_rank(), &[(command, maxprocs)])
+    }
+
+    /// As [`Root::spawn`], with several programs (`MPI_Comm_spawn_multiple`):
+    /// `maxprocs[i]` processes of `commands[i]`, numbered in that order in
+    /// the children's world, whose `Universe::appnum` is `i`.
+    ///
+    /// # Errors
+    /// As for [`Root::spawn`]; `ErrorClass::Arg` also where the two slices
+    /// differ in length.
+    fn spawn_multiple(
+        &self,
+        commands: &[std::process::Command],
+        maxprocs: &[Rank],
+    ) -> Result<crate::topology::InterCommunicator, Error> {
+        let comm = comm_of(self.as_communicator());
+        let apps: Vec<(&std::process::Command, Rank)> = if commands.len() == maxprocs.len() {
+            commands.iter().zip(maxprocs.iter().copied()).collect()
+        } else {
+            Vec::new()
+        };
+        crate::topology::spawn::spawn(comm, self.root_rank(), &apps)
+    }
+
     /// The root's `buffer` into every member's `buffer` (`MPI_Bcast`, §4.4).
     fn broadcast_into<Buf>(&self, buffer: &mut Buf)
     where

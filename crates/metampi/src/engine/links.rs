@@ -80,6 +80,9 @@ pub(crate) struct TcpLink {
     vchan: Option<VChan>,
     /// The router closed the connection (seen while its pipe still had data).
     bell_closed: bool,
+    /// The engine rank of the process at the other end, where its frames
+    /// carry a rank of another world (see [`Links::add_process`]).
+    src_as: Option<u32>,
 }
 
 /// Receive side of a stream: a staging buffer so that one `read` usually
@@ -173,8 +176,11 @@ pub(crate) struct Links {
     pub my_sleep: Option<SleepFlag>,
     pub wake: UnixDatagram,
     pub segments: Vec<Segment>,
-    /// Channels appended after the world ranks (router connections).
-    extra: usize,
+    /// World ranks: channels `[world, world + routers)` are router
+    /// connections, and those after them spawned or parent processes
+    /// ([`Links::add_process`]), each its own rank in this engine.
+    world: usize,
+    routers: usize,
     /// Frames waiting in any out-queue (fast check for the progress loop).
     pending: usize,
     /// Why the job must end (a router connection broke).
@@ -232,7 +238,8 @@ impl Links {
             my_sleep: None,
             wake,
             segments: Vec::new(),
-            extra: 0,
+            world: n,
+            routers: 0,
             pending: 0,
             fatal: None,
             sites: Vec::new(),
@@ -248,9 +255,20 @@ impl Links {
         }
     }
 
-    /// Number of world ranks (channels beyond it are router connections).
+    /// Number of world ranks.
     fn world(&self) -> usize {
-        self.outq.len() - self.extra
+        self.world
+    }
+
+    /// Whether channel `c` is a router connection.
+    fn is_router(&self, c: usize) -> bool {
+        c >= self.world && c < self.world + self.routers
+    }
+
+    /// Whether frames may be addressed to engine rank `dst`: a world rank or
+    /// a process joined later, not a router connection.
+    fn addressable(&self, dst: u32) -> bool {
+        (dst as usize) < self.peers.len() && !self.is_router(dst as usize)
     }
 
     pub(crate) fn add_inbound(&mut self, src: u32, c: Consumer) {
@@ -335,12 +353,33 @@ impl Links {
         }
     }
 
-    /// Adds a channel (a router connection) after the world ranks; returns its index.
+    /// Adds a channel (a router connection) after the world ranks; returns
+    /// its index. Router connections all come before any process added by
+    /// [`Links::add_process`].
     pub(crate) fn add_channel(&mut self, link: Link) -> usize {
+        debug_assert_eq!(self.peers.len(), self.world + self.routers);
         self.peers.push(link);
         self.outq.push(VecDeque::new());
-        self.extra += 1;
+        self.routers += 1;
         self.peers.len() - 1
+    }
+
+    /// Adds a process outside the world (a spawned child, or a parent) on
+    /// its own stream; returns the engine rank it gets here. Its frames
+    /// name the sender by its rank in its own world, so they are read as
+    /// coming from this rank instead.
+    pub(crate) fn add_process(&mut self, stream: TcpStream) -> u32 {
+        let r = self.peers.len() as u32;
+        self.peers.push(Link::Tcp(TcpLink {
+            stream,
+            rx: Rx::default(),
+            closed: false,
+            vchan: None,
+            bell_closed: false,
+            src_as: Some(r),
+        }));
+        self.outq.push(VecDeque::new());
+        r
     }
 
     /// Sends frames for world rank `dst` through channel `chan`.
@@ -360,12 +399,13 @@ impl Links {
             closed: false,
             vchan,
             bell_closed: false,
+            src_as: None,
         })
     }
 
     /// Raises or lowers this rank's "wake me" flag on every router pipe.
     pub(crate) fn arm_pipes(&self, on: bool) {
-        for p in &self.peers[self.world()..] {
+        for p in &self.peers[self.world..self.world + self.routers] {
             if let Link::Tcp(TcpLink {
                 vchan: Some(v),
                 closed: false,
@@ -380,8 +420,8 @@ impl Links {
     /// Reads the wake-up bytes of every router pipe's connection, noting
     /// the ones the router has closed.
     fn drain_bells(&mut self) {
-        let world = self.world();
-        for p in &mut self.peers[world..] {
+        let routers = self.world..self.world + self.routers;
+        for p in &mut self.peers[routers] {
             if let Link::Tcp(t) = p {
                 if t.vchan.is_some() && !t.closed && !t.bell_closed {
                     t.bell_closed = !vchan::drain_bell(&t.stream).unwrap_or(false);
@@ -475,7 +515,7 @@ impl Links {
                 env.flags |= order;
                 env.dst = dst;
                 env.sreq = id;
-                let eager = if d >= self.world() {
+                let eager = if self.is_router(d) {
                     self.eager_router
                 } else {
                     self.eager_tcp
@@ -569,7 +609,7 @@ impl Links {
     /// data and collective schedules convert before sending; receivers
     /// of untyped bytes ignore the flag), everything else in this machine's.
     fn order_flag(&self, d: usize) -> u8 {
-        let routed = d >= self.world();
+        let routed = self.is_router(d);
         let big = if routed {
             self.routed_big_endian
         } else {
@@ -606,7 +646,7 @@ impl Links {
                     env.dst = dst;
                     if dst == self.rank {
                         self.self_q.push_back((env, Vec::new()));
-                    } else if (dst as usize) < self.world() {
+                    } else if self.addressable(dst) {
                         let c = self.chan(dst);
                         self.queue(c, env.encode(None), None, None);
                     }
@@ -617,14 +657,14 @@ impl Links {
                     let Some(total) = core.send_bytes(sreq).map(<[u8]>::len) else {
                         continue;
                     };
-                    if dst as usize >= self.world() {
+                    if !self.addressable(dst) {
                         continue;
                     }
                     let c = self.chan(dst);
                     let chunk = match &self.peers.get(c) {
                         Some(Link::Shm(l)) => l.prod.max_payload(),
                         // Routers hold whole frames: keep them small.
-                        Some(Link::Tcp(_)) if c >= self.world() => ROUTER_FRAGMENT,
+                        Some(Link::Tcp(_)) if self.is_router(c) => ROUTER_FRAGMENT,
                         Some(Link::Tcp(_)) => TCP_FRAGMENT,
                         _ => continue,
                     };
@@ -910,7 +950,12 @@ impl Links {
 
     /// Fails the requests of every peer reached through channel `c`.
     fn fail_channel(&mut self, core: &mut Core, c: usize, why: &str) {
-        if c >= self.world() && self.fatal.is_none() {
+        if c >= self.world + self.routers {
+            // A process joined later: its requests alone fail.
+            core.fail_peer(c as u32, why);
+            return;
+        }
+        if self.is_router(c) && self.fatal.is_none() {
             // A lost router cuts this rank off from a whole meta host: waits on
             // any source or in collectives could never finish, so the job ends.
             let since = std::time::SystemTime::now()
@@ -1073,17 +1118,24 @@ fn body_target<'a>(core: &'a mut Core, body: &Body, env: &Envelope) -> Option<&'
 fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
     let mut moved = false;
     let TcpLink {
-        stream, rx, vchan, ..
+        stream,
+        rx,
+        vchan,
+        src_as,
+        ..
     } = t;
     loop {
         let avail = rx.end - rx.start;
         let Some(env) = rx.env else {
             if avail >= ENV_LEN {
-                let env = Envelope::decode(&rx.buf[rx.start..rx.start + ENV_LEN])
+                let mut env = Envelope::decode(&rx.buf[rx.start..rx.start + ENV_LEN])
                     .filter(|e| !e.is_inline())
                     .ok_or_else(|| {
                         io::Error::new(io::ErrorKind::InvalidData, "malformed envelope")
                     })?;
+                if let Some(r) = *src_as {
+                    env.src = r;
+                }
                 rx.start += ENV_LEN;
                 let n = env.trailing_len();
                 if n == 0 {

@@ -159,6 +159,15 @@ pub(crate) struct Shared {
     pub finalized: AtomicBool,
     /// Next free context id (even numbers; +1 is the collective context).
     pub next_context: AtomicU32,
+    /// The address others reach this rank's listeners at, and where to
+    /// bind them (spawned processes connect to their parents there).
+    pub tcp_ip: IpAddr,
+    pub listen_ip: IpAddr,
+    /// For a spawned process: the parent intercommunicator's context and
+    /// the engine ranks of the parents, in their group's order.
+    pub parent: Option<(u32, Vec<u32>)>,
+    /// Processes this one spawned, watched until they end (joined at finalize).
+    pub children: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 /// Spinning without yielding, for the latency of a quick reply.
@@ -313,10 +322,13 @@ fn offer_pipes(
     Ok(vchan)
 }
 
-fn accept_peers(
+/// Accepts one authenticated connection (context `ctx`, a 4-byte hello
+/// naming the peer) from each of `expected`, refusing strangers.
+pub(crate) fn accept_peers(
     rank: u32,
     listener: &TcpListener,
     key: &crate::auth::Secret,
+    ctx: &'static str,
     mut expected: Vec<u32>,
 ) -> io::Result<Vec<(u32, TcpStream)>> {
     use std::os::fd::AsRawFd;
@@ -352,7 +364,7 @@ fn accept_peers(
                         // A connection that cannot prove the job secret is
                         // logged and dropped; the job goes on waiting for its
                         // real peers.
-                        match crate::auth::accept(&mut s, &key, RANK_CTX, 4) {
+                        match crate::auth::accept(&mut s, &key, ctx, 4) {
                             Ok(h) => {
                                 let r = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
                                 let _ = tx.send(Some((r, s)));
@@ -377,6 +389,20 @@ fn accept_peers(
     }
     listener.set_nonblocking(false)?;
     Ok(done)
+}
+
+/// A connection to a peer as every stream link wants it: no Nagle delay,
+/// non-blocking, explicit 4 MiB buffers (they beat loopback autotuning for
+/// streaming, measured).
+pub(crate) fn configure_stream(s: &TcpStream) -> io::Result<()> {
+    s.set_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    let tcp_buf = env_usize("METAMPI_TCP_BUF").unwrap_or(4 << 20);
+    if tcp_buf > 0 {
+        use std::os::fd::AsRawFd;
+        poll::set_socket_buffers(s.as_raw_fd(), tcp_buf)?;
+    }
+    Ok(())
 }
 
 impl Shared {
@@ -566,20 +592,13 @@ impl Shared {
         let expected: Vec<u32> = tcp_peers.iter().copied().filter(|&r| r < rank).collect();
         if !expected.is_empty() {
             let key = key.as_ref().expect("made when there are TCP peers");
-            for (r, s) in accept_peers(rank, &listener, key, expected)? {
+            for (r, s) in accept_peers(rank, &listener, key, RANK_CTX, expected)? {
                 peers[r as usize] = Links::tcp(s);
             }
         }
-        // Explicit 4 MiB buffers beat loopback autotuning for streaming (measured).
-        let tcp_buf = env_usize("METAMPI_TCP_BUF").unwrap_or(4 << 20);
         for p in &peers {
             if let Link::Tcp(t) = p {
-                t.stream.set_nodelay(true)?;
-                t.stream.set_nonblocking(true)?;
-                if tcp_buf > 0 {
-                    use std::os::fd::AsRawFd;
-                    poll::set_socket_buffers(t.stream.as_raw_fd(), tcp_buf)?;
-                }
+                configure_stream(&t.stream)?;
             }
         }
         pmi.fence()?;
@@ -646,6 +665,19 @@ impl Shared {
         for (r, c) in inbound {
             links.add_inbound(r, c);
         }
+        // A spawned process meets its parents before its start-up ends.
+        let parent = match crate::topology::spawn::parent_spec()? {
+            Some(spec) => {
+                let streams = crate::topology::spawn::connect_parents(&spec, rank)?;
+                let mut ranks = Vec::with_capacity(streams.len());
+                for s in streams {
+                    configure_stream(&s)?;
+                    ranks.push(links.add_process(s));
+                }
+                Some((spec.ctx, ranks))
+            }
+            None => None,
+        };
         if let Some(seg) = own_seg {
             seg.unlink();
             // SAFETY: the first word of our segment is our sleep flag; the
@@ -696,6 +728,7 @@ impl Shared {
         // 8 ranks on 2 cores, barrier 138 µs with 20 µs of spinning, 29 µs with 1 ms).
         let spin_us =
             env_usize("METAMPI_SPIN_US").unwrap_or(if oversubscribed { 1000 } else { 200 });
+        let next_context = parent.as_ref().map_or(4, |p| (p.0 + 2).max(4));
         Ok(Shared {
             engine: Mutex::new(Engine {
                 core,
@@ -725,7 +758,11 @@ impl Shared {
             ))?),
             async_started: AtomicBool::new(false),
             finalized: AtomicBool::new(false),
-            next_context: AtomicU32::new(4),
+            next_context: AtomicU32::new(next_context),
+            tcp_ip: my_ip,
+            listen_ip,
+            parent,
+            children: Mutex::default(),
         })
     }
 
@@ -761,6 +798,10 @@ impl Shared {
             async_started: AtomicBool::new(false),
             finalized: AtomicBool::new(false),
             next_context: AtomicU32::new(4),
+            tcp_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            parent: None,
+            children: Mutex::default(),
         })
     }
 
@@ -1150,7 +1191,7 @@ mod tests {
             })
             .collect();
         let t = Instant::now();
-        let mut got = accept_peers(2, &listener, &key, vec![0, 1]).unwrap();
+        let mut got = accept_peers(2, &listener, &key, RANK_CTX, vec![0, 1]).unwrap();
         let took = t.elapsed();
         got.sort_by_key(|p| p.0);
         assert_eq!(got.iter().map(|p| p.0).collect::<Vec<_>>(), [0, 1]);
@@ -1181,7 +1222,7 @@ mod tests {
             let mut s = TcpStream::connect(addr).unwrap();
             auth::connect(&mut s, &k, RANK_CTX, &0u32.to_le_bytes()).unwrap();
         });
-        let got = accept_peers(1, &listener, &key, vec![0]).unwrap();
+        let got = accept_peers(1, &listener, &key, RANK_CTX, vec![0]).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].0, 0);
         let e = bad.join().unwrap();

@@ -185,13 +185,17 @@ impl Grid {
 }
 
 /// Each member's (site, machine) of `comm`, machines numbered by first appearance.
+/// A communicator with processes of another world (see `CommInner::mixed`)
+/// counts one site, and one machine per member.
 fn places(comm: &CommInner) -> Vec<(usize, usize)> {
-    let sh = crate::environment::shared();
+    if comm.mixed {
+        return (0..comm.ranks.len()).map(|i| (0, i)).collect();
+    }
     let mut names: Vec<&str> = Vec::new();
     comm.ranks
         .iter()
         .map(|&w| {
-            let name = sh.info.nodes[w as usize].as_str();
+            let name = comm.node_of(w).unwrap_or_default();
             let machine = names.iter().position(|&n| n == name).unwrap_or_else(|| {
                 names.push(name);
                 names.len() - 1

@@ -37,7 +37,13 @@ const DUP_TAG: Tag = -(1 << 21) - 8;
 /// A header count that says the leader found an error.
 const FAILED: u32 = u32::MAX;
 /// The classes a failing leader can report, by index.
-const CLASSES: [ErrorClass; 3] = [ErrorClass::Other, ErrorClass::Rank, ErrorClass::Comm];
+const CLASSES: [ErrorClass; 5] = [
+    ErrorClass::Other,
+    ErrorClass::Rank,
+    ErrorClass::Comm,
+    ErrorClass::Spawn,
+    ErrorClass::Arg,
+];
 
 /// The remote side of an intercommunicator.
 pub(crate) struct Remote {
@@ -103,11 +109,11 @@ impl InterCommunicator {
         let inner = &self.0 .0;
         let remote = self.remote();
         let low = order == MergeOrder::Low;
-        let (ctx, their_low) = self.agree(MERGE_TAG, u32::from(low))?;
+        let (ctx, their_low, keys) = self.agree(MERGE_TAG, u32::from(low))?;
         let first = if low != (their_low != 0) {
             low
         } else {
-            inner.ranks[0] < remote.ranks[0]
+            keys.0 < keys.1
         };
         let (a, b) = if first {
             (&inner.ranks, &remote.ranks)
@@ -134,7 +140,7 @@ impl InterCommunicator {
 
     /// As [`InterCommunicator::duplicate`], with the error of a failed message.
     pub fn try_duplicate(&self) -> Result<InterCommunicator, Error> {
-        let (ctx, _) = self.agree(DUP_TAG, 0)?;
+        let (ctx, _, _) = self.agree(DUP_TAG, 0)?;
         let name = format!("{} (dup)", self.get_name());
         Ok(assemble(
             ctx,
@@ -145,16 +151,22 @@ impl InterCommunicator {
     }
 
     /// A context free on every member of both groups (collective over
-    /// both), and the `flag` the other group's leader passed: each group
-    /// takes its members' largest next context, the leaders swap theirs
-    /// and their flags, and each broadcasts the outcome in its group.
-    fn agree(&self, tag: Tag, flag: u32) -> Result<(u32, u32), Error> {
+    /// both), the `flag` the other group's leader passed, and the two
+    /// leaders' [`leader_key`]s (ours, theirs): each group takes its
+    /// members' largest next context, the leaders swap theirs, their flags
+    /// and keys, and each broadcasts the outcome in its group.
+    fn agree(&self, tag: Tag, flag: u32) -> Result<(u32, u32, (u64, u64)), Error> {
         let inner = &self.0 .0;
         let local = &self.remote().local;
         let sh = shared();
         let mine = collective::max_u32(local, sh.next_context.load(Ordering::SeqCst))?;
-        let outcome = (inner.rank == 0).then(|| match swap_with(inner, 0, tag, &[mine, flag]) {
-            Ok(theirs) if theirs.len() == 2 && theirs[1] != FAILED => {
+        let key = leader_key(inner);
+        let offer = [mine, flag, (key >> 32) as u32, key as u32];
+        let mut keys = [0u8; 16];
+        let outcome = (inner.rank == 0).then(|| match swap_with(inner, 0, tag, &offer) {
+            Ok(theirs) if theirs.len() == 4 && theirs[1] != FAILED => {
+                keys[..8].copy_from_slice(&key.to_le_bytes());
+                keys[8..].copy_from_slice(&pack2(theirs[3], theirs[2]));
                 Ok(pack2(mine.max(theirs[0]), theirs[1]))
             }
             Ok(_) => Err(Error::new(
@@ -164,8 +176,10 @@ impl InterCommunicator {
             Err(e) => Err(e),
         });
         let (ctx, their_flag) = tell_group(local, 0, outcome)?;
+        collective::bcast_bytes(local, 0, &mut keys)?;
+        let word = |i: usize| u64::from_le_bytes(keys[i..i + 8].try_into().expect("8 bytes"));
         sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
-        Ok((ctx, their_flag))
+        Ok((ctx, their_flag, (word(0), word(8))))
     }
 }
 
@@ -194,11 +208,22 @@ impl std::fmt::Debug for InterCommunicator {
     }
 }
 
-fn pack2(a: u32, b: u32) -> [u8; 8] {
+pub(super) fn pack2(a: u32, b: u32) -> [u8; 8] {
     let mut h = [0u8; 8];
     h[..4].copy_from_slice(&a.to_le_bytes());
     h[4..].copy_from_slice(&b.to_le_bytes());
     h
+}
+
+/// What orders two groups that both ask for the same place in a merge, the
+/// same from either side: the leader's world rank, after a hash of its
+/// world's job id (the groups of a spawn are two worlds, whose ranks both
+/// start at 0; within one world the lower leader comes first).
+fn leader_key(comm: &CommInner) -> u64 {
+    let sh = shared();
+    let job = crate::hash::fnv1a(sh.info.job.bytes()) as u32;
+    let leader = comm.ranks[0];
+    (u64::from(job) << 32) | u64::from(leader)
 }
 
 fn unpack2(h: &[u8; 8]) -> (u32, u32) {
@@ -321,7 +346,7 @@ pub(crate) fn create(
 /// Broadcasts a leader's outcome in its group (collective over `local`,
 /// whose rank `leader` passes `Some`): two words, or the leader's error,
 /// class and text, which every member then returns alike.
-fn tell_group(
+pub(super) fn tell_group(
     local: &CommInner,
     leader: Rank,
     outcome: Option<Result<[u8; 8], Error>>,
@@ -368,17 +393,17 @@ fn overlap(w: u32) -> Error {
 }
 
 /// The intercommunicator on context `ctx` between `local`'s group and `remote`.
-fn assemble(ctx: u32, local: &CommInner, remote: Vec<u32>, name: String) -> InterCommunicator {
+pub(super) fn assemble(
+    ctx: u32,
+    local: &CommInner,
+    remote: Vec<u32>,
+    name: String,
+) -> InterCommunicator {
     let private = CommInner::new(ctx, local.ranks.to_vec(), format!("{name} (local group)"))
         .expect("a member of the local group");
     let mut inner =
         CommInner::new(ctx, local.ranks.to_vec(), name).expect("a member of the local group");
-    let mut inverse = vec![-1; shared().info.size as usize];
-    for (i, &w) in remote.iter().enumerate() {
-        if let Some(x) = inverse.get_mut(w as usize) {
-            *x = i as Rank;
-        }
-    }
+    let inverse = super::inverse_of(&remote);
     Arc::get_mut(&mut inner)
         .expect("made just now, not yet shared")
         .remote = Some(Box::new(Remote {

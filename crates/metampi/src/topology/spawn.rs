@@ -1,0 +1,361 @@
+//! Dynamic processes (MPI-2 §5.3) with rsmpi's names:
+//! [`Root::spawn`](crate::collective::Root::spawn),
+//! [`Root::spawn_multiple`](crate::collective::Root::spawn_multiple) and
+//! [`Communicator::parent`](super::Communicator::parent).
+//!
+//! The root of the spawning communicator starts the children itself, on its
+//! own machine, and hosts their start-up exchange (a
+//! [`metampi_launch::PmiServer`] inside its process): the children form a
+//! world of their own, as a launched job does. Every member of the spawning
+//! communicator listens on a fresh port; the root gives the children those
+//! addresses and the new context in `METAMPI_PARENT`, and each child
+//! connects to every parent (authenticated with the job secret) before its
+//! `initialize` returns. Each connection becomes one rank of the engine
+//! after the world's (frames on it are read as coming from that rank), and
+//! both sides hold the intercommunicator between the two groups on the
+//! agreed context.
+//!
+//! The root watches the children: an `ABORT` from one, or one that ends
+//! without finalizing or with a failing status, ends the whole job as a
+//! failing rank would; the root's finalize waits for them all.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metampi_launch::{JobId, JobKey, PmiEvent, PmiServer};
+
+use super::inter::{assemble, pack2, tell_group, InterCommunicator};
+use super::{CommInner, Rank};
+use crate::auth::Secret;
+use crate::collective;
+use crate::environment::{abort_job, shared};
+use crate::error::{Error, ErrorClass};
+use crate::point_to_point::{recv_bytes, send_bytes, Mode};
+use crate::Tag;
+
+/// Where a spawned process finds its parents: `CTX;ADDR,ADDR,...`.
+const PARENT_ENV: &str = "METAMPI_PARENT";
+/// Handshake context of a child's connection to a parent.
+const SPAWN_CTX: &str = "metampi spawn";
+/// The members' listening addresses on their way to the root (on the
+/// spawning communicator's collective context).
+const ADDR_TAG: Tag = -(1 << 22) - (1 << 21);
+/// Bytes of one address message (an IPv6 address and port fit).
+const ADDR_LEN: usize = 64;
+/// Variables of the parents' job that would mislead the children, which
+/// are a job of their own on one machine.
+const JOB_VARS: [&str; 7] = [
+    "METAMPI_SITES",
+    "METAMPI_SITE_ORDERS",
+    "METAMPI_ROUTERS",
+    "METAMPI_TRACE",
+    "METAMPI_HELPER",
+    "METAMPI_ROUTER_SPEC",
+    "METAMPI_SECRET_FILE",
+];
+
+/// A spawned process's view of its parents, from its environment.
+pub(crate) struct ParentSpec {
+    pub ctx: u32,
+    addrs: Vec<String>,
+}
+
+/// The parents this process was spawned by, if it was.
+pub(crate) fn parent_spec() -> std::io::Result<Option<ParentSpec>> {
+    let Ok(text) = std::env::var(PARENT_ENV) else {
+        return Ok(None);
+    };
+    let bad = || std::io::Error::other(format!("{PARENT_ENV} `{text}` is malformed"));
+    let (ctx, addrs) = text.split_once(';').ok_or_else(bad)?;
+    let ctx = ctx.parse().map_err(|_| bad())?;
+    let addrs: Vec<String> = addrs.split(',').map(str::to_string).collect();
+    if addrs.iter().any(|a| a.parse::<SocketAddr>().is_err()) {
+        return Err(bad());
+    }
+    Ok(Some(ParentSpec { ctx, addrs }))
+}
+
+/// Connects to every parent, in their group's order, naming this process
+/// by its world rank.
+pub(crate) fn connect_parents(spec: &ParentSpec, rank: u32) -> std::io::Result<Vec<TcpStream>> {
+    let key = Secret::from_env()?;
+    spec.addrs
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| {
+            let mut s = TcpStream::connect(addr.as_str()).map_err(|e| {
+                std::io::Error::other(format!("connecting to parent {i} at {addr}: {e}"))
+            })?;
+            crate::auth::connect(&mut s, &key, SPAWN_CTX, &rank.to_le_bytes()).map_err(|e| {
+                std::io::Error::other(format!("authenticating with parent {i} at {addr}: {e}"))
+            })?;
+            Ok(s)
+        })
+        .collect()
+}
+
+/// The intercommunicator to the parents (one per process, made once).
+pub(crate) fn parent() -> Option<InterCommunicator> {
+    static PARENT: OnceLock<Option<Arc<CommInner>>> = OnceLock::new();
+    let inner = PARENT.get_or_init(|| {
+        let (ctx, ranks) = shared().parent.as_ref()?;
+        let world = super::SimpleCommunicator::world();
+        let name = "parent intercommunicator".to_string();
+        Some(Arc::clone(
+            &assemble(*ctx, &world.0 .0, ranks.clone(), name).0 .0,
+        ))
+    });
+    inner
+        .as_ref()
+        .map(|i| InterCommunicator(super::CommunicatorHandle(Arc::clone(i))))
+}
+
+/// The job secret that children prove to their parents: the launcher's, or
+/// (a process started without one) a fresh one of this process.
+fn secret() -> Result<Secret, Error> {
+    static OWN: OnceLock<Option<String>> = OnceLock::new();
+    if let Ok(s) = Secret::from_env() {
+        return Ok(s);
+    }
+    OWN.get_or_init(|| Secret::random().ok().map(|s| s.to_hex()))
+        .as_deref()
+        .and_then(Secret::from_hex)
+        .ok_or_else(|| Error::new(ErrorClass::Spawn, "cannot make a secret for the children"))
+}
+
+fn spawn_error(what: String) -> Error {
+    Error::new(ErrorClass::Spawn, what)
+}
+
+/// `MPI_Comm_spawn_multiple` over `comm` with root `root`: only the root's
+/// `apps` count (program and count each).
+pub(crate) fn spawn(
+    comm: &CommInner,
+    root: Rank,
+    apps: &[(&Command, Rank)],
+) -> Result<InterCommunicator, Error> {
+    if comm.is_inter() {
+        return Err(Error::new(
+            ErrorClass::Comm,
+            "processes are spawned from an intracommunicator",
+        ));
+    }
+    if !(0..comm.size()).contains(&root) {
+        return Err(Error::new(
+            ErrorClass::Rank,
+            format!(
+                "root {root} is outside a communicator of size {}",
+                comm.size()
+            ),
+        ));
+    }
+    let sh = shared();
+    let site = super::site_of_world(comm.ranks[0]);
+    if comm.ranks.iter().any(|&w| super::site_of_world(w) != site) {
+        return Err(spawn_error(
+            "the spawning communicator spans meta hosts: children start on the root's \
+             machine and could not reach parents behind a router"
+                .into(),
+        ));
+    }
+    let listener = TcpListener::bind((sh.listen_ip, 0));
+    let port = listener
+        .as_ref()
+        .ok()
+        .and_then(|l| l.local_addr().ok())
+        .map_or(0, |a| a.port());
+    let mine = collective::max_u32(comm, sh.next_context.load(Ordering::SeqCst))?;
+    // Every member's address to the root (port 0: it could not listen).
+    let addr = SocketAddr::new(sh.tcp_ip, port).to_string();
+    let mut msg = [0u8; ADDR_LEN];
+    msg[..addr.len().min(ADDR_LEN)].copy_from_slice(&addr.as_bytes()[..addr.len().min(ADDR_LEN)]);
+    let outcome = if comm.rank == root {
+        let mut addrs = Vec::with_capacity(comm.ranks.len());
+        for r in 0..comm.size() {
+            if r == root {
+                addrs.push(addr.clone());
+                continue;
+            }
+            let mut b = [0u8; ADDR_LEN];
+            recv_bytes(comm, Some(r), Some(ADDR_TAG), &mut b, true)?;
+            let end = b.iter().position(|&c| c == 0).unwrap_or(ADDR_LEN);
+            addrs.push(String::from_utf8_lossy(&b[..end]).into_owned());
+        }
+        Some(start_children(apps, mine, &addrs))
+    } else {
+        send_bytes(comm, root, ADDR_TAG, &msg, Mode::Standard, true)?;
+        None
+    };
+    let (ctx, total) = tell_group(comm, root, outcome)?;
+    let got = match (&listener, secret()) {
+        (Ok(l), Ok(key)) => {
+            crate::engine::accept_peers(sh.info.rank, l, &key, SPAWN_CTX, (0..total).collect())
+                .map_err(|e| e.to_string())
+        }
+        (Err(e), _) => Err(format!("cannot listen for the children: {e}")),
+        (_, Err(e)) => Err(e.to_string()),
+    };
+    // Everyone returns the same: the children are there for all, or not.
+    let failed = collective::max_u32(comm, u32::from(got.is_err()))?;
+    let mut streams = match got {
+        Ok(s) if failed == 0 => s,
+        Ok(_) => {
+            return Err(spawn_error(
+                "another member could not meet the children".into(),
+            ))
+        }
+        Err(e) => return Err(spawn_error(format!("meeting the children: {e}"))),
+    };
+    streams.sort_by_key(|(r, _)| *r);
+    let mut ranks = Vec::with_capacity(streams.len());
+    for (_, s) in streams {
+        crate::engine::configure_stream(&s)
+            .map_err(|e| spawn_error(format!("setting up a child's connection: {e}")))?;
+        ranks.push(sh.quick(|e| e.links.add_process(s)));
+    }
+    sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
+    let name = format!("intercommunicator to the children of {}", comm.name());
+    Ok(assemble(ctx, comm, ranks, name))
+}
+
+/// The root's part: starts every child, with the parents' addresses and a
+/// context above `ctx` (the parents' largest next one; the children's
+/// world starts below it), hosts their start-up and leaves a thread
+/// watching them. Returns the context and the number of children.
+fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Result<[u8; 8], Error> {
+    let sh = shared();
+    if apps.is_empty() || apps.iter().any(|&(_, n)| n <= 0) {
+        return Err(Error::new(
+            ErrorClass::Arg,
+            "spawning needs at least one program, each with a positive count",
+        ));
+    }
+    if let Some(i) = addrs.iter().position(|a| a.ends_with(":0")) {
+        return Err(spawn_error(format!(
+            "member {i} of the spawning communicator could not listen for the children"
+        )));
+    }
+    let ctx = ctx.max(4);
+    let total: usize = apps.iter().map(|&(_, n)| n as usize).sum();
+    let key = secret()?;
+    let job = JobId::random();
+    let server = PmiServer::start_with_key(total, job, JobKey::from_hex(&key.to_hex()))
+        .map_err(|e| spawn_error(format!("cannot start the children's bootstrap server: {e}")))?;
+    let parents = format!("{ctx};{}", addrs.join(","));
+    let node = &sh.info.nodes[sh.info.rank as usize];
+    let mut kids: Vec<(Child, String)> = Vec::with_capacity(total);
+    for (app, &(cmd, n)) in apps.iter().enumerate() {
+        let name = cmd.get_program().to_string_lossy().into_owned();
+        for _ in 0..n {
+            let rank = kids.len();
+            let mut c = Command::new(cmd.get_program());
+            c.args(cmd.get_args());
+            for v in JOB_VARS {
+                c.env_remove(v);
+            }
+            for (k, v) in cmd.get_envs() {
+                match v {
+                    Some(v) => c.env(k, v),
+                    None => c.env_remove(k),
+                };
+            }
+            if let Some(d) = cmd.get_current_dir() {
+                c.current_dir(d);
+            }
+            c.env("METAMPI_PMI", server.addr().to_string())
+                .env("METAMPI_JOB", job.to_string())
+                .env("METAMPI_RANK", rank.to_string())
+                .env("METAMPI_SIZE", total.to_string())
+                .env("METAMPI_APPNUM", app.to_string())
+                .env("METAMPI_NODE", node)
+                .env("METAMPI_LOCAL_RANK", rank.to_string())
+                .env("METAMPI_LOCAL_SIZE", total.to_string())
+                .env("METAMPI_SECRET", key.to_hex())
+                .env(PARENT_ENV, &parents)
+                .stdin(Stdio::null());
+            match c.spawn() {
+                Ok(child) => kids.push((child, name.clone())),
+                Err(e) => {
+                    for (k, _) in &mut kids {
+                        let _ = k.kill();
+                        let _ = k.wait();
+                    }
+                    return Err(spawn_error(format!("cannot start `{name}`: {e}")));
+                }
+            }
+        }
+    }
+    let watcher = std::thread::Builder::new()
+        .name("metampi-children".into())
+        .spawn(move || watch(server, kids))
+        .map_err(|e| spawn_error(format!("cannot watch the children: {e}")))?;
+    sh.children
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(watcher);
+    Ok(pack2(ctx, total as u32))
+}
+
+/// How a child ended, for the job's failure message; `None` when cleanly.
+fn failure(status: ExitStatus, finalized: bool) -> Option<String> {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(0), _) if finalized => None,
+        (Some(0), _) => Some("exited without finalizing".into()),
+        (Some(c), _) => Some(format!("exited with status {c}")),
+        (None, Some(s)) => Some(format!("was killed by signal {s}")),
+        (None, None) => Some(format!("ended ({status})")),
+    }
+}
+
+/// Until every child has ended: an abort from one, or one ending badly,
+/// ends the whole job (the other children first).
+fn watch(server: PmiServer, mut kids: Vec<(Child, String)>) {
+    let mut running = vec![true; kids.len()];
+    let stop_all = |kids: &mut Vec<(Child, String)>| {
+        for (k, _) in kids.iter_mut() {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    };
+    while running.iter().any(|&r| r) {
+        if let Some(PmiEvent::Abort {
+            rank,
+            code,
+            message,
+        }) = server.recv_event_timeout(Duration::from_millis(50))
+        {
+            stop_all(&mut kids);
+            abort_job(code, &format!("spawned process {rank} aborted: {message}"));
+        }
+        for k in 0..kids.len() {
+            if !running[k] {
+                continue;
+            }
+            let Ok(Some(status)) = kids[k].0.try_wait() else {
+                continue;
+            };
+            running[k] = false;
+            let finalized = server.rank_state(k).is_some_and(|s| s.finalized);
+            if let Some(why) = failure(status, finalized) {
+                let name = kids[k].1.clone();
+                stop_all(&mut kids);
+                abort_job(
+                    status.code().filter(|&c| c != 0).unwrap_or(1),
+                    &format!("spawned process {k} (`{name}`) {why}"),
+                );
+            }
+        }
+    }
+}
+
+/// Waits for every child this process spawned (its finalize).
+pub(crate) fn wait_children(sh: &crate::engine::Shared) {
+    let handles = std::mem::take(&mut *sh.children.lock().unwrap_or_else(|p| p.into_inner()));
+    for h in handles {
+        let _ = h.join();
+    }
+}

@@ -1,0 +1,204 @@
+//! Dynamic processes (MPI-2 §5.3): a group spawns children of one or two
+//! programs, each side sees the other as the remote group of an
+//! intercommunicator (ranks, statuses, order, long and synchronous
+//! messages, any source), the two merge into one intracommunicator whose
+//! collectives run across both worlds, and the errors of bad requests and
+//! of a child that fails. The children are this test executable again,
+//! told apart by `parent()`.
+
+use std::process::Command;
+
+use metampi::collective::SystemOperation;
+use metampi::testing::Ranks;
+use metampi::topology::{InterCommunicator, MergeOrder, SimpleCommunicator};
+use metampi::traits::*;
+use metampi::ErrorClass;
+
+/// This test executable running test `name` alone (as `Ranks` runs it).
+fn myself(name: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().expect("the test has a path"));
+    c.args([name, "--exact", "--nocapture", "--test-threads=1", "-q"]);
+    c
+}
+
+/// What both sides do on the intercommunicator; `child` says which side.
+fn talk(inter: &InterCommunicator, child: bool) {
+    let me = inter.rank();
+    let side = i32::from(child);
+    // Three tagged messages to every remote process, received in order
+    // and naming their sender.
+    for r in 0..inter.remote_size() {
+        for k in 0..3 {
+            inter
+                .process_at_rank(r)
+                .send_with_tag(&[side, me, r, k][..], 10 + k);
+        }
+    }
+    for r in 0..inter.remote_size() {
+        for k in 0..3 {
+            let (v, st) = inter.process_at_rank(r).receive_vec_with_tag::<i32>(10 + k);
+            assert_eq!(st.source_rank(), r);
+            assert_eq!(st.tag(), 10 + k);
+            assert_eq!(v, vec![1 - side, r, me, k]);
+        }
+    }
+    // Any source: the status names the remote rank.
+    inter.process_at_rank(0).send_with_tag(&[me][..], 20);
+    if me == 0 {
+        for _ in 0..inter.remote_size() {
+            let (v, st) = inter.any_process().receive_vec_with_tag::<i32>(20);
+            assert_eq!(v[0], st.source_rank());
+        }
+    }
+    // A long message each way between the two rank 0s (rendezvous), then a
+    // synchronous one.
+    if me == 0 {
+        let long: Vec<u64> = (0..(1u64 << 17)).map(|i| i * 7 + side as u64).collect();
+        let peer = inter.process_at_rank(0);
+        if child {
+            peer.send_with_tag(&long[..], 30);
+            let (v, _) = peer.receive_vec_with_tag::<u64>(30);
+            assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 * 7));
+            peer.synchronous_send_with_tag(&[5u8][..], 31);
+        } else {
+            let (v, _) = peer.receive_vec_with_tag::<u64>(30);
+            assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 * 7 + 1));
+            peer.send_with_tag(&long[..], 30);
+            let (v, _) = peer.receive_vec_with_tag::<u8>(31);
+            assert_eq!(v, vec![5]);
+        }
+    }
+}
+
+/// What both sides do on the merged communicator: `first` says whether
+/// this side's processes come first, `parents` is the parents' count.
+fn merged_collectives(merged: &SimpleCommunicator, child: bool, first: bool, parents: i32) {
+    let n = merged.size();
+    let world = SimpleCommunicator::world();
+    let offset = if first { 0 } else { n - world.size() };
+    assert_eq!(merged.rank(), offset + world.rank());
+    // Every member's (side, world rank), gathered: the same on all.
+    let mine = [i32::from(child), world.rank()];
+    let mut all = vec![0i32; 2 * n as usize];
+    merged.all_gather_into(&mine[..], &mut all[..]);
+    let parents_first = all[0] == 0;
+    for r in 0..n {
+        let (is_child, rank) = (all[2 * r as usize], all[2 * r as usize + 1]);
+        let (want_child, want_rank) = match (parents_first, r < parents, r < n - parents) {
+            (true, true, _) => (0, r),
+            (true, false, _) => (1, r - parents),
+            (false, _, true) => (1, r),
+            (false, _, false) => (0, r - (n - parents)),
+        };
+        assert_eq!(
+            (is_child, rank),
+            (want_child, want_rank),
+            "member {r} of {all:?}"
+        );
+    }
+    let mut sum = 0;
+    merged.all_reduce_into(&merged.rank(), &mut sum, SystemOperation::sum());
+    assert_eq!(sum, n * (n - 1) / 2);
+    // A broadcast from the last member, long enough to be split up.
+    let mut data: Vec<u32> = if merged.rank() == n - 1 {
+        (0..50_000).collect()
+    } else {
+        vec![0; 50_000]
+    };
+    merged.process_at_rank(n - 1).broadcast_into(&mut data[..]);
+    assert!(data.iter().enumerate().all(|(i, &x)| x == i as u32));
+    merged.barrier();
+}
+
+fn family(world: &SimpleCommunicator, name: &str) {
+    if let Some(parent) = world.parent() {
+        // A child: 2 of the first program, 1 of the second.
+        let universe_rank = world.rank();
+        assert_eq!(world.size(), 3);
+        assert_eq!(parent.size(), 3);
+        assert_eq!(parent.remote_size(), 3);
+        assert!(parent.test_inter());
+        let app = std::env::var("SPAWN_APP").expect("set per program");
+        assert_eq!(app, if universe_rank < 2 { "first" } else { "second" });
+        talk(&parent, true);
+        // Children ask to come last; a tie (both Low) is settled the same
+        // on both sides.
+        merged_collectives(&parent.merge(MergeOrder::High), true, false, 3);
+        let tie = parent.merge(MergeOrder::Low);
+        let first = tie.rank() == world.rank();
+        merged_collectives(&tie, true, first, 3);
+        // A duplicate keeps its own context.
+        let dup = parent.duplicate();
+        dup.process_at_rank(0)
+            .send_with_tag(&[universe_rank][..], 40);
+        parent.process_at_rank(0).send_with_tag(&[-1i32][..], 40);
+        return;
+    }
+    let root = world.process_at_rank(1);
+    // Bad requests fail on every member, starting nothing.
+    let err = root
+        .spawn(&Command::new("/nonexistent/metampi-child"), 1)
+        .expect_err("no such program");
+    assert_eq!(err.class(), ErrorClass::Spawn, "{err}");
+    let err = root.spawn(&myself(name), 0).expect_err("count 0");
+    assert_eq!(err.class(), ErrorClass::Arg, "{err}");
+
+    let mut first = myself(name);
+    first.env("SPAWN_APP", "first");
+    let mut second = myself(name);
+    second.env("SPAWN_APP", "second");
+    let inter = root
+        .spawn_multiple(&[first, second], &[2, 1])
+        .expect("children start");
+    assert_eq!(inter.size(), 3);
+    assert_eq!(inter.remote_size(), 3);
+    talk(&inter, false);
+    merged_collectives(&inter.merge(MergeOrder::Low), false, true, 3);
+    let tie = inter.merge(MergeOrder::Low);
+    let first = tie.rank() == world.rank();
+    merged_collectives(&tie, false, first, 3);
+    let dup = inter.duplicate();
+    if world.rank() == 0 {
+        // The message on the original context was sent second, yet is
+        // matched on its own context.
+        for r in 0..3 {
+            let (v, st) = inter.process_at_rank(r).receive_vec_with_tag::<i32>(40);
+            assert_eq!((v[0], st.source_rank()), (-1, r));
+            let (v, st) = dup.process_at_rank(r).receive_vec_with_tag::<i32>(40);
+            assert_eq!((v[0], st.source_rank()), (r, r));
+        }
+    }
+}
+
+#[test]
+fn spawned_children_talk_and_merge() {
+    Ranks::new(3).run("spawned_children_talk_and_merge", |world| {
+        family(world, "spawned_children_talk_and_merge")
+    });
+}
+
+#[test]
+fn spawned_children_talk_and_merge_over_tcp() {
+    Ranks::new(3)
+        .env("METAMPI_FORCE_TCP", "1")
+        .run("spawned_children_talk_and_merge_over_tcp", |world| {
+            family(world, "spawned_children_talk_and_merge_over_tcp")
+        });
+}
+
+#[test]
+fn a_failing_child_ends_the_job() {
+    let name = "a_failing_child_ends_the_job";
+    let outcome = Ranks::new(2).outcome(name, |world| {
+        if world.parent().is_some() {
+            std::process::exit(3);
+        }
+        let _inter = world.process_at_rank(0).spawn(&myself(name), 2);
+        // The job ends while the parents wait here.
+        world.barrier();
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    });
+    let Some(outcome) = outcome else { return };
+    let failure = outcome.failure.expect("the job fails").to_string();
+    assert!(failure.contains("spawned process"), "{failure}");
+}
