@@ -202,3 +202,59 @@ fn a_failing_child_ends_the_job() {
     let failure = outcome.failure.expect("the job fails").to_string();
     assert!(failure.contains("spawned process"), "{failure}");
 }
+
+/// A spawned world spawns in turn from a communicator that mixes both
+/// worlds (the merge): the grandchildren's parents are two parents and two
+/// children, and all four talk to them.
+#[test]
+fn a_merged_family_spawns_again() {
+    let name = "a_merged_family_spawns_again";
+    Ranks::new(2).run(name, |world| {
+        let generation = std::env::var("SPAWN_GENERATION").unwrap_or_default();
+        if generation == "2" {
+            let parent = world.parent().expect("spawned");
+            assert_eq!(parent.remote_size(), 4);
+            // Every grandparent greets each grandchild with its merged rank.
+            for r in 0..4 {
+                let (v, st) = parent.process_at_rank(r).receive_vec_with_tag::<i32>(50);
+                assert_eq!((v[0], st.source_rank()), (r, r));
+            }
+            parent
+                .process_at_rank(3)
+                .send_with_tag(&[world.rank()][..], 51);
+            return;
+        }
+        let merged = match world.parent() {
+            Some(parent) => parent.merge(MergeOrder::High),
+            None => {
+                let mut child = myself(name);
+                child.env("SPAWN_GENERATION", "1");
+                let inter = world.process_at_rank(0).spawn(&child, 2).expect("children");
+                inter.merge(MergeOrder::Low)
+            }
+        };
+        assert_eq!(merged.size(), 4);
+        let mut grandchild = myself(name);
+        grandchild.env("SPAWN_GENERATION", "2");
+        // Rooted at a child (merged rank 2).
+        let inter = merged
+            .process_at_rank(2)
+            .spawn(&grandchild, 3)
+            .expect("grandchildren");
+        assert_eq!(inter.remote_size(), 3);
+        for r in 0..3 {
+            inter
+                .process_at_rank(r)
+                .send_with_tag(&[merged.rank()][..], 50);
+        }
+        if merged.rank() == 3 {
+            for r in 0..3 {
+                let (v, st) = inter.process_at_rank(r).receive_vec_with_tag::<i32>(51);
+                assert_eq!((v[0], st.source_rank()), (r, r));
+            }
+        }
+        let mut total = 0;
+        merged.all_reduce_into(&1i32, &mut total, SystemOperation::sum());
+        assert_eq!(total, 4);
+    });
+}
