@@ -214,6 +214,57 @@ fn intercommunicator_between_meta_hosts() {
         });
 }
 
+/// Both groups split by colour (MPI-2): a colour's members of each group
+/// face each other in a new intercommunicator, ordered by key; an
+/// undefined colour, or one the other group lacks, gets none.
+#[test]
+fn intercommunicator_split() {
+    Ranks::new(8).run("intercommunicator_split", |world| {
+        let (_, inter) = evens_and_odds(world);
+        let me = world.rank();
+        // Evens 0, 2 and odds 1, 3, 5 take colour 0; even 4 colour 1 (no
+        // odd has it); 6 none; odd 7 colour 2 (no even has it).
+        let color = match me {
+            0..=3 | 5 => Color::with_value(0),
+            4 => Color::with_value(1),
+            6 => Color::undefined(),
+            _ => Color::with_value(2),
+        };
+        // Keys reverse world order.
+        let split = inter.split_by_color_with_key(color, -me);
+        if matches!(me, 4 | 6 | 7) {
+            assert!(split.is_none(), "rank {me}");
+            world.barrier();
+            return;
+        }
+        let split = split.expect("colour 0 is on both sides");
+        let (mine, theirs): (Vec<i32>, Vec<i32>) = if me % 2 == 0 {
+            (vec![2, 0], vec![5, 3, 1])
+        } else {
+            (vec![5, 3, 1], vec![2, 0])
+        };
+        assert_eq!(split.size(), mine.len() as i32);
+        assert_eq!(split.remote_size(), theirs.len() as i32);
+        assert_eq!(mine[split.rank() as usize], me);
+        for (r, _) in theirs.iter().enumerate() {
+            split.process_at_rank(r as i32).send_with_tag(&me, 60);
+        }
+        for (r, &w) in theirs.iter().enumerate() {
+            let (v, st) = split.process_at_rank(r as i32).receive_with_tag::<i32>(60);
+            assert_eq!((v, st.source_rank()), (w, r as i32));
+        }
+        let merged = split.merge(if me % 2 == 0 {
+            MergeOrder::Low
+        } else {
+            MergeOrder::High
+        });
+        let mut total = 0;
+        merged.all_reduce_into(&me, &mut total, SystemOperation::sum());
+        assert_eq!(total, 11);
+        world.barrier();
+    });
+}
+
 #[test]
 fn bad_leaders_are_errors_on_every_member() {
     Ranks::new(4).run("bad_leaders_are_errors_on_every_member", |world| {

@@ -19,11 +19,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{sealed, AsCommunicator, CommInner, Communicator, CommunicatorHandle, UserGroup};
-use super::{Rank, SimpleCommunicator};
+use super::{Color, Key, Rank, SimpleCommunicator};
 use crate::collective;
+use crate::engine::core::RecvBuf;
 use crate::environment::shared;
 use crate::error::{Error, ErrorClass};
-use crate::point_to_point::{recv_bytes, send_bytes, Mode};
+use crate::point_to_point::{recv_bytes, send_bytes, start_recv, Mode};
 use crate::Tag;
 
 /// Leaders' messages while making an intercommunicator: below the tags of
@@ -34,6 +35,7 @@ const CREATE_TAG: Tag = -(1 << 22);
 /// intercommunicator's own odd context).
 const MERGE_TAG: Tag = -(1 << 21) - 7;
 const DUP_TAG: Tag = -(1 << 21) - 8;
+const SPLIT_TAG: Tag = -(1 << 21) - 9;
 /// A header count that says the leader found an error.
 const FAILED: u32 = u32::MAX;
 /// The classes a failing leader can report, by index.
@@ -150,6 +152,93 @@ impl InterCommunicator {
         ))
     }
 
+    /// Splits both groups by colour (`MPI_Comm_split` on an
+    /// intercommunicator, MPI-2; collective over both groups): this group's
+    /// members of `color`, ordered by `(key, rank)`, are the local group of
+    /// the new intercommunicator and the other group's members of that
+    /// colour, in their order, its remote group. `None` for
+    /// [`Color::undefined`], and where the other group has no member of
+    /// this colour.
+    ///
+    /// # Panics
+    /// Where the agreement fails; see
+    /// [`InterCommunicator::try_split_by_color_with_key`].
+    pub fn split_by_color(&self, color: Color) -> Option<InterCommunicator> {
+        self.split_by_color_with_key(color, 0)
+    }
+
+    /// As [`InterCommunicator::split_by_color`], ordering by `(key, rank)`.
+    ///
+    /// # Panics
+    /// As for [`InterCommunicator::split_by_color`].
+    pub fn split_by_color_with_key(&self, color: Color, key: Key) -> Option<InterCommunicator> {
+        match self.try_split_by_color_with_key(color, key) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// As [`InterCommunicator::split_by_color_with_key`], with the error of a
+    /// failed message (the same on every member of both groups).
+    pub fn try_split_by_color_with_key(
+        &self,
+        color: Color,
+        key: Key,
+    ) -> Result<Option<InterCommunicator>, Error> {
+        let inner = &self.0 .0;
+        let remote = self.remote();
+        let local = &remote.local;
+        let sh = shared();
+        let mine = collective::max_u32(local, sh.next_context.load(Ordering::SeqCst))?;
+        let ours = collective::all_gather_i32_pairs(local, color.0, key);
+        // The leaders swap their group's largest next context and colours
+        // and keys; each tells its group the context and the other's list.
+        let mut offer = vec![mine];
+        offer.extend(ours.iter().flat_map(|&(c, k)| [c as u32, k as u32]));
+        let n = remote.ranks.len();
+        let mut body = Vec::new();
+        let outcome = (inner.rank == 0).then(|| match swap_with(inner, 0, SPLIT_TAG, &offer) {
+            Ok(theirs) if theirs.len() == 1 + 2 * n => {
+                body = to_bytes(&theirs[1..]);
+                Ok(pack2(mine.max(theirs[0]), 0))
+            }
+            Ok(_) => Err(Error::new(
+                ErrorClass::Other,
+                "the remote leader's message is malformed",
+            )),
+            Err(e) => Err(e),
+        });
+        let (ctx, _) = tell_group(local, 0, outcome)?;
+        body.resize(8 * n, 0);
+        collective::bcast_bytes(local, 0, &mut body)?;
+        sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
+        if color.0 < 0 {
+            return Ok(None);
+        }
+        let theirs: Vec<(i32, i32)> = from_bytes(&body)
+            .chunks_exact(2)
+            .map(|c| (c[0] as i32, c[1] as i32))
+            .collect();
+        let pick = |pairs: &[(i32, i32)], ranks: &[u32]| -> Vec<u32> {
+            let mut m: Vec<(i32, usize)> = pairs
+                .iter()
+                .enumerate()
+                .filter(|(_, &(c, _))| c == color.0)
+                .map(|(i, &(_, k))| (k, i))
+                .collect();
+            m.sort_unstable();
+            m.iter().map(|&(_, i)| ranks[i]).collect()
+        };
+        let other = pick(&theirs, &remote.ranks);
+        if other.is_empty() {
+            return Ok(None);
+        }
+        let name = format!("split of {}", self.get_name());
+        let group = CommInner::new(ctx, pick(&ours, &inner.ranks), name.clone())
+            .expect("a member of its colour");
+        Ok(Some(assemble(ctx, &group, other, name)))
+    }
+
     /// A context free on every member of both groups (collective over
     /// both), the `flag` the other group's leader passed, and the two
     /// leaders' [`leader_key`]s (ours, theirs): each group takes its
@@ -242,44 +331,41 @@ fn from_bytes(b: &[u8]) -> Vec<u32> {
 }
 
 /// Sends `mine` to point-to-point rank `other` of `comm` and returns what
-/// it sent back (a count, then the values, on the collective context). The
-/// process of lower world rank sends first, so two long lists cannot wait
-/// on each other.
+/// it sent back (a count, then the values, on the collective context). Each
+/// side posts the receive of the values before sending its own, so two
+/// long lists cannot wait on each other, whichever side is faster and
+/// however the two number each other (two worlds of a spawn do not agree).
 fn swap_with(comm: &CommInner, other: Rank, tag: Tag, mine: &[u32]) -> Result<Vec<u32>, Error> {
     let me = shared().info.rank;
-    let them = comm.world_of(other)?;
-    if them == me {
+    if comm.world_of(other)? == me {
         return Err(Error::new(
             ErrorClass::Comm,
             "the two groups' leaders are the same process",
         ));
     }
-    let send = |v: &[u32]| -> Result<(), Error> {
-        send_bytes(
-            comm,
-            other,
-            tag,
-            &(v.len() as u32).to_le_bytes(),
-            Mode::Standard,
-            true,
-        )?;
-        send_bytes(comm, other, tag, &to_bytes(v), Mode::Standard, true)
-    };
-    let recv = || -> Result<Vec<u32>, Error> {
-        let mut n = [0u8; 4];
-        recv_bytes(comm, Some(other), Some(tag), &mut n, true)?;
-        let mut body = vec![0u8; 4 * u32::from_le_bytes(n) as usize];
-        recv_bytes(comm, Some(other), Some(tag), &mut body, true)?;
-        Ok(from_bytes(&body))
-    };
-    if me < them {
-        send(mine)?;
-        recv()
-    } else {
-        let theirs = recv()?;
-        send(mine)?;
-        Ok(theirs)
-    }
+    send_bytes(
+        comm,
+        other,
+        tag,
+        &(mine.len() as u32).to_le_bytes(),
+        Mode::Standard,
+        true,
+    )?;
+    let mut n = [0u8; 4];
+    recv_bytes(comm, Some(other), Some(tag), &mut n, true)?;
+    let body = vec![0u8; 4 * u32::from_le_bytes(n) as usize];
+    let posted = start_recv(
+        comm,
+        Some(other),
+        Some(tag),
+        RecvBuf::Owned(body),
+        true,
+        false,
+    )?;
+    send_bytes(comm, other, tag, &to_bytes(mine), Mode::Standard, true)?;
+    let done = posted.wait();
+    done.result?;
+    Ok(from_bytes(&done.data.unwrap_or_default()))
 }
 
 /// `MPI_Intercomm_create`, see
