@@ -174,16 +174,30 @@ pub enum ErrorKind {
     /// `PAIR A A`.
     #[error("PAIR connects meta host '{0}' with itself; a PAIR needs two different meta hosts")]
     SelfPair(String),
-    /// A PAIR declared with zero routers.
+    /// A direct PAIR (0 routers) with a router program or link settings.
     #[error(
-        "PAIR {from} {to} declares 0 routers; expected at least 1 (MetaMPICH's router-less \
-         multi-device PAIRs are not supported)"
+        "PAIR {from} {to} 0 is direct (the ranks of the two meta hosts connect to each other, \
+         no routers): it takes no router program and no link settings; give the PAIR \
+         routers to emulate or configure its links"
     )]
-    ZeroRouters {
+    DirectPairOptions {
         /// Sending meta host.
         from: String,
         /// Receiving meta host.
         to: String,
+    },
+    /// One direction of a pair of meta hosts is direct, the other has routers.
+    #[error(
+        "PAIR {from} {to} has routers but PAIR {to} {from} (at {direct}) is direct (0 routers): \
+         a direct pair is direct both ways; write `PAIR {from} {to} 0` or give both routers"
+    )]
+    DirectOneWay {
+        /// The meta host whose PAIR has routers.
+        from: String,
+        /// The other one.
+        to: String,
+        /// Where the direct PAIR is.
+        direct: Pos,
     },
     /// The number of router lines differs from the count in the PAIR header.
     #[error("PAIR {from} {to} declares {declared} router(s) but {found}")]

@@ -22,6 +22,9 @@ pub struct Layout {
     pub routers: Vec<RouterLayout>,
     /// All links, ordered like their sending routers.
     pub links: Vec<LinkLayout>,
+    /// Pairs of meta hosts (lower index first) whose ranks connect to each
+    /// other directly, without routers (`PAIR A B 0`).
+    pub direct: Vec<(usize, usize)>,
 }
 
 /// One meta host in the layout.
@@ -338,6 +341,23 @@ impl fmt::Display for Layout {
             }
             t.write(f)?;
         }
+
+        if !self.direct.is_empty() {
+            writeln!(
+                f,
+                "
+direct pairs (ranks connect to each other, no routers)"
+            )?;
+            let mut t = Table::new(&["PAIR", "RANKS", "RANKS"]);
+            for &(a, b) in &self.direct {
+                t.row(vec![
+                    format!("{} <-> {}", self.host_name(a), self.host_name(b)),
+                    ranks(&self.hosts[a].ranks),
+                    ranks(&self.hosts[b].ranks),
+                ]);
+            }
+            t.write(f)?;
+        }
         self.write_tls(f)
     }
 }
@@ -423,6 +443,7 @@ mod tests {
             hosts: vec![host("a", 0..3), host("b", 3..7)],
             routers: vec![],
             links: vec![],
+            direct: vec![],
         };
         assert_eq!(l.host_of_rank(0), Some(0));
         assert_eq!(l.host_of_rank(2), Some(0));

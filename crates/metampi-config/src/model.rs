@@ -326,7 +326,8 @@ pub struct Pair {
     pub pos: Pos,
     /// How it came to be.
     pub origin: PairOrigin,
-    /// Its routers, each on a node of `from`.
+    /// Its routers, each on a node of `from`; none for a direct pair (`PAIR A B 0`),
+    /// whose ranks connect to each other.
     pub routers: Vec<Router>,
 }
 

@@ -994,15 +994,6 @@ impl Parser<'_> {
         let from = self.word("the sending meta host after PAIR")?;
         let to = self.word("the receiving meta host after the sending one")?;
         let (count, count_pos) = self.number("the number of routers (PAIR A B <n> -)")?;
-        if count == 0 {
-            return Err((
-                count_pos,
-                ErrorKind::ZeroRouters {
-                    from: from.text,
-                    to: to.text,
-                },
-            ));
-        }
         let mut exec = None;
         let t = self.peek().clone();
         match t.kind {
@@ -1120,6 +1111,16 @@ impl Parser<'_> {
                     self.peek(),
                 ))
             }
+        }
+        // 0 routers: the meta hosts' ranks connect to each other directly.
+        if count == 0 && (exec.is_some() || !settings.is_empty()) {
+            return Err((
+                count_pos,
+                ErrorKind::DirectPairOptions {
+                    from: from.text,
+                    to: to.text,
+                },
+            ));
         }
         let mut lines = Vec::new();
         while (lines.len() as u64) < count {

@@ -152,8 +152,20 @@ fn pair_errors() {
         "t.cfg:3:8: PAIR names unknown meta host 'C' (known: A, B)"
     );
     assert_eq!(
-        err(&format!("{TWO}PAIR A B 0 -\n")),
-        "t.cfg:3:10: PAIR A B declares 0 routers; expected at least 1 (MetaMPICH's router-less multi-device PAIRs are not supported)"
+        err(&format!("{TWO}PAIR A B 0 - BANDWIDTH=10Mbit\n")),
+        "t.cfg:3:10: PAIR A B 0 is direct (the ranks of the two meta hosts connect to each other, no routers): it takes no router program and no link settings; give the PAIR routers to emulate or configure its links"
+    );
+    assert_eq!(
+        err(&format!("{TWO}PAIR A B 0 myrouter\n")),
+        "t.cfg:3:10: PAIR A B 0 is direct (the ranks of the two meta hosts connect to each other, no routers): it takes no router program and no link settings; give the PAIR routers to emulate or configure its links"
+    );
+    assert_eq!(
+        err(&format!("{TWO}PAIR A B 0\nPAIR B A 1 -\nb0 -> a0\n")),
+        "t.cfg:4:1: PAIR B A has routers but PAIR A B (at 3:1) is direct (0 routers): a direct pair is direct both ways; write `PAIR B A 0` or give both routers"
+    );
+    assert_eq!(
+        err(&format!("{TWO}PAIR A B 0\nPAIR B A 1 -\nb0 <-> a0\n")),
+        "t.cfg:5:1: PAIR A B is already defined (at 3:1)"
     );
     assert_eq!(
         err(&format!("{TWO}PAIR A A 1 -\na0 -> a1\n")),

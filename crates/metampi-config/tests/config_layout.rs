@@ -294,3 +294,34 @@ fn load_detects_format_from_content() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `PAIR A B 0`: the two meta hosts' ranks connect to each other; no
+/// routers, no links, both directions, and the table says so. Other pairs
+/// keep their routers.
+#[test]
+fn direct_pairs_have_no_routers() {
+    let text = "METAHOST a { LAUNCH = local; NPROCS = 2; NODES = a0; }\n\
+                METAHOST b { LAUNCH = local; NPROCS = 2; NODES = b0; }\n\
+                METAHOST c { LAUNCH = local; NPROCS = 1; NODES = c0; }\n\
+                PAIR a b 0\n\
+                PAIR b a 0 -\n\
+                PAIR a c 1\na0 <-> c0\n\
+                PAIR b c 1\nb0 <-> c0\n";
+    let cfg = parse_str("direct.cfg", text).expect("parses");
+    let l = cfg.layout();
+    assert_eq!(l.direct, vec![(0, 1)]);
+    assert_eq!(l.routers.len(), 4);
+    assert!(l.routers.iter().all(|r| r.host == 2 || r.peer == 2));
+    assert!(cfg.pair(0, 1).is_some_and(|p| p.routers.is_empty()));
+    assert!(cfg.pair(1, 0).is_some_and(|p| p.routers.is_empty()));
+    let table = l.to_string();
+    assert!(
+        table.contains("direct pairs (ranks connect to each other, no routers)\n  PAIR     RANKS  RANKS\n  a <-> b  0-1    2-3\n"),
+        "{table}"
+    );
+    // One direct PAIR makes both directions direct.
+    let one = text.replace("PAIR b a 0 -\n", "");
+    let cfg = parse_str("direct.cfg", &one).expect("parses");
+    assert!(cfg.pair(1, 0).is_some_and(|p| p.routers.is_empty()));
+    assert_eq!(cfg.layout().direct, vec![(0, 1)]);
+}

@@ -636,6 +636,15 @@ pub fn start_with_options(
         env: vec![
             ("METAMPI_SITES".into(), sites.join(",")),
             ("METAMPI_ROUTERS".into(), endpoints.join(",")),
+            (
+                "METAMPI_DIRECT".into(),
+                layout
+                    .direct
+                    .iter()
+                    .map(|(a, b)| format!("{a}-{b}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
             ("METAMPI_SECRET".into(), secret),
             (
                 "METAMPI_SITE_ORDERS".into(),
@@ -670,6 +679,22 @@ fn check_options(layout: &Layout, opts: &StartOptions) -> std::io::Result<()> {
         return Err(bad(format!(
             "router variables for {lists} meta hosts, but the layout has {hosts}"
         )));
+    }
+    // A rank in a network namespace reaches the launcher through a Unix
+    // socket, so it knows no address that ranks of other meta hosts reach.
+    for &(a, b) in &layout.direct {
+        if let Some(h) = [a, b]
+            .iter()
+            .map(|&i| &layout.hosts[i])
+            .find(|h| matches!(h.launch, Launch::Netns(_)))
+        {
+            return Err(bad(format!(
+                "meta hosts `{}` and `{}` are paired directly (PAIR ... 0), but `{}` starts \
+                 its ranks in a network namespace (LAUNCH = netns), where they know no address \
+                 the other meta host could reach: give the PAIR routers",
+                layout.hosts[a].name, layout.hosts[b].name, h.name
+            )));
+        }
     }
     for (host, vars) in layout.hosts.iter().zip(&opts.host_env) {
         for (name, _) in vars {
@@ -841,6 +866,21 @@ mod launch_tests {
             refusal(&atm),
             "meta host `b`: node b0 runs a router but its address `ATM_PVC 0.0.42` is not a \
              TCP address, which its ranks would need to reach the router"
+        );
+    }
+
+    #[test]
+    fn direct_pairs_with_a_network_namespace_are_refused() {
+        let l = layout(
+            "METAHOST a { LAUNCH = local; NODES = a0; }\n\
+             METAHOST b { LAUNCH = netns nsb; NODES = b0 (10.9.0.2); }\n\
+             PAIR a b 0\n",
+        );
+        assert_eq!(
+            refusal(&l),
+            "meta hosts `a` and `b` are paired directly (PAIR ... 0), but `b` starts its ranks \
+             in a network namespace (LAUNCH = netns), where they know no address the other meta \
+             host could reach: give the PAIR routers"
         );
     }
 

@@ -27,6 +27,16 @@ fn three_sites(test: &str) -> String {
     )
 }
 
+/// As [`three_sites`], with sites a and b paired directly (`PAIR a b 0`:
+/// their ranks connect to each other) and b declared big-endian, so typed
+/// data on the direct connections is converted too; c is reached through
+/// routers.
+fn direct_sites(test: &str) -> String {
+    three_sites(test)
+        .replace("NODES = b0; }", "NODES = b0; BYTEORDER = big; }")
+        .replace("PAIR a b 1\na0 <-> b0\n", "PAIR a b 0\n")
+}
+
 /// Two meta hosts of 3 ranks, each in a network namespace of its own, and
 /// the namespaces (removed when dropped). `None`, after saying why, where
 /// namespaces cannot be made; ranks get a placeholder (they do not read it).
@@ -101,6 +111,14 @@ macro_rules! matrix {
                 let name = concat!(stringify!($scenario), "::three_sites_8");
                 Ranks::new(8)
                     .meta(&three_sites(name))
+                    .run(name, super::$scenario);
+            }
+            /// The same with two of the sites paired directly (no routers).
+            #[test]
+            fn direct_sites_8() {
+                let name = concat!(stringify!($scenario), "::direct_sites_8");
+                Ranks::new(8)
+                    .meta(&direct_sites(name))
                     .run(name, super::$scenario);
             }
             /// Two sites of 3 ranks in network namespaces with real addresses,

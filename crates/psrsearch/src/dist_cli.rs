@@ -533,8 +533,18 @@ pub fn plan_main(a: PlanArgs) -> Result<()> {
         let (bandwidth, return_bandwidth, latency_s) = if i == 0 {
             (None, None, 0.0)
         } else {
-            let out = link(0, i)?
-                .with_context(|| format!("no PAIR from {} to {}", layout.hosts[0].name, h.name))?;
+            let out = link(0, i)?.with_context(|| {
+                if layout.direct.contains(&(0, i)) {
+                    format!(
+                        "{} and {} are paired directly (PAIR ... 0): no link with a BANDWIDTH to \
+                         plan with; give the PAIR routers and a BANDWIDTH (or run the search, which \
+                         measures it)",
+                        layout.hosts[0].name, h.name
+                    )
+                } else {
+                    format!("no PAIR from {} to {}", layout.hosts[0].name, h.name)
+                }
+            })?;
             let back = link(i, 0)?.map(|b| b.0);
             (Some(out.0), back.or(Some(out.0)), out.1)
         };

@@ -604,12 +604,19 @@ impl Links {
         }
     }
 
-    /// The byte-order flag of a message on channel `d`: traffic through a
-    /// router is in the meta host's declared order (typed point-to-point
-    /// data and collective schedules convert before sending; receivers
-    /// of untyped bytes ignore the flag), everything else in this machine's.
+    /// The byte-order flag of a message on channel `d`: traffic to another
+    /// meta host (through a router, or straight to a rank of a directly
+    /// paired one) is in this meta host's declared order (typed
+    /// point-to-point data and collective schedules convert before sending;
+    /// receivers of untyped bytes ignore the flag), everything else in this
+    /// machine's.
     fn order_flag(&self, d: usize) -> u8 {
-        let routed = self.is_router(d);
+        let routed = self.is_router(d)
+            || (d < self.world
+                && self
+                    .sites
+                    .get(d)
+                    .is_some_and(|s| Some(s) != self.sites.get(self.rank as usize)));
         let big = if routed {
             self.routed_big_endian
         } else {

@@ -264,6 +264,22 @@ fn parse_routers() -> io::Result<Vec<(u32, u32, String)>> {
         .collect()
 }
 
+/// Pairs of meta hosts whose ranks connect directly (`PAIR A B 0`), from
+/// `METAMPI_DIRECT`: `a-b,...`.
+fn parse_direct() -> io::Result<Vec<(u32, u32)>> {
+    let Ok(v) = std::env::var("METAMPI_DIRECT") else {
+        return Ok(Vec::new());
+    };
+    v.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|e| {
+            let bad = || other(format!("METAMPI_DIRECT entry `{e}` is not a-b"));
+            let (a, b) = e.split_once('-').ok_or_else(bad)?;
+            Ok((a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?))
+        })
+        .collect()
+}
+
 /// Accepts the TCP connections of the lower ranks in `expected`, each
 /// handshake in a thread of its own: a stranger that connects and then says
 /// nothing (or trickles bytes) holds only its own thread until the
@@ -566,12 +582,19 @@ impl Shared {
                 peers.push(Link::Local); // replaced by TCP below
             }
         }
+        // Ranks of this site and of directly paired ones are TCP peers.
+        let direct = parse_direct()?;
+        let reaches = |site: u32| {
+            site == my_site
+                || direct.contains(&(my_site, site))
+                || direct.contains(&(site, my_site))
+        };
         // Lower ranks connect to higher ones; the listen backlog holds early connects.
         let tcp_peers: Vec<u32> = (0..size)
             .filter(|&r| {
                 r != rank
                     && !(shm_ranks.len() > 1 && shm_ranks.contains(&r))
-                    && sites[r as usize] == my_site
+                    && reaches(sites[r as usize])
             })
             .collect();
         let needs_key = !tcp_peers.is_empty() || parse_routers()?.iter().any(|r| r.0 == my_site);
@@ -651,7 +674,7 @@ impl Shared {
         }
         for r in 0..size {
             let site = sites[r as usize];
-            if site == my_site {
+            if reaches(site) {
                 continue;
             }
             let chans = by_site.get(&site).ok_or_else(|| {
