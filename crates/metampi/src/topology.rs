@@ -39,6 +39,19 @@ pub(crate) fn inverse_of(ranks: &[u32]) -> Vec<Rank> {
     inverse
 }
 
+/// The members of `ranks` whose (colour, key) in `pairs` has `color`,
+/// ordered by (key, position): a split's new group.
+pub(crate) fn of_color(pairs: &[(i32, i32)], color: Color, ranks: &[u32]) -> Vec<u32> {
+    let mut m: Vec<(i32, usize)> = pairs
+        .iter()
+        .enumerate()
+        .filter(|(_, &(c, _))| c == color.0)
+        .map(|(i, &(_, k))| (k, i))
+        .collect();
+    m.sort_unstable();
+    m.iter().map(|&(_, i)| ranks[i]).collect()
+}
+
 /// Shared state of one communicator.
 pub(crate) struct CommInner {
     pub ctx: u32,
@@ -388,14 +401,7 @@ pub trait Communicator: sealed::AsHandle {
         if color.0 < 0 {
             return None;
         }
-        let mut members: Vec<(i32, usize)> = all
-            .iter()
-            .enumerate()
-            .filter(|(_, &(c, _))| c == color.0)
-            .map(|(i, &(_, k))| (k, i))
-            .collect();
-        members.sort_unstable();
-        let ranks = members.iter().map(|&(_, i)| h.ranks[i]).collect();
+        let ranks = of_color(&all, color, &h.ranks);
         CommInner::new(ctx, ranks, format!("split of {}", self.get_name()))
             .map(|c| SimpleCommunicator(CommunicatorHandle(c)))
     }

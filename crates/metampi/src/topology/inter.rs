@@ -219,23 +219,17 @@ impl InterCommunicator {
             .chunks_exact(2)
             .map(|c| (c[0] as i32, c[1] as i32))
             .collect();
-        let pick = |pairs: &[(i32, i32)], ranks: &[u32]| -> Vec<u32> {
-            let mut m: Vec<(i32, usize)> = pairs
-                .iter()
-                .enumerate()
-                .filter(|(_, &(c, _))| c == color.0)
-                .map(|(i, &(_, k))| (k, i))
-                .collect();
-            m.sort_unstable();
-            m.iter().map(|&(_, i)| ranks[i]).collect()
-        };
-        let other = pick(&theirs, &remote.ranks);
+        let other = super::of_color(&theirs, color, &remote.ranks);
         if other.is_empty() {
             return Ok(None);
         }
         let name = format!("split of {}", self.get_name());
-        let group = CommInner::new(ctx, pick(&ours, &inner.ranks), name.clone())
-            .expect("a member of its colour");
+        let group = CommInner::new(
+            ctx,
+            super::of_color(&ours, color, &inner.ranks),
+            name.clone(),
+        )
+        .expect("a member of its colour");
         Ok(Some(assemble(ctx, &group, other, name)))
     }
 
