@@ -228,6 +228,19 @@ fn prefix(launch: &Launch) -> Vec<OsString> {
     }
 }
 
+/// The command prefix that starts the ranks of `node`: [`prefix`], and in a
+/// network namespace the node's address for the ranks' own listeners
+/// (`METAMPI_TCP_IP`): they reach the launcher through a Unix socket, which
+/// tells them no address that ranks of a directly paired meta host could use.
+fn rank_prefix(host: &HostLayout, node: &NodeLayout) -> Vec<OsString> {
+    let mut pre = prefix(&host.launch);
+    if let (Launch::Netns(_), Address::Ip(ip)) = (&host.launch, &node.address) {
+        pre.push("env".into());
+        pre.push(format!("METAMPI_TCP_IP={ip}").into());
+    }
+    pre
+}
+
 /// The router spec for every router in the layout.
 ///
 /// A link with `TLS = auto` gets, at both ends, the identity each router
@@ -622,7 +635,7 @@ pub fn start_with_options(
         .collect();
     let prefixes = nodes
         .iter()
-        .map(|&(hi, _)| prefix(&layout.hosts[hi].launch))
+        .map(|&(hi, ni)| rank_prefix(&layout.hosts[hi], &layout.hosts[hi].nodes[ni]))
         .collect();
     let sites: Vec<String> = layout
         .hosts
@@ -679,22 +692,6 @@ fn check_options(layout: &Layout, opts: &StartOptions) -> std::io::Result<()> {
         return Err(bad(format!(
             "router variables for {lists} meta hosts, but the layout has {hosts}"
         )));
-    }
-    // A rank in a network namespace reaches the launcher through a Unix
-    // socket, so it knows no address that ranks of other meta hosts reach.
-    for &(a, b) in &layout.direct {
-        if let Some(h) = [a, b]
-            .iter()
-            .map(|&i| &layout.hosts[i])
-            .find(|h| matches!(h.launch, Launch::Netns(_)))
-        {
-            return Err(bad(format!(
-                "meta hosts `{}` and `{}` are paired directly (PAIR ... 0), but `{}` starts \
-                 its ranks in a network namespace (LAUNCH = netns), where they know no address \
-                 the other meta host could reach: give the PAIR routers",
-                layout.hosts[a].name, layout.hosts[b].name, h.name
-            )));
-        }
     }
     for (host, vars) in layout.hosts.iter().zip(&opts.host_env) {
         for (name, _) in vars {
@@ -866,21 +863,6 @@ mod launch_tests {
             refusal(&atm),
             "meta host `b`: node b0 runs a router but its address `ATM_PVC 0.0.42` is not a \
              TCP address, which its ranks would need to reach the router"
-        );
-    }
-
-    #[test]
-    fn direct_pairs_with_a_network_namespace_are_refused() {
-        let l = layout(
-            "METAHOST a { LAUNCH = local; NODES = a0; }\n\
-             METAHOST b { LAUNCH = netns nsb; NODES = b0 (10.9.0.2); }\n\
-             PAIR a b 0\n",
-        );
-        assert_eq!(
-            refusal(&l),
-            "meta hosts `a` and `b` are paired directly (PAIR ... 0), but `b` starts its ranks \
-             in a network namespace (LAUNCH = netns), where they know no address the other meta \
-             host could reach: give the PAIR routers"
         );
     }
 

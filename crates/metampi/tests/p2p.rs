@@ -61,6 +61,23 @@ fn netns_sites(test: &str) -> Option<(Option<metampi::testing::NetnsPair>, Strin
     Some((Some(ns), cfg))
 }
 
+/// Two meta hosts in network namespaces paired directly (`PAIR a b 0`):
+/// their ranks connect over the veth pair at the namespaces' addresses.
+/// Three scenarios in one job (the matrix runs them all through routers).
+#[test]
+fn direct_netns_sites_6() {
+    let name = "direct_netns_sites_6";
+    let Some((_ns, cfg)) = netns_sites(name) else {
+        return;
+    };
+    let cfg = cfg.replace("PAIR a b 1\na0 <-> b0\n", "PAIR a b 0\n");
+    Ranks::new(6).meta(&cfg).run(name, |world| {
+        wildcard_order(world);
+        large_messages(world);
+        synchronous_send(world);
+    });
+}
+
 /// This rank's partner in the pair tests (ranks 2k and 2k + 1) and the
 /// partner's handle; `None`, after the test's closing barrier, for the last
 /// rank of an odd world, which has no partner.

@@ -459,18 +459,27 @@ impl Shared {
             .and_then(|mut a| a.next())
             .map(|a| a.ip())
             .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        let listen_ip = if pmi_ip.is_loopback() {
-            pmi_ip
-        } else {
-            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        // The launcher names the address where it knows better (a network
+        // namespace, whose ranks reach it through a Unix socket).
+        let given: Option<IpAddr> = match std::env::var("METAMPI_TCP_IP") {
+            Ok(v) => Some(
+                v.parse()
+                    .map_err(|_| other(format!("METAMPI_TCP_IP `{v}` is not an IP address")))?,
+            ),
+            Err(_) => None,
+        };
+        let listen_ip = match given {
+            Some(ip) => ip,
+            None if pmi_ip.is_loopback() => pmi_ip,
+            None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         };
         let listener = TcpListener::bind((listen_ip, 0))?;
         let port = listener.local_addr()?.port();
         // The address others use is the one this machine uses to reach the launcher.
-        let my_ip = if pmi_ip.is_loopback() {
-            pmi_ip
-        } else {
-            TcpStream::connect(&pmi_addr)?.local_addr()?.ip()
+        let my_ip = match given {
+            Some(ip) => ip,
+            None if pmi_ip.is_loopback() => pmi_ip,
+            None => TcpStream::connect(&pmi_addr)?.local_addr()?.ip(),
         };
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
