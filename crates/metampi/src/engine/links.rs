@@ -611,16 +611,21 @@ impl Links {
     /// receivers of untyped bytes ignore the flag), everything else in this
     /// machine's.
     fn order_flag(&self, d: usize) -> u8 {
-        let routed = self.is_router(d)
+        let native = cfg!(target_endian = "big");
+        // Where the declared order is this machine's (nearly always), the
+        // channel does not matter: one comparison on the send path.
+        let big = if self.routed_big_endian == native {
+            native
+        } else if self.is_router(d)
             || (d < self.world
                 && self
                     .sites
                     .get(d)
-                    .is_some_and(|s| Some(s) != self.sites.get(self.rank as usize)));
-        let big = if routed {
+                    .is_some_and(|s| Some(s) != self.sites.get(self.rank as usize)))
+        {
             self.routed_big_endian
         } else {
-            cfg!(target_endian = "big")
+            native
         };
         if big {
             F_BIG_ENDIAN

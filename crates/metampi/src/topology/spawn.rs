@@ -153,8 +153,15 @@ pub(crate) fn spawn(
         ));
     }
     let sh = shared();
-    let site = super::site_of_world(comm.ranks[0]);
-    if comm.ranks.iter().any(|&w| super::site_of_world(w) != site) {
+    // Processes of another world (earlier children, parents) are on this
+    // machine or reached as the world's are; the world's members decide.
+    let mut sites = comm
+        .ranks
+        .iter()
+        .filter(|&&w| w < sh.info.size)
+        .map(|&w| super::site_of_world(w));
+    let first = sites.next();
+    if sites.any(|s| Some(s) != first) {
         return Err(spawn_error(
             "the spawning communicator spans meta hosts: children start on the root's \
              machine and could not reach parents behind a router"
