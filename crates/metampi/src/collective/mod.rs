@@ -1526,7 +1526,7 @@ pub trait Root: AsCommunicator {
     /// root's machine with the command's arguments, environment and
     /// directory, standard input closed and output shared with the root;
     /// they reach this group through
-    /// [`Communicator::parent`](crate::traits::Communicator::parent). A child
+    /// [`Communicator::parent`]. A child
     /// that aborts, or ends without finalizing or with a failing status, ends
     /// the whole job; the root's finalize waits for the children.
     ///
