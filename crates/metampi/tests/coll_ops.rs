@@ -64,6 +64,24 @@ fn three_sites_1_3_4() {
     Ranks::new(8).meta(config).run("three_sites_1_3_4", battery);
 }
 
+/// The same with sites b and c paired directly (`PAIR b c 0`, no routers)
+/// and b declared big-endian: the hierarchical collectives still see three
+/// sites, and data between b and c is converted on the direct connections.
+#[test]
+fn direct_sites_1_3_4() {
+    let config = "PORTBASE 32200\n\
+        METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\
+        METAHOST b { LAUNCH = local; NPROCS = 3; NODES = b0; BYTEORDER = big; }\n\
+        METAHOST c { LAUNCH = local; NPROCS = 4; NODES = c0, c1; }\n\
+        PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 0\n";
+    Ranks::new(8)
+        .meta(config)
+        .run("direct_sites_1_3_4", |world| {
+            assert_eq!(world.num_meta_hosts(), 3);
+            battery(world);
+        });
+}
+
 fn battery(world: &SimpleCommunicator) {
     full(world, 11);
     // Two communicators made by split: even and odd world ranks, in reverse
