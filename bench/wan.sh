@@ -7,6 +7,7 @@
 #  3. the same link with lz4 and compressible data: effective throughput
 #     against the link rate;
 #  4. two links of 50 Mbit/s striped as one connection against one such link.
+# Also the two meta hosts paired directly (PAIR a b 0, no routers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # M=path/to/metampi measures that build (a machine without cargo, say).
@@ -26,6 +27,12 @@ ${3:-a0 <-> b0}
 CFG
 }
 site 27100 "" > "$d/plain.cfg"
+# The same two meta hosts paired directly (PAIR a b 0: no routers).
+cat > "$d/direct.cfg" <<CFG
+METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }
+METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }
+PAIR a b 0
+CFG
 site 27200 "- { BANDWIDTH = 100Mbit; LATENCY = 20ms; COMPRESSION = off; }" > "$d/slow.cfg"
 site 27300 "- { BANDWIDTH = 100Mbit; LATENCY = 20ms; COMPRESSION = lz4; }" > "$d/slowz.cfg"
 site 27400 "- { BANDWIDTH = 50Mbit; LATENCY = 5ms; COMPRESSION = off; }" > "$d/one.cfg"
@@ -37,6 +44,8 @@ direct=$($M bench -n 2 --machines m0:1,m1:1 --ops pingpong,bw --sizes 8,4M --ite
 routed=$($M run --meta "$d/plain.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
 # The same with TCP between ranks and routers instead of shared-memory pipes.
 routed_tcp=$(METAMPI_NO_ROUTER_SHM=1 $M run --meta "$d/plain.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
+paired=$($M run --meta "$d/direct.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
+pl=$(med pingpong 8 4 <<<"$paired"); pb=$(med bw 4194304 8 <<<"$paired")
 dl=$(med pingpong 8 4 <<<"$direct"); rl=$(med pingpong 8 4 <<<"$routed")
 db=$(med bw 4194304 8 <<<"$direct"); rb=$(med bw 4194304 8 <<<"$routed")
 tl=$(med pingpong 8 4 <<<"$routed_tcp"); vb=$(med bw 4194304 8 <<<"$routed_tcp")
@@ -54,6 +63,8 @@ printf '%-44s %10s %10s %7s %s\n' "  latency the routers add (us)" "$(awk -v a="
 printf '%-44s %10s %10s %7s %s\n' "4 MiB bandwidth (MB/s), through 2 routers" "$rb" "$db" "$(r "$rb" "$db")" ">= 0.9"
 printf '%-44s %10s %10s %7s %s\n' "  same, TCP to the routers: latency (us)" "$tl" "$dl" "$(r "$tl" "$dl")" "-"
 printf '%-44s %10s %10s %7s %s\n' "  same, TCP to the routers: bandwidth (MB/s)" "$vb" "$db" "$(r "$vb" "$db")" "-"
+printf '%-44s %10s %10s %7s %s\n' "  direct pair (PAIR a b 0): latency (us)" "$pl" "$dl" "$(r "$pl" "$dl")" "-"
+printf '%-44s %10s %10s %7s %s\n' "  direct pair (PAIR a b 0): bandwidth (MB/s)" "$pb" "$db" "$(r "$pb" "$db")" "-"
 printf '%-44s %10s %10s %7s %s\n' "100 Mbit/s link, no compression (MB/s)" "$sb" "$link" "$(r "$sb" "$link")" ">= 0.95"
 printf '%-44s %10s %10s %7s %s\n' "100 Mbit/s link, lz4, compressible (MB/s)" "$zb" "$link" "$(r "$zb" "$link")" "> 1.0"
 printf '%-44s %10s %10s %7s %s\n' "2 striped 50 Mbit/s links vs 1 (MB/s)" "$tb" "$ob" "$(r "$tb" "$ob")" ">= 1.8"
