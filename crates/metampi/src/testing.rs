@@ -270,6 +270,16 @@ pub fn collective_algorithm<C: crate::traits::Communicator>(
     crate::collective::algorithm::choose(&comm.as_handle().0, op, bytes, commutative)
 }
 
+/// Whether this process reaches point-to-point rank `rank` of `comm` (for an
+/// intercommunicator, of its remote group) through shared memory. Call it
+/// after `initialize`.
+pub fn reaches_over_shared_memory<C: crate::traits::Communicator>(comm: &C, rank: i32) -> bool {
+    let Ok(w) = comm.as_handle().0.world_of(rank) else {
+        return false;
+    };
+    crate::environment::shared().quick(|e| e.links.sleep_flag(w).is_some())
+}
+
 /// A directory for the router statistics of one test job: made fresh in the
 /// test itself (named after the test and the process), found again, the same
 /// path, in the job's ranks and routers through `METAMPI_ROUTER_STATS`

@@ -25,6 +25,15 @@ fn myself(name: &str) -> Command {
 fn talk(inter: &InterCommunicator, child: bool) {
     let me = inter.rank();
     let side = i32::from(child);
+    // One machine: the two worlds share memory, unless TCP is forced.
+    let shm = std::env::var_os("METAMPI_FORCE_TCP").is_none();
+    for r in 0..inter.remote_size() {
+        assert_eq!(
+            metampi::testing::reaches_over_shared_memory(inter, r),
+            shm,
+            "remote rank {r}"
+        );
+    }
     // Three tagged messages to every remote process, received in order
     // and naming their sender.
     for r in 0..inter.remote_size() {

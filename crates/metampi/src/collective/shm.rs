@@ -252,8 +252,11 @@ fn region<'s>(
 /// member: they all see the same machine).
 fn eligible(comm: &CommInner) -> bool {
     let n = comm.ranks.len();
+    // Members of two worlds (a spawn) would name the region after
+    // different jobs.
     if !(2..=MAX_MEMBERS).contains(&n)
         || comm.is_inter()
+        || comm.mixed
         || std::env::var_os("METAMPI_NO_SHM_COLL").is_some()
     {
         return false;

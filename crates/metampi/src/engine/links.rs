@@ -173,7 +173,10 @@ pub(crate) struct Links {
     /// Matched long messages to copy in the next full pass: the call that
     /// posts a request only starts it (see [`Links::progress_as`]).
     deferred: Vec<Pull>,
-    pub my_sleep: Option<SleepFlag>,
+    /// This rank's sleep flags: in its world segment, and in the segments
+    /// it made for processes that joined later (one word each, all raised
+    /// together).
+    pub my_sleep: Vec<SleepFlag>,
     pub wake: UnixDatagram,
     pub segments: Vec<Segment>,
     /// World ranks: channels `[world, world + routers)` are router
@@ -235,7 +238,7 @@ impl Links {
             coop: None,
             crowd: None,
             deferred: Vec::new(),
-            my_sleep: None,
+            my_sleep: Vec::new(),
             wake,
             segments: Vec::new(),
             world: n,
@@ -296,9 +299,10 @@ impl Links {
         let (_, cons) = self.shm_in.get_mut(i as usize)?;
         let mut got = None;
         cons.read_one(|rec| {
-            let Some(env) = Envelope::decode(rec) else {
+            let Some(mut env) = Envelope::decode(rec) else {
                 return false;
             };
+            env.src = src;
             if env.kind != Kind::Eager
                 || !pat.matches(&env)
                 || env.len as usize > buf.cap()
@@ -380,6 +384,15 @@ impl Links {
         }));
         self.outq.push(VecDeque::new());
         r
+    }
+
+    /// Moves process `r` (added by [`Links::add_process`]) from its stream
+    /// to shared memory: frames to it go to `prod`, its frames arrive in
+    /// `cons`. Both ends switch before either sends anything (during spawn
+    /// and start-up), so no frame can overtake another.
+    pub(crate) fn use_shm_for(&mut self, r: u32, link: ShmLink, cons: Consumer) {
+        self.peers[r as usize] = Link::Shm(link);
+        self.add_inbound(r, cons);
     }
 
     /// Sends frames for world rank `dst` through channel `chan`.
@@ -923,7 +936,10 @@ impl Links {
         let mut got = 0;
         while got < RING_BATCH {
             let r = cons.read_one(|rec| {
-                if let Some(env) = Envelope::decode(rec) {
+                if let Some(mut env) = Envelope::decode(rec) {
+                    // The ring is the sender's alone; a process of another
+                    // world names itself by a rank of that world.
+                    env.src = src;
                     if (lazy && core.unwanted(&env)) || core.hold(&env) {
                         return false;
                     }

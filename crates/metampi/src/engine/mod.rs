@@ -9,6 +9,7 @@
 
 pub(crate) mod coop;
 pub(crate) mod core;
+pub(crate) mod join;
 pub(crate) mod links;
 
 use std::io;
@@ -189,7 +190,15 @@ const LOOKS_UNLOCKED: u32 = 64;
 const COOP_MIN: usize = 64 << 10;
 
 /// Bytes of the control block at the start of a rank's inbound segment.
-const SEG_CTL: usize = 64;
+pub(crate) const SEG_CTL: usize = 64;
+
+/// Bytes of each shared-memory ring between two ranks (`METAMPI_SHM_RING`).
+pub(crate) fn ring_cap() -> usize {
+    env_usize("METAMPI_SHM_RING")
+        .unwrap_or(256 << 10)
+        .next_power_of_two()
+        .max(64 << 10)
+}
 
 fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok()?.trim().parse().ok()
@@ -515,10 +524,7 @@ impl Shared {
         let local: Vec<u32> = (0..size).filter(|&r| nodes[r as usize] == node).collect();
         let shm_ranks: Vec<u32> = if force_tcp { vec![rank] } else { local.clone() };
         let local_index = |r: u32| shm_ranks.iter().position(|&x| x == r).unwrap_or(0);
-        let ring_cap = env_usize("METAMPI_SHM_RING")
-            .unwrap_or(256 << 10)
-            .next_power_of_two()
-            .max(64 << 10);
+        let ring_cap = ring_cap();
         let ring_bytes = CTL_BYTES + ring_cap;
         // The cooperative-copy slots follow the rings.
         let coop_at = SEG_CTL + shm_ranks.len() * ring_bytes;
@@ -697,15 +703,16 @@ impl Shared {
         for (r, c) in inbound {
             links.add_inbound(r, c);
         }
-        // A spawned process meets its parents before its start-up ends.
+        // A spawned process meets its parents before its start-up ends,
+        // over shared memory with those on its machine.
         let parent = match crate::topology::spawn::parent_spec()? {
             Some(spec) => {
-                let streams = crate::topology::spawn::connect_parents(&spec, rank)?;
-                let mut ranks = Vec::with_capacity(streams.len());
-                for s in streams {
-                    configure_stream(&s)?;
-                    ranks.push(links.add_process(s));
-                }
+                let mut streams = crate::topology::spawn::connect_parents(&spec, rank)?;
+                let own = (!force_tcp)
+                    .then(|| join::JoinSegment::create(&job, rank, streams.len()).ok())
+                    .flatten();
+                let joined = join::join_all(&mut streams, own.as_ref(), &job, rank)?;
+                let ranks = join::add_peers(&mut links, streams, joined, own)?;
                 Some((spec.ctx, ranks))
             }
             None => None,
@@ -714,7 +721,9 @@ impl Shared {
             seg.unlink();
             // SAFETY: the first word of our segment is our sleep flag; the
             // segment lives in `links.segments`.
-            links.my_sleep = Some(unsafe { SleepFlag::new(seg.base() as *const AtomicU32) });
+            links
+                .my_sleep
+                .push(unsafe { SleepFlag::new(seg.base() as *const AtomicU32) });
             // SAFETY: our slot table (see above); only we open slots in it.
             links.coop = Some(unsafe { Table::new(seg.base().add(coop_at)) });
             links.segments.push(seg);
@@ -799,7 +808,10 @@ impl Shared {
     }
 
     fn singleton() -> io::Result<Shared> {
-        let (wake, _) = UnixDatagram::pair()?;
+        let job = format!("single{}", std::process::id());
+        // Named, so that processes it spawns can wake it (`join`).
+        let wake =
+            UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(format!("metampi-{job}-0"))?)?;
         wake.set_nonblocking(true)?;
         let links = Links::new(0, vec![Link::Local], wake);
         Ok(Shared {
@@ -821,12 +833,15 @@ impl Shared {
                 nodes: vec![crate::environment::hostname()],
                 sites: vec![0],
                 appnum: 0,
-                job: format!("single{}", std::process::id()),
+                job,
                 swap_routed: false,
                 orders_differ: false,
             },
             pmi: Mutex::new(None),
-            self_wake: None,
+            self_wake: Some(SocketAddr::from_abstract_name(format!(
+                "metampi-single{}-0",
+                std::process::id()
+            ))?),
             async_started: AtomicBool::new(false),
             finalized: AtomicBool::new(false),
             next_context: AtomicU32::new(4),
@@ -921,7 +936,7 @@ impl Shared {
     }
 
     fn set_sleeping(&self, e: &Engine, on: bool) {
-        if let Some(f) = &e.links.my_sleep {
+        for f in &e.links.my_sleep {
             f.get().store(on as u32, Ordering::SeqCst);
         }
         e.links.arm_pipes(on);

@@ -116,6 +116,11 @@ impl Segment {
         let _ = std::fs::remove_file(&self.path);
     }
 
+    /// The file it was made from or opened by.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub(crate) fn base(&self) -> *mut u8 {
         self.ptr
     }

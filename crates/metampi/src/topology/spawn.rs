@@ -31,6 +31,7 @@ use super::inter::{assemble, pack2, tell_group, InterCommunicator};
 use super::{CommInner, Rank};
 use crate::auth::Secret;
 use crate::collective;
+use crate::engine::join::{self, JoinSegment};
 use crate::environment::{abort_job, shared};
 use crate::error::{Error, ErrorClass};
 use crate::point_to_point::{recv_bytes, send_bytes, Mode};
@@ -205,10 +206,23 @@ pub(crate) fn spawn(
         (Err(e), _) => Err(format!("cannot listen for the children: {e}")),
         (_, Err(e)) => Err(e.to_string()),
     };
+    // Shared memory with the children on this machine (see `engine::join`),
+    // offered on each connection, in the children's rank order.
+    let (job, me) = (&sh.info.job, sh.info.rank);
+    let prepared = got.and_then(|mut streams| {
+        streams.sort_by_key(|(r, _)| *r);
+        let mut streams: Vec<TcpStream> = streams.into_iter().map(|(_, s)| s).collect();
+        let own = (std::env::var_os("METAMPI_FORCE_TCP").is_none())
+            .then(|| JoinSegment::create(job, me, streams.len()).ok())
+            .flatten();
+        let joined = join::join_all(&mut streams, own.as_ref(), job, me)
+            .map_err(|e| format!("offering shared memory: {e}"))?;
+        Ok((streams, joined, own))
+    });
     // Everyone returns the same: the children are there for all, or not.
-    let failed = collective::max_u32(comm, u32::from(got.is_err()))?;
-    let mut streams = match got {
-        Ok(s) if failed == 0 => s,
+    let failed = collective::max_u32(comm, u32::from(prepared.is_err()))?;
+    let (streams, joined, own) = match prepared {
+        Ok(p) if failed == 0 => p,
         Ok(_) => {
             return Err(spawn_error(
                 "another member could not meet the children".into(),
@@ -216,13 +230,9 @@ pub(crate) fn spawn(
         }
         Err(e) => return Err(spawn_error(format!("meeting the children: {e}"))),
     };
-    streams.sort_by_key(|(r, _)| *r);
-    let mut ranks = Vec::with_capacity(streams.len());
-    for (_, s) in streams {
-        crate::engine::configure_stream(&s)
-            .map_err(|e| spawn_error(format!("setting up a child's connection: {e}")))?;
-        ranks.push(sh.quick(|e| e.links.add_process(s)));
-    }
+    let ranks = sh
+        .quick(|e| join::add_peers(&mut e.links, streams, joined, own))
+        .map_err(|e| spawn_error(format!("setting up the children's connections: {e}")))?;
     sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
     let name = format!("intercommunicator to the children of {}", comm.name());
     Ok(assemble(ctx, comm, ranks, name))
