@@ -380,30 +380,45 @@ fn three_sites_slow_link_dynamic_beats_static() {
                 w.barrier();
                 out
             };
-            let fixed = run(ServiceMode::Scheduled);
-            let dynamic = run(ServiceMode::Dynamic);
-            if let (Some(s), Some(d)) = (fixed, dynamic) {
-                let mut reader = BasebandReader::open(&file).unwrap();
-                let single = search_file(&mut reader, &search(), &mut |_, _| {}).unwrap();
-                assert_eq!(s.outcome.candidates, single.candidates);
-                assert_eq!(d.outcome.candidates, single.candidates);
-                let c = |o: &DistOutcome| o.hosts.iter().find(|h| h.name == "c").cloned().unwrap();
-                let (sc, dc) = (c(&s), c(&d));
-                eprintln!(
-                    "static: service {:.2} s, c did {}/{}; dynamic: service {:.2} s, c did {}/{}",
-                    s.service_s, sc.done_units, sc.units, d.service_s, dc.done_units, dc.units
-                );
-                assert!(sc.units >= 6, "the plan trusts the claimed link: {sc:?}");
-                assert!(
-                    dc.done_units < dc.units,
-                    "units moved off the slow link: {dc:?}"
-                );
-                assert!(
-                    d.service_s < 0.6 * s.service_s,
-                    "dynamic ({:.2} s) finishes well before static ({:.2} s)",
-                    d.service_s,
-                    s.service_s
-                );
+            // The static plan must give `c` a real share for the comparison to mean
+            // anything; a pilot disturbed by a loaded machine can give it none (seen once
+            // in a fresh-clone run: 0 units). Such a run is repeated, at most three times.
+            for attempt in 1..=4 {
+                let fixed = run(ServiceMode::Scheduled);
+                let dynamic = run(ServiceMode::Dynamic);
+                let mut again = 0u8;
+                if let (Some(s), Some(d)) = (fixed, dynamic) {
+                    let mut reader = BasebandReader::open(&file).unwrap();
+                    let single = search_file(&mut reader, &search(), &mut |_, _| {}).unwrap();
+                    assert_eq!(s.outcome.candidates, single.candidates);
+                    assert_eq!(d.outcome.candidates, single.candidates);
+                    let c =
+                        |o: &DistOutcome| o.hosts.iter().find(|h| h.name == "c").cloned().unwrap();
+                    let (sc, dc) = (c(&s), c(&d));
+                    eprintln!(
+                        "attempt {attempt}: static: service {:.2} s, c did {}/{}; \
+                         dynamic: service {:.2} s, c did {}/{}",
+                        s.service_s, sc.done_units, sc.units, d.service_s, dc.done_units, dc.units
+                    );
+                    if sc.units < 6 && attempt < 4 {
+                        again = 1;
+                    } else {
+                        assert!(sc.units >= 6, "the plan trusts the claimed link: {sc:?}");
+                        assert!(
+                            dc.done_units < dc.units,
+                            "units moved off the slow link: {dc:?}"
+                        );
+                        assert!(
+                            d.service_s < 0.6 * s.service_s,
+                            "dynamic ({:.2} s) finishes well before static ({:.2} s)",
+                            d.service_s,
+                            s.service_s
+                        );
+                    }
+                }
+                if !again_anywhere(w, again) {
+                    break;
+                }
             }
             remove_observation(w, &file);
         });
