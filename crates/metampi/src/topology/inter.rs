@@ -371,21 +371,12 @@ pub(crate) fn create(
     remote_leader: Rank,
     tag: Tag,
 ) -> Result<InterCommunicator, Error> {
-    if local.is_inter() {
-        return Err(Error::new(
-            ErrorClass::Comm,
-            "the local communicator of a new intercommunicator is itself an intercommunicator",
-        ));
-    }
-    if !(0..local.size()).contains(&local_leader) {
-        return Err(Error::new(
-            ErrorClass::Rank,
-            format!(
-                "local leader {local_leader} is outside a communicator of size {}",
-                local.size()
-            ),
-        ));
-    }
+    check_rooted(
+        local,
+        local_leader,
+        "the local communicator of a new intercommunicator is itself an intercommunicator",
+        "local leader",
+    )?;
     let sh = shared();
     let mine = collective::max_u32(local, sh.next_context.load(Ordering::SeqCst))?;
     // The leader learns the other group and the context, or an error that
@@ -421,6 +412,31 @@ pub(crate) fn create(
     sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
     let name = format!("intercommunicator of {}", local.name());
     Ok(assemble(ctx, local, remote, name))
+}
+
+/// Refuses an intercommunicator (`MPI_ERR_COMM`, saying `not_intra`) and
+/// a `role` rank (leader, root) outside `comm` (`MPI_ERR_RANK`): the checks
+/// every member makes alike before a rooted call that builds an
+/// intercommunicator.
+pub(super) fn check_rooted(
+    comm: &CommInner,
+    r: Rank,
+    not_intra: &str,
+    role: &str,
+) -> Result<(), Error> {
+    if comm.is_inter() {
+        return Err(Error::new(ErrorClass::Comm, not_intra));
+    }
+    if !(0..comm.size()).contains(&r) {
+        return Err(Error::new(
+            ErrorClass::Rank,
+            format!(
+                "{role} {r} is outside a communicator of size {}",
+                comm.size()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Broadcasts a leader's outcome in its group (collective over `local`,

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use metampi_launch::{JobId, JobKey, PmiEvent, PmiServer};
 
-use super::inter::{assemble, pack2, tell_group, InterCommunicator};
+use super::inter::{assemble, check_rooted, pack2, tell_group, InterCommunicator};
 use super::{CommInner, Rank};
 use crate::auth::Secret;
 use crate::collective;
@@ -138,21 +138,12 @@ pub(crate) fn spawn(
     root: Rank,
     apps: &[(&Command, Rank)],
 ) -> Result<InterCommunicator, Error> {
-    if comm.is_inter() {
-        return Err(Error::new(
-            ErrorClass::Comm,
-            "processes are spawned from an intracommunicator",
-        ));
-    }
-    if !(0..comm.size()).contains(&root) {
-        return Err(Error::new(
-            ErrorClass::Rank,
-            format!(
-                "root {root} is outside a communicator of size {}",
-                comm.size()
-            ),
-        ));
-    }
+    check_rooted(
+        comm,
+        root,
+        "processes are spawned from an intracommunicator",
+        "root",
+    )?;
     let sh = shared();
     // Processes of another world (earlier children, parents) are on this
     // machine or reached as the world's are; the world's members decide.
