@@ -4,7 +4,7 @@
 //! One `COMM_WORLD` spans the processes started by `metampi run`: processes
 //! on one machine talk through lock-free shared-memory rings (ScaMPI's
 //! remote-write/local-read design) with single-copy transfer of large
-//! messages; processes on different machines talk over TCP. MPI-1.2 rules hold
+//! messages; processes on different machines talk over TCP. MPI's rules hold
 //! on every path: contexts per communicator, wildcards, non-overtaking order,
 //! truncation errors, synchronous completion only after a match.
 //!
