@@ -35,6 +35,7 @@ Every rank gets these environment variables:
     METAMPI_LOCAL_SIZE   number of ranks on the same node
     METAMPI_PROGRESS     1 when this command's stderr is a terminal (tools may draw progress
                          on /dev/tty, since rank output reaches the terminal through pipes)
+    METAMPI_TAG_OUTPUT   1 under --tag-output (processes a rank spawns get `[spawn N.R] `)
 
 Placement: --hosts a,b:4 gives a one slot and b four; ranks fill the slots in order and, if
 there are more ranks than slots, wrap round-robin over the hosts. Without --hosts or
@@ -102,7 +103,7 @@ pub struct RunArgs {
     #[arg(long)]
     env_all: bool,
 
-    /// Prefix every output line with `[RANK] `
+    /// Prefix every output line with `[RANK] ` (lines of processes a rank spawns: `[RANK] [spawn N.R] `)
     #[arg(long)]
     tag_output: bool,
 

@@ -372,6 +372,10 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
             .into_iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
+    env.retain(|(k, _)| k != stdio::TAG_OUTPUT_ENV);
+    if ctx.spec.tag_output {
+        env.push((stdio::TAG_OUTPUT_ENV.into(), "1".into()));
+    }
 
     let reads_stdin = match ctx.spec.stdin {
         StdinTarget::All => true,

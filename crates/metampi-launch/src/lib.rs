@@ -17,6 +17,7 @@
 //! | `METAMPI_APPNUM` | index of the rank's MIMD application |
 //! | `METAMPI_NODE` | host the rank is placed on; equal values share a machine |
 //! | `METAMPI_LOCAL_RANK`, `METAMPI_LOCAL_SIZE` | index and count among ranks with the same node |
+//! | `METAMPI_TAG_OUTPUT` | `1` with [`JobSpec::tag_output`] (a rank labels its spawned processes' lines too) |
 //!
 //! Ranks are numbered app after app; placement fills each host's slots in order, then wraps
 //! round-robin ([`place`]). The key-value protocol is described in [`pmi`].
@@ -88,4 +89,5 @@ pub use remote::{manual_command, spawn_remote, HostLaunch, ManualProcess, Secret
 pub use spec::{
     AppSpec, JobSpec, LaunchMethod, OutputMode, StdinTarget, DEFAULT_JOIN_TIMEOUT, RESERVED_ENV,
 };
+pub use stdio::{forward_lines, TAG_OUTPUT_ENV};
 pub use sys::affinity;

@@ -122,6 +122,34 @@ pub(crate) fn spawn_forwarder(
         })
 }
 
+/// Starts a thread copying `source` to this process's stdout (`stderr`: its
+/// stderr) line by line, each line after `prefix`, as the launcher forwards a
+/// rank's output; the thread ends when `source` closes. For processes a rank
+/// starts itself (spawned children) under `--tag-output` ([`TAG_OUTPUT_ENV`]).
+///
+/// # Errors
+/// The thread could not be started.
+pub fn forward_lines(
+    name: String,
+    source: impl Read + Send + 'static,
+    prefix: Vec<u8>,
+    stderr: bool,
+) -> io::Result<JoinHandle<()>> {
+    let sink = Sink::Terminal(if stderr {
+        Stream::Stderr
+    } else {
+        Stream::Stdout
+    });
+    std::thread::Builder::new()
+        .name(name)
+        .stack_size(IO_THREAD_STACK)
+        .spawn(move || forward(source, LineSplitter::new(prefix), &sink))
+}
+
+/// Set to `1` for every rank of a job run with [`JobSpec::tag_output`](crate::JobSpec::tag_output),
+/// so that a rank labels the output of processes it starts itself.
+pub const TAG_OUTPUT_ENV: &str = "METAMPI_TAG_OUTPUT";
+
 fn forward(mut source: impl Read, mut splitter: LineSplitter, sink: &Sink) {
     let mut buf = vec![0u8; READ_CHUNK];
     loop {

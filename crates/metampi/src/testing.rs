@@ -48,6 +48,7 @@ pub struct Ranks {
     timeout: Duration,
     faults: Option<(Faults, ProxyCounts)>,
     bind: metampi_launch::Binding,
+    capture_tagged: bool,
 }
 
 impl Ranks {
@@ -61,7 +62,15 @@ impl Ranks {
             timeout: Duration::from_secs(120),
             faults: None,
             bind: metampi_launch::Binding::None,
+            capture_tagged: false,
         }
+    }
+
+    /// Labels every output line with its rank (`metampi run --tag-output`)
+    /// and keeps the output in the [`Ranks::outcome`] instead of showing it.
+    pub fn capture_tagged(mut self) -> Ranks {
+        self.capture_tagged = true;
+        self
     }
 
     /// Binds the ranks to CPUs as `metampi run --bind-to` does.
@@ -203,7 +212,12 @@ impl Ranks {
             .app(app)
             .env(CHILD_ENV, test_name)
             .stdin(StdinTarget::None)
-            .output(OutputMode::Terminal)
+            .output(if self.capture_tagged {
+                OutputMode::Capture
+            } else {
+                OutputMode::Terminal
+            })
+            .tag_output(self.capture_tagged)
             .timeout(self.timeout)
             .bind(self.bind);
         for (k, v) in self.env {

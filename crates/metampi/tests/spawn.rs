@@ -212,6 +212,52 @@ fn a_failing_child_ends_the_job() {
     assert!(failure.contains("spawned process"), "{failure}");
 }
 
+/// Under `--tag-output`, the root labels its children's lines, stdout and
+/// stderr, with the spawn and the child's rank, after its own `[rank] `.
+#[test]
+fn spawned_output_is_labelled_under_tag_output() {
+    let name = "spawned_output_is_labelled_under_tag_output";
+    let outcome = Ranks::new(2).capture_tagged().outcome(name, |world| {
+        if let Some(parent) = world.parent() {
+            println!("out of child {}", world.rank());
+            eprintln!("err of child {}", world.rank());
+            parent.process_at_rank(0).send(&world.rank());
+            return;
+        }
+        for spawn in 1..=2 {
+            let inter = world
+                .process_at_rank(1)
+                .spawn(&myself(name), 2)
+                .expect("children");
+            if world.rank() == 0 {
+                for _ in 0..2 {
+                    inter.any_process().receive::<i32>();
+                }
+            }
+            if world.rank() == 1 {
+                println!("parent after spawn {spawn}");
+            }
+        }
+    });
+    let Some(outcome) = outcome else { return };
+    assert!(outcome.failure.is_none(), "{:?}", outcome.failure);
+    let out = String::from_utf8_lossy(&outcome.stdout);
+    let err = String::from_utf8_lossy(&outcome.stderr);
+    for spawn in 1..=2 {
+        for r in 0..2 {
+            let line = format!("[1] [spawn {spawn}.{r}] out of child {r}\n");
+            assert!(out.contains(&line), "no `{line}` in:\n{out}");
+            let line = format!("[1] [spawn {spawn}.{r}] err of child {r}\n");
+            assert!(err.contains(&line), "no `{line}` in:\n{err}");
+        }
+        assert!(
+            out.contains(&format!("[1] parent after spawn {spawn}\n")),
+            "{out}"
+        );
+    }
+    assert!(!out.contains("[0] [spawn"), "{out}");
+}
+
 /// A spawned world spawns in turn from a communicator that mixes both
 /// worlds (the merge): the grandchildren's parents are two parents and two
 /// children, and all four talk to them.

@@ -18,14 +18,20 @@
 //! The root watches the children: an `ABORT` from one, or one that ends
 //! without finalizing or with a failing status, ends the whole job as a
 //! failing rank would; the root's finalize waits for them all.
+//!
+//! Children write to the root's stdout and stderr. Under `metampi run
+//! --tag-output` the root labels their lines instead: `[spawn N.R] `, for
+//! rank R of this process's Nth spawn (the launcher then puts the root's own
+//! `[rank] ` in front).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use metampi_launch::{JobId, JobKey, PmiEvent, PmiServer};
+use metampi_launch::{forward_lines, JobId, JobKey, PmiEvent, PmiServer, TAG_OUTPUT_ENV};
 
 use super::inter::{assemble, check_rooted, pack2, tell_group, InterCommunicator};
 use super::{CommInner, Rank};
@@ -254,6 +260,11 @@ fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Resu
         .map_err(|e| spawn_error(format!("cannot start the children's bootstrap server: {e}")))?;
     let parents = format!("{ctx};{}", addrs.join(","));
     let node = &sh.info.nodes[sh.info.rank as usize];
+    // Under --tag-output the children's lines are labelled here.
+    static SPAWNS: AtomicU32 = AtomicU32::new(0);
+    let spawn_no = SPAWNS.fetch_add(1, Ordering::Relaxed) + 1;
+    let tag = std::env::var_os(TAG_OUTPUT_ENV).is_some_and(|v| v == "1");
+    let mut forwarders = Vec::new();
     let mut kids: Vec<(Child, String)> = Vec::with_capacity(total);
     for (app, &(cmd, n)) in apps.iter().enumerate() {
         let name = cmd.get_program().to_string_lossy().into_owned();
@@ -284,8 +295,31 @@ fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Resu
                 .env("METAMPI_SECRET", key.to_hex())
                 .env(PARENT_ENV, &parents)
                 .stdin(Stdio::null());
+            if tag {
+                c.stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
             match c.spawn() {
-                Ok(child) => kids.push((child, name.clone())),
+                Ok(mut child) => {
+                    let prefix = format!("[spawn {spawn_no}.{rank}] ").into_bytes();
+                    let out = child.stdout.take().map(|o| {
+                        forward_lines(format!("metampi-sp-out-{rank}"), o, prefix.clone(), false)
+                    });
+                    let err = child
+                        .stderr
+                        .take()
+                        .map(|e| forward_lines(format!("metampi-sp-err-{rank}"), e, prefix, true));
+                    // A forwarder that cannot start leaves that stream unread:
+                    // the child would block on it, so it is stopped too.
+                    for f in [out, err].into_iter().flatten() {
+                        match f {
+                            Ok(h) => forwarders.push(h),
+                            Err(_) => {
+                                let _ = child.kill();
+                            }
+                        }
+                    }
+                    kids.push((child, name.clone()));
+                }
                 Err(e) => {
                     for (k, _) in &mut kids {
                         let _ = k.kill();
@@ -298,7 +332,7 @@ fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Resu
     }
     let watcher = std::thread::Builder::new()
         .name("metampi-children".into())
-        .spawn(move || watch(server, kids))
+        .spawn(move || watch(server, kids, forwarders))
         .map_err(|e| spawn_error(format!("cannot watch the children: {e}")))?;
     sh.children
         .lock()
@@ -320,8 +354,9 @@ fn failure(status: ExitStatus, finalized: bool) -> Option<String> {
 }
 
 /// Until every child has ended: an abort from one, or one ending badly,
-/// ends the whole job (the other children first).
-fn watch(server: PmiServer, mut kids: Vec<(Child, String)>) {
+/// ends the whole job (the other children first). Then until their
+/// labelled output is written.
+fn watch(server: PmiServer, mut kids: Vec<(Child, String)>, forwarders: Vec<JoinHandle<()>>) {
     let mut running = vec![true; kids.len()];
     let stop_all = |kids: &mut Vec<(Child, String)>| {
         for (k, _) in kids.iter_mut() {
@@ -357,6 +392,9 @@ fn watch(server: PmiServer, mut kids: Vec<(Child, String)>) {
                 );
             }
         }
+    }
+    for f in forwarders {
+        let _ = f.join();
     }
 }
 
