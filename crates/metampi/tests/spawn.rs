@@ -212,6 +212,59 @@ fn a_failing_child_ends_the_job() {
     assert!(failure.contains("spawned process"), "{failure}");
 }
 
+/// In a world over two meta hosts (routers between them), each site spawns
+/// from its own communicator (`split_meta_host`): children start on the
+/// site's machine and meet only parents there. A spawn from the whole
+/// world fails on every member with `MPI_ERR_SPAWN`.
+#[test]
+fn each_site_spawns_its_own_children() {
+    const SITES: &str = "PORTBASE 25500\n\
+        METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\
+        METAHOST b { LAUNCH = local; NPROCS = 2; NODES = b0; }\n\
+        PAIR a b 1\na0 <-> b0\n";
+    let name = "each_site_spawns_its_own_children";
+    if std::env::var_os("METAMPI_PARENT").is_some() {
+        // A child: a world of its own on one machine.
+        let universe = metampi::initialize().expect("child initializes");
+        let world = universe.world();
+        let parent = world.parent().expect("spawned");
+        assert_eq!(world.num_meta_hosts(), 1);
+        for r in 0..parent.remote_size() {
+            let (site, st) = parent.process_at_rank(r).receive::<i32>();
+            assert_eq!(st.source_rank(), r);
+            parent.process_at_rank(r).send(&(site * 100 + world.rank()));
+        }
+        return;
+    }
+    Ranks::new(3).meta(SITES).run(name, |world| {
+        let e = world
+            .process_at_rank(0)
+            .spawn(&myself(name), 1)
+            .expect_err("children cannot reach parents behind a router");
+        assert_eq!(e.class(), ErrorClass::Spawn, "{e}");
+        let site = world.split_meta_host();
+        let me = world
+            .meta_host_of(world.rank())
+            .expect("a rank of the world") as i32;
+        let inter = site
+            .process_at_rank(0)
+            .spawn(&myself(name), 2)
+            .expect("children");
+        assert_eq!(inter.remote_size(), 2);
+        for c in 0..2 {
+            inter.process_at_rank(c).send(&me);
+        }
+        for c in 0..2 {
+            let (v, _) = inter.process_at_rank(c).receive::<i32>();
+            assert_eq!(v, me * 100 + c);
+        }
+        // The world still works across the sites afterwards.
+        let mut sum = 0;
+        world.all_reduce_into(&1, &mut sum, SystemOperation::sum());
+        assert_eq!(sum, 3);
+    });
+}
+
 /// Under `--tag-output`, the root labels its children's lines, stdout and
 /// stderr, with the spawn and the child's rank, after its own `[rank] `.
 #[test]
