@@ -20,7 +20,7 @@ use psrsearch::{BasebandReader, PlanConfig, Sideband, DEFAULT_DISPERSION_CONSTAN
 #[command(
     name = "psrsearch",
     version,
-    about = "Coherent-dedispersion pulsar search of DADA and GUPPI baseband data"
+    about = "Coherent-dedispersion pulsar search of DADA, GUPPI RAW and VDIF baseband data"
 )]
 struct Cli {
     #[command(subcommand)]
