@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod demo;
+mod info;
 mod png;
 mod progress;
 mod run;
@@ -35,6 +36,8 @@ enum Command {
     Trace(tracecmd::TraceArgs),
     /// Validate a meta-computer description (or PACX hostfile) and print the resolved layout.
     Check(check::CheckArgs),
+    /// Print the library's versions and what this machine offers it: shared memory, single-copy transfer, fences, CPUs, link features, METAMPI_* variables.
+    Info(info::InfoArgs),
     #[command(hide = true)]
     DemoRank,
     /// A router between meta hosts (started by `metampi run --meta`).
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::execute(args),
         Command::Demo(args) => demo::execute(args),
         Command::Check(args) => check::execute(args),
+        Command::Info(args) => info::execute(args),
         Command::Bench(args) => bench::execute(args),
         Command::Trace(args) => tracecmd::execute(args),
         Command::DemoRank => demo::rank_main(),

@@ -526,3 +526,38 @@ fn meta_job_runs_across_three_emulated_sites() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("differs"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `metampi info` names the versions and this machine's transports, says
+/// why single-copy transfer is off when it is, and lists the METAMPI_*
+/// variables without printing the job secret.
+#[test]
+fn info_reports_versions_transports_and_variables() {
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .arg("info")
+        .env("METAMPI_NO_CMA", "1")
+        .env("METAMPI_SECRET", "0123456789abcdef")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    let line = |key: &str| {
+        s.lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("no `{key}` line in:\n{s}"))
+            .to_string()
+    };
+    assert!(line("MPI standard").ends_with(" 3.1"), "{s}");
+    assert!(line("library").contains("metampi "), "{s}");
+    assert!(
+        line("cross-memory attach").contains("off (METAMPI_NO_CMA)"),
+        "{s}"
+    );
+    assert!(line("router link compression").contains("lz4"), "{s}");
+    assert!(line("shared memory").contains("free"), "{s}");
+    assert!(s.contains("METAMPI_NO_CMA=1"), "{s}");
+    assert!(s.contains("METAMPI_SECRET=(set)"), "{s}");
+    assert!(
+        !s.contains("0123456789abcdef"),
+        "the secret was printed:\n{s}"
+    );
+}

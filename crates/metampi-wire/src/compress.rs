@@ -51,6 +51,13 @@ pub enum Compression {
     Auto,
 }
 
+impl Compression {
+    /// Whether this build can use it: zstd needs the `zstd` feature.
+    pub fn available(self) -> bool {
+        self != Compression::Zstd || cfg!(feature = "zstd")
+    }
+}
+
 /// What [`Compression::Auto`] is doing on a link, in [`crate::Stats`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, PartialOrd, Ord, Hash)]
 #[non_exhaustive]

@@ -199,6 +199,57 @@ pub fn library_version() -> Result<String, std::string::FromUtf8Error> {
     ))
 }
 
+/// What this machine offers the library, as `metampi info` prints it: the
+/// facts that decide which transports and fences a job gets here. Not in
+/// MPI (Open MPI's `ompi_info` and MPICH's `mpichversion` play this part).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Where shared-memory segments are made (`METAMPI_SHM_DIR`, else
+    /// `/dev/shm`), and the bytes free there.
+    pub shm_dir: std::path::PathBuf,
+    /// Free bytes in [`Capabilities::shm_dir`], where the system says.
+    pub shm_free: Option<u64>,
+    /// Ranks of one machine may copy each other's long messages once
+    /// (`process_vm_readv`); otherwise those go through the rings, twice.
+    pub cross_memory_attach: bool,
+    /// `kernel.yama.ptrace_scope`, where Yama is loaded (ranks declare their
+    /// siblings allowed, which covers scope 1; 2 needs root, 3 forbids).
+    pub ptrace_scope: Option<u32>,
+    /// A writer to shared memory needs no full fence per message: the rare
+    /// sleeper pays with `membarrier` instead.
+    pub asymmetric_fences: bool,
+    /// CPUs this process may run on (affinity mask and any CPU quota).
+    pub cpus: usize,
+    /// Router links can run TLS 1.3 (the `tls` feature).
+    pub tls: bool,
+    /// Compression codecs of router links.
+    pub compression: Vec<&'static str>,
+}
+
+/// This machine's [`Capabilities`]; needs no [`initialize`].
+pub fn capabilities() -> Capabilities {
+    let shm_dir = crate::sys::shm::dir();
+    Capabilities {
+        shm_free: crate::sys::shm::free_bytes(),
+        shm_dir,
+        cross_memory_attach: std::env::var_os("METAMPI_NO_CMA").is_none()
+            && crate::sys::cma::available(),
+        ptrace_scope: crate::sys::cma::yama_scope(),
+        asymmetric_fences: crate::sys::asymmetric_fences(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        tls: cfg!(feature = "tls"),
+        compression: [
+            ("lz4", metampi_wire::Compression::Lz4),
+            ("zstd", metampi_wire::Compression::Zstd),
+        ]
+        .into_iter()
+        .filter(|(_, c)| c.available())
+        .map(|(name, _)| name)
+        .collect(),
+    }
+}
+
 /// The cores this machine's ranks were given together: the union of their
 /// affinity masks, within any CPU quota. A rank bound to one core
 /// (`metampi run --bind-to`, `taskset`, a batch system) still learns its

@@ -2264,6 +2264,11 @@ pub fn run_then(spec: &RouterSpec, ready: impl FnOnce(u16)) -> io::Result<()> {
     }
     crate::sys::poll::die_with_parent();
     crate::sys::poll::keep_freed_memory();
+    // The local ranks copy loans out of our memory (`sys::vchan`); under
+    // Yama's scope 1 only if we say they may.
+    if std::env::var_os("METAMPI_NO_CMA").is_none() {
+        crate::sys::cma::let_peers_attach();
+    }
     let vertical = TcpListener::bind(&spec.vertical)?;
     vertical.set_nonblocking(true)?;
     let mut listeners = Vec::new();

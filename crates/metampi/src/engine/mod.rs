@@ -490,6 +490,11 @@ impl Shared {
             None if pmi_ip.is_loopback() => pmi_ip,
             None => TcpStream::connect(&pmi_addr)?.local_addr()?.ip(),
         };
+        // Before the pid is out: the ranks of this machine may then copy
+        // from our memory under Yama's scope 1 too.
+        if !env_flag("METAMPI_NO_CMA") {
+            cma::let_peers_attach();
+        }
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
         pmi.put(&format!("n{rank}"), &node)?;

@@ -53,6 +53,11 @@ const MEMBARRIER_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
 /// `METAMPI_ASYMMETRIC_FENCE=0` turns it off; it must then be off for every
 /// process of the job on the machine (the launcher passes it to all).
 #[inline(always)]
+/// Whether [`publish_fence`] is the cheap half of an asymmetric pair here.
+pub(crate) fn asymmetric_fences() -> bool {
+    asymmetric()
+}
+
 fn asymmetric() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {

@@ -1,0 +1,92 @@
+//! `metampi info`: the library's versions and what this machine offers it
+//! (shared memory, single-copy transfer, fences, CPUs, link features), and
+//! the `METAMPI_*` variables set here, so that a slow or refused job can be
+//! explained before it runs.
+
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct InfoArgs {}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+pub fn execute(_args: InfoArgs) -> anyhow::Result<u8> {
+    let (major, minor) = metampi::environment::version();
+    let c = metampi::environment::capabilities();
+    let mut rows: Vec<(&str, String)> = vec![
+        ("library", metampi::environment::library_version()?),
+        ("MPI standard", format!("{major}.{minor}")),
+        (
+            "threading",
+            "multiple (every level up to MPI_THREAD_MULTIPLE)".into(),
+        ),
+        ("host", metampi::environment::processor_name()?),
+        ("CPUs for this process", c.cpus.to_string()),
+        (
+            "shared memory",
+            match c.shm_free {
+                Some(free) => format!("{} ({} free)", c.shm_dir.display(), gib(free)),
+                None => format!("{} (free space unknown)", c.shm_dir.display()),
+            },
+        ),
+    ];
+    let scope = c
+        .ptrace_scope
+        .map_or("no Yama".to_string(), |s| format!("Yama ptrace_scope {s}"));
+    rows.push((
+        "cross-memory attach",
+        if c.cross_memory_attach {
+            format!("yes: long messages on a machine are copied once ({scope})")
+        } else if std::env::var_os("METAMPI_NO_CMA").is_some() {
+            "off (METAMPI_NO_CMA): long messages on a machine are copied twice".into()
+        } else {
+            format!("not permitted ({scope}): long messages on a machine are copied twice")
+        },
+    ));
+    rows.push((
+        "shared-memory fences",
+        if c.asymmetric_fences {
+            "asymmetric (membarrier): no full fence per message".into()
+        } else {
+            "a full fence per message (no membarrier)".into()
+        },
+    ));
+    rows.push(("router link compression", c.compression.join(", ")));
+    rows.push((
+        "router link TLS",
+        if c.tls {
+            "TLS 1.3 (rustls)"
+        } else {
+            "not built (feature `tls` off)"
+        }
+        .into(),
+    ));
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("METAMPI_"))
+        .map(|(k, v)| {
+            // The job secret is not for a terminal or a log.
+            let v = if k.contains("SECRET") {
+                "(set)".into()
+            } else {
+                v
+            };
+            (k, v)
+        })
+        .collect();
+    vars.sort();
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in &rows {
+        println!("{k:width$}  {v}");
+    }
+    if vars.is_empty() {
+        println!("{:width$}  none", "METAMPI_* variables");
+    } else {
+        for (i, (k, v)) in vars.iter().enumerate() {
+            let label = if i == 0 { "METAMPI_* variables" } else { "" };
+            println!("{label:width$}  {k}={v}");
+        }
+    }
+    Ok(0)
+}
