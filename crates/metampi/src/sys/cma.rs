@@ -94,10 +94,8 @@ pub(crate) fn let_peers_attach() {
 pub(crate) fn available() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    match yama_scope() {
-        Some(3) => return false,
-        Some(2) if !root => return false,
-        _ => {}
+    if !yama_permits(yama_scope(), root) {
+        return false;
     }
     let src = [0x5au8; 16];
     let mut dst = [0u8; 16];
@@ -108,4 +106,45 @@ pub(crate) fn available() -> bool {
         && write_to(pid, dst.as_mut_ptr() as u64, &[0xa5; 16]).is_ok()
         // The kernel wrote `dst` behind the compiler's back.
         && std::hint::black_box(&dst).iter().all(|&b| b == 0xa5)
+}
+
+/// Whether Yama at `scope` (`None`: not loaded) lets a rank attach to a
+/// sibling that declared any tracer allowed ([`let_peers_attach`]).
+fn yama_permits(scope: Option<u32>, root: bool) -> bool {
+    match scope {
+        None | Some(0) | Some(1) => true,
+        Some(2) => root,
+        Some(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yama_scopes_that_permit_sibling_copies() {
+        assert!(yama_permits(None, false));
+        assert!(yama_permits(Some(0), false));
+        assert!(yama_permits(Some(1), false));
+        assert!(!yama_permits(Some(2), false));
+        assert!(yama_permits(Some(2), true));
+        assert!(!yama_permits(Some(3), true));
+        assert!(!yama_permits(Some(7), true));
+    }
+
+    #[test]
+    fn reads_and_writes_this_process() {
+        let src = *b"cross-memory ok!";
+        let mut dst = [0u8; 16];
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        // Containers may forbid the system call (seccomp); then it is off.
+        if available() {
+            read_from(pid, src.as_ptr() as u64, &mut dst).expect("a process may read itself");
+            assert_eq!(dst, src);
+        }
+        // A bad remote address is refused, not a crash.
+        assert!(read_from(pid, 8, &mut dst).is_err());
+    }
 }
