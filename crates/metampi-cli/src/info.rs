@@ -63,14 +63,16 @@ pub fn execute(_args: InfoArgs) -> anyhow::Result<u8> {
         }
         .into(),
     ));
-    let mut vars: Vec<(String, String)> = std::env::vars()
+    // `vars_os`: a variable that is not UTF-8 must not stop the report.
+    let mut vars: Vec<(String, String)> = std::env::vars_os()
+        .map(|(k, v)| (k.to_string_lossy().into_owned(), v))
         .filter(|(k, _)| k.starts_with("METAMPI_"))
         .map(|(k, v)| {
             // The job secret is not for a terminal or a log.
             let v = if k.contains("SECRET") {
                 "(set)".into()
             } else {
-                v
+                v.to_string_lossy().into_owned()
             };
             (k, v)
         })

@@ -205,8 +205,8 @@ pub fn library_version() -> Result<String, std::string::FromUtf8Error> {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Capabilities {
-    /// Where shared-memory segments are made (`METAMPI_SHM_DIR`, else
-    /// `/dev/shm`), and the bytes free there.
+    /// Where shared-memory segments are made: `/dev/shm`, else the
+    /// temporary directory.
     pub shm_dir: std::path::PathBuf,
     /// Free bytes in [`Capabilities::shm_dir`], where the system says.
     pub shm_free: Option<u64>,
