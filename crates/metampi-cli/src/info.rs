@@ -39,7 +39,7 @@ pub fn execute(_args: InfoArgs) -> anyhow::Result<u8> {
         "cross-memory attach",
         if c.cross_memory_attach {
             format!("yes: long messages on a machine are copied once ({scope})")
-        } else if std::env::var_os("METAMPI_NO_CMA").is_some() {
+        } else if c.cross_memory_attach_off {
             "off (METAMPI_NO_CMA): long messages on a machine are copied twice".into()
         } else {
             format!("not permitted ({scope}): long messages on a machine are copied twice")

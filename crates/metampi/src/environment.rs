@@ -213,6 +213,8 @@ pub struct Capabilities {
     /// Ranks of one machine may copy each other's long messages once
     /// (`process_vm_readv`); otherwise those go through the rings, twice.
     pub cross_memory_attach: bool,
+    /// `METAMPI_NO_CMA` turns cross-memory attach off.
+    pub cross_memory_attach_off: bool,
     /// `kernel.yama.ptrace_scope`, where Yama is loaded (ranks declare their
     /// siblings allowed, which covers scope 1; 2 needs root, 3 forbids).
     pub ptrace_scope: Option<u32>,
@@ -233,8 +235,8 @@ pub fn capabilities() -> Capabilities {
     Capabilities {
         shm_free: crate::sys::shm::free_bytes(),
         shm_dir,
-        cross_memory_attach: std::env::var_os("METAMPI_NO_CMA").is_none()
-            && crate::sys::cma::available(),
+        cross_memory_attach: !crate::sys::cma::turned_off() && crate::sys::cma::available(),
+        cross_memory_attach_off: crate::sys::cma::turned_off(),
         ptrace_scope: crate::sys::cma::yama_scope(),
         asymmetric_fences: crate::sys::asymmetric_fences(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),

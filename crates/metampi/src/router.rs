@@ -2266,7 +2266,7 @@ pub fn run_then(spec: &RouterSpec, ready: impl FnOnce(u16)) -> io::Result<()> {
     crate::sys::poll::keep_freed_memory();
     // The local ranks copy loans out of our memory (`sys::vchan`); under
     // Yama's scope 1 only if we say they may.
-    if std::env::var_os("METAMPI_NO_CMA").is_none() {
+    if !crate::sys::cma::turned_off() {
         crate::sys::cma::let_peers_attach();
     }
     let vertical = TcpListener::bind(&spec.vertical)?;

@@ -492,7 +492,7 @@ impl Shared {
         };
         // Before the pid is out: the ranks of this machine may then copy
         // from our memory under Yama's scope 1 too.
-        if !env_flag("METAMPI_NO_CMA") {
+        if !cma::turned_off() {
             cma::let_peers_attach();
         }
         // SAFETY: getpid has no preconditions.
@@ -734,7 +734,7 @@ impl Shared {
             links.segments.push(seg);
         }
         links.segments.extend(segments);
-        links.cma = shm_ranks.len() > 1 && !env_flag("METAMPI_NO_CMA") && cma::available();
+        links.cma = shm_ranks.len() > 1 && !cma::turned_off() && cma::available();
         if let Some(n) = env_usize("METAMPI_EAGER_LIMIT") {
             links.eager_shm = n;
             links.eager_tcp = n;

@@ -71,6 +71,15 @@ pub(crate) fn yama_scope() -> Option<u32> {
         .ok()
 }
 
+/// Whether `METAMPI_NO_CMA` turns single-copy transfer off (`1`, `true`,
+/// `yes`, `on`), for ranks, routers and `metampi info` alike.
+pub(crate) fn turned_off() -> bool {
+    matches!(
+        std::env::var("METAMPI_NO_CMA").as_deref(),
+        Ok("1") | Ok("true") | Ok("yes") | Ok("on")
+    )
+}
+
 /// Lets any process of this user read and write this process's memory
 /// (`PR_SET_PTRACER_ANY`), which Yama's scope 1 otherwise allows only to
 /// ancestors: the ranks of a machine and their routers are siblings under
