@@ -761,6 +761,7 @@ pub(crate) fn size_of_type(id: u32) -> usize {
 }
 
 /// The signature bytes of a buffer.
+#[inline]
 pub(crate) fn pack<B: Buffer + ?Sized>(buf: &B) -> Packed<'_> {
     let id = buf.as_datatype().type_id();
     let count = ucount(buf.count());
@@ -808,6 +809,7 @@ impl std::ops::Deref for TmRef {
 }
 
 /// The type map of datatype `id`, as a layout holds it.
+#[inline]
 pub(crate) fn type_map_ref(id: u32) -> TmRef {
     match prim_maps().get(id as usize) {
         Some(t) => TmRef::Prim(t),
@@ -823,6 +825,7 @@ pub(crate) struct RecvLayout {
 }
 
 impl RecvLayout {
+    #[inline]
     pub(crate) fn of<B: BufferMut + ?Sized>(buf: &mut B) -> RecvLayout {
         RecvLayout {
             tm: type_map_ref(buf.as_datatype().type_id()),

@@ -121,6 +121,7 @@ impl Envelope {
     }
 
     /// Decodes an envelope; `None` for an unknown kind or inconsistent fields.
+    #[inline]
     pub(crate) fn decode(b: &[u8]) -> Option<Envelope> {
         if b.len() < ENV_LEN {
             return None;

@@ -35,6 +35,7 @@ pub struct Status {
 }
 
 impl Status {
+    #[inline]
     pub(crate) fn from_raw(comm: &CommInner, raw: RawStatus) -> Status {
         Status::named(comm.comm_of(raw.src), raw)
     }
@@ -204,6 +205,7 @@ impl Started {
 /// it is waiting ([`crate::engine::Engine::recv_now`]), posted otherwise.
 /// `blocking`: the caller waits for it next, so it may first watch the
 /// source's ring for a while (`Shared::recv_spin`).
+#[inline]
 pub(crate) fn start_recv(
     comm: &CommInner,
     src: Option<Rank>,
@@ -235,6 +237,7 @@ pub(crate) fn start_recv(
 
 /// Sends small standard-mode messages without a request when the transport
 /// can take them at once. Returns whether it did.
+#[inline]
 fn send_now(
     comm: &CommInner,
     dst: Rank,
@@ -344,6 +347,7 @@ pub(crate) fn recv_vec_bytes(
 /// The bytes of `buf` as they go to communicator rank `dst`: converted to
 /// this meta host's declared byte order when it differs from the machine's
 /// and `dst` is on another meta host (the receiver makes right).
+#[inline]
 fn pack_for<'b, B: Buffer + ?Sized>(comm: &CommInner, dst: Rank, buf: &'b B) -> Packed<'b> {
     let p = pack(buf);
     let info = &shared().info;
@@ -369,6 +373,7 @@ pub(crate) fn send_buf(p: Packed<'_>) -> SendBuf {
 }
 
 /// How a receive into a `BufferMut` is posted, and what to do afterwards.
+#[inline]
 pub(crate) fn recv_target<B: BufferMut + ?Sized>(buf: &mut B) -> (RecvBuf, Post) {
     let layout = RecvLayout::of(buf);
     // SAFETY: `buf` is exclusively borrowed by the caller for the request's life.
@@ -628,6 +633,7 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Fallible nonblocking receive; `None` tag is any tag.
+    #[inline]
     fn try_immediate_receive_into<'a, Sc, Buf>(
         &self,
         scope: Sc,

@@ -147,6 +147,7 @@ impl<D: ?Sized> Inflight<'_, D> {
     /// The status of a request that completed as it started and leaves its
     /// wait nothing to do (no bytes to unpack or convert): `finish` would
     /// only look.
+    #[inline]
     fn ready_status(&self) -> Option<Status> {
         match (&self.end, &self.post) {
             (End::Ready(st, _), Post::None) => Some(*st),
@@ -194,6 +195,7 @@ pub struct Request<'a, D: ?Sized, S: Scope<'a> = StaticScope> {
 
 impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     /// A request for engine request `id` on `comm`.
+    #[inline]
     pub(crate) fn new(id: ReqId, comm: &Arc<CommInner>, data: &'a D, scope: S, post: Post) -> Self {
         let end = if id == SENT {
             End::Ready(
@@ -209,6 +211,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     /// A request for a receive into a borrowed buffer as
     /// [`crate::point_to_point::start_recv`] started it.
     /// `src`: the rank it receives from (`None`: any).
+    #[inline]
     pub(crate) fn started(
         started: Started,
         comm: &Arc<CommInner>,
@@ -235,6 +238,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         }
     }
 
+    #[inline]
     fn with_end(id: ReqId, end: End, ctx: u32, data: &'a D, scope: S, post: Post) -> Self {
         scope.register();
         Request {
@@ -250,6 +254,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         }
     }
 
+    #[inline]
     fn take(&mut self) -> Inflight<'a, D> {
         let i = self.inner.take().expect("a request is completed once");
         // SAFETY: registered in `new`, unregistered exactly once here.
@@ -263,6 +268,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Waits for completion; errors (truncation, lost peer) come back as `Err`.
+    #[inline]
     pub fn try_wait(mut self) -> Result<Status, Error> {
         let t = crate::trace::start();
         let i = self.take();

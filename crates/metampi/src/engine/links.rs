@@ -299,6 +299,7 @@ impl Links {
     /// no receive posted earlier matches, and `buf` holds, it is read into
     /// `buf` and its status returned. Anything else stays for the full path
     /// (see [`super::Engine::recv_now`]).
+    #[inline]
     pub(crate) fn take_ring_head(
         &mut self,
         core: &Core,
@@ -564,6 +565,7 @@ impl Links {
     /// nothing is queued before it: no request, no copy besides the write.
     /// Returns false (having done nothing) when the caller must take the
     /// request path instead.
+    #[inline]
     pub(crate) fn try_send_now(
         &mut self,
         core: &mut Core,

@@ -72,6 +72,7 @@ impl Engine {
     /// Measured (2 ranks pinned, 8-byte messages, a window of 32 receives
     /// posted then waited for): 150-200 ns a message at the receiver
     /// through the full path, most of it slot, queue and pass bookkeeping.
+    #[inline]
     pub(crate) fn recv_now(
         &mut self,
         pat: &core::Pattern,
@@ -891,6 +892,7 @@ impl Shared {
     }
 
     /// As [`Shared::with`], with the progress pass `f` asks for.
+    #[inline]
     pub(crate) fn with_then<R>(&self, f: impl FnOnce(&mut Engine) -> (R, Pass)) -> R {
         let mut e = self.lock();
         let (r, pass) = f(&mut e);

@@ -180,6 +180,7 @@ impl Producer {
 
     /// Appends one record: `env` (the envelope) followed by `payload`. Returns
     /// false, writing nothing, when there is no room now.
+    #[inline]
     pub(crate) fn try_write(&mut self, env: &[u8; LINE], payload: &[u8]) -> bool {
         debug_assert!(payload.len() <= self.max_payload());
         let rec = record_len(payload.len()) as u64;
@@ -294,6 +295,7 @@ impl Consumer {
     /// Hands the next record (envelope and payload area) to `f`, then frees it.
     /// `f` returns `false` to leave the record in place (it could not be taken
     /// now); the record is then offered again by the next call.
+    #[inline]
     pub(crate) fn read_one(&mut self, f: impl FnOnce(&[u8]) -> bool) -> Option<bool> {
         loop {
             let rec = self.head_len();
