@@ -95,6 +95,7 @@ impl Envelope {
 
     /// Encodes the envelope. With `inline` the payload is stored in bytes 32..64
     /// instead of the request fields (only for `Eager`).
+    #[inline(always)]
     pub(crate) fn encode(&self, inline: Option<&[u8]>) -> [u8; ENV_LEN] {
         let mut b = [0u8; ENV_LEN];
         b[0] = self.kind as u8;

@@ -39,12 +39,21 @@ fn epoch() -> Instant {
 /// The engine, set once at start-up: a single atomic load on every call.
 static ENGINE: OnceLock<Arc<Shared>> = OnceLock::new();
 
+#[inline]
 pub(crate) fn shared() -> &'static Arc<Shared> {
     match ENGINE.get() {
         Some(s) if !s.finalized.load(std::sync::atomic::Ordering::Relaxed) => s,
-        Some(_) => panic!("metampi was finalized: the Universe has been dropped"),
-        None => panic!("metampi is not initialized: call metampi::initialize() first"),
+        other => not_running(other.is_some()),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn not_running(finalized: bool) -> ! {
+    if finalized {
+        panic!("metampi was finalized: the Universe has been dropped")
+    }
+    panic!("metampi is not initialized: call metampi::initialize() first")
 }
 
 pub(crate) fn try_shared() -> Option<&'static Arc<Shared>> {

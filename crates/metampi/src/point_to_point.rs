@@ -98,14 +98,20 @@ pub enum Mode {
     Ready,
 }
 
+#[inline]
 fn check_tag(tag: Tag) -> Result<(), Error> {
     if tag < 0 {
-        return Err(Error::new(
-            ErrorClass::Tag,
-            format!("tag {tag} is negative"),
-        ));
+        return Err(negative_tag(tag));
     }
     Ok(())
+}
+
+/// Kept out of line: every send checks its tag, and the message's
+/// formatting would otherwise sit in each caller's code.
+#[cold]
+#[inline(never)]
+fn negative_tag(tag: Tag) -> Error {
+    Error::new(ErrorClass::Tag, format!("tag {tag} is negative"))
 }
 
 /// Posts a send of `data` to communicator rank `dst`.
@@ -136,6 +142,7 @@ pub(crate) fn post_send(
 }
 
 /// What a receive from `src` with `tag` matches.
+#[inline]
 fn recv_pattern(
     comm: &CommInner,
     src: Option<Rank>,

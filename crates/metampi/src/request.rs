@@ -156,6 +156,36 @@ impl<D: ?Sized> Inflight<'_, D> {
         }
     }
 
+    /// [`Request::try_wait`] for a request that is still in flight, or whose
+    /// bytes must be unpacked or converted.
+    #[inline(never)]
+    fn wait_slow(self) -> Result<Status, Error> {
+        match (&self.end, &self.post) {
+            // A send, or a receive into a dense buffer: the status is the
+            // whole result (no `Completed` to build and take apart).
+            (End::Slot(sender), Post::None | Post::Dense(_)) => {
+                let raw = shared().wait_status(self.id)?;
+                let st = sender.status(raw);
+                if st.foreign {
+                    finish(
+                        Completed {
+                            status: raw,
+                            result: Ok(()),
+                            data: None,
+                        },
+                        &st,
+                        &self.post,
+                    )?;
+                }
+                Ok(st)
+            }
+            _ => {
+                let c = self.outcome();
+                self.complete(c)
+            }
+        }
+    }
+
     /// Waits for the result.
     fn outcome(&self) -> (Status, Completed) {
         match &self.end {
@@ -268,35 +298,17 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Waits for completion; errors (truncation, lost peer) come back as `Err`.
-    #[inline]
+    #[inline(always)]
     pub fn try_wait(mut self) -> Result<Status, Error> {
         let t = crate::trace::start();
         let i = self.take();
         let ctx = i.ctx;
-        let st = match (i.ready_status(), &i.end, &i.post) {
-            (Some(st), ..) => st,
-            // A send, or a receive into a dense buffer: the status is the
-            // whole result (no `Completed` to build and take apart).
-            (None, End::Slot(sender), Post::None | Post::Dense(_)) => {
-                let raw = shared().wait_status(i.id)?;
-                let st = sender.status(raw);
-                if st.foreign {
-                    finish(
-                        Completed {
-                            status: raw,
-                            result: Ok(()),
-                            data: None,
-                        },
-                        &st,
-                        &i.post,
-                    )?;
-                }
-                st
-            }
-            _ => {
-                let c = i.outcome();
-                i.complete(c)?
-            }
+        // Most waits find the request complete since it started (a send the
+        // transport took, a receive whose message was there): that check stays
+        // inline, the rest is out of line.
+        let st = match i.ready_status() {
+            Some(st) => st,
+            None => i.wait_slow()?,
         };
         if t.is_some() {
             crate::trace::record(

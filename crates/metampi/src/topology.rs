@@ -140,22 +140,31 @@ impl CommInner {
     }
 
     /// World rank of the process that point-to-point rank `r` names.
+    #[inline]
     pub(crate) fn world_of(&self, r: Rank) -> Result<u32, Error> {
-        let targets = self.targets();
         usize::try_from(r)
             .ok()
-            .and_then(|i| targets.get(i).copied())
-            .ok_or_else(|| {
-                let what = if self.is_inter() {
-                    "the remote group of an intercommunicator"
-                } else {
-                    "a communicator"
-                };
-                Error::new(
-                    ErrorClass::Rank,
-                    format!("rank {r} is outside {what} of size {}", targets.len()),
-                )
-            })
+            .and_then(|i| self.targets().get(i).copied())
+            .ok_or_else(|| self.rank_outside(r))
+    }
+
+    /// The error for rank `r` outside the targets (out of line: every
+    /// point-to-point call looks its rank up).
+    #[cold]
+    #[inline(never)]
+    fn rank_outside(&self, r: Rank) -> Error {
+        let what = if self.is_inter() {
+            "the remote group of an intercommunicator"
+        } else {
+            "a communicator"
+        };
+        Error::new(
+            ErrorClass::Rank,
+            format!(
+                "rank {r} is outside {what} of size {}",
+                self.targets().len()
+            ),
+        )
     }
 
     /// Point-to-point rank of world rank `world` (-1: none).

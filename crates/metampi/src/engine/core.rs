@@ -627,11 +627,15 @@ impl Core {
     /// is taken into `buf` and its status returned (`Some(Some(_))`);
     /// `Some(None)` where the first match needs the full path (a rendezvous,
     /// a synchronous send, a truncation); `None` where nothing matches.
+    #[inline]
     pub(crate) fn take_unexpected_eager(
         &mut self,
         pat: &Pattern,
         buf: &mut RecvBuf,
     ) -> Option<Option<RawStatus>> {
+        if self.unexpected.len == 0 {
+            return None;
+        }
         let u = self.unexpected.find(pat)?;
         if u.env.kind != Kind::Eager || u.data.len() > buf.cap() {
             return Some(None);
@@ -777,7 +781,11 @@ impl Core {
     }
 
     /// Where in the posted queue the first receive `env` matches is.
+    #[inline]
     fn first_posted(&self, env: &Envelope) -> Option<usize> {
+        if self.posted.is_empty() {
+            return None;
+        }
         self.posted.iter().position(|&id| {
             matches!(&self.slots[(id & 0xffff_ffff) as usize].state,
                 State::Recv { pat, .. } if pat.matches(env))

@@ -180,7 +180,7 @@ impl Producer {
 
     /// Appends one record: `env` (the envelope) followed by `payload`. Returns
     /// false, writing nothing, when there is no room now.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_write(&mut self, env: &[u8; LINE], payload: &[u8]) -> bool {
         debug_assert!(payload.len() <= self.max_payload());
         let rec = record_len(payload.len()) as u64;
@@ -216,7 +216,7 @@ impl Producer {
 
     /// Writes a record at data offset `off`, then publishes it, having made
     /// sure the line after it reads as empty (see the module comment).
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, off: u64, env: &[u8; LINE], payload: &[u8], rec: u64) {
         let first = (off / LINE as u64) as usize;
         let lines = (rec / LINE as u64) as usize;
@@ -229,7 +229,8 @@ impl Producer {
             self.mark_clean(first, first + 1);
             self.soil(first + 1, first + lines);
         }
-        let next = (first + lines) % (self.cap as usize / LINE);
+        // `cap` is a power of two: a mask, not a division, on every message.
+        let next = (first + lines) & (self.cap as usize / LINE - 1);
         if !self.is_clean(next) {
             // SAFETY: a line that last held payload the reader does not
             // clear lies in space it has already freed (module comment):
