@@ -64,6 +64,7 @@ impl RecvBuf {
     }
 
     /// Makes room for `len` bytes and returns the destination slice.
+    #[inline]
     pub(crate) fn prepare(&mut self, len: usize) -> &mut [u8] {
         match self {
             RecvBuf::Borrowed(p) => &mut p.bytes_mut()[..len],

@@ -360,6 +360,7 @@ impl Links {
 
     /// We took records from `src`'s ring: the writer may be asleep waiting
     /// for its space.
+    #[inline]
     fn ring_freed(&self, src: u32) {
         if let Some(Link::Shm(l)) = self.peers.get(src as usize) {
             crate::sys::publish_fence();
