@@ -108,6 +108,7 @@ pub struct RunArgs {
     tag_output: bool,
 
     /// Write DIR/rank.R.stdout and DIR/rank.R.stderr instead of forwarding output to the terminal
+    /// (processes rank R spawns: DIR/rank.R.spawn.N.C.stdout and .stderr)
     #[arg(long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
 

@@ -372,9 +372,17 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
             .into_iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
-    env.retain(|(k, _)| k != stdio::TAG_OUTPUT_ENV);
+    env.retain(|(k, _)| {
+        k != stdio::TAG_OUTPUT_ENV && k != stdio::OUTPUT_DIR_ENV && k != stdio::OUTPUT_NAME_ENV
+    });
     if ctx.spec.tag_output {
         env.push((stdio::TAG_OUTPUT_ENV.into(), "1".into()));
+    }
+    if let OutputMode::Directory(dir) = &ctx.spec.output {
+        // Absolute, since a rank may change its directory before it spawns.
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+        env.push((stdio::OUTPUT_DIR_ENV.into(), dir.into_os_string()));
+        env.push((stdio::OUTPUT_NAME_ENV.into(), format!("rank.{rank}").into()));
     }
 
     let reads_stdin = match ctx.spec.stdin {

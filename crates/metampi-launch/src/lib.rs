@@ -18,6 +18,7 @@
 //! | `METAMPI_NODE` | host the rank is placed on; equal values share a machine |
 //! | `METAMPI_LOCAL_RANK`, `METAMPI_LOCAL_SIZE` | index and count among ranks with the same node |
 //! | `METAMPI_TAG_OUTPUT` | `1` with [`JobSpec::tag_output`] (a rank labels its spawned processes' lines too) |
+//! | `METAMPI_OUTPUT_DIR`, `METAMPI_OUTPUT_NAME` | with [`OutputMode::Directory`]: the directory (absolute) and `rank.R`, the stem of the rank's files there (a rank's spawned processes get files of their own) |
 //!
 //! Ranks are numbered app after app; placement fills each host's slots in order, then wraps
 //! round-robin ([`place`]). The key-value protocol is described in [`pmi`].
@@ -89,5 +90,5 @@ pub use remote::{manual_command, spawn_remote, HostLaunch, ManualProcess, Secret
 pub use spec::{
     AppSpec, JobSpec, LaunchMethod, OutputMode, StdinTarget, DEFAULT_JOIN_TIMEOUT, RESERVED_ENV,
 };
-pub use stdio::{forward_lines, TAG_OUTPUT_ENV};
+pub use stdio::{forward_lines, OUTPUT_DIR_ENV, OUTPUT_NAME_ENV, TAG_OUTPUT_ENV};
 pub use sys::affinity;

@@ -150,6 +150,17 @@ pub fn forward_lines(
 /// so that a rank labels the output of processes it starts itself.
 pub const TAG_OUTPUT_ENV: &str = "METAMPI_TAG_OUTPUT";
 
+/// Set for every rank of a job whose output goes to files
+/// ([`OutputMode::Directory`](crate::OutputMode::Directory)): the directory,
+/// as an absolute path, so that a rank puts the output of processes it starts
+/// itself in files of their own there (named after [`OUTPUT_NAME_ENV`]).
+pub const OUTPUT_DIR_ENV: &str = "METAMPI_OUTPUT_DIR";
+
+/// With [`OUTPUT_DIR_ENV`]: the stem of this process's own files in that
+/// directory, `rank.R` for rank R (whose files are `rank.R.stdout` and
+/// `rank.R.stderr`).
+pub const OUTPUT_NAME_ENV: &str = "METAMPI_OUTPUT_NAME";
+
 fn forward(mut source: impl Read, mut splitter: LineSplitter, sink: &Sink) {
     let mut buf = vec![0u8; READ_CHUNK];
     loop {

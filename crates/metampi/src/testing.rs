@@ -49,6 +49,7 @@ pub struct Ranks {
     faults: Option<(Faults, ProxyCounts)>,
     bind: metampi_launch::Binding,
     capture_tagged: bool,
+    output_dir: Option<std::path::PathBuf>,
 }
 
 impl Ranks {
@@ -63,7 +64,15 @@ impl Ranks {
             faults: None,
             bind: metampi_launch::Binding::None,
             capture_tagged: false,
+            output_dir: None,
         }
+    }
+
+    /// Writes every rank's output to files in `dir` (`metampi run
+    /// --output-dir`): `rank.R.stdout` and `rank.R.stderr`.
+    pub fn output_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Ranks {
+        self.output_dir = Some(dir.into());
+        self
     }
 
     /// Labels every output line with its rank (`metampi run --tag-output`)
@@ -212,10 +221,10 @@ impl Ranks {
             .app(app)
             .env(CHILD_ENV, test_name)
             .stdin(StdinTarget::None)
-            .output(if self.capture_tagged {
-                OutputMode::Capture
-            } else {
-                OutputMode::Terminal
+            .output(match (self.output_dir, self.capture_tagged) {
+                (Some(dir), _) => OutputMode::Directory(dir),
+                (None, true) => OutputMode::Capture,
+                (None, false) => OutputMode::Terminal,
             })
             .tag_output(self.capture_tagged)
             .timeout(self.timeout)

@@ -311,6 +311,83 @@ fn spawned_output_is_labelled_under_tag_output() {
     assert!(!out.contains("[0] [spawn"), "{out}");
 }
 
+/// Under `--output-dir`, each spawned process writes files of its own, named
+/// after its root's (`rank.1.spawn.N.R`), and so do the children it spawns
+/// in turn; nothing of theirs lands in the root's files.
+#[test]
+fn spawned_output_goes_to_files_of_its_own_under_output_dir() {
+    let name = "spawned_output_goes_to_files_of_its_own_under_output_dir";
+    let dir = std::env::temp_dir().join(format!("metampi-outdir-{}", std::process::id()));
+    let outcome = Ranks::new(2).output_dir(&dir).outcome(name, |world| {
+        if let Some(parent) = world.parent() {
+            if std::env::var_os("OUTDIR_GENERATION").is_some() {
+                println!("out of grandchild {}", world.rank());
+                eprintln!("err of grandchild {}", world.rank());
+                return;
+            }
+            println!("out of child {}", world.rank());
+            eprintln!("err of child {}", world.rank());
+            let mut cmd = myself(name);
+            cmd.env("OUTDIR_GENERATION", "2");
+            let _ = world.process_at_rank(0).spawn(&cmd, 1).expect("grandchild");
+            parent.process_at_rank(0).send(&world.rank());
+            return;
+        }
+        for spawn in 1..=2 {
+            let inter = world
+                .process_at_rank(1)
+                .spawn(&myself(name), 2)
+                .expect("children");
+            if world.rank() == 0 {
+                for _ in 0..2 {
+                    inter.any_process().receive::<i32>();
+                }
+            }
+            if world.rank() == 1 {
+                println!("parent after spawn {spawn}");
+            }
+        }
+    });
+    let Some(outcome) = outcome else { return };
+    assert!(outcome.failure.is_none(), "{:?}", outcome.failure);
+    let read = |file: &str| {
+        std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+    };
+    let parent = read("rank.1.stdout");
+    for spawn in 1..=2 {
+        assert!(
+            parent.contains(&format!("parent after spawn {spawn}\n")),
+            "{parent}"
+        );
+        for r in 0..2 {
+            let stem = format!("rank.1.spawn.{spawn}.{r}");
+            let out = read(&format!("{stem}.stdout"));
+            assert!(
+                out.contains(&format!("out of child {r}\n")),
+                "{stem}: {out}"
+            );
+            let err = read(&format!("{stem}.stderr"));
+            assert!(
+                err.contains(&format!("err of child {r}\n")),
+                "{stem}: {err}"
+            );
+        }
+    }
+    let out = read("rank.1.spawn.1.0.spawn.1.0.stdout");
+    assert!(out.contains("out of grandchild 0\n"), "{out}");
+    let err = read("rank.1.spawn.1.0.spawn.1.0.stderr");
+    assert!(err.contains("err of grandchild 0\n"), "{err}");
+    for file in ["rank.0.stdout", "rank.1.stdout", "rank.1.stderr"] {
+        let text = read(file);
+        assert!(
+            !text.contains("of child") && !text.contains("of grandchild"),
+            "{file}: {text}"
+        );
+    }
+    assert!(!dir.join("rank.0.spawn.1.0.stdout").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A spawned world spawns in turn from a communicator that mixes both
 /// worlds (the merge): the grandchildren's parents are two parents and two
 /// children, and all four talk to them.

@@ -22,7 +22,10 @@
 //! Children write to the root's stdout and stderr. Under `metampi run
 //! --tag-output` the root labels their lines instead: `[spawn N.R] `, for
 //! rank R of this process's Nth spawn (the launcher then puts the root's own
-//! `[rank] ` in front).
+//! `[rank] ` in front). Under `metampi run --output-dir DIR` each child
+//! writes files of its own there, named after the root's:
+//! `rank.P.spawn.N.R.stdout` and `.stderr` (its children's names continue
+//! its own).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -31,7 +34,10 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use metampi_launch::{forward_lines, JobId, JobKey, PmiEvent, PmiServer, TAG_OUTPUT_ENV};
+use metampi_launch::{
+    forward_lines, JobId, JobKey, PmiEvent, PmiServer, OUTPUT_DIR_ENV, OUTPUT_NAME_ENV,
+    TAG_OUTPUT_ENV,
+};
 
 use super::inter::{assemble, check_rooted, pack2, tell_group, InterCommunicator};
 use super::{CommInner, Rank};
@@ -264,6 +270,10 @@ fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Resu
     static SPAWNS: AtomicU32 = AtomicU32::new(0);
     let spawn_no = SPAWNS.fetch_add(1, Ordering::Relaxed) + 1;
     let tag = std::env::var_os(TAG_OUTPUT_ENV).is_some_and(|v| v == "1");
+    // Under --output-dir the children's output goes to files of their own.
+    let files = std::env::var_os(OUTPUT_DIR_ENV)
+        .zip(std::env::var(OUTPUT_NAME_ENV).ok())
+        .map(|(dir, stem)| (std::path::PathBuf::from(dir), stem));
     let mut forwarders = Vec::new();
     let mut kids: Vec<(Child, String)> = Vec::with_capacity(total);
     for (app, &(cmd, n)) in apps.iter().enumerate() {
@@ -294,8 +304,13 @@ fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Resu
                 .env("METAMPI_LOCAL_SIZE", total.to_string())
                 .env("METAMPI_SECRET", key.to_hex())
                 .env(PARENT_ENV, &parents)
+                .env_remove(OUTPUT_DIR_ENV)
+                .env_remove(OUTPUT_NAME_ENV)
                 .stdin(Stdio::null());
-            if tag {
+            let own_files = files
+                .as_ref()
+                .and_then(|(dir, stem)| output_files(&mut c, dir, stem, spawn_no, rank));
+            if own_files.is_none() && tag {
                 c.stdout(Stdio::piped()).stderr(Stdio::piped());
             }
             match c.spawn() {
@@ -339,6 +354,29 @@ fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Resu
         .unwrap_or_else(|p| p.into_inner())
         .push(watcher);
     Ok(pack2(ctx, total as u32))
+}
+
+/// Points child `rank` of this process's `spawn_no`th spawn at files of its
+/// own in `dir` (`STEM.spawn.N.R.stdout` and `.stderr`, where `STEM` names
+/// this process's files) and tells it where its own children's go. `None`,
+/// leaving `c` unchanged, where they cannot be made: a root on another
+/// machine than the launcher sees no such directory, and its children then
+/// share its output as they would without `--output-dir`.
+fn output_files(
+    c: &mut Command,
+    dir: &std::path::Path,
+    stem: &str,
+    spawn_no: u32,
+    rank: usize,
+) -> Option<()> {
+    let name = format!("{stem}.spawn.{spawn_no}.{rank}");
+    let out = std::fs::File::create(dir.join(format!("{name}.stdout"))).ok()?;
+    let err = std::fs::File::create(dir.join(format!("{name}.stderr"))).ok()?;
+    c.stdout(out)
+        .stderr(err)
+        .env(OUTPUT_DIR_ENV, dir)
+        .env(OUTPUT_NAME_ENV, name);
+    Some(())
 }
 
 /// How a child ended, for the job's failure message; `None` when cleanly.
