@@ -265,6 +265,26 @@ fn each_site_spawns_its_own_children() {
     });
 }
 
+/// The parents' side of the output tests: rank 1 spawns two children of
+/// this test twice, rank 0 takes a message from each child, and rank 1
+/// prints a line of its own after each spawn.
+fn rank_1_spawns_twice(world: &SimpleCommunicator, name: &str) {
+    for spawn in 1..=2 {
+        let inter = world
+            .process_at_rank(1)
+            .spawn(&myself(name), 2)
+            .expect("children");
+        if world.rank() == 0 {
+            for _ in 0..2 {
+                inter.any_process().receive::<i32>();
+            }
+        }
+        if world.rank() == 1 {
+            println!("parent after spawn {spawn}");
+        }
+    }
+}
+
 /// Under `--tag-output`, the root labels its children's lines, stdout and
 /// stderr, with the spawn and the child's rank, after its own `[rank] `.
 #[test]
@@ -277,20 +297,7 @@ fn spawned_output_is_labelled_under_tag_output() {
             parent.process_at_rank(0).send(&world.rank());
             return;
         }
-        for spawn in 1..=2 {
-            let inter = world
-                .process_at_rank(1)
-                .spawn(&myself(name), 2)
-                .expect("children");
-            if world.rank() == 0 {
-                for _ in 0..2 {
-                    inter.any_process().receive::<i32>();
-                }
-            }
-            if world.rank() == 1 {
-                println!("parent after spawn {spawn}");
-            }
-        }
+        rank_1_spawns_twice(world, name);
     });
     let Some(outcome) = outcome else { return };
     assert!(outcome.failure.is_none(), "{:?}", outcome.failure);
@@ -333,20 +340,7 @@ fn spawned_output_goes_to_files_of_its_own_under_output_dir() {
             parent.process_at_rank(0).send(&world.rank());
             return;
         }
-        for spawn in 1..=2 {
-            let inter = world
-                .process_at_rank(1)
-                .spawn(&myself(name), 2)
-                .expect("children");
-            if world.rank() == 0 {
-                for _ in 0..2 {
-                    inter.any_process().receive::<i32>();
-                }
-            }
-            if world.rank() == 1 {
-                println!("parent after spawn {spawn}");
-            }
-        }
+        rank_1_spawns_twice(world, name);
     });
     let Some(outcome) = outcome else { return };
     assert!(outcome.failure.is_none(), "{:?}", outcome.failure);
