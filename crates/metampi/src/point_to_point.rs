@@ -265,7 +265,26 @@ fn send_now(
 }
 
 /// Blocking send of packed user data in `mode`.
+#[inline]
 fn send_packed(
+    comm: &CommInner,
+    dst: Rank,
+    tag: Tag,
+    packed: Packed<'_>,
+    mode: Mode,
+) -> Result<(), Error> {
+    // The transport takes most small sends at once: that check inline, the
+    // rest out of line.
+    if mode != Mode::Buffered && send_now(comm, dst, tag, packed.bytes(), mode, false)? {
+        return Ok(());
+    }
+    send_packed_slow(comm, dst, tag, packed, mode)
+}
+
+/// [`send_packed`] where the transport did not take the message at once
+/// (or it is a buffered send): a request, and a wait for it.
+#[inline(never)]
+fn send_packed_slow(
     comm: &CommInner,
     dst: Rank,
     tag: Tag,
@@ -281,9 +300,6 @@ fn send_packed(
             mode,
             false,
         )?;
-        return Ok(());
-    }
-    if send_now(comm, dst, tag, packed.bytes(), mode, false)? {
         return Ok(());
     }
     let id = post_send(comm, dst, tag, send_buf(packed), mode, false)?;
@@ -354,18 +370,26 @@ pub(crate) fn recv_vec_bytes(
 /// The bytes of `buf` as they go to communicator rank `dst`: converted to
 /// this meta host's declared byte order when it differs from the machine's
 /// and `dst` is on another meta host (the receiver makes right).
-#[inline]
+#[inline(always)]
 fn pack_for<'b, B: Buffer + ?Sized>(comm: &CommInner, dst: Rank, buf: &'b B) -> Packed<'b> {
     let p = pack(buf);
+    if !shared().info.swap_routed {
+        return p;
+    }
+    swapped_for(comm, dst, buf.as_datatype().type_id(), p)
+}
+
+/// [`pack_for`] where this meta host declares another byte order than the
+/// machine's (only in tests of that conversion, in practice): out of line.
+#[cold]
+#[inline(never)]
+fn swapped_for<'b>(comm: &CommInner, dst: Rank, type_id: u32, p: Packed<'b>) -> Packed<'b> {
     let info = &shared().info;
-    if !info.swap_routed || !comm.world_of(dst).is_ok_and(|w| info.swap_to(w)) {
+    if !comm.world_of(dst).is_ok_and(|w| info.swap_to(w)) {
         return p;
     }
     let mut v = p.bytes().to_vec();
-    crate::datatype::swap_packed(
-        &crate::datatype::type_map(buf.as_datatype().type_id()),
-        &mut v,
-    );
+    crate::datatype::swap_packed(&crate::datatype::type_map(type_id), &mut v);
     Packed::Packed(v)
 }
 
