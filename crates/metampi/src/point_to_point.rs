@@ -178,7 +178,15 @@ pub(crate) fn post_recv(
 /// there already (the id is then [`SENT`]: no slot).
 pub(crate) struct Started {
     pub id: ReqId,
-    pub done: Option<Completed>,
+    pub done: Option<Now>,
+}
+
+/// A receive that completed as it started, which cannot have failed: its
+/// status, and the bytes where it received into a buffer of its own (a
+/// `Completed` without the result, 32 bytes fewer to move on every receive).
+pub(crate) struct Now {
+    pub status: RawStatus,
+    pub data: Option<Vec<u8>>,
 }
 
 impl Started {
@@ -188,21 +196,20 @@ impl Started {
             RecvBuf::Owned(v) => Some(v),
             RecvBuf::Borrowed(_) => None,
         };
-        let done = Completed {
-            status,
-            result: Ok(()),
-            data,
-        };
         Started {
             id: SENT,
-            done: Some(done),
+            done: Some(Now { status, data }),
         }
     }
 
     /// Waits for the result.
     pub(crate) fn wait(self) -> Completed {
         match self.done {
-            Some(c) => c,
+            Some(Now { status, data }) => Completed {
+                status,
+                result: Ok(()),
+                data,
+            },
             None => shared().wait(self.id),
         }
     }

@@ -254,7 +254,6 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
             // Completed at once, without error: into a borrowed buffer, or
             // packed bytes that `finish` unpacks at the wait.
             Some(c) => {
-                debug_assert!(c.result.is_ok());
                 let end = End::Ready(Status::from_raw(comm, c.status), Cell::new(c.data));
                 Self::with_end(SENT, end, comm.ctx, data, scope, post)
             }
