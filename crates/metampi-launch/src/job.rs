@@ -382,7 +382,10 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
         // Absolute, since a rank may change its directory before it spawns.
         let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
         env.push((stdio::OUTPUT_DIR_ENV.into(), dir.into_os_string()));
-        env.push((stdio::OUTPUT_NAME_ENV.into(), format!("rank.{rank}").into()));
+        env.push((
+            stdio::OUTPUT_NAME_ENV.into(),
+            stdio::output_stem(rank).into(),
+        ));
     }
 
     let reads_stdin = match ctx.spec.stdin {
@@ -462,7 +465,7 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
     match &ctx.spec.output {
         OutputMode::Directory(dir) => {
             let file = |suffix: &str| {
-                let path = dir.join(format!("rank.{rank}.{suffix}"));
+                let path = dir.join(format!("{}.{suffix}", stdio::output_stem(rank)));
                 File::create(&path).map_err(|source| LaunchError::OutputDir { path, source })
             };
             cmd.stdout(file("stdout")?).stderr(file("stderr")?);

@@ -161,6 +161,11 @@ pub const OUTPUT_DIR_ENV: &str = "METAMPI_OUTPUT_DIR";
 /// `rank.R.stderr`).
 pub const OUTPUT_NAME_ENV: &str = "METAMPI_OUTPUT_NAME";
 
+/// The stem of rank `rank`'s files under an output directory.
+pub(crate) fn output_stem(rank: usize) -> String {
+    format!("rank.{rank}")
+}
+
 fn forward(mut source: impl Read, mut splitter: LineSplitter, sink: &Sink) {
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
