@@ -859,6 +859,17 @@ impl RecvLayout {
     /// # Safety
     /// As for [`RecvLayout::dense`].
     pub(crate) unsafe fn unpack(&self, data: &[u8]) {
+        if self.tm.is_dense() {
+            // One copy of the whole elements `data` holds: element by element, a byte type
+            // went one byte per call (0.36 GB/s for a received `Vec<u8>`).
+            let n = data
+                .len()
+                .checked_div(self.tm.size)
+                .map_or(0, |whole| self.count.min(whole) * self.tm.size);
+            // SAFETY: caller's contract; a dense buffer of `count` elements holds `n` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base, n) };
+            return;
+        }
         let mut pos = 0;
         'outer: for i in 0..self.count {
             for &(off, len) in &self.tm.blocks {

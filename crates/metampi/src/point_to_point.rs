@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::datatype::{
-    pack, Buffer, BufferMut, Datatype, Equivalence, Packed, RecvLayout, UncommittedDatatype,
+    pack, Buffer, BufferMut, Datatype, Equivalence, Packed, Prim, RecvLayout, UncommittedDatatype,
 };
 use crate::engine::core::{
     Completed, Pattern, RawStatus, RecvBuf, ReqId, SendBuf, Unexpected, SENT,
@@ -475,6 +475,22 @@ fn vec_from_bytes<T: Equivalence>(mut data: Vec<u8>, st: &Status) -> Result<Vec<
         ));
     }
     let n = data.len() / size;
+    if std::mem::size_of::<T>() == 1
+        && std::mem::align_of::<T>() == 1
+        && matches!(
+            crate::datatype::type_map_ref(dt.type_id()).prim,
+            Some(Prim::U8 | Prim::I8)
+        )
+    {
+        // Bytes are the values: hand the received vector over instead of copying it.
+        let mut data = std::mem::ManuallyDrop::new(data);
+        // SAFETY: `T` is a one-byte integer type (its datatype is `u8` or `i8`, and its size
+        // and alignment are 1), for which every byte is a valid value, so the allocation
+        // (same size and alignment) and its `len` initialised bytes are `len` values of `T`.
+        return Ok(unsafe {
+            Vec::from_raw_parts(data.as_mut_ptr().cast::<T>(), data.len(), data.capacity())
+        });
+    }
     let mut v: Vec<T> = Vec::with_capacity(n);
     let layout = RecvLayout {
         tm: crate::datatype::type_map_ref(dt.type_id()),
