@@ -171,6 +171,16 @@ impl Ranks {
             drop(universe);
             return None;
         }
+        // The ranks run this executable filtered to `test_name`: a name that is not this
+        // test's would run no test there, and the job would pass having run nothing.
+        // libtest names a test's thread after the test.
+        if let Some(thread) = std::thread::current().name() {
+            assert!(
+                thread == "main" || thread == test_name,
+                "Ranks::run(\"{test_name}\") is called from test `{thread}`: the ranks would \
+                 run no test"
+            );
+        }
         let exe = std::env::current_exe().expect("the test executable has a path");
         let args: Vec<OsString> = [
             test_name,

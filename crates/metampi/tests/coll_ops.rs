@@ -549,30 +549,34 @@ fn c_style_user_operations() {
 #[test]
 fn raw_dyn_buffers_in_collectives_and_point_to_point() {
     use metampi::datatype::{DynBuffer, DynBufferMut, UserDatatype};
-    Ranks::new(3).run("raw_dyn_buffers", |world| {
-        let me = world.rank();
-        let int_type = i32::equivalent_datatype().dup();
-        let mut ints = if me == 0 { [1i32, 2, 3, 4] } else { [0; 4] };
-        // SAFETY: `ints` holds 4 i32s and is used only through `buffer` meanwhile.
-        let mut buffer =
-            unsafe { DynBufferMut::from_raw(ints.as_mut_ptr(), ints.count(), int_type.as_ref()) };
-        assert_eq!(buffer.len(), 4);
-        world.process_at_rank(0).broadcast_into(&mut buffer);
-        assert_eq!(ints, [1, 2, 3, 4]);
+    Ranks::new(3).run(
+        "raw_dyn_buffers_in_collectives_and_point_to_point",
+        |world| {
+            let me = world.rank();
+            let int_type = i32::equivalent_datatype().dup();
+            let mut ints = if me == 0 { [1i32, 2, 3, 4] } else { [0; 4] };
+            // SAFETY: `ints` holds 4 i32s and is used only through `buffer` meanwhile.
+            let mut buffer = unsafe {
+                DynBufferMut::from_raw(ints.as_mut_ptr(), ints.count(), int_type.as_ref())
+            };
+            assert_eq!(buffer.len(), 4);
+            world.process_at_rank(0).broadcast_into(&mut buffer);
+            assert_eq!(ints, [1, 2, 3, 4]);
 
-        // Elements 0, 2, 4 of six: a vector of 3 blocks of 1 with stride 2.
-        let every_other = UserDatatype::vector(3, 1, 2, &i64::equivalent_datatype());
-        if me == 1 {
-            let six: Vec<i64> = (10..16).collect();
-            // SAFETY: `six` holds one element of `every_other` (it spans 5 i64s).
-            let send = unsafe { DynBuffer::from_raw(six.as_ptr(), 1, every_other.as_ref()) };
-            world.process_at_rank(2).send(&send);
-        } else if me == 2 {
-            let (got, _) = world.process_at_rank(1).receive_vec::<i64>();
-            assert_eq!(got, [10, 12, 14]);
-        }
-        world.barrier();
-    });
+            // Elements 0, 2, 4 of six: a vector of 3 blocks of 1 with stride 2.
+            let every_other = UserDatatype::vector(3, 1, 2, &i64::equivalent_datatype());
+            if me == 1 {
+                let six: Vec<i64> = (10..16).collect();
+                // SAFETY: `six` holds one element of `every_other` (it spans 5 i64s).
+                let send = unsafe { DynBuffer::from_raw(six.as_ptr(), 1, every_other.as_ref()) };
+                world.process_at_rank(2).send(&send);
+            } else if me == 2 {
+                let (got, _) = world.process_at_rank(1).receive_vec::<i64>();
+                assert_eq!(got, [10, 12, 14]);
+            }
+            world.barrier();
+        },
+    );
 }
 
 /// `Complex32` and `Complex64` (feature `complex`, on by default) as buffer
@@ -582,7 +586,7 @@ fn raw_dyn_buffers_in_collectives_and_point_to_point() {
 #[test]
 fn complex_numbers_reduce_as_complex_numbers() {
     use num_complex::{Complex32, Complex64};
-    Ranks::new(3).run("complex_numbers", |world| {
+    Ranks::new(3).run("complex_numbers_reduce_as_complex_numbers", |world| {
         let me = world.rank();
         let mut data = if me == 0 {
             vec![Complex64::new(1.0, 2.0), Complex64::new(2.0, 3.0)]
