@@ -1064,27 +1064,51 @@ pub trait Destination: AsCommunicator {
         data: Vec<T>,
         tag: Tag,
     ) -> Result<SendFuture<T>, Error> {
-        let comm = &self.as_communicator().as_handle().0;
-        let buf = match pack_for(comm, self.destination_rank(), &data[..]) {
-            // SAFETY: the vector's heap memory does not move when the vector
-            // does, and `SendFuture` keeps the vector until the send completes
-            // (its Drop waits).
-            Packed::Dense(b) => SendBuf::Borrowed(unsafe { SendPtr::new(b) }),
-            Packed::Packed(v) => SendBuf::Owned(v),
-        };
-        let id = post_send(
-            comm,
-            self.destination_rank(),
-            tag,
-            buf,
-            Mode::Standard,
-            false,
-        )?;
-        Ok(SendFuture {
-            id: Some(id),
-            data: Some(data),
-        })
+        owned_send(self, data, tag, Mode::Standard)
     }
+
+    /// Starts a synchronous send of an owned vector: it completes once the receiver has
+    /// matched it with a receive, whatever the message's length, so a sender that keeps
+    /// a few in flight never runs ahead of the receives its peer has posted.
+    fn immediate_synchronous_send_owned<T: Equivalence>(
+        &self,
+        data: Vec<T>,
+        tag: Tag,
+    ) -> SendFuture<T> {
+        self.try_immediate_synchronous_send_owned(data, tag)
+            .or_abort()
+    }
+
+    /// Fallible [`Destination::immediate_synchronous_send_owned`].
+    fn try_immediate_synchronous_send_owned<T: Equivalence>(
+        &self,
+        data: Vec<T>,
+        tag: Tag,
+    ) -> Result<SendFuture<T>, Error> {
+        owned_send(self, data, tag, Mode::Synchronous)
+    }
+}
+
+/// Starts a send of an owned vector in `mode` (the owned sends of [`Destination`]).
+fn owned_send<D: Destination + ?Sized, T: Equivalence>(
+    dest: &D,
+    data: Vec<T>,
+    tag: Tag,
+    mode: Mode,
+) -> Result<SendFuture<T>, Error> {
+    let comm = &dest.as_communicator().as_handle().0;
+    let buf = match pack_for(comm, dest.destination_rank(), &data[..]) {
+        // SAFETY: the vector's heap memory does not move when the vector
+        // does, and `SendFuture` keeps the vector until the send completes
+        // (its Drop waits).
+        Packed::Dense(b) => SendBuf::Borrowed(unsafe { SendPtr::new(b) }),
+        Packed::Packed(v) => SendBuf::Owned(v),
+    };
+    let id = post_send(comm, dest.destination_rank(), tag, buf, mode, false)?;
+    Ok(SendFuture {
+        id: Some(id),
+        data: Some(data),
+    })
 }
 
 impl Destination for crate::topology::Process<'_> {

@@ -522,10 +522,30 @@ fn synchronous_send(world: &SimpleCommunicator) {
             peer.send_with_tag(&1u8, 99);
             req.wait();
         });
+        // The owned form too, for an eager-sized vector (a standard send of it would
+        // complete at once).
+        let mut send = peer.immediate_synchronous_send_owned(vec![7u32; 100], 98);
+        let until = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < until {
+            assert!(
+                send.test().is_none(),
+                "owned synchronous send completed before the receive was posted"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        peer.send_with_tag(&2u8, 99);
+        assert_eq!(
+            send.wait().unwrap(),
+            vec![7u32; 100],
+            "the vector comes back"
+        );
     } else {
         let _ = peer.receive_with_tag::<u8>(99);
         let (v, _) = peer.receive::<u64>();
         assert_eq!(v, 9);
+        let _ = peer.receive_with_tag::<u8>(99);
+        let (v, _) = peer.receive_vec_with_tag::<u32>(98);
+        assert_eq!(v, vec![7u32; 100]);
     }
     world.barrier();
 }
