@@ -86,6 +86,7 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
         description,
         measure_links: a.measure_links,
         slow_host: a.slow_host.clone(),
+        slow_rank: None,
     };
     let mut sink = ProgressSink::from_env();
     let result = distributed::search_distributed(&world, &a.file, &config, &mut |p| sink.send(p));

@@ -52,7 +52,8 @@ enum Command {
         /// Search in this process only (no metacomputer).
         #[arg(long)]
         single: bool,
-        /// Service mode of the distributed search: request, scheduled or dynamic.
+        /// Service mode of the distributed search: request, scheduled (no requests; each
+        /// meta host's planned units go to whichever of its clients has room) or dynamic.
         #[arg(long, default_value = "scheduled")]
         mode: ServiceMode,
         /// Use this meta-computer description instead of the embedded one.
@@ -283,7 +284,9 @@ struct SearchArgs {
     /// LAUNCH = local, emulated on this machine).
     #[arg(long)]
     meta: Option<PathBuf>,
-    /// Service mode with --meta: request, scheduled or dynamic.
+    /// Service mode with --meta: request (clients ask for their planned units), scheduled
+    /// (no requests: the server pushes each meta host's planned units to whichever of its
+    /// clients has room) or dynamic (units move between any clients while running).
     #[arg(long, default_value = "request")]
     mode: ServiceMode,
 }

@@ -284,6 +284,47 @@ fn three_sites_slow_host_dynamic_beats_static() {
         });
 }
 
+/// Scheduled service shares a meta host's units between its clients: one of three clients
+/// on the data host sleeps after every unit (unseen by calibration and pilot, which count
+/// CPU, so the plan gives the three about the same share), and it computes fewer units than
+/// the plan gave it while the other two compute more, with the single-process candidates.
+#[test]
+fn scheduled_service_shares_a_hosts_units_between_its_clients() {
+    let _g = lock();
+    Ranks::new(4).timeout(Duration::from_secs(180)).run(
+        "scheduled_service_shares_a_hosts_units_between_its_clients",
+        |w| {
+            let file = write_observation_of(w, 4 * NSAMPLES);
+            let mut config = DistConfig::new(search());
+            config.mode = ServiceMode::Scheduled;
+            config.slow_rank = Some((1, SLOW_S));
+            let out = search_distributed(w, &file, &config, &mut |_| {}).unwrap();
+            if let Some(d) = &out {
+                let mut reader = BasebandReader::open(&file).unwrap();
+                let single = search_file(&mut reader, &search(), &mut |_, _| {}).unwrap();
+                assert_eq!(d.outcome.candidates, single.candidates, "candidates differ");
+                for c in &d.per_client {
+                    eprintln!("{c:?}");
+                }
+                let slow = d.per_client.iter().find(|c| c.rank == 1).unwrap();
+                assert!(
+                    slow.units >= 10,
+                    "the plan gave the slowed client a share: {slow:?}"
+                );
+                assert!(
+                    slow.done_units + 5 <= slow.units,
+                    "the slowed client left units to its neighbours: {slow:?}"
+                );
+                let planned: u64 = d.per_client.iter().map(|c| c.units).sum();
+                let done: u64 = d.per_client.iter().map(|c| c.done_units).sum();
+                assert_eq!(done, planned, "every unit computed once");
+            }
+            w.barrier();
+            remove_observation(w, &file);
+        },
+    );
+}
+
 /// Seconds host `b` sleeps after every unit in the slow-host test.
 const SLOW_S: f64 = 0.05;
 

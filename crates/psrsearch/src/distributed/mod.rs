@@ -70,7 +70,10 @@ pub const MAX_CLIENTS_PER_SERVER: usize = 128;
 pub enum ServiceMode {
     /// The client asks for each unit; the server answers requests first come, first served.
     RequestReply,
-    /// The server sends every client its planned units in a fixed order; no requests.
+    /// No requests: the server sends the units the plan gave each meta host, in order, to
+    /// that host's clients, each unit to whichever client has room for it (a client keeps
+    /// three receives posted, and the server's synchronous send completes when one matches),
+    /// so a client slower than its neighbours computes fewer units than the plan gave it.
     Scheduled,
     /// Starts from the static plan, then rebalances while running: clients ask for "a next
     /// unit", and the root server keeps every client's queue from the plan (other servers ask
@@ -124,6 +127,10 @@ pub struct DistConfig {
     /// after calibration, so the host is slower than the plan believes (for testing the
     /// dynamic mode). Only the root's setting counts.
     pub slow_host: Option<(String, f64)>,
+    /// Make one client (by world rank) sleep this many seconds after every unit, as
+    /// `slow_host` does for a whole meta host (for testing how the scheduled service shares a
+    /// meta host's units between its clients). Only the root's setting counts.
+    pub slow_rank: Option<(Rank, f64)>,
 }
 
 impl DistConfig {
@@ -136,6 +143,7 @@ impl DistConfig {
             description: None,
             measure_links: false,
             slow_host: None,
+            slow_rank: None,
         }
     }
 }
@@ -221,7 +229,8 @@ pub struct ClientReport {
     pub server: Rank,
     /// Units the plan gave it.
     pub units: u64,
-    /// Units it computed (differs from `units` in dynamic mode).
+    /// Units it computed: in dynamic mode units move between any clients, in scheduled
+    /// service between the clients of one meta host (who take its units as they have room).
     pub done_units: u64,
     /// When it signed off, s after the service started.
     pub finish_s: f64,
@@ -268,6 +277,9 @@ struct Setup {
     mode: ServiceMode,
     /// Meta host whose clients sleep after every unit, and for how long.
     slow: Option<(usize, f64)>,
+    /// One client (world rank) that sleeps after every unit, and for how long.
+    #[serde(default)]
+    slow_rank: Option<(Rank, f64)>,
 }
 
 /// What the plan predicts for one client of a meta host, in `Roles::site_list` order: the
@@ -397,6 +409,7 @@ pub fn search_distributed(
                     nsamples: r.nsamples(),
                     mode: config.mode,
                     slow,
+                    slow_rank: config.slow_rank,
                 };
                 reader = Some(r);
                 let mut b = vec![1u8];
@@ -508,7 +521,11 @@ pub fn search_distributed(
     let slow_s = setup
         .slow
         .filter(|&(s, _)| s == roles.sites[me as usize])
-        .map_or(0.0, |(_, secs)| secs);
+        .map_or(0.0, |(_, secs)| secs)
+        + setup
+            .slow_rank
+            .filter(|&(r, _)| r == me)
+            .map_or(0.0, |(_, secs)| secs);
     let mut workspace = bench.map(calibrate::UnitBench::into_workspace);
     let run = ServiceRun {
         roles: &roles,
@@ -604,6 +621,9 @@ pub fn search_distributed(
                 ),
             }
         );
+        if let Some((p, _)) = &pilot {
+            cost_note.push_str(&pilot_note(&roles, &names, &calibration, p));
+        }
         let input = balance_input(
             &roles,
             &calibration,
@@ -896,6 +916,50 @@ struct UnitCosts {
     /// pilot, where they were found: what relaying really costs them, framing, shaping and
     /// wake-ups included (about eight socket hops' worth here).
     relay_here_s: Option<f64>,
+}
+
+/// Per meta host, what the pilot and the calibration said a unit costs its clients (CPU
+/// seconds, mean over clients) and how long they waited for data in the pilot: the two
+/// estimates side by side tell a disturbed measurement from a real difference.
+fn pilot_note(roles: &Roles, names: &[String], cal: &[RankCalibration], pilot: &Served) -> String {
+    let mut out = String::from(
+        "\npilot per host (CPU s per unit: pilot / calibration; wait for data s; other s per unit):",
+    );
+    for (k, &s) in roles.site_list.iter().enumerate() {
+        let stats: Vec<&service::ClientStats> = pilot
+            .clients
+            .iter()
+            .filter(|c| roles.sites[c.rank as usize] == s && c.units > 0)
+            .collect();
+        if stats.is_empty() {
+            continue;
+        }
+        let n = stats.len() as f64;
+        let per_unit = stats.iter().map(|c| c.cpu_s / c.units as f64).sum::<f64>() / n;
+        let wait = stats.iter().map(|c| c.idle_s).sum::<f64>() / n;
+        let other = stats
+            .iter()
+            .map(|c| (c.finish_s - c.idle_s - c.cpu_s) / c.units as f64)
+            .sum::<f64>()
+            / n;
+        let synthetic: Vec<f64> = stats
+            .iter()
+            .filter_map(|c| cal[c.rank as usize].cpu_s)
+            .collect();
+        let synthetic = if synthetic.is_empty() {
+            "-".to_string()
+        } else {
+            format!(
+                "{:.4}",
+                synthetic.iter().sum::<f64>() / synthetic.len() as f64
+            )
+        };
+        let name = names.get(k).map_or("?", String::as_str);
+        out.push_str(&format!(
+            " {name} {per_unit:.4} / {synthetic}; {wait:.3}; {other:.4}"
+        ));
+    }
+    out
 }
 
 /// Per-unit CPU costs from the pilot where there was one (clients' thread CPU, servers'

@@ -95,8 +95,10 @@ pub(crate) fn client(
     mode: ServiceMode,
     slow_s: f64,
 ) -> Result<(), DistError> {
-    if mode == ServiceMode::Dynamic {
-        return client_dynamic(comm, plan, ws, server, slow_s);
+    match mode {
+        ServiceMode::Dynamic => return client_pull(comm, plan, ws, server, slow_s, true),
+        ServiceMode::Scheduled => return client_pull(comm, plan, ws, server, slow_s, false),
+        ServiceMode::RequestReply => {}
     }
     let mut cpu = WorkCpu::default();
     let to_server = comm.try_process_at_rank(server)?;
@@ -205,22 +207,27 @@ fn compute(
     .encode()
 }
 
-/// A dynamic-mode client: keep [`PREFETCH`] `Next` requests outstanding, compute whatever
-/// unit the server sends, stop asking after the first `Drained`, sign off once every request
-/// has been answered.
-fn client_dynamic(
+/// A client that takes whatever units its server sends: with [`PREFETCH`] receives posted
+/// (in dynamic mode each with a `Next` request sent), compute each unit as it comes, stop
+/// posting (and asking) after the first `Drained`, sign off once every posted receive has its
+/// message. In scheduled service the server sends [`PREFETCH`] `Drained` after the host's
+/// units run out, one for each receive its client has posted then.
+fn client_pull(
     comm: &SimpleCommunicator,
     plan: &DedispersionPlan,
     ws: &mut Workspace,
     server: Rank,
     slow_s: f64,
+    ask: bool,
 ) -> Result<(), DistError> {
     let mut cpu = WorkCpu::default();
     let to_server = comm.try_process_at_rank(server)?;
     let (mut busy, mut idle) = (0.0, 0.0);
     let mut pending = VecDeque::new();
     for _ in 0..PREFETCH {
-        send(comm, server, &Msg::Next)?;
+        if ask {
+            send(comm, server, &Msg::Next)?;
+        }
         pending.push_back(to_server.try_immediate_receive_vec::<u8>(Some(TAG))?);
     }
     let mut drained = false;
@@ -233,7 +240,9 @@ fn client_dynamic(
         match Msg::decode(&bytes)? {
             Msg::Data { block, voltages } => {
                 if !drained {
-                    send(comm, server, &Msg::Next)?;
+                    if ask {
+                        send(comm, server, &Msg::Next)?;
+                    }
                     pending.push_back(to_server.try_immediate_receive_vec::<u8>(Some(TAG))?);
                 }
                 let t = Instant::now();
@@ -309,6 +318,10 @@ pub(crate) fn server(
             grant_inboxes.insert(c, grx);
         }
     }
+    // Scheduled service: one queue per meta host of this server's clients, holding the units
+    // the plan gave its clients (interleaved, each client's in order), which every client of
+    // the host takes from as its window has room.
+    let hosts = HostQueues::new(job, roles, &mine);
     let (tx, rx) = mpsc::channel::<Event>();
     // Every thread of this server adds its CPU: the pilot measures what serving a unit costs.
     let meter = CpuMeter::default();
@@ -355,16 +368,17 @@ pub(crate) fn server(
                     });
                 }
                 ServiceMode::Scheduled => {
+                    let host = hosts.of(roles, c);
                     sc.spawn(move || {
                         meter.track(|| {
-                            if let Err(e) = push_units(comm, job, reader, c) {
+                            if let Err(e) = push_units(comm, job, reader, c, host) {
                                 fatal(comm, "serving a client", &e);
                             }
                         })
                     });
                     sc.spawn(move || {
                         meter.track(|| {
-                            if let Err(e) = take_results(comm, job, c, &tx) {
+                            if let Err(e) = take_results(comm, job, c, host, &tx) {
                                 fatal(comm, "receiving from a client", &e);
                             }
                         })
@@ -406,23 +420,100 @@ enum Event {
     ServerCpu(f64),
 }
 
-/// Scheduled service: send the client's units in order, at most [`PREFETCH`] in flight (a
-/// send completes when the client has taken the unit, so this also bounds its buffers).
+/// The units of one meta host in scheduled service, shared by its clients' serving threads.
+pub(crate) struct HostQueue {
+    /// Units not yet sent to any client.
+    queue: Mutex<VecDeque<u64>>,
+    /// Every unit of the host, sorted: a result for another unit is a protocol error.
+    units: Vec<u64>,
+}
+
+/// Per meta host of a server's clients, its [`HostQueue`].
+struct HostQueues(Vec<(usize, HostQueue)>);
+
+impl HostQueues {
+    fn new(job: &ServerJob<'_>, roles: &Roles, mine: &[Rank]) -> HostQueues {
+        let mut out: Vec<(usize, HostQueue)> = Vec::new();
+        let mut sites: Vec<usize> = mine.iter().map(|&c| roles.sites[c as usize]).collect();
+        sites.sort_unstable();
+        sites.dedup();
+        for site in sites {
+            let lists: Vec<&Vec<u64>> = mine
+                .iter()
+                .filter(|&&c| roles.sites[c as usize] == site)
+                .map(|&c| &job.assignment[c as usize])
+                .collect();
+            let longest = lists.iter().map(|l| l.len()).max().unwrap_or(0);
+            let queue: VecDeque<u64> = (0..longest)
+                .flat_map(|i| lists.iter().filter_map(move |l| l.get(i).copied()))
+                .collect();
+            let mut units: Vec<u64> = queue.iter().copied().collect();
+            units.sort_unstable();
+            out.push((
+                site,
+                HostQueue {
+                    queue: Mutex::new(queue),
+                    units,
+                },
+            ));
+        }
+        HostQueues(out)
+    }
+
+    /// The queue of `client`'s meta host (`client` is one of this server's clients).
+    fn of(&self, roles: &Roles, client: Rank) -> &HostQueue {
+        let site = roles.sites[client as usize];
+        &self
+            .0
+            .iter()
+            .find(|(s, _)| *s == site)
+            .expect("every client's meta host has a queue")
+            .1
+    }
+}
+
+impl HostQueue {
+    fn next(&self) -> Option<u64> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+    }
+
+    fn owns(&self, block: u64) -> bool {
+        self.units.binary_search(&block).is_ok()
+    }
+}
+
+/// Scheduled service: send the client units of its meta host's queue, at most [`PREFETCH`]
+/// in flight (synchronous sends: one completes when the client has matched it with one of
+/// its [`PREFETCH`] posted receives, so this also bounds its buffers), then [`PREFETCH`]
+/// `Drained` behind them. A client takes the next unit of its host when it
+/// has taken one, so within a meta host a client slower than the plan thought (a busier
+/// core) computes fewer units and its neighbours more, with no request sent: the host
+/// finishes when its clients' mean speed says, not when its slowest client's does.
 fn push_units(
     comm: &SimpleCommunicator,
     job: &ServerJob<'_>,
     reader: &Mutex<BasebandReader>,
     client: Rank,
+    host: &HostQueue,
 ) -> Result<(), DistError> {
     let mut in_flight = VecDeque::new();
-    for &b in &job.assignment[client as usize] {
+    loop {
         if in_flight.len() >= PREFETCH {
             if let Some(s) = in_flight.pop_front() {
                 let s: SendFuture<u8> = s;
                 s.wait()?;
             }
         }
-        in_flight.push_back(start_unit(comm, job, reader, client, b)?);
+        let Some(b) = host.next() else { break };
+        in_flight.push_back(start_unit(comm, job, reader, client, b, true)?);
+    }
+    // At once, not after the last units are matched: messages between two ranks arrive in
+    // order, and across a long link waiting would add a round trip to the client's end.
+    for _ in 0..PREFETCH {
+        send(comm, client, &Msg::Drained)?;
     }
     for s in in_flight {
         s.wait()?;
@@ -430,13 +521,16 @@ fn push_units(
     Ok(())
 }
 
-/// Read unit `b` and start sending it to `client`.
+/// Read unit `b` and start sending it to `client`; `synchronous`: the send completes only
+/// once the client has matched it with a posted receive (whatever the unit's length: a
+/// unit sent eagerly would complete at once, and a window of sends would bound nothing).
 fn start_unit(
     comm: &SimpleCommunicator,
     job: &ServerJob<'_>,
     reader: &Mutex<BasebandReader>,
     client: Rank,
     b: u64,
+    synchronous: bool,
 ) -> Result<SendFuture<u8>, DistError> {
     let band = job.plan.band();
     let mut block = Voltages::zeros(band.nchan(), band.npol, job.plan.fft_len());
@@ -450,9 +544,12 @@ fn start_unit(
         voltages: block,
     }
     .encode();
-    Ok(comm
-        .try_process_at_rank(client)?
-        .try_immediate_send_owned(bytes, TAG)?)
+    let to = comm.try_process_at_rank(client)?;
+    Ok(if synchronous {
+        to.try_immediate_synchronous_send_owned(bytes, TAG)?
+    } else {
+        to.try_immediate_send_owned(bytes, TAG)?
+    })
 }
 
 /// Request/reply: answer each request with its unit, pass results on, until the sign-off.
@@ -477,7 +574,7 @@ fn serve_requests(
                         s.wait()?;
                     }
                 }
-                in_flight.push_back(start_unit(comm, job, reader, client, block)?);
+                in_flight.push_back(start_unit(comm, job, reader, client, block, false)?);
             }
             m => {
                 if pass_on(
@@ -787,7 +884,9 @@ fn serve_dynamic(
                     }
                 }
                 match decider.next_for(comm, client, job.t0.elapsed().as_secs_f64())? {
-                    Some(b) => in_flight.push_back(start_unit(comm, job, reader, client, b)?),
+                    Some(b) => {
+                        in_flight.push_back(start_unit(comm, job, reader, client, b, false)?)
+                    }
                     None => send(comm, client, &Msg::Drained)?,
                 }
             }
@@ -844,23 +943,15 @@ fn take_results(
     comm: &SimpleCommunicator,
     job: &ServerJob<'_>,
     client: Rank,
+    host: &HostQueue,
     tx: &mpsc::Sender<Event>,
 ) -> Result<(), DistError> {
     let p = comm.try_process_at_rank(client)?;
-    let units = &job.assignment[client as usize];
     let mut done = 0;
     loop {
         let (bytes, _) = p.try_receive_vec_with_tag::<u8>(Some(TAG))?;
         let m = Msg::decode(&bytes)?;
-        if pass_on(
-            job,
-            client,
-            bytes,
-            m,
-            tx,
-            &mut |b| units.contains(&b),
-            &mut done,
-        )? {
+        if pass_on(job, client, bytes, m, tx, &mut |b| host.owns(b), &mut done)? {
             return Ok(());
         }
     }
