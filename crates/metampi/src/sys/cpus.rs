@@ -63,9 +63,23 @@ pub(crate) fn machine_cores(own_mask: usize, union: usize) -> usize {
     }
 }
 
+/// CPUs online on this machine, whatever this process's mask (1 where the
+/// system does not say).
+pub(crate) fn online() -> usize {
+    // SAFETY: sysconf only reads a system value.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn online_cpus_include_this_process_s() {
+        let mine = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(online() >= mine, "{} online, {mine} in this mask", online());
+    }
 
     #[test]
     fn masks_round_trip_and_unite() {
