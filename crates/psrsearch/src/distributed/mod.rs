@@ -23,12 +23,13 @@
 //!    the hosts that share a computer sharing its cores. Blocks are dealt in contiguous runs,
 //!    host after host.
 //! 3. **Service**, in one of three [`ServiceMode`]s: request/reply (a client asks for each
-//!    unit; request type in the message body, one tag for everything), scheduled service (the
-//!    server pushes each client's units in a fixed round-robin order; no requests at all), or
+//!    unit; request type in the message body, one tag for everything), scheduled service (no
+//!    requests at all: the server pushes each meta host's planned units, in order, to
+//!    whichever of that host's clients has a receive posted for one), or
 //!    dynamic (the plan's units as per-client queues, all kept by the root; a client with an
 //!    empty queue takes the last unit of the client, of any server, predicted to finish last,
 //!    when its measured rate and link say it will finish it sooner).
-//!    A server has one sender thread per meta host it serves, so slow links do not hold up
+//!    A server has a sender thread per client it serves, so slow links do not hold up
 //!    fast ones, and each client asks for (or is sent) its next unit while it computes the
 //!    current one. Results (detected power, `[dm][chan][sample]`) go back to the server,
 //!    which forwards other servers' to the root.
