@@ -421,7 +421,7 @@ enum Event {
 }
 
 /// The units of one meta host in scheduled service, shared by its clients' serving threads.
-pub(crate) struct HostQueue {
+struct HostQueue {
     /// Units not yet sent to any client.
     queue: Mutex<VecDeque<u64>>,
     /// Every unit of the host, sorted: a result for another unit is a protocol error.
@@ -488,10 +488,10 @@ impl HostQueue {
 /// Scheduled service: send the client units of its meta host's queue, at most [`PREFETCH`]
 /// in flight (synchronous sends: one completes when the client has matched it with one of
 /// its [`PREFETCH`] posted receives, so this also bounds its buffers), then [`PREFETCH`]
-/// `Drained` behind them. A client takes the next unit of its host when it
-/// has taken one, so within a meta host a client slower than the plan thought (a busier
-/// core) computes fewer units and its neighbours more, with no request sent: the host
-/// finishes when its clients' mean speed says, not when its slowest client's does.
+/// `Drained` behind them. A client takes the next unit of its host when it has taken one,
+/// so within a meta host a client slower than the plan thought (a busier core) computes
+/// fewer units and its neighbours more, with no request sent: the host finishes when its
+/// clients' mean speed says, not when its slowest client's does.
 fn push_units(
     comm: &SimpleCommunicator,
     job: &ServerJob<'_>,
