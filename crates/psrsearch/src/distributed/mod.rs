@@ -73,7 +73,8 @@ pub enum ServiceMode {
     RequestReply,
     /// No requests: the server sends the units the plan gave each meta host, in order, to
     /// that host's clients, each unit to whichever client has room for it (a client keeps
-    /// three receives posted, and the server's synchronous send completes when one matches),
+    /// three receives posted, and on the data host the server's synchronous send completes
+    /// when one matches; elsewhere the routers' flow control paces standard sends),
     /// so a client slower than its neighbours computes fewer units than the plan gave it.
     Scheduled,
     /// Starts from the static plan, then rebalances while running: clients ask for "a next
