@@ -149,6 +149,11 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     crate::trace::init(shared.info.rank);
     let _ = ENGINE.set(Arc::clone(&shared));
     *st = State::Running(threading);
+    drop(st);
+    if let Err(e) = crate::topology::spawn::greet_routed_parents() {
+        eprintln!("metampi: start-up failed: meeting the parents: {e}");
+        std::process::exit(1);
+    }
     Some((
         Universe {
             shared,

@@ -23,8 +23,6 @@ fn myself(name: &str) -> Command {
 
 /// What both sides do on the intercommunicator; `child` says which side.
 fn talk(inter: &InterCommunicator, child: bool) {
-    let me = inter.rank();
-    let side = i32::from(child);
     // One machine: the two worlds share memory, unless TCP is forced.
     let shm = std::env::var_os("METAMPI_FORCE_TCP").is_none();
     for r in 0..inter.remote_size() {
@@ -34,6 +32,13 @@ fn talk(inter: &InterCommunicator, child: bool) {
             "remote rank {r}"
         );
     }
+    exchange(inter, child);
+}
+
+/// [`talk`] without its look at the transports.
+fn exchange(inter: &InterCommunicator, child: bool) {
+    let me = inter.rank();
+    let side = i32::from(child);
     // Three tagged messages to every remote process, received in order
     // and naming their sender.
     for r in 0..inter.remote_size() {
@@ -212,10 +217,79 @@ fn a_failing_child_ends_the_job() {
     assert!(failure.contains("spawned process"), "{failure}");
 }
 
+/// A world over two meta hosts (routers between them) spawns from the whole
+/// world, rooted on each meta host in turn: children start on the root's
+/// machine, meet the parents there directly and the others through the
+/// routers, and both groups talk (rendezvous and synchronous messages
+/// included), merge and run collectives across both worlds.
+#[test]
+fn a_world_over_meta_hosts_spawns_children() {
+    spawn_across_meta_hosts("a_world_over_meta_hosts_spawns_children", 25650, false);
+}
+
+/// The same with TCP everywhere: between ranks, to the routers (the
+/// children's too) and between parents and children.
+#[test]
+fn a_world_over_meta_hosts_spawns_children_over_tcp() {
+    spawn_across_meta_hosts(
+        "a_world_over_meta_hosts_spawns_children_over_tcp",
+        25660,
+        true,
+    );
+}
+
+fn spawn_across_meta_hosts(name: &str, portbase: u16, tcp: bool) {
+    let sites = format!(
+        "PORTBASE {portbase}\n\
+         METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
+         METAHOST b {{ LAUNCH = local; NPROCS = 2; NODES = b0; }}\n\
+         PAIR a b 1\na0 <-> b0\n"
+    );
+    if std::env::var_os("METAMPI_PARENT").is_some() {
+        let universe = metampi::initialize().expect("child initializes");
+        let world = universe.world();
+        assert_eq!(world.num_meta_hosts(), 1);
+        let parent = world.parent().expect("spawned");
+        assert_eq!((parent.size(), parent.remote_size()), (2, 3));
+        exchange(&parent, true);
+        merged_collectives(&parent.merge(MergeOrder::High), true, false, 3);
+        return;
+    }
+    let mut ranks = Ranks::new(3);
+    if tcp {
+        ranks = ranks
+            .env("METAMPI_FORCE_TCP", "1")
+            .env("METAMPI_NO_ROUTER_SHM", "1");
+    }
+    ranks.meta(&sites).run(name, |world| {
+        for root in [0, 2] {
+            let inter = world
+                .process_at_rank(root)
+                .spawn(&myself(name), 2)
+                .expect("children");
+            assert_eq!(inter.remote_size(), 2);
+            // Parents of another meta host than the root's reach the
+            // children through the routers, the others directly.
+            let routed = world.meta_host_of(world.rank()) != world.meta_host_of(root);
+            for c in 0..2 {
+                assert_eq!(
+                    metampi::testing::reaches_over_shared_memory(&inter, c),
+                    !routed && !tcp
+                );
+            }
+            exchange(&inter, false);
+            merged_collectives(&inter.merge(MergeOrder::Low), false, true, 3);
+        }
+        // The world still works across the sites afterwards.
+        let mut sum = 0;
+        world.all_reduce_into(&1, &mut sum, SystemOperation::sum());
+        assert_eq!(sum, 3);
+    });
+}
+
 /// In a world over two meta hosts (routers between them), each site spawns
 /// from its own communicator (`split_meta_host`): children start on the
-/// site's machine and meet only parents there. A spawn from the whole
-/// world fails on every member with `MPI_ERR_SPAWN`.
+/// site's machine and meet only parents there.
 #[test]
 fn each_site_spawns_its_own_children() {
     const SITES: &str = "PORTBASE 25500\n\
@@ -237,11 +311,6 @@ fn each_site_spawns_its_own_children() {
         return;
     }
     Ranks::new(3).meta(SITES).run(name, |world| {
-        let e = world
-            .process_at_rank(0)
-            .spawn(&myself(name), 1)
-            .expect_err("children cannot reach parents behind a router");
-        assert_eq!(e.class(), ErrorClass::Spawn, "{e}");
         let site = world.split_meta_host();
         let me = world
             .meta_host_of(world.rank())

@@ -9,7 +9,7 @@
 //! - `Shm`: a ring in the receiver's shared segment (same machine);
 //! - `Tcp`: one TCP connection per pair (other machine, or forced).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
@@ -204,6 +204,14 @@ pub(crate) struct Links {
     /// Progress passes since the router connections were last looked at
     /// for their end (pipes carry the data; the socket only rings).
     bell_tick: u32,
+    /// Processes of another world reached through routers (a spawn across
+    /// meta hosts, [`Links::add_routed`]): each one's id on the wire by its
+    /// engine rank here, and back. Routers know processes by their wire id.
+    wire_dst: HashMap<u32, u32>,
+    wire_src: HashMap<u32, u32>,
+    /// This process's own wire id on router connections, where it is not its
+    /// world rank (a child that meets parents through routers).
+    wire_self: Option<u32>,
 }
 
 /// The payload of ring record `rec` whose envelope is `env` (inline or
@@ -258,7 +266,59 @@ impl Links {
             fatal: None,
             sites: Vec::new(),
             bell_tick: 0,
+            wire_dst: HashMap::new(),
+            wire_src: HashMap::new(),
+            wire_self: None,
         }
+    }
+
+    /// Adds a process of another world reached through router channel
+    /// `chan` by its wire id `wire`; returns the engine rank it gets here.
+    /// Frames to it are addressed to `wire`, and frames from it (naming
+    /// `wire` as their sender) are read as coming from that rank.
+    pub(crate) fn add_routed(&mut self, wire: u32, chan: usize) -> u32 {
+        let r = self.peers.len() as u32;
+        self.peers.push(Link::Via(chan));
+        self.outq.push(VecDeque::new());
+        self.wire_dst.insert(r, wire);
+        self.wire_src.insert(wire, r);
+        r
+    }
+
+    /// Whether some id on a router connection is not an engine rank.
+    #[inline]
+    fn rewrites(&self) -> bool {
+        self.wire_self.is_some() || !self.wire_dst.is_empty()
+    }
+
+    /// Names this process `wire` in what it sends through routers.
+    pub(crate) fn set_wire_self(&mut self, wire: u32) {
+        self.wire_self = Some(wire);
+    }
+
+    /// The destination and source ids a frame from `src` to engine rank `dst`
+    /// carries on channel `d`: wire ids on a router connection.
+    #[inline]
+    fn wire_ids(&self, d: usize, dst: u32, src: u32) -> (u32, u32) {
+        if !self.rewrites() || !self.is_router(d) {
+            return (dst, src);
+        }
+        (
+            self.wire_dst.get(&dst).copied().unwrap_or(dst),
+            self.wire_self.unwrap_or(src),
+        )
+    }
+
+    /// [`Links::wire_ids`] on an encoded envelope bound for channel `d`.
+    #[inline]
+    fn to_wire(&self, d: usize, env: &mut [u8; ENV_LEN]) {
+        if !self.rewrites() {
+            return;
+        }
+        let id = |i: usize| u32::from_le_bytes([env[i], env[i + 1], env[i + 2], env[i + 3]]);
+        let (dst, src) = self.wire_ids(d, id(4), id(8));
+        env[4..8].copy_from_slice(&dst.to_le_bytes());
+        env[8..12].copy_from_slice(&src.to_le_bytes());
     }
 
     /// The channel (index into `peers`) that carries frames to world rank `dst`.
@@ -266,6 +326,14 @@ impl Links {
         match self.peers.get(dst as usize) {
             Some(Link::Via(c)) => *c,
             _ => dst as usize,
+        }
+    }
+
+    /// The router channel that carries frames to world rank `w`, if one does.
+    pub(crate) fn channel_to(&self, w: u32) -> Option<usize> {
+        match self.peers.get(w as usize) {
+            Some(Link::Via(c)) => Some(*c),
+            _ => None,
         }
     }
 
@@ -581,7 +649,7 @@ impl Links {
         }
         let mut env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
         env.flags |= self.order_flag(d);
-        env.dst = dst;
+        (env.dst, env.src) = self.wire_ids(d, dst, self.rank);
         match &mut self.peers[d] {
             Link::Shm(l) => {
                 if bytes.len() > self.eager_shm.min(l.prod.max_payload()) {
@@ -668,6 +736,8 @@ impl Links {
         payload: Option<(ReqId, usize, usize)>,
         done: Option<ReqId>,
     ) {
+        let mut env = env;
+        self.to_wire(dst, &mut env);
         self.outq[dst].push_back(OutFrame {
             env,
             payload,
@@ -879,10 +949,13 @@ impl Links {
         if self.bell_tick % 256 == 0 {
             self.drain_bells();
         }
+        let routers = self.world..self.world + self.routers;
         for p in 0..self.peers.len() {
+            let wire_src =
+                (routers.contains(&p) && !self.wire_src.is_empty()).then_some(&self.wire_src);
             if let Link::Tcp(t) = &mut self.peers[p] {
                 if !t.closed {
-                    let r = read_stream(t, core);
+                    let r = read_stream(t, core, wire_src);
                     let r = match (r, &mut t.vchan) {
                         // What the router wrote before it went is read first.
                         (Ok(false), Some(v)) if t.bell_closed && v.peek_readable() == 0 => {
@@ -1157,7 +1230,13 @@ fn body_target<'a>(core: &'a mut Core, body: &Body, env: &Envelope) -> Option<&'
     }
 }
 
-fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
+/// `wire_src`: on a router connection, the engine ranks of processes named
+/// there by another id ([`Links::add_routed`]).
+fn read_stream(
+    t: &mut TcpLink,
+    core: &mut Core,
+    wire_src: Option<&HashMap<u32, u32>>,
+) -> io::Result<bool> {
     let mut moved = false;
     let TcpLink {
         stream,
@@ -1176,6 +1255,8 @@ fn read_stream(t: &mut TcpLink, core: &mut Core) -> io::Result<bool> {
                         io::Error::new(io::ErrorKind::InvalidData, "malformed envelope")
                     })?;
                 if let Some(r) = *src_as {
+                    env.src = r;
+                } else if let Some(&r) = wire_src.and_then(|m| m.get(&env.src)) {
                     env.src = r;
                 }
                 rx.start += ENV_LEN;

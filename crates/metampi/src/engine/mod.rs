@@ -251,7 +251,7 @@ fn machine_id() -> String {
 }
 
 /// Router endpoints from `METAMPI_ROUTERS`: `from>to@host:port,...`.
-fn parse_routers() -> io::Result<Vec<(u32, u32, String)>> {
+pub(crate) fn parse_routers() -> io::Result<Vec<(u32, u32, String)>> {
     let Ok(v) = std::env::var("METAMPI_ROUTERS") else {
         return Ok(Vec::new());
     };
@@ -314,6 +314,40 @@ fn shm_space_warning(need: u64, free: u64) -> Option<String> {
 /// After the handshake with a router: offers it shared-memory pipes (when
 /// `want`), and returns them if it runs on this rank's node and took them.
 /// The router answers one byte: 1 for "mapped", 0 for "keep TCP".
+/// How a process connects to a router of its meta host.
+struct RouterEnd<'a> {
+    /// Shared-memory pipes may be offered.
+    pipes: bool,
+    /// This process's node (the router gives pipes only on its own).
+    node: &'a str,
+    pipe_bytes: usize,
+}
+
+impl RouterEnd<'_> {
+    /// Connects to the router at `addr`, proves the job's `key`, names this
+    /// process `id` (its wire id: routers deliver by it) and settles the
+    /// channel (pipes or the TCP connection itself).
+    fn connect(
+        &self,
+        addr: &str,
+        key: &crate::auth::Secret,
+        id: u32,
+    ) -> io::Result<(TcpStream, Option<crate::sys::vchan::VChan>)> {
+        let mut s = TcpStream::connect(addr)
+            .map_err(|e| other(format!("connecting to the router at {addr}: {e}")))?;
+        crate::auth::connect(&mut s, key, crate::router::VERTICAL_CTX, &id.to_le_bytes())
+            .map_err(|e| other(format!("authenticating with the router at {addr}: {e}")))?;
+        let vchan = offer_pipes(&mut s, self.pipes, self.node, self.pipe_bytes).map_err(|e| {
+            other(format!(
+                "setting up the channel to the router at {addr}: {e}"
+            ))
+        })?;
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        Ok((s, vchan))
+    }
+}
+
 fn offer_pipes(
     s: &mut TcpStream,
     want: bool,
@@ -662,27 +696,17 @@ impl Shared {
                 256 << 10
             }
         });
+        let router_end = RouterEnd {
+            pipes,
+            node: &node,
+            pipe_bytes,
+        };
         for (from, to, addr) in parse_routers()? {
             if from != my_site {
                 continue;
             }
-            let mut s = TcpStream::connect(addr.as_str())
-                .map_err(|e| other(format!("connecting to the router at {addr}: {e}")))?;
             let key = key.as_ref().expect("made when there are routers");
-            crate::auth::connect(
-                &mut s,
-                key,
-                crate::router::VERTICAL_CTX,
-                &rank.to_le_bytes(),
-            )
-            .map_err(|e| other(format!("authenticating with the router at {addr}: {e}")))?;
-            let vchan = offer_pipes(&mut s, pipes, &node, pipe_bytes).map_err(|e| {
-                other(format!(
-                    "setting up the channel to the router at {addr}: {e}"
-                ))
-            })?;
-            s.set_nodelay(true)?;
-            s.set_nonblocking(true)?;
+            let (s, vchan) = router_end.connect(&addr, key, rank)?;
             routers.push((to, s, vchan));
         }
         let mut links = Links::new(rank, peers, wake);
@@ -719,15 +743,43 @@ impl Shared {
             links.add_inbound(r, c);
         }
         // A spawned process meets its parents before its start-up ends,
-        // over shared memory with those on its machine.
+        // over shared memory with those on its machine, and through the
+        // routers of its parents' root's meta host with those on others.
         let parent = match crate::topology::spawn::parent_spec()? {
             Some(spec) => {
+                let mut by_site: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+                let me = spec.wire_id(rank);
+                if let Some(me) = me {
+                    let key = crate::auth::Secret::from_env()?;
+                    for (to, addr) in spec.routers() {
+                        let (s, vchan) = router_end.connect(addr, &key, me)?;
+                        let c = links.add_channel(Links::stream(s, vchan));
+                        by_site.entry(*to).or_default().push(c);
+                    }
+                    links.set_wire_self(me);
+                }
                 let mut streams = crate::topology::spawn::connect_parents(&spec, rank)?;
                 let own = (!force_tcp)
                     .then(|| join::JoinSegment::create(&job, rank, streams.len()).ok())
                     .flatten();
                 let joined = join::join_all(&mut streams, own.as_ref(), &job, rank)?;
-                let ranks = join::add_peers(&mut links, streams, joined, own)?;
+                let mut direct = join::add_peers(&mut links, streams, joined, own)?.into_iter();
+                let mut ranks = Vec::with_capacity(spec.len());
+                for i in 0..spec.len() {
+                    let r = match spec.routed(i) {
+                        None => direct
+                            .next()
+                            .ok_or_else(|| other("a parent went missing".into()))?,
+                        Some((wire, site)) => {
+                            let chans = by_site.get(&site).ok_or_else(|| {
+                                other(format!("no router to meta host {site} for parent {i}"))
+                            })?;
+                            let c = chans[(wire as usize + me.unwrap_or(0) as usize) % chans.len()];
+                            links.add_routed(wire, c)
+                        }
+                    };
+                    ranks.push(r);
+                }
                 Some((spec.ctx, ranks))
             }
             None => None,

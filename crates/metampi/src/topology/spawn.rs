@@ -49,8 +49,21 @@ use crate::error::{Error, ErrorClass};
 use crate::point_to_point::{recv_bytes, send_bytes, Mode};
 use crate::Tag;
 
-/// Where a spawned process finds its parents: `CTX;ADDR,ADDR,...`.
+/// Where a spawned process finds its parents: `CTX;PARENT,PARENT,...`, each
+/// parent an address to connect to or `@W/S`, world rank `W` of the parents'
+/// job on meta host `S`, reached through routers.
 const PARENT_ENV: &str = "METAMPI_PARENT";
+/// For children with parents behind routers: `BASE;S@ADDR,...`, the wire id
+/// of the first child and the routers of the root's meta host (towards meta
+/// host `S`), which the children join as their meta host's ranks do.
+const PARENT_ROUTERS_ENV: &str = "METAMPI_PARENT_ROUTERS";
+/// Wire ids of processes spawned across meta hosts have this bit set (no
+/// world rank does), then the root's world rank (15 bits), the root's count
+/// of such spawns (6 bits) and the child's rank (10 bits): unique in the job.
+const ROUTED_BIT: u32 = 1 << 31;
+/// A routed parent's greeting to each child, once it knows the children's
+/// wire ids (on the intercommunicator's collective context).
+const HELLO_TAG: Tag = ADDR_TAG - 1;
 /// Handshake context of a child's connection to a parent.
 const SPAWN_CTX: &str = "metampi spawn";
 /// The members' listening addresses on their way to the root (on the
@@ -70,10 +83,46 @@ const JOB_VARS: [&str; 7] = [
     "METAMPI_SECRET_FILE",
 ];
 
+/// How a child reaches one parent.
+enum ParentAt {
+    /// Connects to this address.
+    Direct(String),
+    /// Through routers: the parent's world rank (its wire id) and meta host.
+    Routed(u32, u32),
+}
+
 /// A spawned process's view of its parents, from its environment.
 pub(crate) struct ParentSpec {
     pub ctx: u32,
-    addrs: Vec<String>,
+    parents: Vec<ParentAt>,
+    /// With routed parents: the first child's wire id, and the routers to
+    /// join (towards which meta host, and where).
+    routed: Option<(u32, Vec<(u32, String)>)>,
+}
+
+impl ParentSpec {
+    /// Number of parents.
+    pub(crate) fn len(&self) -> usize {
+        self.parents.len()
+    }
+
+    /// Parent `i`'s wire id and meta host where it is reached through routers.
+    pub(crate) fn routed(&self, i: usize) -> Option<(u32, u32)> {
+        match self.parents.get(i)? {
+            ParentAt::Routed(w, s) => Some((*w, *s)),
+            ParentAt::Direct(_) => None,
+        }
+    }
+
+    /// The wire id of child `rank` where some parent is behind a router.
+    pub(crate) fn wire_id(&self, rank: u32) -> Option<u32> {
+        self.routed.as_ref().map(|(base, _)| base + rank)
+    }
+
+    /// The routers to join: meta host each leads to, and its address.
+    pub(crate) fn routers(&self) -> &[(u32, String)] {
+        self.routed.as_ref().map_or(&[], |(_, r)| r)
+    }
 }
 
 /// The parents this process was spawned by, if it was.
@@ -84,20 +133,61 @@ pub(crate) fn parent_spec() -> std::io::Result<Option<ParentSpec>> {
     let bad = || std::io::Error::other(format!("{PARENT_ENV} `{text}` is malformed"));
     let (ctx, addrs) = text.split_once(';').ok_or_else(bad)?;
     let ctx = ctx.parse().map_err(|_| bad())?;
-    let addrs: Vec<String> = addrs.split(',').map(str::to_string).collect();
-    if addrs.iter().any(|a| a.parse::<SocketAddr>().is_err()) {
-        return Err(bad());
+    let parents = addrs
+        .split(',')
+        .map(|a| match a.strip_prefix('@') {
+            Some(ws) => {
+                let (w, s) = ws.split_once('/')?;
+                Some(ParentAt::Routed(w.parse().ok()?, s.parse().ok()?))
+            }
+            None => a
+                .parse::<SocketAddr>()
+                .ok()
+                .map(|_| ParentAt::Direct(a.to_string())),
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(bad)?;
+    let routed = match std::env::var(PARENT_ROUTERS_ENV) {
+        Ok(text) => {
+            let bad =
+                || std::io::Error::other(format!("{PARENT_ROUTERS_ENV} `{text}` is malformed"));
+            let (base, list) = text.split_once(';').ok_or_else(bad)?;
+            let routers = list
+                .split(',')
+                .filter(|e| !e.is_empty())
+                .map(|e| {
+                    let (to, addr) = e.split_once('@')?;
+                    Some((to.parse().ok()?, addr.to_string()))
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(bad)?;
+            Some((base.parse().map_err(|_| bad())?, routers))
+        }
+        Err(_) => None,
+    };
+    if routed.is_none() && parents.iter().any(|p| matches!(p, ParentAt::Routed(..))) {
+        return Err(std::io::Error::other(format!(
+            "{PARENT_ENV} names parents behind routers but {PARENT_ROUTERS_ENV} is not set"
+        )));
     }
-    Ok(Some(ParentSpec { ctx, addrs }))
+    Ok(Some(ParentSpec {
+        ctx,
+        parents,
+        routed,
+    }))
 }
 
-/// Connects to every parent, in their group's order, naming this process
-/// by its world rank.
+/// Connects to every parent reached directly, in their group's order,
+/// naming this process by its world rank.
 pub(crate) fn connect_parents(spec: &ParentSpec, rank: u32) -> std::io::Result<Vec<TcpStream>> {
     let key = Secret::from_env()?;
-    spec.addrs
+    spec.parents
         .iter()
         .enumerate()
+        .filter_map(|(i, p)| match p {
+            ParentAt::Direct(a) => Some((i, a)),
+            ParentAt::Routed(..) => None,
+        })
         .map(|(i, addr)| {
             let mut s = TcpStream::connect(addr.as_str()).map_err(|e| {
                 std::io::Error::other(format!("connecting to parent {i} at {addr}: {e}"))
@@ -157,32 +247,42 @@ pub(crate) fn spawn(
         "root",
     )?;
     let sh = shared();
-    // Processes of another world (earlier children, parents) are on this
-    // machine or reached as the world's are; the world's members decide.
-    let mut sites = comm
-        .ranks
-        .iter()
-        .filter(|&&w| w < sh.info.size)
-        .map(|&w| super::site_of_world(w));
+    let world = sh.info.size;
+    // Children start on the root's machine. Members on its meta host meet them
+    // directly; in a world over several meta hosts, the others meet them
+    // through the routers, as they meet the world's ranks there.
+    let site = |w: u32| (w < world).then(|| super::site_of_world(w));
+    let mut sites = comm.ranks.iter().filter_map(|&w| site(w));
     let first = sites.next();
-    if sites.any(|s| Some(s) != first) {
+    let multi = sites.any(|s| Some(s) != first);
+    let root_site = site(comm.ranks[root as usize]).or(first);
+    if multi && comm.ranks.iter().any(|&w| w >= world) {
+        // Processes of another world (earlier children, parents) have no
+        // wire id the routers know.
         return Err(spawn_error(
-            "the spawning communicator spans meta hosts: children start on the root's \
-             machine and could not reach parents behind a router"
+            "the spawning communicator spans meta hosts and holds processes of \
+             another world: children could not reach them through the routers"
                 .into(),
         ));
     }
-    let listener = TcpListener::bind((sh.listen_ip, 0));
+    let me_world = comm.ranks[comm.rank as usize];
+    let routed = multi && site(me_world) != root_site;
+    let listener = (!routed).then(|| TcpListener::bind((sh.listen_ip, 0)));
     let port = listener
         .as_ref()
-        .ok()
+        .and_then(|l| l.as_ref().ok())
         .and_then(|l| l.local_addr().ok())
         .map_or(0, |a| a.port());
     let mine = collective::max_u32(comm, sh.next_context.load(Ordering::SeqCst))?;
-    // Every member's address to the root (port 0: it could not listen).
-    let addr = SocketAddr::new(sh.tcp_ip, port).to_string();
+    // Every member's address to the root (port 0: it could not listen), or
+    // where a routed member is.
+    let addr = match routed {
+        true => format!("@{me_world}/{}", site(me_world).unwrap_or(0)),
+        false => SocketAddr::new(sh.tcp_ip, port).to_string(),
+    };
     let mut msg = [0u8; ADDR_LEN];
     msg[..addr.len().min(ADDR_LEN)].copy_from_slice(&addr.as_bytes()[..addr.len().min(ADDR_LEN)]);
+    let mut base = 0u32;
     let outcome = if comm.rank == root {
         let mut addrs = Vec::with_capacity(comm.ranks.len());
         for r in 0..comm.size() {
@@ -195,24 +295,41 @@ pub(crate) fn spawn(
             let end = b.iter().position(|&c| c == 0).unwrap_or(ADDR_LEN);
             addrs.push(String::from_utf8_lossy(&b[..end]).into_owned());
         }
-        Some(start_children(apps, mine, &addrs))
+        let routers = if multi {
+            routed_children(me_world, apps, root_site.unwrap_or(0) as u32).map(|(b, r)| {
+                base = b;
+                Some((b, r))
+            })
+        } else {
+            Ok(None)
+        };
+        Some(routers.and_then(|r| start_children(apps, mine, &addrs, r)))
     } else {
         send_bytes(comm, root, ADDR_TAG, &msg, Mode::Standard, true)?;
         None
     };
     let (ctx, total) = tell_group(comm, root, outcome)?;
+    if multi {
+        let mut b = base.to_le_bytes();
+        collective::bcast_bytes(comm, root, &mut b)?;
+        base = u32::from_le_bytes(b);
+    }
     let got = match (&listener, secret()) {
-        (Ok(l), Ok(key)) => {
+        (None, _) => Ok(Vec::new()),
+        (Some(Ok(l)), Ok(key)) => {
             crate::engine::accept_peers(sh.info.rank, l, &key, SPAWN_CTX, (0..total).collect())
                 .map_err(|e| e.to_string())
         }
-        (Err(e), _) => Err(format!("cannot listen for the children: {e}")),
+        (Some(Err(e)), _) => Err(format!("cannot listen for the children: {e}")),
         (_, Err(e)) => Err(e.to_string()),
     };
     // Shared memory with the children on this machine (see `engine::join`),
     // offered on each connection, in the children's rank order.
     let (job, me) = (&sh.info.job, sh.info.rank);
     let prepared = got.and_then(|mut streams| {
+        if routed {
+            return Ok(None);
+        }
         streams.sort_by_key(|(r, _)| *r);
         let mut streams: Vec<TcpStream> = streams.into_iter().map(|(_, s)| s).collect();
         let own = (std::env::var_os("METAMPI_FORCE_TCP").is_none())
@@ -220,11 +337,11 @@ pub(crate) fn spawn(
             .flatten();
         let joined = join::join_all(&mut streams, own.as_ref(), job, me)
             .map_err(|e| format!("offering shared memory: {e}"))?;
-        Ok((streams, joined, own))
+        Ok(Some((streams, joined, own)))
     });
     // Everyone returns the same: the children are there for all, or not.
     let failed = collective::max_u32(comm, u32::from(prepared.is_err()))?;
-    let (streams, joined, own) = match prepared {
+    let prepared = match prepared {
         Ok(p) if failed == 0 => p,
         Ok(_) => {
             return Err(spawn_error(
@@ -233,19 +350,93 @@ pub(crate) fn spawn(
         }
         Err(e) => return Err(spawn_error(format!("meeting the children: {e}"))),
     };
-    let ranks = sh
-        .quick(|e| join::add_peers(&mut e.links, streams, joined, own))
-        .map_err(|e| spawn_error(format!("setting up the children's connections: {e}")))?;
+    let ranks = match prepared {
+        Some((streams, joined, own)) => sh
+            .quick(|e| join::add_peers(&mut e.links, streams, joined, own))
+            .map_err(|e| spawn_error(format!("setting up the children's connections: {e}")))?,
+        // Frames to the children take the router channel to the root.
+        None => sh
+            .quick(|e| {
+                let chan = e.links.channel_to(comm.ranks[root as usize])?;
+                Some(
+                    (0..total)
+                        .map(|k| e.links.add_routed(base + k, chan))
+                        .collect(),
+                )
+            })
+            .ok_or_else(|| spawn_error("no router leads to the root's meta host".into()))?,
+    };
     sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
     let name = format!("intercommunicator to the children of {}", comm.name());
-    Ok(assemble(ctx, comm, ranks, name))
+    let inter = assemble(ctx, comm, ranks, name);
+    if routed {
+        // Each child waits for this before its start-up ends, so that nothing
+        // it sends can come before this process knows its wire id.
+        for k in 0..total as Rank {
+            send_bytes(&inter.0 .0, k, HELLO_TAG, &[], Mode::Standard, true)?;
+        }
+    }
+    Ok(inter)
+}
+
+/// The root's part where the spawning communicator spans meta hosts: the
+/// first child's wire id (see [`ROUTED_BIT`]) and the routers of the root's
+/// meta host `site` for the children to join (`S@ADDR,...`).
+fn routed_children(
+    root: u32,
+    apps: &[(&Command, Rank)],
+    site: u32,
+) -> Result<(u32, String), Error> {
+    static SPAWNS: AtomicU32 = AtomicU32::new(0);
+    let serial = SPAWNS.fetch_add(1, Ordering::Relaxed);
+    let total: i64 = apps.iter().map(|&(_, n)| i64::from(n.max(0))).sum();
+    if root >= 1 << 15 || serial >= 1 << 6 || total > 1 << 10 {
+        return Err(spawn_error(format!(
+            "a spawn across meta hosts takes a root of world rank under 32768 (this one \
+             {root}), at most 64 such spawns per root (this is number {}) and at most \
+             1024 children (asked: {total})",
+            serial + 1
+        )));
+    }
+    let routers = crate::engine::parse_routers()
+        .map_err(|e| spawn_error(e.to_string()))?
+        .into_iter()
+        .filter(|(from, _, _)| *from == site)
+        .map(|(_, to, addr)| format!("{to}@{addr}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok((ROUTED_BIT | root << 16 | serial << 10, routers))
+}
+
+/// A child's start-up with parents behind routers ends when each of them has
+/// greeted it (see [`spawn`]).
+pub(crate) fn greet_routed_parents() -> Result<(), Error> {
+    let Ok(Some(spec)) = parent_spec() else {
+        return Ok(());
+    };
+    let routed: Vec<usize> = (0..spec.len())
+        .filter(|&i| spec.routed(i).is_some())
+        .collect();
+    if routed.is_empty() {
+        return Ok(());
+    }
+    let inter = parent().ok_or_else(|| spawn_error("no parent intercommunicator".into()))?;
+    for i in routed {
+        recv_bytes(&inter.0 .0, Some(i as Rank), Some(HELLO_TAG), &mut [], true)?;
+    }
+    Ok(())
 }
 
 /// The root's part: starts every child, with the parents' addresses and a
 /// context above `ctx` (the parents' largest next one; the children's
 /// world starts below it), hosts their start-up and leaves a thread
 /// watching them. Returns the context and the number of children.
-fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Result<[u8; 8], Error> {
+fn start_children(
+    apps: &[(&Command, Rank)],
+    ctx: u32,
+    addrs: &[String],
+    routed: Option<(u32, String)>,
+) -> Result<[u8; 8], Error> {
     let sh = shared();
     if apps.is_empty() || apps.iter().any(|&(_, n)| n <= 0) {
         return Err(Error::new(
@@ -285,6 +476,8 @@ fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Resu
             for v in JOB_VARS {
                 c.env_remove(v);
             }
+            // A grandchild's parents are a world on one machine.
+            c.env_remove(PARENT_ROUTERS_ENV);
             for (k, v) in cmd.get_envs() {
                 match v {
                     Some(v) => c.env(k, v),
@@ -293,6 +486,9 @@ fn start_children(apps: &[(&Command, Rank)], ctx: u32, addrs: &[String]) -> Resu
             }
             if let Some(d) = cmd.get_current_dir() {
                 c.current_dir(d);
+            }
+            if let Some((base, routers)) = &routed {
+                c.env(PARENT_ROUTERS_ENV, format!("{base};{routers}"));
             }
             c.env("METAMPI_PMI", server.addr().to_string())
                 .env("METAMPI_JOB", job.to_string())
