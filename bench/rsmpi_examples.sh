@@ -70,10 +70,6 @@ declare -A EXPECTED=(
     [derive_preinit_panic]="expects a panic making a datatype before initialize; likewise"
     [dyn_communicator]="scans a usize into an i32; metampi refuses with MPI_ERR_COUNT where C MPI writes past the i32"
 )
-if [ "${SITES:-0}" != 0 ]; then
-    EXPECTED[spawn]="spawns from a world that spans meta hosts: MPI_ERR_SPAWN (children could not reach parents behind a router)"
-    EXPECTED[spawn_multiple]="${EXPECTED[spawn]}"
-fi
 built=0; ran=0; total=0; notbuilt=(); failed=()
 for f in "$W/compat/examples/"*.rs; do
     e=$(basename "$f" .rs); total=$((total + 1))
