@@ -13,7 +13,11 @@
 //! `initialize` returns. Each connection becomes one rank of the engine
 //! after the world's (frames on it are read as coming from that rank), and
 //! both sides hold the intercommunicator between the two groups on the
-//! agreed context.
+//! agreed context. In a world over several meta hosts, members on other meta
+//! hosts than the root's meet the children through the routers instead: each
+//! child joins the routers of the root's meta host under a wire id of its own
+//! ([`ROUTED_BIT`]), and those parents greet every child before its
+//! `initialize` returns.
 //!
 //! The root watches the children: an `ABORT` from one, or one that ends
 //! without finalizing or with a failing status, ends the whole job as a
