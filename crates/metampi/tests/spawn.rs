@@ -252,7 +252,9 @@ fn spawn_across_meta_hosts(name: &str, portbase: u16, tcp: bool) {
         let parent = world.parent().expect("spawned");
         assert_eq!((parent.size(), parent.remote_size()), (2, 3));
         exchange(&parent, true);
-        merged_collectives(&parent.merge(MergeOrder::High), true, false, 3);
+        let merged = parent.merge(MergeOrder::High);
+        merged_collectives(&merged, true, false, 3);
+        refused_across_worlds(&merged, name);
         return;
     }
     let mut ranks = Ranks::new(3);
@@ -278,13 +280,27 @@ fn spawn_across_meta_hosts(name: &str, portbase: u16, tcp: bool) {
                 );
             }
             exchange(&inter, false);
-            merged_collectives(&inter.merge(MergeOrder::Low), false, true, 3);
+            let merged = inter.merge(MergeOrder::Low);
+            merged_collectives(&merged, false, true, 3);
+            refused_across_worlds(&merged, name);
         }
         // The world still works across the sites afterwards.
         let mut sum = 0;
         world.all_reduce_into(&1, &mut sum, SystemOperation::sum());
         assert_eq!(sum, 3);
     });
+}
+
+/// A communicator over meta hosts that also holds processes of another world
+/// cannot spawn (they have no wire id for the routers): every member, in
+/// either world, gets `MPI_ERR_SPAWN`, and none is left waiting.
+fn refused_across_worlds(merged: &SimpleCommunicator, name: &str) {
+    let e = merged
+        .process_at_rank(0)
+        .spawn(&myself(name), 1)
+        .expect_err("another world's processes over meta hosts");
+    assert_eq!(e.class(), ErrorClass::Spawn, "{e}");
+    merged.barrier();
 }
 
 /// In a world over two meta hosts (routers between them), each site spawns

@@ -260,9 +260,17 @@ pub(crate) fn spawn(
     let first = sites.next();
     let multi = sites.any(|s| Some(s) != first);
     let root_site = site(comm.ranks[root as usize]).or(first);
-    if multi && comm.ranks.iter().any(|&w| w >= world) {
-        // Processes of another world (earlier children, parents) have no
-        // wire id the routers know.
+    // Agreed, as members of another world see only their own world's sites:
+    // 2 where the meta hosts differ and some member is of another world (such
+    // processes have no wire id the routers know), 1 where they differ.
+    let spread = match multi {
+        true if comm.ranks.iter().any(|&w| w >= world) => 2,
+        true => 1,
+        false => 0,
+    };
+    let spread = collective::max_u32(comm, spread)?;
+    let multi = spread == 1;
+    if spread == 2 {
         return Err(spawn_error(
             "the spawning communicator spans meta hosts and holds processes of \
              another world: children could not reach them through the routers"
