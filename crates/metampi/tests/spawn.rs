@@ -224,27 +224,58 @@ fn a_failing_child_ends_the_job() {
 /// included), merge and run collectives across both worlds.
 #[test]
 fn a_world_over_meta_hosts_spawns_children() {
-    spawn_across_meta_hosts("a_world_over_meta_hosts_spawns_children", 25650, false);
+    let name = "a_world_over_meta_hosts_spawns_children";
+    spawn_across_meta_hosts(name, &local_sites(25650), false);
 }
 
 /// The same with TCP everywhere: between ranks, to the routers (the
 /// children's too) and between parents and children.
 #[test]
 fn a_world_over_meta_hosts_spawns_children_over_tcp() {
-    spawn_across_meta_hosts(
-        "a_world_over_meta_hosts_spawns_children_over_tcp",
-        25660,
-        true,
-    );
+    let name = "a_world_over_meta_hosts_spawns_children_over_tcp";
+    spawn_across_meta_hosts(name, &local_sites(25660), true);
 }
 
-fn spawn_across_meta_hosts(name: &str, portbase: u16, tcp: bool) {
+/// The same with the meta hosts in network namespaces of their own, joined by
+/// a veth pair (skipped, saying so, where namespaces cannot be made): the
+/// children start in the root's namespace.
+#[test]
+fn meta_hosts_in_network_namespaces_spawn_children() {
+    let name = "meta_hosts_in_network_namespaces_spawn_children";
+    if metampi::testing::is_rank() || std::env::var_os("METAMPI_PARENT").is_some() {
+        // The launcher's description is not read here.
+        return spawn_across_meta_hosts(name, "", false);
+    }
+    let ns = match metampi::testing::NetnsPair::create(name) {
+        Ok(ns) => ns,
+        Err(e) => {
+            eprintln!("SKIPPED {name}: cannot create network namespaces here ({e})");
+            return;
+        }
+    };
     let sites = format!(
+        "PORTBASE 25670\n\
+         METAHOST a {{ LAUNCH = netns {}; NPROCS = 1; NODES = a0 ({}); }}\n\
+         METAHOST b {{ LAUNCH = netns {}; NPROCS = 2; NODES = b0 ({}); }}\n\
+         PAIR a b 1\na0 <-> b0\n",
+        ns.names[0], ns.addrs[0], ns.names[1], ns.addrs[1]
+    );
+    spawn_across_meta_hosts(name, &sites, false);
+}
+
+/// Meta hosts `a` (1 rank) and `b` (2 ranks) on this machine.
+fn local_sites(portbase: u16) -> String {
+    format!(
         "PORTBASE {portbase}\n\
          METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
          METAHOST b {{ LAUNCH = local; NPROCS = 2; NODES = b0; }}\n\
          PAIR a b 1\na0 <-> b0\n"
-    );
+    )
+}
+
+/// 1 + 2 ranks on meta hosts `a` and `b` of `sites` spawn twice from the whole
+/// world, rooted on each meta host (the children's side too).
+fn spawn_across_meta_hosts(name: &str, sites: &str, tcp: bool) {
     if std::env::var_os("METAMPI_PARENT").is_some() {
         let universe = metampi::initialize().expect("child initializes");
         let world = universe.world();
@@ -263,7 +294,7 @@ fn spawn_across_meta_hosts(name: &str, portbase: u16, tcp: bool) {
             .env("METAMPI_FORCE_TCP", "1")
             .env("METAMPI_NO_ROUTER_SHM", "1");
     }
-    ranks.meta(&sites).run(name, |world| {
+    ranks.meta(sites).run(name, |world| {
         for root in [0, 2] {
             let inter = world
                 .process_at_rank(root)
