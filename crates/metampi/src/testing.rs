@@ -408,6 +408,27 @@ impl NetnsPair {
         Ok(pair)
     }
 
+    /// As [`NetnsPair::create`], or `None` after saying on stderr that `test`
+    /// is skipped and why.
+    pub fn create_or_skip(test: &str) -> Option<NetnsPair> {
+        NetnsPair::create(test)
+            .map_err(|e| eprintln!("SKIPPED {test}: cannot create network namespaces here ({e})"))
+            .ok()
+    }
+
+    /// A description of two meta hosts `a` and `b`, one in each namespace at
+    /// its address with `procs` ranks, joined by one pair of routers whose
+    /// links take ports from `portbase`.
+    pub fn description(&self, portbase: u16, procs: [usize; 2]) -> String {
+        format!(
+            "PORTBASE {portbase}\n\
+             METAHOST a {{ LAUNCH = netns {}; NPROCS = {}; NODES = a0 ({}); }}\n\
+             METAHOST b {{ LAUNCH = netns {}; NPROCS = {}; NODES = b0 ({}); }}\n\
+             PAIR a b 1\na0 <-> b0\n",
+            self.names[0], procs[0], self.addrs[0], self.names[1], procs[1], self.addrs[1]
+        )
+    }
+
     /// Limits the line to `rate` (as `tc` writes it, e.g. `20mbit`) each way
     /// with a token bucket: a real kernel-shaped slow line, whose queue and
     /// drops TCP has to live with (unlike the routers' own emulation).

@@ -44,20 +44,8 @@ fn netns_sites(test: &str) -> Option<(Option<metampi::testing::NetnsPair>, Strin
     if metampi::testing::is_rank() {
         return Some((None, String::new()));
     }
-    let ns = match metampi::testing::NetnsPair::create(test) {
-        Ok(ns) => ns,
-        Err(e) => {
-            eprintln!("SKIPPED {test}: cannot create network namespaces here ({e})");
-            return None;
-        }
-    };
-    let cfg = format!(
-        "PORTBASE 29500\n\
-         METAHOST a {{ LAUNCH = netns {}; NPROCS = 3; NODES = a0 ({}); }}\n\
-         METAHOST b {{ LAUNCH = netns {}; NPROCS = 3; NODES = b0 ({}); }}\n\
-         PAIR a b 1\na0 <-> b0\n",
-        ns.names[0], ns.addrs[0], ns.names[1], ns.addrs[1]
-    );
+    let ns = metampi::testing::NetnsPair::create_or_skip(test)?;
+    let cfg = ns.description(29500, [3, 3]);
     Some((Some(ns), cfg))
 }
 

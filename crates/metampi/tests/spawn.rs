@@ -246,21 +246,10 @@ fn meta_hosts_in_network_namespaces_spawn_children() {
         // The launcher's description is not read here.
         return spawn_across_meta_hosts(name, "", false);
     }
-    let ns = match metampi::testing::NetnsPair::create(name) {
-        Ok(ns) => ns,
-        Err(e) => {
-            eprintln!("SKIPPED {name}: cannot create network namespaces here ({e})");
-            return;
-        }
+    let Some(ns) = metampi::testing::NetnsPair::create_or_skip(name) else {
+        return;
     };
-    let sites = format!(
-        "PORTBASE 25670\n\
-         METAHOST a {{ LAUNCH = netns {}; NPROCS = 1; NODES = a0 ({}); }}\n\
-         METAHOST b {{ LAUNCH = netns {}; NPROCS = 2; NODES = b0 ({}); }}\n\
-         PAIR a b 1\na0 <-> b0\n",
-        ns.names[0], ns.addrs[0], ns.names[1], ns.addrs[1]
-    );
-    spawn_across_meta_hosts(name, &sites, false);
+    spawn_across_meta_hosts(name, &ns.description(25670, [1, 2]), false);
 }
 
 /// Meta hosts `a` (1 rank) and `b` (2 ranks) on this machine.
