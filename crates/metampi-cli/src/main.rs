@@ -8,6 +8,7 @@ mod bench;
 mod check;
 mod demo;
 mod info;
+mod links;
 mod png;
 mod progress;
 mod run;
@@ -38,6 +39,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Print the library's versions and what this machine offers it: shared memory, single-copy transfer, fences, CPUs, link features, METAMPI_* variables.
     Info(info::InfoArgs),
+    /// Print the per-link statistics of a meta job's routers (METAMPI_ROUTER_STATS=DIR): bytes, rate, frames, compression, queues, round trip, resends.
+    Links(links::LinksArgs),
     #[command(hide = true)]
     DemoRank,
     /// A router between meta hosts (started by `metampi run --meta`).
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::execute(args),
         Command::Check(args) => check::execute(args),
         Command::Info(args) => info::execute(args),
+        Command::Links(args) => links::execute(args),
         Command::Bench(args) => bench::execute(args),
         Command::Trace(args) => tracecmd::execute(args),
         Command::DemoRank => demo::rank_main(),

@@ -149,6 +149,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "300")]
     join_timeout: Duration,
 
+    /// With --meta: print the routers' per-link statistics (bytes sent, rate, frames,
+    /// compression, queues, round trip, resends) on stderr every SECS seconds while the job
+    /// runs, and their totals at its end. Kept in METAMPI_ROUTER_STATS where that is set (see
+    /// `metampi links`). Routers started on other machines (ssh, by hand) write theirs there
+    #[arg(long, value_name = "SECS", requires = "meta")]
+    monitor: Option<f64>,
+
     /// PROGRAM and its arguments; more programs after a lone `:`, each as `-n M PROGRAM ARGS...`
     #[arg(
         value_name = "PROGRAM [ARGS]... [: -n M PROGRAM2 [ARGS]...]",
@@ -169,6 +176,7 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
     // A meta job starts its routers first; they live until the job has ended.
     let mut _routers = None;
     let mut meta_plan = None;
+    let mut monitor = None;
     if let Some(path) = args.meta.clone() {
         let cfg = match metampi_config::load(&path) {
             Ok(c) => c,
@@ -228,6 +236,25 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             let abs = trace_dir(dir)?;
             write_sites(&abs, &layout)?;
             router_env.push(("METAMPI_TRACE".into(), abs.into_os_string()));
+        }
+        if let Some(secs) = args.monitor {
+            if !(secs > 0.0 && secs.is_finite()) {
+                eprintln!("metampi run: error: --monitor takes a positive number of seconds");
+                return Ok(USAGE_EXIT);
+            }
+            let (dir, own) = match std::env::var_os("METAMPI_ROUTER_STATS") {
+                Some(d) => (PathBuf::from(d), false),
+                None => {
+                    let d =
+                        std::env::temp_dir().join(format!("metampi-links-{}", std::process::id()));
+                    std::fs::create_dir_all(&d)
+                        .with_context(|| format!("making {}", d.display()))?;
+                    router_env.push(("METAMPI_ROUTER_STATS".into(), d.clone().into_os_string()));
+                    (d, true)
+                }
+            };
+            let every = Duration::from_secs_f64(secs);
+            monitor = Some((dir, own, crate::links::link_names(&cfg), every));
         }
         let opts = metampi::meta::StartOptions {
             secret_file: cfg.globals.secret_file.clone(),
@@ -330,7 +357,13 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
         eprintln!("metampi run: error: {e}");
         return Ok(USAGE_EXIT);
     }
-    let outcome = metampi_launch::run(&spec)?;
+    let monitor = monitor
+        .map(|(dir, own, names, every)| crate::links::Monitor::start(dir, own, names, every));
+    let outcome = metampi_launch::run(&spec);
+    if let Some(m) = monitor {
+        m.finish();
+    }
+    let outcome = outcome?;
     // exit_code() is documented to be in 0..=255.
     Ok(u8::try_from(outcome.exit_code()).unwrap_or(1))
 }

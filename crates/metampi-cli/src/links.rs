@@ -1,0 +1,274 @@
+//! The routers' per-link statistics (`METAMPI_ROUTER_STATS=DIR`, rewritten twice a
+//! second) as a table: `metampi links DIR`, and `metampi run --meta FILE --monitor SECS`,
+//! which prints it while the job runs and once more at its end.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::Value;
+
+/// Arguments of `metampi links`.
+#[derive(Debug, Args)]
+pub struct LinksArgs {
+    /// The statistics directory of a running or finished meta job (its routers'
+    /// METAMPI_ROUTER_STATS)
+    dir: PathBuf,
+    /// The job's description: links are named by their meta hosts (`a -> b`)
+    #[arg(long, value_name = "FILE")]
+    meta: Option<PathBuf>,
+    /// Print the table again every SECS seconds, with rates since the last one, until
+    /// interrupted
+    #[arg(long, value_name = "SECS")]
+    every: Option<f64>,
+}
+
+/// `metampi links`.
+pub fn execute(args: LinksArgs) -> anyhow::Result<u8> {
+    let names = match &args.meta {
+        Some(path) => Some(link_names(
+            &metampi_config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+        )),
+        None => None,
+    };
+    let mut before = None;
+    loop {
+        let now =
+            Snapshot::read(&args.dir).with_context(|| format!("reading {}", args.dir.display()))?;
+        print!("{}", now.table(before.as_ref(), names.as_ref()));
+        let Some(secs) = args.every else {
+            return Ok(0);
+        };
+        before = Some(now);
+        std::thread::sleep(Duration::from_secs_f64(secs.max(0.1)));
+        println!();
+    }
+}
+
+/// Each link's name by its id: `l3 a -> b`.
+pub fn link_names(cfg: &metampi_config::MetaConfig) -> BTreeMap<u64, String> {
+    let layout = cfg.layout();
+    let host = |h: usize| layout.hosts.get(h).map_or("?", |h| h.name.as_str());
+    layout
+        .links
+        .iter()
+        .map(|l| {
+            let name = format!("l{} {} -> {}", l.id, host(l.from_host), host(l.to_host));
+            (l.id as u64, name)
+        })
+        .collect()
+}
+
+/// The sending side of every link, as its router last wrote it.
+pub struct Snapshot {
+    at: Instant,
+    /// By link id: the `-out.json` object.
+    links: BTreeMap<u64, Value>,
+}
+
+impl Snapshot {
+    /// Reads `router-R-link-L-out.json` of `dir` (files being rewritten are skipped
+    /// this time).
+    pub fn read(dir: &Path) -> std::io::Result<Snapshot> {
+        let mut links = BTreeMap::new();
+        for e in std::fs::read_dir(dir)?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(id) = name
+                .strip_suffix("-out.json")
+                .and_then(|s| s.rsplit_once("-link-"))
+                .and_then(|(_, l)| l.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                links.insert(id, v);
+            }
+        }
+        Ok(Snapshot {
+            at: Instant::now(),
+            links,
+        })
+    }
+
+    /// One line per link: what it sent, at what rate since `before`, how, and what waits.
+    pub fn table(
+        &self,
+        before: Option<&Snapshot>,
+        names: Option<&BTreeMap<u64, String>>,
+    ) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<16} {:>10} {:>9} {:>9} {:>6} {:<15} {:>9} {:>10} {:>8} {:>7} {:>5}",
+            "link",
+            "sent MB",
+            "MB/s",
+            "frames",
+            "ratio",
+            "compression",
+            "queue KB",
+            "unacked KB",
+            "srtt ms",
+            "resent",
+            "recon"
+        );
+        if self.links.is_empty() {
+            let _ = writeln!(out, "(no link statistics yet)");
+        }
+        let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        for (id, v) in &self.links {
+            let name = names
+                .and_then(|m| m.get(id).cloned())
+                .unwrap_or_else(|| format!("l{id}"));
+            let sent = n(v, "bytes_out");
+            let rate = before
+                .and_then(|b| Some((b.links.get(id)?, self.at.duration_since(b.at))))
+                .filter(|(_, dt)| !dt.is_zero())
+                .map_or("-".to_string(), |(b, dt)| {
+                    format!(
+                        "{:.2}",
+                        (sent - n(b, "bytes_out")).max(0.0) / dt.as_secs_f64() / 1e6
+                    )
+                });
+            let mode = v
+                .get("compression_mode")
+                .and_then(Value::as_str)
+                .unwrap_or("-");
+            let _ = writeln!(
+                out,
+                "{:<16} {:>10.2} {:>9} {:>9} {:>6.3} {:<15} {:>9.1} {:>10.1} {:>8.2} {:>7} {:>5}",
+                name,
+                sent / 1e6,
+                rate,
+                n(v, "frames_out"),
+                n(v, "compression_ratio_out"),
+                mode,
+                n(v, "queued_bytes") / 1e3,
+                n(v, "unacked_bytes") / 1e3,
+                n(v, "srtt_us") / 1e3,
+                n(v, "retransmits"),
+                n(v, "reconnects"),
+            );
+        }
+        out
+    }
+}
+
+/// `metampi run --monitor`: a thread printing the table to stderr every `every`
+/// until stopped; [`Monitor::finish`] prints the last one.
+pub struct Monitor {
+    dir: PathBuf,
+    names: BTreeMap<u64, String>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// A directory made for the job (removed at the end).
+    own: bool,
+}
+
+impl Monitor {
+    /// Starts watching `dir` (`own`: made for this job).
+    pub fn start(
+        dir: PathBuf,
+        own: bool,
+        names: BTreeMap<u64, String>,
+        every: Duration,
+    ) -> Monitor {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (dir, names, stop) = (dir.clone(), names.clone(), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("metampi-monitor".into())
+                .spawn(move || {
+                    let mut before: Option<Snapshot> = None;
+                    let mut next = Instant::now() + every;
+                    while !stop.load(Ordering::Relaxed) {
+                        if Instant::now() < next {
+                            std::thread::sleep(Duration::from_millis(50));
+                            continue;
+                        }
+                        next += every;
+                        if let Ok(now) = Snapshot::read(&dir) {
+                            eprint!("{}", now.table(before.as_ref(), Some(&names)));
+                            before = Some(now);
+                        }
+                    }
+                })
+                .ok()
+        };
+        Monitor {
+            dir,
+            names,
+            stop,
+            thread,
+            own,
+        }
+    }
+
+    /// Stops the thread and prints the links' totals.
+    pub fn finish(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Ok(now) = Snapshot::read(&self.dir) {
+            eprintln!("metampi run: links at the end of the job:");
+            eprint!("{}", now.table(None, Some(&self.names)));
+        }
+        if self.own {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_names_links_and_rates_them_between_snapshots() {
+        let dir = std::env::temp_dir().join(format!("metampi-links-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |bytes: u64| {
+            std::fs::write(
+                dir.join("router-0-link-2-out.json"),
+                format!(
+                    "{{\"bytes_out\":{bytes},\"frames_out\":10,\"compression_ratio_out\":0.5,\
+                     \"compression_mode\":\"raw\",\"queued_bytes\":2048,\"unacked_bytes\":0,\
+                     \"srtt_us\":1500,\"retransmits\":1,\"reconnects\":0}}"
+                ),
+            )
+            .unwrap();
+        };
+        // The receiving side and the routers' own files are not rows.
+        std::fs::write(dir.join("router-1-link-2-in.json"), "{}").unwrap();
+        std::fs::write(dir.join("router-0.json"), "{}").unwrap();
+        write(1_000_000);
+        let mut a = Snapshot::read(&dir).unwrap();
+        write(3_000_000);
+        let b = Snapshot::read(&dir).unwrap();
+        a.at = b.at - Duration::from_secs(2);
+        let names = BTreeMap::from([(2, "l2 a -> b".to_string())]);
+        let t = b.table(Some(&a), Some(&names));
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 2, "{t}");
+        let row: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(&row[..4], ["l2", "a", "->", "b"], "{t}");
+        assert_eq!(
+            &row[4..],
+            ["3.00", "1.00", "10", "0.500", "raw", "2.0", "0.0", "1.50", "1", "0"]
+        );
+        // Without an earlier snapshot there is no rate, and without names the id.
+        let t = b.table(None, None);
+        assert!(t.lines().nth(1).unwrap().starts_with("l2 "), "{t}");
+        assert!(t.contains(" - "), "{t}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(Snapshot::read(&dir).is_err());
+    }
+}
