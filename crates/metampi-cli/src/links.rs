@@ -51,58 +51,82 @@ pub fn execute(args: LinksArgs) -> anyhow::Result<u8> {
     }
 }
 
-/// Each link's name by its id: `l3 a -> b`.
-pub fn link_names(cfg: &metampi_config::MetaConfig) -> BTreeMap<u64, String> {
-    let layout = cfg.layout();
-    let host = |h: usize| layout.hosts.get(h).map_or("?", |h| h.name.as_str());
-    layout
-        .links
-        .iter()
-        .map(|l| {
-            let name = format!("l{} {} -> {}", l.id, host(l.from_host), host(l.to_host));
-            (l.id as u64, name)
-        })
-        .collect()
+/// Names of links and routers by their ids: `l3 a -> b`, `r1 a -> b`.
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    links: BTreeMap<u64, String>,
+    routers: BTreeMap<u64, String>,
 }
 
-/// The sending side of every link, as its router last wrote it.
+/// The names of `cfg`'s links and routers.
+pub fn link_names(cfg: &metampi_config::MetaConfig) -> Names {
+    let layout = cfg.layout();
+    let host = |h: usize| layout.hosts.get(h).map_or("?", |h| h.name.as_str());
+    Names {
+        links: layout
+            .links
+            .iter()
+            .map(|l| {
+                let name = format!("l{} {} -> {}", l.id, host(l.from_host), host(l.to_host));
+                (l.id as u64, name)
+            })
+            .collect(),
+        routers: layout
+            .routers
+            .iter()
+            .map(|r| {
+                let name = format!("r{} {} -> {}", r.id, host(r.host), host(r.peer));
+                (r.id as u64, name)
+            })
+            .collect(),
+    }
+}
+
+/// The sending side of every link, and every router, as the routers last wrote them.
 pub struct Snapshot {
     at: Instant,
-    /// By link id: the `-out.json` object.
+    /// By link id: the `router-R-link-L-out.json` object.
     links: BTreeMap<u64, Value>,
+    /// By router id: the `router-R.json` object.
+    routers: BTreeMap<u64, Value>,
 }
 
 impl Snapshot {
     /// Reads `router-R-link-L-out.json` of `dir` (files being rewritten are skipped
     /// this time).
     pub fn read(dir: &Path) -> std::io::Result<Snapshot> {
-        let mut links = BTreeMap::new();
+        let (mut links, mut routers) = (BTreeMap::new(), BTreeMap::new());
         for e in std::fs::read_dir(dir)?.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(id) = name
-                .strip_suffix("-out.json")
-                .and_then(|s| s.rsplit_once("-link-"))
-                .and_then(|(_, l)| l.parse::<u64>().ok())
+            let Some(stem) = name
+                .strip_prefix("router-")
+                .and_then(|s| s.strip_suffix(".json"))
             else {
                 continue;
             };
+            let (map, id) = match stem.split_once("-link-") {
+                Some((_, l)) => match l.strip_suffix("-out") {
+                    Some(l) => (&mut links, l.parse::<u64>()),
+                    None => continue,
+                },
+                None => (&mut routers, stem.parse::<u64>()),
+            };
             let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-            if let Ok(v) = serde_json::from_str::<Value>(&text) {
-                links.insert(id, v);
+            if let (Ok(id), Ok(v)) = (id, serde_json::from_str::<Value>(&text)) {
+                map.insert(id, v);
             }
         }
         Ok(Snapshot {
             at: Instant::now(),
             links,
+            routers,
         })
     }
 
-    /// One line per link: what it sent, at what rate since `before`, how, and what waits.
-    pub fn table(
-        &self,
-        before: Option<&Snapshot>,
-        names: Option<&BTreeMap<u64, String>>,
-    ) -> String {
+    /// One line per link: what it sent, at what rate since `before`, how, and what
+    /// waits; then one per router: its memory, its ranks, and what it holds for them
+    /// and for its links.
+    pub fn table(&self, before: Option<&Snapshot>, names: Option<&Names>) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -125,7 +149,7 @@ impl Snapshot {
         let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
         for (id, v) in &self.links {
             let name = names
-                .and_then(|m| m.get(id).cloned())
+                .and_then(|m| m.links.get(id).cloned())
                 .unwrap_or_else(|| format!("l{id}"));
             let sent = n(v, "bytes_out");
             let rate = before
@@ -157,6 +181,23 @@ impl Snapshot {
                 n(v, "reconnects"),
             );
         }
+        for (id, v) in &self.routers {
+            let name = names
+                .and_then(|m| m.routers.get(id).cloned())
+                .unwrap_or_else(|| format!("r{id}"));
+            let _ = writeln!(
+                out,
+                "{name:<16} rss {:.1} MB (peak {:.1}), {} ranks ({} through pipes), {} loans, \
+                 {:.1} KB for ranks, {:.1} KB for links",
+                n(v, "rss_kb") / 1e3,
+                n(v, "peak_rss_kb") / 1e3,
+                n(v, "ranks"),
+                n(v, "pipe_ranks"),
+                n(v, "loans"),
+                n(v, "to_ranks_bytes") / 1e3,
+                n(v, "send_buffered") / 1e3,
+            );
+        }
         out
     }
 }
@@ -165,7 +206,7 @@ impl Snapshot {
 /// until stopped; [`Monitor::finish`] prints the last one.
 pub struct Monitor {
     dir: PathBuf,
-    names: BTreeMap<u64, String>,
+    names: Names,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// A directory made for the job (removed at the end).
@@ -174,12 +215,7 @@ pub struct Monitor {
 
 impl Monitor {
     /// Starts watching `dir` (`own`: made for this job).
-    pub fn start(
-        dir: PathBuf,
-        own: bool,
-        names: BTreeMap<u64, String>,
-        every: Duration,
-    ) -> Monitor {
+    pub fn start(dir: PathBuf, own: bool, names: Names, every: Duration) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (dir, names, stop) = (dir.clone(), names.clone(), Arc::clone(&stop));
@@ -246,18 +282,31 @@ mod tests {
             )
             .unwrap();
         };
-        // The receiving side and the routers' own files are not rows.
+        // The receiving side is not a row; a router's own file is one of its own.
         std::fs::write(dir.join("router-1-link-2-in.json"), "{}").unwrap();
-        std::fs::write(dir.join("router-0.json"), "{}").unwrap();
+        std::fs::write(
+            dir.join("router-0.json"),
+            "{\"rss_kb\":5000,\"peak_rss_kb\":6000,\"ranks\":2,\"pipe_ranks\":1,\"loans\":7,\
+             \"to_ranks_bytes\":0,\"send_buffered\":1500}",
+        )
+        .unwrap();
         write(1_000_000);
         let mut a = Snapshot::read(&dir).unwrap();
         write(3_000_000);
         let b = Snapshot::read(&dir).unwrap();
         a.at = b.at - Duration::from_secs(2);
-        let names = BTreeMap::from([(2, "l2 a -> b".to_string())]);
+        let names = Names {
+            links: BTreeMap::from([(2, "l2 a -> b".to_string())]),
+            routers: BTreeMap::from([(0, "r0 a -> b".to_string())]),
+        };
         let t = b.table(Some(&a), Some(&names));
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 2, "{t}");
+        assert_eq!(lines.len(), 3, "{t}");
+        assert_eq!(
+            lines[2],
+            "r0 a -> b        rss 5.0 MB (peak 6.0), 2 ranks (1 through pipes), 7 loans, \
+             0.0 KB for ranks, 1.5 KB for links"
+        );
         let row: Vec<&str> = lines[1].split_whitespace().collect();
         assert_eq!(&row[..4], ["l2", "a", "->", "b"], "{t}");
         assert_eq!(

@@ -69,11 +69,11 @@ fn monitor_prints_link_tables_while_the_job_runs_and_at_its_end() {
         .split_once("links at the end of the job:")
         .unwrap_or_else(|| panic!("no final table:\n{err}"));
     assert!(during.contains("sent MB"), "no table while running:\n{err}");
-    // What the bench sent crossed the link (about 15 MB in a little over a second:
-    // 32 messages of 64 KiB per iteration, 5 and 2 of warm-up), less at most the
-    // last half second the routers had not written yet.
+    // All the bench sent crossed the link, in a little over a second: 32 messages
+    // of 64 KiB per iteration, 5 and 2 of warm-up (routers write their statistics
+    // again when a rank leaves, so the last table is complete).
     let sent: f64 = row(end)[0].parse().unwrap();
-    assert!(sent > 5.0 * 32.0 * 0.0655, "{end}");
+    assert!(sent >= 7.0 * 32.0 * 65536.0 / 1e6, "{end}");
     assert!(row(end).contains(&"off".to_string()), "{end}");
     // The directory given stays, and `metampi links` reads it afterwards.
     let out = Command::new(EXE)

@@ -1298,6 +1298,10 @@ struct Router {
     acceptors: Vec<Option<tls::Acceptor>>,
     waker: (Arc<UnixDatagram>, UnixDatagram),
     last_stats: Instant,
+    /// A rank left: the statistics are written on the next pass, whatever the
+    /// time, so that they are complete at the end of a job (`metampi run
+    /// --monitor`), when routers are stopped.
+    stats_due: bool,
     /// The job secret every connection must prove.
     key: auth::Secret,
     /// Spins before blocking while traffic flows and cores are spare
@@ -1432,6 +1436,7 @@ impl Router {
             acceptors,
             waker: (Arc::new(w0), w1),
             last_stats: now,
+            stats_due: false,
             key,
             spinner: crate::sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50),
             node: crate::sys::vchan::node_hash(
@@ -1819,6 +1824,7 @@ impl Router {
             if gone && rc.held.is_none() {
                 let rc = self.ranks.swap_remove(i);
                 self.to_ranks -= rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
+                self.stats_due = true;
                 continue;
             }
             i += 1;
@@ -2002,10 +2008,11 @@ impl Router {
     }
 
     fn write_stats(&mut self, now: Instant) {
-        if now.duration_since(self.last_stats) < Duration::from_millis(500) {
+        if !self.stats_due && now.duration_since(self.last_stats) < Duration::from_millis(500) {
             return;
         }
         self.last_stats = now;
+        self.stats_due = false;
         if let Some(dir) = std::env::var_os("METAMPI_ROUTER_STATS") {
             // Memory of the whole router process: the SC99 buffer case is about it.
             let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
