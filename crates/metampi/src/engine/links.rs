@@ -204,14 +204,20 @@ pub(crate) struct Links {
     /// Progress passes since the router connections were last looked at
     /// for their end (pipes carry the data; the socket only rings).
     bell_tick: u32,
-    /// Processes of another world reached through routers (a spawn across
-    /// meta hosts, [`Links::add_routed`]): each one's id on the wire by its
-    /// engine rank here, and back. Routers know processes by their wire id.
-    wire_dst: HashMap<u32, u32>,
-    wire_src: HashMap<u32, u32>,
-    /// This process's own wire id on router connections, where it is not its
-    /// world rank (a child that meets parents through routers).
-    wire_self: Option<u32>,
+    /// Ids on router connections that are not engine ranks (a spawn across
+    /// meta hosts); boxed, as nearly every process has none.
+    wire: Option<Box<WireIds>>,
+}
+
+/// Processes of another world reached through routers ([`Links::add_routed`]):
+/// each one's id on the wire by its engine rank here, and back (routers know
+/// processes by their wire id); and this process's own wire id, where it is not
+/// its world rank (a child that meets parents through routers).
+#[derive(Default)]
+struct WireIds {
+    dst: HashMap<u32, u32>,
+    src: HashMap<u32, u32>,
+    me: Option<u32>,
 }
 
 /// The payload of ring record `rec` whose envelope is `env` (inline or
@@ -266,9 +272,7 @@ impl Links {
             fatal: None,
             sites: Vec::new(),
             bell_tick: 0,
-            wire_dst: HashMap::new(),
-            wire_src: HashMap::new(),
-            wire_self: None,
+            wire: None,
         }
     }
 
@@ -280,45 +284,34 @@ impl Links {
         let r = self.peers.len() as u32;
         self.peers.push(Link::Via(chan));
         self.outq.push(VecDeque::new());
-        self.wire_dst.insert(r, wire);
-        self.wire_src.insert(wire, r);
+        let ids = self.wire.get_or_insert_default();
+        ids.dst.insert(r, wire);
+        ids.src.insert(wire, r);
         r
-    }
-
-    /// Whether some id on a router connection is not an engine rank.
-    #[inline]
-    fn rewrites(&self) -> bool {
-        self.wire_self.is_some() || !self.wire_dst.is_empty()
     }
 
     /// Names this process `wire` in what it sends through routers.
     pub(crate) fn set_wire_self(&mut self, wire: u32) {
-        self.wire_self = Some(wire);
+        self.wire.get_or_insert_default().me = Some(wire);
     }
 
-    /// The destination and source ids a frame from `src` to engine rank `dst`
-    /// carries on channel `d`: wire ids on a router connection.
-    #[inline]
-    fn wire_ids(&self, d: usize, dst: u32, src: u32) -> (u32, u32) {
-        if !self.rewrites() || !self.is_router(d) {
-            return (dst, src);
-        }
-        (
-            self.wire_dst.get(&dst).copied().unwrap_or(dst),
-            self.wire_self.unwrap_or(src),
-        )
-    }
-
-    /// [`Links::wire_ids`] on an encoded envelope bound for channel `d`.
+    /// Rewrites an envelope bound for channel `d` into wire ids where `d` is a
+    /// router connection: the destination's, and this process's own.
     #[inline]
     fn to_wire(&self, d: usize, env: &mut [u8; ENV_LEN]) {
-        if !self.rewrites() {
+        let Some(ids) = &self.wire else {
+            return;
+        };
+        if !self.is_router(d) {
             return;
         }
-        let id = |i: usize| u32::from_le_bytes([env[i], env[i + 1], env[i + 2], env[i + 3]]);
-        let (dst, src) = self.wire_ids(d, id(4), id(8));
-        env[4..8].copy_from_slice(&dst.to_le_bytes());
-        env[8..12].copy_from_slice(&src.to_le_bytes());
+        let dst = u32::from_le_bytes([env[4], env[5], env[6], env[7]]);
+        if let Some(w) = ids.dst.get(&dst) {
+            env[4..8].copy_from_slice(&w.to_le_bytes());
+        }
+        if let Some(me) = ids.me {
+            env[8..12].copy_from_slice(&me.to_le_bytes());
+        }
     }
 
     /// The channel (index into `peers`) that carries frames to world rank `dst`.
@@ -649,7 +642,7 @@ impl Links {
         }
         let mut env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
         env.flags |= self.order_flag(d);
-        (env.dst, env.src) = self.wire_ids(d, dst, self.rank);
+        env.dst = dst;
         match &mut self.peers[d] {
             Link::Shm(l) => {
                 if bytes.len() > self.eager_shm.min(l.prod.max_payload()) {
@@ -670,7 +663,10 @@ impl Links {
                 true
             }
             Link::Tcp(t) => {
-                if t.closed || bytes.len() > self.eager_tcp {
+                // Where router connections carry ids other than engine ranks
+                // (a spawn across meta hosts), the queue rewrites them
+                // (`Links::to_wire`): the common path stays as it was.
+                if t.closed || bytes.len() > self.eager_tcp || self.wire.is_some() {
                     return false;
                 }
                 let frame = env.encode(None);
@@ -732,11 +728,10 @@ impl Links {
     fn queue(
         &mut self,
         dst: usize,
-        env: [u8; ENV_LEN],
+        mut env: [u8; ENV_LEN],
         payload: Option<(ReqId, usize, usize)>,
         done: Option<ReqId>,
     ) {
-        let mut env = env;
         self.to_wire(dst, &mut env);
         self.outq[dst].push_back(OutFrame {
             env,
@@ -951,10 +946,12 @@ impl Links {
         }
         let routers = self.world..self.world + self.routers;
         for p in 0..self.peers.len() {
-            let wire_src =
-                (routers.contains(&p) && !self.wire_src.is_empty()).then_some(&self.wire_src);
             if let Link::Tcp(t) = &mut self.peers[p] {
                 if !t.closed {
+                    let wire_src = match &self.wire {
+                        Some(ids) if routers.contains(&p) => Some(&ids.src),
+                        _ => None,
+                    };
                     let r = read_stream(t, core, wire_src);
                     let r = match (r, &mut t.vchan) {
                         // What the router wrote before it went is read first.
