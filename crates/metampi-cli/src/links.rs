@@ -62,22 +62,18 @@ pub struct Names {
 pub fn link_names(cfg: &metampi_config::MetaConfig) -> Names {
     let layout = cfg.layout();
     let host = |h: usize| layout.hosts.get(h).map_or("?", |h| h.name.as_str());
+    let name = |kind: char, id: usize, from: usize, to: usize| {
+        (
+            id as u64,
+            format!("{kind}{id} {} -> {}", host(from), host(to)),
+        )
+    };
     Names {
-        links: layout
-            .links
-            .iter()
-            .map(|l| {
-                let name = format!("l{} {} -> {}", l.id, host(l.from_host), host(l.to_host));
-                (l.id as u64, name)
-            })
+        links: (layout.links.iter())
+            .map(|l| name('l', l.id, l.from_host, l.to_host))
             .collect(),
-        routers: layout
-            .routers
-            .iter()
-            .map(|r| {
-                let name = format!("r{} {} -> {}", r.id, host(r.host), host(r.peer));
-                (r.id as u64, name)
-            })
+        routers: (layout.routers.iter())
+            .map(|r| name('r', r.id, r.host, r.peer))
             .collect(),
     }
 }
