@@ -217,7 +217,7 @@ fn a_failing_child_ends_the_job() {
     assert!(failure.contains("spawned process"), "{failure}");
 }
 
-/// A world over two meta hosts (routers between them) spawns from the whole
+/// A world over three meta hosts (routers between each pair) spawns from the whole
 /// world, rooted on each meta host in turn: children start on the root's
 /// machine, meet the parents there directly and the others through the
 /// routers, and both groups talk (rendezvous and synchronous messages
@@ -225,7 +225,7 @@ fn a_failing_child_ends_the_job() {
 #[test]
 fn a_world_over_meta_hosts_spawns_children() {
     let name = "a_world_over_meta_hosts_spawns_children";
-    spawn_across_meta_hosts(name, &local_sites(25650), false);
+    spawn_across_meta_hosts(name, &local_sites(25650), 4, false);
 }
 
 /// The same with TCP everywhere: between ranks, to the routers (the
@@ -233,7 +233,7 @@ fn a_world_over_meta_hosts_spawns_children() {
 #[test]
 fn a_world_over_meta_hosts_spawns_children_over_tcp() {
     let name = "a_world_over_meta_hosts_spawns_children_over_tcp";
-    spawn_across_meta_hosts(name, &local_sites(25660), true);
+    spawn_across_meta_hosts(name, &local_sites(25680), 4, true);
 }
 
 /// The same with the meta hosts in network namespaces of their own, joined by
@@ -244,47 +244,57 @@ fn meta_hosts_in_network_namespaces_spawn_children() {
     let name = "meta_hosts_in_network_namespaces_spawn_children";
     if metampi::testing::is_rank() || std::env::var_os("METAMPI_PARENT").is_some() {
         // The launcher's description is not read here.
-        return spawn_across_meta_hosts(name, "", false);
+        return spawn_across_meta_hosts(name, "", 3, false);
     }
     let Some(ns) = metampi::testing::NetnsPair::create_or_skip(name) else {
         return;
     };
-    spawn_across_meta_hosts(name, &ns.description(25670, [1, 2]), false);
+    spawn_across_meta_hosts(name, &ns.description(25670, [1, 2]), 3, false);
 }
 
-/// Meta hosts `a` (1 rank) and `b` (2 ranks) on this machine.
+/// Meta hosts `a` (1 rank), `b` (2 ranks) and `c` (1 rank) on this machine,
+/// each pair joined by routers.
 fn local_sites(portbase: u16) -> String {
     format!(
         "PORTBASE {portbase}\n\
          METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
          METAHOST b {{ LAUNCH = local; NPROCS = 2; NODES = b0; }}\n\
-         PAIR a b 1\na0 <-> b0\n"
+         METAHOST c {{ LAUNCH = local; NPROCS = 1; NODES = c0; }}\n\
+         PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n"
     )
 }
 
-/// 1 + 2 ranks on meta hosts `a` and `b` of `sites` spawn twice from the whole
-/// world, rooted on each meta host (the children's side too).
-fn spawn_across_meta_hosts(name: &str, sites: &str, tcp: bool) {
+/// The `n` ranks of `sites` (1 on meta host `a`, 2 on `b`, and 1 on `c` where
+/// `n` is 4) spawn from the whole world, rooted on each meta host in turn (the
+/// children's side too): a child reaches the parents of two other meta hosts
+/// through two routers where there are three.
+fn spawn_across_meta_hosts(name: &str, sites: &str, n: usize, tcp: bool) {
     if std::env::var_os("METAMPI_PARENT").is_some() {
         let universe = metampi::initialize().expect("child initializes");
         let world = universe.world();
         assert_eq!(world.num_meta_hosts(), 1);
         let parent = world.parent().expect("spawned");
-        assert_eq!((parent.size(), parent.remote_size()), (2, 3));
+        let parents = parent.remote_size();
+        assert_eq!(parent.size(), 2);
         exchange(&parent, true);
         let merged = parent.merge(MergeOrder::High);
-        merged_collectives(&merged, true, false, 3);
+        merged_collectives(&merged, true, false, parents);
         refused_across_worlds(&merged, name);
         return;
     }
-    let mut ranks = Ranks::new(3);
+    let mut ranks = Ranks::new(n);
     if tcp {
         ranks = ranks
             .env("METAMPI_FORCE_TCP", "1")
             .env("METAMPI_NO_ROUTER_SHM", "1");
     }
     ranks.meta(sites).run(name, |world| {
-        for root in [0, 2] {
+        let roots: &[i32] = if world.size() == 4 {
+            &[0, 2, 3]
+        } else {
+            &[0, 2]
+        };
+        for &root in roots {
             let inter = world
                 .process_at_rank(root)
                 .spawn(&myself(name), 2)
@@ -301,13 +311,13 @@ fn spawn_across_meta_hosts(name: &str, sites: &str, tcp: bool) {
             }
             exchange(&inter, false);
             let merged = inter.merge(MergeOrder::Low);
-            merged_collectives(&merged, false, true, 3);
+            merged_collectives(&merged, false, true, world.size());
             refused_across_worlds(&merged, name);
         }
         // The world still works across the sites afterwards.
         let mut sum = 0;
         world.all_reduce_into(&1, &mut sum, SystemOperation::sum());
-        assert_eq!(sum, 3);
+        assert_eq!(sum, world.size());
     });
 }
 
