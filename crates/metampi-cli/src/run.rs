@@ -152,7 +152,8 @@ pub struct RunArgs {
     /// With --meta: print the routers' per-link statistics (bytes sent, rate, frames,
     /// compression, queues, round trip, resends) on stderr every SECS seconds while the job
     /// runs, and their totals at its end. Kept in METAMPI_ROUTER_STATS where that is set (see
-    /// `metampi links`). Routers started on other machines (ssh, by hand) write theirs there
+    /// `metampi links`). Only routers on this machine (LAUNCH local or netns) appear: those
+    /// started elsewhere (ssh, by hand) write their files on their own machines
     #[arg(long, value_name = "SECS", requires = "meta")]
     monitor: Option<f64>,
 
