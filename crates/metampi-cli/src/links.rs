@@ -198,23 +198,61 @@ impl Snapshot {
     }
 }
 
-/// `metampi run --monitor`: a thread printing the table to stderr every `every`
-/// until stopped; [`Monitor::finish`] prints the last one.
-pub struct Monitor {
-    dir: PathBuf,
-    names: Names,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    /// A directory made for the job (removed at the end).
+/// The statistics directory of `metampi run --monitor`: the user's
+/// `METAMPI_ROUTER_STATS`, or one made for the job and removed when dropped
+/// (also where the job never starts).
+pub struct StatsDir {
+    path: PathBuf,
     own: bool,
 }
 
+impl StatsDir {
+    /// `METAMPI_ROUTER_STATS` where set, else a fresh directory for this job.
+    pub fn for_job() -> std::io::Result<StatsDir> {
+        if let Some(d) = std::env::var_os("METAMPI_ROUTER_STATS") {
+            return Ok(StatsDir {
+                path: PathBuf::from(d),
+                own: false,
+            });
+        }
+        let path = std::env::temp_dir().join(format!("metampi-links-{}", std::process::id()));
+        std::fs::create_dir_all(&path)?;
+        Ok(StatsDir { path, own: true })
+    }
+
+    /// Made for the job (the routers must be told where it is).
+    pub fn own(&self) -> bool {
+        self.own
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for StatsDir {
+    fn drop(&mut self) {
+        if self.own {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// `metampi run --monitor`: a thread printing the table to stderr every `every`
+/// until stopped; [`Monitor::finish`] prints the last one.
+pub struct Monitor {
+    dir: StatsDir,
+    names: Names,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
 impl Monitor {
-    /// Starts watching `dir` (`own`: made for this job).
-    pub fn start(dir: PathBuf, own: bool, names: Names, every: Duration) -> Monitor {
+    /// Starts watching `dir`.
+    pub fn start(dir: StatsDir, names: Names, every: Duration) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (dir, names, stop) = (dir.clone(), names.clone(), Arc::clone(&stop));
+            let (dir, names, stop) = (dir.path.clone(), names.clone(), Arc::clone(&stop));
             std::thread::Builder::new()
                 .name("metampi-monitor".into())
                 .spawn(move || {
@@ -239,22 +277,19 @@ impl Monitor {
             names,
             stop,
             thread,
-            own,
         }
     }
 
-    /// Stops the thread and prints the links' totals.
+    /// Stops the thread and prints the links' totals (then a directory made for
+    /// the job goes).
     pub fn finish(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        if let Ok(now) = Snapshot::read(&self.dir) {
+        if let Ok(now) = Snapshot::read(self.dir.path()) {
             eprintln!("metampi run: links at the end of the job:");
             eprint!("{}", now.table(None, Some(&self.names)));
-        }
-        if self.own {
-            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }

@@ -243,19 +243,13 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
                 eprintln!("metampi run: error: --monitor takes a positive number of seconds");
                 return Ok(USAGE_EXIT);
             }
-            let (dir, own) = match std::env::var_os("METAMPI_ROUTER_STATS") {
-                Some(d) => (PathBuf::from(d), false),
-                None => {
-                    let d =
-                        std::env::temp_dir().join(format!("metampi-links-{}", std::process::id()));
-                    std::fs::create_dir_all(&d)
-                        .with_context(|| format!("making {}", d.display()))?;
-                    router_env.push(("METAMPI_ROUTER_STATS".into(), d.clone().into_os_string()));
-                    (d, true)
-                }
-            };
+            let dir = crate::links::StatsDir::for_job()
+                .context("making a directory for the routers' statistics")?;
+            if dir.own() {
+                router_env.push(("METAMPI_ROUTER_STATS".into(), dir.path().into()));
+            }
             let every = Duration::from_secs_f64(secs);
-            monitor = Some((dir, own, crate::links::link_names(&cfg), every));
+            monitor = Some((dir, crate::links::link_names(&cfg), every));
         }
         let opts = metampi::meta::StartOptions {
             secret_file: cfg.globals.secret_file.clone(),
@@ -358,8 +352,8 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
         eprintln!("metampi run: error: {e}");
         return Ok(USAGE_EXIT);
     }
-    let monitor = monitor
-        .map(|(dir, own, names, every)| crate::links::Monitor::start(dir, own, names, every));
+    let monitor =
+        monitor.map(|(dir, names, every)| crate::links::Monitor::start(dir, names, every));
     let outcome = metampi_launch::run(&spec);
     if let Some(m) = monitor {
         m.finish();
