@@ -867,7 +867,7 @@ impl RecvLayout {
                 .checked_div(self.tm.size)
                 .map_or(0, |whole| self.count.min(whole) * self.tm.size);
             // SAFETY: caller's contract; a dense buffer of `count` elements holds `n` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base, n) };
+            unsafe { crate::sys::copy::copy_raw(data.as_ptr(), self.base, n) };
             return;
         }
         let mut pos = 0;

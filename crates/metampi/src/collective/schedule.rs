@@ -723,7 +723,7 @@ impl Schedule {
                         self.mem[to.buf].bytes_mut(to),
                     )
                 };
-                b.copy_from_slice(a);
+                crate::sys::copy::copy(b, a);
             }
             Step::Unpack { from, out } => {
                 // SAFETY: `from` is not in flight (builder checks).

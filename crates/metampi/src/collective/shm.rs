@@ -154,7 +154,7 @@ impl Region {
         // SAFETY: our own slot has one writer (us), and no member reads this
         // parity until we publish the new epoch below.
         unsafe {
-            std::ptr::copy_nonoverlapping(mine.as_ptr(), slot.add(SLOT_HDR), mine.len());
+            crate::sys::copy::copy_raw(mine.as_ptr(), slot.add(SLOT_HDR), mine.len());
             (*(slot.add(8) as *const AtomicU64)).store(mine.len() as u64, Ordering::Relaxed);
         }
         self.slot_epoch(self.me, parity)
@@ -411,7 +411,7 @@ fn fold<O: Operation>(
     acc: &mut [u8],
 ) -> Result<(), Error> {
     let n = r.n;
-    acc.copy_from_slice(r.part(n - 1, parity));
+    crate::sys::copy::copy(acc, r.part(n - 1, parity));
     for m in (0..n - 1).rev() {
         op.apply(r.part(m, parity), acc, prim, dt)?;
     }
@@ -544,7 +544,7 @@ pub(crate) fn bcast<B: BufferMut + ?Sized>(
             // SAFETY: `buf` is exclusively borrowed for this call.
             true => unsafe {
                 deliver(&layout, |d| {
-                    d.copy_from_slice(data);
+                    crate::sys::copy::copy(d, data);
                     Ok(())
                 })
             },
@@ -590,7 +590,7 @@ where
         unsafe {
             deliver(&layout, |all| {
                 for (m, block) in all.chunks_exact_mut(len.max(1)).take(n).enumerate() {
-                    block.copy_from_slice(r.part(m, parity));
+                    crate::sys::copy::copy(block, r.part(m, parity));
                 }
                 Ok(())
             })
@@ -638,7 +638,7 @@ where
             unsafe {
                 deliver(&layout, |all| {
                     for (m, block) in all.chunks_exact_mut(bs.max(1)).take(n).enumerate() {
-                        block.copy_from_slice(&r.part(m, parity)[me * bs..(me + 1) * bs]);
+                        crate::sys::copy::copy(block, &r.part(m, parity)[me * bs..(me + 1) * bs]);
                     }
                     Ok(())
                 })

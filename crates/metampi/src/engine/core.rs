@@ -347,11 +347,13 @@ impl Core {
             {
                 let mut v = self.spare.swap_remove(i);
                 v.clear();
-                v.extend_from_slice(payload);
+                crate::sys::copy::extend(&mut v, payload);
                 return v;
             }
         }
-        payload.to_vec()
+        let mut v = Vec::with_capacity(payload.len());
+        crate::sys::copy::extend(&mut v, payload);
+        v
     }
 
     /// Keeps a delivered payload's buffer for [`Core::payload_copy`].
@@ -646,7 +648,7 @@ impl Core {
         match buf {
             RecvBuf::Owned(v) => *v = u.data,
             RecvBuf::Borrowed(_) => {
-                buf.prepare(u.data.len()).copy_from_slice(&u.data);
+                crate::sys::copy::copy(buf.prepare(u.data.len()), &u.data);
                 self.recycle(u.data);
             }
         }
@@ -728,7 +730,7 @@ impl Core {
                     ..
                 }) if payload.len() <= buf.cap() => {
                     *matched = true;
-                    buf.prepare(payload.len()).copy_from_slice(payload);
+                    crate::sys::copy::copy(buf.prepare(payload.len()), payload);
                     *done = true;
                     *status = status_of(env, payload.len());
                     *error = None;
@@ -750,7 +752,7 @@ impl Core {
             if payload.len() > buf.cap() {
                 err = Some(truncate(payload.len(), buf.cap()));
             } else {
-                buf.prepare(payload.len()).copy_from_slice(payload);
+                crate::sys::copy::copy(buf.prepare(payload.len()), payload);
             }
         }
         self.finish_eager(id, env, payload.len(), err);
@@ -1062,7 +1064,7 @@ impl Core {
             Kind::Data => {
                 if let Some(dst) = self.data_target(env) {
                     if dst.len() == payload.len() {
-                        dst.copy_from_slice(payload);
+                        crate::sys::copy::copy(dst, payload);
                         self.data_done(env);
                     }
                 }

@@ -386,7 +386,7 @@ impl Links {
             let Some(payload) = record_payload(&env, rec) else {
                 return false;
             };
-            buf.prepare(payload.len()).copy_from_slice(payload);
+            crate::sys::copy::copy(buf.prepare(payload.len()), payload);
             got = Some(status_of(&env, payload.len()));
             true
         })?;
@@ -1306,9 +1306,11 @@ fn read_stream(
             let k = avail.min(need);
             let src = &rx.buf[rx.start..rx.start + k];
             match &mut rx.body {
-                Body::Staged(v) => v.extend_from_slice(src),
+                Body::Staged(v) => crate::sys::copy::extend(v, src),
                 Body::Direct | Body::Eager(_) => match body_target(core, &rx.body, &env) {
-                    Some(dst) => dst[rx.body_got..rx.body_got + k].copy_from_slice(src),
+                    Some(dst) => {
+                        crate::sys::copy::copy(&mut dst[rx.body_got..rx.body_got + k], src)
+                    }
                     None => rx.body = Body::Discard,
                 },
                 _ => {}

@@ -5,6 +5,7 @@
 //! invariant its callers must keep.
 
 pub(crate) mod cma;
+pub(crate) mod copy;
 pub(crate) mod cpus;
 pub(crate) mod poll;
 pub(crate) mod rawbuf;

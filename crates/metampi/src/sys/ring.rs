@@ -251,7 +251,7 @@ impl Producer {
                 LINE - REC_LEN_AT - 4,
             );
             if !payload.is_empty() {
-                std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(LINE), payload.len());
+                super::copy::copy_raw(payload.as_ptr(), dst.add(LINE), payload.len());
             }
             len_word(self.data, off).store(rec as u32, Ordering::Release);
         }

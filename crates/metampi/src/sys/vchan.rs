@@ -205,8 +205,8 @@ impl End {
             // producer until the tail is published; `off + first <= cap`
             // and the wrapped rest starts at 0 and is shorter than `cap`.
             unsafe {
-                std::ptr::copy_nonoverlapping(b.as_ptr(), self.data.add(off), first);
-                std::ptr::copy_nonoverlapping(b.as_ptr().add(first), self.data, n - first);
+                super::copy::copy_raw(b.as_ptr(), self.data.add(off), first);
+                super::copy::copy_raw(b.as_ptr().add(first), self.data, n - first);
             }
             done += n;
             if n < b.len() {
@@ -240,8 +240,8 @@ impl End {
         // read after an Acquire load) and is not touched by it until the head
         // moves; `dst` takes `n` bytes (the caller's contract).
         unsafe {
-            std::ptr::copy_nonoverlapping(self.data.add(off), dst, first);
-            std::ptr::copy_nonoverlapping(self.data, dst.add(first), n - first);
+            super::copy::copy_raw(self.data.add(off), dst, first);
+            super::copy::copy_raw(self.data, dst.add(first), n - first);
         }
         self.mine += n as u64;
         self.ctl().head.0.store(self.mine, Ordering::Release);
