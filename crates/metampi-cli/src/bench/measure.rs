@@ -78,6 +78,47 @@ pub struct Config {
     pub sizes: Vec<usize>,
     pub pair: (i32, i32),
     pub iters_scale: f64,
+    /// Bytes past a page boundary where receive buffers start.
+    pub misalign: usize,
+}
+
+/// A buffer that starts `offset` bytes past a page boundary. Where two
+/// buffers start decides how fast copies between them run, so the benches
+/// on both sides place theirs alike rather than take what the allocator
+/// gives (which differs with the sizes in a sweep and between a warm-up and
+/// the run after it).
+struct Placed<T> {
+    store: Vec<T>,
+    at: usize,
+    len: usize,
+}
+
+impl<T: Copy> Placed<T> {
+    fn new(len: usize, fill: T, offset: usize) -> Placed<T> {
+        let size = std::mem::size_of::<T>();
+        let store = vec![fill; len + (4096 + offset) / size + 1];
+        // A multiple of `size`: the vector is aligned to it, and so is the
+        // offset once rounded down.
+        let pad = (offset / size * size).wrapping_sub(store.as_ptr() as usize) & 4095;
+        Placed {
+            at: pad / size,
+            store,
+            len,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Placed<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.store[self.at..self.at + self.len]
+    }
+}
+
+impl<T> std::ops::DerefMut for Placed<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.store[self.at..self.at + self.len]
+    }
 }
 
 fn parse_size(s: &str) -> Result<usize> {
@@ -147,6 +188,7 @@ impl Config {
             sizes,
             pair: (pair[0], pair[1]),
             iters_scale: a.iters_scale,
+            misalign: a.misalign.into(),
         })
     }
 }
@@ -168,6 +210,7 @@ fn run_op(
     size: usize,
     iters: usize,
     pair: (i32, i32),
+    misalign: usize,
 ) -> Vec<f64> {
     let me = world.rank();
     let mut times = Vec::with_capacity(iters);
@@ -178,14 +221,17 @@ fn run_op(
     }
     let n = world.size() as usize;
     let root = world.process_at_rank(0);
-    let sbuf = vec![1u8; size];
-    let mut rbuf = vec![0u8; size];
+    let sbuf = Placed::new(size, 1u8, 0);
+    let mut rbuf = Placed::new(size, 0u8, misalign);
     let fcount = size / 4;
-    let fs = vec![1.0f32; fcount];
-    let mut fr = vec![0.0f32; fcount];
-    let sbig = vec![1u8; size * n];
-    let mut rbig = vec![0u8; size * n];
-    let mut wins = vec![vec![0u8; size]; if op.is_bandwidth() { WINDOW } else { 0 }];
+    let fs = Placed::new(fcount, 1.0f32, 0);
+    let mut fr = Placed::new(fcount, 0.0f32, misalign);
+    let sbig = Placed::new(size * n, 1u8, 0);
+    let mut rbig = Placed::new(size * n, 0u8, misalign);
+    let windows = if op.is_bandwidth() { WINDOW } else { 0 };
+    let mut wins: Vec<_> = (0..windows)
+        .map(|_| Placed::new(size, 0u8, misalign))
+        .collect();
     for _ in 0..iters {
         let t0 = metampi::time();
         match op {
@@ -301,6 +347,7 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
         cfg.pair,
         universe.oversubscribed(),
     );
+    report.misalign = cfg.misalign;
     if me == 0 {
         report.print_header();
         if !p2p_ok && cfg.ops.iter().any(|o| o.is_p2p()) {
@@ -342,9 +389,9 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
             point += 1;
             let (iters, warm) = iterations(bytes, cfg.iters_scale);
             world.barrier();
-            let _ = run_op(&world, op, bytes, warm, cfg.pair);
+            let _ = run_op(&world, op, bytes, warm, cfg.pair, cfg.misalign);
             world.barrier();
-            let mine = run_op(&world, op, bytes, iters, cfg.pair);
+            let mine = run_op(&world, op, bytes, iters, cfg.pair, cfg.misalign);
             // Per iteration, the slowest rank's time is the operation's time.
             let mut all = vec![0f64; iters * size as usize];
             let padded: Vec<f64> = if mine.is_empty() {

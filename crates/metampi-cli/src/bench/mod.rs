@@ -47,6 +47,12 @@ pub struct BenchArgs {
     /// Scale all iteration counts (e.g. 0.1 for a quick look).
     #[arg(long, default_value_t = 1.0)]
     iters_scale: f64,
+    /// Start receive buffers this many bytes past a page boundary (send
+    /// buffers start on one, as in the OSU benchmarks). 1-31 is the placement
+    /// that makes `rep movsb` copies 5-15x slower on AMD Zen, which metampi
+    /// copies around (see docs/architecture.md).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..4096))]
+    misalign: u16,
     /// Label of this run in the JSON and in plots.
     #[arg(long)]
     label: Option<String>,

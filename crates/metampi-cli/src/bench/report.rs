@@ -82,6 +82,9 @@ pub struct BenchReport {
     /// The machine's ranks outnumbered their cores, so waiting ranks yielded.
     #[serde(default)]
     pub oversubscribed: bool,
+    /// Receive buffers started this many bytes past a page boundary (`--misalign`).
+    #[serde(default)]
+    pub misalign: usize,
     pub results: Vec<Row>,
 }
 
@@ -105,6 +108,7 @@ impl BenchReport {
             pair,
             transport: transport.into(),
             oversubscribed,
+            misalign: 0,
             results: Vec::new(),
         }
     }
@@ -122,6 +126,12 @@ impl BenchReport {
                 "spin (a core per rank)"
             }
         );
+        if self.misalign != 0 {
+            println!(
+                "# receive buffers start {} bytes past a page boundary",
+                self.misalign
+            );
+        }
     }
 
     pub fn print_op_header(&self, op: Op) {
