@@ -559,6 +559,64 @@ fn large_messages(world: &SimpleCommunicator) {
 }
 matrix!(large_messages);
 
+/// Buffers where copies hit the slow `rep movsb` case (the destination 1-31
+/// bytes past the source within a page; `sys/copy.rs`) and elsewhere, on
+/// every path (rings, single-copy pulls and helpers, staging, routers): each
+/// byte arrives where it belongs, and so does an all-to-all whose receive
+/// blocks lie 16 bytes past its send blocks.
+fn placements(world: &SimpleCommunicator) {
+    if let Some((partner, peer)) = pair_peer(world) {
+        let first = world.rank() < partner;
+        let byte = |i: usize, len: usize, d: usize| (i * 13 + len + d + i / 4099) as u8;
+        for len in [1500usize, 5000, 40_000, 100_000, 700_000, 3 << 20] {
+            for d in [0usize, 1, 16, 31, 33, 4080] {
+                // Each of the pair sends once and receives once per case.
+                for sending in [first, !first] {
+                    if sending {
+                        let mut store = vec![0u8; len + 4096];
+                        let at = (d * 7 + len) % 4096;
+                        store[at..at + len]
+                            .iter_mut()
+                            .enumerate()
+                            .for_each(|(i, b)| *b = byte(i, len, d));
+                        let src = &store[at..at + len];
+                        peer.send(&((src.as_ptr() as usize & 4095) as u64));
+                        peer.send(src);
+                    } else {
+                        let (off, _) = peer.receive::<u64>();
+                        let mut store = vec![0u8; len + 8192];
+                        let want = (off as usize + d) & 4095;
+                        let at = want.wrapping_sub(store.as_ptr() as usize) & 4095;
+                        peer.receive_into(&mut store[at..at + len]);
+                        let bad = (0..len).find(|&i| store[at + i] != byte(i, len, d));
+                        assert_eq!(bad, None, "{len} bytes at +{d}: first wrong byte");
+                        assert!(store[..at]
+                            .iter()
+                            .chain(&store[at + len..])
+                            .all(|&b| b == 0));
+                    }
+                }
+            }
+        }
+    }
+    world.barrier();
+    let n = world.size() as usize;
+    let me = world.rank() as usize;
+    let block = 100_003;
+    let send: Vec<u8> = (0..n * block)
+        .map(|i| (i / block * 31 + me * 7 + i) as u8)
+        .collect();
+    let mut store = vec![0u8; n * block + 8192];
+    let at = ((send.as_ptr() as usize + 16).wrapping_sub(store.as_ptr() as usize)) & 4095;
+    world.all_to_all_into(&send[..], &mut store[at..at + n * block]);
+    for from in 0..n {
+        let got = &store[at + from * block..at + (from + 1) * block];
+        let bad = (0..block).find(|&i| got[i] != (me * 31 + from * 7 + me * block + i) as u8);
+        assert_eq!(bad, None, "all-to-all block from {from}: first wrong byte");
+    }
+}
+matrix!(placements);
+
 /// Long shared-memory messages are copied by both sides: a sender waiting
 /// for its send writes chunks into the receiver's buffer, and every byte
 /// still lands where it belongs.

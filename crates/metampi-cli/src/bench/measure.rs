@@ -228,10 +228,14 @@ fn run_op(
     let mut fr = Placed::new(fcount, 0.0f32, misalign);
     let sbig = Placed::new(size * n, 1u8, 0);
     let mut rbig = Placed::new(size * n, 0u8, misalign);
+    // The windows lie end to end in one block, as separate small vectors would.
     let windows = if op.is_bandwidth() { WINDOW } else { 0 };
-    let mut wins: Vec<_> = (0..windows)
-        .map(|_| Placed::new(size, 0u8, misalign))
-        .collect();
+    let mut block = Placed::new(size * windows, 0u8, misalign);
+    let mut wins: Vec<&mut [u8]> = if size == 0 {
+        (0..windows).map(|_| &mut [][..]).collect()
+    } else {
+        block.chunks_mut(size).collect()
+    };
     for _ in 0..iters {
         let t0 = metampi::time();
         match op {
