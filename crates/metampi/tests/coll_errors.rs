@@ -16,14 +16,14 @@ fn mismatches_shm_4() {
     Ranks::new(4).run("mismatches_shm_4", mismatches);
 }
 
-/// The same with barrier and all-reduce forced onto the shared-memory flags
+/// The same with barrier, all-reduce and scatter forced onto the shared-memory flags
 /// (which otherwise take over from the third call on a communicator).
 #[test]
 fn mismatches_shm_flags_4() {
     Ranks::new(4)
         .env(
             "METAMPI_COLL_ALG",
-            "barrier=shared_memory,allreduce=shared_memory",
+            "barrier=shared_memory,allreduce=shared_memory,scatter=shared_memory",
         )
         .run("mismatches_shm_flags_4", mismatches);
 }
@@ -92,6 +92,39 @@ fn mismatches(world: &SimpleCommunicator) {
         r.unwrap();
         let want: Vec<i32> = (0..n).flat_map(|r| [r, r]).collect();
         assert_eq!(all, want);
+    }
+
+    // A scatter whose send buffer does not split into n blocks: Count at the
+    // root; the others get their block of the whole ones, or Count.
+    let root = world.process_at_rank(0);
+    let mut got = [0i32; 2];
+    let r = if me == 0 {
+        let all: Vec<i32> = (0..2 * n + 1).collect();
+        root.try_scatter_into_root(&all[..], &mut got[..])
+    } else {
+        root.try_scatter_into(&mut got[..])
+    };
+    match (me, class(r)) {
+        (0, c) => assert_eq!(c, Some(ErrorClass::Count)),
+        (_, None) => assert_eq!(got, [2 * me, 2 * me + 1]),
+        (_, Some(c)) => assert_eq!(c, ErrorClass::Count),
+    }
+
+    // A scatter into a shorter buffer on rank 1: Count there, the right
+    // block everywhere else.
+    let k = if me == 1 { 1 } else { 2 };
+    let mut got = [0i32; 2];
+    let r = if me == 0 {
+        let all: Vec<i32> = (0..2 * n).collect();
+        root.try_scatter_into_root(&all[..], &mut got[..])
+    } else {
+        root.try_scatter_into(&mut got[..k])
+    };
+    if me == 1 {
+        assert_eq!(class(r), Some(ErrorClass::Count));
+    } else {
+        r.unwrap();
+        assert_eq!(got, [2 * me, 2 * me + 1]);
     }
 
     // Operations not defined on the datatype: Type on every rank.

@@ -108,7 +108,7 @@ impl Collective {
                 SharedMemory,
             ],
             Collective::Gather => &[Binomial, Linear, Hierarchical, SharedMemory],
-            Collective::Scatter => &[Binomial, Linear, Hierarchical],
+            Collective::Scatter => &[Binomial, Linear, Hierarchical, SharedMemory],
             Collective::AllGather => &[Bruck, Ring, Hierarchical, SharedMemory],
             Collective::AllToAll => &[Pairwise, Linear, Hierarchical, SharedMemory],
             Collective::Scan | Collective::ExclusiveScan => {
@@ -175,7 +175,7 @@ pub enum Algorithm {
     Hierarchical,
     /// Flags and slots in a shared-memory region of the communicator's own
     /// (barrier; broadcast, reduce, all-reduce, gather and all-gather up to
-    /// 8 KiB per member, all-to-all up to 8 KiB of send buffer): one cache-line transfer per step
+    /// 8 KiB per member, scatter and all-to-all up to 8 KiB of send buffer): one cache-line transfer per step
     /// instead of a message. Chosen automatically for blocking calls when
     /// every member shares this machine's memory, from the third call on a
     /// communicator; the `immediate_*` forms keep the message algorithms.
@@ -272,7 +272,8 @@ const REDSCAT_SHORT: usize = 16 << 10;
 /// (for barrier, broadcast, reduce and all-reduce also one that spans
 /// several machines sharing memory) runs [`Algorithm::Hierarchical`] instead
 /// for the operations that have it, and blocking barriers, and broadcasts,
-/// reduces, all-reduces, gathers and all-gathers up to 8 KiB per member, on a
+/// reduces, all-reduces, gathers and all-gathers up to 8 KiB per member
+/// (scatters and all-to-alls up to 8 KiB of send buffer), on a
 /// communicator inside one machine run [`Algorithm::SharedMemory`] once it has
 /// been used a few times (the rooted ones not where ranks outnumber cores).
 /// A broadcast inside one machine whose ranks outnumber its cores stays

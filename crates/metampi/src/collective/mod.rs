@@ -1745,6 +1745,10 @@ pub trait Root: AsCommunicator {
         if comm.rank == self.root_rank() {
             return Err(not_root("scatter_into"));
         }
+        let root = self.root_rank() as u32;
+        if let Some(r) = shm::scatter(comm, root, None::<&[u8]>, &mut *recvbuf) {
+            return r;
+        }
         // SAFETY: `run` waits for the schedule while the buffer is borrowed.
         run(unsafe { plan_scatter(comm, self.root_rank(), None::<&[u8]>, recvbuf) })
     }
@@ -1772,6 +1776,10 @@ pub trait Root: AsCommunicator {
         let comm = comm_of(self.as_communicator());
         if comm.rank != self.root_rank() {
             return Err(only_root("scatter_into_root"));
+        }
+        let root = self.root_rank() as u32;
+        if let Some(r) = shm::scatter(comm, root, Some(sendbuf), &mut *recvbuf) {
+            return r;
         }
         // SAFETY: `run` waits for the schedule while both buffers are borrowed.
         run(unsafe { plan_scatter(comm, self.root_rank(), Some(sendbuf), recvbuf) })
