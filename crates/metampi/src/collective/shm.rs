@@ -343,15 +343,17 @@ pub(crate) fn barrier(comm: &CommInner) -> Option<Result<(), Error>> {
     }
 }
 
-/// `comm`'s region for blocking `op` with `bytes` per member's slot, or
-/// `None` where the schedules run it (too large, another algorithm forced,
-/// not set up yet or not possible).
-fn region_for<'s>(
+/// Runs `body` on `comm`'s region for blocking `op` with `bytes` per
+/// member's slot, traced as `name` with `root` (-1: none); `None` where the
+/// schedules run it (too large, another algorithm forced, not set up yet or
+/// not possible).
+fn on_region<T>(
     comm: &CommInner,
     op: Collective,
+    (name, root): (&'static str, i32),
     bytes: usize,
-    st: &'s mut State,
-) -> Option<Result<&'s mut Region, Error>> {
+    body: impl FnOnce(&mut Region) -> Result<T, Error>,
+) -> Option<Result<T, Error>> {
     if bytes > MAX_BYTES || !allowed(op) {
         return None;
     }
@@ -367,10 +369,16 @@ fn region_for<'s>(
     if rooted && shared().oversubscribed() && forced_algorithm(op).is_none() {
         return None;
     }
-    match region(comm, op, st) {
+    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
+    match region(comm, op, &mut st) {
         Err(e) => Some(Err(e)),
         Ok(None) => None,
-        Ok(Some(r)) => Some(Ok(r)),
+        Ok(Some(r)) => {
+            let t = crate::trace::start();
+            let result = body(r);
+            record(t, name, root, bytes, comm);
+            Some(result)
+        }
     }
 }
 
@@ -460,18 +468,13 @@ where
 {
     let es = type_map(send.as_datatype().type_id()).size;
     let bytes = usize::try_from(send.count()).unwrap_or(0) * es;
-    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
-    let r = match region_for(comm, op, bytes, &mut st)? {
-        Err(e) => return Some(Err(e)),
-        Ok(r) => r,
-    };
-    let t = crate::trace::start();
-    let packed = pack(send);
-    let mine = packed.bytes();
-    let parity = r.exchange(mine);
-    let result = body(r, parity, mine);
-    record(t, name, root.map_or(-1, |r| r as i32), bytes, comm);
-    Some(result)
+    let traced = (name, root.map_or(-1, |r| r as i32));
+    on_region(comm, op, traced, bytes, |r| {
+        let packed = pack(send);
+        let mine = packed.bytes();
+        let parity = r.exchange(mine);
+        body(r, parity, mine)
+    })
 }
 
 /// A blocking reduce (`root`; `recv` is the root's buffer) or all-reduce (no
@@ -525,39 +528,34 @@ pub(crate) fn bcast<B: BufferMut + ?Sized>(
 ) -> Option<Result<(), Error>> {
     let layout = RecvLayout::of(buf);
     let bytes = layout.capacity();
-    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
-    let r = match region_for(comm, Collective::Broadcast, bytes, &mut st)? {
-        Err(e) => return Some(Err(e)),
-        Ok(r) => r,
-    };
-    let t = crate::trace::start();
+    let traced = ("bcast", root as i32);
     let root = root as usize;
-    let result = if r.me == root {
-        // SAFETY: `buf` is exclusively borrowed for this call.
-        match unsafe { layout.dense() } {
-            Some(d) => r.exchange(d),
-            None => r.exchange(&super::pack_layout(&layout)),
-        };
-        Ok(())
-    } else {
-        let parity = r.exchange(&[]);
-        let data = r.part(root, parity);
-        match data.len() == bytes {
+    on_region(comm, Collective::Broadcast, traced, bytes, |r| {
+        if r.me == root {
             // SAFETY: `buf` is exclusively borrowed for this call.
-            true => unsafe {
-                deliver(&layout, |d| {
-                    crate::sys::copy::copy(d, data);
-                    Ok(())
-                })
-            },
-            false => Err(count_error(format!(
-                "a broadcast of {} bytes does not match a buffer of {bytes} bytes",
-                data.len()
-            ))),
+            match unsafe { layout.dense() } {
+                Some(d) => r.exchange(d),
+                None => r.exchange(&super::pack_layout(&layout)),
+            };
+            Ok(())
+        } else {
+            let parity = r.exchange(&[]);
+            let data = r.part(root, parity);
+            match data.len() == bytes {
+                // SAFETY: `buf` is exclusively borrowed for this call.
+                true => unsafe {
+                    deliver(&layout, |d| {
+                        crate::sys::copy::copy(d, data);
+                        Ok(())
+                    })
+                },
+                false => Err(count_error(format!(
+                    "a broadcast of {} bytes does not match a buffer of {bytes} bytes",
+                    data.len()
+                ))),
+            }
         }
-    };
-    record(t, "bcast", root as i32, bytes, comm);
-    Some(result)
+    })
 }
 
 /// A blocking scatter whose send buffer (`send`, the root's) is at most
@@ -586,40 +584,35 @@ where
         }
         None => (bs.saturating_mul(n), 0),
     };
-    let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
-    let r = match region_for(comm, Collective::Scatter, bytes, &mut st)? {
-        Err(e) => return Some(Err(e)),
-        Ok(r) => r,
-    };
-    let t = crate::trace::start();
+    let traced = ("scatter", root as i32);
     let root = root as usize;
-    let me = r.me;
-    let parity = match send {
-        Some(s) => r.exchange(pack(s).bytes()),
-        None => r.exchange(&[]),
-    };
-    let all = r.part(root, parity);
-    let elems = all.len().checked_div(es).unwrap_or(0);
-    let result = if me == root && elems % n != 0 {
-        Err(count_error(format!(
-            "the scatter send buffer of {elems} elements does not split into {n} equal blocks"
-        )))
-    } else if all.len() != bs * n {
-        Err(count_error(format!(
-            "a scatter block of {} bytes does not fit a receive buffer of {bs} bytes",
-            all.len() / n
-        )))
-    } else {
-        // SAFETY: `recv` is exclusively borrowed for this call.
-        unsafe {
-            deliver(&layout, |d| {
-                crate::sys::copy::copy(d, &all[me * bs..(me + 1) * bs]);
-                Ok(())
-            })
+    on_region(comm, Collective::Scatter, traced, bytes, |r| {
+        let me = r.me;
+        let parity = match send {
+            Some(s) => r.exchange(pack(s).bytes()),
+            None => r.exchange(&[]),
+        };
+        let all = r.part(root, parity);
+        let elems = all.len().checked_div(es).unwrap_or(0);
+        if me == root && elems % n != 0 {
+            Err(count_error(format!(
+                "the scatter send buffer of {elems} elements does not split into {n} equal blocks"
+            )))
+        } else if all.len() != bs * n {
+            Err(count_error(format!(
+                "a scatter block of {} bytes does not fit a receive buffer of {bs} bytes",
+                all.len() / n
+            )))
+        } else {
+            // SAFETY: `recv` is exclusively borrowed for this call.
+            unsafe {
+                deliver(&layout, |d| {
+                    crate::sys::copy::copy(d, &all[me * bs..(me + 1) * bs]);
+                    Ok(())
+                })
+            }
         }
-    };
-    record(t, "scatter", root as i32, bytes, comm);
-    Some(result)
+    })
 }
 
 /// A blocking gather (`recv` at the root) or all-gather (`recv` everywhere,
