@@ -18,6 +18,12 @@
 # Both sides start send buffers on a page boundary and receive buffers
 # MISALIGN bytes past one (default 0), as the OSU benchmarks align theirs:
 # 1-31 bytes is the placement that slows `rep movsb` copies on AMD Zen.
+#
+#   HOG=1 bash bench/compare_bench.sh 2 pingpong,bcast,allreduce 8,4096
+#
+# HOG=1 keeps one busy-looping process of another job running throughout
+# (both sides alike), as a desktop or a shared node has: ranks that yield
+# their core to it, or sleep, pay for it in latency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RANKS=${1:-2}
@@ -27,6 +33,11 @@ SCALE=${SCALE:-0.5}
 PEER=${PEER:-mpich}
 MISALIGN=${MISALIGN:-0}
 export MISALIGN
+if [ "${HOG:-0}" = 1 ]; then
+    sh -c 'while :; do :; done' &
+    hog=$!
+    trap 'kill "$hog" 2>/dev/null || true' EXIT
+fi
 out=${OUT:-target/bench}
 mkdir -p "$out"
 
@@ -52,6 +63,8 @@ for r in $(seq "$ROUNDS"); do
 done
 
 [ "$MISALIGN" = 0 ] || echo "receive buffers start $MISALIGN bytes past a page boundary on both sides"
+[ "${HOG:-0}" = 0 ] || echo "both sides ran beside a busy-looping process"
+
 python3 bench/compare_report.py "$out" "$ROUNDS" "$PEER"
 target/release/metampi bench plot "$out/metampi.json" "$out/peer.json" -o "$out/compare.svg" >/dev/null
 echo "plot: $out/compare.svg"
