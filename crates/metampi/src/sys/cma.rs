@@ -22,11 +22,6 @@ pub(crate) fn write_to(pid: i32, remote: u64, src: &[u8]) -> io::Result<()> {
     transfer(pid, remote, src.as_ptr().cast_mut(), src.len(), true)
 }
 
-/// A transfer whose placement is slow for the kernel's `rep movsb`
-/// ([`super::copy`]; 1 MiB in 630-780 µs against 100-140, which MPICH and
-/// Open MPI pay too) goes through a buffer of ours placed 64 bytes before the
-/// source (reading) or after the destination (writing), which makes both
-/// copies fast: 1 MiB in 130-200 µs.
 /// Bytes per bounced system call (the kernel's copy is still in L2 when
 /// `memcpy` reads it; 512 KiB was faster than 256 KiB in 4 of 5 alternating
 /// pairs of 1 and 4 MiB transfers, and than 32-128 KiB).
@@ -60,6 +55,12 @@ thread_local! {
 }
 
 /// `len` bytes between `local` and `remote` in `pid`; `write`: local to remote.
+///
+/// A transfer whose placement is slow for the kernel's `rep movsb`
+/// ([`super::copy`]; 1 MiB in 630-780 µs against 100-140, which MPICH and
+/// Open MPI pay too) goes through a buffer of ours placed 64 bytes before the
+/// source (reading) or after the destination (writing), which makes both
+/// copies fast: 1 MiB in 130-200 µs.
 fn transfer(pid: i32, remote: u64, local: *mut u8, len: usize, write: bool) -> io::Result<()> {
     let (dst, src) = if write {
         (remote as usize, local as usize)
