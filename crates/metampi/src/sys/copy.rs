@@ -33,18 +33,14 @@ pub(crate) fn aliased(dst: usize, src: usize) -> bool {
 /// Where the lengths differ, as `copy_from_slice` does.
 #[inline]
 pub(crate) fn copy(dst: &mut [u8], src: &[u8]) {
-    if src.len() > PIECE && aliased(dst.as_ptr() as usize, src.as_ptr() as usize) {
-        assert_eq!(
-            dst.len(),
-            src.len(),
-            "copy between slices of different lengths"
-        );
-        for (d, s) in dst.chunks_mut(PIECE).zip(src.chunks(PIECE)) {
-            d.copy_from_slice(s);
-        }
-    } else {
-        dst.copy_from_slice(src);
-    }
+    assert_eq!(
+        dst.len(),
+        src.len(),
+        "copy between slices of different lengths"
+    );
+    // SAFETY: two slices of `src.len()` bytes, one of them borrowed mutably,
+    // so they cannot overlap.
+    unsafe { copy_raw(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
 }
 
 /// [`copy`] between raw pointers.
