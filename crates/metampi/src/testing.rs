@@ -291,6 +291,12 @@ pub fn spin_receives() -> Option<u64> {
     on.then(|| crate::engine::SPIN_RECEIVES.load(AtomicOrdering::Relaxed))
 }
 
+/// Wake-up datagrams this process has sent to shared-memory peers that
+/// slept in their wait loops (at most one per sleep of each peer).
+pub fn wake_ups_sent() -> u64 {
+    crate::engine::links::WAKE_UPS.load(AtomicOrdering::Relaxed)
+}
+
 /// The algorithm a collective `op` on `comm` moving `bytes` per rank runs
 /// when it reaches the schedules (blocking calls small enough for the
 /// shared-memory flags are served before that). Call it after `initialize`.

@@ -671,6 +671,70 @@ fn symmetric_fences_wake_sleepers() {
     );
 }
 
+/// A burst of small messages to a receiver that has fallen asleep waiting
+/// for something else wakes it once per sleep, not once per message (a
+/// `sendto` each, 1.5-4 µs, for as long as its flag stayed up), and the
+/// burst arrives whole and in order. The same the other way: a receiver
+/// taking queued messages from the ring while their sender sleeps wakes it
+/// for the freed space once per sleep.
+#[test]
+fn sleepers_are_woken_once_per_sleep() {
+    Ranks::new(2).run("sleepers_are_woken_once_per_sleep", |world| {
+        const BURST: usize = 2000;
+        let peer = world.process_at_rank(1 - world.rank());
+        let msg = |k: usize| (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        if !metampi::testing::reaches_over_shared_memory(world, 1 - world.rank()) {
+            eprintln!("skipped: the two ranks do not share memory");
+            return;
+        }
+        let wakes = metampi::testing::wake_ups_sent;
+        // Long enough for a waiting rank to spin out its budget and sleep.
+        let nap = || std::thread::sleep(Duration::from_millis(60));
+        for round in 0..3 {
+            world.barrier();
+            // Rank 1 sleeps in a receive of tag 99; rank 0 sends the burst.
+            if world.rank() == 0 {
+                nap();
+                let before = wakes();
+                for k in 0..BURST {
+                    peer.send(&msg(k));
+                }
+                peer.send_with_tag(&(wakes() - before), 99);
+            } else {
+                let (sent, _) = peer.receive_with_tag::<u64>(99);
+                for k in 0..BURST {
+                    let (v, st) = peer.receive::<u64>();
+                    assert_eq!((v, st.tag()), (msg(k), 0), "round {round}, message {k}");
+                }
+                // A sleep lasts at least a spin budget (200 µs or more), so
+                // even a burst slowed down by a loaded machine meets few.
+                assert!(
+                    sent < 50,
+                    "round {round}: {sent} wake-ups for a burst of {BURST}"
+                );
+            }
+            world.barrier();
+            // Rank 0 sends the burst into the ring while rank 1 is away,
+            // then sleeps in a receive while rank 1 takes it from the ring.
+            if world.rank() == 0 {
+                for k in 0..BURST {
+                    peer.send(&msg(k + 1));
+                }
+                let (freed, _) = peer.receive_with_tag::<u64>(98);
+                assert!(freed < 50, "round {round}: {freed} wake-ups taking {BURST}");
+            } else {
+                nap();
+                let before = wakes();
+                for k in 0..BURST {
+                    let (v, _) = peer.receive::<u64>();
+                    assert_eq!(v, msg(k + 1), "round {round}, message {k} from the ring");
+                }
+                peer.send_with_tag(&(wakes() - before), 98);
+            }
+        }
+    });
+}
+
 /// 10,000 receives and 10,000 sends outstanding at once.
 fn many_requests(world: &SimpleCommunicator) {
     const N: usize = 10_000;
