@@ -291,6 +291,15 @@ pub fn spin_receives() -> Option<u64> {
     on.then(|| crate::engine::SPIN_RECEIVES.load(AtomicOrdering::Relaxed))
 }
 
+/// This rank's spin budget before sleeping, learnt from its sleeps (see
+/// `docs/architecture.md`, "Waiting"): its base and its value now, how often
+/// it grew, and how often the machine was too busy for it to. `None` where
+/// the budget is fixed (`METAMPI_SPIN_US`, or more ranks than cores). Call
+/// it after `initialize`.
+pub fn spin_budget() -> Option<(std::time::Duration, std::time::Duration, u64, u64)> {
+    crate::environment::shared().spin_budget()
+}
+
 /// Wake-up datagrams this process has sent to shared-memory peers that
 /// slept in their wait loops (at most one per sleep of each peer).
 pub fn wake_ups_sent() -> u64 {

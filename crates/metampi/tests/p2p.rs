@@ -735,6 +735,38 @@ fn sleepers_are_woken_once_per_sleep() {
     });
 }
 
+/// A rank that keeps waiting about a millisecond for its peer learns to
+/// spin through such waits instead of sleeping (a wake-up costs hundreds of
+/// microseconds in a virtual machine), where the machine has a core for each
+/// runnable thread.
+#[test]
+fn spin_budget_learns_a_rhythm() {
+    Ranks::new(2).run("spin_budget_learns_a_rhythm", |world| {
+        let peer = world.process_at_rank(1 - world.rank());
+        for k in 0..30u32 {
+            if world.rank() == 0 {
+                // Asleep, not computing: the machine keeps a core free.
+                std::thread::sleep(Duration::from_millis(1));
+                peer.send(&k);
+            } else {
+                assert_eq!(peer.receive::<u32>().0, k);
+            }
+        }
+        if world.rank() == 1 {
+            match metampi::testing::spin_budget() {
+                None => eprintln!("skipped: this rank's spin budget is fixed"),
+                Some((base, now, 0, busy)) if busy > 0 => eprintln!(
+                    "skipped: the machine was busy at each of {busy} looks (budget {now:?}, base {base:?})"
+                ),
+                Some((base, now, grown, _)) => assert!(
+                    grown > 0,
+                    "30 waits of about 1 ms never raised the budget ({now:?}, base {base:?})"
+                ),
+            }
+        }
+    });
+}
+
 /// 10,000 receives and 10,000 sends outstanding at once.
 fn many_requests(world: &SimpleCommunicator) {
     const N: usize = 10_000;

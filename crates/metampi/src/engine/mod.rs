@@ -11,6 +11,7 @@ pub(crate) mod coop;
 pub(crate) mod core;
 pub(crate) mod join;
 pub(crate) mod links;
+pub(crate) mod spin;
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr as InetAddr, TcpListener, TcpStream};
@@ -146,7 +147,7 @@ pub(crate) struct Shared {
     poller: AtomicBool,
     /// Threads blocked on the condition variable or in `poll`.
     blocked: AtomicUsize,
-    spin: Duration,
+    spin: spin::SpinBudget,
     oversubscribed: bool,
     /// Cores this machine's ranks were given (see `sys::cpus`).
     cores: usize,
@@ -835,8 +836,9 @@ impl Shared {
         // Oversubscribed ranks yield while they spin, which hands the core to a peer
         // that has work; blocking early costs a wake-up per message (measured:
         // 8 ranks on 2 cores, barrier 138 µs with 20 µs of spinning, 29 µs with 1 ms).
-        let spin_us =
-            env_usize("METAMPI_SPIN_US").unwrap_or(if oversubscribed { 1000 } else { 200 });
+        // With a core per rank the budget learns (see `spin`), unless set.
+        let set_spin = env_usize("METAMPI_SPIN_US");
+        let spin_us = set_spin.unwrap_or(if oversubscribed { 1000 } else { 200 });
         let next_context = parent.as_ref().map_or(4, |p| (p.0 + 2).max(4));
         Ok(Shared {
             engine: Mutex::new(Engine {
@@ -847,7 +849,10 @@ impl Shared {
             cond: Condvar::new(),
             poller: AtomicBool::new(false),
             blocked: AtomicUsize::new(0),
-            spin: Duration::from_micros(spin_us as u64),
+            spin: spin::SpinBudget::new(
+                Duration::from_micros(spin_us as u64),
+                set_spin.is_none() && !oversubscribed,
+            ),
             oversubscribed,
             cores,
             unseen_here,
@@ -891,7 +896,7 @@ impl Shared {
             cond: Condvar::new(),
             poller: AtomicBool::new(false),
             blocked: AtomicUsize::new(0),
-            spin: Duration::from_micros(50),
+            spin: spin::SpinBudget::new(Duration::from_micros(50), false),
             oversubscribed: false,
             cores: 1,
             unseen_here: 0,
@@ -1069,7 +1074,7 @@ impl Shared {
                 crowded =
                     self.oversubscribed && self.unseen_here + e.links.shm_awake() > self.cores;
             }
-            if waited < self.spin {
+            if waited < self.spin.get() {
                 drop(e);
                 spins += 1;
                 // With a core of our own, never: a process of another job that
@@ -1115,8 +1120,10 @@ impl Shared {
                 e.links.poll_fds(&mut fds);
                 drop(e);
                 self.blocked.fetch_add(1, Ordering::SeqCst);
+                let slept = Instant::now();
                 let _ = poll::wait(&fds, Duration::from_millis(200));
                 self.blocked.fetch_sub(1, Ordering::SeqCst);
+                self.spin.learn(waited + slept.elapsed());
                 let mut e = self.lock();
                 e.links.drain_wake();
                 self.set_sleeping(&e, false);
@@ -1261,6 +1268,18 @@ impl Shared {
             return Ok(core::RawStatus::default());
         }
         self.wait_until(|e| e.core.take_status(id))
+    }
+
+    /// For `testing::spin_budget`.
+    pub(crate) fn spin_budget(&self) -> Option<(Duration, Duration, u64, u64)> {
+        self.spin.learns().then(|| {
+            (
+                self.spin.base(),
+                self.spin.get(),
+                spin::GROWN.load(Ordering::Relaxed),
+                spin::BUSY.load(Ordering::Relaxed),
+            )
+        })
     }
 
     /// Blocks until request `id` completes and returns its result.

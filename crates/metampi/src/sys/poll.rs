@@ -216,16 +216,20 @@ enum Load {
 /// A machine of `cores`'s load from the runnable count in `/proc/loadavg`
 /// text (`0.50 0.40 0.30 3/345 1234`: 3 runnable, the reader included).
 fn load(loadavg: &str, cores: usize) -> Load {
-    let runnable = loadavg
-        .split_whitespace()
-        .nth(3)
-        .and_then(|f| f.split('/').next())
-        .and_then(|r| r.parse::<usize>().ok());
-    match runnable {
+    match runnable(loadavg) {
         Some(r) if r + 2 <= cores => Load::Spare,
         Some(r) if r <= 2 * cores + 1 => Load::Shared,
         _ => Load::Crowded,
     }
+}
+
+/// The runnable threads in `/proc/loadavg` text, the reader included.
+pub(crate) fn runnable(loadavg: &str) -> Option<usize> {
+    loadavg
+        .split_whitespace()
+        .nth(3)
+        .and_then(|f| f.split('/').next())
+        .and_then(|r| r.parse::<usize>().ok())
 }
 
 /// Sets a socket's send and receive buffer sizes (`SO_SNDBUF`/`SO_RCVBUF`).

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The cost of waiting: ranks take turns computing for 50 us to 3 ms before an
+# 8-byte all-reduce (crates/metampi/examples/turns.rs, bench/c/turns.c). A
+# rank that sleeps while it waits pays for its wake-up, which costs hundreds
+# of microseconds in some virtual machines; MPICH and Open MPI spin. Runs
+# metampi with its learnt spin budget, with the budget fixed at 200 us
+# (METAMPI_SPIN_US=200, as before it learnt), and the peer, ROUNDS times
+# alternating (default 3), and prints each run's overhead per iteration.
+#
+#   bash bench/turns.sh [RANKS]          # PEER=openmpi for Open MPI
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RANKS=${1:-2}
+ROUNDS=${ROUNDS:-3}
+PEER=${PEER:-mpich}
+T=${CARGO_TARGET_DIR:-target}
+out=$T/bench
+mkdir -p "$out"
+cargo build --release -q -p metampi-cli -p metampi --example turns
+if [ "$PEER" = mpich ]; then
+    command -v mpicc.mpich >/dev/null ||
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mpich libmpich-dev) >/dev/null
+    mpicc.mpich -O2 -o "$out/turns_peer" bench/c/turns.c
+    peer=(mpiexec.mpich -n "$RANKS" "$out/turns_peer")
+else
+    command -v mpicc.openmpi >/dev/null ||
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev) >/dev/null
+    mpicc.openmpi -O2 -o "$out/turns_peer" bench/c/turns.c
+    peer=(mpirun.openmpi --allow-run-as-root --oversubscribe -n "$RANKS" "$out/turns_peer")
+fi
+overheads() { awk '{printf " %7s", $(NF-1)} END {print ""}'; }
+printf '%-22s %7s %7s %7s %7s %7s   (overhead per iteration, us)\n' "work (us):" 50 150 300 1000 3000
+for r in $(seq "$ROUNDS"); do
+    printf '%-22s' "metampi (learnt)"
+    "$T/release/metampi" run -n "$RANKS" "$T/release/examples/turns" | overheads
+    printf '%-22s' "metampi (200 us fixed)"
+    METAMPI_SPIN_US=200 "$T/release/metampi" run -n "$RANKS" "$T/release/examples/turns" | overheads
+    printf '%-22s' "$PEER"
+    "${peer[@]}" | overheads
+done

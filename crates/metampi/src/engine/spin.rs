@@ -1,0 +1,138 @@
+//! How long a waiting thread spins without progress before it sleeps.
+//!
+//! A rank with a core of its own starts at 200 µs and learns from its
+//! sleeps. Waking a sleeping process is cheap on a bare machine but costs
+//! 60-400 µs in the virtual machines this project runs on (an idle vCPU is
+//! halted, and the host must run it again): a loop whose ranks take turns
+//! computing for 0.3-3 ms before an all-reduce paid 60-120 µs per iteration
+//! there, where MPICH, which never sleeps, pays about 1. So a wait that ended
+//! soon after its rank fell asleep (the whole wait within [`LEARN_MAX`])
+//! raises the budget to half as much again as that wait, and a longer one
+//! halves it, back towards the base: waits of a regular rhythm are spun
+//! through, and a rank idle for seconds still sleeps within a few
+//! milliseconds. The budget grows only while the machine has a core for
+//! every runnable thread (`/proc/loadavg`): where other processes want the
+//! cores (concurrent jobs, a busy neighbour) it stays at the base, and a
+//! spinning rank does not take time from them.
+//!
+//! Ranks that outnumber the cores keep their fixed budget (1 ms, yielding),
+//! and `METAMPI_SPIN_US` fixes the budget of any rank.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The longest a learnt budget gets.
+pub(crate) const LEARN_MAX: Duration = Duration::from_millis(5);
+
+/// How often a learnt budget grew and how often the machine was too busy
+/// for it to (for tests, `testing::spin_budget`).
+pub(crate) static GROWN: AtomicU64 = AtomicU64::new(0);
+pub(crate) static BUSY: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) struct SpinBudget {
+    base: Duration,
+    now_ns: AtomicU64,
+    learn: bool,
+}
+
+impl SpinBudget {
+    /// A budget of `base`; `learn`: adapted by [`SpinBudget::learn`].
+    pub(crate) fn new(base: Duration, learn: bool) -> SpinBudget {
+        SpinBudget {
+            base,
+            now_ns: AtomicU64::new(base.as_nanos() as u64),
+            learn,
+        }
+    }
+
+    pub(crate) fn get(&self) -> Duration {
+        Duration::from_nanos(self.now_ns.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn learns(&self) -> bool {
+        self.learn
+    }
+
+    pub(crate) fn base(&self) -> Duration {
+        self.base
+    }
+
+    /// After a sleep: `wait` is the whole wait, spinning and sleeping.
+    pub(crate) fn learn(&self, wait: Duration) {
+        if !self.learn {
+            return;
+        }
+        let room = wait > LEARN_MAX || machine_has_room();
+        if !room {
+            BUSY.fetch_add(1, Ordering::Relaxed);
+        }
+        let now = self.get();
+        let next = next_budget(now, self.base, wait, room);
+        if next > now {
+            GROWN.fetch_add(1, Ordering::Relaxed);
+        }
+        self.now_ns.store(next.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+/// The budget after a wait of `wait` that slept, from budget `now`; `room`:
+/// the machine has a core for every runnable thread.
+pub(crate) fn next_budget(now: Duration, base: Duration, wait: Duration, room: bool) -> Duration {
+    if !room {
+        base
+    } else if wait <= LEARN_MAX {
+        (wait * 3 / 2).clamp(now.max(base), LEARN_MAX.max(base))
+    } else {
+        (now / 2).max(base)
+    }
+}
+
+/// Whether no more threads are runnable on this machine than it has online
+/// CPUs (the caller among them).
+fn machine_has_room() -> bool {
+    // SAFETY: `sysconf` has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let runnable =
+        crate::sys::poll::runnable(&std::fs::read_to_string("/proc/loadavg").unwrap_or_default());
+    matches!(runnable, Some(r) if cpus > 0 && r <= cpus as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: Duration = Duration::from_micros(200);
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    #[test]
+    fn a_short_wait_raises_the_budget_to_cover_it() {
+        assert_eq!(next_budget(BASE, BASE, us(1000), true), us(1500));
+        // Never below what it was, never above the cap.
+        assert_eq!(next_budget(us(3000), BASE, us(1000), true), us(3000));
+        assert_eq!(next_budget(BASE, BASE, us(4000), true), LEARN_MAX);
+        // A wait shorter than the base leaves the base.
+        assert_eq!(next_budget(BASE, BASE, us(100), true), BASE);
+    }
+
+    #[test]
+    fn a_long_wait_halves_it_back_towards_the_base() {
+        assert_eq!(next_budget(LEARN_MAX, BASE, us(50_000), true), us(2500));
+        assert_eq!(next_budget(us(300), BASE, us(50_000), true), BASE);
+        assert_eq!(next_budget(BASE, BASE, Duration::from_secs(1), true), BASE);
+    }
+
+    #[test]
+    fn a_busy_machine_keeps_the_base() {
+        assert_eq!(next_budget(us(3000), BASE, us(1000), false), BASE);
+    }
+
+    #[test]
+    fn a_fixed_budget_does_not_learn() {
+        let b = SpinBudget::new(BASE, false);
+        b.learn(us(1000));
+        assert_eq!(b.get(), BASE);
+    }
+}
