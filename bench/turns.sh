@@ -3,9 +3,10 @@
 # 8-byte all-reduce (crates/metampi/examples/turns.rs, bench/c/turns.c). A
 # rank that sleeps while it waits pays for its wake-up, which costs hundreds
 # of microseconds in some virtual machines; MPICH and Open MPI spin. Runs
-# metampi with its learnt spin budget, with the budget fixed at 200 us
-# (METAMPI_SPIN_US=200, as before it learnt), and the peer, ROUNDS times
-# alternating (default 3), and prints each run's overhead per iteration.
+# metampi with its learnt spin budget, with the budget fixed where it starts
+# (METAMPI_SPIN_US: 200 us, 1000 where ranks outnumber cores; the budgets
+# before they learnt), and the peer, ROUNDS times alternating (default 3),
+# and prints each run's overhead per iteration.
 #
 #   bash bench/turns.sh [RANKS]          # PEER=openmpi for Open MPI
 set -euo pipefail
@@ -28,13 +29,15 @@ else
     mpicc.openmpi -O2 -o "$out/turns_peer" bench/c/turns.c
     peer=(mpirun.openmpi --allow-run-as-root --oversubscribe -n "$RANKS" "$out/turns_peer")
 fi
+fixed=200
+[ "$RANKS" -gt "$(nproc)" ] && fixed=1000
 overheads() { awk '{printf " %7s", $(NF-1)} END {print ""}'; }
-printf '%-22s %7s %7s %7s %7s %7s   (overhead per iteration, us)\n' "work (us):" 50 150 300 1000 3000
+printf '%-24s %7s %7s %7s %7s %7s   (overhead per iteration, us)\n' "work (us):" 50 150 300 1000 3000
 for r in $(seq "$ROUNDS"); do
-    printf '%-22s' "metampi (learnt)"
+    printf '%-24s' "metampi (learnt)"
     "$T/release/metampi" run -n "$RANKS" "$T/release/examples/turns" | overheads
-    printf '%-22s' "metampi (200 us fixed)"
-    METAMPI_SPIN_US=200 "$T/release/metampi" run -n "$RANKS" "$T/release/examples/turns" | overheads
-    printf '%-22s' "$PEER"
+    printf '%-24s' "metampi (fixed $fixed us)"
+    METAMPI_SPIN_US=$fixed "$T/release/metampi" run -n "$RANKS" "$T/release/examples/turns" | overheads
+    printf '%-24s' "$PEER"
     "${peer[@]}" | overheads
 done

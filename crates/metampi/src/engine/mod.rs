@@ -836,7 +836,7 @@ impl Shared {
         // Oversubscribed ranks yield while they spin, which hands the core to a peer
         // that has work; blocking early costs a wake-up per message (measured:
         // 8 ranks on 2 cores, barrier 138 µs with 20 µs of spinning, 29 µs with 1 ms).
-        // With a core per rank the budget learns (see `spin`), unless set.
+        // The budget learns (see `spin`), unless set.
         let set_spin = env_usize("METAMPI_SPIN_US");
         let spin_us = set_spin.unwrap_or(if oversubscribed { 1000 } else { 200 });
         let next_context = parent.as_ref().map_or(4, |p| (p.0 + 2).max(4));
@@ -851,7 +851,8 @@ impl Shared {
             blocked: AtomicUsize::new(0),
             spin: spin::SpinBudget::new(
                 Duration::from_micros(spin_us as u64),
-                set_spin.is_none() && !oversubscribed,
+                set_spin.is_none(),
+                oversubscribed,
             ),
             oversubscribed,
             cores,
@@ -896,7 +897,7 @@ impl Shared {
             cond: Condvar::new(),
             poller: AtomicBool::new(false),
             blocked: AtomicUsize::new(0),
-            spin: spin::SpinBudget::new(Duration::from_micros(50), false),
+            spin: spin::SpinBudget::new(Duration::from_micros(50), false, false),
             oversubscribed: false,
             cores: 1,
             unseen_here: 0,
