@@ -9,6 +9,10 @@
 # and prints each run's overhead per iteration.
 #
 #   bash bench/turns.sh [RANKS]          # PEER=openmpi for Open MPI
+#   SITES=1 bash bench/turns.sh          # 2 meta hosts of 1 rank: the all-reduce
+#                                        # goes through 2 routers; against direct
+#                                        # TCP between 2 emulated machines
+#   M=/tmp/metampi-old SITES=1 bash bench/turns.sh   # that build's launcher and routers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RANKS=${1:-2}
@@ -18,6 +22,28 @@ T=${CARGO_TARGET_DIR:-target}
 out=$T/bench
 mkdir -p "$out"
 cargo build --release -q -p metampi-cli -p metampi --example turns
+M=${M:-$T/release/metampi}
+EX=$T/release/examples/turns
+overheads() { awk '{printf " %7s", $(NF-1)} END {print ""}'; }
+printf '%-24s %7s %7s %7s %7s %7s   (overhead per iteration, us)\n' "work (us):" 50 150 300 1000 3000
+if [ "${SITES:-0}" = 1 ]; then
+    d=$(mktemp -d)
+    trap 'rm -rf "$d"' EXIT
+    cat >"$d/sites.cfg" <<CFG
+PORTBASE 27800
+METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }
+METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }
+PAIR a b 1 - { COMPRESSION = off; }
+a0 <-> b0
+CFG
+    for r in $(seq "$ROUNDS"); do
+        printf '%-24s' "routed (2 routers)"
+        "$M" run --meta "$d/sites.cfg" "$EX" | overheads
+        printf '%-24s' "direct TCP"
+        "$M" run --launch local --hosts m0:1,m1:1 -n 2 "$EX" | overheads
+    done
+    exit 0
+fi
 if [ "$PEER" = mpich ]; then
     command -v mpicc.mpich >/dev/null ||
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mpich libmpich-dev) >/dev/null
@@ -31,13 +57,11 @@ else
 fi
 fixed=200
 [ "$RANKS" -gt "$(nproc)" ] && fixed=1000
-overheads() { awk '{printf " %7s", $(NF-1)} END {print ""}'; }
-printf '%-24s %7s %7s %7s %7s %7s   (overhead per iteration, us)\n' "work (us):" 50 150 300 1000 3000
 for r in $(seq "$ROUNDS"); do
     printf '%-24s' "metampi (learnt)"
-    "$T/release/metampi" run -n "$RANKS" "$T/release/examples/turns" | overheads
+    "$M" run -n "$RANKS" "$EX" | overheads
     printf '%-24s' "metampi (fixed $fixed us)"
-    METAMPI_SPIN_US=$fixed "$T/release/metampi" run -n "$RANKS" "$T/release/examples/turns" | overheads
+    METAMPI_SPIN_US=$fixed "$M" run -n "$RANKS" "$EX" | overheads
     printf '%-24s' "$PEER"
     "${peer[@]}" | overheads
 done

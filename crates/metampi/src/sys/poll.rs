@@ -71,8 +71,12 @@ pub(crate) fn wait_fds(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Resu
 /// computing ranks shortens their time slices (a 3-site `psrsearch` on 2
 /// cores finished later, and its plans went wrong).
 pub(crate) struct Spinner {
-    /// Longest spin before one blocking wait; zero: never.
+    /// Longest spin before one blocking wait; zero: never. Unless set, it
+    /// learns as a rank's does (`engine::spin`): a wait that blocked and
+    /// was ended by an event soon after raises it, a long one lowers it
+    /// towards `base`.
     budget: Duration,
+    base: Duration,
     /// Spin hard whatever the load (set explicitly).
     forced: bool,
     /// The machine's load at the last look.
@@ -106,8 +110,10 @@ impl Spinner {
         let set = std::env::var(var)
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok());
+        let budget = Duration::from_micros(set.unwrap_or(auto_us));
         Spinner {
-            budget: Duration::from_micros(set.unwrap_or(auto_us)),
+            budget,
+            base: budget,
             forced: set.is_some(),
             load: Load::Crowded,
             checked: None,
@@ -196,6 +202,10 @@ impl Spinner {
         let n = n?;
         if n > 0 {
             self.last_event = Some(Instant::now());
+            if !spin.is_zero() && !self.forced {
+                self.budget =
+                    crate::engine::spin::next_budget(self.budget, self.base, start.elapsed(), true);
+            }
         }
         Ok(n)
     }
@@ -312,6 +322,7 @@ mod tests {
         let t = Duration::from_secs(1);
         let mut s = Spinner {
             budget: Duration::from_micros(50),
+            base: Duration::from_micros(50),
             forced: true,
             load: Load::Crowded,
             checked: None,
@@ -351,6 +362,7 @@ mod tests {
         let (a, b) = UnixDatagram::pair().unwrap();
         let mut s = Spinner {
             budget: Duration::from_millis(50),
+            base: Duration::from_millis(50),
             forced: true,
             load: Load::Crowded,
             checked: None,
@@ -385,6 +397,60 @@ mod tests {
         sender.join().unwrap();
         // The first wait slept after its spin, the second found its event spinning.
         assert_eq!((s.counts.waits, s.counts.spun, s.counts.blocked), (2, 1, 1));
+    }
+
+    /// An event that comes a millisecond after a spin of 50 µs ran out
+    /// raises the budget to cover such waits; one that takes longer than a
+    /// learnt budget may grow lowers it again.
+    #[test]
+    fn a_wait_ended_soon_after_the_spin_raises_the_budget() {
+        let (a, b) = UnixDatagram::pair().unwrap();
+        let base = Duration::from_micros(50);
+        let mut s = Spinner {
+            budget: base,
+            base,
+            forced: false,
+            load: Load::Shared,
+            checked: Some(Instant::now() + Duration::from_secs(3600)),
+            last_event: Some(Instant::now()),
+            counts: WaitCounts::default(),
+        };
+        let mut pfds = [libc::pollfd {
+            fd: b.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let mut wait_for = |s: &mut Spinner, after: Duration| {
+            let a = a.try_clone().unwrap();
+            let sender = std::thread::spawn(move || {
+                std::thread::sleep(after);
+                a.send(&[1]).unwrap();
+            });
+            s.last_event = Some(Instant::now());
+            let t0 = Instant::now();
+            let n = s.wait_or(&mut pfds, Duration::from_secs(5), || false, |_| {});
+            let took = t0.elapsed();
+            sender.join().unwrap();
+            let mut byte = [0u8; 1];
+            b.recv(&mut byte).unwrap();
+            assert_eq!(n.unwrap(), 1);
+            took
+        };
+        let max = crate::engine::spin::LEARN_MAX;
+        let took = wait_for(&mut s, Duration::from_millis(1));
+        // (A machine so loaded that the wait took longer halves it instead.)
+        if s.counts.blocked == 1 && took < max {
+            assert!(s.budget > base && s.budget <= max, "{:?}", s.budget);
+        }
+        // A long wait (past the longest learnt budget) halves it.
+        s.budget = max;
+        wait_for(&mut s, Duration::from_millis(30));
+        assert_eq!(s.budget, max / 2);
+        // A forced budget stays as set.
+        s.forced = true;
+        s.budget = base;
+        wait_for(&mut s, Duration::from_millis(1));
+        assert_eq!(s.budget, base);
     }
 
     #[test]
