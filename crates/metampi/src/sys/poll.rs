@@ -316,19 +316,34 @@ mod tests {
         assert_eq!(load("garbage", 16), Load::Crowded);
     }
 
+    /// A spinner as `from_env` makes one, with these settings, after an event.
+    fn spinner(budget: Duration, forced: bool, load: Load) -> Spinner {
+        Spinner {
+            budget,
+            base: budget,
+            forced,
+            load,
+            checked: None,
+            last_event: Some(Instant::now()),
+            counts: WaitCounts::default(),
+        }
+    }
+
+    /// Waits for `fd` to be readable.
+    fn readable(fd: RawFd) -> [libc::pollfd; 1] {
+        [libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }]
+    }
+
     #[test]
     fn spins_only_after_recent_events_and_never_when_off() {
         let now = Instant::now();
         let t = Duration::from_secs(1);
-        let mut s = Spinner {
-            budget: Duration::from_micros(50),
-            base: Duration::from_micros(50),
-            forced: true,
-            load: Load::Crowded,
-            checked: None,
-            last_event: None,
-            counts: WaitCounts::default(),
-        };
+        let mut s = spinner(Duration::from_micros(50), true, Load::Crowded);
+        s.last_event = None;
         assert_eq!(s.spin_for(now, t), Duration::ZERO, "no traffic yet");
         s.last_event = Some(now);
         assert_eq!(s.spin_for(now, t), Duration::from_micros(50));
@@ -360,20 +375,8 @@ mod tests {
     #[test]
     fn a_spinning_wait_returns_the_event() {
         let (a, b) = UnixDatagram::pair().unwrap();
-        let mut s = Spinner {
-            budget: Duration::from_millis(50),
-            base: Duration::from_millis(50),
-            forced: true,
-            load: Load::Crowded,
-            checked: None,
-            last_event: Some(Instant::now()),
-            counts: WaitCounts::default(),
-        };
-        let mut pfds = [libc::pollfd {
-            fd: b.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut s = spinner(Duration::from_millis(50), true, Load::Crowded);
+        let mut pfds = readable(b.as_raw_fd());
         // Nothing comes: the spin and then the wait run out.
         let t0 = Instant::now();
         assert_eq!(
@@ -406,20 +409,10 @@ mod tests {
     fn a_wait_ended_soon_after_the_spin_raises_the_budget() {
         let (a, b) = UnixDatagram::pair().unwrap();
         let base = Duration::from_micros(50);
-        let mut s = Spinner {
-            budget: base,
-            base,
-            forced: false,
-            load: Load::Shared,
-            checked: Some(Instant::now() + Duration::from_secs(3600)),
-            last_event: Some(Instant::now()),
-            counts: WaitCounts::default(),
-        };
-        let mut pfds = [libc::pollfd {
-            fd: b.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut s = spinner(base, false, Load::Shared);
+        // Not looked at again during the test: the load stays as set.
+        s.checked = Some(Instant::now() + Duration::from_secs(3600));
+        let mut pfds = readable(b.as_raw_fd());
         let mut wait_for = |s: &mut Spinner, after: Duration| {
             let a = a.try_clone().unwrap();
             let sender = std::thread::spawn(move || {
@@ -457,11 +450,7 @@ mod tests {
     fn work_without_a_descriptor_ends_the_wait_and_sleepers_arm() {
         let (_a, b) = UnixDatagram::pair().unwrap();
         let mut s = Spinner::from_env("METAMPI_TEST_UNSET_SPIN", 0);
-        let mut pfds = [libc::pollfd {
-            fd: b.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
+        let mut pfds = readable(b.as_raw_fd());
         let armed = std::cell::RefCell::new(Vec::new());
         // Work already there: back at once, nobody armed.
         let t0 = Instant::now();
