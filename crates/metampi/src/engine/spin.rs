@@ -3,14 +3,14 @@
 //! A rank with a core of its own starts at 200 µs and learns from its
 //! sleeps. Waking a sleeping process is cheap on a bare machine but costs
 //! 60-400 µs in the virtual machines this project runs on (an idle vCPU is
-//! halted, and the host must run it again): a loop whose ranks take turns
-//! computing for 0.3-3 ms before an all-reduce paid 60-120 µs per iteration
-//! there, where MPICH, which never sleeps, pays about 1. So a wait that ended
+//! halted, and the host must run it again): 2 ranks taking turns computing
+//! for 0.3-3 ms before an all-reduce paid 53-224 µs per iteration there
+//! (`bench/turns.sh`), where MPICH, which never sleeps, paid 2-11. So a wait that ended
 //! soon after its rank fell asleep (the whole wait within [`LEARN_MAX`])
 //! raises the budget to half as much again as that wait, and a longer one
 //! halves it, back towards the base: waits of a regular rhythm are spun
 //! through, and a rank idle for seconds still sleeps within a few
-//! milliseconds. The budget grows only while the machine has a core for
+//! milliseconds. Such a rank's budget grows only while the machine has a core for
 //! every runnable thread (`/proc/loadavg`): where other processes want the
 //! cores (concurrent jobs, a busy neighbour) it stays at the base, and a
 //! spinning rank does not take time from them.
