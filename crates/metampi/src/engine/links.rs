@@ -63,13 +63,14 @@ impl SleepFlag {
     }
 }
 
-/// Wakes the shared-memory peer of `l` if it sleeps in its wait loop, once
-/// per sleep: the first writer to see its flag up takes it down and sends
-/// the datagram; later writers (more messages, freed ring space, other
-/// peers) see it down and send nothing. The sleeper looks at everything when
-/// it wakes, so one datagram is all it needs. Sending one per message while
-/// the flag stayed up cost a `sendto` (1.5-3 µs) each: 1000 queued 8-byte
-/// messages taken by a receiver whose sender slept took 1.8 µs apiece.
+/// Wakes the shared-memory peer whose sleep word is `flag` (wake-up socket
+/// `addr`) if it sleeps in its wait loop, once per sleep: the first writer
+/// to see the flag up takes it down and sends the datagram; later writers
+/// (more messages, freed ring space, other peers) see it down and send
+/// nothing. The sleeper looks at everything when it wakes, so one datagram
+/// is all it needs. Sending one per message while the flag stayed up cost a
+/// `sendto` (1.5-4 µs) each: 1000 queued 8-byte messages taken by a
+/// receiver whose sender slept took 1.8 µs apiece.
 /// The caller has published first (`publish_fence`), so either the sleeper
 /// sees what was published before it sleeps or its flag is seen here.
 /// (A failed send needs no retry: a full queue wakes the sleeper anyway.)
