@@ -767,6 +767,41 @@ fn spin_budget_learns_a_rhythm() {
     });
 }
 
+/// Two threads of one rank waiting by turns for messages a millisecond
+/// apart must not learn to spin through the waits: both would spin, and
+/// threads outnumbering the cores wait a time slice to see their message.
+#[test]
+fn waiting_threads_keep_the_spin_budget() {
+    Ranks::new(2).run("waiting_threads_keep_the_spin_budget", |world| {
+        const N: u32 = 40;
+        if world.rank() == 0 {
+            std::thread::scope(|s| {
+                for t in 0..2 {
+                    s.spawn(move || {
+                        let peer = world.process_at_rank(1);
+                        for i in 0..N {
+                            assert_eq!(peer.receive_with_tag::<u32>(t).0, i);
+                        }
+                    });
+                }
+            });
+            // (One raise would be enough to stop the sleeps that could lower
+            // it again.)
+            if let Some((base, now, grown, _)) = metampi::testing::spin_budget() {
+                assert_eq!(now, base, "raised {grown} times with two threads waiting");
+            }
+        } else {
+            let peer = world.process_at_rank(0);
+            for i in 0..N {
+                for t in 0..2 {
+                    std::thread::sleep(Duration::from_millis(1));
+                    peer.send_with_tag(&i, t);
+                }
+            }
+        }
+    });
+}
+
 /// 10,000 receives and 10,000 sends outstanding at once.
 fn many_requests(world: &SimpleCommunicator) {
     const N: usize = 10_000;

@@ -147,6 +147,10 @@ pub(crate) struct Shared {
     poller: AtomicBool,
     /// Threads blocked on the condition variable or in `poll`.
     blocked: AtomicUsize,
+    /// Threads inside [`Shared::wait_until`].
+    waiting: AtomicUsize,
+    /// Two threads have been inside it at once.
+    threads_waited: AtomicBool,
     spin: spin::SpinBudget,
     oversubscribed: bool,
     /// Cores this machine's ranks were given (see `sys::cpus`).
@@ -849,6 +853,8 @@ impl Shared {
             cond: Condvar::new(),
             poller: AtomicBool::new(false),
             blocked: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            threads_waited: AtomicBool::new(false),
             spin: spin::SpinBudget::new(
                 Duration::from_micros(spin_us as u64),
                 set_spin.is_none(),
@@ -897,6 +903,8 @@ impl Shared {
             cond: Condvar::new(),
             poller: AtomicBool::new(false),
             blocked: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            threads_waited: AtomicBool::new(false),
             spin: spin::SpinBudget::new(Duration::from_micros(50), false, false),
             oversubscribed: false,
             cores: 1,
@@ -1023,6 +1031,19 @@ impl Shared {
 
     /// Drives progress until `check` returns a value.
     pub(crate) fn wait_until<R>(&self, mut check: impl FnMut(&mut Engine) -> Option<R>) -> R {
+        // Counted while it waits, for the spin budget (see `spin`): once two
+        // threads have waited at the same time it stops growing, as several
+        // long spinners would share the cores.
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        if self.waiting.fetch_add(1, Ordering::Relaxed) > 0 {
+            self.threads_waited.store(true, Ordering::Relaxed);
+        }
+        let _waiting = Waiting(&self.waiting);
         // With a core of our own, the clock starts at the 16th empty pass and
         // is read on every 16th pass only: a pass without it is several times
         // shorter, and a short pass is what notices an arriving message soonest
@@ -1124,7 +1145,8 @@ impl Shared {
                 let slept = Instant::now();
                 let _ = poll::wait(&fds, Duration::from_millis(200));
                 self.blocked.fetch_sub(1, Ordering::SeqCst);
-                self.spin.learn(waited + slept.elapsed());
+                let alone = !self.threads_waited.load(Ordering::Relaxed);
+                self.spin.learn(waited + slept.elapsed(), alone);
                 let mut e = self.lock();
                 e.links.drain_wake();
                 self.set_sleeping(&e, false);
