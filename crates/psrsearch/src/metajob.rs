@@ -61,6 +61,9 @@ pub struct MetaJob {
 /// The routers' spin budget (microseconds; `0`: block at once).
 const ROUTER_SPIN_ENV: &str = "METAMPI_ROUTER_SPIN_US";
 
+/// Whether ranks learn their spin budget (`0`: keep the starting one).
+const SPIN_LEARN_ENV: &str = "METAMPI_SPIN_LEARN";
+
 /// Run `job`: parse the description, start its routers, run the ranks, stop the routers.
 ///
 /// # Errors
@@ -98,6 +101,12 @@ pub fn run(job: &MetaJob) -> Result<JobOutcome, MetaJobError> {
         );
     for (k, v) in &plan.env {
         spec = spec.env(k, v);
+    }
+    // Likewise the ranks keep their starting spin budget instead of learning a longer one
+    // (`METAMPI_SPIN_LEARN`): clients waiting for units would spin beside the ones computing,
+    // and the pilot's speeds would move with it.
+    if std::env::var_os(SPIN_LEARN_ENV).is_none() {
+        spec = spec.env(SPIN_LEARN_ENV, "0");
     }
     for (k, v) in &job.env {
         spec = spec.env(k, v);

@@ -857,7 +857,11 @@ impl Shared {
             threads_waited: AtomicBool::new(false),
             spin: spin::SpinBudget::new(
                 Duration::from_micros(spin_us as u64),
-                set_spin.is_none(),
+                set_spin.is_none()
+                    && !matches!(
+                        std::env::var("METAMPI_SPIN_LEARN").as_deref(),
+                        Ok("0" | "off" | "false" | "no")
+                    ),
                 oversubscribed,
             ),
             oversubscribed,

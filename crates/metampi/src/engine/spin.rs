@@ -26,7 +26,9 @@
 //! cores took a time slice (2 ms here) to see their message (two threads of
 //! a rank receiving by turns every 2 ms: 1.9-2.0 ms from send to receive
 //! with the budget grown, 75-100 µs without, as before it learnt).
-//! `METAMPI_SPIN_US` fixes the budget of any rank.
+//! `METAMPI_SPIN_US` fixes the budget of any rank, and `METAMPI_SPIN_LEARN=0`
+//! keeps the starting one (`psrsearch` sets it for its ranks, as it turns
+//! its routers' spin off: its plan measures the clients' speeds).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
