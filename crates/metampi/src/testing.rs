@@ -294,7 +294,8 @@ pub fn spin_receives() -> Option<u64> {
 /// This rank's spin budget before sleeping, learnt from its sleeps (see
 /// `docs/architecture.md`, "Waiting"): its base and its value now, how often
 /// it grew, and how often the machine was too busy for it to. `None` where
-/// the budget is fixed (`METAMPI_SPIN_US`). Call it after `initialize`.
+/// the budget is fixed (`METAMPI_SPIN_US`) or does not learn
+/// (`METAMPI_SPIN_LEARN=0`). Call it after `initialize`.
 pub fn spin_budget() -> Option<(std::time::Duration, std::time::Duration, u64, u64)> {
     crate::environment::shared().spin_budget()
 }

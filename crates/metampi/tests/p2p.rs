@@ -780,6 +780,30 @@ fn spin_budget_learns_a_rhythm() {
     });
 }
 
+/// `METAMPI_SPIN_LEARN=0` keeps the starting budget through the same
+/// rhythm (`psrsearch` sets it for its ranks).
+#[test]
+fn spin_learn_off_keeps_the_budget() {
+    Ranks::new(2)
+        .env("METAMPI_SPIN_LEARN", "0")
+        .run("spin_learn_off_keeps_the_budget", |world| {
+            let peer = world.process_at_rank(1 - world.rank());
+            for k in 0..10u32 {
+                if world.rank() == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                    peer.send(&k);
+                } else {
+                    assert_eq!(peer.receive::<u32>().0, k);
+                }
+            }
+            assert_eq!(
+                metampi::testing::spin_budget(),
+                None,
+                "METAMPI_SPIN_LEARN=0 left the budget learning"
+            );
+        });
+}
+
 /// Two threads of one rank waiting by turns for messages a millisecond
 /// apart must not learn to spin through the waits: both would spin, and
 /// threads outnumbering the cores wait a time slice to see their message.
