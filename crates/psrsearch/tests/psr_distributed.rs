@@ -397,6 +397,9 @@ fn dynamic_mode_moves_units_across_servers() {
         });
 }
 
+/// The fewest units the static plan must send over the slow link for the comparison to hold.
+const MIN_SLOW_SHARE: u64 = 12;
+
 /// The link to site `c` is emulated at 2 Mbit/s while the description the plan reads claims
 /// 50 Mbit/s (and the plan trusts it, as the paper's would), on an observation eight times
 /// the other tests' (264 blocks, so `c`'s share is well beyond the three units a client keeps
@@ -446,10 +449,16 @@ fn three_sites_slow_link_dynamic_beats_static() {
                          dynamic: service {:.2} s, c did {}/{}",
                         s.service_s, sc.done_units, sc.units, d.service_s, dc.done_units, dc.units
                     );
-                    if sc.units < 6 && attempt < 4 {
+                    // Static then waits about 0.085 s a unit on the slow link, the dynamic
+                    // mode about 0.36 s in all: a share of 6 (seen in a fresh-clone run: 0.54
+                    // s against 0.36) is too small to tell them apart.
+                    if sc.units < MIN_SLOW_SHARE && attempt < 4 {
                         again = 1;
                     } else {
-                        assert!(sc.units >= 6, "the plan trusts the claimed link: {sc:?}");
+                        assert!(
+                            sc.units >= MIN_SLOW_SHARE,
+                            "the plan trusts the claimed link: {sc:?}"
+                        );
                         assert!(
                             dc.done_units < dc.units,
                             "units moved off the slow link: {dc:?}"
