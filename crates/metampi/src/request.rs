@@ -514,6 +514,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     }
 
     fn take_done(&mut self, idxs: Vec<usize>, result: &mut Vec<Done<'a, D>>) {
+        result.reserve(idxs.len());
         for k in idxs {
             let c = self.reqs[k].as_ref().expect("live").outcome();
             result.push(self.finish_at(k, c));
@@ -543,9 +544,8 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
     /// Waits for all requests.
     pub fn wait_all(&mut self, result: &mut Vec<Done<'a, D>>) {
         result.clear();
-        let idxs: Vec<usize> = (0..self.reqs.len())
-            .filter(|&k| self.reqs[k].is_some())
-            .collect();
+        let mut idxs = Vec::with_capacity(self.reqs.len());
+        idxs.extend((0..self.reqs.len()).filter(|&k| self.reqs[k].is_some()));
         self.take_done(idxs, result);
     }
 
