@@ -306,6 +306,17 @@ pub fn wake_ups_sent() -> u64 {
     crate::engine::links::WAKE_UPS.load(AtomicOrdering::Relaxed)
 }
 
+/// Progress passes of this process that looked at its TCP sockets (one
+/// `poll` for all), and passes that skipped the look because the last ones
+/// found nothing (see `docs/architecture.md`, "TCP sockets in a progress
+/// pass").
+pub fn socket_looks() -> (u64, u64) {
+    (
+        crate::engine::links::SOCKET_LOOKS.load(AtomicOrdering::Relaxed),
+        crate::engine::links::SOCKET_SKIPS.load(AtomicOrdering::Relaxed),
+    )
+}
+
 /// The algorithm a collective `op` on `comm` moving `bytes` per rank runs
 /// when it reaches the schedules (blocking calls small enough for the
 /// shared-memory flags are served before that). Call it after `initialize`.

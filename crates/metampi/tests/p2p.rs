@@ -780,6 +780,41 @@ fn spin_budget_learns_a_rhythm() {
     });
 }
 
+/// A rank waiting on a quiet TCP peer (another emulated machine) looks at
+/// its socket on some of its progress passes, not on each: after a look
+/// that found nothing the next waits twice as long as that one took. The
+/// message still arrives.
+#[test]
+fn quiet_tcp_peers_are_looked_at_now_and_then() {
+    Ranks::new(2).nodes(&[("a", 1), ("b", 1)]).run(
+        "quiet_tcp_peers_are_looked_at_now_and_then",
+        |world| {
+            let peer = world.process_at_rank(1 - world.rank());
+            if world.rank() == 0 {
+                let before = metampi::testing::socket_looks();
+                let mut x = 0u64;
+                metampi::request::scope(|s| {
+                    let mut req = peer.immediate_receive_into(s, &mut x);
+                    // Each test is a progress pass.
+                    while let Err(r) = req.test() {
+                        req = r;
+                    }
+                });
+                assert_eq!(x, 42);
+                let after = metampi::testing::socket_looks();
+                let (looks, skips) = (after.0 - before.0, after.1 - before.1);
+                assert!(
+                    looks > 0 && skips > 2 * looks,
+                    "{looks} passes looked at the quiet socket, {skips} skipped the look"
+                );
+            } else {
+                std::thread::sleep(Duration::from_millis(30));
+                peer.send(&42u64);
+            }
+        },
+    );
+}
+
 /// `METAMPI_SPIN_LEARN=0` keeps the starting budget through the same
 /// rhythm (`psrsearch` sets it for its ranks).
 #[test]
