@@ -1046,7 +1046,14 @@ impl Links {
                         Some(ids) if routers.contains(&p) => Some(&ids.src),
                         _ => None,
                     };
-                    let r = read_stream(t, core, wire_src, &mut got);
+                    // Bytes from a pipe say nothing of the sockets.
+                    let mut from_pipe = false;
+                    let got = if t.vchan.is_some() {
+                        &mut from_pipe
+                    } else {
+                        &mut got
+                    };
+                    let r = read_stream(t, core, wire_src, got);
                     let r = match (r, &mut t.vchan) {
                         // What the router wrote before it went is read first.
                         (Ok(false), Some(v)) if t.bell_closed && v.peek_readable() == 0 => {
