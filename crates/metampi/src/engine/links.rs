@@ -265,8 +265,6 @@ struct TcpWatch {
     /// that found nothing).
     began: Option<Instant>,
     next: Option<Instant>,
-    /// No socket to look at: none until a link opens.
-    none: bool,
 }
 
 impl TcpWatch {
@@ -1115,7 +1113,8 @@ impl Links {
     fn look_at_sockets(&mut self) -> bool {
         let w = &mut self.tcp;
         if !w.stale {
-            if w.none {
+            // No socket to look at until a link opens.
+            if w.pfds.is_empty() {
                 return false;
             }
             if let Some(next) = w.next {
@@ -1141,8 +1140,7 @@ impl Links {
                 }
             }
             w.stale = false;
-            w.none = w.pfds.is_empty();
-            if w.none {
+            if w.pfds.is_empty() {
                 return false;
             }
         }
