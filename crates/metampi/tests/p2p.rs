@@ -780,36 +780,68 @@ fn spin_budget_learns_a_rhythm() {
     });
 }
 
-/// A rank waiting on a quiet TCP peer (another emulated machine) looks at
-/// its socket on some of its progress passes, not on each: after a look
-/// that found nothing the next waits twice as long as that one took. The
-/// message still arrives.
+/// Rank 0 waits for a message from a quiet TCP peer (rank 2, on another
+/// emulated machine) and counts its looks at the socket and the passes that
+/// skipped one; the message arrives either way.
+fn socket_looks_waiting_for_rank_2(world: &SimpleCommunicator) -> Option<(u64, u64)> {
+    let from = world.size() - 1;
+    if world.rank() == 0 {
+        let before = metampi::testing::socket_looks();
+        let mut x = 0u64;
+        metampi::request::scope(|s| {
+            let mut req = world
+                .process_at_rank(from)
+                .immediate_receive_into(s, &mut x);
+            // Each test is a progress pass.
+            while let Err(r) = req.test() {
+                req = r;
+            }
+        });
+        assert_eq!(x, 42);
+        let after = metampi::testing::socket_looks();
+        world.barrier();
+        Some((after.0 - before.0, after.1 - before.1))
+    } else {
+        if world.rank() == from {
+            std::thread::sleep(Duration::from_millis(30));
+            world.process_at_rank(0).send(&42u64);
+        }
+        world.barrier();
+        None
+    }
+}
+
+/// A rank that also has a shared-memory peer (a ring to look at in every
+/// pass) looks at its quiet TCP peer's socket on some of its passes, not on
+/// each: after a look that found nothing the next waits twice as long as
+/// that one took.
 #[test]
 fn quiet_tcp_peers_are_looked_at_now_and_then() {
-    Ranks::new(2).nodes(&[("a", 1), ("b", 1)]).run(
+    Ranks::new(3).nodes(&[("a", 2), ("b", 1)]).run(
         "quiet_tcp_peers_are_looked_at_now_and_then",
         |world| {
-            let peer = world.process_at_rank(1 - world.rank());
-            if world.rank() == 0 {
-                let before = metampi::testing::socket_looks();
-                let mut x = 0u64;
-                metampi::request::scope(|s| {
-                    let mut req = peer.immediate_receive_into(s, &mut x);
-                    // Each test is a progress pass.
-                    while let Err(r) = req.test() {
-                        req = r;
-                    }
-                });
-                assert_eq!(x, 42);
-                let after = metampi::testing::socket_looks();
-                let (looks, skips) = (after.0 - before.0, after.1 - before.1);
+            if let Some((looks, skips)) = socket_looks_waiting_for_rank_2(&world) {
                 assert!(
                     looks > 0 && skips > 2 * looks,
                     "{looks} passes looked at the quiet socket, {skips} skipped the look"
                 );
-            } else {
-                std::thread::sleep(Duration::from_millis(30));
-                peer.send(&42u64);
+            }
+        },
+    );
+}
+
+/// A rank whose only links are TCP sockets has nothing to do between two
+/// looks: it looks in every pass, and sees a message as soon as it is there.
+#[test]
+fn sockets_alone_are_looked_at_every_pass() {
+    Ranks::new(2).nodes(&[("a", 1), ("b", 1)]).run(
+        "sockets_alone_are_looked_at_every_pass",
+        |world| {
+            if let Some((looks, skips)) = socket_looks_waiting_for_rank_2(&world) {
+                assert!(
+                    looks > 100 && skips == 0,
+                    "{looks} passes looked at the socket, {skips} skipped the look"
+                );
             }
         },
     );

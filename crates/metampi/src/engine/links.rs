@@ -247,7 +247,8 @@ pub(crate) struct Links {
 /// with one `poll` per pass instead of a `read` each, and only those with
 /// bytes (or an end) read; a lone socket is read without the `poll`. After
 /// a look whose reads brought nothing, the next waits twice as long as that
-/// one took (see [`TcpWatch::quiet`]). A rank talking over shared memory
+/// one took (see [`TcpWatch::quiet`]), where the pass has memory to look at
+/// in between (rings, router pipes). A rank talking over shared memory
 /// while its TCP peers are quiet paid a `read` per peer on every pass of its
 /// wait: 2000 8-byte round trips between the two ranks of one of 4 emulated
 /// machines (6 TCP peers each) made 72,000 `recvfrom` calls, now 8,700
@@ -261,6 +262,9 @@ struct TcpWatch {
     ready: Vec<usize>,
     /// Links opened, closed or changed since `pfds` was made.
     stale: bool,
+    /// Sockets are all a pass looks at (no ring, no router pipe): a look
+    /// skipped would only spin in its place, so none is.
+    alone: bool,
     /// When the last look began, and no look before `next` (set by a look
     /// that found nothing).
     began: Option<Instant>,
@@ -277,7 +281,7 @@ impl TcpWatch {
     fn quiet(&mut self, got: bool) {
         let now = Instant::now();
         self.next = match self.began.take() {
-            Some(t) if !got => Some(now + (2 * (now - t)).min(TCP_LOOK_GAP_MAX)),
+            Some(t) if !got && !self.alone => Some(now + (2 * (now - t)).min(TCP_LOOK_GAP_MAX)),
             _ => None,
         };
     }
@@ -436,6 +440,7 @@ impl Links {
         }
         self.in_at[s] = self.shm_in.len() as u32;
         self.shm_in.push((src, c));
+        self.tcp.stale = true;
     }
 
     /// A receive's shortcut through the ring of shared-memory peer `src`:
@@ -1140,6 +1145,11 @@ impl Links {
                 }
             }
             w.stale = false;
+            w.alone = self.shm_in.is_empty()
+                && !self
+                    .peers
+                    .iter()
+                    .any(|l| matches!(l, Link::Tcp(t) if !t.closed && t.vchan.is_some()));
             if w.pfds.is_empty() {
                 return false;
             }
@@ -1392,6 +1402,9 @@ fn read_stream(
     got: &mut bool,
 ) -> io::Result<bool> {
     let mut moved = false;
+    // A socket read gave less than asked: at a frame boundary, stop rather
+    // than pay a read that finds nothing (a small message's second syscall).
+    let mut drained = false;
     let TcpLink {
         stream,
         rx,
@@ -1451,10 +1464,14 @@ fn read_stream(
                 rx.env = Some(env);
                 continue;
             }
-            let max = if rx.big { SMALL_FILL } else { RX_BUF };
-            if !fill(stream, vchan.as_mut(), rx, max)? {
+            if drained {
                 return Ok(moved);
             }
+            let max = if rx.big { SMALL_FILL } else { RX_BUF };
+            let Some(short) = fill(stream, vchan.as_mut(), rx, max)? else {
+                return Ok(moved);
+            };
+            drained = short;
             *got = true;
             continue;
         };
@@ -1490,18 +1507,21 @@ fn read_stream(
                     *got = true;
                 }
             }
-        } else if !fill(
-            stream,
-            vchan.as_mut(),
-            rx,
-            match rx.body {
-                // The payload's tail, the next envelope and a little.
-                Body::Direct | Body::Eager(_) => need + SMALL_FILL,
-                _ => RX_BUF,
-            },
-        )? {
-            return Ok(moved);
         } else {
+            let Some(short) = fill(
+                stream,
+                vchan.as_mut(),
+                rx,
+                match rx.body {
+                    // The payload's tail, the next envelope and a little.
+                    Body::Direct | Body::Eager(_) => need + SMALL_FILL,
+                    _ => RX_BUF,
+                },
+            )?
+            else {
+                return Ok(moved);
+            };
+            drained = short;
             *got = true;
         }
         if rx.body_got == n {
@@ -1517,9 +1537,15 @@ fn read_stream(
     }
 }
 
-/// Reads up to `max` more bytes into the staging buffer; `false` when
-/// nothing is there.
-fn fill(s: &mut TcpStream, pipe: Option<&mut VChan>, rx: &mut Rx, max: usize) -> io::Result<bool> {
+/// Reads up to `max` more bytes into the staging buffer; `None` when
+/// nothing is there, else whether a socket gave less than asked (it is
+/// drained: another read now would most likely find nothing).
+fn fill(
+    s: &mut TcpStream,
+    pipe: Option<&mut VChan>,
+    rx: &mut Rx,
+    max: usize,
+) -> io::Result<Option<bool>> {
     if rx.start == rx.end {
         rx.start = 0;
         rx.end = 0;
@@ -1529,11 +1555,13 @@ fn fill(s: &mut TcpStream, pipe: Option<&mut VChan>, rx: &mut Rx, max: usize) ->
         rx.start = 0;
     }
     let to = rx.buf.len().min(rx.end.saturating_add(max));
+    let socket = pipe.is_none();
     match read_some(s, pipe, &mut rx.buf[rx.end..to])? {
-        None => Ok(false),
+        None => Ok(None),
         Some(k) => {
+            let short = socket && rx.end + k < to;
             rx.end += k;
-            Ok(true)
+            Ok(Some(short))
         }
     }
 }
