@@ -20,10 +20,15 @@
 # 1-31 bytes is the placement that slows `rep movsb` copies on AMD Zen.
 #
 #   HOG=1 bash bench/compare_bench.sh 2 pingpong,bcast,allreduce 8,4096
+#   TCP=1 bash bench/compare_bench.sh 2 pingpong,bw,bibw
 #
 # HOG=1 keeps one busy-looping process of another job running throughout
 # (both sides alike), as a desktop or a shared node has: ranks that yield
 # their core to it, or sleep, pay for it in latency.
+#
+# TCP=1 sends every message over TCP on both sides, as between machines:
+# `metampi bench --tcp`; MPICH (ch4:ucx) with MPIR_CVAR_NOLOCAL=1 and
+# UCX_TLS=tcp,self; Open MPI with `--mca pml ob1 --mca btl tcp,self`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RANKS=${1:-2}
@@ -47,23 +52,28 @@ if [ "$PEER" = mpich ]; then
     fi
     mpicc.mpich -O2 -w -o "$out/osu_like_peer" bench/c/osu_like.c
     peer_run=(mpiexec.mpich -n "$RANKS")
+    [ "${TCP:-0}" = 0 ] || peer_run=(env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self "${peer_run[@]}")
 else
     if ! command -v mpicc.openmpi >/dev/null; then
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev) >/dev/null
     fi
     mpicc.openmpi -O2 -w -o "$out/osu_like_peer" bench/c/osu_like.c
     peer_run=(mpirun.openmpi --allow-run-as-root --oversubscribe -x MISALIGN -n "$RANKS")
+    [ "${TCP:-0}" = 0 ] || peer_run+=(--mca pml ob1 --mca btl tcp,self)
 fi
 cargo build --release -q -p metampi-cli
+ours=()
+[ "${TCP:-0}" = 0 ] || ours=(--tcp)
 
 ROUNDS=${ROUNDS:-2}
 for r in $(seq "$ROUNDS"); do
-    target/release/metampi bench -n "$RANKS" --ops "$OPS" --sizes "$SIZES" --iters-scale "$SCALE" --misalign "$MISALIGN" --label metampi --json "$out/metampi.$r.json" >/dev/null
+    target/release/metampi bench -n "$RANKS" "${ours[@]}" --ops "$OPS" --sizes "$SIZES" --iters-scale "$SCALE" --misalign "$MISALIGN" --label metampi --json "$out/metampi.$r.json" >/dev/null
     timeout 600 "${peer_run[@]}" "$out/osu_like_peer" "$OPS" "$SIZES" "$SCALE" "$PEER" "$out/peer.$r.json"
 done
 
 [ "$MISALIGN" = 0 ] || echo "receive buffers start $MISALIGN bytes past a page boundary on both sides"
 [ "${HOG:-0}" = 0 ] || echo "both sides ran beside a busy-looping process"
+[ "${TCP:-0}" = 0 ] || echo "every message over TCP on both sides"
 
 python3 bench/compare_report.py "$out" "$ROUNDS" "$PEER"
 target/release/metampi bench plot "$out/metampi.json" "$out/peer.json" -o "$out/compare.svg" >/dev/null
