@@ -27,7 +27,8 @@
 # their core to it, or sleep, pay for it in latency.
 #
 # TCP=1 sends every message over TCP on both sides, as between machines:
-# `metampi bench --tcp`; MPICH (ch4:ucx) with MPIR_CVAR_NOLOCAL=1 and
+# `metampi bench --tcp`; MPICH (ch4:ucx) with MPIR_CVAR_NOLOCAL=1,
+# MPIR_CVAR_CH4_SHM_ENABLE=0 and
 # UCX_TLS=tcp,self; Open MPI with `--mca pml ob1 --mca btl tcp,self`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +53,7 @@ if [ "$PEER" = mpich ]; then
     fi
     mpicc.mpich -O2 -w -o "$out/osu_like_peer" bench/c/osu_like.c
     peer_run=(mpiexec.mpich -n "$RANKS")
-    [ "${TCP:-0}" = 0 ] || peer_run=(env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self "${peer_run[@]}")
+    [ "${TCP:-0}" = 0 ] || peer_run=(env MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_SHM_ENABLE=0 UCX_TLS=tcp,self "${peer_run[@]}")
 else
     if ! command -v mpicc.openmpi >/dev/null; then
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev) >/dev/null
