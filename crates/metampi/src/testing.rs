@@ -317,6 +317,13 @@ pub fn socket_looks() -> (u64, u64) {
     )
 }
 
+/// Payload bytes of long messages arriving on streams (TCP, router pipes)
+/// that went through the staging buffer before reaching the receive buffer
+/// (copied twice) instead of being read straight into it.
+pub fn staged_payload_bytes() -> u64 {
+    crate::engine::links::STAGED_PAYLOAD.load(AtomicOrdering::Relaxed)
+}
+
 /// The algorithm a collective `op` on `comm` moving `bytes` per rank runs
 /// when it reaches the schedules (blocking calls small enough for the
 /// shared-memory flags are served before that). Call it after `initialize`.

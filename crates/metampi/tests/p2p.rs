@@ -847,6 +847,45 @@ fn sockets_alone_are_looked_at_every_pass() {
     );
 }
 
+/// A rendezvous over TCP: once the receiver has answered `Cts`, its reads
+/// wait for the data's envelope with a small staging read, so the payload
+/// goes straight into the receive buffer; only the few KiB read with the
+/// envelope are copied twice (a full staging read took 256 KiB of every
+/// message).
+#[test]
+fn rendezvous_data_is_read_straight_into_the_buffer() {
+    const N: usize = 1 << 20;
+    const ROUNDS: usize = 8;
+    Ranks::new(2).force_tcp(true).run(
+        "rendezvous_data_is_read_straight_into_the_buffer",
+        |world| {
+            let peer = world.process_at_rank(1 - world.rank());
+            let before = metampi::testing::staged_payload_bytes();
+            let mut buf = vec![0u8; N];
+            for k in 0..ROUNDS {
+                if world.rank() == 0 {
+                    buf.iter_mut()
+                        .enumerate()
+                        .for_each(|(i, b)| *b = (i + k) as u8);
+                    peer.send(&buf[..]);
+                    peer.receive_into(&mut buf[..1]);
+                } else {
+                    peer.receive_into(&mut buf[..]);
+                    assert!(buf.iter().enumerate().all(|(i, &b)| b == (i + k) as u8));
+                    peer.send(&buf[..1]);
+                }
+            }
+            if world.rank() == 1 {
+                let staged = metampi::testing::staged_payload_bytes() - before;
+                assert!(
+                    staged <= (ROUNDS * 8 << 10) as u64,
+                    "{staged} bytes of {ROUNDS} messages of {N} went through the staging buffer"
+                );
+            }
+        },
+    );
+}
+
 /// `METAMPI_SPIN_LEARN=0` keeps the starting budget through the same
 /// rhythm (`psrsearch` sets it for its ranks).
 #[test]

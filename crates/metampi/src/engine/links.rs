@@ -94,6 +94,10 @@ pub(crate) static WAKE_UPS: AtomicU64 = AtomicU64::new(0);
 /// look (for tests, `testing::socket_looks`).
 pub(crate) static SOCKET_LOOKS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SOCKET_SKIPS: AtomicU64 = AtomicU64::new(0);
+/// Payload bytes of messages read straight to their target (long eager ones
+/// and rendezvous data) that came through the staging buffer instead, and
+/// so were copied twice.
+pub(crate) static STAGED_PAYLOAD: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) struct ShmLink {
     pub prod: Producer,
@@ -130,6 +134,12 @@ struct Rx {
     /// The last frame begun had a payload read straight to its target:
     /// the next read into the staging buffer takes only [`SMALL_FILL`].
     big: bool,
+    /// `Cts` frames written on this stream whose `Data` has not begun to
+    /// arrive: staging reads take only [`SMALL_FILL`] meanwhile, so that
+    /// the first fragment's payload goes straight to the receive buffer too
+    /// (a full read staged 256 KiB of it and copied it again: a quarter of
+    /// every 1 MiB message over TCP).
+    awaiting_data: u32,
 }
 
 /// Bytes of the stream staging buffer.
@@ -154,6 +164,7 @@ impl Default for Rx {
             body: Body::None,
             body_got: 0,
             big: false,
+            awaiting_data: 0,
         }
     }
 }
@@ -978,7 +989,12 @@ impl Links {
                     true
                 }
                 Link::Tcp(t) => match write_frame(t, &f.env, payload, &mut f.written) {
-                    Ok(done) => done,
+                    Ok(done) => {
+                        if done && f.env[0] == Kind::Cts as u8 {
+                            t.rx.awaiting_data += 1;
+                        }
+                        done
+                    }
                     Err(e) => {
                         t.closed = true;
                         self.tcp.stale = true;
@@ -1449,6 +1465,9 @@ fn read_stream(
                     continue;
                 }
                 rx.body_got = 0;
+                if env.kind == Kind::Data {
+                    rx.awaiting_data = rx.awaiting_data.saturating_sub(1);
+                }
                 rx.body = if env.kind == Kind::Data {
                     if core.data_target(&env).is_some() {
                         Body::Direct
@@ -1467,7 +1486,11 @@ fn read_stream(
             if drained {
                 return Ok(moved);
             }
-            let max = if rx.big { SMALL_FILL } else { RX_BUF };
+            let max = if rx.big || rx.awaiting_data > 0 {
+                SMALL_FILL
+            } else {
+                RX_BUF
+            };
             let Some(short) = fill(stream, vchan.as_mut(), rx, max)? else {
                 return Ok(moved);
             };
@@ -1484,6 +1507,7 @@ fn read_stream(
                 Body::Staged(v) => crate::sys::copy::extend(v, src),
                 Body::Direct | Body::Eager(_) => match body_target(core, &rx.body, &env) {
                     Some(dst) => {
+                        STAGED_PAYLOAD.fetch_add(k as u64, Ordering::Relaxed);
                         crate::sys::copy::copy(&mut dst[rx.body_got..rx.body_got + k], src)
                     }
                     None => rx.body = Body::Discard,
