@@ -820,7 +820,7 @@ fn quiet_tcp_peers_are_looked_at_now_and_then() {
     Ranks::new(3).nodes(&[("a", 2), ("b", 1)]).run(
         "quiet_tcp_peers_are_looked_at_now_and_then",
         |world| {
-            if let Some((looks, skips)) = socket_looks_waiting_for_rank_2(&world) {
+            if let Some((looks, skips)) = socket_looks_waiting_for_rank_2(world) {
                 assert!(
                     looks > 0 && skips > 2 * looks,
                     "{looks} passes looked at the quiet socket, {skips} skipped the look"
@@ -837,7 +837,7 @@ fn sockets_alone_are_looked_at_every_pass() {
     Ranks::new(2).nodes(&[("a", 1), ("b", 1)]).run(
         "sockets_alone_are_looked_at_every_pass",
         |world| {
-            if let Some((looks, skips)) = socket_looks_waiting_for_rank_2(&world) {
+            if let Some((looks, skips)) = socket_looks_waiting_for_rank_2(world) {
                 assert!(
                     looks > 100 && skips == 0,
                     "{looks} passes looked at the socket, {skips} skipped the look"
