@@ -878,7 +878,7 @@ fn rendezvous_data_is_read_straight_into_the_buffer() {
             if world.rank() == 1 {
                 let staged = metampi::testing::staged_payload_bytes() - before;
                 assert!(
-                    staged <= (ROUNDS * 8 << 10) as u64,
+                    staged <= (ROUNDS * (8 << 10)) as u64,
                     "{staged} bytes of {ROUNDS} messages of {N} went through the staging buffer"
                 );
             }
