@@ -139,7 +139,7 @@ static SCRATCH: Mutex<Scratch> = Mutex::new(Scratch {
 /// there, and many small ones would crowd the pool).
 const SCRATCH_MIN: usize = 64 << 10;
 /// At most this many bytes are kept in the pool (per process).
-const SCRATCH_KEEP: usize = 64 << 20;
+const SCRATCH_KEEP: usize = 32 << 20;
 /// At most this many buffers are kept.
 const SCRATCH_BUFFERS: usize = 8;
 
