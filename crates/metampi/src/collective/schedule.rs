@@ -957,3 +957,44 @@ pub(crate) fn run(mut s: Schedule) -> Result<(), Error> {
     crate::trace::record(t, crate::trace::Kind::Collective, name, -1, 0, 0, ctx);
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch buffer given back serves the next request of about its
+    /// size (the same allocation, its bytes as the last user left them),
+    /// not one of less than half its size; the pool's limits hold.
+    #[test]
+    fn scratch_buffers_are_reused() {
+        // Sizes no other test asks for: the pool is the process's.
+        let len = (3 << 20) + 4321;
+        let mut v = Scratch::take(len);
+        assert!(v.len() >= len);
+        v[0] = 7;
+        let at = v.as_ptr();
+        Scratch::give(v);
+        let again = Scratch::take(len - 1000);
+        assert_eq!(
+            again.as_ptr(),
+            at,
+            "a kept buffer of the right size was not reused"
+        );
+        assert_eq!(again[0], 7);
+        Scratch::give(again);
+        let small = Scratch::take(len / 2 - 1);
+        assert_ne!(
+            small.as_ptr(),
+            at,
+            "a buffer more than twice the request was handed out"
+        );
+        drop(small);
+        Scratch::give(vec![0; SCRATCH_KEEP + 1]);
+        for _ in 0..2 * SCRATCH_BUFFERS {
+            Scratch::give(vec![0; SCRATCH_MIN]);
+        }
+        let p = SCRATCH.lock().unwrap();
+        assert!(p.free.len() <= SCRATCH_BUFFERS && p.bytes <= SCRATCH_KEEP);
+        assert_eq!(p.bytes, p.free.iter().map(Vec::len).sum::<usize>());
+    }
+}
