@@ -780,11 +780,13 @@ fn spin_budget_learns_a_rhythm() {
     });
 }
 
-/// Rank 0 waits for a message from a quiet TCP peer (rank 2, on another
-/// emulated machine) and counts its looks at the socket and the passes that
-/// skipped one; the message arrives either way.
-fn socket_looks_waiting_for_rank_2(world: &SimpleCommunicator) -> Option<(u64, u64)> {
-    let from = world.size() - 1;
+/// Rank 0 waits for a message from rank `from`, which sends it after 30 ms,
+/// and counts its looks at its TCP sockets and the passes that skipped one;
+/// the message arrives either way.
+fn socket_looks_waiting_for(world: &SimpleCommunicator, from: i32) -> Option<(u64, u64)> {
+    // All are there before the 30 ms start (ranks can start that far apart
+    // on a loaded machine).
+    world.barrier();
     if world.rank() == 0 {
         let before = metampi::testing::socket_looks();
         let mut x = 0u64;
@@ -811,19 +813,37 @@ fn socket_looks_waiting_for_rank_2(world: &SimpleCommunicator) -> Option<(u64, u
     }
 }
 
-/// A rank that also has a shared-memory peer (a ring to look at in every
-/// pass) looks at its quiet TCP peer's socket on some of its passes, not on
-/// each: after a look that found nothing the next waits twice as long as
-/// that one took.
+/// A rank waiting for its shared-memory peer (rank 1) looks at the socket
+/// of its quiet TCP peer (rank 2, on another emulated machine) on some of
+/// its passes, not on each: after a look that found nothing the next waits
+/// twice as long as that one took.
 #[test]
 fn quiet_tcp_peers_are_looked_at_now_and_then() {
     Ranks::new(3).nodes(&[("a", 2), ("b", 1)]).run(
         "quiet_tcp_peers_are_looked_at_now_and_then",
         |world| {
-            if let Some((looks, skips)) = socket_looks_waiting_for_rank_2(world) {
+            if let Some((looks, skips)) = socket_looks_waiting_for(world, 1) {
                 assert!(
                     looks > 0 && skips > 2 * looks,
                     "{looks} passes looked at the quiet socket, {skips} skipped the look"
+                );
+            }
+        },
+    );
+}
+
+/// The same rank waiting for the TCP peer's message looks at its socket in
+/// every pass (but perhaps the first few, left from a gap set before): the
+/// look is what it waits for.
+#[test]
+fn an_awaited_socket_is_looked_at_every_pass() {
+    Ranks::new(3).nodes(&[("a", 2), ("b", 1)]).run(
+        "an_awaited_socket_is_looked_at_every_pass",
+        |world| {
+            if let Some((looks, skips)) = socket_looks_waiting_for(world, 2) {
+                assert!(
+                    looks > 100 && skips * 10 < looks,
+                    "{looks} passes looked at the socket, {skips} skipped the look"
                 );
             }
         },
@@ -837,7 +857,7 @@ fn sockets_alone_are_looked_at_every_pass() {
     Ranks::new(2).nodes(&[("a", 1), ("b", 1)]).run(
         "sockets_alone_are_looked_at_every_pass",
         |world| {
-            if let Some((looks, skips)) = socket_looks_waiting_for_rank_2(world) {
+            if let Some((looks, skips)) = socket_looks_waiting_for(world, 1) {
                 assert!(
                     looks > 100 && skips == 0,
                     "{looks} passes looked at the socket, {skips} skipped the look"

@@ -1003,6 +1003,11 @@ impl Core {
         })
     }
 
+    /// Whether a posted receive names a sender for which `from` holds.
+    pub(crate) fn posted_from(&self, from: impl Fn(u32) -> bool) -> bool {
+        self.any_posted(|pat| pat.src.is_some_and(&from))
+    }
+
     /// Whether `env` starts a message that no posted receive matches (it
     /// would go to the unexpected queue).
     pub(crate) fn unwanted(&self, env: &Envelope) -> bool {

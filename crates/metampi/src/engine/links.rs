@@ -283,16 +283,18 @@ struct TcpWatch {
 }
 
 impl TcpWatch {
-    /// After the reads of a look: where they brought nothing (`got` unset),
-    /// the next look waits twice as long as this one took (syscalls then
-    /// take at most a third of a waiting rank's time, and a message on a
-    /// quiet link is read at most that much later), at most
-    /// [`TCP_LOOK_GAP_MAX`] (a look that lost its core to another process
-    /// says nothing of what a look costs).
-    fn quiet(&mut self, got: bool) {
+    /// After the reads of a look: where they brought nothing and nothing
+    /// waits on the sockets (`keep_looking` unset), the next look waits twice
+    /// as long as this one took (syscalls then take at most a third of a
+    /// waiting rank's time, and a message on a quiet link is read at most
+    /// that much later), at most [`TCP_LOOK_GAP_MAX`] (a look that lost its
+    /// core to another process says nothing of what a look costs).
+    fn quiet(&mut self, keep_looking: bool) {
         let now = Instant::now();
         self.next = match self.began.take() {
-            Some(t) if !got && !self.alone => Some(now + (2 * (now - t)).min(TCP_LOOK_GAP_MAX)),
+            Some(t) if !keep_looking && !self.alone => {
+                Some(now + (2 * (now - t)).min(TCP_LOOK_GAP_MAX))
+            }
             _ => None,
         };
     }
@@ -1108,8 +1110,16 @@ impl Links {
         }
         if looked {
             self.tcp.ready.clear();
-            // Quiet sockets are looked at again after the gap.
-            self.tcp.quiet(got);
+            // Quiet sockets are looked at again after the gap, unless a
+            // receive waits for a message on one of them: then the look is
+            // what the rank is waiting for, not a cost to its other links.
+            let awaited = !got
+                && !self.tcp.alone
+                && core.posted_from(|s| {
+                    matches!(self.peers.get(s as usize),
+                        Some(Link::Tcp(t)) if !t.closed && t.vchan.is_none())
+                });
+            self.tcp.quiet(got || awaited);
         }
         if !core.out.is_empty() {
             self.drain_actions(core);
