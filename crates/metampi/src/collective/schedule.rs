@@ -150,7 +150,7 @@ impl Scratch {
     fn take(len: usize) -> Vec<u8> {
         let mut p = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
         let best = (0..p.free.len())
-            .filter(|&i| (len..=2 * len).contains(&p.free[i].len()))
+            .filter(|&i| (len..=len.saturating_mul(2)).contains(&p.free[i].len()))
             .min_by_key(|&i| p.free[i].len());
         match best {
             Some(i) => {

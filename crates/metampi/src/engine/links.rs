@@ -1475,10 +1475,8 @@ fn read_stream(
                     continue;
                 }
                 rx.body_got = 0;
-                if env.kind == Kind::Data {
-                    rx.awaiting_data = rx.awaiting_data.saturating_sub(1);
-                }
                 rx.body = if env.kind == Kind::Data {
+                    rx.awaiting_data = rx.awaiting_data.saturating_sub(1);
                     if core.data_target(&env).is_some() {
                         Body::Direct
                     } else {
