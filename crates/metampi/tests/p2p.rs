@@ -813,22 +813,31 @@ fn socket_looks_waiting_for(world: &SimpleCommunicator, from: i32) -> Option<(u6
     }
 }
 
+/// Runs a job on emulated machines `nodes` in which rank 0 waits for rank
+/// `from` ([`socket_looks_waiting_for`]); `ok` judges its looks and skips.
+fn socket_looks_job(name: &str, nodes: &[(&str, usize)], from: i32, ok: fn(u64, u64) -> bool) {
+    let n = nodes.iter().map(|&(_, k)| k).sum();
+    Ranks::new(n).nodes(nodes).run(name, |world| {
+        if let Some((looks, skips)) = socket_looks_waiting_for(world, from) {
+            assert!(
+                ok(looks, skips),
+                "{looks} passes looked at the socket, {skips} skipped the look"
+            );
+        }
+    });
+}
+
 /// A rank waiting for its shared-memory peer (rank 1) looks at the socket
 /// of its quiet TCP peer (rank 2, on another emulated machine) on some of
 /// its passes, not on each: after a look that found nothing the next waits
 /// twice as long as that one took.
 #[test]
 fn quiet_tcp_peers_are_looked_at_now_and_then() {
-    Ranks::new(3).nodes(&[("a", 2), ("b", 1)]).run(
+    socket_looks_job(
         "quiet_tcp_peers_are_looked_at_now_and_then",
-        |world| {
-            if let Some((looks, skips)) = socket_looks_waiting_for(world, 1) {
-                assert!(
-                    looks > 0 && skips > 2 * looks,
-                    "{looks} passes looked at the quiet socket, {skips} skipped the look"
-                );
-            }
-        },
+        &[("a", 2), ("b", 1)],
+        1,
+        |looks, skips| looks > 0 && skips > 2 * looks,
     );
 }
 
@@ -837,16 +846,11 @@ fn quiet_tcp_peers_are_looked_at_now_and_then() {
 /// look is what it waits for.
 #[test]
 fn an_awaited_socket_is_looked_at_every_pass() {
-    Ranks::new(3).nodes(&[("a", 2), ("b", 1)]).run(
+    socket_looks_job(
         "an_awaited_socket_is_looked_at_every_pass",
-        |world| {
-            if let Some((looks, skips)) = socket_looks_waiting_for(world, 2) {
-                assert!(
-                    looks > 100 && skips * 10 < looks,
-                    "{looks} passes looked at the socket, {skips} skipped the look"
-                );
-            }
-        },
+        &[("a", 2), ("b", 1)],
+        2,
+        |looks, skips| looks > 100 && skips * 10 < looks,
     );
 }
 
@@ -854,16 +858,11 @@ fn an_awaited_socket_is_looked_at_every_pass() {
 /// looks: it looks in every pass, and sees a message as soon as it is there.
 #[test]
 fn sockets_alone_are_looked_at_every_pass() {
-    Ranks::new(2).nodes(&[("a", 1), ("b", 1)]).run(
+    socket_looks_job(
         "sockets_alone_are_looked_at_every_pass",
-        |world| {
-            if let Some((looks, skips)) = socket_looks_waiting_for(world, 1) {
-                assert!(
-                    looks > 100 && skips == 0,
-                    "{looks} passes looked at the socket, {skips} skipped the look"
-                );
-            }
-        },
+        &[("a", 1), ("b", 1)],
+        1,
+        |looks, skips| looks > 100 && skips == 0,
     );
 }
 
