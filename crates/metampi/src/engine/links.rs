@@ -290,9 +290,9 @@ impl TcpWatch {
     /// that much later), at most [`TCP_LOOK_GAP_MAX`] (a look that lost its
     /// core to another process says nothing of what a look costs).
     fn quiet(&mut self, keep_looking: bool) {
-        let now = Instant::now();
         self.next = match self.began.take() {
             Some(t) if !keep_looking && !self.alone => {
+                let now = Instant::now();
                 Some(now + (2 * (now - t)).min(TCP_LOOK_GAP_MAX))
             }
             _ => None,
@@ -1181,7 +1181,8 @@ impl Links {
             }
         }
         SOCKET_LOOKS.fetch_add(1, Ordering::Relaxed);
-        w.began = Some(Instant::now());
+        // Sockets alone get no gap, so their looks need no clock.
+        w.began = (!w.alone).then(Instant::now);
         // One socket is read as it is: a `poll` would only add a syscall.
         // A failed look reads every socket, as each pass did before.
         let all =
