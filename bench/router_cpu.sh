@@ -11,10 +11,12 @@
 #   M=/tmp/metampi-old bash bench/router_cpu.sh
 #   COMPRESSION=auto bash bench/router_cpu.sh   # the link's setting (default off);
 #                                               # prints what auto chose and why
+#   CHECKSUM=off bash bench/router_cpu.sh       # frames without payload checksums (default on)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${ITERS:-0.2}
 COMPRESSION=${COMPRESSION:-off}
+CHECKSUM=${CHECKSUM:-on}
 T=${CARGO_TARGET_DIR:-target}
 if [ -z "${M:-}" ]; then # M=path/to/metampi measures that build instead
     cargo build --release -q -p metampi-cli
@@ -26,7 +28,7 @@ cat >"$d/plain.cfg" <<CFG
 PORTBASE 27700
 METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }
 METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }
-PAIR a b 1 - { COMPRESSION = $COMPRESSION; }
+PAIR a b 1 - { COMPRESSION = $COMPRESSION; CHECKSUM = $CHECKSUM; }
 a0 <-> b0
 CFG
 ticks=$(getconf CLK_TCK)

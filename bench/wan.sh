@@ -30,6 +30,8 @@ site 27100 "" > "$d/plain.cfg"
 # The same without compression: direct TCP compresses nothing, and COMPRESSION = auto (the
 # default) starts compressed until its first probe of the raw mode.
 site 27600 "- { COMPRESSION = off; }" > "$d/raw.cfg"
+# And without payload checksums (direct TCP checks nothing beyond TCP's own sum either).
+site 27650 "- { COMPRESSION = off; CHECKSUM = off; }" > "$d/bare.cfg"
 # The same two meta hosts paired directly (PAIR a b 0: no routers).
 cat > "$d/direct.cfg" <<CFG
 METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }
@@ -46,6 +48,7 @@ med() { awk -v op="$1" -v b="$2" -v col="$3" '/^# [a-z]+ \(/ {found = ($2==op); 
 direct=$($M bench -n 2 --machines m0:1,m1:1 --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
 routed=$($M run --meta "$d/plain.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
 routed_raw=$($M run --meta "$d/raw.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
+routed_bare=$($M run --meta "$d/bare.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
 # The same with TCP between ranks and routers instead of shared-memory pipes.
 routed_tcp=$(METAMPI_NO_ROUTER_SHM=1 $M run --meta "$d/plain.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
 paired=$($M run --meta "$d/direct.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
@@ -54,6 +57,7 @@ dl=$(med pingpong 8 4 <<<"$direct"); rl=$(med pingpong 8 4 <<<"$routed")
 db=$(med bw 4194304 8 <<<"$direct"); rb=$(med bw 4194304 8 <<<"$routed")
 tl=$(med pingpong 8 4 <<<"$routed_tcp"); vb=$(med bw 4194304 8 <<<"$routed_tcp")
 ol=$(med pingpong 8 4 <<<"$routed_raw"); ob4=$(med bw 4194304 8 <<<"$routed_raw")
+nb4=$(med bw 4194304 8 <<<"$routed_bare")
 slow=$($M run --meta "$d/slow.cfg" $M bench --ops bw --sizes 1M --iters-scale 0.004)
 slowz=$($M run --meta "$d/slowz.cfg" $M bench --ops bw --sizes 1M --iters-scale 0.004)
 sb=$(med bw 1048576 8 <<<"$slow"); zb=$(med bw 1048576 8 <<<"$slowz")
@@ -68,6 +72,7 @@ printf '%-44s %10s %10s %7s %s\n' "  latency the routers add (us)" "$(awk -v a="
 printf '%-44s %10s %10s %7s %s\n' "4 MiB bandwidth (MB/s), through 2 routers" "$rb" "$db" "$(r "$rb" "$db")" ">= 0.9"
 printf '%-44s %10s %10s %7s %s\n' "  same, compression off: latency (us)" "$ol" "$dl" "$(r "$ol" "$dl")" "-"
 printf '%-44s %10s %10s %7s %s\n' "  same, compression off: bandwidth (MB/s)" "$ob4" "$db" "$(r "$ob4" "$db")" ">= 0.9"
+printf '%-44s %10s %10s %7s %s\n' "  same, and payload checksums off (MB/s)" "$nb4" "$db" "$(r "$nb4" "$db")" ">= 0.9"
 printf '%-44s %10s %10s %7s %s\n' "  same, TCP to the routers: latency (us)" "$tl" "$dl" "$(r "$tl" "$dl")" "-"
 printf '%-44s %10s %10s %7s %s\n' "  same, TCP to the routers: bandwidth (MB/s)" "$vb" "$db" "$(r "$vb" "$db")" "-"
 printf '%-44s %10s %10s %7s %s\n' "  direct pair (PAIR a b 0): latency (us)" "$pl" "$dl" "$(r "$pl" "$dl")" "-"

@@ -134,11 +134,13 @@ fn checked_frame(s: &mut Script<'_>) -> (Vec<u8>, usize) {
         7 => Codec::Zstd,
         _ => Codec::Raw,
     };
-    let link = s.byte() % 4;
+    let lb = s.byte();
+    let link = lb % 4;
     let header = Header {
         kind,
         codec,
         failover: sel & 0x40 != 0,
+        unchecked: lb & 0x10 != 0,
         link,
         connection: if sel & 0x80 != 0 {
             s.num() as u32

@@ -53,9 +53,9 @@ use std::path::Path;
 pub use error::{ConfigError, ErrorKind, Pos};
 pub use layout::{HostLayout, Layout, LinkLayout, Listen, NodeLayout, RouterLayout};
 pub use model::{
-    format_pin, Address, ByteOrder, Compression, Device, Format, Globals, HostTls, Launch, Link,
-    LinkOptions, MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls,
-    DEFAULT_PORT_BASE,
+    format_pin, Address, ByteOrder, Checksum, Compression, Device, Format, Globals, HostTls,
+    Launch, Link, LinkOptions, MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router,
+    Tls, DEFAULT_PORT_BASE,
 };
 pub use process::{
     is_env_name, is_reserved_env, parse_env_file, split_args, EnvError, EnvLine, ProcessSettings,

@@ -398,6 +398,8 @@ pub struct LinkOptions {
     pub compression: Compression,
     /// Transport security (`TLS`).
     pub tls: Tls,
+    /// Payload checksums in the router's frames (`CHECKSUM`).
+    pub checksum: Checksum,
     /// How long the router may hold small messages to bundle them (`BUNDLE_DEADLINE`).
     pub bundle_deadline: Option<Duration>,
 }
@@ -415,10 +417,49 @@ impl LinkOptions {
         }
         parts.push(format!("compress={}", self.compression));
         parts.push(format!("tls={}", self.tls));
+        if !self.payload_checksum() {
+            parts.push("checksum=off".into());
+        }
         if let Some(d) = self.bundle_deadline {
             parts.push(format!("bundle={}", format_duration(d)));
         }
         parts.join(" ")
+    }
+
+    /// Whether the routers' frame checksums on this link cover the payload: `CHECKSUM`,
+    /// where `auto` means yes on plain TCP and no under TLS, whose record
+    /// authentication already rejects any changed byte.
+    #[must_use]
+    pub fn payload_checksum(&self) -> bool {
+        match self.checksum {
+            Checksum::On => true,
+            Checksum::Off => false,
+            Checksum::Auto => self.tls == Tls::Off,
+        }
+    }
+}
+
+/// Payload checksums in a link's frames (`CHECKSUM`). Frame headers are always checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Checksum {
+    /// On for plain TCP, off under TLS.
+    #[default]
+    Auto,
+    /// A CRC-32C over every frame's payload: a changed byte is found and the frame
+    /// sent again.
+    On,
+    /// Headers only: the payload is as safe as TCP's 16-bit checksum leaves it. Saves
+    /// both routers a pass over every byte.
+    Off,
+}
+
+impl fmt::Display for Checksum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::On => "on",
+            Self::Off => "off",
+        })
     }
 }
 

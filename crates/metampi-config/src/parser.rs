@@ -30,6 +30,7 @@ pub(crate) const TOP_KEYWORDS: &[&str] = &[
     "BANDWIDTH",
     "LATENCY",
     "COMPRESSION",
+    "CHECKSUM",
     "TLS",
     "TLSCERT",
     "TLSKEY",
@@ -84,6 +85,7 @@ pub(crate) const LINK_KEYS: &[&str] = &[
     "BANDWIDTH",
     "LATENCY",
     "COMPRESSION",
+    "CHECKSUM",
     "TLS",
     "BUNDLE_DEADLINE",
 ];

@@ -11,8 +11,8 @@ use std::time::Duration;
 use crate::error::{ConfigError, ErrorKind, Pos};
 use crate::layout::{HostLayout, Layout, LinkLayout, Listen, NodeLayout, RouterLayout};
 use crate::model::{
-    Address, ByteOrder, Compression, Device, Format, Globals, HostTls, Launch, Link, LinkOptions,
-    MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls,
+    Address, ByteOrder, Checksum, Compression, Device, Format, Globals, HostTls, Launch, Link,
+    LinkOptions, MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router, Tls,
 };
 use crate::parser::{
     AddrAst, AddrKind, Ast, EndpointAst, HostDecl, MetaHostAst, NodeEntry, NodeSpec, PairAst,
@@ -290,6 +290,7 @@ struct OptLayer {
     bandwidth: Option<Bandwidth>,
     latency: Option<Duration>,
     compression: Option<Compression>,
+    checksum: Option<Checksum>,
     tls: Option<(Tls, Pos)>,
     bundle: Option<Duration>,
 }
@@ -339,6 +340,19 @@ impl OptLayer {
                     _ => return Err(bad_value(s, "lz4, zstd, off or auto")),
                 });
             }
+            "CHECKSUM" => {
+                self.checksum = Some(match v.to_ascii_lowercase().as_str() {
+                    "on" => Checksum::On,
+                    "off" => Checksum::Off,
+                    "auto" => Checksum::Auto,
+                    _ => {
+                        return Err(bad_value(
+                            s,
+                            "on, off or auto (on for plain TCP, off under TLS)",
+                        ))
+                    }
+                });
+            }
             "TLS" => {
                 let mode = match v.to_ascii_lowercase().as_str() {
                     "off" => Tls::Off,
@@ -369,6 +383,7 @@ impl OptLayer {
             bandwidth: self.bandwidth.or(base.bandwidth),
             latency: self.latency.or(base.latency),
             compression: self.compression.or(base.compression),
+            checksum: self.checksum.or(base.checksum),
             tls: self.tls.or(base.tls),
             bundle: self.bundle.or(base.bundle),
         }
@@ -388,6 +403,7 @@ impl OptLayer {
             bandwidth: self.bandwidth,
             latency: self.latency,
             compression: self.compression.unwrap_or_default(),
+            checksum: self.checksum.unwrap_or_default(),
             tls,
             bundle_deadline: self.bundle,
         })

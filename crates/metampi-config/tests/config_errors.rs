@@ -62,17 +62,17 @@ fn unknown_keywords() {
         "t.cfg:1:1: unknown keyword 'METAHOTS' at top level (expected one of NUMHOSTS, OPTIONS, \
          CONNECTIONS, METAHOST, PAIR, NICDEF, AUTO_ROUTER, PORTBASE, ROUTERTIMEOUT, SPLITSIZE, \
          ISEND_NUM, HETERO, EXCHANGE_ORDER, SECRET_FILE, LAUNCH, BYTEORDER, BANDWIDTH, LATENCY, \
-         COMPRESSION, TLS, TLSCERT, TLSKEY, TLSCA, TLSPIN, BUNDLE_DEADLINE); did you mean 'METAHOST'?"
+         COMPRESSION, CHECKSUM, TLS, TLSCERT, TLSKEY, TLSCA, TLSPIN, BUNDLE_DEADLINE); did you mean 'METAHOST'?"
     );
     assert_eq!(
         err(&format!("{TWO}PAIR A B 1 - BANDWITH=1Gbit\na0 <-> b0\n")),
         "t.cfg:3:14: unknown keyword 'BANDWITH' in PAIR options (expected one of PORT, BANDWIDTH, \
-         LATENCY, COMPRESSION, TLS, BUNDLE_DEADLINE); did you mean 'BANDWIDTH'?"
+         LATENCY, COMPRESSION, CHECKSUM, TLS, BUNDLE_DEADLINE); did you mean 'BANDWIDTH'?"
     );
     assert_eq!(
         err(&format!("{TWO}PAIR A B 1 -\na0 <-> b0 SPEED=1Gbit\n")),
         "t.cfg:4:11: unknown keyword 'SPEED' in link options (expected one of PORT, BANDWIDTH, \
-         LATENCY, COMPRESSION, TLS, BUNDLE_DEADLINE)"
+         LATENCY, COMPRESSION, CHECKSUM, TLS, BUNDLE_DEADLINE)"
     );
     assert_eq!(
         err("NET sciA TYPE ch_smi\n"),
@@ -329,6 +329,10 @@ fn unit_errors() {
     assert_eq!(
         pair("COMPRESSION = gzip"),
         "t.cfg:3:30: bad value 'gzip' for COMPRESSION: expected lz4, zstd, off or auto"
+    );
+    assert_eq!(
+        pair("CHECKSUM = crc64"),
+        "t.cfg:3:27: bad value 'crc64' for CHECKSUM: expected on, off or auto (on for plain TCP, off under TLS)"
     );
     assert_eq!(
         pair("TLS = maybe"),

@@ -2,7 +2,7 @@
 //! identities (`TLSCERT`, `TLSKEY`, `TLSCA`, `TLSPIN`, `TLSNAME`, per METAHOST or global),
 //! what `metampi check` prints, and every error with its line and column.
 
-use metampi_config::{parse_str, Tls};
+use metampi_config::{parse_str, Checksum, Tls};
 
 fn err(text: &str) -> String {
     match parse_str("t.cfg", text) {
@@ -221,13 +221,13 @@ fn bad_values_and_misplaced_settings() {
     assert_eq!(
         err("METAHOST A { }\nMETAHOST B { }\nPAIR A B 1 - {\n  TLS = on;\n  CERT = a.pem;\n}\nA <-> B\n"),
         "t.cfg:5:3: unknown keyword 'CERT' in PAIR options (expected one of PORT, BANDWIDTH, \
-         LATENCY, COMPRESSION, TLS, BUNDLE_DEADLINE); TLS credentials belong to meta hosts: \
+         LATENCY, COMPRESSION, CHECKSUM, TLS, BUNDLE_DEADLINE); TLS credentials belong to meta hosts: \
          TLSCERT in a METAHOST block, or at top level for every meta host"
     );
     assert_eq!(
         err("METAHOST A { }\nMETAHOST B { }\nPAIR A B 1\nA <-> B TLS=on TLSPIN=sha256:00\n"),
         "t.cfg:4:16: unknown keyword 'TLSPIN' in link options (expected one of PORT, BANDWIDTH, \
-         LATENCY, COMPRESSION, TLS, BUNDLE_DEADLINE); TLSPIN describes a meta host: put it in the \
+         LATENCY, COMPRESSION, CHECKSUM, TLS, BUNDLE_DEADLINE); TLSPIN describes a meta host: put it in the \
          METAHOST block of the meta host it belongs to (or at top level for every meta host); \
          links only choose TLS = off, auto or on"
     );
@@ -236,9 +236,58 @@ fn bad_values_and_misplaced_settings() {
         "t.cfg:1:1: unknown keyword 'PIN' at top level (expected one of NUMHOSTS, OPTIONS, \
          CONNECTIONS, METAHOST, PAIR, NICDEF, AUTO_ROUTER, PORTBASE, ROUTERTIMEOUT, SPLITSIZE, \
          ISEND_NUM, HETERO, EXCHANGE_ORDER, SECRET_FILE, LAUNCH, BYTEORDER, BANDWIDTH, LATENCY, \
-         COMPRESSION, TLS, TLSCERT, TLSKEY, TLSCA, TLSPIN, BUNDLE_DEADLINE); TLS credentials \
+         COMPRESSION, CHECKSUM, TLS, TLSCERT, TLSKEY, TLSCA, TLSPIN, BUNDLE_DEADLINE); TLS credentials \
          belong to meta hosts: TLSPIN in a METAHOST block, or at top level for every meta host"
     );
     assert!(err("TLSNAME = a.example.org\n")
         .ends_with("; TLSNAME names one meta host's certificate: put it in that METAHOST block"));
+}
+
+/// `CHECKSUM` per level like `TLS`; `auto` (the default) checks payloads on plain
+/// links and leaves them to TLS where it runs; the table says where payloads are not
+/// checked.
+#[test]
+fn payload_checksums_per_level_and_under_tls() {
+    let cfg = parse_str(
+        "t.cfg",
+        "CHECKSUM = off\n\
+         METAHOST a { LAUNCH = local; }\n\
+         METAHOST b { LAUNCH = local; }\n\
+         METAHOST c { LAUNCH = local; }\n\
+         PAIR a b 1 - { CHECKSUM = auto; }\n\
+         a <-> b\n\
+         PAIR a c 1 - { TLS = auto; CHECKSUM = Auto; }\n\
+         a -> c CHECKSUM=on, a -> c\n\
+         PAIR c a 1\n\
+         c -> a\n\
+         PAIR b c 1 - { CHECKSUM = on; }\n\
+         b <-> c\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let l = cfg.layout();
+    let modes = |from: usize, to: usize| -> Vec<(Checksum, bool)> {
+        l.links
+            .iter()
+            .filter(|k| k.from_host == from && k.to_host == to)
+            .map(|k| (k.options.checksum, k.options.payload_checksum()))
+            .collect()
+    };
+    assert_eq!(modes(0, 1), [(Checksum::Auto, true)], "PAIR beats global");
+    assert_eq!(modes(1, 0), [(Checksum::Auto, true)]);
+    assert_eq!(
+        modes(0, 2),
+        [(Checksum::On, true), (Checksum::Auto, false)],
+        "link beats PAIR; auto leaves payloads to TLS"
+    );
+    assert_eq!(modes(2, 0), [(Checksum::Off, false)], "global");
+    let text = l.to_string();
+    assert_eq!(text.matches("checksum=off").count(), 2, "{text}");
+    assert!(
+        text.contains("compress=auto tls=off checksum=off"),
+        "{text}"
+    );
+    assert!(
+        text.contains("compress=auto tls=auto checksum=off"),
+        "{text}"
+    );
 }

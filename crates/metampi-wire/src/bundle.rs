@@ -418,6 +418,7 @@ mod tests {
             kind: FrameKind::Data,
             codec: Codec::Raw,
             failover: true,
+            unchecked: false,
             link: 0,
             connection: 0,
             seq,

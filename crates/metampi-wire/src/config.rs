@@ -38,6 +38,7 @@ pub struct Config {
     pub(crate) keepalive: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) partial_frame_timeout: Duration,
+    pub(crate) payload_checksum: bool,
 }
 
 impl Config {
@@ -86,6 +87,7 @@ impl Default for Config {
             keepalive: b.keepalive,
             idle_timeout: b.idle_timeout,
             partial_frame_timeout: b.partial_frame_timeout,
+            payload_checksum: b.payload_checksum,
         }
     }
 }
@@ -108,6 +110,7 @@ pub struct ConfigBuilder {
     keepalive: Duration,
     idle_timeout: Duration,
     partial_frame_timeout: Duration,
+    payload_checksum: bool,
 }
 
 impl Default for ConfigBuilder {
@@ -128,6 +131,7 @@ impl Default for ConfigBuilder {
             keepalive: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(10),
             partial_frame_timeout: Duration::from_millis(200),
+            payload_checksum: true,
         }
     }
 }
@@ -220,6 +224,13 @@ impl ConfigBuilder {
         /// segment or an idle period: about one round trip). Default 200 ms.
         partial_frame_timeout: Duration
     );
+    setter!(
+        /// Whether this end's frame checksums cover the payload. Off, they cover the
+        /// header alone: a corrupted payload byte is then caught only by what carries
+        /// the frames (TCP's 16-bit sum, or TLS, which authenticates every byte). The
+        /// receiver follows each frame's flag, so the ends may differ. Default on.
+        payload_checksum: bool
+    );
 
     /// Checks the settings against each other.
     ///
@@ -303,6 +314,7 @@ impl ConfigBuilder {
             keepalive: self.keepalive,
             idle_timeout: self.idle_timeout,
             partial_frame_timeout: self.partial_frame_timeout,
+            payload_checksum: self.payload_checksum,
         })
     }
 }

@@ -7,7 +7,7 @@
 //! | 0 | 4 | magic | `"MPWF"` |
 //! | 4 | 1 | version | [`VERSION`] |
 //! | 5 | 1 | kind | [`FrameKind`] |
-//! | 6 | 1 | flags | bits 0–1: [`Codec`] of the payload; bit 2: failover; others zero |
+//! | 6 | 1 | flags | bits 0–1: [`Codec`] of the payload; bit 2: failover; bit 3: payload unchecked; others zero |
 //! | 7 | 1 | link | index of the link inside its bundle |
 //! | 8 | 4 | connection | connection id both ends configured |
 //! | 12 | 8 | seq | sequence number of a `Data` frame (0 otherwise) |
@@ -15,11 +15,16 @@
 //! | 28 | 8 | credit | absolute flow-control limit granted to the peer |
 //! | 36 | 4 | len | payload bytes that follow the header |
 //! | 40 | 4 | header crc | CRC32C of bytes 0..40 |
-//! | 44 | 4 | frame crc | CRC32C of bytes 0..44 followed by the payload |
+//! | 44 | 4 | frame crc | CRC32C of bytes 0..44 followed by the payload (of bytes 0..44 alone when the payload is unchecked) |
 //!
 //! The header has its own CRC so that a corrupted `len` is caught at once: without it
 //! the decoder would wait for up to `len` bytes that never come before it could
 //! tell the frame was bad.
+//!
+//! A sender whose link is configured without payload checksums (TCP's own checksum
+//! trusted, or TLS, whose record authentication already covers every byte) sets the
+//! *unchecked* flag: its frame checksum then covers the header alone. The flag sits
+//! under the header checksum, so a flipped bit cannot turn checking off.
 
 use bytes::{Buf, Bytes, BytesMut};
 use crc_fast::{CrcAlgorithm, Digest};
@@ -37,6 +42,7 @@ pub const MAX_PAYLOAD: usize = 16 << 20;
 
 const FLAG_CODEC_MASK: u8 = 0b11;
 const FLAG_FAILOVER: u8 = 0b100;
+const FLAG_UNCHECKED: u8 = 0b1000;
 
 /// What a frame is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -99,6 +105,9 @@ pub struct Header {
     /// outside the flow-control credit (so they can always reach the receiver, which
     /// may be waiting for exactly them before it can free any credit).
     pub failover: bool,
+    /// The frame checksum covers the header only, not the payload (the sender's link
+    /// runs without payload checksums).
+    pub unchecked: bool,
     /// Link index inside the bundle.
     pub link: u8,
     /// Connection id both ends agreed on.
@@ -210,7 +219,11 @@ pub fn decode(buf: &[u8], max_payload: usize) -> Result<Decoded<'_>, DecodeError
     let Some(payload) = buf.get(HEADER_LEN..end) else {
         return Ok(Decoded::Incomplete(end));
     };
-    let crc = crc32_parts(&h[..44], &[payload]);
+    let crc = if header.unchecked {
+        crc32(&h[..44])
+    } else {
+        crc32_parts(&h[..44], &[payload])
+    };
     if crc != le_u32(h, 44) {
         return Err(DecodeError::FrameChecksum);
     }
@@ -249,7 +262,7 @@ fn parse_header(h: &[u8], max_payload: usize) -> Result<Header, DecodeError> {
     }
     let kind = FrameKind::from_u8(h[5]).ok_or(DecodeError::UnknownKind(h[5]))?;
     let flags = h[6];
-    if flags & !(FLAG_CODEC_MASK | FLAG_FAILOVER) != 0 {
+    if flags & !(FLAG_CODEC_MASK | FLAG_FAILOVER | FLAG_UNCHECKED) != 0 {
         return Err(DecodeError::UnknownFlags(flags));
     }
     let codec =
@@ -262,7 +275,8 @@ fn parse_header(h: &[u8], max_payload: usize) -> Result<Header, DecodeError> {
         });
     }
     let failover = flags & FLAG_FAILOVER != 0;
-    if kind != FrameKind::Data && (len != 0 || codec != Codec::Raw || failover) {
+    let unchecked = flags & FLAG_UNCHECKED != 0;
+    if kind != FrameKind::Data && (len != 0 || codec != Codec::Raw || failover || unchecked) {
         // Control frames carry nothing; a payload there is a bug or an attack.
         return Err(DecodeError::Reserved);
     }
@@ -270,6 +284,7 @@ fn parse_header(h: &[u8], max_payload: usize) -> Result<Header, DecodeError> {
         kind,
         codec,
         failover,
+        unchecked,
         link: h[7],
         connection: le_u32(h, 8),
         seq: le_u64(h, 12),
@@ -312,7 +327,9 @@ pub fn encode_header_parts<P: AsRef<[u8]>>(header: &Header, parts: &[P]) -> [u8;
     h[..4].copy_from_slice(&MAGIC);
     h[4] = VERSION;
     h[5] = header.kind as u8;
-    h[6] = header.codec as u8 | if header.failover { FLAG_FAILOVER } else { 0 };
+    h[6] = header.codec as u8
+        | if header.failover { FLAG_FAILOVER } else { 0 }
+        | if header.unchecked { FLAG_UNCHECKED } else { 0 };
     h[7] = header.link;
     h[8..12].copy_from_slice(&header.connection.to_le_bytes());
     h[12..20].copy_from_slice(&header.seq.to_le_bytes());
@@ -321,7 +338,11 @@ pub fn encode_header_parts<P: AsRef<[u8]>>(header: &Header, parts: &[P]) -> [u8;
     h[36..40].copy_from_slice(&(len as u32).to_le_bytes());
     let hcrc = crc32(&h[..40]);
     h[40..44].copy_from_slice(&hcrc.to_le_bytes());
-    let fcrc = crc32_parts(&h[..44], parts);
+    let fcrc = if header.unchecked {
+        crc32(&h[..44])
+    } else {
+        crc32_parts(&h[..44], parts)
+    };
     h[44..48].copy_from_slice(&fcrc.to_le_bytes());
     h
 }
@@ -531,6 +552,7 @@ mod tests {
             kind,
             codec: Codec::Raw,
             failover: false,
+            unchecked: false,
             link: 3,
             connection: 0xdead_beef,
             seq: 7,
@@ -580,6 +602,55 @@ mod tests {
                 "flip of bit {bit} accepted"
             );
         }
+    }
+
+    /// An unchecked frame's checksum leaves its payload out: a changed payload byte
+    /// passes, while every header bit, the flag among them, is still caught.
+    #[test]
+    fn unchecked_frames_check_the_header_only() {
+        let h = Header {
+            unchecked: true,
+            ..header(FrameKind::Data, 5)
+        };
+        let mut out = Vec::new();
+        encode(&h, b"hello", &mut out);
+        assert_eq!(out[6] & FLAG_UNCHECKED, FLAG_UNCHECKED);
+        assert_eq!(le_u32(&out, 44), crc32(&out[..44]));
+        match decode(&out, 1024).unwrap() {
+            Decoded::Frame { header, .. } => assert_eq!(header, h),
+            other => panic!("unexpected {other:?}"),
+        }
+        for bit in 0..HEADER_LEN * 8 {
+            let mut bad = out.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                !matches!(decode(&bad, 1024), Ok(Decoded::Frame { .. })),
+                "flip of header bit {bit} accepted"
+            );
+        }
+        let mut changed = out.clone();
+        changed[HEADER_LEN] ^= 1;
+        match decode(&changed, 1024).unwrap() {
+            Decoded::Frame { payload, .. } => assert_eq!(payload, b"iello"),
+            other => panic!("unexpected {other:?}"),
+        }
+        // The same frame checked differs only in the flag and the checksums.
+        let mut checked = Vec::new();
+        encode(&header(FrameKind::Data, 5), b"hello", &mut checked);
+        assert_eq!(checked[..6], out[..6]);
+        assert_eq!(checked[7..40], out[7..40]);
+        assert_eq!(checked[HEADER_LEN..], out[HEADER_LEN..]);
+        // Control frames never carry the flag.
+        let mut ack = Vec::new();
+        encode(
+            &Header {
+                unchecked: true,
+                ..header(FrameKind::Ack, 0)
+            },
+            &[],
+            &mut ack,
+        );
+        assert_eq!(decode(&ack, 99), Err(DecodeError::Reserved));
     }
 
     #[test]

@@ -467,6 +467,7 @@ impl LinkState {
         };
         let records = decode_payload(&raw)?;
         self.stats.records_in += records.len() as u64;
+        self.stats.unchecked_frames_in += u64::from(h.unchecked);
         if h.failover {
             // Outside this link's credit; the bundle bounds these separately.
             out.failover.extend(records);
@@ -749,6 +750,8 @@ impl LinkState {
             kind,
             codec,
             failover: false,
+            // Control frames have no payload to check.
+            unchecked: kind == FrameKind::Data && !self.cfg.payload_checksum,
             link: self.index,
             connection: self.cfg.connection_id,
             seq,

@@ -63,6 +63,9 @@ pub struct Stats {
     pub out_of_order_in: u64,
     /// Frames that failed a checksum or did not parse.
     pub corrupt_in: u64,
+    /// `Data` frames accepted whose sender left the payload out of the checksum
+    /// (its link runs without payload checksums).
+    pub unchecked_frames_in: u64,
     /// Bytes skipped while looking for the next frame.
     pub skipped_bytes_in: u64,
     /// Times a partly received frame was given up because no byte of it came for the
@@ -131,6 +134,9 @@ impl AddAssign<&Stats> for Stats {
         self.compression_skipped = self
             .compression_skipped
             .saturating_add(o.compression_skipped);
+        self.unchecked_frames_in = self
+            .unchecked_frames_in
+            .saturating_add(o.unchecked_frames_in);
         self.auto_mode = self.auto_mode.max(o.auto_mode);
         self.auto_goodput_compressed = self
             .auto_goodput_compressed

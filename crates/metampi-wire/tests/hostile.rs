@@ -156,6 +156,7 @@ fn checked_frame(rng: &mut StdRng) -> (Vec<u8>, usize) {
         kind,
         codec,
         failover: rng.gen_bool(0.2),
+        unchecked: rng.gen_bool(0.2),
         link,
         connection: if rng.gen_bool(0.1) { rng.gen() } else { CONN },
         seq: num(rng),

@@ -92,6 +92,7 @@ fn data_frame(connection: u32, seq: u64, ack: u64, records: &[Record]) -> Vec<u8
         kind: FrameKind::Data,
         codec: Codec::Raw,
         failover: false,
+        unchecked: false,
         link: 0,
         connection,
         seq,
@@ -175,6 +176,7 @@ fn protocol_violations_close_with_their_reason() {
         kind: FrameKind::Data,
         codec: Codec::Lz4,
         failover: false,
+        unchecked: false,
         link: 0,
         connection: 0,
         seq: 0,
@@ -296,7 +298,7 @@ proptest! {
                 payload.clear();
                 r.encode(&mut payload);
             }
-            let h = Header { kind, codec, failover, link, connection, seq, ack, credit, len: 0 };
+            let h = Header { kind, codec, failover, unchecked: kind == FrameKind::Data && ack % 2 == 1, link, connection, seq, ack, credit, len: 0 };
             frame::encode(&h, &payload, &mut stream);
         }
         feed(&stream, &[]);

@@ -277,3 +277,26 @@ proptest! {
         prop_assert!(net.side[0].events.iter().chain(&net.side[1].events).all(|e| *e == Event::Writable));
     }
 }
+
+/// One end without payload checksums: everything still arrives both ways, its peer
+/// counts the frames it took unchecked, and it counts none (its peer checks).
+#[test]
+fn an_end_without_payload_checksums_is_understood() {
+    let t0 = Instant::now();
+    let unchecked = config().payload_checksum(false).build().unwrap();
+    let checked = config().build().unwrap();
+    let links = [Link::new(t0, unchecked), Link::new(t0, checked)];
+    let mut net = Net::new(t0, links, vec![faulty(Faults::default())], 9);
+    workload(&mut net, 9, 200, 60_000, Duration::from_millis(100));
+    net.run(Duration::from_secs(60));
+    net.check_delivery();
+    let (a, b) = (net.ep[0].stats(), net.ep[1].stats());
+    assert!(a.frames_out > 0 && b.frames_out > 0);
+    assert!(b.unchecked_frames_in > 0, "{b:?}");
+    assert!(
+        b.unchecked_frames_in < a.frames_out,
+        "acknowledgements are not counted"
+    );
+    assert_eq!(a.unchecked_frames_in, 0);
+    assert_eq!(a.corrupt_in + b.corrupt_in, 0);
+}

@@ -314,6 +314,7 @@ fn plain_router_specs(layout: &Layout) -> Vec<RouterSpec> {
                         link_id: link.id as u32,
                         peer: link.peer_router,
                         tls: None,
+                        checksum: link.options.payload_checksum(),
                     }
                 })
                 .collect(),

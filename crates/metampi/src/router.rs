@@ -69,6 +69,9 @@ pub struct OutLink {
     pub peer: usize,
     /// TLS on this link (`None`: plain TCP).
     pub tls: Option<LinkTls>,
+    /// Frame checksums cover the payload (`CHECKSUM`); where the links to one
+    /// peer router disagree, it is checked.
+    pub checksum: bool,
 }
 
 /// What a router needs to know: written by the meta launcher as one line.
@@ -260,6 +263,13 @@ impl RouterSpec {
         if let Some(n) = &self.node {
             line.push_str(&format!(";node={}", encode(n)));
         }
+        let unchecked: Vec<String> = (0..self.out.len())
+            .filter(|&i| !self.out[i].checksum)
+            .map(|i| i.to_string())
+            .collect();
+        if !unchecked.is_empty() {
+            line.push_str(&format!(";nocrc={}", unchecked.join(",")));
+        }
         line
     }
 
@@ -275,6 +285,7 @@ impl RouterSpec {
             error: None,
             node: None,
         };
+        let mut nocrc = Vec::new();
         let list = |v: &str| -> Vec<String> {
             v.split(',')
                 .filter(|s| !s.is_empty())
@@ -310,6 +321,14 @@ impl RouterSpec {
                     }
                 }
                 "error" => spec.error = Some(decode(v)?),
+                "nocrc" => {
+                    for i in list(v) {
+                        nocrc.push(
+                            i.parse::<usize>()
+                                .map_err(|_| format!("bad link index `{i}` in nocrc"))?,
+                        );
+                    }
+                }
                 "out" => {
                     for o in list(v) {
                         let parts: Vec<&str> = o.split('/').collect();
@@ -341,6 +360,7 @@ impl RouterSpec {
                             link_id,
                             peer,
                             tls,
+                            checksum: true,
                         });
                     }
                 }
@@ -349,6 +369,12 @@ impl RouterSpec {
         }
         if spec.out.is_empty() {
             return Err("a router needs at least one outgoing link".into());
+        }
+        for i in nocrc {
+            spec.out
+                .get_mut(i)
+                .ok_or_else(|| format!("nocrc names link {i}, which is not in the spec"))?
+                .checksum = false;
         }
         if spec.listen_tls.len() > spec.listen.len() {
             return Err("more listener TLS settings than listeners".into());
@@ -382,7 +408,7 @@ fn parse_compression(s: &str) -> Option<Compression> {
 /// which already delivers every byte: resends are only for reconnects and
 /// corruption, so the retransmission timer is generous, and frames are kept
 /// small so that an emulated slow line stays pipelined.
-fn wire_config(id: u32, compression: Compression, slow: bool) -> Config {
+fn wire_config(id: u32, compression: Compression, slow: bool, checksum: bool) -> Config {
     Config::builder()
         .connection_id(id)
         .max_message_len(MAX_WIRE_MESSAGE)
@@ -405,6 +431,7 @@ fn wire_config(id: u32, compression: Compression, slow: bool) -> Config {
         .idle_timeout(link_timeout())
         .keepalive((link_timeout() / 3).min(Duration::from_secs(1)))
         .compression(compression)
+        .payload_checksum(checksum)
         .build()
         .unwrap_or_else(|_| {
             // zstd may be compiled out: fall back to lz4 rather than refuse to run.
@@ -414,6 +441,7 @@ fn wire_config(id: u32, compression: Compression, slow: bool) -> Config {
                 .flush_delay(Duration::ZERO)
                 .window(8 << 20)
                 .send_buffer(8 << 20)
+                .payload_checksum(checksum)
                 .build()
                 .expect("the default wire configuration is valid")
         })
@@ -634,13 +662,18 @@ fn stats_path(router: usize, link: u32, side: &str) -> Option<std::path::PathBuf
 /// setting, and with `auto` the mode it chose and the goodput it measured in each
 /// (uncompressed bytes per second of the link being busy; 0 before a
 /// measurement), which is why it chose it.
-fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats, compression: &str) {
+fn write_stats(
+    path: &std::path::Path,
+    st: &metampi_wire::Stats,
+    compression: &str,
+    checksum: bool,
+) {
     let mode = match st.auto_mode {
         AutoMode::NotAuto => compression,
         m => m.as_str(),
     };
     let text = format!(
-        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"timeouts\":{},\"nacks_in\":{},\"nacks_out\":{},\"duplicates_in\":{},\"out_of_order_in\":{},\"reconnects\":{},\"srtt_us\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{},\"compression\":\"{compression}\",\"compression_mode\":\"{mode}\",\"compressed_frames_out\":{},\"compression_skipped\":{},\"goodput_compressed_bps\":{},\"goodput_raw_bps\":{},\"auto_probes\":{},\"auto_switches\":{},\"auto_busy_percent\":{}}}\n",
+        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"timeouts\":{},\"nacks_in\":{},\"nacks_out\":{},\"duplicates_in\":{},\"out_of_order_in\":{},\"reconnects\":{},\"srtt_us\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{},\"compression\":\"{compression}\",\"compression_mode\":\"{mode}\",\"compressed_frames_out\":{},\"compression_skipped\":{},\"goodput_compressed_bps\":{},\"goodput_raw_bps\":{},\"auto_probes\":{},\"auto_switches\":{},\"auto_busy_percent\":{},\"payload_checksum_out\":{checksum},\"unchecked_frames_in\":{}}}\n",
         st.bytes_out,
         st.bytes_in,
         st.frames_out,
@@ -667,7 +700,8 @@ fn write_stats(path: &std::path::Path, st: &metampi_wire::Stats, compression: &s
         st.auto_goodput_raw,
         st.auto_probes,
         st.auto_switches,
-        st.auto_busy_percent
+        st.auto_busy_percent,
+        st.unchecked_frames_in
     );
     let tmp = path.with_extension("tmp");
     if std::fs::write(&tmp, text).is_ok() {
@@ -827,6 +861,8 @@ struct Peer {
     stats: Vec<Option<std::path::PathBuf>>,
     /// The compression setting of its sending side, for the statistics.
     compression: String,
+    /// Its sending side's frames cover their payload, for the statistics.
+    checksum: bool,
     label: String,
     /// Frames written and bytes read per link, with `METAMPI_TRACE`.
     trace: Option<crate::trace::LinkLog>,
@@ -1400,7 +1436,9 @@ impl Router {
         for (peer, (links, dialers)) in peers {
             let comp = parse_compression(&links[0].compression).unwrap_or(Compression::Lz4);
             let slow = links.iter().any(|l| l.bytes_per_sec.is_some());
-            let bundle = Bundle::new(now, wire_config(spec.id as u32, comp, slow), links.len())
+            let checksum = links.iter().any(|l| l.checksum);
+            let cfg = wire_config(spec.id as u32, comp, slow, checksum);
+            let bundle = Bundle::new(now, cfg, links.len())
                 .map_err(|e| io::Error::other(format!("router {}: {e}", spec.id)))?;
             out.push(Peer {
                 bundle,
@@ -1417,6 +1455,7 @@ impl Router {
                     .map(|l| stats_path(spec.id, l.link_id, "out"))
                     .collect(),
                 compression: links[0].compression.clone(),
+                checksum,
                 label: format!("to router {peer}"),
                 trace: crate::trace::LinkLog::open(spec.id, true, peer),
             });
@@ -1691,7 +1730,7 @@ impl Router {
         let id = self.id;
         let p = self.inbound.entry(conn).or_insert_with(|| {
             // The receiving end accepts any frame size up to the largest a sender uses.
-            let cfg = wire_config(conn, Compression::Off, false);
+            let cfg = wire_config(conn, Compression::Off, false, true);
             Peer {
                 bundle: Bundle::new(now, cfg, links).expect("1 <= links < 65536 checked"),
                 conns: (0..links).map(|_| None).collect(),
@@ -1705,6 +1744,7 @@ impl Router {
                 stats: vec![None; links],
                 // Only acknowledgements go back on an incoming connection.
                 compression: "off".into(),
+                checksum: true,
                 label: format!("from router {conn}"),
                 trace: crate::trace::LinkLog::open(id, false, conn as usize),
             }
@@ -2074,7 +2114,7 @@ impl Router {
                     let all = p.bundle.stats();
                     st.queued_messages = all.queued_messages;
                     st.queued_bytes = all.queued_bytes;
-                    write_stats(path, &st, &p.compression);
+                    write_stats(path, &st, &p.compression, p.checksum);
                 }
             }
         }
@@ -2330,6 +2370,7 @@ mod tests {
                 link_id: 4,
                 peer: 1,
                 tls: None,
+                checksum: true,
             }],
             identities: Vec::new(),
             error: None,
@@ -2348,9 +2389,21 @@ mod tests {
         assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1").is_err());
         let named = RouterSpec {
             node: Some("site a.n;0".into()),
-            ..s
+            ..s.clone()
         };
         assert_eq!(RouterSpec::parse(&named.to_line()).unwrap(), named);
+        // Links without payload checksums are listed by their place in `out`.
+        let mut unchecked = s;
+        unchecked.out.push(OutLink {
+            link_id: 5,
+            checksum: false,
+            ..unchecked.out[0].clone()
+        });
+        let line = unchecked.to_line();
+        assert!(line.ends_with(";nocrc=1"), "{line}");
+        assert_eq!(RouterSpec::parse(&line).unwrap(), unchecked);
+        assert!(RouterSpec::parse(&line.replace("nocrc=1", "nocrc=2")).is_err());
+        assert!(RouterSpec::parse(&line.replace("nocrc=1", "nocrc=x")).is_err());
     }
 
     #[test]
@@ -2380,6 +2433,7 @@ mod tests {
                         identity: 0,
                         peer: PeerCheck::Auto { router: 1 },
                     }),
+                    checksum: false,
                 },
                 OutLink {
                     addr: "[::1]:29003".into(),
@@ -2389,6 +2443,7 @@ mod tests {
                     link_id: 1,
                     peer: 1,
                     tls: None,
+                    checksum: true,
                 },
             ],
             identities: vec![

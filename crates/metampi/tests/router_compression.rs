@@ -1,6 +1,8 @@
 //! `COMPRESSION = auto` between routers: on an emulated 100 Mbit/s line with
 //! compressible data it keeps compressing and beats the line rate; on loopback
-//! it measures both modes and says so in the link statistics.
+//! it measures both modes and says so in the link statistics. And
+//! `CHECKSUM = off`: frames whose checksum leaves the payload out carry every
+//! message intact, and the receiving router says it took them unchecked.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -57,6 +59,23 @@ fn sender_stats(dir: &std::path::Path) -> String {
         let raw = number(&text, "payload_raw_out");
         if raw >= best.0 {
             best = (raw, text);
+        }
+    }
+    best.1
+}
+
+/// The statistics of the receiving end of the link that carried data.
+fn receiver_stats(dir: &std::path::Path) -> String {
+    let mut best = (0, String::new());
+    for e in std::fs::read_dir(dir).expect("statistics").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("router-") && name.ends_with("-in.json")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let frames = number(&text, "frames_in");
+        if frames >= best.0 {
+            best = (frames, text);
         }
     }
     best.1
@@ -203,4 +222,45 @@ fn auto_measures_both_modes_on_a_fast_link() {
             assert!(number(&stats, "goodput_raw_bps") > 0, "{stats}");
         },
     );
+}
+
+/// Streams 64 messages of 256 KiB through the routers (rank 1 checks every
+/// byte) and returns both ends' statistics of the link, on rank 0.
+fn checksum_run(test: &str, portbase: u16, link: &str) -> Option<(String, String)> {
+    let got = Mutex::new(None);
+    run(test, portbase, link, |dir, world| {
+        if let Some((_, out)) = stream(world, dir, 64, 256 << 10) {
+            *got.lock().unwrap() = Some((out, receiver_stats(dir)));
+        }
+    });
+    got.into_inner().unwrap()
+}
+
+#[test]
+fn payloads_go_unchecked_only_where_asked() {
+    let Some((out, inbound)) = checksum_run(
+        "payloads_go_unchecked_only_where_asked",
+        24200,
+        "COMPRESSION = off; CHECKSUM = off;",
+    ) else {
+        return;
+    };
+    assert!(out.contains("\"payload_checksum_out\":false"), "{out}");
+    assert!(number(&inbound, "unchecked_frames_in") >= 64, "{inbound}");
+    assert_eq!(number(&inbound, "corrupt_in"), 0, "{inbound}");
+}
+
+/// The default on a plain link checks every payload.
+#[test]
+fn payloads_are_checked_by_default() {
+    let Some((out, inbound)) = checksum_run(
+        "payloads_are_checked_by_default",
+        24250,
+        "COMPRESSION = off;",
+    ) else {
+        return;
+    };
+    assert!(out.contains("\"payload_checksum_out\":true"), "{out}");
+    assert!(number(&inbound, "frames_in") >= 64, "{inbound}");
+    assert_eq!(number(&inbound, "unchecked_frames_in"), 0, "{inbound}");
 }

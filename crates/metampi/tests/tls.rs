@@ -17,7 +17,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metampi::testing::{Faults, ProxyCounts, Ranks};
+use metampi::testing::{Faults, ProxyCounts, Ranks, StatsDir};
 use metampi::traits::*;
 
 /// What every message starts with; must never be seen on a TLS link.
@@ -122,16 +122,46 @@ fn wire(counts: &ProxyCounts) -> (usize, bool, bool, bool) {
     (bytes, marker, hello, tls)
 }
 
+/// Also: TLS authenticates every byte, so the frames' own checksums leave the
+/// payload to it (`CHECKSUM = auto`), as the receiving routers' statistics say.
 #[test]
 fn tls_auto_hides_the_payload() {
+    let stats = StatsDir::new("tls_auto_hides_the_payload");
     let (ranks, counts) = Ranks::new(4)
         .meta(&config(25600, "auto", ["", ""]))
+        .router_stats(&stats)
         .timeout(Duration::from_secs(180))
         .faulty_links(recording());
-    ranks.run("tls_auto_hides_the_payload", |w| traffic(w, 120));
+    ranks.run("tls_auto_hides_the_payload", |w| {
+        traffic(w, 120);
+        // Statistics are rewritten twice a second.
+        w.barrier();
+        std::thread::sleep(Duration::from_millis(1200));
+    });
     if metampi::testing::is_rank() {
         return;
     }
+    let unchecked: u64 = std::fs::read_dir(stats.path())
+        .expect("statistics")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-in.json"))
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            let key = "\"unchecked_frames_in\":";
+            text.find(key).map_or(0, |at| {
+                text[at + key.len()..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+                    .parse()
+                    .unwrap_or(0)
+            })
+        })
+        .sum();
+    assert!(
+        unchecked > 0,
+        "frames on TLS links leave the payload to TLS"
+    );
     let (bytes, marker, hello, tls) = wire(&counts);
     assert!(
         bytes > 2 << 20,
