@@ -2286,11 +2286,15 @@ impl Router {
                 })
             };
             let arm = |on: bool| {
+                let mut pipes = false;
                 for v in ranks.iter().filter_map(|r| r.vchan.as_ref()) {
                     v.arm(on);
+                    pipes = true;
                 }
-                if on {
-                    crate::sys::sleep_fence();
+                // Ranks notify with a full barrier (`VChan::notify`), so a
+                // plain one pairs with it; without pipes nothing needs one.
+                if on && pipes {
+                    crate::sys::store_load_fence();
                 }
             };
             self.spinner.wait_or(&mut pfds, timeout, pipes_ready, arm)?;
