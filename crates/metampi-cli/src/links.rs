@@ -157,10 +157,15 @@ impl Snapshot {
                         (sent - n(b, "bytes_out")).max(0.0) / dt.as_secs_f64() / 1e6
                     )
                 });
-            let mode = v
+            let mut mode = v
                 .get("compression_mode")
                 .and_then(Value::as_str)
-                .unwrap_or("-");
+                .unwrap_or("-")
+                .to_string();
+            // `CHECKSUM = off` (or TLS): the frames' CRC leaves the payload out.
+            if v.get("payload_checksum_out").and_then(Value::as_bool) == Some(false) {
+                mode.push_str("/nocrc");
+            }
             let _ = writeln!(
                 out,
                 "{:<16} {:>10.2} {:>9} {:>9} {:>6.3} {:<15} {:>9.1} {:>10.1} {:>8.2} {:>7} {:>5}",
@@ -308,7 +313,8 @@ mod tests {
                 format!(
                     "{{\"bytes_out\":{bytes},\"frames_out\":10,\"compression_ratio_out\":0.5,\
                      \"compression_mode\":\"raw\",\"queued_bytes\":2048,\"unacked_bytes\":0,\
-                     \"srtt_us\":1500,\"retransmits\":1,\"reconnects\":0}}"
+                     \"srtt_us\":1500,\"retransmits\":1,\"reconnects\":0,\
+                     \"payload_checksum_out\":false}}"
                 ),
             )
             .unwrap();
@@ -342,7 +348,18 @@ mod tests {
         assert_eq!(&row[..4], ["l2", "a", "->", "b"], "{t}");
         assert_eq!(
             &row[4..],
-            ["3.00", "1.00", "10", "0.500", "raw", "2.0", "0.0", "1.50", "1", "0"]
+            [
+                "3.00",
+                "1.00",
+                "10",
+                "0.500",
+                "raw/nocrc",
+                "2.0",
+                "0.0",
+                "1.50",
+                "1",
+                "0"
+            ]
         );
         // Without an earlier snapshot there is no rate, and without names the id.
         let t = b.table(None, None);
