@@ -8,6 +8,10 @@
 #     against the link rate;
 #  4. two links of 50 Mbit/s striped as one connection against one such link.
 # Also the two meta hosts paired directly (PAIR a b 0, no routers).
+#
+#   bash bench/wan.sh
+#   ROUNDS=5 bash bench/wan.sh    # medians of 5 alternating rounds of the rank-to-rank rows
+#   M=/path/to/metampi bash bench/wan.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # M=path/to/metampi measures that build (a machine without cargo, say).
@@ -45,19 +49,31 @@ site 27500 "- { BANDWIDTH = 50Mbit; LATENCY = 5ms; COMPRESSION = off; }" "a0 <->
 
 # med OP BYTES COLUMN: a value from the bench table (column 4 median us, 8 MB/s)
 med() { awk -v op="$1" -v b="$2" -v col="$3" '/^# [a-z]+ \(/ {found = ($2==op); next} $1==b && found {print $col; exit}'; }
-direct=$($M bench -n 2 --machines m0:1,m1:1 --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
-routed=$($M run --meta "$d/plain.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
-routed_raw=$($M run --meta "$d/raw.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
-routed_bare=$($M run --meta "$d/bare.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
-# The same with TCP between ranks and routers instead of shared-memory pipes.
-routed_tcp=$(METAMPI_NO_ROUTER_SHM=1 $M run --meta "$d/plain.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
-paired=$($M run --meta "$d/direct.cfg" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
-pl=$(med pingpong 8 4 <<<"$paired"); pb=$(med bw 4194304 8 <<<"$paired")
-dl=$(med pingpong 8 4 <<<"$direct"); rl=$(med pingpong 8 4 <<<"$routed")
-db=$(med bw 4194304 8 <<<"$direct"); rb=$(med bw 4194304 8 <<<"$routed")
-tl=$(med pingpong 8 4 <<<"$routed_tcp"); vb=$(med bw 4194304 8 <<<"$routed_tcp")
-ol=$(med pingpong 8 4 <<<"$routed_raw"); ob4=$(med bw 4194304 8 <<<"$routed_raw")
-nb4=$(med bw 4194304 8 <<<"$routed_bare")
+# ROUNDS=N repeats the rank-to-rank measurements N times, the configurations taking turns,
+# and prints each figure's median (a shared machine has slow spells lasting seconds).
+ROUNDS=${ROUNDS:-1}
+declare -A got
+add() { got[$1]="${got[$1]:-} $2"; }
+median() { tr ' ' '\n' <<<"${got[$1]}" | grep . | sort -g | awk '{a[NR] = $1} END {print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2)}'; }
+bench_in() { $M run --meta "$1" $M bench --ops pingpong,bw --sizes 8,4M --iters-scale 0.2; }
+for ((round = 0; round < ROUNDS; round++)); do
+    direct=$($M bench -n 2 --machines m0:1,m1:1 --ops pingpong,bw --sizes 8,4M --iters-scale 0.2)
+    routed=$(bench_in "$d/plain.cfg")
+    routed_raw=$(bench_in "$d/raw.cfg")
+    routed_bare=$(bench_in "$d/bare.cfg")
+    # The same with TCP between ranks and routers instead of shared-memory pipes.
+    routed_tcp=$(METAMPI_NO_ROUTER_SHM=1 bench_in "$d/plain.cfg")
+    paired=$(bench_in "$d/direct.cfg")
+    add pl "$(med pingpong 8 4 <<<"$paired")"; add pb "$(med bw 4194304 8 <<<"$paired")"
+    add dl "$(med pingpong 8 4 <<<"$direct")"; add rl "$(med pingpong 8 4 <<<"$routed")"
+    add db "$(med bw 4194304 8 <<<"$direct")"; add rb "$(med bw 4194304 8 <<<"$routed")"
+    add tl "$(med pingpong 8 4 <<<"$routed_tcp")"; add vb "$(med bw 4194304 8 <<<"$routed_tcp")"
+    add ol "$(med pingpong 8 4 <<<"$routed_raw")"; add ob4 "$(med bw 4194304 8 <<<"$routed_raw")"
+    add nb4 "$(med bw 4194304 8 <<<"$routed_bare")"
+done
+pl=$(median pl); pb=$(median pb); dl=$(median dl); rl=$(median rl); db=$(median db); rb=$(median rb)
+tl=$(median tl); vb=$(median vb); ol=$(median ol); ob4=$(median ob4); nb4=$(median nb4)
+[ "$ROUNDS" -gt 1 ] && echo "rank-to-rank figures: medians of $ROUNDS rounds (4 MiB direct TCP:${got[db]} MB/s; routed, checksums off:${got[nb4]})"
 slow=$($M run --meta "$d/slow.cfg" $M bench --ops bw --sizes 1M --iters-scale 0.004)
 slowz=$($M run --meta "$d/slowz.cfg" $M bench --ops bw --sizes 1M --iters-scale 0.004)
 sb=$(med bw 1048576 8 <<<"$slow"); zb=$(med bw 1048576 8 <<<"$slowz")
