@@ -382,6 +382,49 @@ impl StatsDir {
     }
 }
 
+/// The routers' per-link statistics files in `dir` (a [`StatsDir`]) on one
+/// side, `"out"` (the sending ends) or `"in"` (the receiving ends): each
+/// file's name and text. Files being rewritten are read as they are.
+pub fn link_stats(dir: &std::path::Path, side: &str) -> Vec<(String, String)> {
+    let suffix = format!("-{side}.json");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<(String, String)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = name.starts_with("router-") && name.contains("-link-");
+            (ours && name.ends_with(&suffix))
+                .then(|| (std::fs::read_to_string(e.path()).unwrap_or_default(), name))
+        })
+        .map(|(text, name)| (name, text))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A whole-number field (`"key":123`) of a statistics file's JSON text.
+pub fn stats_number(json: &str, key: &str) -> Option<u64> {
+    let key = format!("\"{key}\":");
+    let at = json.find(&key)? + key.len();
+    json[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()
+}
+
+/// The sum of field `key` over the link statistics of one side (see
+/// [`link_stats`]).
+pub fn link_total(dir: &std::path::Path, side: &str, key: &str) -> u64 {
+    link_stats(dir, side)
+        .iter()
+        .filter_map(|(_, text)| stats_number(text, key))
+        .sum()
+}
+
 impl Drop for StatsDir {
     fn drop(&mut self) {
         if self.owner {

@@ -393,32 +393,7 @@ fn all_to_all(c: &SimpleCommunicator, seed: u64, how: &str) {
 
 /// Sum of `payload_raw_out` over every router link's statistics file.
 fn link_bytes(dir: &Path) -> u64 {
-    link_stat(dir, "payload_raw_out")
-}
-
-/// Sum of statistic `key` over every router link's statistics file.
-fn link_stat(dir: &Path, key: &str) -> u64 {
-    let mut total = 0;
-    for e in std::fs::read_dir(dir)
-        .expect("the statistics directory")
-        .flatten()
-    {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !(name.starts_with("router-") && name.ends_with("-out.json")) {
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(e.path()) else {
-            continue;
-        };
-        let key = format!("\"{key}\":");
-        let at = text.find(&key).expect("the key in the statistics") + key.len();
-        let digits: String = text[at..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        total += digits.parse::<u64>().expect("a byte count");
-    }
-    total
+    metampi::testing::link_total(dir, "out", "payload_raw_out")
 }
 
 /// Inter-site bytes of `f`, measured by rank 0 between two barriers from
@@ -431,12 +406,18 @@ fn crossing(world: &SimpleCommunicator, dir: &Path, f: impl FnOnce()) -> u64 {
 fn crossing_stats(world: &SimpleCommunicator, dir: &Path, f: impl FnOnce()) -> (u64, u64) {
     world.barrier();
     std::thread::sleep(Duration::from_millis(1200));
-    let before = (link_bytes(dir), link_stat(dir, "frames_out"));
+    let before = (
+        link_bytes(dir),
+        metampi::testing::link_total(dir, "out", "frames_out"),
+    );
     world.barrier();
     f();
     world.barrier();
     std::thread::sleep(Duration::from_millis(1200));
-    let after = (link_bytes(dir), link_stat(dir, "frames_out"));
+    let after = (
+        link_bytes(dir),
+        metampi::testing::link_total(dir, "out", "frames_out"),
+    );
     world.barrier();
     (after.0 - before.0, after.1 - before.1)
 }

@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use metampi::testing::{Ranks, StatsDir};
+use metampi::testing::{link_stats, stats_number, Ranks, StatsDir};
 use metampi::traits::*;
 
 /// Jobs of this file run one at a time: they measure rates, which another
@@ -47,49 +47,28 @@ fn message(i: usize, len: usize) -> Vec<u8> {
     v
 }
 
+/// The statistics of the link end on `side` (`"out"`, `"in"`) that carried
+/// the most (`key`).
+fn busiest(dir: &std::path::Path, side: &str, key: &str) -> String {
+    link_stats(dir, side)
+        .into_iter()
+        .map(|(_, text)| text)
+        .max_by_key(|text| number(text, key))
+        .unwrap_or_default()
+}
+
 /// The statistics of the sending router's link (the one that carried data).
 fn sender_stats(dir: &std::path::Path) -> String {
-    let mut best = (0, String::new());
-    for e in std::fs::read_dir(dir).expect("statistics").flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !(name.starts_with("router-") && name.ends_with("-out.json")) {
-            continue;
-        }
-        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        let raw = number(&text, "payload_raw_out");
-        if raw >= best.0 {
-            best = (raw, text);
-        }
-    }
-    best.1
+    busiest(dir, "out", "payload_raw_out")
 }
 
 /// The statistics of the receiving end of the link that carried data.
 fn receiver_stats(dir: &std::path::Path) -> String {
-    let mut best = (0, String::new());
-    for e in std::fs::read_dir(dir).expect("statistics").flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !(name.starts_with("router-") && name.ends_with("-in.json")) {
-            continue;
-        }
-        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        let frames = number(&text, "frames_in");
-        if frames >= best.0 {
-            best = (frames, text);
-        }
-    }
-    best.1
+    busiest(dir, "in", "frames_in")
 }
 
 fn number(json: &str, key: &str) -> u64 {
-    let key = format!("\"{key}\":");
-    let Some(at) = json.find(&key) else { return 0 };
-    json[at + key.len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .unwrap_or(0)
+    stats_number(json, key).unwrap_or(0)
 }
 
 fn text(json: &str, key: &str) -> String {

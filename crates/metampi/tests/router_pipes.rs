@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use metampi::testing::{Ranks, StatsDir};
+use metampi::testing::{link_stats, stats_number as number, Ranks, StatsDir};
 use metampi::traits::*;
 
 /// Jobs of this file run one at a time (six ranks and two routers each).
@@ -107,12 +107,8 @@ fn run_checked(
                 assert_eq!(loans > 0, *lends, "router {r}'s loans: {text}");
             }
             if in_order {
-                for f in std::fs::read_dir(d).unwrap().flatten() {
-                    let name = f.file_name().to_string_lossy().into_owned();
-                    if name.contains("-link-") && name.ends_with("-out.json") {
-                        let text = std::fs::read_to_string(f.path()).unwrap_or_default();
-                        assert_eq!(number(&text, "retransmits"), Some(0), "{name}: {text}");
-                    }
+                for (name, text) in link_stats(d, "out") {
+                    assert_eq!(number(&text, "retransmits"), Some(0), "{name}: {text}");
                 }
             }
         }
@@ -124,17 +120,6 @@ fn run_checked(
     if let Some(f) = &outcome.failure {
         panic!("{test} failed: {f}");
     }
-}
-
-fn number(json: &str, key: &str) -> Option<u64> {
-    let key = format!("\"{key}\":");
-    let at = json.find(&key)?;
-    json[at + key.len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .ok()
 }
 
 /// Router 0 (a -> b, on a0) serves ranks 0-3, of which 0 and 1 share its

@@ -8,37 +8,15 @@
 //! whole windows of such queued frames, over and over, and the job never
 //! finished. Skipped, with a message, where namespaces or `tc` are missing.
 
-use std::path::Path;
 use std::time::Duration;
 
-use metampi::testing::{is_rank, NetnsPair, Ranks, StatsDir};
+use metampi::testing::{is_rank, link_total, NetnsPair, Ranks, StatsDir};
 use metampi::traits::*;
 
 const NAME: &str = "a_slow_line_queues_without_resending";
 const RATE: &str = "2mbit";
 const LEN: usize = 256 << 10;
 const MESSAGES: usize = 8;
-
-/// Sum of one counter over the outgoing sides of every router link.
-fn link_counter(dir: &Path, key: &str) -> u64 {
-    let mut total = 0;
-    for e in std::fs::read_dir(dir).expect("stats directory").flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !name.ends_with("-out.json") {
-            continue;
-        }
-        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        let pat = format!("\"{key}\":");
-        if let Some(at) = text.find(&pat) {
-            let digits: String = text[at + pat.len()..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
-            total += digits.parse::<u64>().unwrap_or(0);
-        }
-    }
-    total
-}
 
 #[test]
 fn a_slow_line_queues_without_resending() {
@@ -98,11 +76,11 @@ fn a_slow_line_queues_without_resending() {
             if world.rank() == 0 {
                 // The routers write their statistics every second.
                 std::thread::sleep(Duration::from_millis(2500));
-                let sent = link_counter(&dir, "payload_raw_out");
+                let sent = link_total(&dir, "out", "payload_raw_out");
                 assert!(sent >= (MESSAGES * LEN) as u64, "statistics: {sent} bytes");
-                let resent = link_counter(&dir, "retransmits");
-                let timeouts = link_counter(&dir, "timeouts");
-                let nacks = link_counter(&dir, "nacks_in");
+                let resent = link_total(&dir, "out", "retransmits");
+                let timeouts = link_total(&dir, "out", "timeouts");
+                let nacks = link_total(&dir, "out", "nacks_in");
                 assert_eq!(
                     (resent, timeouts, nacks),
                     (0, 0, 0),

@@ -17,7 +17,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metampi::testing::{Faults, ProxyCounts, Ranks, StatsDir};
+use metampi::testing::{link_total, Faults, ProxyCounts, Ranks, StatsDir};
 use metampi::traits::*;
 
 /// What every message starts with; must never be seen on a TLS link.
@@ -141,23 +141,7 @@ fn tls_auto_hides_the_payload() {
     if metampi::testing::is_rank() {
         return;
     }
-    let unchecked: u64 = std::fs::read_dir(stats.path())
-        .expect("statistics")
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with("-in.json"))
-        .map(|e| {
-            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-            let key = "\"unchecked_frames_in\":";
-            text.find(key).map_or(0, |at| {
-                text[at + key.len()..]
-                    .chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect::<String>()
-                    .parse()
-                    .unwrap_or(0)
-            })
-        })
-        .sum();
+    let unchecked = link_total(stats.path(), "in", "unchecked_frames_in");
     assert!(
         unchecked > 0,
         "frames on TLS links leave the payload to TLS"
