@@ -138,8 +138,15 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
         println!("{}", d.allocation);
         println!("{}", host_table(&d.hosts));
         crate::print_timings(&d.outcome);
+        let relay = match d.relay_service {
+            Some((cpu, units)) if units > 0 => format!(
+                ", routers' {cpu:.2} s: {:.2} ms per remote unit",
+                cpu / units as f64 * 1e3
+            ),
+            _ => String::new(),
+        };
         println!(
-            "service {:.2} s (servers' CPU {}), whole distributed search {:.2} s",
+            "service {:.2} s (servers' CPU {}{relay}), whole distributed search {:.2} s",
             d.service_s,
             d.server_cpu_s
                 .iter()
@@ -152,6 +159,8 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
             "mode": d.mode,
             "service_s": d.service_s,
             "total_s": d.total_s,
+            "routers_service_cpu_s": d.relay_service.map(|(cpu, _)| cpu),
+            "remote_service_units": d.relay_service.map(|(_, units)| units),
             "hosts": d.hosts,
             "plan": d.allocation.to_string(),
         });

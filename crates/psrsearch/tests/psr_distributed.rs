@@ -601,6 +601,11 @@ fn three_sites_plan_matches_measured() {
                             h.name, h.clients, h.units, h.predicted_s, h.measured_s
                         );
                     }
+                    // The routers run beside the ranks here: what they relayed is counted.
+                    let (relay_cpu, remote_units) =
+                        d.relay_service.expect("the routers' CPU in the service");
+                    eprintln!("  routers {relay_cpu:.3} s of CPU for {remote_units} remote units");
+                    assert!(relay_cpu > 0.0 && remote_units > 0, "{:?}", d.relay_service);
                     if quiet == 1 {
                         judged += 1;
                         if err.max(spread) < best.0.max(best.1) {

@@ -268,6 +268,10 @@ pub struct DistOutcome {
     pub link_notes: Vec<String>,
     /// What servers and routers were found to spend per unit.
     pub cost_note: String,
+    /// CPU seconds the routers beside the root (emulated sites) used during the service,
+    /// and the units remote hosts finished in it: what relaying cost, against the pilot's
+    /// estimate in `cost_note`. `None` where the routers run elsewhere.
+    pub relay_service: Option<(f64, u64)>,
 }
 
 /// Settings every rank needs, broadcast by the root.
@@ -680,6 +684,7 @@ pub fn search_distributed(
     // Service.
     comm.barrier();
     let t0 = Instant::now();
+    let relay0 = calibrate::processes_cpu_s(&routers);
     let served = run.serve(
         &comm,
         &assignment,
@@ -691,6 +696,7 @@ pub fn search_distributed(
         progress,
     )?;
     let service_s = t0.elapsed().as_secs_f64();
+    let relay_s = calibrate::processes_cpu_s(&routers) - relay0;
 
     // Periodicity search on the data host, DMs dealt round robin; sifting at the root.
     let workers: Vec<Rank> = (0..comm.size())
@@ -773,6 +779,12 @@ pub fn search_distributed(
     per_client.sort_by_key(|c| c.rank);
     let mut server_cpu_s = vec![served.cpu_s];
     server_cpu_s.extend(served.server_cpu_s.iter().copied());
+    let remote_units = served
+        .clients
+        .iter()
+        .filter(|c| roles.sites[c.rank as usize] != roles.data_site)
+        .map(|c| c.units)
+        .sum::<u64>();
     Ok(Some(DistOutcome {
         outcome,
         allocation,
@@ -787,6 +799,7 @@ pub fn search_distributed(
         total_s: started.elapsed().as_secs_f64(),
         link_notes: notes,
         cost_note,
+        relay_service: (!routers.is_empty()).then_some((relay_s, remote_units)),
     }))
 }
 
