@@ -209,7 +209,8 @@ impl RouterSpec {
     /// link's TLS is `-` (plain) or `IDENTITY|NAME|CA|PIN+PIN` (text
     /// percent-encoded, pins in hex) or `IDENTITY|auto|ROUTER`, and an
     /// identity is `auto` or `CERT|KEY`. A plain job's line is what it was
-    /// before TLS existed.
+    /// before TLS existed. `;nocrc=I,...` lists (by their place in `out`) the
+    /// links whose frames leave the payload out of their checksum.
     pub fn to_line(&self) -> String {
         let out: Vec<String> = self
             .out
