@@ -394,11 +394,13 @@ pub fn link_stats(dir: &std::path::Path, side: &str) -> Vec<(String, String)> {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let ours = name.starts_with("router-") && name.contains("-link-");
-            (ours && name.ends_with(&suffix))
-                .then(|| (std::fs::read_to_string(e.path()).unwrap_or_default(), name))
+            let ours =
+                name.starts_with("router-") && name.contains("-link-") && name.ends_with(&suffix);
+            ours.then(|| {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                (name, text)
+            })
         })
-        .map(|(text, name)| (name, text))
         .collect();
     files.sort();
     files
