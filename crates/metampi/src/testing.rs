@@ -324,6 +324,12 @@ pub fn staged_payload_bytes() -> u64 {
     crate::engine::links::STAGED_PAYLOAD.load(AtomicOrdering::Relaxed)
 }
 
+/// Blocking collectives other than barriers this process has run through a
+/// communicator's shared-memory region (`Algorithm::SharedMemory`).
+pub fn shared_memory_calls() -> u64 {
+    crate::collective::shm::CALLS.load(AtomicOrdering::Relaxed)
+}
+
 /// The algorithm a collective `op` on `comm` moving `bytes` per rank runs
 /// when it reaches the schedules (blocking calls small enough for the
 /// shared-memory flags are served before that). Call it after `initialize`.

@@ -657,6 +657,111 @@ fn run_ahead(world: &SimpleCommunicator) {
     world.barrier();
 }
 
+/// Rooted collectives through the shared-memory region with rotating roots,
+/// mixed with all-reduces, while members lag by turns: a root leaves once
+/// it has published and a member that only contributes leaves at once, so
+/// a lagging member must still find each call's data in its slot, never a
+/// later call's written over it.
+fn rooted_shared_memory_calls_keep_their_slots(world: &SimpleCommunicator) {
+    use std::time::Duration;
+    let ops = [
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::Gather,
+        Collective::Scatter,
+        Collective::AllReduce,
+    ];
+    for op in ops {
+        metampi::collective::force_algorithm(op, Some(Algorithm::SharedMemory)).unwrap();
+    }
+    let (n, me) = (world.size(), world.rank());
+    let value = |i: i32, r: i32| i64::from(i) * 1000 + i64::from(r);
+    let before = metampi::testing::shared_memory_calls();
+    const CALLS: i32 = 400;
+    for i in 0..CALLS {
+        let root_rank = i % n;
+        let root = world.process_at_rank(root_rank);
+        // Each member in turn arrives late, so the others run ahead.
+        if (i / 5) % n == me && i % 5 == 0 {
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        match i % 5 {
+            0 => {
+                let mut v = [if me == root_rank { value(i, me) } else { -1 }; 3];
+                root.broadcast_into(&mut v[..]);
+                assert_eq!(v, [value(i, root_rank); 3], "broadcast {i}");
+            }
+            1 => {
+                let mine = [value(i, me), 1];
+                if me == root_rank {
+                    let mut sum = [0i64; 2];
+                    root.reduce_into_root(&mine[..], &mut sum[..], SystemOperation::sum());
+                    let want: i64 = (0..n).map(|r| value(i, r)).sum();
+                    assert_eq!(sum, [want, i64::from(n)], "reduce {i}");
+                } else {
+                    root.reduce_into(&mine[..], SystemOperation::sum());
+                }
+            }
+            2 => {
+                let mine = value(i, me);
+                if me == root_rank {
+                    let mut all = vec![0i64; n as usize];
+                    root.gather_into_root(&mine, &mut all[..]);
+                    let want: Vec<i64> = (0..n).map(|r| value(i, r)).collect();
+                    assert_eq!(all, want, "gather {i}");
+                } else {
+                    root.gather_into(&mine);
+                }
+            }
+            3 => {
+                let mut got = -1i64;
+                if me == root_rank {
+                    let all: Vec<i64> = (0..n).map(|r| value(i, r)).collect();
+                    root.scatter_into_root(&all[..], &mut got);
+                } else {
+                    root.scatter_into(&mut got);
+                }
+                assert_eq!(got, value(i, me), "scatter {i}");
+            }
+            _ => {
+                let mut sum = 0i64;
+                world.all_reduce_into(&value(i, me), &mut sum, SystemOperation::sum());
+                assert_eq!(
+                    sum,
+                    (0..n).map(|r| value(i, r)).sum::<i64>(),
+                    "all-reduce {i}"
+                );
+            }
+        }
+    }
+    for op in ops {
+        metampi::collective::force_algorithm(op, None).unwrap();
+    }
+    // Every call went through the region (none took the schedules).
+    assert_eq!(
+        metampi::testing::shared_memory_calls() - before,
+        CALLS as u64
+    );
+}
+
+#[test]
+fn rooted_shared_memory_calls_keep_their_slots_2() {
+    stall_checked(
+        2,
+        "rooted_shared_memory_calls_keep_their_slots_2",
+        rooted_shared_memory_calls_keep_their_slots,
+    );
+}
+
+#[test]
+fn rooted_shared_memory_calls_keep_their_slots_4() {
+    stall_checked(
+        4,
+        "rooted_shared_memory_calls_keep_their_slots_4",
+        rooted_shared_memory_calls_keep_their_slots,
+    );
+}
+
 /// Runs `f` on `n` ranks with a timeout short enough that a stall fails
 /// the test quickly.
 fn stall_checked(n: usize, name: &str, f: fn(&SimpleCommunicator)) {

@@ -24,8 +24,13 @@
 //!   publishes its whole send buffer and takes its block of each slot),
 //!   broadcast (the root publishes its buffer, the others an empty slot),
 //!   scatter (the same with the root's whole send buffer, of which each
-//!   member takes its block). Every member takes part in every
-//!   call and waits for every slot, which is what keeps the reuse rule.
+//!   member takes its block). Every member takes part in every call, but
+//!   waits only for the slots it reads: the root of a broadcast or scatter
+//!   for none, the others for the root's; a member that only contributes to
+//!   a reduce or gather for none. So a root leaves as soon as it has
+//!   published, as on the schedules. The reuse rule is kept where a slot is
+//!   rewritten: a member first waits until every other has published the
+//!   call before (known without looking after a call that waited for all).
 //!
 //! Waiting goes through the engine's wait loop, so point-to-point traffic
 //! keeps moving and a member that waits long sleeps; a writer nudges a
@@ -83,10 +88,24 @@ pub(crate) struct Region {
     me: usize,
     barrier_epoch: u64,
     reduce_epoch: u64,
+    /// Every member has been seen to publish this call (or a later one).
+    settled: u64,
     /// World rank of every member.
     world: Vec<u32>,
     /// Each member's sleep flag (null for this process).
     sleep: Vec<*const AtomicU32>,
+}
+
+/// Whose parts of a call a member waits for once it has published its own.
+#[derive(Clone, Copy)]
+enum Await {
+    /// Every member's (it reads them all).
+    All,
+    /// The root's (it reads only that).
+    One(usize),
+    /// None (it reads nothing: a root that only gives, a member that only
+    /// contributes).
+    Nothing,
 }
 
 // SAFETY: the pointers address shared mappings that live as long as the
@@ -145,13 +164,19 @@ impl Region {
         }
     }
 
-    /// Publishes `mine` and waits until every member has published its
-    /// vector for this call; returns the slot parity to read them from.
-    fn exchange(&mut self, mine: &[u8]) -> usize {
+    /// Publishes `mine` as this member's part of the next call, then waits
+    /// for the parts `wait` names; returns the slot parity to read them from.
+    fn exchange(&mut self, mine: &[u8], wait: Await) -> usize {
         debug_assert!(mine.len() <= MAX_BYTES);
         self.reduce_epoch += 1;
         let epoch = self.reduce_epoch;
         let parity = (epoch % 2) as usize;
+        // Our slot of this parity holds the call before last: every member
+        // must be done reading it, which it shows by having published the
+        // last call. Known without looking after a call that waited for all.
+        if self.settled + 1 < epoch {
+            self.wait_all(epoch - 1);
+        }
         let slot = self.slot(self.me, parity);
         // SAFETY: our own slot has one writer (us), and no member reads this
         // parity until we publish the new epoch below.
@@ -165,6 +190,20 @@ impl Region {
         for m in (0..self.n).filter(|&m| m != self.me) {
             self.nudge(m);
         }
+        match wait {
+            Await::All => self.wait_all(epoch),
+            Await::One(m) if m != self.me => {
+                let e = self.slot_epoch(m, parity);
+                wait_for(|| e.load(Ordering::Acquire) >= epoch);
+            }
+            _ => {}
+        }
+        parity
+    }
+
+    /// Waits until every member has published call `epoch`.
+    fn wait_all(&mut self, epoch: u64) {
+        let parity = (epoch % 2) as usize;
         let mut next = 0;
         wait_for(|| {
             while next < self.n {
@@ -176,7 +215,7 @@ impl Region {
             }
             true
         });
-        parity
+        self.settled = epoch;
     }
 
     /// Member `m`'s vector of the current call (after [`Region::exchange`]).
@@ -208,6 +247,10 @@ fn wait_for(mut ready: impl FnMut() -> bool) {
     }
     sh.wait_until(|_| ready().then_some(()));
 }
+
+/// Calls served through a region other than barriers (for tests,
+/// `testing::shared_memory_calls`).
+pub(crate) static CALLS: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the blocking `op` may run here: nothing else forced for it.
 fn allowed(op: Collective) -> bool {
@@ -320,6 +363,7 @@ fn setup(comm: &CommInner) -> Result<Option<Region>, Error> {
         me: comm.rank as usize,
         barrier_epoch: 0,
         reduce_epoch: 0,
+        settled: 0,
         world: comm.ranks.to_vec(),
         sleep,
     }))
@@ -357,11 +401,13 @@ fn on_region<T>(
     if bytes > MAX_BYTES || !allowed(op) {
         return None;
     }
-    // The exchange makes every member wait for all the others. A rooted
-    // collective on the schedules does not (the root of an eager broadcast
-    // returns at once), and where ranks outnumber cores, waiting for all
-    // means waiting for each to be scheduled: 4 and 8 ranks on 2 cores,
-    // 8-byte broadcast 0.4 µs on the schedules against 7 on the flags.
+    // A member cannot get more than one call ahead of any other here (its
+    // slots are rewritten every other call). On the schedules the root of an
+    // eager broadcast runs as far ahead as the rings hold, and where ranks
+    // outnumber cores, keeping in step means waiting for each to be
+    // scheduled: 4 ranks on 2 cores, 8-byte broadcast 0.6 µs on the
+    // schedules against 6-10 on the flags, with or without the others
+    // waiting for all.
     let rooted = matches!(
         op,
         Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter
@@ -377,6 +423,7 @@ fn on_region<T>(
             let t = crate::trace::start();
             let result = body(r);
             record(t, name, root, bytes, comm);
+            CALLS.fetch_add(1, Ordering::Relaxed);
             Some(result)
         }
     }
@@ -461,6 +508,7 @@ fn publish_send<S, T>(
     send: &S,
     name: &'static str,
     root: Option<u32>,
+    reads: bool,
     body: impl FnOnce(&Region, usize, &[u8]) -> Result<T, Error>,
 ) -> Option<Result<T, Error>>
 where
@@ -472,7 +520,7 @@ where
     on_region(comm, op, traced, bytes, |r| {
         let packed = pack(send);
         let mine = packed.bytes();
-        let parity = r.exchange(mine);
+        let parity = r.exchange(mine, if reads { Await::All } else { Await::Nothing });
         body(r, parity, mine)
     })
 }
@@ -499,7 +547,8 @@ where
     };
     let dt = send.as_datatype().type_id();
     let prim = type_map(dt).prim;
-    let result = publish_send(comm, kind, send, name, root, |r, parity, mine| {
+    let reads = recv.is_some();
+    let result = publish_send(comm, kind, send, name, root, reads, |r, parity, mine| {
         op.check(prim, dt)?;
         let Some(recv) = recv else {
             return Ok(());
@@ -534,12 +583,12 @@ pub(crate) fn bcast<B: BufferMut + ?Sized>(
         if r.me == root {
             // SAFETY: `buf` is exclusively borrowed for this call.
             match unsafe { layout.dense() } {
-                Some(d) => r.exchange(d),
-                None => r.exchange(&super::pack_layout(&layout)),
+                Some(d) => r.exchange(d, Await::Nothing),
+                None => r.exchange(&super::pack_layout(&layout), Await::Nothing),
             };
             Ok(())
         } else {
-            let parity = r.exchange(&[]);
+            let parity = r.exchange(&[], Await::One(root));
             let data = r.part(root, parity);
             match data.len() == bytes {
                 // SAFETY: `buf` is exclusively borrowed for this call.
@@ -589,8 +638,8 @@ where
     on_region(comm, Collective::Scatter, traced, bytes, |r| {
         let me = r.me;
         let parity = match send {
-            Some(s) => r.exchange(pack(s).bytes()),
-            None => r.exchange(&[]),
+            Some(s) => r.exchange(pack(s).bytes(), Await::Nothing),
+            None => r.exchange(&[], Await::One(root)),
         };
         let all = r.part(root, parity);
         let elems = all.len().checked_div(es).unwrap_or(0);
@@ -631,7 +680,8 @@ where
         Some(_) => (Collective::Gather, "gather"),
         None => (Collective::AllGather, "allgather"),
     };
-    publish_send(comm, op, send, name, root, |r, parity, mine| {
+    let reads = recv.is_some();
+    publish_send(comm, op, send, name, root, reads, |r, parity, mine| {
         let Some(recv) = recv else {
             return Ok(());
         };
@@ -675,6 +725,7 @@ where
         send,
         "alltoall",
         None,
+        true,
         |r, parity, mine| {
             let (n, me, len) = (r.n, r.me, mine.len());
             let bs = len / n;
