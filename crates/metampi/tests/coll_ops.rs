@@ -657,10 +657,10 @@ fn run_ahead(world: &SimpleCommunicator) {
     world.barrier();
 }
 
-/// Rooted collectives through the shared-memory region with rotating roots,
-/// mixed with all-reduces, while members lag by turns: a root leaves once
-/// it has published and a member that only contributes leaves at once, so
-/// a lagging member must still find each call's data in its slot, never a
+/// Rooted collectives through the shared-memory region, between
+/// all-reduces, while members lag by turns: a root leaves once it has
+/// published and a member that only contributes leaves at once, so a
+/// lagging member must still find each call's data in its slot, never a
 /// later call's written over it.
 fn rooted_shared_memory_calls_keep_their_slots(world: &SimpleCommunicator) {
     use std::time::Duration;
@@ -677,15 +677,31 @@ fn rooted_shared_memory_calls_keep_their_slots(world: &SimpleCommunicator) {
     let (n, me) = (world.size(), world.rank());
     let value = |i: i32, r: i32| i64::from(i) * 1000 + i64::from(r);
     let before = metampi::testing::shared_memory_calls();
-    const CALLS: i32 = 400;
+    const CALLS: i32 = 500;
     for i in 0..CALLS {
-        let root_rank = i % n;
+        // Blocks of 24 rooted calls (more than a member's slots) with one
+        // root, then an all-reduce. In turn a block of broadcasts and
+        // scatters, whose root runs ahead while the next member arrives
+        // late, and a block of reduces and gathers, whose other members run
+        // ahead while the root arrives late.
+        let block = i / 25;
+        let root_rank = block % n;
         let root = world.process_at_rank(root_rank);
-        // Each member in turn arrives late, so the others run ahead.
-        if (i / 5) % n == me && i % 5 == 0 {
+        let giving = (block / n) % 2 == 0;
+        let late = if giving {
+            (root_rank + 1) % n
+        } else {
+            root_rank
+        };
+        if i % 25 == 0 && me == late {
             std::thread::sleep(Duration::from_micros(300));
         }
-        match i % 5 {
+        let kind = match (i % 25, giving) {
+            (24, _) => 4,
+            (k, true) => [0, 3][k as usize % 2],
+            (k, false) => [1, 2][k as usize % 2],
+        };
+        match kind {
             0 => {
                 let mut v = [if me == root_rank { value(i, me) } else { -1 }; 3];
                 root.broadcast_into(&mut v[..]);

@@ -9,15 +9,16 @@
 //! all-reduces a few times gets a region of its own in `/dev/shm`:
 //!
 //! - one block per member, written only by that member: a line of barrier
-//!   round counters, then two all-reduce slots (used alternately);
+//!   round counters, then [`SLOTS`] slots, one per call in turn;
 //! - barrier: dissemination over the counters; in round k a member raises
 //!   its counter k to the barrier's epoch and waits for that of the member
 //!   2^k below it;
 //! - all-reduce up to [`MAX_BYTES`]: each member writes its vector and the
 //!   epoch into its slot, then reads every slot and folds them in rank order
 //!   itself, so non-commutative operations keep MPI's order and every member
-//!   gets the same bits. A slot is rewritten two calls later, when every
-//!   member has provably finished reading it (it published the call between).
+//!   gets the same bits. A slot is rewritten [`SLOTS`] calls later, once
+//!   every member has provably finished reading it (it published a later
+//!   call).
 //! - the same exchange serves the others up to [`MAX_BYTES`] per member:
 //!   reduce (only the root folds), gather and all-gather (the root, or every
 //!   member, copies the slots in rank order), all-to-all (every member
@@ -28,9 +29,11 @@
 //!   waits only for the slots it reads: the root of a broadcast or scatter
 //!   for none, the others for the root's; a member that only contributes to
 //!   a reduce or gather for none. So a root leaves as soon as it has
-//!   published, as on the schedules. The reuse rule is kept where a slot is
+//!   published, as on the schedules, and runs up to [`SLOTS`] - 1 calls
+//!   ahead of the slowest member. The reuse rule is kept where a slot is
 //!   rewritten: a member first waits until every other has published the
-//!   call before (known without looking after a call that waited for all).
+//!   call after the one the slot held (known without looking after a call
+//!   that waited for all).
 //!
 //! Waiting goes through the engine's wait loop, so point-to-point traffic
 //! keeps moving and a member that waits long sleeps; a writer nudges a
@@ -59,11 +62,20 @@ pub(crate) const MAX_BYTES: usize = 8192;
 /// Slot header: the epoch (u64) and the length (u64).
 const SLOT_HDR: usize = 16;
 const SLOT: usize = (SLOT_HDR + MAX_BYTES).div_ceil(LINE) * LINE;
+/// Slots per member, used in turn: a member runs up to this many calls less
+/// one ahead of the slowest. With 2 (every other call), ranks that
+/// outnumber the cores waited to be scheduled in step: 4 ranks on 2 cores,
+/// 8-byte broadcast 6-10 µs, against 0.7 on the schedules, whose root runs
+/// ahead as far as the rings hold; with 8, 0.2-0.3 (4: 0.25-0.45, 16 as 8).
+const SLOTS: usize = 8;
+/// Bytes of all members' vectors a reduce's root folds here at most where
+/// ranks outnumber cores.
+const OVERSUBSCRIBED_FOLD_MAX: usize = 16 << 10;
 /// Barrier round counters per member (one line): up to 2^8 members.
 const ROUNDS: usize = LINE / 8;
 const MAX_MEMBERS: usize = 1 << ROUNDS;
 /// Bytes per member: the counter line and two slots.
-const BLOCK: usize = LINE + 2 * SLOT;
+const BLOCK: usize = LINE + SLOTS * SLOT;
 /// Blocking calls that run on schedules before a communicator gets a
 /// region: one that is used once or twice is not worth a file and two
 /// extra collectives.
@@ -126,14 +138,14 @@ impl Region {
         unsafe { &*(self.block(member) as *const AtomicU64).add(round) }
     }
 
-    fn slot(&self, member: usize, parity: usize) -> *mut u8 {
-        // SAFETY: slot `parity` (0 or 1) lies inside the member's block.
-        unsafe { self.block(member).add(LINE + parity * SLOT) }
+    fn slot(&self, member: usize, turn: usize) -> *mut u8 {
+        // SAFETY: slot `turn` (below `SLOTS`) lies inside the member's block.
+        unsafe { self.block(member).add(LINE + turn * SLOT) }
     }
 
-    fn slot_epoch(&self, member: usize, parity: usize) -> &AtomicU64 {
+    fn slot_epoch(&self, member: usize, turn: usize) -> &AtomicU64 {
         // SAFETY: the slot starts line-aligned with its epoch word.
-        unsafe { &*(self.slot(member, parity) as *const AtomicU64) }
+        unsafe { &*(self.slot(member, turn) as *const AtomicU64) }
     }
 
     /// Wakes member `m` if it sleeps in the engine's wait loop. The caller
@@ -165,26 +177,27 @@ impl Region {
     }
 
     /// Publishes `mine` as this member's part of the next call, then waits
-    /// for the parts `wait` names; returns the slot parity to read them from.
+    /// for the parts `wait` names; returns the slot to read them from.
     fn exchange(&mut self, mine: &[u8], wait: Await) -> usize {
         debug_assert!(mine.len() <= MAX_BYTES);
         self.reduce_epoch += 1;
         let epoch = self.reduce_epoch;
-        let parity = (epoch % 2) as usize;
-        // Our slot of this parity holds the call before last: every member
+        let turn = (epoch % SLOTS as u64) as usize;
+        // Our slot for this call holds call `epoch - SLOTS`: every member
         // must be done reading it, which it shows by having published the
-        // last call. Known without looking after a call that waited for all.
-        if self.settled + 1 < epoch {
-            self.wait_all(epoch - 1);
+        // call after it. Known without looking after a call that waited for
+        // all.
+        if self.settled + (SLOTS as u64 - 1) < epoch {
+            self.wait_all(epoch + 1 - SLOTS as u64);
         }
-        let slot = self.slot(self.me, parity);
+        let slot = self.slot(self.me, turn);
         // SAFETY: our own slot has one writer (us), and no member reads this
-        // parity until we publish the new epoch below.
+        // slot until we publish the new epoch below.
         unsafe {
             crate::sys::copy::copy_raw(mine.as_ptr(), slot.add(SLOT_HDR), mine.len());
             (*(slot.add(8) as *const AtomicU64)).store(mine.len() as u64, Ordering::Relaxed);
         }
-        self.slot_epoch(self.me, parity)
+        self.slot_epoch(self.me, turn)
             .store(epoch, Ordering::Release);
         crate::sys::publish_fence();
         for m in (0..self.n).filter(|&m| m != self.me) {
@@ -193,21 +206,21 @@ impl Region {
         match wait {
             Await::All => self.wait_all(epoch),
             Await::One(m) if m != self.me => {
-                let e = self.slot_epoch(m, parity);
+                let e = self.slot_epoch(m, turn);
                 wait_for(|| e.load(Ordering::Acquire) >= epoch);
             }
             _ => {}
         }
-        parity
+        turn
     }
 
     /// Waits until every member has published call `epoch`.
     fn wait_all(&mut self, epoch: u64) {
-        let parity = (epoch % 2) as usize;
+        let turn = (epoch % SLOTS as u64) as usize;
         let mut next = 0;
         wait_for(|| {
             while next < self.n {
-                if next != self.me && self.slot_epoch(next, parity).load(Ordering::Acquire) < epoch
+                if next != self.me && self.slot_epoch(next, turn).load(Ordering::Acquire) < epoch
                 {
                     return false;
                 }
@@ -219,8 +232,8 @@ impl Region {
     }
 
     /// Member `m`'s vector of the current call (after [`Region::exchange`]).
-    fn part(&self, m: usize, parity: usize) -> &[u8] {
-        let s = self.slot(m, parity);
+    fn part(&self, m: usize, turn: usize) -> &[u8] {
+        let s = self.slot(m, turn);
         // SAFETY: the slot was published for this call (Acquire in
         // `exchange`) and is not rewritten before every member, us included,
         // has finished it; the length is clamped to the slot.
@@ -401,18 +414,15 @@ fn on_region<T>(
     if bytes > MAX_BYTES || !allowed(op) {
         return None;
     }
-    // A member cannot get more than one call ahead of any other here (its
-    // slots are rewritten every other call). On the schedules the root of an
-    // eager broadcast runs as far ahead as the rings hold, and where ranks
-    // outnumber cores, keeping in step means waiting for each to be
-    // scheduled: 4 ranks on 2 cores, 8-byte broadcast 0.6 µs on the
-    // schedules against 6-10 on the flags, with or without the others
-    // waiting for all.
-    let rooted = matches!(
-        op,
-        Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter
-    );
-    if rooted && shared().oversubscribed() && forced_algorithm(op).is_none() {
+    // Where ranks outnumber cores, the root of a reduce folds every
+    // member's vector itself while the schedules share that out along a
+    // tree: past 16 KiB in all, the tree won (8 ranks on 2 cores, 4 KiB
+    // each: 16 µs here, 2-3.5 on the schedules).
+    if op == Collective::Reduce
+        && shared().oversubscribed()
+        && forced_algorithm(op).is_none()
+        && bytes * comm.ranks.len() > OVERSUBSCRIBED_FOLD_MAX
+    {
         return None;
     }
     let mut st = comm.shm.lock().unwrap_or_else(|p| p.into_inner());
@@ -447,12 +457,12 @@ fn count_error(what: String) -> Error {
 
 /// Every member's slot of this call holds `len` bytes; else the first that
 /// does not, as a `Count` error.
-fn same_lengths(r: &Region, parity: usize, len: usize, what: &str) -> Result<(), Error> {
-    match (0..r.n).find(|&m| r.part(m, parity).len() != len) {
+fn same_lengths(r: &Region, turn: usize, len: usize, what: &str) -> Result<(), Error> {
+    match (0..r.n).find(|&m| r.part(m, turn).len() != len) {
         None => Ok(()),
         Some(m) => Err(count_error(format!(
             "{what} differ: {len} bytes here, {} bytes at rank {m}",
-            r.part(m, parity).len()
+            r.part(m, turn).len()
         ))),
     }
 }
@@ -461,16 +471,16 @@ fn same_lengths(r: &Region, parity: usize, len: usize, what: &str) -> Result<(),
 /// as the schedules do, so non-commutative operations keep MPI's order.
 fn fold<O: Operation>(
     r: &Region,
-    parity: usize,
+    turn: usize,
     op: &O,
     prim: Option<crate::datatype::Prim>,
     dt: u32,
     acc: &mut [u8],
 ) -> Result<(), Error> {
     let n = r.n;
-    crate::sys::copy::copy(acc, r.part(n - 1, parity));
+    crate::sys::copy::copy(acc, r.part(n - 1, turn));
     for m in (0..n - 1).rev() {
-        op.apply(r.part(m, parity), acc, prim, dt)?;
+        op.apply(r.part(m, turn), acc, prim, dt)?;
     }
     Ok(())
 }
@@ -500,7 +510,7 @@ unsafe fn deliver(
 
 /// The common part of the collectives whose members each publish `send`:
 /// `None` where the schedules run `op`; else `body` gets the region, the
-/// call's slot parity and this member's bytes, after every member published,
+/// call's slot turn and this member's bytes, after every member published,
 /// and the call is traced as `name`.
 fn publish_send<S, T>(
     comm: &CommInner,
@@ -520,8 +530,8 @@ where
     on_region(comm, op, traced, bytes, |r| {
         let packed = pack(send);
         let mine = packed.bytes();
-        let parity = r.exchange(mine, if reads { Await::All } else { Await::Nothing });
-        body(r, parity, mine)
+        let turn = r.exchange(mine, if reads { Await::All } else { Await::Nothing });
+        body(r, turn, mine)
     })
 }
 
@@ -548,14 +558,14 @@ where
     let dt = send.as_datatype().type_id();
     let prim = type_map(dt).prim;
     let reads = recv.is_some();
-    let result = publish_send(comm, kind, send, name, root, reads, |r, parity, mine| {
+    let result = publish_send(comm, kind, send, name, root, reads, |r, turn, mine| {
         op.check(prim, dt)?;
         let Some(recv) = recv else {
             return Ok(());
         };
         let layout = RecvLayout::of(recv);
         let cap = layout.capacity();
-        same_lengths(r, parity, mine.len(), what)?;
+        same_lengths(r, turn, mine.len(), what)?;
         if cap != mine.len() {
             return Err(count_error(format!(
                 "a contribution of {} bytes does not match a block of {cap} bytes",
@@ -563,7 +573,7 @@ where
             )));
         }
         // SAFETY: `recv` is exclusively borrowed for this call.
-        unsafe { deliver(&layout, |acc| fold(r, parity, &op, prim, dt, acc)) }
+        unsafe { deliver(&layout, |acc| fold(r, turn, &op, prim, dt, acc)) }
     });
     result.ok_or(op)
 }
@@ -588,8 +598,8 @@ pub(crate) fn bcast<B: BufferMut + ?Sized>(
             };
             Ok(())
         } else {
-            let parity = r.exchange(&[], Await::One(root));
-            let data = r.part(root, parity);
+            let turn = r.exchange(&[], Await::One(root));
+            let data = r.part(root, turn);
             match data.len() == bytes {
                 // SAFETY: `buf` is exclusively borrowed for this call.
                 true => unsafe {
@@ -637,11 +647,11 @@ where
     let root = root as usize;
     on_region(comm, Collective::Scatter, traced, bytes, |r| {
         let me = r.me;
-        let parity = match send {
+        let turn = match send {
             Some(s) => r.exchange(pack(s).bytes(), Await::Nothing),
             None => r.exchange(&[], Await::One(root)),
         };
-        let all = r.part(root, parity);
+        let all = r.part(root, turn);
         let elems = all.len().checked_div(es).unwrap_or(0);
         if me == root && elems % n != 0 {
             Err(count_error(format!(
@@ -681,13 +691,13 @@ where
         None => (Collective::AllGather, "allgather"),
     };
     let reads = recv.is_some();
-    publish_send(comm, op, send, name, root, reads, |r, parity, mine| {
+    publish_send(comm, op, send, name, root, reads, |r, turn, mine| {
         let Some(recv) = recv else {
             return Ok(());
         };
         let layout = RecvLayout::of(recv);
         let (cap, len, n) = (layout.capacity(), mine.len(), r.n);
-        same_lengths(r, parity, len, "gathered blocks")?;
+        same_lengths(r, turn, len, "gathered blocks")?;
         if cap != n * len {
             return Err(count_error(format!(
                 "a receive buffer of {cap} bytes does not hold {n} blocks of {len} bytes"
@@ -697,7 +707,7 @@ where
         unsafe {
             deliver(&layout, |all| {
                 for (m, block) in all.chunks_exact_mut(len.max(1)).take(n).enumerate() {
-                    crate::sys::copy::copy(block, r.part(m, parity));
+                    crate::sys::copy::copy(block, r.part(m, turn));
                 }
                 Ok(())
             })
@@ -726,7 +736,7 @@ where
         "alltoall",
         None,
         true,
-        |r, parity, mine| {
+        |r, turn, mine| {
             let (n, me, len) = (r.n, r.me, mine.len());
             let bs = len / n;
             let layout = RecvLayout::of(recv);
@@ -741,12 +751,12 @@ where
                 "an all-to-all receive buffer of {cap} bytes does not match a send buffer of {len} bytes"
             )));
             }
-            same_lengths(r, parity, len, "all-to-all send buffers")?;
+            same_lengths(r, turn, len, "all-to-all send buffers")?;
             // SAFETY: `recv` is exclusively borrowed for this call.
             unsafe {
                 deliver(&layout, |all| {
                     for (m, block) in all.chunks_exact_mut(bs.max(1)).take(n).enumerate() {
-                        crate::sys::copy::copy(block, &r.part(m, parity)[me * bs..(me + 1) * bs]);
+                        crate::sys::copy::copy(block, &r.part(m, turn)[me * bs..(me + 1) * bs]);
                     }
                     Ok(())
                 })
