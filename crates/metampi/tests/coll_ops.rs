@@ -770,6 +770,15 @@ fn rooted_shared_memory_calls_keep_their_slots_2() {
 }
 
 #[test]
+fn rooted_shared_memory_calls_keep_their_slots_7() {
+    stall_checked(
+        7,
+        "rooted_shared_memory_calls_keep_their_slots_7",
+        rooted_shared_memory_calls_keep_their_slots,
+    );
+}
+
+#[test]
 fn rooted_shared_memory_calls_keep_their_slots_4() {
     stall_checked(
         4,

@@ -220,8 +220,7 @@ impl Region {
         let mut next = 0;
         wait_for(|| {
             while next < self.n {
-                if next != self.me && self.slot_epoch(next, turn).load(Ordering::Acquire) < epoch
-                {
+                if next != self.me && self.slot_epoch(next, turn).load(Ordering::Acquire) < epoch {
                     return false;
                 }
                 next += 1;
