@@ -42,6 +42,7 @@
 //! eligible call, and only for blocking calls: `immediate_*` forms and
 //! forced algorithms other than `shared_memory` keep the schedules.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::algorithm::{forced_algorithm, Algorithm, Collective};
@@ -178,7 +179,9 @@ impl Region {
 
     /// Publishes `mine` as this member's part of the next call, then waits
     /// for the parts `wait` names; returns the slot to read them from.
-    fn exchange(&mut self, mine: &[u8], wait: Await) -> usize {
+    /// `own`: the bytes of `mine` that no other member reads, which stay out
+    /// of the slot (this member takes them from `mine`: [`Region::part_or`]).
+    fn exchange(&mut self, mine: &[u8], own: Range<usize>, wait: Await) -> usize {
         debug_assert!(mine.len() <= MAX_BYTES);
         self.reduce_epoch += 1;
         let epoch = self.reduce_epoch;
@@ -191,10 +194,19 @@ impl Region {
             self.wait_all(epoch + 1 - SLOTS as u64);
         }
         let slot = self.slot(self.me, turn);
+        let start = own.start.min(mine.len());
+        let own = start..own.end.clamp(start, mine.len());
         // SAFETY: our own slot has one writer (us), and no member reads this
-        // slot until we publish the new epoch below.
+        // slot until we publish the new epoch below; both copies stay inside
+        // `mine` and the slot (`mine` is at most `MAX_BYTES`).
         unsafe {
-            crate::sys::copy::copy_raw(mine.as_ptr(), slot.add(SLOT_HDR), mine.len());
+            let data = slot.add(SLOT_HDR);
+            crate::sys::copy::copy_raw(mine.as_ptr(), data, own.start);
+            crate::sys::copy::copy_raw(
+                mine.as_ptr().add(own.end),
+                data.add(own.end),
+                mine.len() - own.end,
+            );
             (*(slot.add(8) as *const AtomicU64)).store(mine.len() as u64, Ordering::Relaxed);
         }
         self.slot_epoch(self.me, turn)
@@ -228,6 +240,16 @@ impl Region {
             true
         });
         self.settled = epoch;
+    }
+
+    /// Member `m`'s vector of the current call, this member's own being
+    /// `mine` (its slot may lack some of it: see [`Region::exchange`]).
+    fn part_or<'a>(&'a self, m: usize, turn: usize, mine: &'a [u8]) -> &'a [u8] {
+        if m == self.me {
+            mine
+        } else {
+            self.part(m, turn)
+        }
     }
 
     /// Member `m`'s vector of the current call (after [`Region::exchange`]).
@@ -471,15 +493,16 @@ fn same_lengths(r: &Region, turn: usize, len: usize, what: &str) -> Result<(), E
 fn fold<O: Operation>(
     r: &Region,
     turn: usize,
+    mine: &[u8],
     op: &O,
     prim: Option<crate::datatype::Prim>,
     dt: u32,
     acc: &mut [u8],
 ) -> Result<(), Error> {
     let n = r.n;
-    crate::sys::copy::copy(acc, r.part(n - 1, turn));
+    crate::sys::copy::copy(acc, r.part_or(n - 1, turn, mine));
     for m in (0..n - 1).rev() {
-        op.apply(r.part(m, turn), acc, prim, dt)?;
+        op.apply(r.part_or(m, turn, mine), acc, prim, dt)?;
     }
     Ok(())
 }
@@ -507,6 +530,31 @@ unsafe fn deliver(
     }
 }
 
+/// What a member does in a call where every member publishes its send buffer.
+#[derive(Clone, Copy)]
+enum Part {
+    /// Reads every slot; nobody reads its own (the root of a reduce or gather).
+    Root,
+    /// Reads nothing (the other members of a reduce or gather).
+    Contributor,
+    /// Reads every slot, and every member reads its (all-reduce, all-gather).
+    Everyone,
+    /// Reads block `me` of every slot; its own block `me` nobody else reads.
+    AllToAll,
+}
+
+impl Part {
+    /// The part of a member of a reduce or gather (`root`: not the all- form)
+    /// that has a receive buffer or not.
+    fn of(root: Option<u32>, receives: bool) -> Part {
+        match (root, receives) {
+            (None, _) => Part::Everyone,
+            (Some(_), true) => Part::Root,
+            (Some(_), false) => Part::Contributor,
+        }
+    }
+}
+
 /// The common part of the collectives whose members each publish `send`:
 /// `None` where the schedules run `op`; else `body` gets the region, the
 /// call's slot turn and this member's bytes, after every member published,
@@ -517,7 +565,7 @@ fn publish_send<S, T>(
     send: &S,
     name: &'static str,
     root: Option<u32>,
-    reads: bool,
+    part: Part,
     body: impl FnOnce(&Region, usize, &[u8]) -> Result<T, Error>,
 ) -> Option<Result<T, Error>>
 where
@@ -529,7 +577,16 @@ where
     on_region(comm, op, traced, bytes, |r| {
         let packed = pack(send);
         let mine = packed.bytes();
-        let turn = r.exchange(mine, if reads { Await::All } else { Await::Nothing });
+        let (me, len) = (r.me, mine.len());
+        let turn = match part {
+            Part::Root => r.exchange(mine, 0..len, Await::All),
+            Part::Contributor => r.exchange(mine, 0..0, Await::Nothing),
+            Part::Everyone => r.exchange(mine, 0..0, Await::All),
+            Part::AllToAll => {
+                let bs = len / r.n;
+                r.exchange(mine, me * bs..(me + 1) * bs, Await::All)
+            }
+        };
         body(r, turn, mine)
     })
 }
@@ -556,8 +613,8 @@ where
     };
     let dt = send.as_datatype().type_id();
     let prim = type_map(dt).prim;
-    let reads = recv.is_some();
-    let result = publish_send(comm, kind, send, name, root, reads, |r, turn, mine| {
+    let part = Part::of(root, recv.is_some());
+    let result = publish_send(comm, kind, send, name, root, part, |r, turn, mine| {
         op.check(prim, dt)?;
         let Some(recv) = recv else {
             return Ok(());
@@ -572,7 +629,7 @@ where
             )));
         }
         // SAFETY: `recv` is exclusively borrowed for this call.
-        unsafe { deliver(&layout, |acc| fold(r, turn, &op, prim, dt, acc)) }
+        unsafe { deliver(&layout, |acc| fold(r, turn, mine, &op, prim, dt, acc)) }
     });
     result.ok_or(op)
 }
@@ -592,12 +649,12 @@ pub(crate) fn bcast<B: BufferMut + ?Sized>(
         if r.me == root {
             // SAFETY: `buf` is exclusively borrowed for this call.
             match unsafe { layout.dense() } {
-                Some(d) => r.exchange(d, Await::Nothing),
-                None => r.exchange(&super::pack_layout(&layout), Await::Nothing),
+                Some(d) => r.exchange(d, 0..0, Await::Nothing),
+                None => r.exchange(&super::pack_layout(&layout), 0..0, Await::Nothing),
             };
             Ok(())
         } else {
-            let turn = r.exchange(&[], Await::One(root));
+            let turn = r.exchange(&[], 0..0, Await::One(root));
             let data = r.part(root, turn);
             match data.len() == bytes {
                 // SAFETY: `buf` is exclusively borrowed for this call.
@@ -646,11 +703,14 @@ where
     let root = root as usize;
     on_region(comm, Collective::Scatter, traced, bytes, |r| {
         let me = r.me;
+        let packed = send.map(|s| pack(s));
+        let mine = packed.as_ref().map_or(&[][..], |p| p.bytes());
         let turn = match send {
-            Some(s) => r.exchange(pack(s).bytes(), Await::Nothing),
-            None => r.exchange(&[], Await::One(root)),
+            // Nobody else reads the root's own block.
+            Some(_) => r.exchange(mine, me * bs..(me + 1) * bs, Await::Nothing),
+            None => r.exchange(&[], 0..0, Await::One(root)),
         };
-        let all = r.part(root, turn);
+        let all = r.part_or(root, turn, mine);
         let elems = all.len().checked_div(es).unwrap_or(0);
         if me == root && elems % n != 0 {
             Err(count_error(format!(
@@ -689,8 +749,8 @@ where
         Some(_) => (Collective::Gather, "gather"),
         None => (Collective::AllGather, "allgather"),
     };
-    let reads = recv.is_some();
-    publish_send(comm, op, send, name, root, reads, |r, turn, mine| {
+    let part = Part::of(root, recv.is_some());
+    publish_send(comm, op, send, name, root, part, |r, turn, mine| {
         let Some(recv) = recv else {
             return Ok(());
         };
@@ -706,7 +766,7 @@ where
         unsafe {
             deliver(&layout, |all| {
                 for (m, block) in all.chunks_exact_mut(len.max(1)).take(n).enumerate() {
-                    crate::sys::copy::copy(block, r.part(m, turn));
+                    crate::sys::copy::copy(block, r.part_or(m, turn, mine));
                 }
                 Ok(())
             })
@@ -734,7 +794,7 @@ where
         send,
         "alltoall",
         None,
-        true,
+        Part::AllToAll,
         |r, turn, mine| {
             let (n, me, len) = (r.n, r.me, mine.len());
             let bs = len / n;
@@ -755,7 +815,10 @@ where
             unsafe {
                 deliver(&layout, |all| {
                     for (m, block) in all.chunks_exact_mut(bs.max(1)).take(n).enumerate() {
-                        crate::sys::copy::copy(block, &r.part(m, turn)[me * bs..(me + 1) * bs]);
+                        crate::sys::copy::copy(
+                            block,
+                            &r.part_or(m, turn, mine)[me * bs..(me + 1) * bs],
+                        );
                     }
                     Ok(())
                 })
