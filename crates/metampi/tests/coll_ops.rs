@@ -787,6 +787,70 @@ fn rooted_shared_memory_calls_keep_their_slots_4() {
     );
 }
 
+/// Empty all-reduces, all-gathers and all-to-alls on the shared-memory
+/// flags wait for nobody, as MPICH's and Open MPI's return at once: rank 0
+/// finishes each before it sends what the others wait for before they even
+/// start theirs (were it to wait for them, the job would stall). A member
+/// that expects bytes where another has none still reports `Count`, and
+/// the calls after all that still agree.
+fn empty_calls_wait_for_nobody(world: &SimpleCommunicator) {
+    let ops = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::AllToAll,
+    ];
+    for op in ops {
+        metampi::collective::force_algorithm(op, Some(Algorithm::SharedMemory)).unwrap();
+    }
+    let me = world.rank();
+    let before = metampi::testing::shared_memory_calls();
+    // The region is set up collectively by the first call on it.
+    let mut x = 0i64;
+    world.all_reduce_into(&1i64, &mut x, SystemOperation::sum());
+    let empty: [i64; 0] = [];
+    for round in 0..20i64 {
+        if me != 0 {
+            let (k, _) = world.process_at_rank(0).receive::<i64>();
+            assert_eq!(k, round);
+        }
+        let mut out: [i64; 0] = [];
+        world.all_reduce_into(&empty[..], &mut out[..], SystemOperation::sum());
+        world.all_gather_into(&empty[..], &mut out[..]);
+        world.all_to_all_into(&empty[..], &mut out[..]);
+        if me == 0 {
+            for r in 1..world.size() {
+                world.process_at_rank(r).send(&round);
+            }
+        }
+    }
+    // Rank 1 expects a vector where the others bring none.
+    let mine = [1i64];
+    let mut out = [0i64];
+    let len = usize::from(me == 1);
+    let r = world.try_all_reduce_into(&mine[..len], &mut out[..len], SystemOperation::sum());
+    match me {
+        1 => assert_eq!(r.err().map(|e| e.class()), Some(metampi::ErrorClass::Count)),
+        _ => r.unwrap(),
+    }
+    let mut sum = 0i64;
+    world.all_reduce_into(&i64::from(me), &mut sum, SystemOperation::sum());
+    let n = i64::from(world.size());
+    assert_eq!(sum, n * (n - 1) / 2);
+    for op in ops {
+        metampi::collective::force_algorithm(op, None).unwrap();
+    }
+    assert_eq!(metampi::testing::shared_memory_calls() - before, 63);
+}
+
+#[test]
+fn empty_calls_wait_for_nobody_3() {
+    stall_checked(
+        3,
+        "empty_calls_wait_for_nobody_3",
+        empty_calls_wait_for_nobody,
+    );
+}
+
 /// Runs `f` on `n` ranks with a timeout short enough that a stall fails
 /// the test quickly.
 fn stall_checked(n: usize, name: &str, f: fn(&SimpleCommunicator)) {

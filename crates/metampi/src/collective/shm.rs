@@ -557,8 +557,9 @@ impl Part {
 
 /// The common part of the collectives whose members each publish `send`:
 /// `None` where the schedules run `op`; else `body` gets the region, the
-/// call's slot turn and this member's bytes, after every member published,
-/// and the call is traced as `name`.
+/// call's slot (`None` for an empty call that waited for nobody: no slot
+/// may be read) and this member's bytes, after the members it reads
+/// published, and the call is traced as `name`.
 fn publish_send<S, T>(
     comm: &CommInner,
     op: Collective,
@@ -566,7 +567,7 @@ fn publish_send<S, T>(
     name: &'static str,
     root: Option<u32>,
     part: Part,
-    body: impl FnOnce(&Region, usize, &[u8]) -> Result<T, Error>,
+    body: impl FnOnce(&Region, Option<usize>, &[u8]) -> Result<T, Error>,
 ) -> Option<Result<T, Error>>
 where
     S: Buffer + ?Sized,
@@ -581,13 +582,20 @@ where
         let turn = match part {
             Part::Root => r.exchange(mine, 0..len, Await::All),
             Part::Contributor => r.exchange(mine, 0..0, Await::Nothing),
+            // Nothing to receive: nothing to wait for (as in MPICH and Open
+            // MPI, whose empty calls return at once). A member that does
+            // expect bytes still waits, and reports a `Count` mismatch.
+            Part::Everyone | Part::AllToAll if len == 0 => {
+                r.exchange(mine, 0..0, Await::Nothing);
+                return body(r, None, mine);
+            }
             Part::Everyone => r.exchange(mine, 0..0, Await::All),
             Part::AllToAll => {
                 let bs = len / r.n;
                 r.exchange(mine, me * bs..(me + 1) * bs, Await::All)
             }
         };
-        body(r, turn, mine)
+        body(r, Some(turn), mine)
     })
 }
 
@@ -621,13 +629,18 @@ where
         };
         let layout = RecvLayout::of(recv);
         let cap = layout.capacity();
-        same_lengths(r, turn, mine.len(), what)?;
+        if let Some(turn) = turn {
+            same_lengths(r, turn, mine.len(), what)?;
+        }
         if cap != mine.len() {
             return Err(count_error(format!(
                 "a contribution of {} bytes does not match a block of {cap} bytes",
                 mine.len()
             )));
         }
+        let Some(turn) = turn else {
+            return Ok(());
+        };
         // SAFETY: `recv` is exclusively borrowed for this call.
         unsafe { deliver(&layout, |acc| fold(r, turn, mine, &op, prim, dt, acc)) }
     });
@@ -756,12 +769,17 @@ where
         };
         let layout = RecvLayout::of(recv);
         let (cap, len, n) = (layout.capacity(), mine.len(), r.n);
-        same_lengths(r, turn, len, "gathered blocks")?;
+        if let Some(turn) = turn {
+            same_lengths(r, turn, len, "gathered blocks")?;
+        }
         if cap != n * len {
             return Err(count_error(format!(
                 "a receive buffer of {cap} bytes does not hold {n} blocks of {len} bytes"
             )));
         }
+        let Some(turn) = turn else {
+            return Ok(());
+        };
         // SAFETY: `recv` is exclusively borrowed for this call.
         unsafe {
             deliver(&layout, |all| {
@@ -810,6 +828,9 @@ where
                 "an all-to-all receive buffer of {cap} bytes does not match a send buffer of {len} bytes"
             )));
             }
+            let Some(turn) = turn else {
+                return Ok(());
+            };
             same_lengths(r, turn, len, "all-to-all send buffers")?;
             // SAFETY: `recv` is exclusively borrowed for this call.
             unsafe {
