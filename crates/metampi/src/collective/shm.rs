@@ -75,7 +75,7 @@ const OVERSUBSCRIBED_FOLD_MAX: usize = 16 << 10;
 /// Barrier round counters per member (one line): up to 2^8 members.
 const ROUNDS: usize = LINE / 8;
 const MAX_MEMBERS: usize = 1 << ROUNDS;
-/// Bytes per member: the counter line and two slots.
+/// Bytes per member: the counter line and the slots.
 const BLOCK: usize = LINE + SLOTS * SLOT;
 /// Blocking calls that run on schedules before a communicator gets a
 /// region: one that is used once or twice is not worth a file and two
