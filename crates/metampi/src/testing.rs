@@ -324,10 +324,11 @@ pub fn staged_payload_bytes() -> u64 {
     crate::engine::links::STAGED_PAYLOAD.load(AtomicOrdering::Relaxed)
 }
 
-/// Blocking collectives other than barriers this process has run through a
-/// communicator's shared-memory region (`Algorithm::SharedMemory`).
-pub fn shared_memory_calls() -> u64 {
-    crate::collective::shm::CALLS.load(AtomicOrdering::Relaxed)
+/// Blocking collectives other than barriers that `comm`'s shared-memory
+/// region has served (`Algorithm::SharedMemory`); 0 before it has one. Call
+/// it after `initialize`.
+pub fn shared_memory_calls<C: crate::traits::Communicator>(comm: &C) -> u64 {
+    crate::collective::shm::calls(&comm.as_handle().0)
 }
 
 /// The algorithm a collective `op` on `comm` moving `bytes` per rank runs

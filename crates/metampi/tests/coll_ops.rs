@@ -676,7 +676,7 @@ fn rooted_shared_memory_calls_keep_their_slots(world: &SimpleCommunicator) {
     }
     let (n, me) = (world.size(), world.rank());
     let value = |i: i32, r: i32| i64::from(i) * 1000 + i64::from(r);
-    let before = metampi::testing::shared_memory_calls();
+    let before = metampi::testing::shared_memory_calls(world);
     const CALLS: i32 = 500;
     for i in 0..CALLS {
         // Blocks of 24 rooted calls (more than a member's slots) with one
@@ -755,7 +755,7 @@ fn rooted_shared_memory_calls_keep_their_slots(world: &SimpleCommunicator) {
     }
     // Every call went through the region (none took the schedules).
     assert_eq!(
-        metampi::testing::shared_memory_calls() - before,
+        metampi::testing::shared_memory_calls(world) - before,
         CALLS as u64
     );
 }
@@ -803,7 +803,7 @@ fn empty_calls_wait_for_nobody(world: &SimpleCommunicator) {
         metampi::collective::force_algorithm(op, Some(Algorithm::SharedMemory)).unwrap();
     }
     let me = world.rank();
-    let before = metampi::testing::shared_memory_calls();
+    let before = metampi::testing::shared_memory_calls(world);
     // The region is set up collectively by the first call on it.
     let mut x = 0i64;
     world.all_reduce_into(&1i64, &mut x, SystemOperation::sum());
@@ -839,7 +839,7 @@ fn empty_calls_wait_for_nobody(world: &SimpleCommunicator) {
     for op in ops {
         metampi::collective::force_algorithm(op, None).unwrap();
     }
-    assert_eq!(metampi::testing::shared_memory_calls() - before, 63);
+    assert_eq!(metampi::testing::shared_memory_calls(world) - before, 63);
 }
 
 #[test]

@@ -103,6 +103,8 @@ pub(crate) struct Region {
     reduce_epoch: u64,
     /// Every member has been seen to publish this call (or a later one).
     settled: u64,
+    /// Calls other than barriers served here (for tests).
+    calls: u64,
     /// World rank of every member.
     world: Vec<u32>,
     /// Each member's sleep flag (null for this process).
@@ -282,9 +284,13 @@ fn wait_for(mut ready: impl FnMut() -> bool) {
     sh.wait_until(|_| ready().then_some(()));
 }
 
-/// Calls served through a region other than barriers (for tests,
-/// `testing::shared_memory_calls`).
-pub(crate) static CALLS: AtomicU64 = AtomicU64::new(0);
+/// Blocking calls other than barriers that `comm`'s region has served.
+pub(crate) fn calls(comm: &CommInner) -> u64 {
+    match &*comm.shm.lock().unwrap_or_else(|p| p.into_inner()) {
+        State::On(r) => r.calls,
+        _ => 0,
+    }
+}
 
 /// Whether the blocking `op` may run here: nothing else forced for it.
 fn allowed(op: Collective) -> bool {
@@ -398,6 +404,7 @@ fn setup(comm: &CommInner) -> Result<Option<Region>, Error> {
         barrier_epoch: 0,
         reduce_epoch: 0,
         settled: 0,
+        calls: 0,
         world: comm.ranks.to_vec(),
         sleep,
     }))
@@ -454,7 +461,7 @@ fn on_region<T>(
             let t = crate::trace::start();
             let result = body(r);
             record(t, name, root, bytes, comm);
-            CALLS.fetch_add(1, Ordering::Relaxed);
+            r.calls += 1;
             Some(result)
         }
     }
