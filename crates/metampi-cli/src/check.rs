@@ -18,7 +18,8 @@ pub fn execute(args: CheckArgs) -> Result<u8> {
         Ok(cfg) => {
             print!("{}", cfg.layout());
             print!("{}", cfg.process_settings());
-            for w in tls_warnings(&cfg) {
+            let ports = port_warning(&cfg, metampi_launch::ports::ephemeral_ports());
+            for w in tls_warnings(&cfg).into_iter().chain(ports) {
                 eprintln!("warning: {w}");
             }
             // `metampi run` reads every ENVFILE on this machine before it starts anything.
@@ -41,6 +42,40 @@ pub fn execute(args: CheckArgs) -> Result<u8> {
             Ok(1)
         }
     }
+}
+
+/// Router ports of meta hosts started on this machine that lie in its ephemeral range
+/// `eph`: a connection closed within the last minute can hold such a port, and the router
+/// then fails to start ([`metampi_launch::ports`]).
+fn port_warning(cfg: &MetaConfig, eph: Option<std::ops::RangeInclusive<u16>>) -> Option<String> {
+    let eph = eph?;
+    let layout = cfg.layout_ref();
+    let ports: Vec<u16> = layout
+        .routers
+        .iter()
+        .filter(|r| matches!(cfg.hosts[r.host].launch, Launch::Local | Launch::Netns(_)))
+        .flat_map(|r| r.listen.iter().map(|l| l.port))
+        .collect();
+    let runs = metampi_launch::ports::in_range(&ports, &eph);
+    if runs.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = runs
+        .iter()
+        .map(|r| match r.start() == r.end() {
+            true => r.start().to_string(),
+            false => format!("{}-{}", r.start(), r.end()),
+        })
+        .collect();
+    Some(format!(
+        "router ports {} lie in this machine's ephemeral range {}-{}: a connection that closed \
+         within the last minute can hold one, and its router then cannot start; a PORTBASE \
+         (and PORTs) below {} avoids that",
+        list.join(", "),
+        eph.start(),
+        eph.end(),
+        eph.start()
+    ))
 }
 
 /// What would stop TLS links at start-up and can be seen from here: a build
@@ -90,4 +125,44 @@ fn tls_warnings(cfg: &MetaConfig) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(portbase: u16) -> MetaConfig {
+        let text = format!(
+            "PORTBASE {portbase}\n\
+             METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
+             METAHOST b {{ LAUNCH = local; NPROCS = 1; NODES = b0; }}\n\
+             METAHOST c {{ LAUNCH = ssh c.example.org; NPROCS = 1; NODES = c0; }}\n\
+             PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n"
+        );
+        metampi_config::parse_str("t", &text).unwrap()
+    }
+
+    #[test]
+    fn router_ports_in_the_ephemeral_range_are_warned_of() {
+        let eph = Some(32768..=60999);
+        assert_eq!(port_warning(&config(28000), eph.clone()), None);
+        let w = port_warning(&config(40000), eph.clone()).unwrap();
+        // The routers of a and b listen; c's (started by ssh) is another machine's business.
+        let a_b: Vec<u16> = config(40000)
+            .layout_ref()
+            .routers
+            .iter()
+            .filter(|r| r.host < 2)
+            .flat_map(|r| r.listen.iter().map(|l| l.port))
+            .collect();
+        assert!(!a_b.is_empty());
+        for p in &a_b {
+            assert!(w.contains(&p.to_string()), "{w} lacks {p}");
+        }
+        assert!(
+            w.contains("32768-60999") && w.contains("below 32768"),
+            "{w}"
+        );
+        assert_eq!(port_warning(&config(40000), None), None);
+    }
 }

@@ -69,6 +69,7 @@ mod host;
 mod job;
 mod outcome;
 pub mod pmi;
+pub mod ports;
 mod remote;
 mod spec;
 mod stdio;

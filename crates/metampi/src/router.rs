@@ -2303,6 +2303,21 @@ impl Router {
     }
 }
 
+/// A link port that could not be listened on: the error names it, and says why a port in
+/// the machine's ephemeral range is taken now and then ([`metampi_launch::ports`]).
+fn listen_error(addr: &str, e: io::Error) -> io::Error {
+    let port = addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+    let hint = match (e.kind(), port) {
+        (io::ErrorKind::AddrInUse, Some(p)) => metampi_launch::ports::in_use_hint(p),
+        _ => None,
+    };
+    let text = match hint {
+        Some(h) => format!("cannot listen on {addr}: {e}; {h}"),
+        None => format!("cannot listen on {addr}: {e}"),
+    };
+    io::Error::new(e.kind(), text)
+}
+
 /// Runs a router until killed. Prints `METAMPI-ROUTER-READY <port>` on stdout
 /// once local ranks may connect.
 pub fn run(spec: &RouterSpec) -> io::Result<()> {
@@ -2325,7 +2340,7 @@ pub fn run_then(spec: &RouterSpec, ready: impl FnOnce(u16)) -> io::Result<()> {
     vertical.set_nonblocking(true)?;
     let mut listeners = Vec::new();
     for addr in &spec.listen {
-        let l = TcpListener::bind(addr)?;
+        let l = TcpListener::bind(addr).map_err(|e| listen_error(addr, e))?;
         l.set_nonblocking(true)?;
         listeners.push(l);
     }
@@ -2359,6 +2374,27 @@ pub fn read_ready(out: &mut impl BufRead) -> io::Result<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_in_use_is_named_with_the_way_out() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap().to_string();
+        let e = std::net::TcpListener::bind(&addr).unwrap_err();
+        let text = listen_error(&addr, e).to_string();
+        assert!(
+            text.starts_with(&format!("cannot listen on {addr}: ")),
+            "{text}"
+        );
+        // The kernel gave `held` an ephemeral port.
+        if metampi_launch::ports::ephemeral_ports().is_some() {
+            assert!(
+                text.contains("ephemeral range") && text.contains("PORTBASE"),
+                "{text}"
+            );
+        }
+        let other = listen_error("127.0.0.1:80", io::ErrorKind::PermissionDenied.into());
+        assert!(!other.to_string().contains("ephemeral"), "{other}");
+    }
 
     #[test]
     fn spec_round_trip_and_errors() {
