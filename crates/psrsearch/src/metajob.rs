@@ -180,8 +180,8 @@ pub fn demo_description(port_base: u16) -> String {
 
 /// A port base with `count` consecutive free ports on loopback, probing from a base derived
 /// from the process id so that concurrent jobs rarely collide. The ports are taken below the
-/// machine's ephemeral range where there is room (12000-22000 by default, clear of the ports
-/// the tests name): a port in that range can be held for a minute by a closed connection of
+/// machine's ephemeral range where there is room (10000-19500, clear of the 20000-32300 that
+/// the tests' descriptions name): a port in that range can be held for a minute by a closed connection of
 /// an earlier job, and a router of a later job reusing the base could not listen on it
 /// ([`metampi_launch::ports`]).
 ///
@@ -208,11 +208,11 @@ pub fn free_port_base(count: usize) -> Result<u16, MetaJobError> {
 }
 
 /// Where [`free_port_base`] draws bases of `count` ports: the first base and how many bases.
-/// 12000-22000 where that stays below the ephemeral range `eph`; else 30000-50000, the old
+/// 10000-19500 where that stays below the ephemeral range `eph`; else 30000-50000, the old
 /// window (a machine whose ephemeral range starts that low has no safe ports to offer).
 fn port_window(eph: Option<std::ops::RangeInclusive<u16>>, count: usize) -> (u32, u32) {
-    const LOW: u32 = 12_000;
-    const HIGH: u32 = 22_000;
+    const LOW: u32 = 10_000;
+    const HIGH: u32 = 19_500;
     let top = eph.map_or(HIGH, |r| HIGH.min(u32::from(*r.start())));
     let need = count as u32;
     if top >= LOW + need + 1000 {
@@ -228,15 +228,15 @@ mod tests {
 
     #[test]
     fn port_bases_stay_below_the_ephemeral_range() {
-        assert_eq!(port_window(Some(32768..=60999), 8), (12_000, 9_992));
-        assert_eq!(port_window(None, 8), (12_000, 9_992));
+        assert_eq!(port_window(Some(32768..=60999), 8), (10_000, 9_492));
+        assert_eq!(port_window(None, 8), (10_000, 9_492));
         // A range that starts lower squeezes the window under it.
-        assert_eq!(port_window(Some(20000..=60999), 8), (12_000, 7_992));
+        assert_eq!(port_window(Some(15000..=60999), 8), (10_000, 4_992));
         // One that leaves no room falls back to the old window.
         assert_eq!(port_window(Some(1024..=65535), 8), (30_000, 20_000));
         let base = u32::from(free_port_base(4).unwrap());
         if let Some(eph) = metampi_launch::ports::ephemeral_ports() {
-            if u32::from(*eph.start()) >= 13_004 {
+            if u32::from(*eph.start()) >= 11_004 {
                 assert!(base + 4 <= u32::from(*eph.start()), "{base}");
             }
         }
