@@ -1035,6 +1035,14 @@ impl Shared {
 
     /// Drives progress until `check` returns a value.
     pub(crate) fn wait_until<R>(&self, mut check: impl FnMut(&mut Engine) -> Option<R>) -> R {
+        // What is already there is taken before anything else (a request that
+        // completed earlier, most often: the later waits of a window of
+        // receives): no count of waiters to touch, no progress pass.
+        let mut held = self.lock();
+        if let Some(r) = check(&mut held) {
+            return r;
+        }
+        let mut held = Some(held);
         // Counted while it waits, for the spin budget (see `spin`): once two
         // threads have waited at the same time it stops growing, as several
         // long spinners would share the cores.
@@ -1064,16 +1072,8 @@ impl Shared {
         // passes; a sleeper that wakes is seen within 16 passes.
         let mut crowded = self.oversubscribed;
         let mut fds = Vec::new();
-        // What is already there is taken before a progress pass (a request
-        // that completed earlier, most often).
-        let mut first = true;
         let r = loop {
-            let mut e = self.lock();
-            if std::mem::take(&mut first) {
-                if let Some(r) = check(&mut e) {
-                    break r;
-                }
-            }
+            let mut e = held.take().unwrap_or_else(|| self.lock());
             let moved = e.progress();
             let wakers = std::mem::take(&mut e.core.wakers);
             if let Some(r) = check(&mut e) {
