@@ -60,6 +60,7 @@ fn server(lines: &[u8]) {
             Ok(_) => assert!(
                 reply.starts_with(b"OK")
                     || reply.starts_with(b"ERR ")
+                    || reply.starts_with(b"CHALLENGE ")
                     || reply.starts_with(b"VAL ")
                     || reply.starts_with(b"NONE"),
                 "bad reply {:?}",
