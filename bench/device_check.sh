@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The measurements issues 3 and 6 still need from a machine with a core per process (the
 # 16-core device machine), made easy to run there in few calls (wan took 2.4 minutes on the
-# 2-core development machine, router 1, plan 2). That machine has no cargo
+# 2-core development machine, router 0.5, reader 1.5, plan 2). That machine has no cargo
 # and no network, so the binaries are built here and travel with the working tree:
 #
 #   bash bench/device_check.sh pack            # here: stripped release builds into .dev-carry/
 #   # on the device (carry .dev-carry), one stage per call, each well inside 10 minutes:
 #   bash bench/device_check.sh wan             # ROUNDS=5 bench/wan.sh: routed vs direct TCP
-#   bash bench/device_check.sh router          # bench/router_cpu.sh, payload checksums on and off
+#   bash bench/device_check.sh router          # bench/router_cpu.sh, checksums on/off, reader threads off/on
+#   bash bench/device_check.sh reader          # wan.sh again with reader threads on the incoming links
 #   bash bench/device_check.sh plan            # psr_plan.sh 6, ranks bound to hardware threads
-#   bash bench/device_check.sh all             # the three in turn (6 minutes on this 2-core machine)
+#   bash bench/device_check.sh all             # all of them (about 7 minutes here)
 #
 # Each stage prints its figures with the issue's target beside them and keeps its whole output
 # in $OUT (the device tool's folder that comes back) or target/device. M= and PSR= name other
@@ -34,9 +35,9 @@ pack)
     echo "carry $DIR (ignored by git through .git/info/exclude: add '/$DIR/' there if it is not)"
     exit 0
     ;;
-wan | router | plan | all) ;;
+wan | router | reader | plan | all) ;;
 *)
-    echo "usage: bash bench/device_check.sh pack|wan|router|plan|all" >&2
+    echo "usage: bash bench/device_check.sh pack|wan|router|reader|plan|all" >&2
     exit 2
     ;;
 esac
@@ -59,12 +60,23 @@ wan() {
     ROUNDS=5 bash bench/wan.sh 2>&1 | tee "$out/wan.log"
 }
 
-# Where routed bandwidth goes: CPU per GB of every process, with and without payload checksums.
+# Where routed bandwidth goes: CPU per GB of every process, with and without payload checksums,
+# and with and without reader threads on the incoming links (METAMPI_ROUTER_READER, off by
+# default until this says whether they pay), taking turns.
 router() {
     for c in on off; do
-        echo "== issue 3: bench/router_cpu.sh, payload checksums $c"
-        CHECKSUM=$c bash bench/router_cpu.sh 2>&1 | tee "$out/router_cpu_$c.log"
+        for rd in 0 1 0 1; do
+            echo "== issue 3: bench/router_cpu.sh, payload checksums $c, METAMPI_ROUTER_READER=$rd"
+            METAMPI_ROUTER_READER=$rd CHECKSUM=$c bash bench/router_cpu.sh 2>&1 |
+                tee -a "$out/router_cpu_$c.log"
+        done
     done
+}
+
+# Issue 3's rows with reader threads on the incoming links (latency too: a thread hand-over).
+reader() {
+    echo "== issue 3: bench/wan.sh with METAMPI_ROUTER_READER=1, medians of 3 rounds"
+    METAMPI_ROUTER_READER=1 ROUNDS=3 bash bench/wan.sh 2>&1 | tee "$out/wan_reader.log"
 }
 
 # Issue 6: the static plan's predicted finish time per host against the measured one (15%).
@@ -77,6 +89,7 @@ plan() {
 case "$stage" in
 wan) wan ;;
 router) router ;;
+reader) reader ;;
 plan) plan ;;
-all) wan; router; plan ;;
+all) wan; router; reader; plan ;;
 esac

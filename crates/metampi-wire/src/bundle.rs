@@ -167,6 +167,21 @@ impl Bundle {
         t
     }
 
+    /// Bytes of link `link`'s transport that another thread read, in order with every
+    /// other read of that link: handled as [`Bundle::handle_bytes`] handles bytes, but a
+    /// chunk that starts where a frame starts (nothing of an earlier frame still waiting
+    /// for bytes) becomes the buffer frames are decoded from, without a copy. Unknown links
+    /// are ignored.
+    pub fn handle_owned(&mut self, now: Instant, link: usize, chunk: BytesMut) {
+        let Some(l) = self.links.get_mut(link) else {
+            return;
+        };
+        match l.handle_owned(now, chunk) {
+            Ok(r) => self.absorb(link, r),
+            Err(e) => self.fail(link, e.into()),
+        }
+    }
+
     /// Takes what link `link` decoded: acknowledged credit, records in order, failover
     /// records (bounded separately).
     fn absorb(&mut self, link: usize, received: Received) {

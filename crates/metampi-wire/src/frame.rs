@@ -241,6 +241,18 @@ pub(crate) fn starts_with_header(buf: &[u8]) -> bool {
         .is_some_and(|h| h[..4] == MAGIC && crc32(&h[..40]) == le_u32(h, 40))
 }
 
+/// The whole length (header and payload) of the frame whose checked header starts
+/// `buf`; `None` where `buf` does not start with one (too short, or not a header: the
+/// decoder then resynchronises) or its payload would exceed [`MAX_PAYLOAD`]. For a
+/// reader that cuts the stream at frame boundaries before the decoder sees it.
+pub fn frame_len(buf: &[u8]) -> Option<usize> {
+    if !starts_with_header(buf) {
+        return None;
+    }
+    let len = le_u32(buf, 36) as usize;
+    (len <= MAX_PAYLOAD).then_some(HEADER_LEN + len)
+}
+
 /// CRC-32C (Castagnoli, "iSCSI"), the frames' checksum.
 fn crc32(b: &[u8]) -> u32 {
     crc_fast::crc32_iscsi(b)
@@ -428,6 +440,16 @@ impl StreamDecoder {
         self.read_with(|buf, _| buf.extend_from_slice(bytes));
     }
 
+    /// Adds `chunk` of the stream, taking the buffer over where nothing is buffered (no
+    /// copy: frames are split off it as off the decoder's own), else appending it.
+    pub fn adopt(&mut self, chunk: BytesMut) {
+        if self.buf.is_empty() {
+            self.buf = chunk;
+        } else {
+            self.buf.extend_from_slice(&chunk);
+        }
+    }
+
     /// Lets `read` append bytes from the stream to the decoder's own buffer, so that
     /// they are not copied again: frames and their payloads are later split off it.
     /// `read` gets the buffer and how many bytes to read at most (the buffer has that
@@ -582,6 +604,21 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn frame_len_reads_whole_headers_only() {
+        let mut out = Vec::new();
+        encode(&header(FrameKind::Data, 5), b"hello", &mut out);
+        encode(&header(FrameKind::Ack, 0), b"", &mut out);
+        assert_eq!(frame_len(&out), Some(HEADER_LEN + 5));
+        assert_eq!(frame_len(&out[HEADER_LEN + 5..]), Some(HEADER_LEN));
+        // A header cut short, or one with a bit flipped, says nothing.
+        assert_eq!(frame_len(&out[..HEADER_LEN - 1]), None);
+        let mut bad = out.clone();
+        bad[37] ^= 1;
+        assert_eq!(frame_len(&bad), None);
+        assert_eq!(frame_len(&out[1..]), None);
     }
 
     #[test]

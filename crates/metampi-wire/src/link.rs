@@ -51,6 +51,11 @@ impl Link {
         self.inner.handle_read(now, 0, read)
     }
 
+    /// Bytes another thread read from the transport (as [`Bundle::handle_owned`]).
+    pub fn handle_owned(&mut self, now: Instant, chunk: BytesMut) {
+        self.inner.handle_owned(now, 0, chunk);
+    }
+
     /// The next bytes to write to the transport.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Vec<u8>> {

@@ -305,18 +305,40 @@ impl LinkState {
         now: Instant,
         read: impl FnOnce(&mut BytesMut, usize) -> T,
     ) -> (T, Result<Received, ProtocolError>) {
-        let mut out = Received::default();
         if self.dead {
             // Read and dropped, so the transport does not stay readable for nothing.
             let mut scratch = BytesMut::new();
-            return (read(&mut scratch, DISCARD_READ), Ok(out));
+            return (read(&mut scratch, DISCARD_READ), Ok(Received::default()));
         }
         let before = self.decoder.buffered();
         let t = self.decoder.read_with(read);
+        (t, self.absorb_read(now, before))
+    }
+
+    /// As [`LinkState::handle_read`], for bytes another thread read (`chunk`): the
+    /// decoder takes the buffer over where it holds nothing, so a chunk that starts
+    /// with a frame is not copied.
+    pub(crate) fn handle_owned(
+        &mut self,
+        now: Instant,
+        chunk: BytesMut,
+    ) -> Result<Received, ProtocolError> {
+        if self.dead {
+            return Ok(Received::default());
+        }
+        self.stats.chunks_handed_in += 1;
+        let before = self.decoder.buffered();
+        self.decoder.adopt(chunk);
+        self.absorb_read(now, before)
+    }
+
+    /// What a read that left bytes `before..` in the decoder brought.
+    fn absorb_read(&mut self, now: Instant, before: usize) -> Result<Received, ProtocolError> {
+        let mut out = Received::default();
         let bytes = self.decoder.buffered_from(before);
         // Nothing arriving is no progress either.
         if bytes.is_empty() {
-            return (t, Ok(out));
+            return Ok(out);
         }
         self.stats.bytes_in += bytes.len() as u64;
         let n = bytes.len().min(frame::MAGIC.len());
@@ -338,14 +360,11 @@ impl LinkState {
             let silence = now.saturating_duration_since(self.last_progress);
             self.silence_max = self.silence_max.max(silence);
         }
-        let decoded = match self.drain_decoder(now, &mut out) {
-            Ok(d) => d,
-            Err(e) => return (t, Err(e)),
-        };
+        let decoded = self.drain_decoder(now, &mut out)?;
         if !foreign || decoded {
             self.last_progress = now;
         }
-        (t, Ok(out))
+        Ok(out)
     }
 
     /// Decodes what the decoder holds; whether anything came out of it.

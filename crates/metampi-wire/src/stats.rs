@@ -66,6 +66,9 @@ pub struct Stats {
     /// `Data` frames accepted whose sender left the payload out of the checksum
     /// (its link runs without payload checksums).
     pub unchecked_frames_in: u64,
+    /// Chunks of the stream that another thread read and handed over
+    /// ([`crate::Bundle::handle_owned`]).
+    pub chunks_handed_in: u64,
     /// Bytes skipped while looking for the next frame.
     pub skipped_bytes_in: u64,
     /// Times a partly received frame was given up because no byte of it came for the
@@ -137,6 +140,7 @@ impl AddAssign<&Stats> for Stats {
         self.unchecked_frames_in = self
             .unchecked_frames_in
             .saturating_add(o.unchecked_frames_in);
+        self.chunks_handed_in = self.chunks_handed_in.saturating_add(o.chunks_handed_in);
         self.auto_mode = self.auto_mode.max(o.auto_mode);
         self.auto_goodput_compressed = self
             .auto_goodput_compressed

@@ -1,7 +1,9 @@
 //! The copy-free paths: frames leave as header plus slices of the messages
 //! (`poll_transmit_parts`), bytes are read straight into the decoder's buffer
 //! (`handle_read`) and messages come out as the slices they arrived in
-//! (`poll_message_parts`), with the same results as the copying calls.
+//! (`poll_message_parts`), with the same results as the copying calls; chunks
+//! another thread read and cut at frame boundaries (`frame_len`) are decoded in
+//! place (`handle_owned`).
 
 use std::time::{Duration, Instant};
 
@@ -146,5 +148,69 @@ proptest! {
         prop_assert!(got == sent, "read into the buffer: {} of {} messages", got.len(), sent.len());
         prop_assert!(want == sent, "copied: {} of {} messages", want.len(), sent.len());
         prop_assert_eq!(read.stats().bytes_in, stream.len() as u64);
+    }
+
+    /// Chunks read elsewhere and handed over whole deliver what copying in does,
+    /// cut anywhere or (as a reader thread cuts them) after whole frames; the
+    /// latter are decoded where they lie. A check that fails when chunks are
+    /// copied in: `in_place` (by the pieces' addresses).
+    #[test]
+    fn handed_over_chunks_deliver_what_copies_do(
+        lens in prop::collection::vec(0usize..150_000, 1..10),
+        cuts in prop::collection::vec(1usize..70_000, 1..40),
+        at_frames in any::<bool>(),
+    ) {
+        let t0 = Instant::now();
+        let mut owned = Link::new(t0, config());
+        let mut a = sender(t0, config(), &mut [&mut owned]);
+        let sent: Vec<Message> = lens.iter().enumerate().map(|(i, &n)| message(i as i32, n)).collect();
+        let mut stream = Vec::new();
+        let mut now = t0;
+        for m in &sent {
+            a.send_message(now, m.clone()).unwrap();
+            now += Duration::from_millis(1);
+            for t in frames(&mut a, now) {
+                stream.extend_from_slice(&t.to_vec());
+            }
+        }
+        let mut chunks: Vec<BytesMut> = Vec::new();
+        let (mut at, mut i) = (0, 0);
+        while at < stream.len() {
+            let mut n = cuts[i % cuts.len()].min(stream.len() - at);
+            i += 1;
+            if at_frames {
+                // Whole frames only: at least one, then as many more as fit in `n`.
+                let mut end = at + metampi_wire::frame::frame_len(&stream[at..]).unwrap();
+                while let Some(f) = metampi_wire::frame::frame_len(&stream[end..]) {
+                    if end + f > at + n {
+                        break;
+                    }
+                    end += f;
+                }
+                n = end - at;
+            }
+            chunks.push(BytesMut::from(&stream[at..at + n]));
+            at += n;
+        }
+        let mut lent = Vec::new();
+        for c in chunks {
+            lent.push(c.as_ptr() as usize..c.as_ptr() as usize + c.len());
+            owned.handle_owned(now, c);
+        }
+        let mut got = Vec::new();
+        let mut in_place = true;
+        while let Some(m) = owned.poll_message_parts() {
+            // (Fragments under 4 KiB are copied out on purpose: they would pin
+            // the whole chunk.)
+            in_place &= m.parts.iter().all(|p| {
+                p.len() < 4096 || lent.iter().any(|r| r.contains(&(p.as_ptr() as usize)))
+            });
+            got.push(m.into_message());
+        }
+        prop_assert!(got == sent, "handed over: {} of {} messages", got.len(), sent.len());
+        prop_assert_eq!(owned.stats().bytes_in, stream.len() as u64);
+        if at_frames {
+            prop_assert!(in_place, "a message was copied out of the chunks it came in");
+        }
     }
 }

@@ -46,6 +46,7 @@ use crate::auth;
 use crate::envelope::{Envelope, ENV_LEN};
 use crate::sys::vchan::{Offer, VChan, OFFER_LEN};
 
+mod reader;
 pub mod tls;
 mod writer;
 
@@ -674,7 +675,7 @@ fn write_stats(
         m => m.as_str(),
     };
     let text = format!(
-        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"timeouts\":{},\"nacks_in\":{},\"nacks_out\":{},\"duplicates_in\":{},\"out_of_order_in\":{},\"reconnects\":{},\"srtt_us\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{},\"compression\":\"{compression}\",\"compression_mode\":\"{mode}\",\"compressed_frames_out\":{},\"compression_skipped\":{},\"goodput_compressed_bps\":{},\"goodput_raw_bps\":{},\"auto_probes\":{},\"auto_switches\":{},\"auto_busy_percent\":{},\"payload_checksum_out\":{checksum},\"unchecked_frames_in\":{}}}\n",
+        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"timeouts\":{},\"nacks_in\":{},\"nacks_out\":{},\"duplicates_in\":{},\"out_of_order_in\":{},\"reconnects\":{},\"srtt_us\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{},\"compression\":\"{compression}\",\"compression_mode\":\"{mode}\",\"compressed_frames_out\":{},\"compression_skipped\":{},\"goodput_compressed_bps\":{},\"goodput_raw_bps\":{},\"auto_probes\":{},\"auto_switches\":{},\"auto_busy_percent\":{},\"payload_checksum_out\":{checksum},\"unchecked_frames_in\":{},\"reader_chunks_in\":{}}}\n",
         st.bytes_out,
         st.bytes_in,
         st.frames_out,
@@ -702,7 +703,8 @@ fn write_stats(
         st.auto_probes,
         st.auto_switches,
         st.auto_busy_percent,
-        st.unchecked_frames_in
+        st.unchecked_frames_in,
+        st.chunks_handed_in
     );
     let tmp = path.with_extension("tmp");
     if std::fs::write(&tmp, text).is_ok() {
@@ -719,6 +721,9 @@ struct WireConn {
     /// The thread that writes large frames (plain, unshaped outgoing links
     /// where cores are spare; see [`writer`]).
     writer: Option<writer::Writer>,
+    /// The thread that reads the socket (plain incoming links, where asked
+    /// for; see [`reader`]).
+    reader: Option<reader::Reader>,
 }
 
 impl WireConn {
@@ -741,6 +746,9 @@ impl WireConn {
         now: Instant,
         link: usize,
     ) -> io::Result<(usize, bool)> {
+        if let Some(r) = &self.reader {
+            return read_from_reader(r, bundle, now, link);
+        }
         let Some(w) = &self.writer else {
             return read_link(&mut self.stream, self.tls.as_deref_mut(), bundle, now, link);
         };
@@ -765,6 +773,7 @@ impl WireConn {
     /// The descriptor the loop polls: none while the writer thread reads it.
     fn poll_fd(&self) -> i32 {
         match &self.writer {
+            _ if self.reader.is_some() => -1,
             Some(w) if w.busy() => -1,
             _ => self.stream.as_raw_fd(),
         }
@@ -787,6 +796,7 @@ impl WireConn {
     /// read again without waiting for the socket.
     fn pending(&self) -> bool {
         self.tls.as_ref().is_some_and(|t| t.pending())
+            || self.reader.as_ref().is_some_and(reader::Reader::pending)
             || self.writer.as_ref().is_some_and(|w| {
                 let inbox = w.inbox();
                 inbox.closed || !inbox.bytes.is_empty()
@@ -796,6 +806,31 @@ impl WireConn {
     /// The loop must wait for the socket to take bytes.
     fn wants_write(&self, now: Instant) -> bool {
         self.shaper.blocked_on_socket(now) || self.tls.as_ref().is_some_and(|t| t.wants_write())
+    }
+}
+
+/// What the reader thread of link `link` read, handed to `bundle` in order;
+/// the end of the stream or the thread's read error after the last of it.
+fn read_from_reader(
+    r: &reader::Reader,
+    bundle: &mut Bundle,
+    now: Instant,
+    link: usize,
+) -> io::Result<(usize, bool)> {
+    let mut inbox = r.inbox();
+    let chunks = inbox.take();
+    let closed = inbox.closed;
+    let failed = inbox.failed.take();
+    drop(inbox);
+    r.made_room();
+    let mut n = 0;
+    for c in chunks {
+        n += c.len();
+        bundle.handle_owned(now, link, c);
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((n, !closed)),
     }
 }
 
@@ -1767,11 +1802,19 @@ impl Router {
             t.set_link_buffers();
         }
         // Only acknowledgements go back on an incoming connection: no writer.
+        // A plain one may have a reader (TLS decrypts in the loop).
+        let reader = (tls.is_none() && reader::enabled())
+            .then(|| {
+                let max = wire_config(conn, Compression::Off, false, true).max_frame_payload();
+                reader::Reader::spawn(&h.stream, max, Arc::clone(&self.waker.0)).ok()
+            })
+            .flatten();
         p.conns[link] = Some(WireConn {
             stream: h.stream,
             shaper: Shaper::new(None, None),
             tls,
             writer: None,
+            reader,
         });
         if again {
             p.bundle.handle_reconnect(now, link);
@@ -1796,6 +1839,7 @@ impl Router {
                 shaper: Shaper::new(bps, lat),
                 tls,
                 writer,
+                reader: None,
             });
             if !first {
                 peer.bundle.handle_reconnect(now, l);
