@@ -50,6 +50,26 @@ fn sender(now: Instant, cfg: Config, receivers: &mut [&mut Link]) -> Link {
     a
 }
 
+/// Messages of `lens` bytes sent by `a` one a millisecond from `t0`: the messages,
+/// the stream of frames they went out in, and the time after the last.
+fn send_all(a: &mut Link, t0: Instant, lens: &[usize]) -> (Vec<Message>, Vec<u8>, Instant) {
+    let sent: Vec<Message> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| message(i as i32, n))
+        .collect();
+    let mut stream = Vec::new();
+    let mut now = t0;
+    for m in &sent {
+        a.send_message(now, m.clone()).unwrap();
+        now += Duration::from_millis(1);
+        for t in frames(a, now) {
+            stream.extend_from_slice(&t.to_vec());
+        }
+    }
+    (sent, stream, now)
+}
+
 #[test]
 fn a_large_message_goes_out_as_slices_of_itself_and_arrives_in_pieces() {
     let t0 = Instant::now();
@@ -114,16 +134,7 @@ proptest! {
         let mut copied = Link::new(t0, cfg.clone());
         let mut read = Link::new(t0, cfg.clone());
         let mut a = sender(t0, cfg, &mut [&mut copied, &mut read]);
-        let sent: Vec<Message> = lens.iter().enumerate().map(|(i, &n)| message(i as i32, n)).collect();
-        let mut stream = Vec::new();
-        let mut now = t0;
-        for m in &sent {
-            a.send_message(now, m.clone()).unwrap();
-            now += Duration::from_millis(1);
-            for t in frames(&mut a, now) {
-                stream.extend_from_slice(&t.to_vec());
-            }
-        }
+        let (sent, stream, now) = send_all(&mut a, t0, &lens);
         let (mut at, mut i) = (0, 0);
         while at < stream.len() {
             let want = cuts[i % cuts.len()];
@@ -163,16 +174,7 @@ proptest! {
         let t0 = Instant::now();
         let mut owned = Link::new(t0, config());
         let mut a = sender(t0, config(), &mut [&mut owned]);
-        let sent: Vec<Message> = lens.iter().enumerate().map(|(i, &n)| message(i as i32, n)).collect();
-        let mut stream = Vec::new();
-        let mut now = t0;
-        for m in &sent {
-            a.send_message(now, m.clone()).unwrap();
-            now += Duration::from_millis(1);
-            for t in frames(&mut a, now) {
-                stream.extend_from_slice(&t.to_vec());
-            }
-        }
+        let (sent, stream, now) = send_all(&mut a, t0, &lens);
         let mut chunks: Vec<BytesMut> = Vec::new();
         let (mut at, mut i) = (0, 0);
         while at < stream.len() {
