@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The measurements issues 3 and 6 still need from a machine with a core per process (the
 # 16-core device machine), made easy to run there in few calls (wan took 2.4 minutes on the
-# 2-core development machine, router 0.5, reader 1.5, plan 2). That machine has no cargo
+# 2-core development machine, router 0.5, reader 2, plan 0.75). That machine has no cargo
 # and no network, so the binaries are built here and travel with the working tree:
 #
 #   bash bench/device_check.sh pack            # here: stripped release builds into .dev-carry/
@@ -10,7 +10,7 @@
 #   bash bench/device_check.sh router          # bench/router_cpu.sh, checksums on/off, reader threads off/on
 #   bash bench/device_check.sh reader          # wan.sh again with reader threads on the incoming links
 #   bash bench/device_check.sh plan            # psr_plan.sh 6, ranks bound to hardware threads
-#   bash bench/device_check.sh all             # all of them (about 7 minutes here)
+#   bash bench/device_check.sh all             # all of them (about 6 minutes here)
 #
 # Each stage prints its figures with the issue's target beside them and keeps its whole output
 # in $OUT (the device tool's folder that comes back) or target/device. M= and PSR= name other
