@@ -770,7 +770,8 @@ impl WireConn {
         Ok((n + m, open))
     }
 
-    /// The descriptor the loop polls: none while the writer thread reads it.
+    /// The descriptor the loop polls: none while the writer thread reads it, or
+    /// where a reader thread does.
     fn poll_fd(&self) -> i32 {
         match &self.writer {
             _ if self.reader.is_some() => -1,
