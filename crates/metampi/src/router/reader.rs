@@ -209,6 +209,10 @@ impl Cutter {
 /// Reads the socket until it ends, fails or the loop lets the link go.
 fn read_loop(s: &TcpStream, shared: &Shared, waker: &UnixDatagram, frame_max: usize) {
     let mut c = Cutter::default();
+    // Spins as the loop does before sleeping: a thread that slept in `poll` after
+    // every small message made each one wait for its wake-up (routed 8-byte
+    // ping-pong 41-52 µs against 28-35 without the thread, on 2 cores).
+    let mut spinner = crate::sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50);
     loop {
         {
             let mut inbox = lock(&shared.inbox);
@@ -265,9 +269,16 @@ fn read_loop(s: &TcpStream, shared: &Shared, waker: &UnixDatagram, frame_max: us
                 None if c.buf.is_empty() || c.owed > 0 => Duration::from_millis(100),
                 None => PARTIAL_HOLD,
             };
-            let _ = crate::sys::poll::wait(
-                &[(s.as_raw_fd(), false)],
+            let mut pfd = [libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            let _ = spinner.wait_or(
+                &mut pfd,
                 wait.max(Duration::from_millis(1)),
+                || false,
+                |_| {},
             );
         }
     }
