@@ -25,6 +25,35 @@ use crate::voltages::Voltages;
 /// Largest FFT a default plan will pick before declaring the DM range unreasonable.
 const MAX_DEFAULT_FFT: usize = 1 << 24;
 
+/// Fails where the chirp tables of `ndm` DMs × `nchan` channels × `fft_len` complex
+/// samples (8 bytes each) would need more than `memory` bytes (`None`: unknown, no check).
+fn check_memory(
+    ndm: usize,
+    nchan: usize,
+    fft_len: usize,
+    memory: Option<u64>,
+) -> Result<(), PlanError> {
+    let need = (ndm as u128) * (nchan as u128) * (fft_len as u128) * 8;
+    match memory {
+        Some(have) if need > u128::from(have) => Err(PlanError::TooLarge {
+            ndm,
+            nchan,
+            fft_len,
+            need_gb: need as f64 / 1e9,
+            have_gb: have as f64 / 1e9,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), where it can be read.
+fn memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
 /// Why a plan cannot be made.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 #[non_exhaustive]
@@ -44,6 +73,25 @@ pub enum PlanError {
         value: String,
         /// What is accepted.
         expected: &'static str,
+    },
+    /// The plan's tables would not fit in this machine's memory (a header may claim any
+    /// number of channels: that must end in this error, not in a failed allocation).
+    #[error(
+        "the plan needs {need_gb:.1} GB for its tables ({ndm} trial DMs × {nchan} channels \
+         × FFT length {fft_len}), more than this machine's {have_gb:.1} GB of memory: use \
+         fewer trial DMs or channels, or a shorter FFT"
+    )]
+    TooLarge {
+        /// Trial DMs.
+        ndm: usize,
+        /// Channels of the band.
+        nchan: usize,
+        /// FFT length (a lower bound where the plan had not chosen it yet).
+        fft_len: usize,
+        /// Gigabytes the tables need.
+        need_gb: f64,
+        /// Gigabytes of memory the machine has.
+        have_gb: f64,
     },
     /// The FFT cannot hold the dispersive smear plus one downsampled output.
     #[error(
@@ -217,6 +265,14 @@ impl DedispersionPlan {
             });
         }
         let nchan = band.nchan();
+        // Before anything in proportion to DMs × channels is made: with the shortest FFT a
+        // default plan picks (or the one asked for).
+        check_memory(
+            dms.len(),
+            nchan,
+            config.fft_len.unwrap_or(1024),
+            memory_bytes(),
+        )?;
         let mut shifts = Vec::with_capacity(dms.len() * nchan);
         let (mut lag_max, mut lag_min) = (0.0f64, 0.0f64);
         for &dm in dms {
@@ -259,6 +315,7 @@ impl DedispersionPlan {
                 suggested,
             });
         }
+        check_memory(dms.len(), nchan, fft_len, memory_bytes())?;
         let mut planner = FftPlanner::<f32>::new();
         let forward = planner.plan_fft_forward(fft_len);
         let inverse = planner.plan_fft_inverse(fft_len);
@@ -522,6 +579,35 @@ mod tests {
         // At DM 0 there is nothing to shift.
         assert_eq!(plan.shift(0, 0), 0);
         assert!(plan.shift(2, 0) > 0 && plan.shift(2, 1) < 0);
+    }
+
+    #[test]
+    fn plans_beyond_the_machines_memory_are_refused() {
+        // 2 DMs × 4 channels × 1024 × 8 bytes = 64 KiB.
+        assert!(check_memory(2, 4, 1024, Some(1 << 16)).is_ok());
+        assert!(check_memory(2, 4, 1024, None).is_ok());
+        let e = check_memory(2, 4, 1024, Some((1 << 16) - 1)).unwrap_err();
+        assert!(matches!(
+            e,
+            PlanError::TooLarge {
+                ndm: 2,
+                nchan: 4,
+                fft_len: 1024,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("fewer trial DMs"), "{e}");
+        // No product overflows.
+        assert!(check_memory(usize::MAX, usize::MAX, usize::MAX, Some(u64::MAX)).is_err());
+        // A band of ten million channels, as a header may claim: an error before any table.
+        if let Some(have) = memory_bytes() {
+            let b = Band::from_total(1e7, 1e7, 10_000_000, 1e6, true, 1);
+            let need = 64u64 * 10_000_000 * 1024 * 8;
+            let e = DedispersionPlan::new(&b, &[0.0; 64], &PlanConfig::default());
+            if need > have {
+                assert!(matches!(e, Err(PlanError::TooLarge { .. })), "{e:?}");
+            }
+        }
     }
 
     #[test]

@@ -169,8 +169,8 @@ pub enum DistError {
     /// The job cannot be laid out.
     #[error("cannot distribute the search: {0}")]
     Layout(String),
-    /// The root server failed during set-up (its message).
-    #[error("the root server failed: {0}")]
+    /// Rank 0 (the root server, or the stream's master) failed during set-up (its message).
+    #[error("rank 0 failed to set up: {0}")]
     Root(String),
     /// A peer sent something the protocol does not allow there.
     #[error("protocol error: {0}")]

@@ -21,6 +21,10 @@ const FORMAT: &str = "DADA";
 /// Header size when `HDR_SIZE` is absent.
 pub const DEFAULT_HDR_SIZE: usize = 4096;
 
+/// Largest `HDR_SIZE` accepted: headers are a few kilobytes (4096 is the default, 64 KiB
+/// is rare), and a reader allocates what the header claims.
+pub const MAX_HDR_SIZE: usize = 1 << 20;
+
 /// A DADA header: its keys in file order with the first word of each value.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DadaHeader {
@@ -187,6 +191,26 @@ impl DadaHeader {
         &self.entries
     }
 
+    /// `HDR_SIZE` (the default where absent): a positive byte count of at most
+    /// [`MAX_HDR_SIZE`], since readers allocate what a header says it spans.
+    ///
+    /// # Errors
+    /// Anything else.
+    pub fn hdr_size(&self) -> Result<usize, HeaderError> {
+        let Some(v) = self.get("HDR_SIZE") else {
+            return Ok(DEFAULT_HDR_SIZE);
+        };
+        match parse_i64(v) {
+            Some(n) if n > 0 && n as u64 <= MAX_HDR_SIZE as u64 => Ok(n as usize),
+            _ => Err(HeaderError::invalid(
+                FORMAT,
+                "HDR_SIZE",
+                v,
+                format!("a positive byte count of at most {MAX_HDR_SIZE}"),
+            )),
+        }
+    }
+
     /// Validate and extract what the reader needs.
     ///
     /// # Errors
@@ -198,20 +222,7 @@ impl DadaHeader {
                 return Err(HeaderError::invalid(FORMAT, "HEADER", h, "DADA"));
             }
         }
-        let hdr_size = match self.get("HDR_SIZE") {
-            None => DEFAULT_HDR_SIZE,
-            Some(v) => match parse_i64(v) {
-                Some(n) if n > 0 => n as usize,
-                _ => {
-                    return Err(HeaderError::invalid(
-                        FORMAT,
-                        "HDR_SIZE",
-                        v,
-                        "a positive integer",
-                    ))
-                }
-            },
-        };
+        let hdr_size = self.hdr_size()?;
         let int = |key: &str, allowed: &[i64], expected: &str| -> Result<i64, HeaderError> {
             let v = self
                 .get(key)
@@ -235,7 +246,7 @@ impl DadaHeader {
         let nchan = match self.get("NCHAN") {
             None => 1,
             Some(v) => match parse_i64(v) {
-                Some(n) if n >= 1 => n as usize,
+                Some(n) if n >= 1 => super::check_nchan(FORMAT, "NCHAN", n as usize)?,
                 _ => return Err(HeaderError::invalid(FORMAT, "NCHAN", v, "an integer ≥ 1")),
             },
         };
@@ -328,18 +339,7 @@ impl DadaHeader {
     /// # Errors
     /// If the text does not fit in `HDR_SIZE`.
     pub fn to_bytes(&self) -> Result<Vec<u8>, HeaderError> {
-        let size = match self.get("HDR_SIZE").map(parse_i64) {
-            Some(Some(n)) if n > 0 => n as usize,
-            None => DEFAULT_HDR_SIZE,
-            Some(_) => {
-                return Err(HeaderError::invalid(
-                    FORMAT,
-                    "HDR_SIZE",
-                    self.get("HDR_SIZE").unwrap_or(""),
-                    "a positive integer",
-                ))
-            }
-        };
+        let size = self.hdr_size()?;
         let mut text = String::new();
         for (k, v) in &self.entries {
             text.push_str(&format!("{k:<12} {v}\n"));
@@ -372,11 +372,10 @@ impl DadaHeader {
             Ok(h) => h,
             Err(e) => return Ok(Err(e)),
         };
-        let size = header
-            .get("HDR_SIZE")
-            .and_then(parse_i64)
-            .filter(|n| *n > 0)
-            .map_or(DEFAULT_HDR_SIZE, |n| n as usize);
+        let size = match header.hdr_size() {
+            Ok(n) => n,
+            Err(e) => return Ok(Err(e)),
+        };
         if size > buf.len() {
             // Larger header than the default: the first 4096 bytes may have cut a line.
             r.seek(SeekFrom::Start(start))?;

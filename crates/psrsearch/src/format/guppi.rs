@@ -281,6 +281,7 @@ impl GuppiHeader {
             _ => SampleFormat::Int16,
         };
         let nchan = int("OBSNCHAN", |n| n >= 1, "an integer ≥ 1")? as usize;
+        let nchan = super::check_nchan(FORMAT, "OBSNCHAN", nchan)?;
         let complex = nchan != 1;
         let npol_raw = if complex {
             int(

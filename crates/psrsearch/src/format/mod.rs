@@ -68,6 +68,24 @@ pub enum HeaderError {
     },
 }
 
+/// Most channels a header may declare. Real baseband recorders write up to some thousands;
+/// a header claiming billions (a damaged or hostile one, from a file or the network) would
+/// make the band's own tables larger than any machine.
+pub const MAX_NCHAN: usize = 1 << 20;
+
+/// `n` channels as read from `key`, or the error that says it is too many.
+pub(crate) fn check_nchan(format: &'static str, key: &str, n: usize) -> Result<usize, HeaderError> {
+    if n > MAX_NCHAN {
+        return Err(HeaderError::invalid(
+            format,
+            key,
+            n.to_string(),
+            format!("at most {MAX_NCHAN} channels"),
+        ));
+    }
+    Ok(n)
+}
+
 impl HeaderError {
     pub(crate) fn invalid(
         format: &'static str,

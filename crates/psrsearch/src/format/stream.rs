@@ -407,20 +407,7 @@ fn read_header(
     };
     let text = String::from_utf8_lossy(&buf[..got]).into_owned();
     let header = DadaHeader::parse(&text).map_err(bad)?;
-    let size = match header.get("HDR_SIZE") {
-        None => DEFAULT_HDR_SIZE,
-        Some(v) => match super::parse_i64(v) {
-            Some(n) if n > 0 => n as usize,
-            _ => {
-                return Err(bad(HeaderError::invalid(
-                    "DADA",
-                    "HDR_SIZE",
-                    v,
-                    "a positive integer",
-                )))
-            }
-        },
-    };
+    let size = header.hdr_size().map_err(bad)?;
     if size < got {
         // A header shorter than the default: what was read past it is payload. Streams are
         // read in order, so that cannot be put back; refuse rather than lose samples.

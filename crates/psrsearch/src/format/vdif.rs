@@ -526,7 +526,11 @@ pub(crate) fn band_of(
     sample_rate_hz: f64,
     car_name: &str,
 ) -> Result<Band, HeaderError> {
-    let nchan = nt / car.npol * h0.nchan;
+    let nchan = super::check_nchan(
+        FORMAT,
+        "channels (threads × channels per frame)",
+        (nt / car.npol).saturating_mul(h0.nchan),
+    )?;
     let chan_bw = if h0.complex {
         sample_rate_hz
     } else {
@@ -624,6 +628,15 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<(Index, VdifIndex), 
         pos += h.frame_bytes as u64;
     }
     let h0 = first.expect("the loop reads at least one header or returns");
+    if frames.is_empty() {
+        return Err(ReadError::Truncated {
+            path: path.to_path_buf(),
+            detail: format!(
+                "the first frame needs {} bytes and the file has {file_len}",
+                h0.frame_bytes
+            ),
+        });
+    }
     let spf = h0.samples_per_frame() as f64;
     // Frame sets per second: from the sample rate, else from a frame number that wraps.
     let rate = car.sample_rate_hz.or(h0.sample_rate_hz);
