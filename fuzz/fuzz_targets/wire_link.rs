@@ -3,12 +3,14 @@
 //! sequence, acknowledgement and credit fields, record headers and fragments, codecs),
 //! raw bytes, sends, timer ticks and reconnects, fed to a `Link` and to a three-link
 //! `Bundle`. That reaches acknowledgement and credit handling, reassembly and bundle
-//! failover. Protocol violations must close the connection; nothing may panic.
+//! failover, with bytes copied in and, every other step, handed over as a reader thread
+//! hands them (`handle_owned`). Protocol violations must close the connection; nothing may
+//! panic.
 #![no_main]
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use metampi_wire::frame::{self, FrameKind, Header};
 use metampi_wire::record::Record;
@@ -63,22 +65,23 @@ fuzz_target!(|data: &[u8]| {
     let mut link = Link::new(t0, config.clone());
     let mut bundle = Bundle::new(t0, config, 3).expect("three links");
     let mut s = Script(data);
-    for _ in 0..128 {
+    for step in 0..128 {
+        // Every other step, bytes go over as a reader thread hands them (the decoder takes
+        // the buffer over, `handle_owned`) rather than copied in.
+        let owned = step % 2 == 1;
         if s.0.is_empty() {
             break;
         }
         match s.byte() % 8 {
             0..=3 => {
                 let (bytes, on) = checked_frame(&mut s);
-                link.handle_bytes(now, &bytes);
-                bundle.handle_bytes(now, on, &bytes);
+                feed(&mut link, &mut bundle, now, on, &bytes, owned);
             }
             4 => {
                 let n = usize::from(s.byte());
                 let raw = s.bytes(n).to_vec();
                 let on = usize::from(s.byte() % 3);
-                link.handle_bytes(now, &raw);
-                bundle.handle_bytes(now, on, &raw);
+                feed(&mut link, &mut bundle, now, on, &raw, owned);
             }
             5 => {
                 let env = Envelope {
@@ -119,6 +122,17 @@ fuzz_target!(|data: &[u8]| {
         let _ = (link.receive_buffered(), bundle.receive_buffered());
     }
 });
+
+/// `bytes` into the link and into link `on` of the bundle, copied or handed over.
+fn feed(link: &mut Link, bundle: &mut Bundle, now: Instant, on: usize, bytes: &[u8], owned: bool) {
+    if owned {
+        link.handle_owned(now, BytesMut::from(bytes));
+        bundle.handle_owned(now, on, BytesMut::from(bytes));
+    } else {
+        link.handle_bytes(now, bytes);
+        bundle.handle_bytes(now, on, bytes);
+    }
+}
 
 /// One frame with valid checksums; the bundle link index it goes to.
 fn checked_frame(s: &mut Script<'_>) -> (Vec<u8>, usize) {
