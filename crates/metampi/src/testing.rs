@@ -331,6 +331,16 @@ pub fn shared_memory_calls<C: crate::traits::Communicator>(comm: &C) -> u64 {
     crate::collective::shm::calls(&comm.as_handle().0)
 }
 
+/// Barriers `comm`'s shared-memory region has served, and how: `"flat"` (gathered at
+/// member 0, where ranks outnumber cores) or `"dissemination"`; `None` before it has a
+/// region. Call it after `initialize`.
+pub fn shared_memory_barriers<C: crate::traits::Communicator>(
+    comm: &C,
+) -> Option<(u64, &'static str)> {
+    crate::collective::shm::barriers(&comm.as_handle().0)
+        .map(|(n, flat)| (n, if flat { "flat" } else { "dissemination" }))
+}
+
 /// The algorithm a collective `op` on `comm` moving `bytes` per rank runs
 /// when it reaches the schedules (blocking calls small enough for the
 /// shared-memory flags are served before that). Call it after `initialize`.

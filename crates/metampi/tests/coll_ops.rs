@@ -35,6 +35,44 @@ sizes! {
     tcp_6: 6, true; tcp_7: 7, true; tcp_8: 8, true; tcp_9: 9, true;
 }
 
+/// The shared-memory barrier both ways, whatever this machine's core count picks:
+/// dissemination and flat (gathered at member 0), each with every rank late in turn,
+/// on the world and on a communicator whose member 0 is another world rank.
+fn shared_memory_barriers(world: &SimpleCommunicator) {
+    let how = std::env::var("METAMPI_SHM_BARRIER").unwrap();
+    metampi::collective::force_algorithm(Collective::Barrier, Some(Algorithm::SharedMemory))
+        .unwrap();
+    check_barrier(world, "world");
+    let reversed = world
+        .split_by_color_with_key(Color::with_value(0), -world.rank())
+        .unwrap();
+    check_barrier(&reversed, "reversed");
+    for (c, what) in [(world, "world"), (&reversed, "reversed")] {
+        let (served, kind) = metampi::testing::shared_memory_barriers(c)
+            .unwrap_or_else(|| panic!("{what} has no region"));
+        assert_eq!(kind, how, "{what}");
+        // Seven blocking barriers each (the immediate one takes the schedules).
+        assert_eq!(served, 7, "{what}");
+    }
+}
+
+#[test]
+fn shared_memory_barriers_dissemination() {
+    Ranks::new(5)
+        .env("METAMPI_SHM_BARRIER", "dissemination")
+        .run(
+            "shared_memory_barriers_dissemination",
+            shared_memory_barriers,
+        );
+}
+
+#[test]
+fn shared_memory_barriers_flat() {
+    Ranks::new(5)
+        .env("METAMPI_SHM_BARRIER", "flat")
+        .run("shared_memory_barriers_flat", shared_memory_barriers);
+}
+
 /// Emulated machines with uneven rank counts: shared memory inside each,
 /// TCP between them, so every collective mixes both transports.
 #[test]

@@ -236,12 +236,14 @@ pub fn check_barrier(c: &SimpleCommunicator, how: &str) {
         c.process_at_rank(0).send(&1u8);
         req.wait();
     }
-    for round in 0..4u8 {
-        if me == 0 {
+    // Each rank in turn comes late (rank 0 twice): nobody may leave before it entered.
+    for round in 0..(n + 1) as u8 {
+        let late = i32::from(round) % n;
+        if me == late {
             std::thread::sleep(std::time::Duration::from_millis(3));
             assert!(
                 c.any_process().immediate_probe().is_none(),
-                "a rank left blocking barrier {round} before rank 0 entered it ({how})"
+                "a rank left blocking barrier {round} before rank {late} entered it ({how})"
             );
             c.barrier();
             for _ in 1..n {
@@ -250,7 +252,7 @@ pub fn check_barrier(c: &SimpleCommunicator, how: &str) {
             }
         } else {
             c.barrier();
-            c.process_at_rank(0).send(&(round + 2));
+            c.process_at_rank(late).send(&(round + 2));
         }
     }
     c.barrier();
