@@ -267,12 +267,8 @@ impl DedispersionPlan {
         let nchan = band.nchan();
         // Before anything in proportion to DMs × channels is made: with the shortest FFT a
         // default plan picks (or the one asked for).
-        check_memory(
-            dms.len(),
-            nchan,
-            config.fft_len.unwrap_or(1024),
-            memory_bytes(),
-        )?;
+        let memory = memory_bytes();
+        check_memory(dms.len(), nchan, config.fft_len.unwrap_or(1024), memory)?;
         let mut shifts = Vec::with_capacity(dms.len() * nchan);
         let (mut lag_max, mut lag_min) = (0.0f64, 0.0f64);
         for &dm in dms {
@@ -315,7 +311,7 @@ impl DedispersionPlan {
                 suggested,
             });
         }
-        check_memory(dms.len(), nchan, fft_len, memory_bytes())?;
+        check_memory(dms.len(), nchan, fft_len, memory)?;
         let mut planner = FftPlanner::<f32>::new();
         let forward = planner.plan_fft_forward(fft_len);
         let inverse = planner.plan_fft_inverse(fft_len);

@@ -381,7 +381,7 @@ fn region<'s>(
 /// member to have run; where ranks share cores the scheduler often runs another, and the
 /// rounds add up. Flat, every member waits once and member 0 once per member, with
 /// whoever runs making progress (alternating runs of `metampi bench --ops barrier` on 2
-/// cores, medians: 3 ranks 5.9 -> 5.2 µs, 4 ranks 8.9 -> 8.0, 8 ranks 26.9 -> 14.3,
+/// cores, medians: 3 ranks 5.9 -> 5.2 µs, 4 ranks 8.6 -> 7.5, 8 ranks 26.9 -> 14.3,
 /// 16 ranks 108 -> 58). With a core per rank the rounds run side by side and
 /// dissemination's log2(n) steps beat member 0 reading n lines in turn.
 fn flat_barriers(oversubscribed: bool) -> bool {
