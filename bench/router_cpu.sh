@@ -3,9 +3,13 @@
 # a 4 MiB streaming run, rank to rank through two routers against direct TCP
 # between the ranks. On a machine with fewer cores than the
 # routed path has processes (2 ranks + 2 routers), throughput is bound by the
-# total CPU per byte; with a core per process, by the busiest process. Both
-# bounds are printed, so the routed/direct ratio can be judged apart from
-# the core count of the machine it was measured on.
+# total CPU per byte; with a core per process, by the busiest process; and
+# where routers run writer or reader threads beside their loop
+# (METAMPI_ROUTER_WRITER=1, METAMPI_ROUTER_READER=1), with a core per thread,
+# by the busiest thread. All three bounds are printed, so the routed/direct
+# ratio can be judged apart from the core count of the machine it was
+# measured on. Ranks that share cores spin, yield and sleep more than ranks
+# with a core each, so their CPU per GB here is an upper bound.
 #
 #   bash bench/router_cpu.sh          # ITERS=0.2 (bench --iters-scale)
 #   M=/tmp/metampi-old bash bench/router_cpu.sh
@@ -40,11 +44,16 @@ mkdir -p "$d/stats"
 METAMPI_ROUTER_STATS="$d/stats" $M run --meta "$d/plain.cfg" sh -c "$rank_cmd" >"$d/routed.out" &
 job=$!
 : >"$d/routers.cpu"
+: >"$d/threads.cpu"
 while kill -0 "$job" 2>/dev/null; do
     for p in $(pgrep -f "metampi.*router" || true); do
         [ -r "/proc/$p/stat" ] || continue
         # utime and stime are fields 14 and 15 (the command name has no spaces here).
         awk -v p="$p" '{print p, $14 + $15}' "/proc/$p/stat" 2>/dev/null >>"$d/routers.cpu" || true
+        # Per thread too (the loop, and writer or reader threads where a link has them).
+        for t in /proc/"$p"/task/*/stat; do
+            awk -v t="$t" '{print t, $14 + $15}' "$t" 2>/dev/null >>"$d/threads.cpu" || true
+        done
     done
     sleep 0.1
 done
@@ -53,6 +62,8 @@ routed_bw=$(awk '$1 == 4194304 {print $8}' "$d/routed.out")
 bytes=$(cat "$d"/stats/router-*-link-*-out.json | sed 's/.*"payload_raw_out":\([0-9]*\).*/\1/' | sort -n | tail -1)
 routed_ranks=$(awk '/^cpu/ {print $2 + $3}' "$d/ranks.cpu" | sort -g | tr '\n' ' ')
 routers=$(awk -v t="$ticks" '{if ($2 > m[$1]) m[$1] = $2} END {for (p in m) print m[p] / t}' "$d/routers.cpu" | sort -g | tr '\n' ' ')
+# Router threads that ran (10 ms or more of CPU), the busiest last.
+router_threads=$(awk -v t="$ticks" '{if ($2 > m[$1]) m[$1] = $2} END {for (p in m) if (m[p] > 0) print m[p] / t}' "$d/threads.cpu" | sort -g | tr '\n' ' ')
 
 # Direct TCP between the two ranks, same bench.
 : >"$d/ranks.cpu"
@@ -76,9 +87,12 @@ if [ "$COMPRESSION" != off ]; then
 fi
 echo "routed: $routed_bw MB/s; CPU s/GB ranks: $(per "$routed_ranks")routers: $(per "$routers")"
 echo "direct: $direct_bw MB/s; CPU s/GB ranks: $(per "$direct_ranks")"
+echo "router threads: CPU s/GB $(per "$router_threads")"
 rt=$(sum "$routed_ranks $routers"); dt=$(sum "$direct_ranks")
 rm_=$(maxv "$routed_ranks $routers"); dm=$(maxv "$direct_ranks")
-awk -v rt="$rt" -v dt="$dt" -v rm="$rm_" -v dm="$dm" -v g="$gb" 'BEGIN {
+rtm=$(maxv "$routed_ranks $router_threads")
+awk -v rt="$rt" -v dt="$dt" -v rm="$rm_" -v rtm="$rtm" -v dm="$dm" -v g="$gb" 'BEGIN {
     printf "total CPU per GB: routed %.2f s, direct %.2f s (%.2fx)\n", rt / g, dt / g, rt / dt
     printf "bound with one core per process (busiest process): routed %.0f MB/s, direct %.0f MB/s, ratio %.2f\n", g * 1e3 / rm, g * 1e3 / dm, dm / rm
+    printf "bound with one core per thread (busiest rank or router thread): routed %.0f MB/s, ratio %.2f\n", g * 1e3 / rtm, dm / rtm
 }'
