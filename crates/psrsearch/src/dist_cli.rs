@@ -132,8 +132,9 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
         }
         println!("{}", d.cost_note);
         println!(
-            "static plan (cpu: CPU seconds per unit from the pilot; core: share of a core each \
-             client gets, from every client computing at once):"
+            "static plan (cpu: a client's CPU seconds per unit, the mean of the pilot's and \
+             the calibration's; core: share of a core each client gets, from every client \
+             computing at once):"
         );
         println!("{}", d.allocation);
         println!("{}", host_table(&d.hosts));
