@@ -291,6 +291,17 @@ pub fn spin_receives() -> Option<u64> {
     on.then(|| crate::engine::SPIN_RECEIVES.load(AtomicOrdering::Relaxed))
 }
 
+/// How often a thread of this rank asleep in a wait was woken by another thread, and how
+/// many of those wake-ups found its wait not over (it slept again or took over polling).
+/// Each thread asleep is woken for its own request, or to poll in place of one that left;
+/// before, every progress any thread made woke them all.
+pub fn thread_wake_ups() -> (u64, u64) {
+    (
+        crate::engine::WAKE_UPS.load(AtomicOrdering::Relaxed),
+        crate::engine::IDLE_WAKE_UPS.load(AtomicOrdering::Relaxed),
+    )
+}
+
 /// This rank's spin budget before sleeping, learnt from its sleeps (see
 /// `docs/architecture.md`, "Waiting"): its base and its value now, how often
 /// it grew, and how often the machine was too busy for it to. `None` where

@@ -929,6 +929,53 @@ fn spin_learn_off_keeps_the_budget() {
         });
 }
 
+/// Eight threads of one rank, each blocked in a receive of its own tag while
+/// the messages come one at a time a millisecond apart (waits that do not
+/// spin, so every thread sleeps): a thread is woken for its own message, or
+/// to poll in place of one that left, not whenever any message moves.
+#[test]
+fn blocked_threads_are_woken_for_their_own_message() {
+    const THREADS: u32 = 8;
+    const EACH: u32 = 20;
+    Ranks::new(2).env("METAMPI_SPIN_US", "0").run(
+        "blocked_threads_are_woken_for_their_own_message",
+        |world| {
+            let peer = world.process_at_rank(1 - world.rank());
+            world.barrier();
+            if world.rank() == 1 {
+                for i in 0..EACH {
+                    for t in 0..THREADS {
+                        std::thread::sleep(Duration::from_millis(1));
+                        peer.send_with_tag(&(t * 1000 + i), t as i32);
+                    }
+                }
+            } else {
+                let (woken0, idle0) = metampi::testing::thread_wake_ups();
+                std::thread::scope(|s| {
+                    for t in 0..THREADS {
+                        s.spawn(move || {
+                            for i in 0..EACH {
+                                let (v, st) = peer.receive_with_tag::<u32>(t as i32);
+                                assert_eq!((v, st.tag()), (t * 1000 + i, t as i32));
+                            }
+                        });
+                    }
+                });
+                let (woken, idle) = metampi::testing::thread_wake_ups();
+                let (woken, idle) = (woken - woken0, idle - idle0);
+                let messages = u64::from(THREADS * EACH);
+                // Each message wakes its own thread and at most one more (to poll), where
+                // waking every sleeper gave about THREADS - 1 idle wake-ups a message.
+                assert!(
+                    idle <= 2 * messages,
+                    "{idle} of {woken} wake-ups found their wait not over, for {messages} messages"
+                );
+            }
+            world.barrier();
+        },
+    );
+}
+
 /// Two threads of one rank waiting by turns for messages a millisecond
 /// apart must not learn to spin through the waits: both would spin, and
 /// threads outnumbering the cores wait a time slice to see their message.

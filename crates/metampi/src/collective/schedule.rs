@@ -918,7 +918,9 @@ impl Schedules {
 /// Starts a schedule; the returned request completes with it.
 pub(crate) fn start(s: Schedule) -> ReqId {
     shared().with(|e| {
-        let crate::engine::Engine { core, links, colls } = e;
+        let crate::engine::Engine {
+            core, links, colls, ..
+        } = e;
         colls.start(s, core, links)
     })
 }
@@ -940,7 +942,9 @@ pub(crate) fn run(mut s: Schedule) -> Result<(), Error> {
     // Without messages (a single rank) there is nothing to progress.
     let local = s.local_only();
     let go = |e: &mut crate::engine::Engine| {
-        let crate::engine::Engine { core, links, colls } = e;
+        let crate::engine::Engine {
+            core, links, colls, ..
+        } = e;
         s.advance(core, links);
         if s.done() {
             Ok(s.error.take())

@@ -413,6 +413,14 @@ impl Core {
         (s.gen == (id >> 32) as u32 && !matches!(s.state, State::Free)).then_some(s)
     }
 
+    /// Whether request `id` is done, or no longer there to wait for (a thread waiting for
+    /// it should look).
+    pub(crate) fn done_or_gone(&self, id: ReqId) -> bool {
+        self.slots
+            .get((id & 0xffff_ffff) as usize)
+            .is_none_or(|s| s.gen != (id >> 32) as u32 || matches!(s.state, State::Free) || s.done)
+    }
+
     #[inline]
     fn complete(&mut self, id: ReqId, status: RawStatus, error: Option<Error>) {
         let mut had_waker = false;
