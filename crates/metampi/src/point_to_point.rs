@@ -1230,10 +1230,11 @@ fn poll_request(id: ReqId, cx: &mut Context<'_>) -> Poll<Completed> {
     let mut e = sh.lock();
     e.progress();
     if let Some(c) = e.core.take(id) {
+        sh.unlock_after_progress(e);
         return Poll::Ready(c);
     }
     e.core.set_waker(id, cx.waker());
-    drop(e);
+    sh.unlock_after_progress(e);
     sh.ensure_async_progress();
     Poll::Pending
 }
