@@ -976,6 +976,40 @@ fn blocked_threads_are_woken_for_their_own_message() {
     );
 }
 
+/// Collectives on one thread while another thread of every rank is blocked
+/// in a receive that comes only at the end: the blocked thread holds the
+/// poller's role, and the collective's waits (shared-memory flags that other
+/// processes write, which no progress pass of this rank reports) must still
+/// end.
+#[test]
+fn collectives_beside_a_blocked_thread() {
+    Ranks::new(3).run("collectives_beside_a_blocked_thread", |world| {
+        let (r, n) = (world.rank(), world.size());
+        let dup = world.duplicate();
+        world.barrier();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let (v, _) = world
+                    .process_at_rank((r + 1) % n)
+                    .receive_with_tag::<i32>(99);
+                assert_eq!(v, (r + 1) % n);
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            for k in 0..60 {
+                dup.barrier();
+                let mut sum = 0i64;
+                dup.all_reduce_into(
+                    &(i64::from(r) + k),
+                    &mut sum,
+                    metampi::collective::SystemOperation::sum(),
+                );
+                assert_eq!(sum, 3 * k + 3);
+            }
+            world.process_at_rank((r + n - 1) % n).send_with_tag(&r, 99);
+        });
+    });
+}
+
 /// Two threads of one rank waiting by turns for messages a millisecond
 /// apart must not learn to spin through the waits: both would spin, and
 /// threads outnumbering the cores wait a time slice to see their message.
