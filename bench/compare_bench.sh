@@ -21,6 +21,7 @@
 #
 #   HOG=1 bash bench/compare_bench.sh 2 pingpong,bcast,allreduce 8,4096
 #   TCP=1 bash bench/compare_bench.sh 2 pingpong,bw,bibw
+#   THREADS=4 bash bench/compare_bench.sh 2 pingpong_mt 8,4096,1048576
 #
 # HOG=1 keeps one busy-looping process of another job running throughout
 # (both sides alike), as a desktop or a shared node has: ranks that yield
@@ -30,6 +31,10 @@
 # `metampi bench --tcp`; MPICH (ch4:ucx) with MPIR_CVAR_NOLOCAL=1,
 # MPIR_CVAR_CH4_SHM_ENABLE=0 and
 # UCX_TLS=tcp,self; Open MPI with `--mca pml ob1 --mca btl tcp,self`.
+#
+# THREADS (default 4) is the thread pairs of `pingpong_mt` on both sides
+# (`metampi bench --threads`; the C side asks for MPI_THREAD_MULTIPLE only
+# when OPS has pingpong_mt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RANKS=${1:-2}
@@ -38,7 +43,8 @@ SIZES=${3:-0,8,64,512,4096,32768,262144,1048576,4194304}
 SCALE=${SCALE:-0.5}
 PEER=${PEER:-mpich}
 MISALIGN=${MISALIGN:-0}
-export MISALIGN
+THREADS=${THREADS:-4}
+export MISALIGN THREADS
 if [ "${HOG:-0}" = 1 ]; then
     sh -c 'while :; do :; done' &
     hog=$!
@@ -59,7 +65,7 @@ else
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev) >/dev/null
     fi
     mpicc.openmpi -O2 -w -o "$out/osu_like_peer" bench/c/osu_like.c
-    peer_run=(mpirun.openmpi --allow-run-as-root --oversubscribe -x MISALIGN -n "$RANKS")
+    peer_run=(mpirun.openmpi --allow-run-as-root --oversubscribe -x MISALIGN -x THREADS -n "$RANKS")
     [ "${TCP:-0}" = 0 ] || peer_run+=(--mca pml ob1 --mca btl tcp,self)
 fi
 cargo build --release -q -p metampi-cli
@@ -68,7 +74,7 @@ ours=()
 
 ROUNDS=${ROUNDS:-2}
 for r in $(seq "$ROUNDS"); do
-    target/release/metampi bench -n "$RANKS" "${ours[@]}" --ops "$OPS" --sizes "$SIZES" --iters-scale "$SCALE" --misalign "$MISALIGN" --label metampi --json "$out/metampi.$r.json" >/dev/null
+    target/release/metampi bench -n "$RANKS" "${ours[@]}" --ops "$OPS" --sizes "$SIZES" --iters-scale "$SCALE" --misalign "$MISALIGN" --threads "$THREADS" --label metampi --json "$out/metampi.$r.json" >/dev/null
     timeout 600 "${peer_run[@]}" "$out/osu_like_peer" "$OPS" "$SIZES" "$SCALE" "$PEER" "$out/peer.$r.json"
 done
 

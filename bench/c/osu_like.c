@@ -4,11 +4,14 @@
  *
  *   mpiexec -n 4 ./osu_like OPS SIZES ITERS_SCALE LABEL OUT.json [PAIR]
  *   OPS: comma list of pingpong,pingping,bw,bibw,barrier,bcast,reduce,allreduce,
- *        gather,scatter,allgather,alltoall;  SIZES: comma list of byte counts;
+ *        gather,scatter,allgather,alltoall,pingpong_mt;  SIZES: comma list of byte counts;
  *   PAIR: the two ranks of the point-to-point operations, "0,1" by default (as --pair).
  *   MISALIGN (environment): receive buffers start this many bytes past a page boundary
- *   (as --misalign); send buffers start on one. */
+ *   (as --misalign); send buffers start on one.
+ *   THREADS (environment, default 4): thread pairs of pingpong_mt (as --threads); the
+ *   library is asked for MPI_THREAD_MULTIPLE only when OPS has pingpong_mt. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +35,76 @@ static void iterations(size_t size, double scale, int *n, int *warm) {
 }
 
 static int is_bw(const char *op) { return !strcmp(op, "bw") || !strcmp(op, "bibw"); }
-static int is_p2p(const char *op) { return !strcmp(op, "pingpong") || !strcmp(op, "pingping") || is_bw(op); }
+static int is_p2p(const char *op) {
+    return !strcmp(op, "pingpong") || !strcmp(op, "pingping") || !strcmp(op, "pingpong_mt") || is_bw(op);
+}
+
+/* A zeroed buffer of n bytes starting `off` bytes past a page boundary, as metampi's bench
+ * places its own (send buffers on a boundary, receive buffers MISALIGN bytes past one):
+ * where two buffers start decides how fast copies between them run. */
+static void *placed(size_t n, size_t off) {
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, n + off + 1)) {
+        perror("posix_memalign");
+        exit(1);
+    }
+    memset(p, 0, n + off + 1);
+    return (char *)p + off;
+}
+
+/* pingpong_mt, as metampi's bench: THREADS pairs of threads ping-pong at once, thread t of
+ * each rank with thread t of the other on tag t, in five batches that the threads meet
+ * between; an iteration's time is its batch's wall time over its round trips, halved. */
+struct mt_arg {
+    int t, first, peer, iters, batch;
+    size_t size, mis;
+    pthread_barrier_t *meet;
+    double *times; /* thread 0's */
+};
+
+static void *mt_thread(void *p) {
+    struct mt_arg *a = p;
+    char *s = placed(a->size, 0), *r = placed(a->size, a->mis);
+    memset(s, 1, a->size);
+    for (int done = 0; done < a->iters;) {
+        int k = a->iters - done < a->batch ? a->iters - done : a->batch;
+        pthread_barrier_wait(a->meet);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < k; i++) {
+            if (a->first) {
+                MPI_Send(s, (int)a->size, MPI_BYTE, a->peer, a->t, MPI_COMM_WORLD);
+                MPI_Recv(r, (int)a->size, MPI_BYTE, a->peer, a->t, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(r, (int)a->size, MPI_BYTE, a->peer, a->t, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(s, (int)a->size, MPI_BYTE, a->peer, a->t, MPI_COMM_WORLD);
+            }
+        }
+        pthread_barrier_wait(a->meet);
+        double per = (MPI_Wtime() - t0) / k / 2;
+        if (a->times)
+            for (int i = 0; i < k; i++) a->times[done + i] = per;
+        done += k;
+    }
+    return NULL;
+}
+
+static void pingpong_threads(size_t size, int iters, double *t, int rank) {
+    int threads = getenv("THREADS") ? atoi(getenv("THREADS")) : 4;
+    if (threads < 1) threads = 1;
+    size_t mis = getenv("MISALIGN") ? strtoul(getenv("MISALIGN"), 0, 10) % 4096 : 0;
+    pthread_barrier_t meet;
+    pthread_barrier_init(&meet, NULL, (unsigned)threads);
+    pthread_t th[256];
+    struct mt_arg args[256];
+    if (threads > 256) threads = 256;
+    for (int k = 0; k < threads; k++) {
+        args[k] = (struct mt_arg){k, rank == pair_a, rank == pair_a ? pair_b : pair_a, iters,
+                                  iters / 5 > 0 ? iters / 5 : 1, size, mis, &meet, k == 0 ? t : NULL};
+        pthread_create(&th[k], NULL, mt_thread, &args[k]);
+    }
+    for (int k = 0; k < threads; k++) pthread_join(th[k], NULL);
+    pthread_barrier_destroy(&meet);
+}
 
 /* Runs `iters` iterations; fills t[] with per-iteration seconds (0 when not taking part). */
 static void run(const char *op, size_t size, int iters, double *t, int rank, int nranks, char *sbuf, char *rbuf,
@@ -43,6 +115,10 @@ static void run(const char *op, size_t size, int iters, double *t, int rank, int
     for (int i = 0; i < iters; i++) {
         t[i] = 0;
         if (is_p2p(op) && rank != a && rank != b) continue;
+        if (!strcmp(op, "pingpong_mt")) {
+            pingpong_threads(size, iters, t, rank);
+            return;
+        }
         double t0 = MPI_Wtime();
         if (!strcmp(op, "pingpong")) {
             if (rank == a) {
@@ -94,21 +170,12 @@ static void run(const char *op, size_t size, int iters, double *t, int rank, int
     (void)nranks;
 }
 
-/* A zeroed buffer of n bytes starting `off` bytes past a page boundary, as metampi's bench
- * places its own (send buffers on a boundary, receive buffers MISALIGN bytes past one):
- * where two buffers start decides how fast copies between them run. */
-static void *placed(size_t n, size_t off) {
-    void *p = NULL;
-    if (posix_memalign(&p, 4096, n + off + 1)) {
-        perror("posix_memalign");
-        exit(1);
-    }
-    memset(p, 0, n + off + 1);
-    return (char *)p + off;
-}
-
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int provided = MPI_THREAD_SINGLE;
+    if (argc > 1 && strstr(argv[1], "pingpong_mt"))
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    else
+        MPI_Init(&argc, &argv);
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
@@ -150,6 +217,10 @@ int main(int argc, char **argv) {
     int first = 1;
     for (char *op = strtok(ops, ","); op; op = strtok(NULL, ",")) {
         if (is_p2p(op) && n < 2) continue;
+        if (!strcmp(op, "pingpong_mt") && provided < MPI_THREAD_MULTIPLE) {
+            if (rank == 0) fprintf(stderr, "osu_like: no MPI_THREAD_MULTIPLE (got %d); skipping pingpong_mt\n", provided);
+            continue;
+        }
         for (int s = 0; s < ns; s++) {
             size_t size = sizes[s];
             if (!strcmp(op, "barrier") && s > 0) continue;

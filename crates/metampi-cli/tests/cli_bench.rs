@@ -104,6 +104,54 @@ fn bench_writes_documented_json_csv_and_plot() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `pingpong_mt`: thread pairs ping-pong at once, the report says how many.
+#[test]
+fn bench_pingpong_mt_runs_thread_pairs() {
+    let dir = std::env::temp_dir().join(format!("metampi-bench-mt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args([
+            "bench",
+            "--ops",
+            "pingpong_mt",
+            "--threads",
+            "3",
+            "--sizes",
+            "8,64K",
+            "--iters-scale",
+            "0.05",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["threads"], 3);
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (r, bytes) in rows.iter().zip([8, 65536]) {
+        assert_eq!(
+            (r["op"].as_str(), r["bytes"].as_u64()),
+            (Some("pingpong_mt"), Some(bytes))
+        );
+        assert!(r["median_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["bench", "--ops", "pingpong_mt", "--threads", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--threads must be at least 1"));
+}
+
 #[test]
 fn bench_refuses_bad_options() {
     let out = Command::new(env!("CARGO_BIN_EXE_metampi"))

@@ -16,6 +16,8 @@ use crate::progress::Progress;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     PingPong,
+    /// Ping-pong of several thread pairs at once, each on its own tag (`--threads`).
+    PingPongMt,
     PingPing,
     Bw,
     BiBw,
@@ -48,6 +50,7 @@ impl Op {
     pub fn name(self) -> &'static str {
         match self {
             Op::PingPong => "pingpong",
+            Op::PingPongMt => "pingpong_mt",
             Op::PingPing => "pingping",
             Op::Bw => "bw",
             Op::BiBw => "bibw",
@@ -63,7 +66,10 @@ impl Op {
     }
 
     fn is_p2p(self) -> bool {
-        matches!(self, Op::PingPong | Op::PingPing | Op::Bw | Op::BiBw)
+        matches!(
+            self,
+            Op::PingPong | Op::PingPongMt | Op::PingPing | Op::Bw | Op::BiBw
+        )
     }
 
     /// Bandwidth operations report MB/s; the others latency.
@@ -80,6 +86,8 @@ pub struct Config {
     pub iters_scale: f64,
     /// Bytes past a page boundary where receive buffers start.
     pub misalign: usize,
+    /// Thread pairs of `pingpong_mt`.
+    pub threads: usize,
 }
 
 /// A buffer that starts `offset` bytes past a page boundary. Where two
@@ -143,6 +151,8 @@ impl Config {
                 "all" => ops.extend(Op::ALL),
                 "p2p" => ops.extend(Op::ALL.iter().copied().filter(|o| o.is_p2p())),
                 "coll" => ops.extend(Op::ALL.iter().copied().filter(|o| !o.is_p2p())),
+                // Not in the groups: it needs threads, and its own count of them.
+                "pingpong_mt" => ops.push(Op::PingPongMt),
                 n => match Op::ALL.iter().find(|o| o.name() == n) {
                     Some(&o) => ops.push(o),
                     None => bail!("unknown operation `{n}` (see --help)"),
@@ -183,12 +193,16 @@ impl Config {
         if a.iters_scale <= 0.0 {
             bail!("--iters-scale must be positive");
         }
+        if a.threads == 0 {
+            bail!("--threads must be at least 1");
+        }
         Ok(Config {
             ops,
             sizes,
             pair: (pair[0], pair[1]),
             iters_scale: a.iters_scale,
             misalign: a.misalign.into(),
+            threads: a.threads,
         })
     }
 }
@@ -204,20 +218,18 @@ fn iterations(size: usize, scale: f64) -> (usize, usize) {
 const WINDOW: usize = 32;
 
 /// Per-iteration seconds on this rank (empty when it takes no part).
-fn run_op(
-    world: &SimpleCommunicator,
-    op: Op,
-    size: usize,
-    iters: usize,
-    pair: (i32, i32),
-    misalign: usize,
-) -> Vec<f64> {
+fn run_op(world: &SimpleCommunicator, op: Op, size: usize, iters: usize, cfg: &Config) -> Vec<f64> {
+    let (pair, misalign) = (cfg.pair, cfg.misalign);
     let me = world.rank();
     let mut times = Vec::with_capacity(iters);
     let (a, b) = pair;
     let in_pair = me == a || me == b;
     if op.is_p2p() && !in_pair {
         return times;
+    }
+    if op == Op::PingPongMt {
+        let peer = world.process_at_rank(if me == a { b } else { a });
+        return pingpong_threads(peer, me == a, size, iters, cfg.threads, misalign);
     }
     let n = world.size() as usize;
     let root = world.process_at_rank(0);
@@ -239,6 +251,8 @@ fn run_op(
     for _ in 0..iters {
         let t0 = metampi::time();
         match op {
+            // Measured by `pingpong_threads` (returned above).
+            Op::PingPongMt => {}
             Op::PingPong => {
                 let peer = world.process_at_rank(if me == a { b } else { a });
                 if me == a {
@@ -337,9 +351,72 @@ fn run_op(
     times
 }
 
+/// `threads` pairs of threads ping-pong at once, thread `t` of each rank with thread `t` of
+/// the other on tag `t` (as OSU's `osu_latency_mt`). The iterations run in five batches, the
+/// threads meeting between batches: an iteration's time is its batch's
+/// wall time over the batch's round trips, halved (one way), so it counts every pair's
+/// messages while all of them run.
+fn pingpong_threads(
+    peer: metampi::topology::Process<'_>,
+    first: bool,
+    size: usize,
+    iters: usize,
+    threads: usize,
+    misalign: usize,
+) -> Vec<f64> {
+    let batch = (iters / 5).max(1);
+    let meet = std::sync::Barrier::new(threads);
+    let meet = &meet;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let tag = t as i32;
+                    let sbuf = Placed::new(size, 1u8, 0);
+                    let mut rbuf = Placed::new(size, 0u8, misalign);
+                    let mut times = Vec::with_capacity(iters);
+                    let mut done = 0;
+                    while done < iters {
+                        let k = batch.min(iters - done);
+                        meet.wait();
+                        let t0 = metampi::time();
+                        for _ in 0..k {
+                            if first {
+                                peer.send_with_tag(&sbuf[..], tag);
+                                peer.receive_into_with_tag(&mut rbuf[..], tag);
+                            } else {
+                                peer.receive_into_with_tag(&mut rbuf[..], tag);
+                                peer.send_with_tag(&sbuf[..], tag);
+                            }
+                        }
+                        meet.wait();
+                        let per = (metampi::time() - t0) / k as f64 / 2.0;
+                        times.extend(std::iter::repeat_n(per, k));
+                        done += k;
+                    }
+                    times
+                })
+            })
+            .collect();
+        // Thread 0's clock spans each whole batch (every thread met it at both ends).
+        let mut joined: Vec<Vec<f64>> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect();
+        joined.swap_remove(0)
+    })
+}
+
 pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
-    let universe =
-        metampi::initialize().ok_or_else(|| anyhow::anyhow!("metampi is already initialized"))?;
+    // Threads of one rank call the library at once only in `pingpong_mt`; the other
+    // operations run on one thread, as a C MPI then needs no thread support.
+    let threading = if cfg.ops.contains(&Op::PingPongMt) {
+        metampi::Threading::Multiple
+    } else {
+        metampi::Threading::Single
+    };
+    let (universe, _) = metampi::initialize_with_threading(threading)
+        .ok_or_else(|| anyhow::anyhow!("metampi is already initialized"))?;
     let world = universe.world();
     let size = world.size();
     let (a, b) = cfg.pair;
@@ -352,6 +429,7 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
         universe.oversubscribed(),
     );
     report.misalign = cfg.misalign;
+    report.threads = cfg.ops.contains(&Op::PingPongMt).then_some(cfg.threads);
     if me == 0 {
         report.print_header();
         if !p2p_ok && cfg.ops.iter().any(|o| o.is_p2p()) {
@@ -393,9 +471,9 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
             point += 1;
             let (iters, warm) = iterations(bytes, cfg.iters_scale);
             world.barrier();
-            let _ = run_op(&world, op, bytes, warm, cfg.pair, cfg.misalign);
+            let _ = run_op(&world, op, bytes, warm, cfg);
             world.barrier();
-            let mine = run_op(&world, op, bytes, iters, cfg.pair, cfg.misalign);
+            let mine = run_op(&world, op, bytes, iters, cfg);
             // Per iteration, the slowest rank's time is the operation's time.
             let mut all = vec![0f64; iters * size as usize];
             let padded: Vec<f64> = if mine.is_empty() {

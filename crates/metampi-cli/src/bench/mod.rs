@@ -26,9 +26,14 @@ pub struct BenchArgs {
     sub: Option<BenchSub>,
     /// Operations, comma-separated: pingpong, pingping, bw, bibw, barrier, bcast,
     /// reduce, allreduce, gather, scatter, allgather, alltoall; or the groups
-    /// `p2p`, `coll`, `all`.
+    /// `p2p`, `coll`, `all`; and `pingpong_mt` (not in any group): `--threads`
+    /// thread pairs ping-pong at once, each on its own tag, the slowest one-way
+    /// time per iteration (as OSU's osu_latency_mt).
     #[arg(long, default_value = "all")]
     ops: String,
+    /// Thread pairs of `pingpong_mt`.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
     /// Number of ranks to launch (ignored inside `metampi run`).
     #[arg(short = 'n', long, default_value_t = 2)]
     ranks: usize,

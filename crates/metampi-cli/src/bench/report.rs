@@ -85,6 +85,9 @@ pub struct BenchReport {
     /// Receive buffers started this many bytes past a page boundary (`--misalign`).
     #[serde(default)]
     pub misalign: usize,
+    /// Thread pairs of `pingpong_mt` (`--threads`), where it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
     pub results: Vec<Row>,
 }
 
@@ -109,6 +112,7 @@ impl BenchReport {
             transport: transport.into(),
             oversubscribed,
             misalign: 0,
+            threads: None,
             results: Vec::new(),
         }
     }
