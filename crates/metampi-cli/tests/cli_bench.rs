@@ -3,33 +3,11 @@
 
 use std::process::Command;
 
-#[test]
-fn bench_writes_documented_json_csv_and_plot() {
-    let dir = std::env::temp_dir().join(format!("metampi-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("r.json");
-    let csv = dir.join("r.csv");
-    let svg = dir.join("r.svg");
+/// Runs `metampi bench` with `args`, which must succeed; its stdout.
+fn bench_ok(args: &[&std::ffi::OsStr]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
-        .args([
-            "bench",
-            "-n",
-            "3",
-            "--ops",
-            "pingpong,bw,barrier,allreduce,alltoall",
-            "--sizes",
-            "0:64",
-            "--iters-scale",
-            "0.02",
-            "--label",
-            "t",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .arg("--csv")
-        .arg(&csv)
-        .arg("--plot")
-        .arg(&svg)
+        .arg("bench")
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -37,7 +15,34 @@ fn bench_writes_documented_json_csv_and_plot() {
         "bench failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let table = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn bench_writes_documented_json_csv_and_plot() {
+    let dir = std::env::temp_dir().join(format!("metampi-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.json");
+    let csv = dir.join("r.csv");
+    let svg = dir.join("r.svg");
+    let table = bench_ok(&[
+        "-n".as_ref(),
+        "3".as_ref(),
+        "--ops".as_ref(),
+        "pingpong,bw,barrier,allreduce,alltoall".as_ref(),
+        "--sizes".as_ref(),
+        "0:64".as_ref(),
+        "--iters-scale".as_ref(),
+        "0.02".as_ref(),
+        "--label".as_ref(),
+        "t".as_ref(),
+        "--json".as_ref(),
+        json.as_os_str(),
+        "--csv".as_ref(),
+        csv.as_os_str(),
+        "--plot".as_ref(),
+        svg.as_os_str(),
+    ]);
     assert!(table.contains("# pingpong (ranks 0 and 1)"), "{table}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -110,27 +115,18 @@ fn bench_pingpong_mt_runs_thread_pairs() {
     let dir = std::env::temp_dir().join(format!("metampi-bench-mt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("r.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
-        .args([
-            "bench",
-            "--ops",
-            "pingpong_mt",
-            "--threads",
-            "3",
-            "--sizes",
-            "8,64K",
-            "--iters-scale",
-            "0.05",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    bench_ok(&[
+        "--ops".as_ref(),
+        "pingpong_mt".as_ref(),
+        "--threads".as_ref(),
+        "3".as_ref(),
+        "--sizes".as_ref(),
+        "8,64K".as_ref(),
+        "--iters-scale".as_ref(),
+        "0.05".as_ref(),
+        "--json".as_ref(),
+        json.as_os_str(),
+    ]);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["threads"], 3);
