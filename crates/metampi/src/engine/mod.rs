@@ -195,7 +195,7 @@ pub(crate) struct Shared {
 pub(crate) static SPIN_RECEIVES: AtomicU64 = AtomicU64::new(0);
 
 /// Times a thread asleep in [`Shared::wait_until`] was woken by another and found its wait
-/// not over (for `testing::wake_ups`), and all times it was woken by another.
+/// not over, and all times it was woken by another (for `testing::thread_wake_ups`).
 pub(crate) static IDLE_WAKE_UPS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static WAKE_UPS: AtomicU64 = AtomicU64::new(0);
 
