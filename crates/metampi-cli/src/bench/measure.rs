@@ -374,7 +374,9 @@ fn pingpong_threads(
                     let tag = t as i32;
                     let sbuf = Placed::new(size, 1u8, 0);
                     let mut rbuf = Placed::new(size, 0u8, misalign);
-                    let mut times = Vec::with_capacity(iters);
+                    // Thread 0's clock spans each whole batch (every thread meets it at both
+                    // ends), so it alone keeps times.
+                    let mut times = Vec::with_capacity(if t == 0 { iters } else { 0 });
                     let mut done = 0;
                     while done < iters {
                         let k = batch.min(iters - done);
@@ -390,20 +392,26 @@ fn pingpong_threads(
                             }
                         }
                         meet.wait();
-                        let per = (metampi::time() - t0) / k as f64 / 2.0;
-                        times.extend(std::iter::repeat_n(per, k));
+                        if t == 0 {
+                            let per = (metampi::time() - t0) / k as f64 / 2.0;
+                            times.extend(std::iter::repeat_n(per, k));
+                        }
                         done += k;
                     }
                     times
                 })
             })
             .collect();
-        // Thread 0's clock spans each whole batch (every thread met it at both ends).
-        let mut joined: Vec<Vec<f64>> = handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect();
-        joined.swap_remove(0)
+        let mut times = Vec::new();
+        for h in handles {
+            match h.join() {
+                Ok(t) if times.is_empty() => times = t,
+                Ok(_) => {}
+                // A failed thread fails the bench rather than leaving a hole in it.
+                Err(p) => std::panic::resume_unwind(p),
+            }
+        }
+        times
     })
 }
 

@@ -1055,19 +1055,16 @@ impl Shared {
         if self.async_started.load(Ordering::SeqCst) {
             self.cond.notify_all();
         }
-        {
-            let e = self.lock();
-            let mut to_poll = !self.poller.load(Ordering::SeqCst);
-            for s in &e.sleepers {
-                if to_poll || s.want.is_none_or(|id| e.core.done_or_gone(id)) {
-                    s.cv.notify_one();
-                    to_poll = false;
-                }
+        let e = self.lock();
+        let mut to_poll = !self.poller.load(Ordering::SeqCst);
+        for s in &e.sleepers {
+            if to_poll || s.want.is_none_or(|id| e.core.done_or_gone(id)) {
+                s.cv.notify_one();
+                to_poll = false;
             }
         }
         if self.in_poll.load(Ordering::SeqCst) {
             if let Some(a) = &self.self_wake {
-                let e = self.lock();
                 let _ = e.links.wake.send_to_addr(&[1], a);
             }
         }
