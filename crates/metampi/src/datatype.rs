@@ -1068,3 +1068,98 @@ impl<
     > PartitionedBufferMut for PartitionMut<'_, B, C, D>
 {
 }
+
+// ---- what the C ABI library needs (crates/metampi-abi) ----------------------------
+
+/// Datatype queries and constructors that the C ABI library (`metampi-abi`)
+/// needs beyond rsmpi's API. Not part of the Rust API.
+#[doc(hidden)]
+pub mod abi {
+    use super::{register, register_distinct, type_map, TypeMap};
+
+    /// The layout facts MPI lets a program ask about a datatype.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Layout {
+        /// Bytes of data in one element (`MPI_Type_size`).
+        pub size: usize,
+        /// Lower bound (`MPI_Type_get_extent`).
+        pub lb: isize,
+        /// Distance between consecutive elements.
+        pub extent: usize,
+        /// The smallest data offset (`MPI_Type_get_true_extent`).
+        pub true_lb: isize,
+        /// The span of the data bytes.
+        pub true_extent: usize,
+        /// Whether a predefined element kind runs through all data bytes.
+        pub uniform: bool,
+    }
+
+    /// The layout of datatype `id`.
+    pub fn layout(id: u32) -> Layout {
+        let tm = type_map(id);
+        let lo = tm.blocks.iter().map(|b| b.0).min().unwrap_or(0);
+        let hi = tm
+            .blocks
+            .iter()
+            .map(|b| b.0 + b.1 as isize)
+            .max()
+            .unwrap_or(0);
+        Layout {
+            size: tm.size,
+            lb: tm.lb,
+            extent: tm.extent,
+            true_lb: lo,
+            true_extent: (hi - lo) as usize,
+            uniform: tm.prim.is_some(),
+        }
+    }
+
+    /// Datatype `id` with lower bound `lb` and extent `extent` (`MPI_Type_create_resized`).
+    pub fn resized(id: u32, lb: isize, extent: usize) -> u32 {
+        let mut tm = (*type_map(id)).clone();
+        tm.lb = lb;
+        tm.extent = extent;
+        register(tm)
+    }
+
+    /// A datatype of `size` bytes that no reduction knows (`long double`,
+    /// `MPI_PACKED`'s cousins): it travels, but a sum over it is an error.
+    pub fn opaque(size: usize) -> u32 {
+        register_distinct(TypeMap {
+            prim: None,
+            blocks: vec![(0, size)],
+            size,
+            extent: size,
+            lb: 0,
+            units: vec![(1, size)],
+        })
+    }
+
+    /// How many basic values `bytes` signature bytes of datatype `id` hold
+    /// (`MPI_Get_elements`); `None` when they end inside a value.
+    pub fn elements(id: u32, bytes: usize) -> Option<usize> {
+        let tm = type_map(id);
+        let per: usize = tm.units.iter().map(|u| u.1).sum();
+        if tm.size == 0 {
+            return Some(0);
+        }
+        let whole = bytes / tm.size;
+        let mut left = bytes % tm.size;
+        let mut n = whole * per;
+        for &(s, c) in &tm.units {
+            let s = (s as usize).max(1);
+            let take = (left / s).min(c);
+            n += take;
+            left -= take * s;
+            if take < c {
+                break;
+            }
+        }
+        (left == 0).then_some(n)
+    }
+
+    /// The data blocks `(offset, len)` of one element of `id`, in signature order.
+    pub fn blocks(id: u32) -> Vec<(isize, usize)> {
+        type_map(id).blocks.clone()
+    }
+}

@@ -593,3 +593,76 @@ impl<D: ?Sized> Drop for RequestCollection<'_, D> {
         }
     }
 }
+
+/// What the C ABI library (`metampi-abi`) needs of requests beyond rsmpi's API:
+/// requests whose buffers C owns, tested without ending the job on an error.
+/// Not part of the Rust API.
+#[doc(hidden)]
+pub mod abi {
+    use super::*;
+
+    /// A request whose buffer the caller keeps alive, as C's MPI contract says.
+    pub type RawRequest = Request<'static, (), StaticScope>;
+
+    impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
+        /// This request without its borrow.
+        ///
+        /// # Safety
+        /// The buffer the request was made over must stay valid, and untouched
+        /// by anything else, until the returned request completes.
+        pub unsafe fn into_raw(mut self) -> RawRequest {
+            let i = self.take();
+            Request {
+                inner: Some(Inflight {
+                    id: i.id,
+                    end: i.end,
+                    ctx: i.ctx,
+                    data: &(),
+                    post: i.post,
+                }),
+                scope: StaticScope,
+                phantom: PhantomData,
+            }
+        }
+
+        /// The result if it is in (one progress pass), errors included; the
+        /// request back otherwise.
+        pub fn try_test(mut self) -> Result<Result<Status, Error>, Self> {
+            let got = self.inner.as_ref().expect("a live request").try_outcome();
+            match got {
+                Some(c) => Ok(self.take().complete(c)),
+                None => Err(self),
+            }
+        }
+    }
+
+    /// Waits until one of `requests` is complete and returns its index; the
+    /// request stays where it is, for the caller to wait on. `None` for none.
+    pub fn wait_any_index<'a, D: ?Sized, S: Scope<'a>>(
+        requests: &[&Request<'a, D, S>],
+    ) -> Option<usize> {
+        if requests.is_empty() {
+            return None;
+        }
+        Some(shared().wait_until(|e| {
+            requests
+                .iter()
+                .position(|r| r.inner.as_ref().is_some_and(|i| i.is_done(e)))
+        }))
+    }
+
+    /// The indices of `requests` that are complete, after one progress pass.
+    pub fn done_indices<'a, D: ?Sized, S: Scope<'a>>(
+        requests: &[&Request<'a, D, S>],
+    ) -> Vec<usize> {
+        shared().with(|e| {
+            e.progress();
+            requests
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.inner.as_ref().is_some_and(|i| i.is_done(e)))
+                .map(|(k, _)| k)
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,864 @@
+//! Collective operations (MPI-4 §6): blocking and nonblocking, fixed and
+//! varying counts, `MPI_IN_PLACE`, predefined and user reductions. They run
+//! the engine's collectives (hierarchical across sites and machines, on a
+//! context of their own), the ones the Rust API runs.
+//!
+//! Nonblocking forms the engine has no schedule for (`MPI_Ireduce_scatter`,
+//! `MPI_Ialltoallw`, neighbourhood ones) complete inside the call and return a
+//! finished request.
+
+use std::any::Any;
+use std::ffi::{c_int, c_void};
+
+use metampi::collective::{CommunicatorCollectives, Root, SystemOperation, UserOperation};
+use metampi::datatype::abi as dtabi;
+use metampi::datatype::{Partition, PartitionMut};
+use metampi::topology::Communicator;
+
+use crate::consts::*;
+use crate::err::{Fail, R};
+use crate::raw::{self, CScope, Kept, Temp};
+use crate::req;
+use crate::state::{self, CommEntry};
+use crate::types::{self, COp};
+
+/// A reduction as a collective call uses it.
+enum OpRef {
+    Sys(SystemOperation),
+    User(Box<UserOperation<'static>>),
+}
+
+fn op_for(op: c_int, dt: c_int) -> R<OpRef> {
+    Ok(match types::op(op)? {
+        COp::Sys(s) => OpRef::Sys(s),
+        COp::User { f, commute } => OpRef::User(Box::new(types::user_op(f, commute, dt))),
+    })
+}
+
+/// Runs `$e` with `$o` bound to the operation as the engine takes it.
+macro_rules! with_op {
+    ($op:expr, $o:ident => $e:expr) => {
+        match &$op {
+            OpRef::Sys(s) => {
+                let $o = *s;
+                $e
+            }
+            OpRef::User(u) => {
+                let $o = &**u;
+                $e
+            }
+        }
+    };
+}
+
+/// What a nonblocking collective keeps alive until it completes.
+fn keep_op(op: OpRef) -> Vec<Box<dyn Any + Send>> {
+    match op {
+        OpRef::Sys(_) => Vec::new(),
+        OpRef::User(u) => vec![Box::new(Kept(u))],
+    }
+}
+
+fn temp_copy(p: *const c_void, count: usize, dt: c_int) -> R<Temp> {
+    let l = dtabi::layout(types::type_id_any(dt)?);
+    let span = if count == 0 {
+        0
+    } else {
+        (count - 1) * l.extent + l.true_extent
+    };
+    let mut mem = vec![0u128; span.div_ceil(16).max(1)];
+    let from = raw::offset(p, l.true_lb);
+    raw::copy_bytes(from, mem.as_mut_ptr() as *mut c_void, span);
+    let base = raw::offset(mem.as_ptr() as *const c_void, -l.true_lb);
+    Ok(Temp { _mem: mem, base })
+}
+
+fn ucount(n: c_int, what: &str) -> R<usize> {
+    if n < 0 {
+        return Err(Fail::new(ERR_COUNT, format!("{what} {n} is negative")));
+    }
+    Ok(n as usize)
+}
+
+fn check_root(c: &CommEntry, root: c_int) -> R {
+    if root < 0 || root >= c.comm.size() {
+        return Err(Fail::new(
+            ERR_ROOT,
+            format!(
+                "root {root} is not a rank of a communicator of {}",
+                c.comm.size()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn extent(dt: c_int) -> R<isize> {
+    Ok(dtabi::layout(types::type_id_any(dt)?).extent as isize)
+}
+
+/// Elements a varcount buffer spans.
+fn span(counts: &[c_int], displs: &[c_int]) -> R<c_int> {
+    let mut hi = 0;
+    for (&c, &d) in counts.iter().zip(displs) {
+        if c < 0 || d < 0 {
+            return Err(Fail::new(
+                ERR_COUNT,
+                format!("count {c} or displacement {d} is negative"),
+            ));
+        }
+        hi = hi.max(c + d);
+    }
+    Ok(hi)
+}
+
+/// Either blocking (`req` null) or the request made into a handle.
+fn deliver(
+    req: *mut c_int,
+    r: Option<(metampi::request::abi::RawRequest, Vec<Box<dyn Any + Send>>)>,
+) -> R {
+    match r {
+        Some((r, keep)) if !req.is_null() => raw::put(req, req::live(r, keep)),
+        Some((r, keep)) => {
+            let out = r.try_wait();
+            drop(keep);
+            out.map(|_| ()).map_err(Fail::from)
+        }
+        None if !req.is_null() => raw::put(req, req::done(req::St::EMPTY)),
+        None => Ok(()),
+    }
+}
+
+// ---- the operations, each once for blocking (`req` null) and nonblocking ----------
+
+fn barrier(comm: c_int, rq: *mut c_int) -> R {
+    let c = state::comm(comm)?;
+    if rq.is_null() {
+        return Ok(c.comm.try_barrier()?);
+    }
+    let r = c.comm.immediate_barrier();
+    raw::put(rq, req::live(r, Vec::new()))
+}
+
+fn bcast(buf: *mut c_void, count: c_int, dt: c_int, root: c_int, comm: c_int, rq: *mut c_int) -> R {
+    let c = state::comm(comm)?;
+    check_root(&c, root)?;
+    let mut b = types::buf(buf, count, dt)?;
+    let p = c.comm.process_at_rank(root);
+    if rq.is_null() {
+        return Ok(p.try_broadcast_into(&mut b)?);
+    }
+    let r = p.immediate_broadcast_into(CScope, &mut b);
+    deliver(rq, Some((raw::detach(r), Vec::new())))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reduce(
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    op: c_int,
+    root: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    check_root(&c, root)?;
+    let n = ucount(count, "count")?;
+    let o = op_for(op, dt)?;
+    let me = c.comm.rank() == root;
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let sbuf = if me && raw::in_place(sbuf) {
+        let t = temp_copy(rbuf, n, dt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        p
+    } else {
+        sbuf
+    };
+    let s = types::buf(sbuf, count, dt)?;
+    let p = c.comm.process_at_rank(root);
+    if rq.is_null() {
+        if me {
+            let mut r = types::buf(rbuf, count, dt)?;
+            with_op!(o, x => p.try_reduce_into_root(&s, &mut r, x))?;
+        } else {
+            with_op!(o, x => p.try_reduce_into(&s, x))?;
+        }
+        return Ok(());
+    }
+    let r = if me {
+        let mut r = types::buf(rbuf, count, dt)?;
+        with_op!(o, x => raw::detach(p.immediate_reduce_into_root(CScope, &s, &mut r, x)))
+    } else {
+        with_op!(o, x => raw::detach(p.immediate_reduce_into(CScope, &s, x)))
+    };
+    keep.extend(keep_op(o));
+    deliver(rq, Some((r, keep)))
+}
+
+fn allreduce(
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    op: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    let n = ucount(count, "count")?;
+    let o = op_for(op, dt)?;
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let sbuf = if raw::in_place(sbuf) {
+        let t = temp_copy(rbuf, n, dt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        p
+    } else {
+        sbuf
+    };
+    let s = types::buf(sbuf, count, dt)?;
+    let mut r = types::buf(rbuf, count, dt)?;
+    if rq.is_null() {
+        return Ok(with_op!(o, x => c.comm.try_all_reduce_into(&s, &mut r, x))?);
+    }
+    let h = with_op!(o, x => raw::detach(c.comm.immediate_all_reduce_into(CScope, &s, &mut r, x)));
+    keep.extend(keep_op(o));
+    deliver(rq, Some((h, keep)))
+}
+
+/// Scan (`exclusive` false) or exscan.
+fn scan(
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    op: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+    exclusive: bool,
+) -> R {
+    let c = state::comm(comm)?;
+    let n = ucount(count, "count")?;
+    let o = op_for(op, dt)?;
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let sbuf = if raw::in_place(sbuf) {
+        let t = temp_copy(rbuf, n, dt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        p
+    } else {
+        sbuf
+    };
+    let s = types::buf(sbuf, count, dt)?;
+    let mut r = types::buf(rbuf, count, dt)?;
+    if rq.is_null() {
+        if exclusive {
+            with_op!(o, x => c.comm.try_exclusive_scan_into(&s, &mut r, x))?;
+        } else {
+            with_op!(o, x => c.comm.try_scan_into(&s, &mut r, x))?;
+        }
+        return Ok(());
+    }
+    let h = if exclusive {
+        with_op!(o, x => raw::detach(c.comm.immediate_exclusive_scan_into(CScope, &s, &mut r, x)))
+    } else {
+        with_op!(o, x => raw::detach(c.comm.immediate_scan_into(CScope, &s, &mut r, x)))
+    };
+    keep.extend(keep_op(o));
+    deliver(rq, Some((h, keep)))
+}
+
+fn reduce_scatter_block(
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    dt: c_int,
+    op: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    let n = ucount(count, "count")?;
+    let size = c.comm.size() as usize;
+    let o = op_for(op, dt)?;
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let sbuf = if raw::in_place(sbuf) {
+        let t = temp_copy(rbuf, n * size, dt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        p
+    } else {
+        sbuf
+    };
+    let s = types::buf(sbuf, count * size as c_int, dt)?;
+    let mut r = types::buf(rbuf, count, dt)?;
+    if rq.is_null() {
+        return Ok(with_op!(o, x => c.comm.try_reduce_scatter_block_into(&s, &mut r, x))?);
+    }
+    let h = with_op!(o, x => raw::detach(c.comm.immediate_reduce_scatter_block_into(CScope, &s, &mut r, x)));
+    keep.extend(keep_op(o));
+    deliver(rq, Some((h, keep)))
+}
+
+/// `MPI_Reduce_scatter`: a reduction to rank 0 and a scatter of the blocks.
+fn reduce_scatter(
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    counts: *const c_int,
+    dt: c_int,
+    op: c_int,
+    comm: c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    let size = c.comm.size();
+    let cs = raw::slice(counts, size)?.to_vec();
+    let total: c_int = cs.iter().sum();
+    let me = c.comm.rank() as usize;
+    let ext = extent(dt)?;
+    let full = temp_copy(
+        if raw::in_place(sbuf) { rbuf } else { sbuf },
+        ucount(total, "total count")?,
+        dt,
+    )?;
+    let mut out = vec![0u128; ((total.max(0) as isize * ext) as usize).div_ceil(16).max(1)];
+    reduce(
+        full.base,
+        out.as_mut_ptr() as *mut c_void,
+        total,
+        dt,
+        op,
+        0,
+        comm,
+        std::ptr::null_mut(),
+    )?;
+    let displs: Vec<c_int> = cs
+        .iter()
+        .scan(0, |a, &x| {
+            let d = *a;
+            *a += x;
+            Some(d)
+        })
+        .collect();
+    let sendv = types::buf(out.as_ptr() as *const c_void, total, dt)?;
+    let mut r = types::buf(rbuf, cs[me], dt)?;
+    let p = c.comm.process_at_rank(0);
+    if me == 0 {
+        let part = Partition::new(&sendv, &cs[..], &displs[..]);
+        p.try_scatter_varcount_into_root(&part, &mut r)?;
+    } else {
+        p.try_scatter_varcount_into(&mut r)?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gather(
+    sbuf: *const c_void,
+    scount: c_int,
+    sdt: c_int,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rdt: c_int,
+    root: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    check_root(&c, root)?;
+    let me = c.comm.rank() == root;
+    let size = c.comm.size();
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let (sbuf, scount, sdt) = if me && raw::in_place(sbuf) {
+        let at = raw::offset(rbuf, root as isize * rcount as isize * extent(rdt)?);
+        let t = temp_copy(at, ucount(rcount, "count")?, rdt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        (p, rcount, rdt)
+    } else {
+        (sbuf, scount, sdt)
+    };
+    let s = types::buf(sbuf, scount, sdt)?;
+    let p = c.comm.process_at_rank(root);
+    let r = if me {
+        let mut r = types::buf(rbuf, rcount * size, rdt)?;
+        if rq.is_null() {
+            return Ok(p.try_gather_into_root(&s, &mut r)?);
+        }
+        raw::detach(p.immediate_gather_into_root(CScope, &s, &mut r))
+    } else {
+        if rq.is_null() {
+            return Ok(p.try_gather_into(&s)?);
+        }
+        raw::detach(p.immediate_gather_into(CScope, &s))
+    };
+    deliver(rq, Some((r, keep)))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gatherv(
+    sbuf: *const c_void,
+    scount: c_int,
+    sdt: c_int,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    displs: *const c_int,
+    rdt: c_int,
+    root: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    check_root(&c, root)?;
+    let me = c.comm.rank() == root;
+    let size = c.comm.size();
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let p = c.comm.process_at_rank(root);
+    if !me {
+        let s = types::buf(sbuf, scount, sdt)?;
+        if rq.is_null() {
+            return Ok(p.try_gather_varcount_into(&s)?);
+        }
+        return deliver(
+            rq,
+            Some((
+                raw::detach(p.immediate_gather_varcount_into(CScope, &s)),
+                keep,
+            )),
+        );
+    }
+    let cs = raw::slice(rcounts, size)?.to_vec();
+    let ds = raw::slice(displs, size)?.to_vec();
+    let (sbuf, scount, sdt) = if raw::in_place(sbuf) {
+        let r = root as usize;
+        let at = raw::offset(rbuf, ds[r] as isize * extent(rdt)?);
+        let t = temp_copy(at, ucount(cs[r], "count")?, rdt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        (p, cs[r], rdt)
+    } else {
+        (sbuf, scount, sdt)
+    };
+    let s = types::buf(sbuf, scount, sdt)?;
+    let mut r = types::buf(rbuf, span(&cs, &ds)?, rdt)?;
+    let mut part = PartitionMut::new(&mut r, cs, ds);
+    if rq.is_null() {
+        return Ok(p.try_gather_varcount_into_root(&s, &mut part)?);
+    }
+    deliver(
+        rq,
+        Some((
+            raw::detach(p.immediate_gather_varcount_into_root(CScope, &s, &mut part)),
+            keep,
+        )),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scatter(
+    sbuf: *const c_void,
+    scount: c_int,
+    sdt: c_int,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rdt: c_int,
+    root: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    check_root(&c, root)?;
+    let me = c.comm.rank() == root;
+    let size = c.comm.size();
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let p = c.comm.process_at_rank(root);
+    let (rbuf, rcount, rdt) = if me && raw::in_place(rbuf) {
+        // The root's block stays where it is: receive it into scratch.
+        let t = temp_copy(
+            raw::offset(sbuf, root as isize * scount as isize * extent(sdt)?),
+            ucount(scount, "count")?,
+            sdt,
+        )?;
+        let p = t.base as *mut c_void;
+        keep.push(Box::new(t));
+        (p, scount, sdt)
+    } else {
+        (rbuf, rcount, rdt)
+    };
+    let mut r = types::buf(rbuf, rcount, rdt)?;
+    let h = if me {
+        let s = types::buf(sbuf, scount * size, sdt)?;
+        if rq.is_null() {
+            return Ok(p.try_scatter_into_root(&s, &mut r)?);
+        }
+        raw::detach(p.immediate_scatter_into_root(CScope, &s, &mut r))
+    } else {
+        if rq.is_null() {
+            return Ok(p.try_scatter_into(&mut r)?);
+        }
+        raw::detach(p.immediate_scatter_into(CScope, &mut r))
+    };
+    deliver(rq, Some((h, keep)))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scatterv(
+    sbuf: *const c_void,
+    scounts: *const c_int,
+    displs: *const c_int,
+    sdt: c_int,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rdt: c_int,
+    root: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    check_root(&c, root)?;
+    let me = c.comm.rank() == root;
+    let size = c.comm.size();
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let p = c.comm.process_at_rank(root);
+    if !me {
+        let mut r = types::buf(rbuf, rcount, rdt)?;
+        if rq.is_null() {
+            return Ok(p.try_scatter_varcount_into(&mut r)?);
+        }
+        return deliver(
+            rq,
+            Some((
+                raw::detach(p.immediate_scatter_varcount_into(CScope, &mut r)),
+                keep,
+            )),
+        );
+    }
+    let cs = raw::slice(scounts, size)?.to_vec();
+    let ds = raw::slice(displs, size)?.to_vec();
+    let (rbuf, rcount, rdt) = if raw::in_place(rbuf) {
+        let r = root as usize;
+        let t = temp_copy(
+            raw::offset(sbuf, ds[r] as isize * extent(sdt)?),
+            ucount(cs[r], "count")?,
+            sdt,
+        )?;
+        let p = t.base as *mut c_void;
+        keep.push(Box::new(t));
+        (p, cs[r], sdt)
+    } else {
+        (rbuf, rcount, rdt)
+    };
+    let mut r = types::buf(rbuf, rcount, rdt)?;
+    let s = types::buf(sbuf, span(&cs, &ds)?, sdt)?;
+    let part = Partition::new(&s, cs, ds);
+    if rq.is_null() {
+        return Ok(p.try_scatter_varcount_into_root(&part, &mut r)?);
+    }
+    deliver(
+        rq,
+        Some((
+            raw::detach(p.immediate_scatter_varcount_into_root(CScope, &part, &mut r)),
+            keep,
+        )),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn allgather(
+    sbuf: *const c_void,
+    scount: c_int,
+    sdt: c_int,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rdt: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    let size = c.comm.size();
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let (sbuf, scount, sdt) = if raw::in_place(sbuf) {
+        let at = raw::offset(
+            rbuf,
+            c.comm.rank() as isize * rcount as isize * extent(rdt)?,
+        );
+        let t = temp_copy(at, ucount(rcount, "count")?, rdt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        (p, rcount, rdt)
+    } else {
+        (sbuf, scount, sdt)
+    };
+    let s = types::buf(sbuf, scount, sdt)?;
+    let mut r = types::buf(rbuf, rcount * size, rdt)?;
+    if rq.is_null() {
+        return Ok(c.comm.try_all_gather_into(&s, &mut r)?);
+    }
+    deliver(
+        rq,
+        Some((
+            raw::detach(c.comm.immediate_all_gather_into(CScope, &s, &mut r)),
+            keep,
+        )),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn allgatherv(
+    sbuf: *const c_void,
+    scount: c_int,
+    sdt: c_int,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    displs: *const c_int,
+    rdt: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    let size = c.comm.size();
+    let cs = raw::slice(rcounts, size)?.to_vec();
+    let ds = raw::slice(displs, size)?.to_vec();
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let (sbuf, scount, sdt) = if raw::in_place(sbuf) {
+        let me = c.comm.rank() as usize;
+        let at = raw::offset(rbuf, ds[me] as isize * extent(rdt)?);
+        let t = temp_copy(at, ucount(cs[me], "count")?, rdt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        (p, cs[me], rdt)
+    } else {
+        (sbuf, scount, sdt)
+    };
+    let s = types::buf(sbuf, scount, sdt)?;
+    let mut r = types::buf(rbuf, span(&cs, &ds)?, rdt)?;
+    let mut part = PartitionMut::new(&mut r, cs, ds);
+    if rq.is_null() {
+        return Ok(c.comm.try_all_gather_varcount_into(&s, &mut part)?);
+    }
+    deliver(
+        rq,
+        Some((
+            raw::detach(
+                c.comm
+                    .immediate_all_gather_varcount_into(CScope, &s, &mut part),
+            ),
+            keep,
+        )),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoall(
+    sbuf: *const c_void,
+    scount: c_int,
+    sdt: c_int,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rdt: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    let size = c.comm.size();
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let (sbuf, scount, sdt) = if raw::in_place(sbuf) {
+        let t = temp_copy(rbuf, ucount(rcount, "count")? * size as usize, rdt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        (p, rcount, rdt)
+    } else {
+        (sbuf, scount, sdt)
+    };
+    let s = types::buf(sbuf, scount * size, sdt)?;
+    let mut r = types::buf(rbuf, rcount * size, rdt)?;
+    if rq.is_null() {
+        return Ok(c.comm.try_all_to_all_into(&s, &mut r)?);
+    }
+    deliver(
+        rq,
+        Some((
+            raw::detach(c.comm.immediate_all_to_all_into(CScope, &s, &mut r)),
+            keep,
+        )),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn alltoallv(
+    sbuf: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    sdt: c_int,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rdt: c_int,
+    comm: c_int,
+    rq: *mut c_int,
+) -> R {
+    let c = state::comm(comm)?;
+    let size = c.comm.size();
+    let rc = raw::slice(rcounts, size)?.to_vec();
+    let rd = raw::slice(rdispls, size)?.to_vec();
+    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
+    let (sbuf, sc, sd, sdt) = if raw::in_place(sbuf) {
+        let t = temp_copy(rbuf, ucount(span(&rc, &rd)?, "count")?, rdt)?;
+        let p = t.base;
+        keep.push(Box::new(t));
+        (p, rc.clone(), rd.clone(), rdt)
+    } else {
+        (
+            sbuf,
+            raw::slice(scounts, size)?.to_vec(),
+            raw::slice(sdispls, size)?.to_vec(),
+            sdt,
+        )
+    };
+    let s = types::buf(sbuf, span(&sc, &sd)?, sdt)?;
+    let mut r = types::buf(rbuf, span(&rc, &rd)?, rdt)?;
+    let sp = Partition::new(&s, sc, sd);
+    let mut rp = PartitionMut::new(&mut r, rc, rd);
+    if rq.is_null() {
+        return Ok(c.comm.try_all_to_all_varcount_into(&sp, &mut rp)?);
+    }
+    deliver(
+        rq,
+        Some((
+            raw::detach(
+                c.comm
+                    .immediate_all_to_all_varcount_into(CScope, &sp, &mut rp),
+            ),
+            keep,
+        )),
+    )
+}
+
+mpi! {
+    fn MPI_Barrier / PMPI_Barrier(comm: c_int) { barrier(comm, std::ptr::null_mut()) }
+    fn MPI_Ibarrier / PMPI_Ibarrier(comm: c_int, rq: *mut c_int) { req_out(rq)?; barrier(comm, rq) }
+    fn MPI_Bcast / PMPI_Bcast(buf: *mut c_void, count: c_int, dt: c_int, root: c_int, comm: c_int) {
+        bcast(buf, count, dt, root, comm, std::ptr::null_mut())
+    }
+    fn MPI_Ibcast / PMPI_Ibcast(buf: *mut c_void, count: c_int, dt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        bcast(buf, count, dt, root, comm, rq)
+    }
+    fn MPI_Reduce / PMPI_Reduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, root: c_int, comm: c_int) {
+        reduce(s, r, count, dt, op, root, comm, std::ptr::null_mut())
+    }
+    fn MPI_Ireduce / PMPI_Ireduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        reduce(s, r, count, dt, op, root, comm, rq)
+    }
+    fn MPI_Allreduce / PMPI_Allreduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
+        allreduce(s, r, count, dt, op, comm, std::ptr::null_mut())
+    }
+    fn MPI_Iallreduce / PMPI_Iallreduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        allreduce(s, r, count, dt, op, comm, rq)
+    }
+    fn MPI_Scan / PMPI_Scan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
+        scan(s, r, count, dt, op, comm, std::ptr::null_mut(), false)
+    }
+    fn MPI_Iscan / PMPI_Iscan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        scan(s, r, count, dt, op, comm, rq, false)
+    }
+    fn MPI_Exscan / PMPI_Exscan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
+        scan(s, r, count, dt, op, comm, std::ptr::null_mut(), true)
+    }
+    fn MPI_Iexscan / PMPI_Iexscan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        scan(s, r, count, dt, op, comm, rq, true)
+    }
+    fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
+        reduce_scatter_block(s, r, count, dt, op, comm, std::ptr::null_mut())
+    }
+    fn MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        reduce_scatter_block(s, r, count, dt, op, comm, rq)
+    }
+    fn MPI_Reduce_scatter / PMPI_Reduce_scatter(s: *const c_void, r: *mut c_void, counts: *const c_int, dt: c_int, op: c_int, comm: c_int) {
+        reduce_scatter(s, r, counts, dt, op, comm)
+    }
+    fn MPI_Ireduce_scatter / PMPI_Ireduce_scatter(s: *const c_void, r: *mut c_void, counts: *const c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        reduce_scatter(s, r, counts, dt, op, comm)?;
+        deliver(rq, None)
+    }
+    fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inout: *mut c_void, count: c_int, dt: c_int, op: c_int) {
+        state::check_init()?;
+        let o = op_for(op, dt)?;
+        let a = types::buf(inbuf, count, dt)?;
+        let mut b = types::buf(inout, count, dt)?;
+        with_op!(o, x => metampi::collective::try_reduce_local_into(&a, &mut b, x))?;
+        Ok(())
+    }
+    fn MPI_Gather / PMPI_Gather(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int) {
+        gather(s, sc, sdt, r, rc, rdt, root, comm, std::ptr::null_mut())
+    }
+    fn MPI_Igather / PMPI_Igather(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        gather(s, sc, sdt, r, rc, rdt, root, comm, rq)
+    }
+    fn MPI_Gatherv / PMPI_Gatherv(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: c_int, root: c_int, comm: c_int) {
+        gatherv(s, sc, sdt, r, rcs, ds, rdt, root, comm, std::ptr::null_mut())
+    }
+    fn MPI_Igatherv / PMPI_Igatherv(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        gatherv(s, sc, sdt, r, rcs, ds, rdt, root, comm, rq)
+    }
+    fn MPI_Scatter / PMPI_Scatter(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int) {
+        scatter(s, sc, sdt, r, rc, rdt, root, comm, std::ptr::null_mut())
+    }
+    fn MPI_Iscatter / PMPI_Iscatter(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        scatter(s, sc, sdt, r, rc, rdt, root, comm, rq)
+    }
+    fn MPI_Scatterv / PMPI_Scatterv(s: *const c_void, scs: *const c_int, ds: *const c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int) {
+        scatterv(s, scs, ds, sdt, r, rc, rdt, root, comm, std::ptr::null_mut())
+    }
+    fn MPI_Iscatterv / PMPI_Iscatterv(s: *const c_void, scs: *const c_int, ds: *const c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        scatterv(s, scs, ds, sdt, r, rc, rdt, root, comm, rq)
+    }
+    fn MPI_Allgather / PMPI_Allgather(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, comm: c_int) {
+        allgather(s, sc, sdt, r, rc, rdt, comm, std::ptr::null_mut())
+    }
+    fn MPI_Iallgather / PMPI_Iallgather(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        allgather(s, sc, sdt, r, rc, rdt, comm, rq)
+    }
+    fn MPI_Allgatherv / PMPI_Allgatherv(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: c_int, comm: c_int) {
+        allgatherv(s, sc, sdt, r, rcs, ds, rdt, comm, std::ptr::null_mut())
+    }
+    fn MPI_Iallgatherv / PMPI_Iallgatherv(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        allgatherv(s, sc, sdt, r, rcs, ds, rdt, comm, rq)
+    }
+    fn MPI_Alltoall / PMPI_Alltoall(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, comm: c_int) {
+        alltoall(s, sc, sdt, r, rc, rdt, comm, std::ptr::null_mut())
+    }
+    fn MPI_Ialltoall / PMPI_Ialltoall(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        alltoall(s, sc, sdt, r, rc, rdt, comm, rq)
+    }
+    fn MPI_Alltoallv / PMPI_Alltoallv(s: *const c_void, scs: *const c_int, sds: *const c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, rds: *const c_int, rdt: c_int, comm: c_int) {
+        alltoallv(s, scs, sds, sdt, r, rcs, rds, rdt, comm, std::ptr::null_mut())
+    }
+    fn MPI_Ialltoallv / PMPI_Ialltoallv(s: *const c_void, scs: *const c_int, sds: *const c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, rds: *const c_int, rdt: c_int, comm: c_int, rq: *mut c_int) {
+        req_out(rq)?;
+        alltoallv(s, scs, sds, sdt, r, rcs, rds, rdt, comm, rq)
+    }
+}
+
+/// A nonblocking call's request output must be a real pointer.
+fn req_out(rq: *mut c_int) -> R {
+    if rq.is_null() {
+        return Err(Fail::arg("the request output is a null pointer"));
+    }
+    Ok(())
+}

@@ -1,0 +1,302 @@
+//! Groups and communicators (MPI-4 §7): sizes and ranks, duplication with
+//! attribute copying, splits (by colour, by shared memory, by metampi site),
+//! creation from groups, names, comparison, and the group algebra.
+
+use std::collections::HashSet;
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use metampi::topology::{Color, Communicator, CommunicatorRelation, SimpleCommunicator};
+
+use crate::consts::*;
+use crate::err::{Fail, R};
+use crate::raw;
+use crate::state::{self, group, new_group, CommEntry, WGroup, GROUPS};
+
+/// World ranks of a communicator's group.
+fn world_ranks(c: &CommEntry) -> Vec<u32> {
+    let g = c.comm.group();
+    metampi::topology::Group::world_ranks(&g).to_vec()
+}
+
+/// A handle for `new` (a communicator made from `old`), with `old`'s error
+/// handler and, for duplicates, its attributes copied by their callbacks.
+pub fn register_child(
+    old: c_int,
+    parent: &CommEntry,
+    new: SimpleCommunicator,
+    copy_attrs: bool,
+) -> R<c_int> {
+    let h = state::new_comm(new, parent.errh.load(Ordering::Relaxed));
+    if copy_attrs {
+        crate::attr::copy_all(old, parent, h)?;
+        if let Ok(c) = state::comm(h) {
+            *c.topo.lock().unwrap_or_else(|p| p.into_inner()) = parent.topo();
+        }
+    }
+    Ok(h)
+}
+
+fn relation(r: CommunicatorRelation) -> c_int {
+    match r {
+        CommunicatorRelation::Identical => IDENT,
+        CommunicatorRelation::Congruent => CONGRUENT,
+        CommunicatorRelation::Similar => SIMILAR,
+        CommunicatorRelation::Unequal => UNEQUAL,
+    }
+}
+
+fn group_relation(a: &[u32], b: &[u32]) -> c_int {
+    if a == b {
+        IDENT
+    } else if a.len() == b.len()
+        && a.iter().collect::<HashSet<_>>() == b.iter().collect::<HashSet<_>>()
+    {
+        SIMILAR
+    } else {
+        UNEQUAL
+    }
+}
+
+fn check_group_ranks(g: &WGroup, ranks: &[c_int]) -> R {
+    let mut seen = HashSet::new();
+    for &r in ranks {
+        if r < 0 || r as usize >= g.0.len() {
+            return Err(Fail::new(
+                ERR_RANK,
+                format!("rank {r} is not in a group of {}", g.0.len()),
+            ));
+        }
+        if !seen.insert(r) {
+            return Err(Fail::new(ERR_RANK, format!("rank {r} is named twice")));
+        }
+    }
+    Ok(())
+}
+
+/// The ranks of `(first, last, stride)` triplets.
+fn expand_ranges(ranges: &[[c_int; 3]]) -> R<Vec<c_int>> {
+    let mut out = Vec::new();
+    for &[first, last, stride] in ranges {
+        if stride == 0 {
+            return Err(Fail::arg("a range has stride 0"));
+        }
+        let mut r = first;
+        while (stride > 0 && r <= last) || (stride < 0 && r >= last) {
+            out.push(r);
+            r += stride;
+        }
+    }
+    Ok(out)
+}
+
+mpi! {
+    fn MPI_Comm_size / PMPI_Comm_size(comm: c_int, size: *mut c_int) {
+        let c = state::comm(comm)?;
+        raw::put(size, c.comm.size())
+    }
+    fn MPI_Comm_rank / PMPI_Comm_rank(comm: c_int, rank: *mut c_int) {
+        let c = state::comm(comm)?;
+        raw::put(rank, c.comm.rank())
+    }
+    fn MPI_Comm_dup / PMPI_Comm_dup(comm: c_int, new: *mut c_int) {
+        let c = state::comm(comm)?;
+        let d = c.comm.duplicate();
+        raw::put(new, register_child(comm, &c, d, true)?)
+    }
+    fn MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: c_int, _info: c_int, new: *mut c_int) {
+        let c = state::comm(comm)?;
+        let d = c.comm.duplicate();
+        raw::put(new, register_child(comm, &c, d, true)?)
+    }
+    fn MPI_Comm_idup / PMPI_Comm_idup(comm: c_int, new: *mut c_int, req: *mut c_int) {
+        // Duplication agrees on a context collectively; it completes here and the
+        // request comes back complete (a program waits on it as usual).
+        let c = state::comm(comm)?;
+        let d = c.comm.duplicate();
+        raw::put(new, register_child(comm, &c, d, true)?)?;
+        raw::put(req, crate::req::done(crate::req::St::EMPTY))
+    }
+    fn MPI_Comm_split / PMPI_Comm_split(comm: c_int, color: c_int, key: c_int, new: *mut c_int) {
+        let c = state::comm(comm)?;
+        if color < 0 && color != UNDEFINED {
+            return Err(Fail::arg(format!("colour {color} is negative (only MPI_UNDEFINED may be)")));
+        }
+        let col = if color == UNDEFINED { Color::undefined() } else { Color::with_value(color) };
+        let h = match c.comm.split_by_color_with_key(col, key) {
+            Some(s) => register_child(comm, &c, s, false)?,
+            None => COMM_NULL,
+        };
+        raw::put(new, h)
+    }
+    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: c_int, kind: c_int, key: c_int, _info: c_int, new: *mut c_int) {
+        let c = state::comm(comm)?;
+        let s = match kind {
+            UNDEFINED => {
+                // Every rank takes part in the split; those with MPI_UNDEFINED get no communicator.
+                let _ = c.comm.split_by_color_with_key(Color::undefined(), key);
+                return raw::put(new, COMM_NULL);
+            }
+            COMM_TYPE_SHARED | COMM_TYPE_HW_GUIDED | COMM_TYPE_HW_UNGUIDED => c.comm.split_shared(key),
+            COMM_TYPE_METAMPI_SITE => {
+                let site = c.comm.meta_host_of(c.comm.rank())? as c_int;
+                c.comm
+                    .split_by_color_with_key(Color::with_value(site), key)
+                    .ok_or_else(|| Fail::new(ERR_INTERN, "a site split left this rank out"))?
+            }
+            k => return Err(Fail::arg(format!("split type {k} is not one metampi knows"))),
+        };
+        raw::put(new, register_child(comm, &c, s, false)?)
+    }
+    fn MPI_Comm_create / PMPI_Comm_create(comm: c_int, grp: c_int, new: *mut c_int) {
+        let c = state::comm(comm)?;
+        let g = group(grp)?;
+        let mine: HashSet<u32> = world_ranks(&c).into_iter().collect();
+        if g.0.iter().any(|w| !mine.contains(w)) {
+            return Err(Fail::new(ERR_GROUP, "the group has members outside the communicator"));
+        }
+        let h = match c.comm.split_by_subgroup_collective(&g) {
+            Some(s) if g.0.contains(&state::my_world_rank()) => register_child(comm, &c, s, false)?,
+            _ => COMM_NULL,
+        };
+        raw::put(new, h)
+    }
+    fn MPI_Comm_create_group / PMPI_Comm_create_group(comm: c_int, grp: c_int, tag: c_int, new: *mut c_int) {
+        let c = state::comm(comm)?;
+        let g = group(grp)?;
+        let h = match c.comm.split_by_subgroup_with_tag(&g, tag) {
+            Some(s) => register_child(comm, &c, s, false)?,
+            None => COMM_NULL,
+        };
+        raw::put(new, h)
+    }
+    fn MPI_Comm_free / PMPI_Comm_free(comm: *mut c_int) {
+        let h = raw::get(comm)?;
+        if h == COMM_WORLD || h == COMM_SELF {
+            return Err(Fail::new(ERR_COMM, "a predefined communicator cannot be freed"));
+        }
+        state::comm(h)?;
+        crate::attr::delete_all(h);
+        state::COMMS.remove(h);
+        raw::put(comm, COMM_NULL)
+    }
+    fn MPI_Comm_disconnect / PMPI_Comm_disconnect(comm: *mut c_int) {
+        let h = raw::get(comm)?;
+        let c = state::comm(h)?;
+        metampi::collective::CommunicatorCollectives::try_barrier(&c.comm)?;
+        drop(c);
+        state::COMMS.remove(h);
+        raw::put(comm, COMM_NULL)
+    }
+    fn MPI_Comm_compare / PMPI_Comm_compare(a: c_int, b: c_int, result: *mut c_int) {
+        let (ca, cb) = (state::comm(a)?, state::comm(b)?);
+        let r = if a == b { IDENT } else { relation(ca.comm.compare(&cb.comm)) };
+        raw::put(result, r)
+    }
+    fn MPI_Comm_set_name / PMPI_Comm_set_name(comm: c_int, name: *const c_char) {
+        let c = state::comm(comm)?;
+        c.comm.set_name(&raw::c_str(name)?);
+        Ok(())
+    }
+    fn MPI_Comm_get_name / PMPI_Comm_get_name(comm: c_int, name: *mut c_char, len: *mut c_int) {
+        let c = state::comm(comm)?;
+        let n = raw::put_str(name, MAX_OBJECT_NAME, &c.comm.get_name())?;
+        raw::put(len, n)
+    }
+    fn MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: c_int, flag: *mut c_int) {
+        let c = state::comm(comm)?;
+        raw::put(flag, c.comm.test_inter() as c_int)
+    }
+    fn MPI_Comm_group / PMPI_Comm_group(comm: c_int, grp: *mut c_int) {
+        let c = state::comm(comm)?;
+        raw::put(grp, new_group(world_ranks(&c)))
+    }
+    fn MPI_Comm_set_info / PMPI_Comm_set_info(comm: c_int, _info: c_int) {
+        state::comm(comm).map(|_| ())
+    }
+    fn MPI_Comm_get_info / PMPI_Comm_get_info(comm: c_int, info: *mut c_int) {
+        state::comm(comm)?;
+        raw::put(info, crate::env::INFOS.insert(crate::env::Info::default()))
+    }
+
+    // ---- groups ----------------------------------------------------------------
+    fn MPI_Group_size / PMPI_Group_size(grp: c_int, size: *mut c_int) {
+        raw::put(size, group(grp)?.0.len() as c_int)
+    }
+    fn MPI_Group_rank / PMPI_Group_rank(grp: c_int, rank: *mut c_int) {
+        let g = group(grp)?;
+        let me = state::my_world_rank();
+        raw::put(rank, g.0.iter().position(|&w| w == me).map_or(UNDEFINED, |p| p as c_int))
+    }
+    fn MPI_Group_translate_ranks / PMPI_Group_translate_ranks(g1: c_int, n: c_int, r1: *const c_int, g2: c_int, r2: *mut c_int) {
+        let (a, b) = (group(g1)?, group(g2)?);
+        let ins = raw::slice(r1, n)?;
+        let outs = raw::slice_mut(r2, n)?;
+        for (i, &r) in ins.iter().enumerate() {
+            outs[i] = if r == PROC_NULL {
+                PROC_NULL
+            } else {
+                let w = *a.0.get(r as usize).ok_or_else(|| Fail::new(ERR_RANK, format!("rank {r} is not in the first group")))?;
+                b.0.iter().position(|&x| x == w).map_or(UNDEFINED, |p| p as c_int)
+            };
+        }
+        Ok(())
+    }
+    fn MPI_Group_compare / PMPI_Group_compare(g1: c_int, g2: c_int, result: *mut c_int) {
+        let (a, b) = (group(g1)?, group(g2)?);
+        raw::put(result, group_relation(&a.0, &b.0))
+    }
+    fn MPI_Group_union / PMPI_Group_union(g1: c_int, g2: c_int, new: *mut c_int) {
+        let (a, b) = (group(g1)?, group(g2)?);
+        let mut v = a.0.to_vec();
+        v.extend(b.0.iter().filter(|w| !a.0.contains(w)));
+        raw::put(new, new_group(v))
+    }
+    fn MPI_Group_intersection / PMPI_Group_intersection(g1: c_int, g2: c_int, new: *mut c_int) {
+        let (a, b) = (group(g1)?, group(g2)?);
+        raw::put(new, new_group(a.0.iter().copied().filter(|w| b.0.contains(w)).collect()))
+    }
+    fn MPI_Group_difference / PMPI_Group_difference(g1: c_int, g2: c_int, new: *mut c_int) {
+        let (a, b) = (group(g1)?, group(g2)?);
+        raw::put(new, new_group(a.0.iter().copied().filter(|w| !b.0.contains(w)).collect()))
+    }
+    fn MPI_Group_incl / PMPI_Group_incl(grp: c_int, n: c_int, ranks: *const c_int, new: *mut c_int) {
+        let g = group(grp)?;
+        let rs = raw::slice(ranks, n)?;
+        check_group_ranks(&g, rs)?;
+        raw::put(new, new_group(rs.iter().map(|&r| g.0[r as usize]).collect()))
+    }
+    fn MPI_Group_excl / PMPI_Group_excl(grp: c_int, n: c_int, ranks: *const c_int, new: *mut c_int) {
+        let g = group(grp)?;
+        let rs = raw::slice(ranks, n)?;
+        check_group_ranks(&g, rs)?;
+        let out: HashSet<c_int> = rs.iter().copied().collect();
+        raw::put(new, new_group((0..g.0.len()).filter(|r| !out.contains(&(*r as c_int))).map(|r| g.0[r]).collect()))
+    }
+    fn MPI_Group_range_incl / PMPI_Group_range_incl(grp: c_int, n: c_int, ranges: *const [c_int; 3], new: *mut c_int) {
+        let g = group(grp)?;
+        let rs = expand_ranges(raw::slice(ranges, n)?)?;
+        check_group_ranks(&g, &rs)?;
+        raw::put(new, new_group(rs.iter().map(|&r| g.0[r as usize]).collect()))
+    }
+    fn MPI_Group_range_excl / PMPI_Group_range_excl(grp: c_int, n: c_int, ranges: *const [c_int; 3], new: *mut c_int) {
+        let g = group(grp)?;
+        let rs = expand_ranges(raw::slice(ranges, n)?)?;
+        check_group_ranks(&g, &rs)?;
+        let out: HashSet<c_int> = rs.into_iter().collect();
+        raw::put(new, new_group((0..g.0.len()).filter(|r| !out.contains(&(*r as c_int))).map(|r| g.0[r]).collect()))
+    }
+    fn MPI_Group_free / PMPI_Group_free(grp: *mut c_int) {
+        let h = raw::get(grp)?;
+        if h != GROUP_EMPTY && GROUPS.remove(h).is_none() {
+            return Err(Fail::new(ERR_GROUP, format!("{h:#x} is not a group")));
+        }
+        raw::put(grp, GROUP_NULL)
+    }
+}
+
+/// A new communicator handle for `c` inheriting `parent`'s error handler.
+pub fn adopt(parent: &Arc<CommEntry>, c: SimpleCommunicator) -> c_int {
+    state::new_comm(c, parent.errh.load(Ordering::Relaxed))
+}

@@ -1,0 +1,169 @@
+//! The numbers of the MPICH ABI (MPICH 4's `mpi.h`): predefined handles, error
+//! classes, wildcards and limits. A program compiled against MPICH carries these
+//! values in its code, so they must match to the bit.
+
+#![allow(missing_docs)]
+
+use std::ffi::c_int;
+
+pub type Handle = c_int;
+
+// Null handles.
+pub const COMM_NULL: Handle = 0x0400_0000;
+pub const OP_NULL: Handle = 0x1800_0000;
+pub const GROUP_NULL: Handle = 0x0800_0000;
+pub const DATATYPE_NULL: Handle = 0x0c00_0000;
+pub const REQUEST_NULL: Handle = 0x2c00_0000;
+pub const ERRHANDLER_NULL: Handle = 0x1400_0000;
+pub const MESSAGE_NULL: Handle = 0x2c00_0000;
+pub const MESSAGE_NO_PROC: Handle = 0x6c00_0000;
+pub const INFO_NULL: Handle = 0x1c00_0000;
+pub const INFO_ENV: Handle = 0x5c00_0001;
+pub const WIN_NULL: Handle = 0x2000_0000;
+pub const KEYVAL_INVALID: Handle = 0x2400_0000;
+
+// Predefined objects.
+pub const COMM_WORLD: Handle = 0x4400_0000;
+pub const COMM_SELF: Handle = 0x4400_0001;
+pub const GROUP_EMPTY: Handle = 0x4800_0000;
+pub const ERRORS_ARE_FATAL: Handle = 0x5400_0000;
+pub const ERRORS_RETURN: Handle = 0x5400_0001;
+pub const ERRORS_ABORT: Handle = 0x5400_0003;
+
+// Bases of the handles this library makes (the kind bits MPICH uses for
+// objects it allocates, with the object type in bits 26..29).
+pub const COMM_BASE: u32 = 0x8400_0000;
+pub const GROUP_BASE: u32 = 0x8800_0000;
+pub const DATATYPE_BASE: u32 = 0x8c80_0000;
+pub const ERRHANDLER_BASE: u32 = 0x9400_0000;
+pub const OP_BASE: u32 = 0x9800_0000;
+pub const INFO_BASE: u32 = 0x9c00_0000;
+pub const KEYVAL_BASE: u32 = 0xa400_0000;
+pub const REQUEST_BASE: u32 = 0xac00_0000;
+pub const MESSAGE_BASE: u32 = 0xac80_0000;
+/// Handles of one kind: base | index below this bound.
+pub const INDEX_MASK: u32 = 0x007f_ffff;
+
+// Predefined operations.
+pub const OP_MAX: Handle = 0x5800_0001;
+pub const OP_MIN: Handle = 0x5800_0002;
+pub const OP_SUM: Handle = 0x5800_0003;
+pub const OP_PROD: Handle = 0x5800_0004;
+pub const OP_LAND: Handle = 0x5800_0005;
+pub const OP_BAND: Handle = 0x5800_0006;
+pub const OP_LOR: Handle = 0x5800_0007;
+pub const OP_BOR: Handle = 0x5800_0008;
+pub const OP_LXOR: Handle = 0x5800_0009;
+pub const OP_BXOR: Handle = 0x5800_000a;
+pub const OP_MINLOC: Handle = 0x5800_000b;
+pub const OP_MAXLOC: Handle = 0x5800_000c;
+pub const OP_REPLACE: Handle = 0x5800_000d;
+pub const OP_NO_OP: Handle = 0x5800_000e;
+
+// Wildcards and special values.
+pub const ANY_SOURCE: c_int = -2;
+pub const ANY_TAG: c_int = -1;
+pub const PROC_NULL: c_int = -1;
+pub const ROOT: c_int = -3;
+pub const UNDEFINED: c_int = -32766;
+pub const TAG_UB_VALUE: c_int = 0x7fff_ffff;
+
+// Attribute keys of communicators.
+pub const TAG_UB: c_int = 0x6440_0001;
+pub const HOST: c_int = 0x6440_0003;
+pub const IO: c_int = 0x6440_0005;
+pub const WTIME_IS_GLOBAL: c_int = 0x6440_0007;
+pub const UNIVERSE_SIZE: c_int = 0x6440_0009;
+pub const LASTUSEDCODE: c_int = 0x6440_000b;
+pub const APPNUM: c_int = 0x6440_000d;
+
+// Comparisons.
+pub const IDENT: c_int = 0;
+pub const CONGRUENT: c_int = 1;
+pub const SIMILAR: c_int = 2;
+pub const UNEQUAL: c_int = 3;
+
+// Thread levels.
+pub const THREAD_SINGLE: c_int = 0;
+pub const THREAD_FUNNELED: c_int = 1;
+pub const THREAD_SERIALIZED: c_int = 2;
+pub const THREAD_MULTIPLE: c_int = 3;
+
+// Topologies.
+pub const GRAPH: c_int = 1;
+pub const CART: c_int = 2;
+pub const DIST_GRAPH: c_int = 3;
+
+// MPI_Comm_split_type.
+pub const COMM_TYPE_SHARED: c_int = 1;
+pub const COMM_TYPE_HW_GUIDED: c_int = 2;
+pub const COMM_TYPE_HW_UNGUIDED: c_int = 3;
+/// metampi's own split type: the ranks of one meta host (site).
+pub const COMM_TYPE_METAMPI_SITE: c_int = 0x4d50;
+
+// Datatype combiners.
+pub const COMBINER_NAMED: c_int = 1;
+pub const COMBINER_DUP: c_int = 2;
+pub const COMBINER_CONTIGUOUS: c_int = 3;
+pub const COMBINER_VECTOR: c_int = 4;
+pub const COMBINER_HVECTOR: c_int = 6;
+pub const COMBINER_INDEXED: c_int = 7;
+pub const COMBINER_HINDEXED: c_int = 9;
+pub const COMBINER_INDEXED_BLOCK: c_int = 10;
+pub const COMBINER_STRUCT: c_int = 12;
+pub const COMBINER_SUBARRAY: c_int = 13;
+pub const COMBINER_RESIZED: c_int = 18;
+pub const COMBINER_HINDEXED_BLOCK: c_int = 19;
+
+pub const ORDER_C: c_int = 56;
+pub const ORDER_FORTRAN: c_int = 57;
+
+// Limits.
+pub const MAX_PROCESSOR_NAME: usize = 128;
+pub const MAX_LIBRARY_VERSION_STRING: usize = 8192;
+pub const MAX_ERROR_STRING: usize = 512;
+pub const MAX_OBJECT_NAME: usize = 128;
+pub const MAX_INFO_KEY: usize = 255;
+pub const MAX_INFO_VAL: usize = 1024;
+pub const BSEND_OVERHEAD: c_int = 96;
+pub const VERSION: c_int = 4;
+pub const SUBVERSION: c_int = 0;
+
+// Error classes.
+pub const SUCCESS: c_int = 0;
+pub const ERR_BUFFER: c_int = 1;
+pub const ERR_COUNT: c_int = 2;
+pub const ERR_TYPE: c_int = 3;
+pub const ERR_TAG: c_int = 4;
+pub const ERR_COMM: c_int = 5;
+pub const ERR_RANK: c_int = 6;
+pub const ERR_ROOT: c_int = 7;
+pub const ERR_GROUP: c_int = 8;
+pub const ERR_OP: c_int = 9;
+pub const ERR_TOPOLOGY: c_int = 10;
+pub const ERR_DIMS: c_int = 11;
+pub const ERR_ARG: c_int = 12;
+pub const ERR_UNKNOWN: c_int = 13;
+pub const ERR_TRUNCATE: c_int = 14;
+pub const ERR_OTHER: c_int = 15;
+pub const ERR_INTERN: c_int = 16;
+pub const ERR_IN_STATUS: c_int = 17;
+pub const ERR_PENDING: c_int = 18;
+pub const ERR_REQUEST: c_int = 19;
+pub const ERR_INFO_KEY: c_int = 29;
+pub const ERR_INFO_VALUE: c_int = 30;
+pub const ERR_INFO_NOKEY: c_int = 31;
+pub const ERR_NO_MEM: c_int = 34;
+pub const ERR_SPAWN: c_int = 42;
+pub const ERR_UNSUPPORTED_OPERATION: c_int = 44;
+pub const ERR_KEYVAL: c_int = 48;
+pub const ERR_SIZE: c_int = 51;
+pub const ERR_PROC_ABORTED: c_int = 76;
+pub const ERR_LASTCODE: c_int = 0x3fff_ffff;
+/// The last predefined class; user classes (`MPI_Add_error_class`) follow.
+pub const LAST_PREDEFINED_CLASS: c_int = 78;
+
+/// `MPI_STATUS_IGNORE` and `MPI_STATUSES_IGNORE`: the address 1.
+pub const STATUS_IGNORE: usize = 1;
+/// `MPI_IN_PLACE`: the address -1.
+pub const IN_PLACE: usize = usize::MAX;

@@ -1,0 +1,328 @@
+//! The environment (MPI-4 §9, §11): start and end, thread levels, clocks,
+//! names and versions, memory, error handlers and strings, info objects,
+//! buffered-send buffers, and Fortran handle conversion.
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+use metampi::topology::Communicator;
+
+use crate::consts::*;
+use crate::err::{self, Fail, HandlerFn, R};
+use crate::raw;
+use crate::state::{self, Table};
+
+mpi! {
+    fn MPI_Init / PMPI_Init(_argc: *mut c_int, _argv: *mut c_void) {
+        state::init(THREAD_SINGLE).map(|_| ())
+    }
+    fn MPI_Init_thread / PMPI_Init_thread(_argc: *mut c_int, _argv: *mut c_void, required: c_int, provided: *mut c_int) {
+        let p = state::init(required)?;
+        raw::put(provided, p)
+    }
+    fn MPI_Finalize / PMPI_Finalize() {
+        state::finalize()
+    }
+    fn MPI_Initialized / PMPI_Initialized(flag: *mut c_int) {
+        raw::put(flag, state::initialized() as c_int)
+    }
+    fn MPI_Finalized / PMPI_Finalized(flag: *mut c_int) {
+        raw::put(flag, state::finalized() as c_int)
+    }
+    fn MPI_Query_thread / PMPI_Query_thread(provided: *mut c_int) {
+        raw::put(provided, state::THREAD_LEVEL.load(Ordering::Relaxed))
+    }
+    fn MPI_Is_thread_main / PMPI_Is_thread_main(flag: *mut c_int) {
+        raw::put(flag, state::is_main_thread() as c_int)
+    }
+    fn MPI_Abort / PMPI_Abort(comm: c_int, code: c_int) {
+        state::check_init()?;
+        let _ = comm;
+        eprintln!("metampi: MPI_Abort called with error code {code}");
+        state::abort_job(code)
+    }
+    fn MPI_Get_processor_name / PMPI_Get_processor_name(name: *mut c_char, len: *mut c_int) {
+        let n = metampi::processor_name().unwrap_or_else(|_| "localhost".into());
+        let l = raw::put_str(name, MAX_PROCESSOR_NAME, &n)?;
+        raw::put(len, l)
+    }
+    fn MPI_Get_version / PMPI_Get_version(version: *mut c_int, subversion: *mut c_int) {
+        raw::put(version, VERSION)?;
+        raw::put(subversion, SUBVERSION)
+    }
+    fn MPI_Get_library_version / PMPI_Get_library_version(version: *mut c_char, len: *mut c_int) {
+        let s = format!(
+            "metampi {} (MPICH ABI, libmpi.so.12): MPI over shared memory, TCP and routed wide-area links",
+            env!("CARGO_PKG_VERSION")
+        );
+        let l = raw::put_str(version, MAX_LIBRARY_VERSION_STRING, &s)?;
+        raw::put(len, l)
+    }
+    fn MPI_Alloc_mem / PMPI_Alloc_mem(size: isize, _info: c_int, baseptr: *mut *mut c_void) {
+        if size < 0 {
+            return Err(Fail::new(ERR_SIZE, format!("size {size} is negative")));
+        }
+        let p = raw::alloc(size as usize);
+        if p.is_null() {
+            return Err(Fail::new(ERR_NO_MEM, format!("{size} bytes are not available")));
+        }
+        raw::put(baseptr, p)
+    }
+    fn MPI_Free_mem / PMPI_Free_mem(base: *mut c_void) {
+        raw::free(base);
+        Ok(())
+    }
+    fn MPI_Pcontrol / PMPI_Pcontrol(_level: c_int) {
+        Ok(())
+    }
+
+    // ---- errors ----------------------------------------------------------------
+    fn MPI_Error_string / PMPI_Error_string(code: c_int, s: *mut c_char, len: *mut c_int) {
+        let l = raw::put_str(s, MAX_ERROR_STRING, &err::string_of(code))?;
+        raw::put(len, l)
+    }
+    fn MPI_Error_class / PMPI_Error_class(code: c_int, class: *mut c_int) {
+        if code < 0 || code > ERR_LASTCODE {
+            return Err(Fail::arg(format!("{code} is not an error code")));
+        }
+        let c = err::class_of(code);
+        let user = err::USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+        let c = user.iter().find(|(k, _)| *k == code).map_or(c, |_| code);
+        raw::put(class, c)
+    }
+    fn MPI_Add_error_class / PMPI_Add_error_class(class: *mut c_int) {
+        let mut user = err::USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+        let next = user.iter().map(|(c, _)| *c + 1).max().unwrap_or(LAST_PREDEFINED_CLASS + 1);
+        if next > 0xff {
+            return Err(Fail::new(ERR_OTHER, "no more user error classes"));
+        }
+        user.push((next, String::new()));
+        raw::put(class, next)
+    }
+    fn MPI_Add_error_code / PMPI_Add_error_code(class: c_int, code: *mut c_int) {
+        let mut user = err::USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+        if !user.iter().any(|(c, _)| *c == class) && class > LAST_PREDEFINED_CLASS {
+            return Err(Fail::arg(format!("{class} is not an error class")));
+        }
+        // User codes sit above every code the message ring makes, with their class below.
+        let n = user.iter().filter(|(c, _)| *c > 0xffff).count() as c_int;
+        let c = 0x2000_0000 | (n << 8) | class;
+        user.push((c, String::new()));
+        raw::put(code, c)
+    }
+    fn MPI_Add_error_string / PMPI_Add_error_string(code: c_int, s: *const c_char) {
+        let text = raw::c_str(s)?;
+        let mut user = err::USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+        match user.iter_mut().find(|(c, _)| *c == code) {
+            Some(e) => {
+                e.1 = text;
+                Ok(())
+            }
+            None => Err(Fail::arg(format!("{code} is not a user error class or code"))),
+        }
+    }
+    fn MPI_Comm_create_errhandler / PMPI_Comm_create_errhandler(f: Option<HandlerFn>, h: *mut c_int) {
+        let f = f.ok_or_else(|| Fail::arg("the error handler function is null"))?;
+        raw::put(h, state::ERRHANDLERS.insert(f))
+    }
+    fn MPI_Errhandler_create / PMPI_Errhandler_create(f: Option<HandlerFn>, h: *mut c_int) {
+        let f = f.ok_or_else(|| Fail::arg("the error handler function is null"))?;
+        raw::put(h, state::ERRHANDLERS.insert(f))
+    }
+    fn MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: c_int, h: c_int) {
+        let c = state::comm(comm)?;
+        if state::handler(h).is_none() {
+            return Err(Fail::arg(format!("{h:#x} is not an error handler")));
+        }
+        c.errh.store(h, Ordering::Relaxed);
+        Ok(())
+    }
+    fn MPI_Errhandler_set / PMPI_Errhandler_set(comm: c_int, h: c_int) {
+        PMPI_Comm_set_errhandler(comm, h);
+        Ok(())
+    }
+    fn MPI_Comm_get_errhandler / PMPI_Comm_get_errhandler(comm: c_int, h: *mut c_int) {
+        let c = state::comm(comm)?;
+        raw::put(h, c.errh.load(Ordering::Relaxed))
+    }
+    fn MPI_Errhandler_get / PMPI_Errhandler_get(comm: c_int, h: *mut c_int) {
+        let c = state::comm(comm)?;
+        raw::put(h, c.errh.load(Ordering::Relaxed))
+    }
+    fn MPI_Errhandler_free / PMPI_Errhandler_free(h: *mut c_int) {
+        let v = raw::get(h)?;
+        // Freeing a predefined handler only nulls the handle (MPI-4 §9.3.4).
+        state::ERRHANDLERS.remove(v);
+        raw::put(h, ERRHANDLER_NULL)
+    }
+    fn MPI_Comm_call_errhandler / PMPI_Comm_call_errhandler(comm: c_int, code: c_int) {
+        let _ = state::comm(comm)?;
+        match state::errhandler_of(comm) {
+            state::Handler::Return => Ok(()),
+            state::Handler::User(f) => {
+                raw::call_errhandler(f, comm, code);
+                Ok(())
+            }
+            state::Handler::Fatal => {
+                eprintln!("metampi: MPI_Comm_call_errhandler: {} (MPI_ERRORS_ARE_FATAL: the job ends)", err::string_of(code));
+                state::abort_job(code.max(1))
+            }
+        }
+    }
+
+    // ---- buffered sends ---------------------------------------------------------
+    fn MPI_Buffer_attach / PMPI_Buffer_attach(buffer: *mut c_void, size: c_int) {
+        let mut b = BSEND.lock().unwrap_or_else(|p| p.into_inner());
+        if b.is_some() {
+            return Err(Fail::new(ERR_BUFFER, "a buffer is already attached"));
+        }
+        if size < 0 {
+            return Err(Fail::new(ERR_ARG, format!("size {size} is negative")));
+        }
+        *b = Some((buffer as usize, size));
+        Ok(())
+    }
+    fn MPI_Buffer_detach / PMPI_Buffer_detach(buffer: *mut *mut c_void, size: *mut c_int) {
+        // Buffered sends copy into the library's own memory and are under way once
+        // they return, so nothing is left to drain here.
+        let b = BSEND.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let (p, n) = b.unwrap_or((0, 0));
+        raw::put(buffer, p as *mut c_void)?;
+        raw::put(size, n)
+    }
+
+    // ---- info objects -----------------------------------------------------------
+    fn MPI_Info_create / PMPI_Info_create(info: *mut c_int) {
+        raw::put(info, INFOS.insert(Info::default()))
+    }
+    fn MPI_Info_set / PMPI_Info_set(info: c_int, key: *const c_char, value: *const c_char) {
+        let (k, v) = (raw::c_str(key)?, raw::c_str(value)?);
+        if k.is_empty() || k.len() > MAX_INFO_KEY {
+            return Err(Fail::new(ERR_INFO_KEY, format!("key `{k}` is empty or longer than MPI_MAX_INFO_KEY")));
+        }
+        if v.len() > MAX_INFO_VAL {
+            return Err(Fail::new(ERR_INFO_VALUE, "value longer than MPI_MAX_INFO_VAL"));
+        }
+        with_info(info, |i| {
+            i.0.insert(k, v);
+        })
+    }
+    fn MPI_Info_get / PMPI_Info_get(info: c_int, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) {
+        let k = raw::c_str(key)?;
+        let v = with_info(info, |i| i.0.get(&k).cloned())?;
+        match v {
+            Some(v) => {
+                raw::put_str(value, valuelen.max(0) as usize + 1, &v)?;
+                raw::put(flag, 1)
+            }
+            None => raw::put(flag, 0),
+        }
+    }
+    fn MPI_Info_get_string / PMPI_Info_get_string(info: c_int, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) {
+        let k = raw::c_str(key)?;
+        let v = with_info(info, |i| i.0.get(&k).cloned())?;
+        match v {
+            Some(v) => {
+                let cap = raw::get(buflen)?;
+                if cap > 0 {
+                    raw::put_str(value, cap as usize, &v)?;
+                }
+                raw::put(buflen, v.len() as c_int + 1)?;
+                raw::put(flag, 1)
+            }
+            None => raw::put(flag, 0),
+        }
+    }
+    fn MPI_Info_get_valuelen / PMPI_Info_get_valuelen(info: c_int, key: *const c_char, len: *mut c_int, flag: *mut c_int) {
+        let k = raw::c_str(key)?;
+        match with_info(info, |i| i.0.get(&k).map(|v| v.len()))? {
+            Some(n) => {
+                raw::put(len, n as c_int)?;
+                raw::put(flag, 1)
+            }
+            None => raw::put(flag, 0),
+        }
+    }
+    fn MPI_Info_delete / PMPI_Info_delete(info: c_int, key: *const c_char) {
+        let k = raw::c_str(key)?;
+        match with_info(info, |i| i.0.remove(&k))? {
+            Some(_) => Ok(()),
+            None => Err(Fail::new(ERR_INFO_NOKEY, format!("key `{k}` is not set"))),
+        }
+    }
+    fn MPI_Info_get_nkeys / PMPI_Info_get_nkeys(info: c_int, n: *mut c_int) {
+        let k = with_info(info, |i| i.0.len())?;
+        raw::put(n, k as c_int)
+    }
+    fn MPI_Info_get_nthkey / PMPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) {
+        let k = with_info(info, |i| i.0.keys().nth(n.max(0) as usize).cloned())?
+            .ok_or_else(|| Fail::arg(format!("the info object has no key number {n}")))?;
+        raw::put_str(key, MAX_INFO_KEY + 1, &k).map(|_| ())
+    }
+    fn MPI_Info_dup / PMPI_Info_dup(info: c_int, new: *mut c_int) {
+        let copy = with_info(info, |i| i.clone())?;
+        raw::put(new, INFOS.insert(copy))
+    }
+    fn MPI_Info_free / PMPI_Info_free(info: *mut c_int) {
+        let h = raw::get(info)?;
+        INFOS.remove(h).ok_or_else(|| Fail::arg(format!("{h:#x} is not an info object")))?;
+        raw::put(info, INFO_NULL)
+    }
+
+    // ---- Fortran handles: in the MPICH ABI a Fortran handle is the C integer ----
+    fn MPI_Status_c2f / PMPI_Status_c2f(c: *const c_int, f: *mut c_int) {
+        raw::slice_mut(f, 5)?.copy_from_slice(raw::slice(c, 5)?);
+        Ok(())
+    }
+    fn MPI_Status_f2c / PMPI_Status_f2c(f: *const c_int, c: *mut c_int) {
+        raw::slice_mut(c, 5)?.copy_from_slice(raw::slice(f, 5)?);
+        Ok(())
+    }
+}
+
+static BSEND: Mutex<Option<(usize, c_int)>> = Mutex::new(None);
+
+/// An info object: keys in order.
+#[derive(Clone, Default)]
+pub struct Info(pub BTreeMap<String, String>);
+
+pub static INFOS: Table<Info> = Table::new(INFO_BASE);
+
+fn with_info<T>(h: c_int, f: impl FnOnce(&mut Info) -> T) -> R<T> {
+    if h == INFO_ENV {
+        let mut i = Info::default();
+        return Ok(f(&mut i));
+    }
+    let mut i = INFOS
+        .get(h)
+        .ok_or_else(|| Fail::arg(format!("{h:#x} is not an info object")))?;
+    let out = f(&mut i);
+    INFOS.set(h, i);
+    Ok(out)
+}
+
+/// `MPI_Wtime`: seconds since an arbitrary point, from the engine's clock.
+#[no_mangle]
+pub extern "C" fn PMPI_Wtime() -> f64 {
+    metampi::time()
+}
+#[no_mangle]
+pub extern "C" fn MPI_Wtime() -> f64 {
+    metampi::time()
+}
+/// `MPI_Wtick`.
+#[no_mangle]
+pub extern "C" fn PMPI_Wtick() -> f64 {
+    metampi::time_resolution()
+}
+#[no_mangle]
+pub extern "C" fn MPI_Wtick() -> f64 {
+    metampi::time_resolution()
+}
+
+/// Whether this process is the world's rank 0 (used in messages).
+pub fn world_rank() -> i32 {
+    metampi::topology::SimpleCommunicator::world().rank()
+}

@@ -1,0 +1,250 @@
+//! Errors as C sees them: error classes and codes, their strings, and the
+//! error handlers (MPI-4 §9.3) that decide whether an error returns or ends the job.
+//!
+//! A failing call makes an error code that carries its class and an index into
+//! a table of messages, so `MPI_Error_string` can say what went wrong in that
+//! call, not only which class it was.
+
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::sync::Mutex;
+
+use metampi::ErrorClass;
+
+use crate::consts::*;
+use crate::state;
+
+/// A C error handler function: `(MPI_Comm *, int *, ...)`.
+pub type HandlerFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
+
+/// An MPI error on its way to the caller: class and message.
+#[derive(Debug, Clone)]
+pub struct Fail {
+    pub class: c_int,
+    pub msg: String,
+}
+
+/// What a call's body returns.
+pub type R<T = ()> = Result<T, Fail>;
+
+impl Fail {
+    pub fn new(class: c_int, msg: impl Into<String>) -> Fail {
+        Fail {
+            class,
+            msg: msg.into(),
+        }
+    }
+    pub fn arg(msg: impl Into<String>) -> Fail {
+        Fail::new(ERR_ARG, msg)
+    }
+}
+
+impl From<metampi::Error> for Fail {
+    fn from(e: metampi::Error) -> Fail {
+        let class = match e.class() {
+            ErrorClass::Rank => ERR_RANK,
+            ErrorClass::Tag => ERR_TAG,
+            ErrorClass::Count => ERR_COUNT,
+            ErrorClass::Truncate => ERR_TRUNCATE,
+            ErrorClass::Comm => ERR_COMM,
+            ErrorClass::Type => ERR_TYPE,
+            ErrorClass::Arg => ERR_ARG,
+            ErrorClass::Dims => ERR_DIMS,
+            ErrorClass::WouldBlock => ERR_PENDING,
+            ErrorClass::Spawn => ERR_SPAWN,
+            _ => ERR_OTHER,
+        };
+        Fail::new(class, e.message())
+    }
+}
+
+thread_local! {
+    /// The communicator whose error handler a failing call invokes: the one it
+    /// looked up last (MPI_COMM_WORLD's for calls on no communicator).
+    static CURRENT: Cell<c_int> = const { Cell::new(COMM_WORLD) };
+}
+
+/// Notes that the running call works on communicator `h` (for its error handler).
+pub fn on_comm(h: c_int) {
+    CURRENT.with(|c| c.set(h));
+}
+
+/// Messages of recent error codes; a code is `class | (slot + 1) << 8`.
+struct Messages {
+    ring: Vec<String>,
+    next: usize,
+}
+
+const RING: usize = 1 << 14;
+
+static MESSAGES: Mutex<Messages> = Mutex::new(Messages {
+    ring: Vec::new(),
+    next: 0,
+});
+
+/// User error classes and codes (MPI_Add_error_class/code/string).
+pub static USER_CLASSES: Mutex<Vec<(c_int, String)>> = Mutex::new(Vec::new());
+
+fn make_code(class: c_int, msg: String) -> c_int {
+    let mut m = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
+    let slot = m.next % RING;
+    if m.ring.len() <= slot {
+        m.ring.push(msg);
+    } else {
+        m.ring[slot] = msg;
+    }
+    m.next += 1;
+    (class & 0xff) | (((slot + 1) as c_int) << 8)
+}
+
+/// The class of an error code.
+pub fn class_of(code: c_int) -> c_int {
+    if (0..=0xff).contains(&code) {
+        code
+    } else {
+        code & 0xff
+    }
+}
+
+/// The text of an error code: what went wrong in that call, or the class's description.
+pub fn string_of(code: c_int) -> String {
+    let class = class_of(code);
+    let slot = (code >> 8) as usize;
+    if slot > 0 && code >= 0 {
+        let m = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = m.ring.get(slot - 1) {
+            return format!("{}: {s}", class_name(class));
+        }
+    }
+    if let Some((_, s)) = USER_CLASSES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(c, _)| *c == code)
+    {
+        return s.clone();
+    }
+    format!("{}: {}", class_name(class), class_text(class))
+}
+
+pub fn class_name(class: c_int) -> &'static str {
+    match class {
+        SUCCESS => "MPI_SUCCESS",
+        ERR_BUFFER => "MPI_ERR_BUFFER",
+        ERR_COUNT => "MPI_ERR_COUNT",
+        ERR_TYPE => "MPI_ERR_TYPE",
+        ERR_TAG => "MPI_ERR_TAG",
+        ERR_COMM => "MPI_ERR_COMM",
+        ERR_RANK => "MPI_ERR_RANK",
+        ERR_ROOT => "MPI_ERR_ROOT",
+        ERR_GROUP => "MPI_ERR_GROUP",
+        ERR_OP => "MPI_ERR_OP",
+        ERR_TOPOLOGY => "MPI_ERR_TOPOLOGY",
+        ERR_DIMS => "MPI_ERR_DIMS",
+        ERR_ARG => "MPI_ERR_ARG",
+        ERR_UNKNOWN => "MPI_ERR_UNKNOWN",
+        ERR_TRUNCATE => "MPI_ERR_TRUNCATE",
+        ERR_OTHER => "MPI_ERR_OTHER",
+        ERR_INTERN => "MPI_ERR_INTERN",
+        ERR_IN_STATUS => "MPI_ERR_IN_STATUS",
+        ERR_PENDING => "MPI_ERR_PENDING",
+        ERR_REQUEST => "MPI_ERR_REQUEST",
+        ERR_INFO_KEY => "MPI_ERR_INFO_KEY",
+        ERR_INFO_VALUE => "MPI_ERR_INFO_VALUE",
+        ERR_INFO_NOKEY => "MPI_ERR_INFO_NOKEY",
+        ERR_NO_MEM => "MPI_ERR_NO_MEM",
+        ERR_SPAWN => "MPI_ERR_SPAWN",
+        ERR_UNSUPPORTED_OPERATION => "MPI_ERR_UNSUPPORTED_OPERATION",
+        ERR_KEYVAL => "MPI_ERR_KEYVAL",
+        ERR_SIZE => "MPI_ERR_SIZE",
+        ERR_PROC_ABORTED => "MPI_ERR_PROC_ABORTED",
+        _ => "MPI error",
+    }
+}
+
+fn class_text(class: c_int) -> &'static str {
+    match class {
+        SUCCESS => "no error",
+        ERR_BUFFER => "invalid buffer pointer",
+        ERR_COUNT => "invalid count argument",
+        ERR_TYPE => "invalid datatype",
+        ERR_TAG => "invalid tag",
+        ERR_COMM => "invalid communicator",
+        ERR_RANK => "invalid rank",
+        ERR_ROOT => "invalid root",
+        ERR_GROUP => "invalid group",
+        ERR_OP => "invalid operation",
+        ERR_TOPOLOGY => "invalid topology",
+        ERR_DIMS => "invalid dimension argument",
+        ERR_ARG => "invalid argument",
+        ERR_TRUNCATE => "message truncated",
+        ERR_OTHER => "other error",
+        ERR_INTERN => "internal error",
+        ERR_IN_STATUS => "error code is in status",
+        ERR_PENDING => "pending request",
+        ERR_REQUEST => "invalid request",
+        ERR_UNSUPPORTED_OPERATION => "operation not supported by metampi",
+        ERR_KEYVAL => "invalid keyval",
+        _ => "unknown error class",
+    }
+}
+
+/// How a failing call ends: through the error handler of the communicator it
+/// worked on. Returns the code the call returns (when the handler returns).
+pub fn raise(func: &str, fail: Fail) -> c_int {
+    let comm = CURRENT.with(|c| c.replace(COMM_WORLD));
+    let code = make_code(fail.class, format!("{func}: {}", fail.msg));
+    match state::errhandler_of(comm) {
+        state::Handler::Return => code,
+        state::Handler::User(f) => {
+            crate::raw::call_errhandler(f, comm, code);
+            code
+        }
+        state::Handler::Fatal => {
+            eprintln!(
+                "metampi: {func}: {}: {} (MPI_ERRORS_ARE_FATAL: the job ends)",
+                class_name(fail.class),
+                fail.msg
+            );
+            state::abort_job(code.max(1))
+        }
+    }
+}
+
+/// Runs a call's body: its result, or the error through the handler. A panic
+/// inside the library becomes MPI_ERR_INTERN instead of unwinding into C.
+#[inline(always)]
+pub fn ret(func: &str, body: impl FnOnce() -> R) -> c_int {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => {
+            CURRENT.with(|c| c.set(COMM_WORLD));
+            SUCCESS
+        }
+        Ok(Err(f)) => raise(func, f),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic inside the library".into());
+            raise(func, Fail::new(ERR_INTERN, msg))
+        }
+    }
+}
+
+/// The body of every exported function metampi does not implement yet.
+pub fn unsupported(func: &str) -> c_int {
+    raise(
+        func,
+        Fail::new(
+            ERR_UNSUPPORTED_OPERATION,
+            "not implemented by metampi (see docs/c-abi.md for what is)",
+        ),
+    )
+}
+
+/// An error code for `fail` without invoking a handler (an error reported in a
+/// status of a multi-request call, whose call then fails with MPI_ERR_IN_STATUS).
+pub fn raise_quiet(fail: Fail) -> c_int {
+    make_code(fail.class, fail.msg)
+}

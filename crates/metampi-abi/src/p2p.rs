@@ -1,0 +1,455 @@
+//! Point-to-point communication (MPI-4 §3): every send mode, blocking and
+//! nonblocking and persistent receives, send-receive, probes and matched
+//! probes, and the counts a status holds. Each call goes straight to the
+//! engine the Rust API uses.
+
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex};
+
+use metampi::datatype::abi as dtabi;
+use metampi::datatype::UncommittedDatatype;
+use metampi::point_to_point::{Destination, Message, Mode, Source};
+use metampi::topology::Communicator;
+
+use crate::consts::*;
+use crate::err::{Fail, R};
+use crate::raw::{self, CBuf, CScope};
+use crate::req::{self, CStatus, Req, Spec, St};
+use crate::state::{self, CommEntry};
+use crate::types;
+
+fn check_tag(tag: c_int) -> R {
+    if !(0..=TAG_UB_VALUE).contains(&tag) {
+        return Err(Fail::new(
+            ERR_TAG,
+            format!("tag {tag} is outside 0..=MPI_TAG_UB"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_rank(c: &CommEntry, r: c_int, what: &str) -> R {
+    if r < 0 || r >= c.comm.target_size() {
+        return Err(Fail::new(
+            ERR_RANK,
+            format!(
+                "{what} {r} is not a rank of a communicator of {}",
+                c.comm.target_size()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn recv_tag(tag: c_int) -> R<Option<c_int>> {
+    if tag == ANY_TAG {
+        return Ok(None);
+    }
+    check_tag(tag)?;
+    Ok(Some(tag))
+}
+
+/// Blocking send in `mode`.
+fn send(
+    buf: *const c_void,
+    count: c_int,
+    dt: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    mode: Mode,
+) -> R {
+    let c = state::comm(comm)?;
+    let b = types::buf(buf, count, dt)?;
+    if dest == PROC_NULL {
+        return Ok(());
+    }
+    check_tag(tag)?;
+    check_rank(&c, dest, "destination")?;
+    c.comm
+        .process_at_rank(dest)
+        .try_send_with_mode(&b, tag, mode)?;
+    Ok(())
+}
+
+/// Starts a send: the request, or a finished one where the transport took it at once.
+pub fn start_send(c: &Arc<CommEntry>, b: CBuf, dest: c_int, tag: c_int, mode: Mode) -> R<Req> {
+    if dest == PROC_NULL {
+        return Ok(Req::Done(St::EMPTY, SUCCESS));
+    }
+    check_tag(tag)?;
+    check_rank(c, dest, "destination")?;
+    let r = c
+        .comm
+        .process_at_rank(dest)
+        .immediate_with_mode(CScope, &b, tag, mode)?;
+    Ok(Req::Live {
+        r: raw::detach(r),
+        keep: Vec::new(),
+    })
+}
+
+/// Starts a receive.
+pub fn start_recv(c: &Arc<CommEntry>, mut b: CBuf, source: c_int, tag: c_int) -> R<Req> {
+    let tag = recv_tag(tag)?;
+    let r = match source {
+        PROC_NULL => return Ok(Req::Done(St::EMPTY, SUCCESS)),
+        ANY_SOURCE => c
+            .comm
+            .any_process()
+            .try_immediate_receive_into(CScope, &mut b, tag)?,
+        s => {
+            check_rank(c, s, "source")?;
+            c.comm
+                .process_at_rank(s)
+                .try_immediate_receive_into(CScope, &mut b, tag)?
+        }
+    };
+    Ok(Req::Live {
+        r: raw::detach(r),
+        keep: Vec::new(),
+    })
+}
+
+fn isend(
+    buf: *const c_void,
+    count: c_int,
+    dt: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    req: *mut c_int,
+    mode: Mode,
+) -> R {
+    let c = state::comm(comm)?;
+    let b = types::buf(buf, count, dt)?;
+    let r = start_send(&c, b, dest, tag, mode)?;
+    raw::put(req, req::insert(r))
+}
+
+fn send_init(
+    buf: *const c_void,
+    count: c_int,
+    dt: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: c_int,
+    req: *mut c_int,
+    mode: Mode,
+) -> R {
+    let c = state::comm(comm)?;
+    let b = types::buf(buf, count, dt)?;
+    if dest != PROC_NULL {
+        check_tag(tag)?;
+        check_rank(&c, dest, "destination")?;
+    }
+    let spec = Spec::Send {
+        buf: b,
+        dest,
+        tag,
+        comm: c,
+        mode,
+    };
+    raw::put(req, req::insert(Req::Persistent { spec, active: None }))
+}
+
+/// A blocking receive from `source` (a rank, `MPI_ANY_SOURCE` or `MPI_PROC_NULL`).
+fn recv_into(c: &CommEntry, mut b: CBuf, source: c_int, tag: c_int) -> R<St> {
+    let tag = recv_tag(tag)?;
+    let s = match source {
+        PROC_NULL => return Ok(St::EMPTY),
+        ANY_SOURCE => c
+            .comm
+            .any_process()
+            .try_receive_into_with_tag(&mut b, tag)?,
+        s => {
+            check_rank(c, s, "source")?;
+            c.comm
+                .process_at_rank(s)
+                .try_receive_into_with_tag(&mut b, tag)?
+        }
+    };
+    Ok(St::of(&s))
+}
+
+fn probe_status(c: &CommEntry, source: c_int, tag: c_int, block: bool) -> R<Option<St>> {
+    let t = recv_tag(tag)?;
+    let s = match (source, block) {
+        (PROC_NULL, _) => return Ok(Some(St::EMPTY)),
+        (ANY_SOURCE, true) => Some(c.comm.any_process().try_probe_with_tag(t)?),
+        (ANY_SOURCE, false) => match t {
+            Some(t) => c.comm.any_process().immediate_probe_with_tag(t),
+            None => c.comm.any_process().immediate_probe(),
+        },
+        (s, block) => {
+            check_rank(c, s, "source")?;
+            let p = c.comm.process_at_rank(s);
+            match (block, t) {
+                (true, _) => Some(p.try_probe_with_tag(t)?),
+                (false, Some(t)) => p.immediate_probe_with_tag(t),
+                (false, None) => p.immediate_probe(),
+            }
+        }
+    };
+    Ok(s.map(|s| St::of(&s)))
+}
+
+/// Messages taken by matched probes, behind `MPI_Message` handles.
+static MESSAGES: Mutex<Vec<Option<Message>>> = Mutex::new(Vec::new());
+
+fn new_message(m: Message) -> c_int {
+    let mut g = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
+    let i = match g.iter().position(Option::is_none) {
+        Some(i) => {
+            g[i] = Some(m);
+            i
+        }
+        None => {
+            g.push(Some(m));
+            g.len() - 1
+        }
+    };
+    (MESSAGE_BASE | i as u32) as c_int
+}
+
+fn take_message(h: c_int) -> R<Message> {
+    let u = h as u32;
+    let mut g = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
+    if u & !INDEX_MASK == MESSAGE_BASE {
+        if let Some(m) = g.get_mut((u & INDEX_MASK) as usize).and_then(Option::take) {
+            return Ok(m);
+        }
+    }
+    Err(Fail::new(
+        ERR_REQUEST,
+        format!("{h:#x} is not a matched message"),
+    ))
+}
+
+fn mprobe(c: &CommEntry, source: c_int, tag: c_int, block: bool) -> R<Option<(c_int, St)>> {
+    let t = recv_tag(tag)?;
+    let got = match (source, block) {
+        (PROC_NULL, _) => return Ok(Some((MESSAGE_NO_PROC, St::EMPTY))),
+        (ANY_SOURCE, true) => Some(c.comm.any_process().try_matched_probe(t)?),
+        (ANY_SOURCE, false) => match t {
+            Some(t) => c.comm.any_process().immediate_matched_probe_with_tag(t),
+            None => c.comm.any_process().immediate_matched_probe(),
+        },
+        (s, block) => {
+            check_rank(c, s, "source")?;
+            let p = c.comm.process_at_rank(s);
+            match (block, t) {
+                (true, _) => Some(p.try_matched_probe(t)?),
+                (false, Some(t)) => p.immediate_matched_probe_with_tag(t),
+                (false, None) => p.immediate_matched_probe(),
+            }
+        }
+    };
+    Ok(got.map(|(m, s)| (new_message(m), St::of(&s))))
+}
+
+mpi! {
+    fn MPI_Send / PMPI_Send(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int) {
+        send(buf, count, dt, dest, tag, comm, Mode::Standard)
+    }
+    fn MPI_Ssend / PMPI_Ssend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int) {
+        send(buf, count, dt, dest, tag, comm, Mode::Synchronous)
+    }
+    fn MPI_Bsend / PMPI_Bsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int) {
+        send(buf, count, dt, dest, tag, comm, Mode::Buffered)
+    }
+    fn MPI_Rsend / PMPI_Rsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int) {
+        send(buf, count, dt, dest, tag, comm, Mode::Ready)
+    }
+    fn MPI_Isend / PMPI_Isend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        isend(buf, count, dt, dest, tag, comm, req, Mode::Standard)
+    }
+    fn MPI_Issend / PMPI_Issend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        isend(buf, count, dt, dest, tag, comm, req, Mode::Synchronous)
+    }
+    fn MPI_Ibsend / PMPI_Ibsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        isend(buf, count, dt, dest, tag, comm, req, Mode::Buffered)
+    }
+    fn MPI_Irsend / PMPI_Irsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        isend(buf, count, dt, dest, tag, comm, req, Mode::Ready)
+    }
+    fn MPI_Send_init / PMPI_Send_init(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        send_init(buf, count, dt, dest, tag, comm, req, Mode::Standard)
+    }
+    fn MPI_Ssend_init / PMPI_Ssend_init(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        send_init(buf, count, dt, dest, tag, comm, req, Mode::Synchronous)
+    }
+    fn MPI_Bsend_init / PMPI_Bsend_init(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        send_init(buf, count, dt, dest, tag, comm, req, Mode::Buffered)
+    }
+    fn MPI_Rsend_init / PMPI_Rsend_init(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        send_init(buf, count, dt, dest, tag, comm, req, Mode::Ready)
+    }
+    fn MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        let c = state::comm(comm)?;
+        let b = types::buf(buf, count, dt)?;
+        recv_tag(tag)?;
+        if source >= 0 {
+            check_rank(&c, source, "source")?;
+        }
+        let spec = Spec::Recv { buf: b, source, tag, comm: c };
+        raw::put(req, req::insert(Req::Persistent { spec, active: None }))
+    }
+    fn MPI_Recv / PMPI_Recv(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, comm: c_int, status: *mut CStatus) {
+        let c = state::comm(comm)?;
+        let b = types::buf(buf, count, dt)?;
+        let st = recv_into(&c, b, source, tag)?;
+        st.write(status, SUCCESS);
+        Ok(())
+    }
+    fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+        let c = state::comm(comm)?;
+        let b = types::buf(buf, count, dt)?;
+        let r = start_recv(&c, b, source, tag)?;
+        raw::put(req, req::insert(r))
+    }
+    fn MPI_Sendrecv / PMPI_Sendrecv(sbuf: *const c_void, scount: c_int, sdt: c_int, dest: c_int, stag: c_int,
+        rbuf: *mut c_void, rcount: c_int, rdt: c_int, source: c_int, rtag: c_int, comm: c_int, status: *mut CStatus) {
+        let c = state::comm(comm)?;
+        let sb = types::buf(sbuf, scount, sdt)?;
+        let rb = types::buf(rbuf, rcount, rdt)?;
+        let r = start_recv(&c, rb, source, rtag)?;
+        let s = start_send(&c, sb, dest, stag, Mode::Standard)?;
+        let sh = req::insert(s);
+        let rh = req::insert(r);
+        let sent = req::wait_handle(sh);
+        let st = req::wait_handle(rh)?;
+        sent?;
+        st.write(status, SUCCESS);
+        Ok(())
+    }
+    fn MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, dt: c_int, dest: c_int, stag: c_int,
+        source: c_int, rtag: c_int, comm: c_int, status: *mut CStatus) {
+        let c = state::comm(comm)?;
+        let b = types::buf(buf, count, dt)?;
+        // Send a packed copy, receive into the buffer itself.
+        let id = b.dt.type_id();
+        let size = dtabi::layout(id).size * count as usize;
+        let mut tmp = vec![0u8; size.max(1)];
+        let mut pos: c_int = 0;
+        let rc = crate::types::PMPI_Pack(buf, count, dt, tmp.as_mut_ptr() as *mut c_void, size as c_int, &mut pos, comm);
+        if rc != SUCCESS {
+            return Err(Fail::new(crate::err::class_of(rc), "packing the send copy failed"));
+        }
+        let sb = types::buf(tmp.as_ptr() as *const c_void, size as c_int, BYTE_TYPE)?;
+        let r = start_recv(&c, b, source, rtag)?;
+        let s = start_send(&c, sb, dest, stag, Mode::Standard)?;
+        let sh = req::insert(s);
+        let rh = req::insert(r);
+        let sent = req::wait_handle(sh);
+        let st = req::wait_handle(rh)?;
+        sent?;
+        drop(tmp);
+        st.write(status, SUCCESS);
+        Ok(())
+    }
+    fn MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut CStatus) {
+        let c = state::comm(comm)?;
+        if let Some(st) = probe_status(&c, source, tag, true)? {
+            st.write(status, SUCCESS);
+        }
+        Ok(())
+    }
+    fn MPI_Iprobe / PMPI_Iprobe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, status: *mut CStatus) {
+        let c = state::comm(comm)?;
+        match probe_status(&c, source, tag, false)? {
+            Some(st) => {
+                st.write(status, SUCCESS);
+                raw::put(flag, 1)
+            }
+            None => raw::put(flag, 0),
+        }
+    }
+    fn MPI_Mprobe / PMPI_Mprobe(source: c_int, tag: c_int, comm: c_int, msg: *mut c_int, status: *mut CStatus) {
+        let c = state::comm(comm)?;
+        if let Some((m, st)) = mprobe(&c, source, tag, true)? {
+            st.write(status, SUCCESS);
+            raw::put(msg, m)?;
+        }
+        Ok(())
+    }
+    fn MPI_Improbe / PMPI_Improbe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, msg: *mut c_int, status: *mut CStatus) {
+        let c = state::comm(comm)?;
+        match mprobe(&c, source, tag, false)? {
+            Some((m, st)) => {
+                st.write(status, SUCCESS);
+                raw::put(msg, m)?;
+                raw::put(flag, 1)
+            }
+            None => raw::put(flag, 0),
+        }
+    }
+    fn MPI_Mrecv / PMPI_Mrecv(buf: *mut c_void, count: c_int, dt: c_int, msg: *mut c_int, status: *mut CStatus) {
+        state::check_init()?;
+        let h = raw::get(msg)?;
+        let mut b = types::buf(buf, count, dt)?;
+        if h == MESSAGE_NO_PROC {
+            St::EMPTY.write(status, SUCCESS);
+            return raw::put(msg, MESSAGE_NULL);
+        }
+        let m = take_message(h)?;
+        raw::put(msg, MESSAGE_NULL)?;
+        let r = m.immediate_matched_receive_into(CScope, &mut b);
+        let s = raw::detach(r).try_wait()?;
+        St::of(&s).write(status, SUCCESS);
+        Ok(())
+    }
+    fn MPI_Imrecv / PMPI_Imrecv(buf: *mut c_void, count: c_int, dt: c_int, msg: *mut c_int, req: *mut c_int) {
+        state::check_init()?;
+        let h = raw::get(msg)?;
+        let mut b = types::buf(buf, count, dt)?;
+        if h == MESSAGE_NO_PROC {
+            raw::put(msg, MESSAGE_NULL)?;
+            return raw::put(req, req::done(St::EMPTY));
+        }
+        let m = take_message(h)?;
+        raw::put(msg, MESSAGE_NULL)?;
+        let r = m.immediate_matched_receive_into(CScope, &mut b);
+        raw::put(req, req::live(raw::detach(r), Vec::new()))
+    }
+    fn MPI_Get_count / PMPI_Get_count(status: *const CStatus, dt: c_int, count: *mut c_int) {
+        let s = raw::get(status)?;
+        let size = types::size_of(dt)? as u64;
+        let bytes = req::status_bytes(&s);
+        let n = match size {
+            0 => 0,
+            s if bytes % s != 0 => UNDEFINED,
+            s => c_int::try_from(bytes / s).unwrap_or(UNDEFINED),
+        };
+        raw::put(count, n)
+    }
+    fn MPI_Get_elements / PMPI_Get_elements(status: *const CStatus, dt: c_int, count: *mut c_int) {
+        let s = raw::get(status)?;
+        let id = types::type_id_any(dt)?;
+        let n = dtabi::elements(id, req::status_bytes(&s) as usize)
+            .and_then(|n| c_int::try_from(n).ok())
+            .unwrap_or(UNDEFINED);
+        raw::put(count, n)
+    }
+    fn MPI_Get_elements_x / PMPI_Get_elements_x(status: *const CStatus, dt: c_int, count: *mut i64) {
+        let s = raw::get(status)?;
+        let id = types::type_id_any(dt)?;
+        let n = dtabi::elements(id, req::status_bytes(&s) as usize).map_or(UNDEFINED as i64, |n| n as i64);
+        raw::put(count, n)
+    }
+    fn MPI_Status_set_elements / PMPI_Status_set_elements(status: *mut CStatus, dt: c_int, count: c_int) {
+        let mut s = raw::get(status as *const CStatus)?;
+        let b = types::size_of(dt)? as u64 * count.max(0) as u64;
+        s.count_lo = b as u32 as c_int;
+        s.count_hi_and_cancelled = (((b >> 32) as c_int) << 1) | (s.count_hi_and_cancelled & 1);
+        raw::put(status, s)
+    }
+    fn MPI_Status_set_cancelled / PMPI_Status_set_cancelled(status: *mut CStatus, flag: c_int) {
+        let mut s = raw::get(status as *const CStatus)?;
+        s.count_hi_and_cancelled = (s.count_hi_and_cancelled & !1) | (flag != 0) as c_int;
+        raw::put(status, s)
+    }
+}
+
+/// `MPI_BYTE`.
+pub const BYTE_TYPE: c_int = 0x4c00_010d;

@@ -1,0 +1,318 @@
+//! Everything that touches C's memory: reading and writing through the
+//! pointers a C caller passes, buffers made of a pointer, a count and a
+//! datatype, and requests over them. This is the crate's one module with
+//! `unsafe`; the rest is safe code over what it hands out.
+//!
+//! The contract is MPI's: a pointer argument is either one of the special
+//! values the standard names (null where allowed, `MPI_STATUS_IGNORE`,
+//! `MPI_IN_PLACE`) or valid for what the function's signature says, and a
+//! buffer holds `count` elements of its datatype until its operation completes.
+//! The helpers check the special values; the rest they must take on trust,
+//! as every C MPI library does.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use metampi::datatype::{
+    AsDatatype, Buffer, BufferMut, Collection, DatatypeRef, Pointer, PointerMut,
+};
+use metampi::request::abi::RawRequest;
+use metampi::request::{Request, Scope};
+use metampi::Count;
+
+use crate::consts::{IN_PLACE, STATUS_IGNORE};
+use crate::err::{Fail, R};
+
+/// Writes `v` through `p`; null is an argument error.
+pub fn put<T>(p: *mut T, v: T) -> R {
+    if p.is_null() {
+        return Err(Fail::arg("an output argument is a null pointer"));
+    }
+    // SAFETY: MPI's contract: an output argument points at a `T` the caller owns.
+    unsafe { p.write_unaligned(v) };
+    Ok(())
+}
+
+/// Writes `v` through `p` unless `p` is null (optional outputs).
+pub fn put_opt<T>(p: *mut T, v: T) {
+    if !p.is_null() {
+        // SAFETY: as in `put`.
+        unsafe { p.write_unaligned(v) };
+    }
+}
+
+/// Reads the value at `p`; null is an argument error.
+pub fn get<T: Copy>(p: *const T) -> Result<T, Fail> {
+    if p.is_null() {
+        return Err(Fail::arg("an input argument is a null pointer"));
+    }
+    // SAFETY: MPI's contract: an input argument points at a `T`.
+    Ok(unsafe { p.read_unaligned() })
+}
+
+/// The `n` values at `p` (an empty list for `n <= 0`).
+pub fn slice<'a, T>(p: *const T, n: c_int) -> Result<&'a [T], Fail> {
+    if n <= 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Fail::arg("an array argument is a null pointer"));
+    }
+    // SAFETY: MPI's contract: an array argument holds the count the call names.
+    Ok(unsafe { std::slice::from_raw_parts(p, n as usize) })
+}
+
+/// The `n` values at `p`, writable.
+pub fn slice_mut<'a, T>(p: *mut T, n: c_int) -> Result<&'a mut [T], Fail> {
+    if n <= 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(Fail::arg("an array argument is a null pointer"));
+    }
+    // SAFETY: MPI's contract: an output array holds the count the call names.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n as usize) })
+}
+
+/// A C string argument.
+pub fn c_str(p: *const c_char) -> Result<String, Fail> {
+    if p.is_null() {
+        return Err(Fail::arg("a string argument is a null pointer"));
+    }
+    // SAFETY: MPI's contract: a string argument is NUL-terminated.
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Copies `s` into the C buffer `p` of `cap` bytes (NUL included, cut to fit)
+/// and returns the length written without the NUL.
+pub fn put_str(p: *mut c_char, cap: usize, s: &str) -> Result<c_int, Fail> {
+    if p.is_null() {
+        return Err(Fail::arg("a string output argument is a null pointer"));
+    }
+    let n = s.len().min(cap.saturating_sub(1));
+    // SAFETY: MPI's contract: the output holds `cap` bytes (MPI_MAX_* of the call).
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), p as *mut u8, n);
+        *p.add(n) = 0;
+    }
+    Ok(n as c_int)
+}
+
+/// Whether a status pointer is `MPI_STATUS_IGNORE` (or null, which some codes pass).
+pub fn status_ignored<T>(p: *mut T) -> bool {
+    p.is_null() || p as usize == STATUS_IGNORE
+}
+
+/// Element `i` of a status array, or null when the array is ignored.
+pub fn status_at<T>(p: *mut T, i: usize) -> *mut T {
+    if status_ignored(p) {
+        return std::ptr::null_mut();
+    }
+    p.wrapping_add(i)
+}
+
+/// Whether a buffer argument is `MPI_IN_PLACE`.
+pub fn in_place(p: *const c_void) -> bool {
+    p as usize == IN_PLACE
+}
+
+/// `p` moved by `bytes`.
+pub fn offset(p: *const c_void, bytes: isize) -> *mut c_void {
+    (p as *mut u8).wrapping_offset(bytes) as *mut c_void
+}
+
+/// The address of `p` as an integer (`MPI_Get_address`).
+pub fn address(p: *const c_void) -> isize {
+    p as isize
+}
+
+/// Copies `n` bytes between C buffers that do not overlap.
+pub fn copy_bytes(from: *const c_void, to: *mut c_void, n: usize) {
+    if n == 0 || from == to as *const c_void {
+        return;
+    }
+    // SAFETY: callers pass two buffers of at least `n` bytes each, from MPI arguments.
+    unsafe { std::ptr::copy(from as *const u8, to as *mut u8, n) };
+}
+
+/// The `n` bytes at `p`, read.
+pub fn bytes<'a>(p: *const c_void, n: usize) -> &'a [u8] {
+    if n == 0 || p.is_null() {
+        return &[];
+    }
+    // SAFETY: callers pass a C buffer of at least `n` bytes.
+    unsafe { std::slice::from_raw_parts(p as *const u8, n) }
+}
+
+/// The `n` bytes at `p`, written.
+pub fn bytes_mut<'a>(p: *mut c_void, n: usize) -> &'a mut [u8] {
+    if n == 0 || p.is_null() {
+        return &mut [];
+    }
+    // SAFETY: callers pass a C buffer of at least `n` bytes.
+    unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n) }
+}
+
+/// A C buffer: base address, element count and datatype, as every MPI call names one.
+#[derive(Clone, Copy, Debug)]
+pub struct CBuf {
+    pub ptr: *mut c_void,
+    pub count: Count,
+    pub dt: DatatypeRef<'static>,
+}
+
+impl CBuf {
+    pub fn new(ptr: *const c_void, count: Count, dt: DatatypeRef<'static>) -> CBuf {
+        CBuf {
+            ptr: ptr as *mut c_void,
+            count,
+            dt,
+        }
+    }
+}
+
+// SAFETY: a CBuf is an address, a count and a datatype id: C memory that MPI lets
+// any thread of the program hand to the library (persistent requests keep one).
+unsafe impl Send for CBuf {}
+// SAFETY: as above; the library only reads the description through `&CBuf`.
+unsafe impl Sync for CBuf {}
+
+// SAFETY: the C caller's buffer holds `count` elements of `dt` (MPI's contract).
+unsafe impl Collection for CBuf {
+    fn count(&self) -> Count {
+        self.count
+    }
+}
+// SAFETY: as above: readable for the elements the datatype describes.
+unsafe impl Pointer for CBuf {
+    fn pointer(&self) -> *const c_void {
+        self.ptr
+    }
+}
+// SAFETY: as above: a receive buffer is writable for the elements the datatype describes.
+unsafe impl PointerMut for CBuf {
+    fn pointer_mut(&mut self) -> *mut c_void {
+        self.ptr
+    }
+}
+// SAFETY: the datatype is the one the C caller named for this buffer.
+unsafe impl AsDatatype for CBuf {
+    type Out = DatatypeRef<'static>;
+    fn as_datatype(&self) -> DatatypeRef<'static> {
+        self.dt
+    }
+}
+// SAFETY: see the impls above.
+unsafe impl Buffer for CBuf {}
+// SAFETY: see the impls above.
+unsafe impl BufferMut for CBuf {}
+
+/// The scope of requests over C buffers: the C program keeps them alive until
+/// the request completes, as MPI requires of it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CScope;
+
+// SAFETY: C's MPI contract keeps a request's buffer valid until it completes;
+// nothing here frees one.
+unsafe impl<'a> Scope<'a> for CScope {
+    fn register(&self) {}
+    unsafe fn unregister(&self) {}
+}
+
+/// A request over a C buffer, detached from the Rust borrow that made it.
+pub fn detach<'a, D: ?Sized>(r: Request<'a, D, CScope>) -> RawRequest {
+    // SAFETY: the buffer is C memory the program keeps valid until the request
+    // completes (MPI's contract); what else the request borrowed (operations,
+    // counts) the request table keeps alive beside it.
+    unsafe { r.into_raw() }
+}
+
+/// Calls a C reduction function `f(invec, inoutvec, len, datatype)`.
+pub fn call_user_op(
+    f: crate::types::UserFn,
+    invec: *const c_void,
+    inout: *mut c_void,
+    len: c_int,
+    dt: c_int,
+) {
+    let (mut len, mut dt) = (len, dt);
+    // SAFETY: `f` is the function the program registered with MPI_Op_create;
+    // the buffers hold `len` elements of its datatype, laid out as the datatype says.
+    unsafe { f(invec as *mut c_void, inout, &mut len, &mut dt) };
+}
+
+/// Calls a C error handler function `f(&comm, &code)`.
+pub fn call_errhandler(f: crate::err::HandlerFn, comm: c_int, code: c_int) {
+    let (mut comm, mut code) = (comm, code);
+    // SAFETY: `f` is the function the program registered with MPI_Comm_create_errhandler.
+    unsafe { f(&mut comm, &mut code) };
+}
+
+/// Calls an attribute copy function; returns `(error, keep, new value)`.
+pub fn call_copy_fn(
+    f: crate::attr::CopyFn,
+    old: c_int,
+    key: c_int,
+    extra: isize,
+    value: isize,
+) -> (c_int, bool, isize) {
+    let mut out: isize = 0;
+    let mut flag: c_int = 0;
+    // SAFETY: `f` is the copy callback the program registered with the keyval; the
+    // value pointers are the attribute values it stored, opaque to this library.
+    let rc = unsafe {
+        f(
+            old,
+            key,
+            extra as *mut c_void,
+            value as *mut c_void,
+            &mut out as *mut isize as *mut c_void,
+            &mut flag,
+        )
+    };
+    (rc, flag != 0, out)
+}
+
+/// Calls an attribute delete function; returns its error code.
+pub fn call_delete_fn(
+    f: crate::attr::DeleteFn,
+    obj: c_int,
+    key: c_int,
+    value: isize,
+    extra: isize,
+) -> c_int {
+    // SAFETY: `f` is the delete callback the program registered with the keyval.
+    unsafe { f(obj, key, value as *mut c_void, extra as *mut c_void) }
+}
+
+/// Memory from `MPI_Alloc_mem`, aligned for any type.
+pub fn alloc(size: usize) -> *mut c_void {
+    // SAFETY: malloc with a size; a null result is reported by the caller.
+    unsafe { libc::malloc(size.max(1)) }
+}
+
+/// Frees memory from [`alloc`].
+pub fn free(p: *mut c_void) {
+    // SAFETY: `p` came from `alloc` (MPI_Free_mem's contract) or is null.
+    unsafe { libc::free(p) }
+}
+
+/// Keeps a value that is shared only by reference (`Sync`) alive beside a
+/// request, wherever the request completes.
+pub struct Kept<T: Sync>(#[allow(dead_code)] pub Box<T>);
+
+// SAFETY: the value is only ever reached through shared references (it is
+// `Sync`) while kept, and dropping it on another thread touches nothing
+// thread-bound: what is kept here are closures over plain function pointers
+// and integers (user reduction operations).
+unsafe impl<T: Sync> Send for Kept<T> {}
+
+/// A private copy of a C buffer's data, laid out as the original (for
+/// `MPI_IN_PLACE`): `base` is where element 0 would start.
+pub struct Temp {
+    pub _mem: Vec<u128>,
+    pub base: *const c_void,
+}
+
+// SAFETY: `base` points into `_mem`'s heap memory, which moves with the value
+// and is reached only through the request that keeps it.
+unsafe impl Send for Temp {}

@@ -1,0 +1,706 @@
+//! Requests (MPI-4 §3.7, §3.9): the table behind `MPI_Request` handles, and
+//! the wait/test family, cancel and persistent requests over it.
+//!
+//! A request is taken out of the table while a thread waits on it (MPI lets
+//! only one thread complete a request), so a blocked wait holds no lock.
+
+use std::any::Any;
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex};
+
+use metampi::point_to_point::Status;
+use metampi::request::abi::{done_indices, wait_any_index, RawRequest};
+
+use crate::consts::*;
+use crate::err::{Fail, R};
+use crate::raw;
+use crate::state::{check_init, CommEntry};
+
+/// MPICH's 20-byte `MPI_Status`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CStatus {
+    pub count_lo: c_int,
+    pub count_hi_and_cancelled: c_int,
+    pub source: c_int,
+    pub tag: c_int,
+    pub error: c_int,
+}
+
+/// What a completed operation reports.
+#[derive(Clone, Copy, Debug)]
+pub struct St {
+    pub source: c_int,
+    pub tag: c_int,
+    pub bytes: usize,
+    pub cancelled: bool,
+}
+
+impl St {
+    /// The status of an operation with the null process, or of a send.
+    pub const EMPTY: St = St {
+        source: PROC_NULL,
+        tag: ANY_TAG,
+        bytes: 0,
+        cancelled: false,
+    };
+
+    pub fn of(s: &Status) -> St {
+        St {
+            source: s.source_rank(),
+            tag: s.tag(),
+            bytes: s.byte_count(),
+            cancelled: s.is_cancelled(),
+        }
+    }
+
+    /// Writes this status where `p` points, unless it is `MPI_STATUS_IGNORE`.
+    pub fn write(&self, p: *mut CStatus, error: c_int) {
+        if raw::status_ignored(p) {
+            return;
+        }
+        let b = self.bytes as u64;
+        raw::put_opt(
+            p,
+            CStatus {
+                count_lo: b as u32 as c_int,
+                count_hi_and_cancelled: (((b >> 32) as c_int) << 1) | self.cancelled as c_int,
+                source: self.source,
+                tag: self.tag,
+                error,
+            },
+        );
+    }
+}
+
+/// Bytes a status counts.
+pub fn status_bytes(s: &CStatus) -> u64 {
+    (s.count_lo as u32 as u64) | (((s.count_hi_and_cancelled as u32 >> 1) as u64) << 32)
+}
+
+/// What a persistent request starts each time.
+#[derive(Clone)]
+pub enum Spec {
+    Send {
+        buf: raw::CBuf,
+        dest: c_int,
+        tag: c_int,
+        comm: Arc<CommEntry>,
+        mode: metampi::point_to_point::Mode,
+    },
+    Recv {
+        buf: raw::CBuf,
+        source: c_int,
+        tag: c_int,
+        comm: Arc<CommEntry>,
+    },
+}
+
+/// A request as the table holds it.
+pub enum Req {
+    /// In flight in the engine, with what must outlive it.
+    Live {
+        r: RawRequest,
+        keep: Vec<Box<dyn Any + Send>>,
+    },
+    /// Complete since it started (the null process, a send the transport took,
+    /// a collective done at once), with its result.
+    Done(St, c_int),
+    /// Persistent: what it does, and the operation it has under way.
+    Persistent {
+        spec: Spec,
+        active: Option<Box<Req>>,
+    },
+}
+
+// SAFETY-free marker: RawRequest holds engine ids and C pointers that the engine
+// may use from any thread; the Rust request type is Send already.
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<RawRequest>();
+}
+
+/// The request table: handles `REQUEST_BASE | index`.
+struct Slots {
+    slots: Vec<Option<Req>>,
+    free: Vec<usize>,
+}
+
+static REQS: Mutex<Slots> = Mutex::new(Slots {
+    slots: Vec::new(),
+    free: Vec::new(),
+});
+
+fn index(h: c_int) -> Option<usize> {
+    let u = h as u32;
+    (u & !INDEX_MASK == REQUEST_BASE).then_some((u & INDEX_MASK) as usize)
+}
+
+pub fn insert(r: Req) -> c_int {
+    let mut g = REQS.lock().unwrap_or_else(|p| p.into_inner());
+    let i = match g.free.pop() {
+        Some(i) => {
+            g.slots[i] = Some(r);
+            i
+        }
+        None => {
+            g.slots.push(Some(r));
+            g.slots.len() - 1
+        }
+    };
+    (REQUEST_BASE | i as u32) as c_int
+}
+
+fn take(h: c_int) -> R<Req> {
+    let mut g = REQS.lock().unwrap_or_else(|p| p.into_inner());
+    index(h)
+        .and_then(|i| g.slots.get_mut(i)?.take())
+        .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{h:#x} is not an active request")))
+}
+
+fn put_back(h: c_int, r: Req) {
+    if let Some(i) = index(h) {
+        let mut g = REQS.lock().unwrap_or_else(|p| p.into_inner());
+        g.slots[i] = Some(r);
+    }
+}
+
+fn release(h: c_int) {
+    if let Some(i) = index(h) {
+        let mut g = REQS.lock().unwrap_or_else(|p| p.into_inner());
+        g.slots[i] = None;
+        g.free.push(i);
+    }
+}
+
+/// A new request handle for a request in flight.
+pub fn live(r: RawRequest, keep: Vec<Box<dyn Any + Send>>) -> c_int {
+    insert(Req::Live { r, keep })
+}
+
+/// A new request handle for an operation already complete.
+pub fn done(st: St) -> c_int {
+    insert(Req::Done(st, SUCCESS))
+}
+
+/// Waits for `r`; returns its status and error class (SUCCESS or the failure).
+fn wait_req(r: Req) -> (St, Option<Fail>) {
+    match r {
+        Req::Live { r, keep } => {
+            let out = r.try_wait();
+            drop(keep);
+            match out {
+                Ok(s) => (St::of(&s), None),
+                Err(e) => (St::EMPTY, Some(e.into())),
+            }
+        }
+        Req::Done(st, _) => (st, None),
+        Req::Persistent { .. } => (St::EMPTY, None),
+    }
+}
+
+/// One progress pass on `r`: its result if complete, or `r` back.
+fn test_req(r: Req) -> Result<(St, Option<Fail>), Req> {
+    match r {
+        Req::Live { r, keep } => match r.try_test() {
+            Ok(out) => {
+                drop(keep);
+                Ok(match out {
+                    Ok(s) => (St::of(&s), None),
+                    Err(e) => (St::EMPTY, Some(e.into())),
+                })
+            }
+            Err(r) => Err(Req::Live { r, keep }),
+        },
+        done => Ok(wait_req(done)),
+    }
+}
+
+/// Completes request `h` by waiting: frees it (or makes a persistent one inactive).
+pub fn wait_handle(h: c_int) -> R<St> {
+    if h == REQUEST_NULL {
+        return Ok(St::EMPTY);
+    }
+    match take(h)? {
+        Req::Persistent { spec, active } => {
+            let out = active.map(|a| wait_req(*a)).unwrap_or((St::EMPTY, None));
+            put_back(h, Req::Persistent { spec, active: None });
+            finish(out)
+        }
+        r => {
+            release(h);
+            finish(wait_req(r))
+        }
+    }
+}
+
+fn finish((st, fail): (St, Option<Fail>)) -> R<St> {
+    match fail {
+        Some(f) => Err(f),
+        None => Ok(st),
+    }
+}
+
+/// Tests request `h`: `Some(status)` when complete (and freed or made inactive).
+pub fn test_handle(h: c_int) -> R<Option<St>> {
+    if h == REQUEST_NULL {
+        return Ok(Some(St::EMPTY));
+    }
+    match take(h)? {
+        Req::Persistent { spec, active } => match active {
+            None => {
+                put_back(h, Req::Persistent { spec, active: None });
+                Ok(Some(St::EMPTY))
+            }
+            Some(a) => match test_req(*a) {
+                Ok(out) => {
+                    put_back(h, Req::Persistent { spec, active: None });
+                    finish(out).map(Some)
+                }
+                Err(a) => {
+                    put_back(
+                        h,
+                        Req::Persistent {
+                            spec,
+                            active: Some(Box::new(a)),
+                        },
+                    );
+                    Ok(None)
+                }
+            },
+        },
+        r => match test_req(r) {
+            Ok(out) => {
+                release(h);
+                finish(out).map(Some)
+            }
+            Err(r) => {
+                put_back(h, r);
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// Whether handle `h` is a request with nothing under way (null, or inactive persistent).
+fn inactive(h: c_int) -> bool {
+    if h == REQUEST_NULL {
+        return true;
+    }
+    let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
+    matches!(
+        index(h).and_then(|i| g.slots.get(i)?.as_ref()),
+        Some(Req::Persistent { active: None, .. })
+    )
+}
+
+/// Blocks until one of the active requests among `hs` completes; returns its position.
+fn wait_any_of(hs: &[c_int]) -> R<Option<usize>> {
+    let act: Vec<usize> = (0..hs.len()).filter(|&k| !inactive(hs[k])).collect();
+    if act.is_empty() {
+        return Ok(None);
+    }
+    // Take the requests out, see which is done (blocking in the engine), put back.
+    let mut taken: Vec<(usize, Req)> = Vec::with_capacity(act.len());
+    for &k in &act {
+        match take(hs[k]) {
+            Ok(r) => taken.push((k, r)),
+            Err(e) => {
+                for (k, r) in taken {
+                    put_back(hs[k], r);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut ready = None;
+    for (k, r) in &taken {
+        if matches!(r, Req::Done(..))
+            || matches!(r, Req::Persistent { active: Some(a), .. } if matches!(**a, Req::Done(..)))
+        {
+            ready = Some(*k);
+            break;
+        }
+    }
+    if ready.is_none() {
+        let raws: Vec<(usize, &RawRequest)> = taken
+            .iter()
+            .filter_map(|(k, r)| live_of(r).map(|x| (*k, x)))
+            .collect();
+        let refs: Vec<&RawRequest> = raws.iter().map(|x| x.1).collect();
+        ready = wait_any_index(&refs).map(|i| raws[i].0);
+    }
+    for (k, r) in taken {
+        put_back(hs[k], r);
+    }
+    Ok(ready)
+}
+
+fn live_of(r: &Req) -> Option<&RawRequest> {
+    match r {
+        Req::Live { r, .. } => Some(r),
+        Req::Persistent {
+            active: Some(a), ..
+        } => live_of(a),
+        _ => None,
+    }
+}
+
+/// Positions of the active requests among `hs` that are complete now.
+fn done_now(hs: &[c_int]) -> Vec<usize> {
+    let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = Vec::new();
+    let mut raws = Vec::new();
+    for (k, &h) in hs.iter().enumerate() {
+        let Some(r) = index(h).and_then(|i| g.slots.get(i)?.as_ref()) else {
+            continue;
+        };
+        match r {
+            Req::Done(..) => out.push(k),
+            Req::Persistent {
+                active: Some(a), ..
+            } if matches!(**a, Req::Done(..)) => out.push(k),
+            _ => {
+                if let Some(x) = live_of(r) {
+                    raws.push((k, x));
+                }
+            }
+        }
+    }
+    let refs: Vec<&RawRequest> = raws.iter().map(|x| x.1).collect();
+    for i in done_indices(&refs) {
+        out.push(raws[i].0);
+    }
+    drop(g);
+    out.sort_unstable();
+    out
+}
+
+/// Starts persistent request `h`.
+fn start(h: c_int) -> R {
+    let r = take(h)?;
+    let Req::Persistent { spec, active } = r else {
+        put_back(h, r);
+        return Err(Fail::new(
+            ERR_REQUEST,
+            "MPI_Start needs a persistent request",
+        ));
+    };
+    if active.is_some() {
+        put_back(h, Req::Persistent { spec, active });
+        return Err(Fail::new(
+            ERR_REQUEST,
+            "the persistent request is already active",
+        ));
+    }
+    let begun = match &spec {
+        Spec::Send {
+            buf,
+            dest,
+            tag,
+            comm,
+            mode,
+        } => crate::p2p::start_send(comm, *buf, *dest, *tag, *mode),
+        Spec::Recv {
+            buf,
+            source,
+            tag,
+            comm,
+        } => crate::p2p::start_recv(comm, *buf, *source, *tag),
+    };
+    match begun {
+        Ok(a) => {
+            put_back(
+                h,
+                Req::Persistent {
+                    spec,
+                    active: Some(Box::new(a)),
+                },
+            );
+            Ok(())
+        }
+        Err(e) => {
+            put_back(h, Req::Persistent { spec, active: None });
+            Err(e)
+        }
+    }
+}
+
+/// Statuses of a multi-request call: where the `i`-th goes.
+fn statuses(p: *mut CStatus, i: usize) -> *mut CStatus {
+    raw::status_at(p, i)
+}
+
+mpi! {
+    fn MPI_Wait / PMPI_Wait(req: *mut c_int, status: *mut CStatus) {
+        check_init()?;
+        let h = raw::get(req)?;
+        let persistent = is_persistent(h);
+        let st = wait_handle(h)?;
+        if !persistent {
+            raw::put(req, REQUEST_NULL)?;
+        }
+        st.write(status, SUCCESS);
+        Ok(())
+    }
+    fn MPI_Test / PMPI_Test(req: *mut c_int, flag: *mut c_int, status: *mut CStatus) {
+        check_init()?;
+        let h = raw::get(req)?;
+        let persistent = is_persistent(h);
+        match test_handle(h)? {
+            Some(st) => {
+                if !persistent {
+                    raw::put(req, REQUEST_NULL)?;
+                }
+                st.write(status, SUCCESS);
+                raw::put(flag, 1)
+            }
+            None => raw::put(flag, 0),
+        }
+    }
+    fn MPI_Waitall / PMPI_Waitall(n: c_int, reqs: *mut c_int, sts: *mut CStatus) {
+        check_init()?;
+        let hs = raw::slice_mut(reqs, n)?;
+        let mut failed = false;
+        for (i, h) in hs.iter_mut().enumerate() {
+            let persistent = is_persistent(*h);
+            match wait_handle(*h) {
+                Ok(st) => st.write(statuses(sts, i), SUCCESS),
+                Err(f) => {
+                    failed = true;
+                    let code = crate::err::raise_quiet(f);
+                    St::EMPTY.write(statuses(sts, i), code);
+                }
+            }
+            if !persistent {
+                *h = REQUEST_NULL;
+            }
+        }
+        if failed {
+            return Err(Fail::new(ERR_IN_STATUS, "a request failed; its status says how"));
+        }
+        Ok(())
+    }
+    fn MPI_Testall / PMPI_Testall(n: c_int, reqs: *mut c_int, flag: *mut c_int, sts: *mut CStatus) {
+        check_init()?;
+        let hs = raw::slice_mut(reqs, n)?;
+        let act: Vec<usize> = (0..hs.len()).filter(|&k| !inactive(hs[k])).collect();
+        let done = done_now(hs);
+        if act.iter().any(|k| !done.contains(k)) {
+            return raw::put(flag, 0);
+        }
+        PMPI_Waitall(n, reqs, sts);
+        raw::put(flag, 1)
+    }
+    fn MPI_Waitany / PMPI_Waitany(n: c_int, reqs: *mut c_int, index: *mut c_int, status: *mut CStatus) {
+        check_init()?;
+        let hs = raw::slice_mut(reqs, n)?;
+        match wait_any_of(hs)? {
+            None => {
+                raw::put(index, UNDEFINED)?;
+                St::EMPTY.write(status, SUCCESS);
+                Ok(())
+            }
+            Some(k) => {
+                let persistent = is_persistent(hs[k]);
+                let st = wait_handle(hs[k]);
+                if !persistent {
+                    hs[k] = REQUEST_NULL;
+                }
+                raw::put(index, k as c_int)?;
+                st?.write(status, SUCCESS);
+                Ok(())
+            }
+        }
+    }
+    fn MPI_Testany / PMPI_Testany(n: c_int, reqs: *mut c_int, index: *mut c_int, flag: *mut c_int, status: *mut CStatus) {
+        check_init()?;
+        let hs = raw::slice_mut(reqs, n)?;
+        if (0..hs.len()).all(|k| inactive(hs[k])) {
+            raw::put(index, UNDEFINED)?;
+            St::EMPTY.write(status, SUCCESS);
+            return raw::put(flag, 1);
+        }
+        match done_now(hs).first() {
+            None => {
+                raw::put(index, UNDEFINED)?;
+                raw::put(flag, 0)
+            }
+            Some(&k) => {
+                let persistent = is_persistent(hs[k]);
+                let st = wait_handle(hs[k]);
+                if !persistent {
+                    hs[k] = REQUEST_NULL;
+                }
+                raw::put(index, k as c_int)?;
+                raw::put(flag, 1)?;
+                st?.write(status, SUCCESS);
+                Ok(())
+            }
+        }
+    }
+    fn MPI_Waitsome / PMPI_Waitsome(n: c_int, reqs: *mut c_int, outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) {
+        check_init()?;
+        let hs = raw::slice_mut(reqs, n)?;
+        if wait_any_of(hs)?.is_none() {
+            return raw::put(outcount, UNDEFINED);
+        }
+        some(hs, outcount, indices, sts)
+    }
+    fn MPI_Testsome / PMPI_Testsome(n: c_int, reqs: *mut c_int, outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) {
+        check_init()?;
+        let hs = raw::slice_mut(reqs, n)?;
+        if (0..hs.len()).all(|k| inactive(hs[k])) {
+            return raw::put(outcount, UNDEFINED);
+        }
+        some(hs, outcount, indices, sts)
+    }
+    fn MPI_Request_free / PMPI_Request_free(req: *mut c_int) {
+        let h = raw::get(req)?;
+        let r = take(h)?;
+        release(h);
+        // A request freed while in flight still completes; its buffers are the program's.
+        match r {
+            Req::Live { r, keep } => {
+                FREED.lock().unwrap_or_else(|p| p.into_inner()).push((r, keep));
+            }
+            Req::Persistent { active: Some(a), .. } => {
+                if let Req::Live { r, keep } = *a {
+                    FREED.lock().unwrap_or_else(|p| p.into_inner()).push((r, keep));
+                }
+            }
+            _ => {}
+        }
+        reap_freed();
+        raw::put(req, REQUEST_NULL)
+    }
+    fn MPI_Request_get_status / PMPI_Request_get_status(h: c_int, flag: *mut c_int, status: *mut CStatus) {
+        check_init()?;
+        if inactive(h) {
+            St::EMPTY.write(status, SUCCESS);
+            return raw::put(flag, 1);
+        }
+        let done = !done_now(&[h]).is_empty();
+        if done {
+            // Peek: wait (it is complete) and keep the result as a finished request.
+            let r = take(h)?;
+            let (st, fail) = wait_req_keep(r, h);
+            if let Some(f) = fail {
+                return Err(f);
+            }
+            st.write(status, SUCCESS);
+        }
+        raw::put(flag, done as c_int)
+    }
+    fn MPI_Cancel / PMPI_Cancel(req: *mut c_int) {
+        let h = raw::get(req)?;
+        let r = take(h)?;
+        if let Some(x) = live_of(&r) {
+            x.cancel();
+        }
+        put_back(h, r);
+        Ok(())
+    }
+    fn MPI_Test_cancelled / PMPI_Test_cancelled(status: *const CStatus, flag: *mut c_int) {
+        let s = raw::get(status)?;
+        raw::put(flag, s.count_hi_and_cancelled & 1)
+    }
+    fn MPI_Start / PMPI_Start(req: *mut c_int) {
+        check_init()?;
+        start(raw::get(req)?)
+    }
+    fn MPI_Startall / PMPI_Startall(n: c_int, reqs: *mut c_int) {
+        check_init()?;
+        for &h in raw::slice(reqs, n)? {
+            start(h)?;
+        }
+        Ok(())
+    }
+}
+
+fn some(hs: &mut [c_int], outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) -> R {
+    let done = done_now(hs);
+    let idx = raw::slice_mut(indices, done.len() as c_int)?;
+    let mut failed = false;
+    for (j, &k) in done.iter().enumerate() {
+        let persistent = is_persistent(hs[k]);
+        match wait_handle(hs[k]) {
+            Ok(st) => st.write(statuses(sts, j), SUCCESS),
+            Err(f) => {
+                failed = true;
+                let code = crate::err::raise_quiet(f);
+                St::EMPTY.write(statuses(sts, j), code);
+            }
+        }
+        if !persistent {
+            hs[k] = REQUEST_NULL;
+        }
+        idx[j] = k as c_int;
+    }
+    raw::put(outcount, done.len() as c_int)?;
+    if failed {
+        return Err(Fail::new(
+            ERR_IN_STATUS,
+            "a request failed; its status says how",
+        ));
+    }
+    Ok(())
+}
+
+fn wait_req_keep(r: Req, h: c_int) -> (St, Option<Fail>) {
+    match r {
+        Req::Persistent { spec, active } => {
+            let out = active.map(|a| wait_req(*a)).unwrap_or((St::EMPTY, None));
+            let code = out.1.as_ref().map_or(SUCCESS, |f| f.class);
+            put_back(
+                h,
+                Req::Persistent {
+                    spec,
+                    active: Some(Box::new(Req::Done(out.0, code))),
+                },
+            );
+            out
+        }
+        r => {
+            let out = wait_req(r);
+            let code = out.1.as_ref().map_or(SUCCESS, |f| f.class);
+            put_back(h, Req::Done(out.0, code));
+            out
+        }
+    }
+}
+
+fn is_persistent(h: c_int) -> bool {
+    let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
+    matches!(
+        index(h).and_then(|i| g.slots.get(i)?.as_ref()),
+        Some(Req::Persistent { .. })
+    )
+}
+
+type Freed = (RawRequest, Vec<Box<dyn Any + Send>>);
+
+/// Requests the program freed before they completed: finished when they can be.
+static FREED: Mutex<Vec<Freed>> = Mutex::new(Vec::new());
+
+/// Completes the freed requests that are done.
+pub fn reap_freed() {
+    let mut g = FREED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut keep = Vec::new();
+    for (r, k) in g.drain(..) {
+        match r.try_test() {
+            Ok(_) => drop(k),
+            Err(r) => keep.push((r, k)),
+        }
+    }
+    *g = keep;
+}
+
+/// Waits for every freed request (at finalize).
+pub fn drain_freed() {
+    let v: Vec<Freed> = std::mem::take(&mut *FREED.lock().unwrap_or_else(|p| p.into_inner()));
+    for (r, k) in v {
+        let _ = r.try_wait();
+        drop(k);
+    }
+}

@@ -1,0 +1,333 @@
+//! The library's state as C sees it: whether MPI is initialized, and the
+//! tables that turn integer handles into the engine's objects.
+//!
+//! A table lock is held only to look up, insert or remove; a call that
+//! blocks holds its own reference (`Arc`) to what it works on, so threads
+//! never wait on each other's table locks while communicating.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use metampi::environment::Universe;
+use metampi::topology::{Communicator, Group, SimpleCommunicator};
+
+use crate::consts::*;
+use crate::err::{on_comm, Fail, HandlerFn, R};
+
+// ---- initialization -------------------------------------------------------------
+
+static UNIVERSE: Mutex<Option<Universe>> = Mutex::new(None);
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+pub static THREAD_LEVEL: AtomicI32 = AtomicI32::new(THREAD_SINGLE);
+static MAIN_THREAD: OnceLock<std::thread::ThreadId> = OnceLock::new();
+
+pub fn initialized() -> bool {
+    INITIALIZED.load(Ordering::Acquire)
+}
+
+pub fn finalized() -> bool {
+    FINALIZED.load(Ordering::Acquire)
+}
+
+pub fn is_main_thread() -> bool {
+    MAIN_THREAD.get() == Some(&std::thread::current().id())
+}
+
+/// Starts the engine (`MPI_Init`/`MPI_Init_thread`); returns the thread level provided.
+pub fn init(required: c_int) -> R<c_int> {
+    if initialized() || finalized() {
+        return Err(Fail::new(
+            ERR_OTHER,
+            "MPI is already initialized (or finalized); it can start once per process",
+        ));
+    }
+    let want = match required {
+        THREAD_SINGLE => metampi::Threading::Single,
+        THREAD_FUNNELED => metampi::Threading::Funneled,
+        THREAD_SERIALIZED => metampi::Threading::Serialized,
+        _ => metampi::Threading::Multiple,
+    };
+    let (u, got) = metampi::initialize_with_threading(want)
+        .ok_or_else(|| Fail::new(ERR_OTHER, "the engine did not start"))?;
+    let provided = match got {
+        metampi::Threading::Single => THREAD_SINGLE,
+        metampi::Threading::Funneled => THREAD_FUNNELED,
+        metampi::Threading::Serialized => THREAD_SERIALIZED,
+        metampi::Threading::Multiple => THREAD_MULTIPLE,
+    };
+    *UNIVERSE.lock().unwrap_or_else(|p| p.into_inner()) = Some(u);
+    let _ = MAIN_THREAD.set(std::thread::current().id());
+    THREAD_LEVEL.store(provided, Ordering::Release);
+    let world = Arc::new(CommEntry::new(SimpleCommunicator::world()));
+    let me = Arc::new(CommEntry::new(SimpleCommunicator::self_comm()));
+    let _ = PREDEFINED.set([world, me]);
+    INITIALIZED.store(true, Ordering::Release);
+    Ok(provided)
+}
+
+/// Ends the engine (`MPI_Finalize`): the universe's drop synchronizes the job.
+pub fn finalize() -> R {
+    check_init()?;
+    crate::attr::delete_all(COMM_SELF);
+    let u = UNIVERSE.lock().unwrap_or_else(|p| p.into_inner()).take();
+    FINALIZED.store(true, Ordering::Release);
+    drop(u);
+    Ok(())
+}
+
+/// Refuses calls before `MPI_Init` and after `MPI_Finalize`.
+#[inline]
+pub fn check_init() -> R {
+    if !INITIALIZED.load(Ordering::Relaxed) {
+        return Err(Fail::new(
+            ERR_OTHER,
+            "MPI is not initialized: call MPI_Init first",
+        ));
+    }
+    if FINALIZED.load(Ordering::Relaxed) {
+        return Err(Fail::new(ERR_OTHER, "MPI is finalized"));
+    }
+    Ok(())
+}
+
+/// Ends the whole job with `code`.
+pub fn abort_job(code: c_int) -> ! {
+    if initialized() && !finalized() {
+        SimpleCommunicator::world().abort(code)
+    }
+    std::process::exit(code.clamp(1, 255))
+}
+
+// ---- generic handle tables -------------------------------------------------------
+
+/// Objects of one kind behind handles `base | index`.
+pub struct Table<T> {
+    base: u32,
+    slots: RwLock<(Vec<Option<T>>, Vec<usize>)>,
+}
+
+impl<T: Clone> Table<T> {
+    pub const fn new(base: u32) -> Table<T> {
+        Table {
+            base,
+            slots: RwLock::new((Vec::new(), Vec::new())),
+        }
+    }
+
+    fn index(&self, h: c_int) -> Option<usize> {
+        let h = h as u32;
+        (h & !INDEX_MASK == self.base).then_some((h & INDEX_MASK) as usize)
+    }
+
+    pub fn insert(&self, v: T) -> c_int {
+        let mut g = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let (slots, free) = &mut *g;
+        let i = match free.pop() {
+            Some(i) => {
+                slots[i] = Some(v);
+                i
+            }
+            None => {
+                slots.push(Some(v));
+                slots.len() - 1
+            }
+        };
+        (self.base | i as u32) as c_int
+    }
+
+    pub fn get(&self, h: c_int) -> Option<T> {
+        let i = self.index(h)?;
+        let g = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        g.0.get(i).and_then(|s| s.clone())
+    }
+
+    /// Replaces the object behind `h`; false when `h` names none.
+    pub fn set(&self, h: c_int, v: T) -> bool {
+        let Some(i) = self.index(h) else {
+            return false;
+        };
+        let mut g = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        match g.0.get_mut(i) {
+            Some(s @ Some(_)) => {
+                *s = Some(v);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn remove(&self, h: c_int) -> Option<T> {
+        let i = self.index(h)?;
+        let mut g = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        let v = g.0.get_mut(i)?.take();
+        if v.is_some() {
+            g.1.push(i);
+        }
+        v
+    }
+
+    /// The handles in use.
+    pub fn handles(&self) -> Vec<c_int> {
+        let g = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        g.0.iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_some())
+            .map(|(i, _)| (self.base | i as u32) as c_int)
+            .collect()
+    }
+}
+
+// ---- communicators ---------------------------------------------------------------
+
+/// A process topology attached to a communicator (MPI-4 §8).
+#[derive(Clone, Debug, Default)]
+pub enum Topo {
+    #[default]
+    None,
+    Cart {
+        dims: Vec<c_int>,
+        periods: Vec<bool>,
+    },
+    Graph {
+        index: Vec<c_int>,
+        edges: Vec<c_int>,
+    },
+    DistGraph {
+        sources: Vec<c_int>,
+        sweights: Vec<c_int>,
+        dests: Vec<c_int>,
+        dweights: Vec<c_int>,
+        weighted: bool,
+    },
+}
+
+/// A communicator and what C attaches to it.
+pub struct CommEntry {
+    pub comm: SimpleCommunicator,
+    pub errh: AtomicI32,
+    pub attrs: Mutex<Vec<(c_int, isize)>>,
+    pub topo: Mutex<Topo>,
+}
+
+impl CommEntry {
+    pub fn new(comm: SimpleCommunicator) -> CommEntry {
+        CommEntry {
+            comm,
+            errh: AtomicI32::new(ERRORS_ARE_FATAL),
+            attrs: Mutex::new(Vec::new()),
+            topo: Mutex::new(Topo::None),
+        }
+    }
+
+    pub fn topo(&self) -> Topo {
+        self.topo.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+static PREDEFINED: OnceLock<[Arc<CommEntry>; 2]> = OnceLock::new();
+pub static COMMS: Table<Arc<CommEntry>> = Table::new(COMM_BASE);
+
+/// The communicator behind handle `h`; it becomes the one whose error handler
+/// a failure of the running call invokes.
+#[inline]
+pub fn comm(h: c_int) -> R<Arc<CommEntry>> {
+    check_init()?;
+    let e = match h {
+        COMM_WORLD | COMM_SELF => PREDEFINED
+            .get()
+            .map(|p| Arc::clone(&p[(h == COMM_SELF) as usize])),
+        COMM_NULL => None,
+        _ => COMMS.get(h),
+    };
+    match e {
+        Some(e) => {
+            if h != COMM_WORLD {
+                on_comm(h);
+            }
+            Ok(e)
+        }
+        None => Err(Fail::new(
+            ERR_COMM,
+            format!("{h:#x} is not a communicator (freed, or never made)"),
+        )),
+    }
+}
+
+/// A new handle for communicator `c`, with `errh` as its error handler.
+pub fn new_comm(c: SimpleCommunicator, errh: c_int) -> c_int {
+    let e = CommEntry::new(c);
+    e.errh.store(errh, Ordering::Relaxed);
+    COMMS.insert(Arc::new(e))
+}
+
+// ---- error handlers --------------------------------------------------------------
+
+/// What an error handler does.
+#[derive(Clone, Copy)]
+pub enum Handler {
+    Fatal,
+    Return,
+    User(HandlerFn),
+}
+
+pub static ERRHANDLERS: Table<HandlerFn> = Table::new(ERRHANDLER_BASE);
+
+pub fn handler(h: c_int) -> Option<Handler> {
+    match h {
+        ERRORS_ARE_FATAL | ERRORS_ABORT => Some(Handler::Fatal),
+        ERRORS_RETURN => Some(Handler::Return),
+        _ => ERRHANDLERS.get(h).map(Handler::User),
+    }
+}
+
+/// The handler of communicator `comm` (MPI_COMM_WORLD's where it names none:
+/// errors before init or on freed handles are fatal, as in MPICH).
+pub fn errhandler_of(comm: c_int) -> Handler {
+    let h = match comm {
+        COMM_WORLD | COMM_SELF => PREDEFINED
+            .get()
+            .map(|p| p[(comm == COMM_SELF) as usize].errh.load(Ordering::Relaxed)),
+        _ => COMMS
+            .get(comm)
+            .map(|e| e.errh.load(Ordering::Relaxed))
+            .or_else(|| PREDEFINED.get().map(|p| p[0].errh.load(Ordering::Relaxed))),
+    };
+    h.and_then(handler).unwrap_or(Handler::Fatal)
+}
+
+// ---- groups ----------------------------------------------------------------------
+
+/// A group: world ranks in group order.
+#[derive(Clone, Debug)]
+pub struct WGroup(pub Arc<Vec<u32>>);
+
+impl Group for WGroup {
+    fn world_ranks(&self) -> &[u32] {
+        &self.0
+    }
+}
+
+pub static GROUPS: Table<WGroup> = Table::new(GROUP_BASE);
+
+pub fn group(h: c_int) -> R<WGroup> {
+    match h {
+        GROUP_EMPTY => Ok(WGroup(Arc::new(Vec::new()))),
+        _ => GROUPS
+            .get(h)
+            .ok_or_else(|| Fail::new(ERR_GROUP, format!("{h:#x} is not a group"))),
+    }
+}
+
+pub fn new_group(ranks: Vec<u32>) -> c_int {
+    if ranks.is_empty() {
+        return GROUP_EMPTY;
+    }
+    GROUPS.insert(WGroup(Arc::new(ranks)))
+}
+
+/// This process's world rank.
+pub fn my_world_rank() -> u32 {
+    SimpleCommunicator::world().rank() as u32
+}

@@ -1,0 +1,638 @@
+//! Datatypes and reduction operations: MPICH's predefined handles mapped onto
+//! the engine's type maps, derived datatypes with the envelope C can ask
+//! about, packing, and user operations from C functions.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use metampi::collective::{SystemOperation, UserOperation, ValueIndex};
+use metampi::datatype::abi as dtabi;
+use metampi::datatype::{DatatypeRef, Equivalence, UncommittedDatatype, UserDatatype};
+use metampi::Count;
+
+use crate::consts::*;
+use crate::err::{Fail, R};
+use crate::raw;
+use crate::state::{check_init, Table};
+
+/// A C reduction function: `(invec, inoutvec, len, datatype)`.
+pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
+
+// ---- predefined datatypes --------------------------------------------------------
+
+/// A predefined datatype: its engine id and its name.
+#[derive(Clone, Copy)]
+struct Named {
+    id: u32,
+    name: &'static str,
+}
+
+/// Predefined handles `0x4c00ssii` by their index `ii`, and the pair types
+/// `0x8c00000n` by `n` (after the 0x46 simple ones).
+fn predefined() -> &'static [Option<Named>] {
+    static TABLE: OnceLock<Vec<Option<Named>>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        fn id<T: Equivalence>() -> u32 {
+            metampi::datatype::__ref(&T::equivalent_datatype()).type_id()
+        }
+        let c32 = id::<num_complex::Complex<f32>>();
+        let c64 = id::<num_complex::Complex<f64>>();
+        let ld = dtabi::opaque(16);
+        let ld_c = dtabi::opaque(32);
+        let two_f32 = UserDatatype::contiguous(2, &f32::equivalent_datatype())
+            .as_ref()
+            .type_id();
+        let two_f64 = UserDatatype::contiguous(2, &f64::equivalent_datatype())
+            .as_ref()
+            .type_id();
+        let ld_int = dtabi::resized(dtabi::opaque(20), 0, 32);
+        let simple: &[(u32, u32, &'static str)] = &[
+            (0x01, id::<i8>(), "MPI_CHAR"),
+            (0x02, id::<u8>(), "MPI_UNSIGNED_CHAR"),
+            (0x03, id::<i16>(), "MPI_SHORT"),
+            (0x04, id::<u16>(), "MPI_UNSIGNED_SHORT"),
+            (0x05, id::<i32>(), "MPI_INT"),
+            (0x06, id::<u32>(), "MPI_UNSIGNED"),
+            (0x07, id::<i64>(), "MPI_LONG"),
+            (0x08, id::<u64>(), "MPI_UNSIGNED_LONG"),
+            (0x09, id::<i64>(), "MPI_LONG_LONG"),
+            (0x0a, id::<f32>(), "MPI_FLOAT"),
+            (0x0b, id::<f64>(), "MPI_DOUBLE"),
+            (0x0c, ld, "MPI_LONG_DOUBLE"),
+            (0x0d, id::<u8>(), "MPI_BYTE"),
+            (0x0e, id::<i32>(), "MPI_WCHAR"),
+            (0x0f, id::<u8>(), "MPI_PACKED"),
+            (0x16, id::<ValueIndex<i32, i32>>(), "MPI_2INT"),
+            (0x18, id::<i8>(), "MPI_SIGNED_CHAR"),
+            (0x19, id::<u64>(), "MPI_UNSIGNED_LONG_LONG"),
+            (0x1a, id::<u8>(), "MPI_CHARACTER"),
+            (0x1b, id::<i32>(), "MPI_INTEGER"),
+            (0x1c, id::<f32>(), "MPI_REAL"),
+            (0x1d, id::<i32>(), "MPI_LOGICAL"),
+            (0x1e, c32, "MPI_COMPLEX"),
+            (0x1f, id::<f64>(), "MPI_DOUBLE_PRECISION"),
+            (0x20, id::<ValueIndex<i32, i32>>(), "MPI_2INTEGER"),
+            (0x21, two_f32, "MPI_2REAL"),
+            (0x22, c64, "MPI_DOUBLE_COMPLEX"),
+            (0x23, two_f64, "MPI_2DOUBLE_PRECISION"),
+            (0x27, id::<f32>(), "MPI_REAL4"),
+            (0x28, c32, "MPI_COMPLEX8"),
+            (0x29, id::<f64>(), "MPI_REAL8"),
+            (0x2a, c64, "MPI_COMPLEX16"),
+            (0x2b, ld, "MPI_REAL16"),
+            (0x2c, ld_c, "MPI_COMPLEX32"),
+            (0x2d, id::<i8>(), "MPI_INTEGER1"),
+            (0x2f, id::<i16>(), "MPI_INTEGER2"),
+            (0x30, id::<i32>(), "MPI_INTEGER4"),
+            (0x31, id::<i64>(), "MPI_INTEGER8"),
+            (0x33, id::<bool>(), "MPI_CXX_BOOL"),
+            (0x34, c32, "MPI_CXX_FLOAT_COMPLEX"),
+            (0x35, c64, "MPI_CXX_DOUBLE_COMPLEX"),
+            (0x36, ld_c, "MPI_CXX_LONG_DOUBLE_COMPLEX"),
+            (0x37, id::<i8>(), "MPI_INT8_T"),
+            (0x38, id::<i16>(), "MPI_INT16_T"),
+            (0x39, id::<i32>(), "MPI_INT32_T"),
+            (0x3a, id::<i64>(), "MPI_INT64_T"),
+            (0x3b, id::<u8>(), "MPI_UINT8_T"),
+            (0x3c, id::<u16>(), "MPI_UINT16_T"),
+            (0x3d, id::<u32>(), "MPI_UINT32_T"),
+            (0x3e, id::<u64>(), "MPI_UINT64_T"),
+            (0x3f, id::<bool>(), "MPI_C_BOOL"),
+            (0x40, c32, "MPI_C_FLOAT_COMPLEX"),
+            (0x41, c64, "MPI_C_DOUBLE_COMPLEX"),
+            (0x42, ld_c, "MPI_C_LONG_DOUBLE_COMPLEX"),
+            (0x43, id::<i64>(), "MPI_AINT"),
+            (0x44, id::<i64>(), "MPI_OFFSET"),
+            (0x45, id::<i64>(), "MPI_COUNT"),
+        ];
+        let pairs: [(u32, &'static str); 5] = [
+            (id::<ValueIndex<f32, i32>>(), "MPI_FLOAT_INT"),
+            (id::<ValueIndex<f64, i32>>(), "MPI_DOUBLE_INT"),
+            (id::<ValueIndex<i64, i32>>(), "MPI_LONG_INT"),
+            (id::<ValueIndex<i16, i32>>(), "MPI_SHORT_INT"),
+            (ld_int, "MPI_LONG_DOUBLE_INT"),
+        ];
+        let mut t = vec![None; PAIR_AT + pairs.len()];
+        for &(i, id, name) in simple {
+            t[i as usize] = Some(Named { id, name });
+        }
+        for (n, &(id, name)) in pairs.iter().enumerate() {
+            t[PAIR_AT + n] = Some(Named { id, name });
+        }
+        t
+    })
+}
+
+const PAIR_AT: usize = 0x46;
+
+fn predefined_of(h: c_int) -> Option<Named> {
+    let u = h as u32;
+    let idx = if u & 0xffff_0000 == 0x4c00_0000 {
+        (u & 0xff) as usize
+    } else if (0x8c00_0000..0x8c00_0005).contains(&u) {
+        PAIR_AT + (u & 0xff) as usize
+    } else {
+        return None;
+    };
+    predefined().get(idx).copied().flatten()
+}
+
+// ---- derived datatypes ----------------------------------------------------------
+
+/// How a derived datatype was made (`MPI_Type_get_envelope`/`get_contents`).
+#[derive(Clone, Debug, Default)]
+pub struct Envelope {
+    pub combiner: c_int,
+    pub ints: Vec<c_int>,
+    pub aints: Vec<isize>,
+    pub types: Vec<c_int>,
+}
+
+/// A derived datatype.
+pub struct DtEntry {
+    pub id: u32,
+    pub committed: bool,
+    pub name: Mutex<String>,
+    pub env: Envelope,
+}
+
+pub static TYPES: Table<Arc<DtEntry>> = Table::new(DATATYPE_BASE);
+
+/// The engine's datatype behind handle `h`, committed.
+#[inline]
+pub fn dtype(h: c_int) -> R<DatatypeRef<'static>> {
+    if let Some(n) = predefined_of(h) {
+        return Ok(DatatypeRef::__from_id(n.id));
+    }
+    match TYPES.get(h) {
+        Some(e) if e.committed => Ok(DatatypeRef::__from_id(e.id)),
+        Some(_) => Err(Fail::new(
+            ERR_TYPE,
+            format!("datatype {h:#x} is not committed (MPI_Type_commit)"),
+        )),
+        None => Err(bad_type(h)),
+    }
+}
+
+/// The engine id of any datatype handle, committed or not (for constructors and queries).
+pub fn type_id_any(h: c_int) -> R<u32> {
+    if let Some(n) = predefined_of(h) {
+        return Ok(n.id);
+    }
+    TYPES.get(h).map(|e| e.id).ok_or_else(|| bad_type(h))
+}
+
+fn bad_type(h: c_int) -> Fail {
+    if h == DATATYPE_NULL {
+        Fail::new(ERR_TYPE, "MPI_DATATYPE_NULL is not a datatype")
+    } else {
+        Fail::new(ERR_TYPE, format!("{h:#x} is not a datatype"))
+    }
+}
+
+fn new_type(id: u32, env: Envelope) -> c_int {
+    TYPES.insert(Arc::new(DtEntry {
+        id,
+        committed: false,
+        name: Mutex::new(String::new()),
+        env,
+    }))
+}
+
+fn count_ok(n: c_int, what: &str) -> R<usize> {
+    if n < 0 {
+        return Err(Fail::new(ERR_COUNT, format!("{what} {n} is negative")));
+    }
+    Ok(n as usize)
+}
+
+/// `count` of old type `old` as a buffer at `p`.
+pub fn buf(p: *const c_void, count: c_int, dt: c_int) -> R<raw::CBuf> {
+    if count < 0 {
+        return Err(Fail::new(ERR_COUNT, format!("count {count} is negative")));
+    }
+    Ok(raw::CBuf::new(p, count as Count, dtype(dt)?))
+}
+
+/// Bytes of data in one element of `h`.
+pub fn size_of(h: c_int) -> R<usize> {
+    Ok(dtabi::layout(type_id_any(h)?).size)
+}
+
+pub fn layout(h: c_int) -> R<dtabi::Layout> {
+    Ok(dtabi::layout(type_id_any(h)?))
+}
+
+fn dref(id: u32) -> DatatypeRef<'static> {
+    DatatypeRef::__from_id(id)
+}
+
+mpi! {
+    fn MPI_Type_size / PMPI_Type_size(dt: c_int, size: *mut c_int) {
+        let s = size_of(dt)?;
+        raw::put(size, c_int::try_from(s).unwrap_or(UNDEFINED))
+    }
+    fn MPI_Type_size_x / PMPI_Type_size_x(dt: c_int, size: *mut i64) {
+        raw::put(size, size_of(dt)? as i64)
+    }
+    fn MPI_Type_size_c / PMPI_Type_size_c(dt: c_int, size: *mut i64) {
+        raw::put(size, size_of(dt)? as i64)
+    }
+    fn MPI_Type_get_extent / PMPI_Type_get_extent(dt: c_int, lb: *mut isize, extent: *mut isize) {
+        let l = layout(dt)?;
+        raw::put(lb, l.lb)?;
+        raw::put(extent, l.extent as isize)
+    }
+    fn MPI_Type_get_extent_x / PMPI_Type_get_extent_x(dt: c_int, lb: *mut i64, extent: *mut i64) {
+        let l = layout(dt)?;
+        raw::put(lb, l.lb as i64)?;
+        raw::put(extent, l.extent as i64)
+    }
+    fn MPI_Type_get_true_extent / PMPI_Type_get_true_extent(dt: c_int, lb: *mut isize, extent: *mut isize) {
+        let l = layout(dt)?;
+        raw::put(lb, l.true_lb)?;
+        raw::put(extent, l.true_extent as isize)
+    }
+    fn MPI_Type_get_true_extent_x / PMPI_Type_get_true_extent_x(dt: c_int, lb: *mut i64, extent: *mut i64) {
+        let l = layout(dt)?;
+        raw::put(lb, l.true_lb as i64)?;
+        raw::put(extent, l.true_extent as i64)
+    }
+    fn MPI_Type_contiguous / PMPI_Type_contiguous(count: c_int, old: c_int, new: *mut c_int) {
+        count_ok(count, "count")?;
+        let t = UserDatatype::contiguous(count, &dref(type_id_any(old)?));
+        raw::put(new, new_type(t.as_ref().type_id(), Envelope {
+            combiner: COMBINER_CONTIGUOUS, ints: vec![count], aints: vec![], types: vec![old],
+        }))
+    }
+    fn MPI_Type_vector / PMPI_Type_vector(count: c_int, bl: c_int, stride: c_int, old: c_int, new: *mut c_int) {
+        count_ok(count, "count")?;
+        count_ok(bl, "block length")?;
+        let t = UserDatatype::vector(count, bl, stride, &dref(type_id_any(old)?));
+        raw::put(new, new_type(t.as_ref().type_id(), Envelope {
+            combiner: COMBINER_VECTOR, ints: vec![count, bl, stride], aints: vec![], types: vec![old],
+        }))
+    }
+    fn MPI_Type_create_hvector / PMPI_Type_create_hvector(count: c_int, bl: c_int, stride: isize, old: c_int, new: *mut c_int) {
+        count_ok(count, "count")?;
+        count_ok(bl, "block length")?;
+        let t = UserDatatype::heterogeneous_vector(count, bl, stride, &dref(type_id_any(old)?));
+        raw::put(new, new_type(t.as_ref().type_id(), Envelope {
+            combiner: COMBINER_HVECTOR, ints: vec![count, bl], aints: vec![stride], types: vec![old],
+        }))
+    }
+    fn MPI_Type_indexed / PMPI_Type_indexed(count: c_int, bls: *const c_int, displs: *const c_int, old: c_int, new: *mut c_int) {
+        count_ok(count, "count")?;
+        let (b, d) = (raw::slice(bls, count)?, raw::slice(displs, count)?);
+        if let Some(x) = b.iter().find(|&&x| x < 0) {
+            return Err(Fail::new(ERR_ARG, format!("block length {x} is negative")));
+        }
+        let t = UserDatatype::indexed(b, d, &dref(type_id_any(old)?));
+        let mut ints = vec![count];
+        ints.extend_from_slice(b);
+        ints.extend_from_slice(d);
+        raw::put(new, new_type(t.as_ref().type_id(), Envelope {
+            combiner: COMBINER_INDEXED, ints, aints: vec![], types: vec![old],
+        }))
+    }
+    fn MPI_Type_create_hindexed / PMPI_Type_create_hindexed(count: c_int, bls: *const c_int, displs: *const isize, old: c_int, new: *mut c_int) {
+        count_ok(count, "count")?;
+        let (b, d) = (raw::slice(bls, count)?, raw::slice(displs, count)?);
+        if let Some(x) = b.iter().find(|&&x| x < 0) {
+            return Err(Fail::new(ERR_ARG, format!("block length {x} is negative")));
+        }
+        let t = UserDatatype::heterogeneous_indexed(b, d, &dref(type_id_any(old)?));
+        let mut ints = vec![count];
+        ints.extend_from_slice(b);
+        raw::put(new, new_type(t.as_ref().type_id(), Envelope {
+            combiner: COMBINER_HINDEXED, ints, aints: d.to_vec(), types: vec![old],
+        }))
+    }
+    fn MPI_Type_create_indexed_block / PMPI_Type_create_indexed_block(count: c_int, bl: c_int, displs: *const c_int, old: c_int, new: *mut c_int) {
+        count_ok(count, "count")?;
+        count_ok(bl, "block length")?;
+        let d = raw::slice(displs, count)?;
+        let t = UserDatatype::indexed_block(bl, d, &dref(type_id_any(old)?));
+        let mut ints = vec![count, bl];
+        ints.extend_from_slice(d);
+        raw::put(new, new_type(t.as_ref().type_id(), Envelope {
+            combiner: COMBINER_INDEXED_BLOCK, ints, aints: vec![], types: vec![old],
+        }))
+    }
+    fn MPI_Type_create_hindexed_block / PMPI_Type_create_hindexed_block(count: c_int, bl: c_int, displs: *const isize, old: c_int, new: *mut c_int) {
+        count_ok(count, "count")?;
+        count_ok(bl, "block length")?;
+        let d = raw::slice(displs, count)?;
+        let t = UserDatatype::heterogeneous_indexed_block(bl, d, &dref(type_id_any(old)?));
+        raw::put(new, new_type(t.as_ref().type_id(), Envelope {
+            combiner: COMBINER_HINDEXED_BLOCK, ints: vec![count, bl], aints: d.to_vec(), types: vec![old],
+        }))
+    }
+    fn MPI_Type_create_struct / PMPI_Type_create_struct(count: c_int, bls: *const c_int, displs: *const isize, types: *const c_int, new: *mut c_int) {
+        count_ok(count, "count")?;
+        let (b, d, t) = (raw::slice(bls, count)?, raw::slice(displs, count)?, raw::slice(types, count)?);
+        if let Some(x) = b.iter().find(|&&x| x < 0) {
+            return Err(Fail::new(ERR_ARG, format!("block length {x} is negative")));
+        }
+        let refs = t.iter().map(|&h| type_id_any(h).map(dref)).collect::<R<Vec<_>>>()?;
+        let s = UserDatatype::structured(b, d, &refs);
+        let mut ints = vec![count];
+        ints.extend_from_slice(b);
+        raw::put(new, new_type(s.as_ref().type_id(), Envelope {
+            combiner: COMBINER_STRUCT, ints, aints: d.to_vec(), types: t.to_vec(),
+        }))
+    }
+    fn MPI_Type_create_resized / PMPI_Type_create_resized(old: c_int, lb: isize, extent: isize, new: *mut c_int) {
+        if extent < 0 {
+            return Err(Fail::new(ERR_ARG, format!("extent {extent} is negative")));
+        }
+        let id = dtabi::resized(type_id_any(old)?, lb, extent as usize);
+        raw::put(new, new_type(id, Envelope {
+            combiner: COMBINER_RESIZED, ints: vec![], aints: vec![lb, extent], types: vec![old],
+        }))
+    }
+    fn MPI_Type_create_subarray / PMPI_Type_create_subarray(ndims: c_int, sizes: *const c_int, subsizes: *const c_int, starts: *const c_int, order: c_int, old: c_int, new: *mut c_int) {
+        let n = count_ok(ndims, "ndims")?;
+        let (sz, sub, st) = (raw::slice(sizes, ndims)?, raw::slice(subsizes, ndims)?, raw::slice(starts, ndims)?);
+        let id = subarray(sz, sub, st, order, type_id_any(old)?)?;
+        let mut ints = vec![ndims];
+        ints.extend_from_slice(sz);
+        ints.extend_from_slice(sub);
+        ints.extend_from_slice(st);
+        ints.push(order);
+        debug_assert_eq!(ints.len(), 3 * n + 2);
+        raw::put(new, new_type(id, Envelope {
+            combiner: COMBINER_SUBARRAY, ints, aints: vec![], types: vec![old],
+        }))
+    }
+    fn MPI_Type_dup / PMPI_Type_dup(old: c_int, new: *mut c_int) {
+        let id = type_id_any(old)?;
+        let committed = predefined_of(old).is_some() || TYPES.get(old).is_some_and(|e| e.committed);
+        raw::put(new, TYPES.insert(Arc::new(DtEntry {
+            id,
+            committed,
+            name: Mutex::new(String::new()),
+            env: Envelope { combiner: COMBINER_DUP, ints: vec![], aints: vec![], types: vec![old] },
+        })))
+    }
+    fn MPI_Type_commit / PMPI_Type_commit(dt: *mut c_int) {
+        let h = raw::get(dt)?;
+        if predefined_of(h).is_some() {
+            return Ok(());
+        }
+        let e = TYPES.get(h).ok_or_else(|| bad_type(h))?;
+        if !e.committed {
+            let name = e.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            TYPES.set(h, Arc::new(DtEntry { id: e.id, committed: true, name: Mutex::new(name), env: e.env.clone() }));
+        }
+        Ok(())
+    }
+    fn MPI_Type_free / PMPI_Type_free(dt: *mut c_int) {
+        let h = raw::get(dt)?;
+        if predefined_of(h).is_some() {
+            return Err(Fail::new(ERR_TYPE, "a predefined datatype cannot be freed"));
+        }
+        TYPES.remove(h).ok_or_else(|| bad_type(h))?;
+        raw::put(dt, DATATYPE_NULL)
+    }
+    fn MPI_Type_get_envelope / PMPI_Type_get_envelope(dt: c_int, ni: *mut c_int, na: *mut c_int, nt: *mut c_int, combiner: *mut c_int) {
+        let env = envelope(dt)?;
+        raw::put(ni, env.ints.len() as c_int)?;
+        raw::put(na, env.aints.len() as c_int)?;
+        raw::put(nt, env.types.len() as c_int)?;
+        raw::put(combiner, env.combiner)
+    }
+    fn MPI_Type_get_contents / PMPI_Type_get_contents(dt: c_int, ni: c_int, na: c_int, nt: c_int, ints: *mut c_int, aints: *mut isize, types: *mut c_int) {
+        let env = envelope(dt)?;
+        if env.combiner == COMBINER_NAMED {
+            return Err(Fail::new(ERR_TYPE, "a predefined datatype has no contents"));
+        }
+        if (ni as usize) < env.ints.len() || (na as usize) < env.aints.len() || (nt as usize) < env.types.len() {
+            return Err(Fail::new(ERR_ARG, "the arrays are shorter than MPI_Type_get_envelope said"));
+        }
+        raw::slice_mut(ints, env.ints.len() as c_int)?.copy_from_slice(&env.ints);
+        raw::slice_mut(aints, env.aints.len() as c_int)?.copy_from_slice(&env.aints);
+        raw::slice_mut(types, env.types.len() as c_int)?.copy_from_slice(&env.types);
+        Ok(())
+    }
+    fn MPI_Type_set_name / PMPI_Type_set_name(dt: c_int, name: *const c_char) {
+        let s = raw::c_str(name)?;
+        let e = TYPES.get(dt).ok_or_else(|| Fail::new(ERR_TYPE, "only a derived datatype can be renamed"))?;
+        *e.name.lock().unwrap_or_else(|p| p.into_inner()) = s;
+        Ok(())
+    }
+    fn MPI_Type_get_name / PMPI_Type_get_name(dt: c_int, name: *mut c_char, len: *mut c_int) {
+        let s = match predefined_of(dt) {
+            Some(n) => n.name.to_string(),
+            None => TYPES.get(dt).ok_or_else(|| bad_type(dt))?.name.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        };
+        let n = raw::put_str(name, MAX_OBJECT_NAME, &s)?;
+        raw::put(len, n)
+    }
+    fn MPI_Get_address / PMPI_Get_address(location: *const c_void, address: *mut isize) {
+        raw::put(address, raw::address(location))
+    }
+    fn MPI_Pack_size / PMPI_Pack_size(count: c_int, dt: c_int, _comm: c_int, size: *mut c_int) {
+        let n = count_ok(count, "count")? * size_of(dt)?;
+        raw::put(size, c_int::try_from(n).map_err(|_| Fail::new(ERR_COUNT, "the packed size exceeds an int"))?)
+    }
+    fn MPI_Pack / PMPI_Pack(inbuf: *const c_void, count: c_int, dt: c_int, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, _comm: c_int) {
+        let n = count_ok(count, "count")?;
+        let id = dtype(dt)?.type_id();
+        let pos = raw::get(position)?;
+        let l = dtabi::layout(id);
+        let need = n * l.size;
+        if pos < 0 || pos as usize + need > outsize.max(0) as usize {
+            return Err(Fail::new(ERR_TRUNCATE, format!(
+                "packing {need} bytes at position {pos} overruns the {outsize}-byte output buffer"
+            )));
+        }
+        let out = raw::bytes_mut(outbuf, outsize as usize);
+        let mut at = pos as usize;
+        let blocks = dtabi::blocks(id);
+        for i in 0..n {
+            for &(off, len) in &blocks {
+                let src = raw::bytes(raw::offset(inbuf, i as isize * l.extent as isize + off), len);
+                out[at..at + len].copy_from_slice(src);
+                at += len;
+            }
+        }
+        raw::put(position, at as c_int)
+    }
+    fn MPI_Unpack / PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, count: c_int, dt: c_int, _comm: c_int) {
+        let n = count_ok(count, "count")?;
+        let id = dtype(dt)?.type_id();
+        let pos = raw::get(position)?;
+        let l = dtabi::layout(id);
+        let need = n * l.size;
+        if pos < 0 || pos as usize + need > insize.max(0) as usize {
+            return Err(Fail::new(ERR_TRUNCATE, format!(
+                "unpacking {need} bytes at position {pos} reads past the {insize}-byte input buffer"
+            )));
+        }
+        let inb = raw::bytes(inbuf, insize as usize);
+        let mut at = pos as usize;
+        let blocks = dtabi::blocks(id);
+        for i in 0..n {
+            for &(off, len) in &blocks {
+                let dst = raw::bytes_mut(raw::offset(outbuf, i as isize * l.extent as isize + off), len);
+                dst.copy_from_slice(&inb[at..at + len]);
+                at += len;
+            }
+        }
+        raw::put(position, at as c_int)
+    }
+}
+
+/// `MPI_Aint_add`: address arithmetic as the standard defines it.
+#[no_mangle]
+pub extern "C" fn PMPI_Aint_add(base: isize, disp: isize) -> isize {
+    base.wrapping_add(disp)
+}
+#[no_mangle]
+pub extern "C" fn MPI_Aint_add(base: isize, disp: isize) -> isize {
+    base.wrapping_add(disp)
+}
+/// `MPI_Aint_diff`.
+#[no_mangle]
+pub extern "C" fn PMPI_Aint_diff(a: isize, b: isize) -> isize {
+    a.wrapping_sub(b)
+}
+#[no_mangle]
+pub extern "C" fn MPI_Aint_diff(a: isize, b: isize) -> isize {
+    a.wrapping_sub(b)
+}
+
+fn envelope(dt: c_int) -> R<Envelope> {
+    if predefined_of(dt).is_some() {
+        return Ok(Envelope {
+            combiner: COMBINER_NAMED,
+            ..Envelope::default()
+        });
+    }
+    Ok(TYPES.get(dt).ok_or_else(|| bad_type(dt))?.env.clone())
+}
+
+/// The type map of `MPI_Type_create_subarray`: nested strided blocks moved to
+/// the start corner, resized to the whole array.
+fn subarray(sizes: &[c_int], subs: &[c_int], starts: &[c_int], order: c_int, old: u32) -> R<u32> {
+    let n = sizes.len();
+    if n == 0 {
+        return Err(Fail::new(
+            ERR_ARG,
+            "a subarray needs at least one dimension",
+        ));
+    }
+    for d in 0..n {
+        if sizes[d] <= 0 || subs[d] <= 0 || starts[d] < 0 || starts[d] + subs[d] > sizes[d] {
+            return Err(Fail::new(
+                ERR_ARG,
+                format!(
+                    "dimension {d}: size {}, subsize {}, start {} do not fit",
+                    sizes[d], subs[d], starts[d]
+                ),
+            ));
+        }
+    }
+    // Dimensions from fastest-varying to slowest.
+    let dims: Vec<usize> = match order {
+        ORDER_C => (0..n).rev().collect(),
+        ORDER_FORTRAN => (0..n).collect(),
+        _ => {
+            return Err(Fail::new(
+                ERR_ARG,
+                format!("order {order} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"),
+            ))
+        }
+    };
+    let ext = dtabi::layout(old).extent as isize;
+    let mut t = UserDatatype::contiguous(subs[dims[0]], &dref(old))
+        .as_ref()
+        .type_id();
+    let mut stride = ext * sizes[dims[0]] as isize;
+    let mut disp = starts[dims[0]] as isize * ext;
+    for &d in &dims[1..] {
+        t = UserDatatype::heterogeneous_vector(subs[d], 1, stride, &dref(t))
+            .as_ref()
+            .type_id();
+        disp += starts[d] as isize * stride;
+        stride *= sizes[d] as isize;
+    }
+    let moved = UserDatatype::heterogeneous_indexed(&[1], &[disp], &dref(t))
+        .as_ref()
+        .type_id();
+    Ok(dtabi::resized(moved, 0, stride as usize))
+}
+
+// ---- operations ------------------------------------------------------------------
+
+/// A reduction operation as C names it.
+#[derive(Clone)]
+pub enum COp {
+    Sys(SystemOperation),
+    User { f: UserFn, commute: bool },
+}
+
+pub static OPS: Table<COp> = Table::new(OP_BASE);
+
+pub fn op(h: c_int) -> R<COp> {
+    let s = match h {
+        OP_MAX => SystemOperation::max(),
+        OP_MIN => SystemOperation::min(),
+        OP_SUM => SystemOperation::sum(),
+        OP_PROD => SystemOperation::product(),
+        OP_LAND => SystemOperation::logical_and(),
+        OP_BAND => SystemOperation::bitwise_and(),
+        OP_LOR => SystemOperation::logical_or(),
+        OP_BOR => SystemOperation::bitwise_or(),
+        OP_LXOR => SystemOperation::logical_xor(),
+        OP_BXOR => SystemOperation::bitwise_xor(),
+        OP_MINLOC => SystemOperation::min_loc(),
+        OP_MAXLOC => SystemOperation::max_loc(),
+        OP_REPLACE | OP_NO_OP => {
+            return Err(Fail::new(
+                ERR_OP,
+                "MPI_REPLACE and MPI_NO_OP are for one-sided accumulates only",
+            ))
+        }
+        _ => {
+            return OPS
+                .get(h)
+                .ok_or_else(|| Fail::new(ERR_OP, format!("{h:#x} is not an operation")))
+        }
+    };
+    Ok(COp::Sys(s))
+}
+
+/// A user operation calling C function `f` with datatype handle `dt` (what the
+/// function sees, as the program named it).
+pub fn user_op(f: UserFn, commute: bool, dt: c_int) -> UserOperation<'static> {
+    UserOperation::new(commute, move |a, mut b| {
+        let len = b.len() as c_int;
+        raw::call_user_op(f, a.as_ptr(), b.as_mut_ptr(), len, dt)
+    })
+}
+
+mpi! {
+    fn MPI_Op_create / PMPI_Op_create(f: Option<UserFn>, commute: c_int, op: *mut c_int) {
+        let f = f.ok_or_else(|| Fail::arg("the user function is null"))?;
+        raw::put(op, OPS.insert(COp::User { f, commute: commute != 0 }))
+    }
+    fn MPI_Op_free / PMPI_Op_free(op: *mut c_int) {
+        let h = raw::get(op)?;
+        OPS.remove(h).ok_or_else(|| Fail::new(ERR_OP, "only a user operation can be freed"))?;
+        raw::put(op, OP_NULL)
+    }
+    fn MPI_Op_commutative / PMPI_Op_commutative(op_h: c_int, commute: *mut c_int) {
+        let c = match op(op_h)? {
+            COp::Sys(_) => true,
+            COp::User { commute, .. } => commute,
+        };
+        raw::put(commute, c as c_int)
+    }
+}
+
+/// Makes sure the library is up before a datatype call that needs the engine.
+pub fn ready() -> R {
+    check_init()
+}
