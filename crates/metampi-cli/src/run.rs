@@ -70,6 +70,11 @@ pub struct RunArgs {
     #[arg(short = 'n', value_name = "N", required_unless_present = "meta")]
     np: Option<usize>,
 
+    /// Say what the launcher sets up (where programs built against MPICH find metampi's
+    /// C library)
+    #[arg(short = 'v', long)]
+    verbose: bool,
+
     /// Run across the meta computer described in FILE (MetaMPICH description language or
     /// PACX hostfile, see `metampi check`): routers between the meta hosts are started first,
     /// ranks are numbered meta host after meta host. Each meta host starts as its LAUNCH says:
@@ -411,7 +416,38 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
     if let Some(RankList(ranks)) = args.debug {
         spec = spec.debug_ranks(ranks);
     }
+    if let Some(dir) = abi_dir() {
+        // Programs built with MPICH's mpicc load metampi's C library instead of MPICH's.
+        let mut path = dir.clone().into_os_string();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+            path.push(":");
+            path.push(old);
+        }
+        if args.verbose {
+            eprintln!(
+                "metampi run: LD_LIBRARY_PATH starts with {} (metampi's libmpi.so.12 and libmpich.so.12)",
+                dir.display()
+            );
+        }
+        spec = spec.env("LD_LIBRARY_PATH", path);
+    } else if args.verbose {
+        eprintln!(
+            "metampi run: metampi's C library is not built (cargo build --release -p metampi-abi); \
+             programs built against MPICH would load MPICH's"
+        );
+    }
     Ok(spec)
+}
+
+/// The folder with metampi's MPICH-ABI library under MPICH's names: `METAMPI_ABI_DIR`, or
+/// `mpich-abi/` beside this executable (where `cargo build` puts it), when the library is there.
+pub fn abi_dir() -> Option<PathBuf> {
+    let dir = match std::env::var_os("METAMPI_ABI_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => std::env::current_exe().ok()?.parent()?.join("mpich-abi"),
+    };
+    // The links dangle until the library is built: ask for the file behind them.
+    dir.join("libmpi.so.12").is_file().then(|| dir.canonicalize().unwrap_or(dir))
 }
 
 /// How each router of a meta job starts: `P router`, where `P` is its PAIR header's executable,

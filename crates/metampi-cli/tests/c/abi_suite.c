@@ -1,0 +1,420 @@
+/* A C program against the plain MPI API, for metampi's MPICH-ABI library: built with
+ * MPICH's mpicc, run by `metampi run` on 1-8 ranks and across emulated sites.
+ * Every check that fails prints a line; rank 0 prints "suite: N checks, F failed". */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int checks = 0, failed = 0, rank = 0, size = 1;
+
+#define CHECK(cond, ...) do { checks++; if (!(cond)) { failed++; \
+    printf("FAIL rank %d line %d: ", rank, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+static void p2p(void) {
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    /* every send mode around a ring */
+    int out[4], in[4];
+    for (int m = 0; m < 4; m++) out[m] = rank * 100 + m;
+    MPI_Request rq[8];
+    for (int m = 0; m < 4; m++) MPI_Irecv(&in[m], 1, MPI_INT, prev, m, MPI_COMM_WORLD, &rq[m]);
+    MPI_Barrier(MPI_COMM_WORLD); /* receives are posted everywhere: ready mode is legal */
+    MPI_Send(&out[0], 1, MPI_INT, next, 0, MPI_COMM_WORLD);
+    MPI_Ssend(&out[1], 1, MPI_INT, next, 1, MPI_COMM_WORLD);
+    MPI_Bsend(&out[2], 1, MPI_INT, next, 2, MPI_COMM_WORLD);
+    MPI_Rsend(&out[3], 1, MPI_INT, next, 3, MPI_COMM_WORLD);
+    MPI_Status st[4];
+    MPI_Waitall(4, rq, st);
+    for (int m = 0; m < 4; m++) {
+        CHECK(in[m] == prev * 100 + m, "mode %d got %d", m, in[m]);
+        CHECK(st[m].MPI_SOURCE == prev && st[m].MPI_TAG == m, "mode %d status %d/%d", m, st[m].MPI_SOURCE, st[m].MPI_TAG);
+        CHECK(rq[m] == MPI_REQUEST_NULL, "request not nulled");
+    }
+    /* nonblocking sends of a large message, wildcard receive, get_count */
+    int n = 100000;
+    double *big = malloc(n * sizeof(double)), *got = malloc(n * sizeof(double));
+    for (int i = 0; i < n; i++) big[i] = rank + i * 0.5;
+    MPI_Isend(big, n, MPI_DOUBLE, next, 9, MPI_COMM_WORLD, &rq[0]);
+    MPI_Status s;
+    MPI_Recv(got, n, MPI_DOUBLE, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &s);
+    MPI_Wait(&rq[0], MPI_STATUS_IGNORE);
+    int cnt;
+    MPI_Get_count(&s, MPI_DOUBLE, &cnt);
+    CHECK(cnt == n && s.MPI_SOURCE == prev && s.MPI_TAG == 9, "large: count %d source %d", cnt, s.MPI_SOURCE);
+    CHECK(got[n - 1] == prev + (n - 1) * 0.5, "large payload");
+    free(big); free(got);
+    /* persistent requests, started twice */
+    int ps = rank, pr = -1;
+    MPI_Send_init(&ps, 1, MPI_INT, next, 11, MPI_COMM_WORLD, &rq[0]);
+    MPI_Recv_init(&pr, 1, MPI_INT, prev, 11, MPI_COMM_WORLD, &rq[1]);
+    for (int it = 0; it < 2; it++) {
+        ps = rank + it;
+        MPI_Startall(2, rq);
+        MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+        CHECK(pr == prev + it, "persistent round %d got %d", it, pr);
+        CHECK(rq[0] != MPI_REQUEST_NULL, "persistent request stays");
+    }
+    MPI_Request_free(&rq[0]); MPI_Request_free(&rq[1]);
+    /* probe, then receive what the probe saw; matched probe */
+    MPI_Send(&ps, 1, MPI_INT, next, 12, MPI_COMM_WORLD);
+    MPI_Probe(prev, 12, MPI_COMM_WORLD, &s);
+    MPI_Get_count(&s, MPI_INT, &cnt);
+    CHECK(cnt == 1 && s.MPI_TAG == 12, "probe count %d", cnt);
+    MPI_Recv(&pr, 1, MPI_INT, prev, 12, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Message msg;
+    MPI_Isend(&ps, 1, MPI_INT, next, 13, MPI_COMM_WORLD, &rq[0]);
+    MPI_Mprobe(MPI_ANY_SOURCE, 13, MPI_COMM_WORLD, &msg, &s);
+    MPI_Mrecv(&pr, 1, MPI_INT, &msg, &s);
+    MPI_Wait(&rq[0], MPI_STATUS_IGNORE);
+    CHECK(msg == MPI_MESSAGE_NULL && s.MPI_SOURCE == prev, "mprobe/mrecv");
+    /* waitany / testsome over receives from everyone */
+    int *vals = calloc(size, sizeof(int));
+    MPI_Request *rs = malloc(size * sizeof(MPI_Request));
+    for (int r = 0; r < size; r++) MPI_Irecv(&vals[r], 1, MPI_INT, r, 14, MPI_COMM_WORLD, &rs[r]);
+    for (int r = 0; r < size; r++) MPI_Send(&rank, 1, MPI_INT, r, 14, MPI_COMM_WORLD);
+    int seen = 0, idx;
+    while (seen < size) { MPI_Waitany(size, rs, &idx, &s); CHECK(idx >= 0 && s.MPI_SOURCE == idx, "waitany index %d", idx); seen++; }
+    MPI_Waitany(size, rs, &idx, &s);
+    CHECK(idx == MPI_UNDEFINED, "waitany on all-null gives MPI_UNDEFINED");
+    for (int r = 0; r < size; r++) CHECK(vals[r] == r, "waitany value");
+    free(vals); free(rs);
+    /* sendrecv and sendrecv_replace; the null process */
+    int a = rank, b = -1;
+    MPI_Sendrecv(&a, 1, MPI_INT, next, 15, &b, 1, MPI_INT, prev, 15, MPI_COMM_WORLD, &s);
+    CHECK(b == prev, "sendrecv got %d", b);
+    MPI_Sendrecv_replace(&a, 1, MPI_INT, next, 16, prev, 16, MPI_COMM_WORLD, &s);
+    CHECK(a == prev, "sendrecv_replace got %d", a);
+    MPI_Recv(&b, 1, MPI_INT, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &s);
+    CHECK(s.MPI_SOURCE == MPI_PROC_NULL && s.MPI_TAG == MPI_ANY_TAG, "proc_null status");
+    /* cancel a receive nobody sends to */
+    MPI_Irecv(&b, 1, MPI_INT, MPI_ANY_SOURCE, 999, MPI_COMM_WORLD, &rq[0]);
+    MPI_Cancel(&rq[0]);
+    MPI_Wait(&rq[0], &s);
+    int flag;
+    MPI_Test_cancelled(&s, &flag);
+    CHECK(flag, "receive cancelled");
+    /* iprobe finds nothing on an unused tag */
+    MPI_Iprobe(MPI_ANY_SOURCE, 998, MPI_COMM_WORLD, &flag, &s);
+    CHECK(!flag, "iprobe on an unused tag");
+}
+
+static void datatypes(void) {
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    /* a column of a 4x4 matrix */
+    double m[16], col[4];
+    for (int i = 0; i < 16; i++) m[i] = rank * 100 + i;
+    MPI_Datatype column;
+    MPI_Type_vector(4, 1, 4, MPI_DOUBLE, &column);
+    MPI_Type_commit(&column);
+    int sz; MPI_Aint lb, ext;
+    MPI_Type_size(column, &sz);
+    MPI_Type_get_extent(column, &lb, &ext);
+    CHECK(sz == 32 && lb == 0 && ext == 13 * 8, "vector size %d extent %ld", sz, (long)ext);
+    MPI_Sendrecv(&m[1], 1, column, next, 20, col, 4, MPI_DOUBLE, prev, 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    for (int i = 0; i < 4; i++) CHECK(col[i] == prev * 100 + 1 + 4 * i, "column %d: %g", i, col[i]);
+    /* a struct with padding */
+    struct item { char c; double d; int i[3]; } items[3], recv_items[3];
+    int bl[3] = {1, 1, 3};
+    MPI_Aint disp[3], base;
+    MPI_Get_address(&items[0], &base);
+    MPI_Get_address(&items[0].c, &disp[0]);
+    MPI_Get_address(&items[0].d, &disp[1]);
+    MPI_Get_address(&items[0].i, &disp[2]);
+    for (int k = 0; k < 3; k++) disp[k] = MPI_Aint_diff(disp[k], base);
+    MPI_Datatype types[3] = {MPI_CHAR, MPI_DOUBLE, MPI_INT}, st0, st;
+    MPI_Type_create_struct(3, bl, disp, types, &st0);
+    MPI_Type_create_resized(st0, 0, sizeof(struct item), &st);
+    MPI_Type_commit(&st);
+    for (int k = 0; k < 3; k++) { items[k].c = 'a' + k; items[k].d = rank + k * 0.25; items[k].i[0] = k; items[k].i[2] = -k; }
+    MPI_Sendrecv(items, 3, st, next, 21, recv_items, 3, st, prev, 21, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    for (int k = 0; k < 3; k++)
+        CHECK(recv_items[k].c == 'a' + k && recv_items[k].d == prev + k * 0.25 && recv_items[k].i[2] == -k, "struct item %d", k);
+    int ni, na, nt, comb;
+    MPI_Type_get_envelope(st0, &ni, &na, &nt, &comb);
+    CHECK(comb == MPI_COMBINER_STRUCT && ni == 4 && na == 3 && nt == 3, "struct envelope %d %d %d %d", comb, ni, na, nt);
+    /* a 2x2 block out of a 4x4 array (subarray), received contiguous */
+    int sizes[2] = {4, 4}, subs[2] = {2, 2}, starts[2] = {1, 2};
+    MPI_Datatype sa;
+    MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_DOUBLE, &sa);
+    MPI_Type_commit(&sa);
+    MPI_Type_get_extent(sa, &lb, &ext);
+    CHECK(ext == 16 * 8, "subarray extent %ld", (long)ext);
+    double blk[4];
+    MPI_Sendrecv(m, 1, sa, next, 22, blk, 4, MPI_DOUBLE, prev, 22, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    CHECK(blk[0] == prev * 100 + 6 && blk[1] == prev * 100 + 7 && blk[2] == prev * 100 + 10 && blk[3] == prev * 100 + 11,
+          "subarray block %g %g %g %g", blk[0], blk[1], blk[2], blk[3]);
+    /* pack and unpack */
+    char packed[256]; int pos = 0, psize;
+    MPI_Pack_size(1, column, MPI_COMM_WORLD, &psize);
+    CHECK(psize == 32, "pack size %d", psize);
+    MPI_Pack(&m[2], 1, column, packed, sizeof packed, &pos, MPI_COMM_WORLD);
+    int one = 7; MPI_Pack(&one, 1, MPI_INT, packed, sizeof packed, &pos, MPI_COMM_WORLD);
+    CHECK(pos == 36, "pack position %d", pos);
+    double unp[4]; int seven = 0; pos = 0;
+    MPI_Unpack(packed, sizeof packed, &pos, unp, 4, MPI_DOUBLE, MPI_COMM_WORLD);
+    MPI_Unpack(packed, sizeof packed, &pos, &seven, 1, MPI_INT, MPI_COMM_WORLD);
+    CHECK(unp[3] == rank * 100 + 14 && seven == 7, "unpack %g %d", unp[3], seven);
+    /* indexed, and get_elements on a short message */
+    int ibl[2] = {2, 1}, idisp[2] = {0, 5};
+    MPI_Datatype ix;
+    MPI_Type_indexed(2, ibl, idisp, MPI_INT, &ix);
+    MPI_Type_commit(&ix);
+    int src[6] = {1, 2, 3, 4, 5, 6}, dst[6] = {0};
+    MPI_Status s;
+    MPI_Sendrecv(src, 2, MPI_INT, next, 23, dst, 1, ix, prev, 23, MPI_COMM_WORLD, &s);
+    int el, cnt;
+    MPI_Get_elements(&s, ix, &el);
+    MPI_Get_count(&s, ix, &cnt);
+    CHECK(el == 2 && cnt == MPI_UNDEFINED && dst[0] == 1 && dst[1] == 2, "get_elements %d count %d", el, cnt);
+    char name[MPI_MAX_OBJECT_NAME]; int len;
+    MPI_Type_get_name(MPI_DOUBLE, name, &len);
+    CHECK(strcmp(name, "MPI_DOUBLE") == 0, "type name %s", name);
+    MPI_Type_free(&column); MPI_Type_free(&st); MPI_Type_free(&st0); MPI_Type_free(&sa); MPI_Type_free(&ix);
+    CHECK(column == MPI_DATATYPE_NULL, "freed type is nulled");
+}
+
+static int copies = 0, deletes = 0;
+static int copy_fn(MPI_Comm c, int k, void *extra, void *in, void *out, int *flag) {
+    (void)c; (void)k; (void)extra; copies++; *(void **)out = in; *flag = 1; return MPI_SUCCESS;
+}
+static int delete_fn(MPI_Comm c, int k, void *v, void *extra) { (void)c; (void)k; (void)v; (void)extra; deletes++; return MPI_SUCCESS; }
+
+static void comms(void) {
+    MPI_Comm dup, half, shm, cart;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    int res;
+    MPI_Comm_compare(MPI_COMM_WORLD, dup, &res);
+    CHECK(res == MPI_CONGRUENT, "dup compares %d", res);
+    /* a message on the duplicate never matches a receive on the world */
+    int x = rank, y = -1, flag;
+    MPI_Send(&x, 1, MPI_INT, rank, 30, dup);
+    MPI_Iprobe(rank, 30, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    CHECK(!flag, "contexts kept apart");
+    MPI_Recv(&y, 1, MPI_INT, rank, 30, dup, MPI_STATUS_IGNORE);
+    CHECK(y == rank, "self message on dup");
+    /* split in halves, reversed order */
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, -rank, &half);
+    int hr, hs;
+    MPI_Comm_rank(half, &hr); MPI_Comm_size(half, &hs);
+    CHECK(hs == (size + 1 - rank % 2) / 2, "half size %d", hs);
+    int sum = 0;
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, half);
+    int expect = 0;
+    for (int r = rank % 2; r < size; r += 2) expect += r;
+    CHECK(sum == expect, "half sum %d expected %d", sum, expect);
+    MPI_Comm undef;
+    MPI_Comm_split(MPI_COMM_WORLD, rank == 0 ? MPI_UNDEFINED : 1, 0, &undef);
+    CHECK((rank == 0) == (undef == MPI_COMM_NULL), "undefined colour gives MPI_COMM_NULL");
+    if (undef != MPI_COMM_NULL) MPI_Comm_free(&undef);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shm);
+    int ss; MPI_Comm_size(shm, &ss);
+    CHECK(ss >= 1 && ss <= size, "shared split size %d", ss);
+    /* groups: the even ranks */
+    MPI_Group world, evens;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int nev = (size + 1) / 2, *ev = malloc(nev * sizeof(int));
+    for (int i = 0; i < nev; i++) ev[i] = 2 * i;
+    MPI_Group_incl(world, nev, ev, &evens);
+    int gr, gs;
+    MPI_Group_rank(evens, &gr); MPI_Group_size(evens, &gs);
+    CHECK(gs == nev && gr == (rank % 2 ? MPI_UNDEFINED : rank / 2), "group rank %d size %d", gr, gs);
+    MPI_Comm ec;
+    MPI_Comm_create(MPI_COMM_WORLD, evens, &ec);
+    CHECK((rank % 2 == 0) == (ec != MPI_COMM_NULL), "comm_create membership");
+    if (ec != MPI_COMM_NULL) { int es; MPI_Comm_size(ec, &es); CHECK(es == nev, "created size"); MPI_Comm_free(&ec); }
+    int tr[1] = {0}, out[1];
+    MPI_Group_translate_ranks(evens, 1, tr, world, out);
+    CHECK(out[0] == 0, "translate %d", out[0]);
+    MPI_Group_free(&evens); MPI_Group_free(&world); free(ev);
+    /* names and attributes with callbacks */
+    MPI_Comm_set_name(dup, "my-dup");
+    char name[MPI_MAX_OBJECT_NAME]; int len;
+    MPI_Comm_get_name(dup, name, &len);
+    CHECK(strcmp(name, "my-dup") == 0 && len == 6, "comm name %s", name);
+    int key; static int value = 77;
+    MPI_Comm_create_keyval(copy_fn, delete_fn, &key, NULL);
+    MPI_Comm_set_attr(dup, key, &value);
+    MPI_Comm dup2;
+    MPI_Comm_dup(dup, &dup2);
+    int *got; MPI_Comm_get_attr(dup2, key, &got, &flag);
+    CHECK(flag && got == &value && copies == 1, "attribute copied");
+    MPI_Comm_free(&dup2);
+    CHECK(deletes == 1 && dup2 == MPI_COMM_NULL, "attribute deleted on free");
+    int *ub; MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    CHECK(flag && *ub >= 32767, "MPI_TAG_UB");
+    MPI_Comm_free_keyval(&key);
+    /* a periodic ring as a Cartesian grid */
+    int dims[1] = {0}, periods[1] = {1};
+    MPI_Dims_create(size, 1, dims);
+    MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &cart);
+    int src, dst, coords[1], topo;
+    MPI_Cart_shift(cart, 0, 1, &src, &dst);
+    MPI_Cart_coords(cart, rank, 1, coords);
+    MPI_Topo_test(cart, &topo);
+    CHECK(topo == MPI_CART && src == (rank + size - 1) % size && dst == (rank + 1) % size && coords[0] == rank, "cart shift %d %d", src, dst);
+    int d2[2] = {0, 0};
+    MPI_Dims_create(12, 2, d2);
+    CHECK(d2[0] == 4 && d2[1] == 3, "dims_create %d %d", d2[0], d2[1]);
+    MPI_Comm_free(&cart); MPI_Comm_free(&shm); MPI_Comm_free(&half); MPI_Comm_free(&dup);
+}
+
+static void user_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    if (*dt != MPI_INT) { printf("FAIL user op got datatype %#x\n", (unsigned)*dt); return; }
+    for (int i = 0; i < *len; i++) if (((int *)in)[i] > ((int *)inout)[i]) ((int *)inout)[i] = ((int *)in)[i];
+}
+
+static void collectives(void) {
+    int root = size - 1;
+    double v = rank + 1.0, s = 0;
+    MPI_Reduce(&v, &s, 1, MPI_DOUBLE, MPI_SUM, root, MPI_COMM_WORLD);
+    if (rank == root) CHECK(s == size * (size + 1) / 2.0, "reduce %g", s);
+    int b = rank == root ? 1234 : 0;
+    MPI_Bcast(&b, 1, MPI_INT, root, MPI_COMM_WORLD);
+    CHECK(b == 1234, "bcast %d", b);
+    int inplace[2] = {rank, 1};
+    MPI_Allreduce(MPI_IN_PLACE, inplace, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(inplace[0] == size * (size - 1) / 2 && inplace[1] == size, "allreduce in place %d %d", inplace[0], inplace[1]);
+    struct { double v; int i; } mine = {(double)((rank * 7) % size), rank}, best;
+    MPI_Allreduce(&mine, &best, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    CHECK(best.v == size - 1, "maxloc value %g at %d", best.v, best.i);
+    MPI_Op op;
+    MPI_Op_create(user_max, 1, &op);
+    int um = (rank * 5) % (size + 3), ur;
+    MPI_Allreduce(&um, &ur, 1, MPI_INT, op, MPI_COMM_WORLD);
+    int emax = 0;
+    for (int r = 0; r < size; r++) if ((r * 5) % (size + 3) > emax) emax = (r * 5) % (size + 3);
+    CHECK(ur == emax, "user op %d expected %d", ur, emax);
+    MPI_Op_free(&op);
+    int *all = malloc(size * 2 * sizeof(int)), *cnts = malloc(size * sizeof(int)), *dsp = malloc(size * sizeof(int));
+    int pair[2] = {rank, -rank};
+    MPI_Gather(pair, 2, MPI_INT, all, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank == 0) for (int r = 0; r < size; r++) CHECK(all[2 * r] == r && all[2 * r + 1] == -r, "gather %d", r);
+    MPI_Allgather(pair, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++) CHECK(all[2 * r] == r, "allgather %d", r);
+    for (int r = 0; r < size; r++) all[r] = -1;
+    all[rank] = rank * 3;
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++) CHECK(all[r] == r * 3, "allgather in place %d", r);
+    int piece;
+    MPI_Scatter(all, 1, MPI_INT, &piece, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    CHECK(piece == rank * 3, "scatter %d", piece);
+    /* varying counts: rank r contributes r+1 values */
+    int total = size * (size + 1) / 2, mine_n = rank + 1;
+    int *vin = malloc(mine_n * sizeof(int)), *vall = malloc(total * sizeof(int));
+    for (int i = 0; i < mine_n; i++) vin[i] = rank;
+    for (int r = 0, d = 0; r < size; r++) { cnts[r] = r + 1; dsp[r] = d; d += r + 1; }
+    MPI_Allgatherv(vin, mine_n, MPI_INT, vall, cnts, dsp, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++) CHECK(vall[dsp[r] + r] == r, "allgatherv %d", r);
+    MPI_Gatherv(vin, mine_n, MPI_INT, vall, cnts, dsp, MPI_INT, root, MPI_COMM_WORLD);
+    memset(vin, 0, mine_n * sizeof(int));
+    MPI_Scatterv(vall, cnts, dsp, MPI_INT, vin, mine_n, MPI_INT, root, MPI_COMM_WORLD);
+    CHECK(vin[mine_n - 1] == rank, "scatterv %d", vin[mine_n - 1]);
+    /* all-to-all: element r goes to rank r */
+    int *a2 = malloc(size * sizeof(int)), *b2 = malloc(size * sizeof(int));
+    for (int r = 0; r < size; r++) a2[r] = rank * 1000 + r;
+    MPI_Alltoall(a2, 1, MPI_INT, b2, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++) CHECK(b2[r] == r * 1000 + rank, "alltoall %d", r);
+    for (int r = 0; r < size; r++) { cnts[r] = 1; dsp[r] = size - 1 - r; }
+    MPI_Alltoallv(a2, cnts, dsp, MPI_INT, b2, cnts, dsp, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++) CHECK(b2[size - 1 - r] == r * 1000 + (size - 1 - rank), "alltoallv %d", r);
+    /* scans and reduce-scatter */
+    int sc, ex = -1;
+    MPI_Scan(&mine_n, &sc, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Exscan(&mine_n, &ex, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(sc == (rank + 1) * (rank + 2) / 2, "scan %d", sc);
+    if (rank > 0) CHECK(ex == rank * (rank + 1) / 2, "exscan %d", ex);
+    for (int r = 0; r < size; r++) a2[r] = r;
+    int rsb;
+    MPI_Reduce_scatter_block(a2, &rsb, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(rsb == rank * size, "reduce_scatter_block %d", rsb);
+    for (int r = 0; r < size; r++) cnts[r] = 1;
+    MPI_Reduce_scatter(a2, &rsb, cnts, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(rsb == rank, "reduce_scatter %d", rsb);
+    /* nonblocking collectives overlapped */
+    MPI_Request rq[3];
+    double nv = rank, ns = 0;
+    int nb = rank == 0 ? 55 : 0;
+    MPI_Iallreduce(&nv, &ns, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &rq[0]);
+    MPI_Ibcast(&nb, 1, MPI_INT, 0, MPI_COMM_WORLD, &rq[1]);
+    MPI_Ibarrier(MPI_COMM_WORLD, &rq[2]);
+    MPI_Waitall(3, rq, MPI_STATUSES_IGNORE);
+    CHECK(ns == size * (size - 1) / 2.0 && nb == 55, "nonblocking collectives %g %d", ns, nb);
+    free(all); free(cnts); free(dsp); free(vin); free(vall); free(a2); free(b2);
+}
+
+static int handler_calls = 0;
+static void my_handler(MPI_Comm *c, int *code, ...) { (void)c; (void)code; handler_calls++; }
+
+static void errors(void) {
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    /* truncation seen from C: 4 ints into a buffer of 2 */
+    int four[4] = {1, 2, 3, 4}, two[2];
+    MPI_Request rq;
+    MPI_Isend(four, 4, MPI_INT, next, 40, c, &rq);
+    MPI_Status s;
+    int rc = MPI_Recv(two, 2, MPI_INT, prev, 40, c, &s);
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    int cls;
+    MPI_Error_class(rc, &cls);
+    CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_TRUNCATE, "truncation rc %d class %d", rc, cls);
+    char msg[MPI_MAX_ERROR_STRING]; int len;
+    MPI_Error_string(rc, msg, &len);
+    CHECK(len > 0 && strstr(msg, "TRUNCATE") != NULL, "error string: %s", msg);
+    rc = MPI_Send(four, 1, MPI_INT, size + 5, 0, c);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_RANK, "bad rank class %d", cls);
+    rc = MPI_Send(four, 1, MPI_INT, next, -3, c);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_TAG, "bad tag class %d", cls);
+    rc = MPI_Send(four, -1, MPI_INT, next, 0, c);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COUNT, "bad count class %d", cls);
+    /* a function metampi does not implement answers through the handler, on MPI_COMM_WORLD */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Win win;
+    rc = MPI_Win_create(four, 16, 4, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    MPI_Error_class(rc, &cls);
+    MPI_Error_string(rc, msg, &len);
+    CHECK(cls == MPI_ERR_UNSUPPORTED_OPERATION && strstr(msg, "MPI_Win_create"), "unsupported: %d %s", cls, msg);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    /* a user handler is called */
+    MPI_Errhandler eh;
+    MPI_Comm_create_errhandler(my_handler, &eh);
+    MPI_Comm_set_errhandler(c, eh);
+    rc = MPI_Send(four, 1, MPI_INT, next, -3, c);
+    CHECK(handler_calls == 1 && rc != MPI_SUCCESS, "user handler calls %d", handler_calls);
+    MPI_Errhandler_free(&eh);
+    MPI_Comm_free(&c);
+}
+
+int main(int argc, char **argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int flag;
+    MPI_Initialized(&flag);
+    CHECK(flag && provided == MPI_THREAD_MULTIPLE, "init: flag %d provided %d", flag, provided);
+    int bufsize = 1 << 16;
+    void *bbuf = malloc(bufsize);
+    MPI_Buffer_attach(bbuf, bufsize);
+    p2p();
+    datatypes();
+    comms();
+    collectives();
+    errors();
+    MPI_Buffer_detach(&bbuf, &bufsize);
+    free(bbuf);
+    int all_failed = 0, all_checks = 0;
+    MPI_Reduce(&failed, &all_failed, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&checks, &all_checks, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    double t = MPI_Wtime();
+    CHECK(t > 0 && MPI_Wtick() > 0, "wtime");
+    if (rank == 0) printf("suite: %d checks, %d failed, %d ranks\n", all_checks, all_failed, size);
+    MPI_Finalize();
+    MPI_Finalized(&flag);
+    return (all_failed || !flag) ? 1 : 0;
+}
