@@ -84,7 +84,7 @@ mpi! {
         raw::put(len, l)
     }
     fn MPI_Error_class / PMPI_Error_class(code: c_int, class: *mut c_int) {
-        if code < 0 || code > ERR_LASTCODE {
+        if !(0..=ERR_LASTCODE).contains(&code) {
             return Err(Fail::arg(format!("{code} is not an error code")));
         }
         let c = err::class_of(code);

@@ -13,6 +13,9 @@
 //! the one module with `unsafe`), `err` (codes, strings, handlers), `state`
 //! (init and handle tables), then one module per chapter of the standard.
 
+// MPI's calls take the argument lists the standard gives them; their helpers follow suit.
+#![allow(clippy::too_many_arguments)]
+
 /// Defines exported MPI functions: each body is a block returning
 /// [`err::R`]; the function returns `MPI_SUCCESS` or the error through the
 /// communicator's error handler. `fn MPI_X / PMPI_X (...)` exports both names.

@@ -127,7 +127,7 @@ pub fn address(p: *const c_void) -> isize {
 
 /// Copies `n` bytes between C buffers that do not overlap.
 pub fn copy_bytes(from: *const c_void, to: *mut c_void, n: usize) {
-    if n == 0 || from == to as *const c_void {
+    if n == 0 || std::ptr::eq(from, to) {
         return;
     }
     // SAFETY: callers pass two buffers of at least `n` bytes each, from MPI arguments.

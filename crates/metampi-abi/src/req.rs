@@ -200,6 +200,8 @@ fn wait_req(r: Req) -> (St, Option<Fail>) {
 }
 
 /// One progress pass on `r`: its result if complete, or `r` back.
+// The request comes back by value to go straight back into its table slot.
+#[allow(clippy::result_large_err)]
 fn test_req(r: Req) -> Result<(St, Option<Fail>), Req> {
     match r {
         Req::Live { r, keep } => match r.try_test() {

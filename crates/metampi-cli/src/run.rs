@@ -447,7 +447,9 @@ pub fn abi_dir() -> Option<PathBuf> {
         None => std::env::current_exe().ok()?.parent()?.join("mpich-abi"),
     };
     // The links dangle until the library is built: ask for the file behind them.
-    dir.join("libmpi.so.12").is_file().then(|| dir.canonicalize().unwrap_or(dir))
+    dir.join("libmpi.so.12")
+        .is_file()
+        .then(|| dir.canonicalize().unwrap_or(dir))
 }
 
 /// How each router of a meta job starts: `P router`, where `P` is its PAIR header's executable,

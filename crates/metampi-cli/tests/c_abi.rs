@@ -9,8 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The C suite built once per test process, or `None` (with the reason printed) to skip.
-fn suite() -> Option<PathBuf> {
+/// The C suite built for test `tag` (tests run at once: each builds its own), or `None`
+/// (with the reason printed) to skip.
+fn suite(tag: &str) -> Option<PathBuf> {
     let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
     let skip = |why: &str| {
         assert!(!ci, "CI must run the C-ABI tests: {why}");
@@ -23,11 +24,16 @@ fn suite() -> Option<PathBuf> {
         skip("metampi's C library is not built (cargo build --release -p metampi-abi)");
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("metampi-c-abi-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("metampi-c-abi-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let exe = dir.join("abi_suite");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/abi_suite.c");
-    match Command::new("mpicc.mpich").arg("-o").arg(&exe).arg(&src).output() {
+    match Command::new("mpicc.mpich")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+    {
         Ok(o) if o.status.success() => Some(exe),
         Ok(o) => panic!("mpicc.mpich failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(_) => {
@@ -51,7 +57,10 @@ fn run(args: &[&str]) -> (i32, String, String) {
 
 fn check_suite(out: (i32, String, String), ranks: usize) {
     let (code, stdout, stderr) = out;
-    assert_eq!(code, 0, "suite failed on {ranks} ranks:\n{stdout}\n{stderr}");
+    assert_eq!(
+        code, 0,
+        "suite failed on {ranks} ranks:\n{stdout}\n{stderr}"
+    );
     assert!(
         stdout.contains(&format!(", 0 failed, {ranks} ranks")),
         "no clean summary on {ranks} ranks:\n{stdout}\n{stderr}"
@@ -61,7 +70,7 @@ fn check_suite(out: (i32, String, String), ranks: usize) {
 
 #[test]
 fn c_suite_runs_on_one_to_eight_ranks() {
-    let Some(exe) = suite() else { return };
+    let Some(exe) = suite("ranks") else { return };
     let exe = exe.to_str().unwrap();
     for n in [1usize, 2, 3, 8] {
         let out = run(&["run", "--timeout", "120", "-n", &n.to_string(), exe]);
@@ -71,7 +80,7 @@ fn c_suite_runs_on_one_to_eight_ranks() {
 
 #[test]
 fn c_suite_runs_across_three_emulated_sites() {
-    let Some(exe) = suite() else { return };
+    let Some(exe) = suite("sites") else { return };
     let dir = exe.parent().unwrap();
     let cfg = dir.join("three.cfg");
     std::fs::write(
@@ -98,7 +107,7 @@ fn c_suite_runs_across_three_emulated_sites() {
 
 #[test]
 fn a_c_program_learns_it_runs_on_metampi() {
-    let Some(exe) = suite() else { return };
+    let Some(exe) = suite("version") else { return };
     let src = exe.with_file_name("version.c");
     std::fs::write(
         &src,
