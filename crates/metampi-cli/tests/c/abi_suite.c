@@ -7,6 +7,8 @@
 #include <string.h>
 
 static int checks = 0, failed = 0, rank = 0, size = 1;
+/* The same source runs on MPICH for comparison; a few checks are of metampi's own words. */
+static int on_metampi = 0;
 
 #define CHECK(cond, ...) do { checks++; if (!(cond)) { failed++; \
     printf("FAIL rank %d line %d: ", rank, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
@@ -362,7 +364,7 @@ static void errors(void) {
     CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_TRUNCATE, "truncation rc %d class %d", rc, cls);
     char msg[MPI_MAX_ERROR_STRING]; int len;
     MPI_Error_string(rc, msg, &len);
-    CHECK(len > 0 && strstr(msg, "TRUNCATE") != NULL, "error string: %s", msg);
+    CHECK(len > 0 && (!on_metampi || strstr(msg, "MPI_Recv") != NULL), "error string: %s", msg);
     rc = MPI_Send(four, 1, MPI_INT, size + 5, 0, c);
     MPI_Error_class(rc, &cls);
     CHECK(cls == MPI_ERR_RANK, "bad rank class %d", cls);
@@ -378,7 +380,10 @@ static void errors(void) {
     rc = MPI_Win_create(four, 16, 4, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
     MPI_Error_class(rc, &cls);
     MPI_Error_string(rc, msg, &len);
-    CHECK(cls == MPI_ERR_UNSUPPORTED_OPERATION && strstr(msg, "MPI_Win_create"), "unsupported: %d %s", cls, msg);
+    if (on_metampi) /* MPICH implements it: then the window is simply made and freed */
+        CHECK(cls == MPI_ERR_UNSUPPORTED_OPERATION && strstr(msg, "MPI_Win_create"), "unsupported: %d %s", cls, msg);
+    else if (rc == MPI_SUCCESS)
+        MPI_Win_free(&win);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     /* a user handler is called */
     MPI_Errhandler eh;
@@ -395,7 +400,10 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int flag;
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int flag, liblen;
+    MPI_Get_library_version(lib, &liblen);
+    on_metampi = strncmp(lib, "metampi", 7) == 0;
     MPI_Initialized(&flag);
     CHECK(flag && provided == MPI_THREAD_MULTIPLE, "init: flag %d provided %d", flag, provided);
     int bufsize = 1 << 16;
