@@ -73,6 +73,24 @@ fn temp_copy(p: *const c_void, count: usize, dt: c_int) -> R<Temp> {
     Ok(Temp { _mem: mem, base })
 }
 
+/// The send buffer of a reduction: `sbuf`, or for `MPI_IN_PLACE` a copy of the `n`
+/// elements in `rbuf` (kept in `keep` until the operation completes).
+fn send_side(
+    sbuf: *const c_void,
+    rbuf: *const c_void,
+    n: usize,
+    dt: c_int,
+    keep: &mut Vec<Box<dyn Any + Send>>,
+) -> R<*const c_void> {
+    if !raw::in_place(sbuf) {
+        return Ok(sbuf);
+    }
+    let t = temp_copy(rbuf, n, dt)?;
+    let p = t.base;
+    keep.push(Box::new(t));
+    Ok(p)
+}
+
 fn ucount(n: c_int, what: &str) -> R<usize> {
     if n < 0 {
         return Err(Fail::new(ERR_COUNT, format!("{what} {n} is negative")));
@@ -169,13 +187,9 @@ fn reduce(
     let o = op_for(op, dt)?;
     let me = c.comm.rank() == root;
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
-    let sbuf = if me && raw::in_place(sbuf) {
-        let t = temp_copy(rbuf, n, dt)?;
-        let p = t.base;
-        keep.push(Box::new(t));
-        p
-    } else {
-        sbuf
+    let sbuf = match me {
+        true => send_side(sbuf, rbuf, n, dt, &mut keep)?,
+        false => sbuf,
     };
     let s = types::buf(sbuf, count, dt)?;
     let p = c.comm.process_at_rank(root);
@@ -211,14 +225,7 @@ fn allreduce(
     let n = ucount(count, "count")?;
     let o = op_for(op, dt)?;
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
-    let sbuf = if raw::in_place(sbuf) {
-        let t = temp_copy(rbuf, n, dt)?;
-        let p = t.base;
-        keep.push(Box::new(t));
-        p
-    } else {
-        sbuf
-    };
+    let sbuf = send_side(sbuf, rbuf, n, dt, &mut keep)?;
     let s = types::buf(sbuf, count, dt)?;
     let mut r = types::buf(rbuf, count, dt)?;
     if rq.is_null() {
@@ -244,14 +251,7 @@ fn scan(
     let n = ucount(count, "count")?;
     let o = op_for(op, dt)?;
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
-    let sbuf = if raw::in_place(sbuf) {
-        let t = temp_copy(rbuf, n, dt)?;
-        let p = t.base;
-        keep.push(Box::new(t));
-        p
-    } else {
-        sbuf
-    };
+    let sbuf = send_side(sbuf, rbuf, n, dt, &mut keep)?;
     let s = types::buf(sbuf, count, dt)?;
     let mut r = types::buf(rbuf, count, dt)?;
     if rq.is_null() {
@@ -285,14 +285,7 @@ fn reduce_scatter_block(
     let size = c.comm.size() as usize;
     let o = op_for(op, dt)?;
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
-    let sbuf = if raw::in_place(sbuf) {
-        let t = temp_copy(rbuf, n * size, dt)?;
-        let p = t.base;
-        keep.push(Box::new(t));
-        p
-    } else {
-        sbuf
-    };
+    let sbuf = send_side(sbuf, rbuf, n * size, dt, &mut keep)?;
     let s = types::buf(sbuf, count * size as c_int, dt)?;
     let mut r = types::buf(rbuf, count, dt)?;
     if rq.is_null() {
