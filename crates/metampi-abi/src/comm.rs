@@ -5,7 +5,6 @@
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use metampi::topology::{Color, Communicator, CommunicatorRelation, SimpleCommunicator};
 
@@ -297,6 +296,6 @@ mpi! {
 }
 
 /// A new communicator handle for `c` inheriting `parent`'s error handler.
-pub fn adopt(parent: &Arc<CommEntry>, c: SimpleCommunicator) -> c_int {
+pub fn adopt(parent: &CommEntry, c: SimpleCommunicator) -> c_int {
     state::new_comm(c, parent.errh.load(Ordering::Relaxed))
 }

@@ -4,7 +4,7 @@
 //! engine the Rust API uses.
 
 use std::ffi::{c_int, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use metampi::datatype::abi as dtabi;
 use metampi::datatype::UncommittedDatatype;
@@ -73,7 +73,7 @@ fn send(
 }
 
 /// Starts a send: the request, or a finished one where the transport took it at once.
-pub fn start_send(c: &Arc<CommEntry>, b: CBuf, dest: c_int, tag: c_int, mode: Mode) -> R<Req> {
+pub fn start_send(c: &CommEntry, b: CBuf, dest: c_int, tag: c_int, mode: Mode) -> R<Req> {
     if dest == PROC_NULL {
         return Ok(Req::Done(St::EMPTY, SUCCESS));
     }
@@ -90,7 +90,7 @@ pub fn start_send(c: &Arc<CommEntry>, b: CBuf, dest: c_int, tag: c_int, mode: Mo
 }
 
 /// Starts a receive.
-pub fn start_recv(c: &Arc<CommEntry>, mut b: CBuf, source: c_int, tag: c_int) -> R<Req> {
+pub fn start_recv(c: &CommEntry, mut b: CBuf, source: c_int, tag: c_int) -> R<Req> {
     let tag = recv_tag(tag)?;
     let r = match source {
         PROC_NULL => return Ok(Req::Done(St::EMPTY, SUCCESS)),
@@ -124,7 +124,7 @@ fn isend(
     let c = state::comm(comm)?;
     let b = types::buf(buf, count, dt)?;
     let r = start_send(&c, b, dest, tag, mode)?;
-    raw::put(req, req::insert(r))
+    raw::put(req, req::handle_of(r))
 }
 
 fn send_init(

@@ -6,7 +6,7 @@
 
 use std::any::Any;
 use std::ffi::c_int;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use metampi::point_to_point::Status;
 use metampi::request::abi::{done_indices, wait_any_index, RawRequest};
@@ -14,7 +14,7 @@ use metampi::request::abi::{done_indices, wait_any_index, RawRequest};
 use crate::consts::*;
 use crate::err::{Fail, R};
 use crate::raw;
-use crate::state::{check_init, CommEntry};
+use crate::state::{check_init, CommRef};
 
 /// MPICH's 20-byte `MPI_Status`.
 #[repr(C)]
@@ -85,14 +85,14 @@ pub enum Spec {
         buf: raw::CBuf,
         dest: c_int,
         tag: c_int,
-        comm: Arc<CommEntry>,
+        comm: CommRef,
         mode: metampi::point_to_point::Mode,
     },
     Recv {
         buf: raw::CBuf,
         source: c_int,
         tag: c_int,
-        comm: Arc<CommEntry>,
+        comm: CommRef,
     },
 }
 
@@ -131,9 +131,13 @@ static REQS: Mutex<Slots> = Mutex::new(Slots {
     free: Vec::new(),
 });
 
+/// The handle of a send that completed as it started: it needs no slot in the
+/// table (most small nonblocking sends), and waiting on it returns at once.
+pub const REQUEST_SENT: c_int = (REQUEST_BASE | INDEX_MASK) as c_int;
+
 fn index(h: c_int) -> Option<usize> {
     let u = h as u32;
-    (u & !INDEX_MASK == REQUEST_BASE).then_some((u & INDEX_MASK) as usize)
+    (u & !INDEX_MASK == REQUEST_BASE && h != REQUEST_SENT).then_some((u & INDEX_MASK) as usize)
 }
 
 pub fn insert(r: Req) -> c_int {
@@ -152,10 +156,36 @@ pub fn insert(r: Req) -> c_int {
 }
 
 fn take(h: c_int) -> R<Req> {
+    if h == REQUEST_SENT {
+        return Ok(Req::Done(St::EMPTY, SUCCESS));
+    }
     let mut g = REQS.lock().unwrap_or_else(|p| p.into_inner());
     index(h)
         .and_then(|i| g.slots.get_mut(i)?.take())
         .ok_or_else(|| Fail::new(ERR_REQUEST, format!("{h:#x} is not an active request")))
+}
+
+/// Takes request `h` out for a wait: a non-persistent one's slot is freed in the
+/// same step (a wait completes it whatever happens), a persistent one's is kept for
+/// [`put_back`].
+fn take_for_wait(h: c_int) -> R<Req> {
+    if h == REQUEST_SENT {
+        return Ok(Req::Done(St::EMPTY, SUCCESS));
+    }
+    let mut g = REQS.lock().unwrap_or_else(|p| p.into_inner());
+    let i = index(h).ok_or_else(|| Fail::new(ERR_REQUEST, format!("{h:#x} is not a request")))?;
+    match g.slots.get_mut(i) {
+        Some(slot @ Some(Req::Persistent { .. })) => Ok(slot.take().expect("matched Some")),
+        Some(slot @ Some(_)) => {
+            let r = slot.take().expect("matched Some");
+            g.free.push(i);
+            Ok(r)
+        }
+        _ => Err(Fail::new(
+            ERR_REQUEST,
+            format!("{h:#x} is not an active request"),
+        )),
+    }
 }
 
 fn put_back(h: c_int, r: Req) {
@@ -178,6 +208,18 @@ pub fn live(r: RawRequest, keep: Vec<Box<dyn Any + Send>>) -> c_int {
     insert(Req::Live { r, keep })
 }
 
+/// A handle for a request as an operation started it: [`REQUEST_SENT`] for a send
+/// already complete, a table slot otherwise.
+pub fn handle_of(r: Req) -> c_int {
+    match r {
+        Req::Live { r, keep } if keep.is_empty() && r.is_sent() => match r.try_wait() {
+            Ok(_) => REQUEST_SENT,
+            Err(e) => insert(Req::Done(St::EMPTY, Fail::from(e).class)),
+        },
+        r => insert(r),
+    }
+}
+
 /// A new request handle for an operation already complete.
 pub fn done(st: St) -> c_int {
     insert(Req::Done(st, SUCCESS))
@@ -194,7 +236,8 @@ fn wait_req(r: Req) -> (St, Option<Fail>) {
                 Err(e) => (St::EMPTY, Some(e.into())),
             }
         }
-        Req::Done(st, _) => (st, None),
+        Req::Done(st, SUCCESS) => (st, None),
+        Req::Done(st, class) => (st, Some(Fail::new(class, "the operation failed"))),
         Req::Persistent { .. } => (St::EMPTY, None),
     }
 }
@@ -220,19 +263,25 @@ fn test_req(r: Req) -> Result<(St, Option<Fail>), Req> {
 
 /// Completes request `h` by waiting: frees it (or makes a persistent one inactive).
 pub fn wait_handle(h: c_int) -> R<St> {
-    if h == REQUEST_NULL {
-        return Ok(St::EMPTY);
+    wait_handle_p(h).0
+}
+
+/// [`wait_handle`], and whether `h` was persistent (its handle stays valid).
+pub fn wait_handle_p(h: c_int) -> (R<St>, bool) {
+    if h == REQUEST_NULL || h == REQUEST_SENT {
+        return (Ok(St::EMPTY), false);
     }
-    match take(h)? {
+    let r = match take_for_wait(h) {
+        Ok(r) => r,
+        Err(e) => return (Err(e), false),
+    };
+    match r {
         Req::Persistent { spec, active } => {
             let out = active.map(|a| wait_req(*a)).unwrap_or((St::EMPTY, None));
             put_back(h, Req::Persistent { spec, active: None });
-            finish(out)
+            (finish(out), true)
         }
-        r => {
-            release(h);
-            finish(wait_req(r))
-        }
+        r => (finish(wait_req(r)), false),
     }
 }
 
@@ -354,6 +403,10 @@ fn done_now(hs: &[c_int]) -> Vec<usize> {
     let mut out = Vec::new();
     let mut raws = Vec::new();
     for (k, &h) in hs.iter().enumerate() {
+        if h == REQUEST_SENT {
+            out.push(k);
+            continue;
+        }
         let Some(r) = index(h).and_then(|i| g.slots.get(i)?.as_ref()) else {
             continue;
         };
@@ -437,8 +490,8 @@ mpi! {
     fn MPI_Wait / PMPI_Wait(req: *mut c_int, status: *mut CStatus) {
         check_init()?;
         let h = raw::get(req)?;
-        let persistent = is_persistent(h);
-        let st = wait_handle(h)?;
+        let (st, persistent) = wait_handle_p(h);
+        let st = st?;
         if !persistent {
             raw::put(req, REQUEST_NULL)?;
         }
@@ -465,8 +518,8 @@ mpi! {
         let hs = raw::slice_mut(reqs, n)?;
         let mut failed = false;
         for (i, h) in hs.iter_mut().enumerate() {
-            let persistent = is_persistent(*h);
-            match wait_handle(*h) {
+            let (st, persistent) = wait_handle_p(*h);
+            match st {
                 Ok(st) => st.write(statuses(sts, i), SUCCESS),
                 Err(f) => {
                     failed = true;

@@ -60,8 +60,8 @@ pub fn init(required: c_int) -> R<c_int> {
     *UNIVERSE.lock().unwrap_or_else(|p| p.into_inner()) = Some(u);
     let _ = MAIN_THREAD.set(std::thread::current().id());
     THREAD_LEVEL.store(provided, Ordering::Release);
-    let world = Arc::new(CommEntry::new(SimpleCommunicator::world()));
-    let me = Arc::new(CommEntry::new(SimpleCommunicator::self_comm()));
+    let world = CommEntry::new(SimpleCommunicator::world());
+    let me = CommEntry::new(SimpleCommunicator::self_comm());
     let _ = PREDEFINED.set([world, me]);
     INITIALIZED.store(true, Ordering::Release);
     Ok(provided)
@@ -226,20 +226,39 @@ impl CommEntry {
     }
 }
 
-static PREDEFINED: OnceLock<[Arc<CommEntry>; 2]> = OnceLock::new();
+/// A communicator as a call holds it: the predefined ones by reference (no
+/// reference count to touch on every call), the others shared.
+#[derive(Clone)]
+pub enum CommRef {
+    Static(&'static CommEntry),
+    Shared(Arc<CommEntry>),
+}
+
+impl std::ops::Deref for CommRef {
+    type Target = CommEntry;
+    #[inline]
+    fn deref(&self) -> &CommEntry {
+        match self {
+            CommRef::Static(e) => e,
+            CommRef::Shared(e) => e,
+        }
+    }
+}
+
+static PREDEFINED: OnceLock<[CommEntry; 2]> = OnceLock::new();
 pub static COMMS: Table<Arc<CommEntry>> = Table::new(COMM_BASE);
 
 /// The communicator behind handle `h`; it becomes the one whose error handler
 /// a failure of the running call invokes.
 #[inline]
-pub fn comm(h: c_int) -> R<Arc<CommEntry>> {
+pub fn comm(h: c_int) -> R<CommRef> {
     check_init()?;
     let e = match h {
         COMM_WORLD | COMM_SELF => PREDEFINED
             .get()
-            .map(|p| Arc::clone(&p[(h == COMM_SELF) as usize])),
+            .map(|p| CommRef::Static(&p[(h == COMM_SELF) as usize])),
         COMM_NULL => None,
-        _ => COMMS.get(h),
+        _ => COMMS.get(h).map(CommRef::Shared),
     };
     match e {
         Some(e) => {

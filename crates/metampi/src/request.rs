@@ -625,6 +625,14 @@ pub mod abi {
             }
         }
 
+        /// Whether this is a send that completed as it started (the transport
+        /// took the message): its wait has nothing to do.
+        pub fn is_sent(&self) -> bool {
+            self.inner
+                .as_ref()
+                .is_some_and(|i| matches!((&i.end, &i.post), (End::Ready(..), Post::None)))
+        }
+
         /// The result if it is in (one progress pass), errors included; the
         /// request back otherwise.
         pub fn try_test(mut self) -> Result<Result<Status, Error>, Self> {
