@@ -49,7 +49,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv = match run::hydra_spellings(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("metampi run: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(argv);
     let result = match cli.command {
         Command::Run(args) => run::execute(args),
         Command::Demo(args) => demo::execute(args),

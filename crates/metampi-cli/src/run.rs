@@ -60,7 +60,11 @@ Examples:
     metampi run --launch 'ssh -p 2222 {host} {cmd}' --hostfile hosts.txt -n 8 ./app
     metampi run --debug 0 -n 2 ./app                                   # rank 0 under gdbserver
 
-Hostfile lines: `host`, `host:N` or `host slots=N`; `#` starts a comment.";
+Hostfile lines: `host`, `host:N` or `host slots=N`; `#` starts a comment.
+
+mpiexec's spellings work too, with Hydra's meaning: -np N, -hosts A,B, -ppn N (N ranks on each
+of -hosts), -f/-hostfile/-machinefile FILE, -genv/-env VAR VALUE, -genvall. Programs built
+against MPICH (mpicc.mpich) load metampi's C library: -v shows from where.";
 
 /// Arguments of `metampi run`.
 #[derive(Debug, Args)]
@@ -595,6 +599,86 @@ fn parse_ranks(text: &str) -> Result<RankList, String> {
 }
 
 #[cfg(test)]
+mod hydra_tests {
+    use super::hydra_spellings;
+    use std::ffi::OsString;
+
+    fn rewrite(args: &[&str]) -> Result<Vec<String>, String> {
+        let argv: Vec<OsString> = args.iter().map(OsString::from).collect();
+        hydra_spellings(argv).map(|v| v.iter().map(|a| a.to_string_lossy().into_owned()).collect())
+    }
+
+    #[test]
+    fn mpiexec_spellings_become_metampi_options() {
+        let got = rewrite(&[
+            "metampi", "run", "-np", "4", "-hosts", "a,b", "-ppn", "2", "-genv", "K", "V",
+            "-genvall", "./prog", "-np", "9", "-genv",
+        ])
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                "metampi",
+                "run",
+                "-n",
+                "4",
+                "--hosts",
+                "a:2,b:2",
+                "-x",
+                "K=V",
+                "--env-all",
+                "./prog",
+                "-np",
+                "9",
+                "-genv"
+            ]
+        );
+        let got = rewrite(&[
+            "metampi",
+            "run",
+            "-f",
+            "hosts.txt",
+            "--timeout",
+            "-np",
+            "./p",
+        ])
+        .unwrap();
+        // `--timeout` takes a value: `-np` is that value, not an option, and `./p` the program.
+        assert_eq!(
+            got,
+            [
+                "metampi",
+                "run",
+                "--hostfile",
+                "hosts.txt",
+                "--timeout",
+                "-np",
+                "./p"
+            ]
+        );
+        assert_eq!(
+            rewrite(&["metampi", "check", "-np"]).unwrap(),
+            ["metampi", "check", "-np"]
+        );
+    }
+
+    #[test]
+    fn mpiexec_spellings_with_mistakes_are_named() {
+        assert!(rewrite(&["metampi", "run", "-ppn", "2", "./p"])
+            .unwrap_err()
+            .contains("-hosts"));
+        assert!(
+            rewrite(&["metampi", "run", "-hosts", "a", "-ppn", "x", "./p"])
+                .unwrap_err()
+                .contains("-ppn")
+        );
+        assert!(rewrite(&["metampi", "run", "-np"])
+            .unwrap_err()
+            .contains("-np needs a value"));
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
@@ -734,4 +818,96 @@ mod tests {
         assert!(err(&[":", "-n", "2", "b"]).contains("program 1 has no PROGRAM"));
         assert!(err(&["a", ":"]).contains("program 2"));
     }
+}
+
+/// Rewrites the `mpiexec` (Hydra) spellings users type after `metampi run` into metampi's
+/// options, with Hydra's meaning: `-np N`, `-hosts A,B`, `-ppn N` (N slots on each of
+/// `-hosts`), `-f`/`-hostfile`/`-machinefile FILE`, `-genv`/`-env VAR VALUE`,
+/// `-genvall`/`-envall`. Only options before the program are touched; the program's own
+/// arguments pass unchanged. Other commands' arguments are returned as they are.
+pub fn hydra_spellings(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    if argv.get(1).and_then(|a| a.to_str()) != Some("run") {
+        return Ok(argv);
+    }
+    // metampi run's own options that take a value, from its definition.
+    let cmd = <RunArgs as clap::Args>::augment_args(clap::Command::new("run"));
+    let mut valued: Vec<String> = Vec::new();
+    for a in cmd.get_arguments() {
+        if a.get_action().takes_values() && !a.is_positional() {
+            valued.extend(a.get_short().map(|c| format!("-{c}")));
+            valued.extend(a.get_long().map(|l| format!("--{l}")));
+        }
+    }
+    let mut out: Vec<OsString> = argv[..2].to_vec();
+    let mut rest = argv[2..].iter();
+    let mut ppn: Option<String> = None;
+    let mut hosts_at: Option<usize> = None;
+    let value = |opt: &str, v: Option<&OsString>| -> Result<OsString, String> {
+        v.cloned().ok_or_else(|| format!("{opt} needs a value"))
+    };
+    while let Some(arg) = rest.next() {
+        let Some(a) = arg.to_str() else {
+            out.push(arg.clone());
+            break;
+        };
+        match a {
+            "-np" => {
+                out.push("-n".into());
+                out.push(value(a, rest.next())?);
+            }
+            "-ppn" => ppn = Some(value(a, rest.next())?.to_string_lossy().into_owned()),
+            "-hosts" | "--hosts" => {
+                out.push("--hosts".into());
+                hosts_at = Some(out.len());
+                out.push(value(a, rest.next())?);
+            }
+            "-f" | "-hostfile" | "-machinefile" => {
+                out.push("--hostfile".into());
+                out.push(value(a, rest.next())?);
+            }
+            "-genv" | "-env" => {
+                let k = value(a, rest.next())?;
+                let v = value(a, rest.next())?;
+                let mut kv = k;
+                kv.push("=");
+                kv.push(v);
+                out.push("-x".into());
+                out.push(kv);
+            }
+            "-genvall" | "-envall" => out.push("--env-all".into()),
+            "--" => {
+                out.push(arg.clone());
+                break;
+            }
+            _ if valued.iter().any(|v| v == a) => {
+                out.push(arg.clone());
+                if let Some(v) = rest.next() {
+                    out.push(v.clone());
+                }
+            }
+            _ if a.starts_with('-') => out.push(arg.clone()),
+            _ => {
+                out.push(arg.clone());
+                break;
+            }
+        }
+    }
+    out.extend(rest.cloned());
+    if let Some(n) = ppn {
+        if n.parse::<usize>().map_or(true, |n| n == 0) {
+            return Err(format!(
+                "-ppn takes a positive number of processes per host, not `{n}`"
+            ));
+        }
+        let Some(at) = hosts_at else {
+            return Err("-ppn needs -hosts (the hosts that get that many ranks each)".into());
+        };
+        let list = out[at].to_string_lossy().into_owned();
+        let with: Vec<String> = list
+            .split(',')
+            .map(|h| format!("{}:{n}", h.split(':').next().unwrap_or(h)))
+            .collect();
+        out[at] = with.join(",").into();
+    }
+    Ok(out)
 }
