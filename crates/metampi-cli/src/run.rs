@@ -433,6 +433,9 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
                 dir.display()
             );
         }
+        for program in programs(&args.command) {
+            check_mpi_library(&program, &path, &dir)?;
+        }
         spec = spec.env("LD_LIBRARY_PATH", path);
     } else if args.verbose {
         eprintln!(
@@ -441,6 +444,71 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         );
     }
     Ok(spec)
+}
+
+/// The programs of a command line (`A args : -n 2 B args`), found through PATH as a shell
+/// would; those not found are left to the launcher, which names them.
+fn programs(command: &[OsString]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (i, segment) in command.split(|w| w == ":").enumerate() {
+        let rest = if i == 0 {
+            Some(segment)
+        } else {
+            parse_np(segment).ok().map(|(_, r)| r)
+        };
+        let Some(p) = rest.and_then(|r| r.first()) else {
+            continue;
+        };
+        let p = PathBuf::from(p);
+        if p.components().count() > 1 {
+            out.push(p);
+        } else if let Some(found) = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|d| d.join(&p))
+            .find(|c| c.is_file())
+        {
+            out.push(found);
+        }
+    }
+    out
+}
+
+/// Refuses a program that would load MPICH's own `libmpi.so.12`/`libmpich.so.12` even with
+/// metampi's first on the library path (an RPATH baked in at link time wins over
+/// `LD_LIBRARY_PATH`): its ranks would start as separate worlds of one, not as this job.
+/// Programs that link no MPI library, and machines without `ldd`, pass.
+fn check_mpi_library(program: &Path, ld_path: &OsStr, abi: &Path) -> anyhow::Result<()> {
+    let Ok(out) = std::process::Command::new("ldd")
+        .arg(program)
+        .env("LD_LIBRARY_PATH", ld_path)
+        .output()
+    else {
+        return Ok(());
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some((name, rest)) = line.trim().split_once(" => ") else {
+            continue;
+        };
+        if !matches!(name, "libmpi.so.12" | "libmpich.so.12") {
+            continue;
+        }
+        let Some(path) = rest.split_whitespace().next().map(PathBuf::from) else {
+            continue;
+        };
+        let dir = path.parent().and_then(|d| d.canonicalize().ok());
+        if dir.as_deref() != Some(abi) {
+            bail!(
+                "{} loads {name} from {} instead of metampi's ({}): it would run as separate \
+                 worlds of one. It carries an RPATH to that library; relink it without \
+                 -Wl,-rpath (or with --enable-new-dtags) so that LD_LIBRARY_PATH decides",
+                program.display(),
+                path.display(),
+                abi.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The folder with metampi's MPICH-ABI library under MPICH's names: `METAMPI_ABI_DIR`, or

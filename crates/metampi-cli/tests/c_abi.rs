@@ -130,3 +130,40 @@ fn a_c_program_learns_it_runs_on_metampi() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.starts_with("metampi "), "{stdout}");
 }
+
+#[test]
+fn a_program_bound_to_mpichs_own_library_is_refused() {
+    let Some(exe) = suite("rpath") else { return };
+    let src = exe.with_file_name("plain.c");
+    std::fs::write(
+        &src,
+        "#include <mpi.h>\nint main(void){MPI_Init(0,0);return MPI_Finalize();}\n",
+    )
+    .unwrap();
+    // Where MPICH's library sits: the folder of the libmpich.so.12 that mpicc links against.
+    let lib = Command::new("mpicc.mpich")
+        .arg("-print-file-name=libmpich.so.12")
+        .output()
+        .unwrap();
+    let lib = PathBuf::from(String::from_utf8_lossy(&lib.stdout).trim());
+    let Some(dir) = lib.parent().filter(|d| d.is_dir()) else {
+        eprintln!("SKIP: cannot tell where MPICH's libmpich.so.12 is");
+        return;
+    };
+    let bin = exe.with_file_name("plain_rpath");
+    let st = Command::new("mpicc.mpich")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-Wl,--disable-new-dtags")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (code, _, stderr) = run(&["run", "-n", "2", bin.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("instead of metampi's") && stderr.contains("RPATH"),
+        "{stderr}"
+    );
+}
