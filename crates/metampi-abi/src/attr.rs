@@ -18,12 +18,66 @@ pub type CopyFn =
 /// `MPI_Comm_delete_attr_function`.
 pub type DeleteFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;
 
-/// A keyval: its callbacks and extra state.
+/// `MPII_Attr_copy_proxy`: how a language binding (Fortran) has its copy callbacks called:
+/// `(user function, object, keyval, extra, attribute type, value, out value, out flag)`.
+pub type CopyProxy = unsafe extern "C" fn(
+    Option<CopyFn>,
+    c_int,
+    c_int,
+    *mut c_void,
+    c_int,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut c_int,
+) -> c_int;
+/// `MPII_Attr_delete_proxy`: `(user function, object, keyval, attribute type, value, extra)`.
+pub type DeleteProxy =
+    unsafe extern "C" fn(Option<DeleteFn>, c_int, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+
+/// How an attribute value was given (MPICH's `MPIR_Attr_type`): a C pointer, or an
+/// integer from Fortran (address-sized or `int`).
+pub const ATTR_PTR: c_int = 0;
+pub const ATTR_AINT: c_int = 1;
+pub const ATTR_INT: c_int = 3;
+
+/// A keyval: its callbacks, extra state, and the proxies that call them where a
+/// language binding made it.
 #[derive(Clone, Copy)]
 pub struct Keyval {
     copy: Option<CopyFn>,
     delete: Option<DeleteFn>,
     extra: isize,
+    proxy: Option<(Option<CopyProxy>, Option<DeleteProxy>)>,
+}
+
+impl Keyval {
+    /// Runs the copy callback: `(error, keep, new value)`; none keeps nothing.
+    fn copy(&self, obj: c_int, key: c_int, value: isize, kind: c_int) -> (c_int, bool, isize) {
+        match self.proxy {
+            Some((Some(p), _)) => {
+                raw::call_copy_proxy(p, self.copy, obj, key, self.extra, kind, value)
+            }
+            Some((None, _)) => (SUCCESS, false, 0),
+            None => match self.copy {
+                Some(f) => raw::call_copy_fn(f, obj, key, self.extra, value),
+                None => (SUCCESS, false, 0),
+            },
+        }
+    }
+
+    /// Runs the delete callback; its error code.
+    fn delete(&self, obj: c_int, key: c_int, value: isize, kind: c_int) -> c_int {
+        match self.proxy {
+            Some((_, Some(p))) => {
+                raw::call_delete_proxy(p, self.delete, obj, key, kind, value, self.extra)
+            }
+            Some((_, None)) => SUCCESS,
+            None => match self.delete {
+                Some(f) => raw::call_delete_fn(f, obj, key, value, self.extra),
+                None => SUCCESS,
+            },
+        }
+    }
 }
 
 pub static KEYVALS: Table<Keyval> = Table::new(KEYVAL_BASE);
@@ -31,7 +85,15 @@ pub static KEYVALS: Table<Keyval> = Table::new(KEYVAL_BASE);
 /// Values of the predefined attributes, where a pointer to them is handed out.
 static PREDEF: [AtomicI32; 7] = [const { AtomicI32::new(0) }; 7];
 
-fn predefined(key: c_int) -> Option<isize> {
+/// A predefined attribute: the address of its value (what C gets) and the value.
+fn predefined(key: c_int) -> Option<(isize, c_int)> {
+    // MPICH's Fortran names each predefined attribute one above C's (0x64400002 for
+    // MPI_TAG_UB): both reach the same value.
+    let key = if key & 0x7fff_ff00 == 0x6440_0000 && key & 1 == 0 {
+        key - 1
+    } else {
+        key
+    };
     let (slot, v) = match key {
         TAG_UB => (0, TAG_UB_VALUE),
         HOST => (1, PROC_NULL),
@@ -43,7 +105,7 @@ fn predefined(key: c_int) -> Option<isize> {
         _ => return None,
     };
     PREDEF[slot].store(v, Ordering::Relaxed);
-    Some(&PREDEF[slot] as *const AtomicI32 as isize)
+    Some((&PREDEF[slot] as *const AtomicI32 as isize, v))
 }
 
 fn keyval(k: c_int) -> R<Keyval> {
@@ -63,8 +125,7 @@ pub fn copy_all(old: c_int, parent: &CommEntry, new: c_int) -> R {
     let mut out = Vec::new();
     for (k, v) in attrs {
         let Ok(kv) = keyval(k) else { continue };
-        let Some(f) = kv.copy else { continue };
-        let (rc, keep, nv) = raw::call_copy_fn(f, old, k, kv.extra, v);
+        let (rc, keep, nv) = kv.copy(old, k, v, kind_of(old, k));
         if rc != SUCCESS {
             return Err(Fail::new(
                 crate::err::class_of(rc),
@@ -84,18 +145,35 @@ pub fn delete_all(h: c_int) {
     let Ok(c) = state::comm(h) else { return };
     let attrs = std::mem::take(&mut *c.attrs.lock().unwrap_or_else(|p| p.into_inner()));
     for (k, v) in attrs {
-        if let Ok(Keyval {
-            delete: Some(f),
-            extra,
-            ..
-        }) = keyval(k)
-        {
-            raw::call_delete_fn(f, h, k, v, extra);
+        if let Ok(kv) = keyval(k) {
+            kv.delete(h, k, v, kind_of(h, k));
         }
     }
 }
 
+/// Attribute kinds other than `ATTR_PTR`, by (object handle, keyval).
+static KINDS: std::sync::Mutex<Vec<(c_int, c_int, c_int)>> = std::sync::Mutex::new(Vec::new());
+
+fn kind_of(obj: c_int, key: c_int) -> c_int {
+    let k = KINDS.lock().unwrap_or_else(|p| p.into_inner());
+    k.iter()
+        .find(|e| e.0 == obj && e.1 == key)
+        .map_or(ATTR_PTR, |e| e.2)
+}
+
+fn set_kind(obj: c_int, key: c_int, kind: c_int) {
+    let mut k = KINDS.lock().unwrap_or_else(|p| p.into_inner());
+    k.retain(|e| !(e.0 == obj && e.1 == key));
+    if kind != ATTR_PTR {
+        k.push((obj, key, kind));
+    }
+}
+
 fn set(comm: c_int, key: c_int, value: isize) -> R {
+    set_typed(comm, key, value, ATTR_PTR)
+}
+
+fn set_typed(comm: c_int, key: c_int, value: isize, kind: c_int) -> R {
     let c = state::comm(comm)?;
     let kv = keyval(key)?;
     let old = {
@@ -104,8 +182,10 @@ fn set(comm: c_int, key: c_int, value: isize) -> R {
         a.push((key, value));
         old
     };
-    if let (Some(v), Some(f)) = (old, kv.delete) {
-        raw::call_delete_fn(f, comm, key, v, kv.extra);
+    let old_kind = kind_of(comm, key);
+    set_kind(comm, key, kind);
+    if let Some(v) = old {
+        kv.delete(comm, key, v, old_kind);
     }
     Ok(())
 }
@@ -113,7 +193,7 @@ fn set(comm: c_int, key: c_int, value: isize) -> R {
 /// The value of attribute `key` on `comm`, if set.
 pub fn get(comm: c_int, key: c_int) -> R<Option<isize>> {
     let c = state::comm(comm)?;
-    if let Some(p) = predefined(key) {
+    if let Some((p, _)) = predefined(key) {
         return Ok(Some(p));
     }
     keyval(key)?;
@@ -130,8 +210,10 @@ fn delete(comm: c_int, key: c_int) -> R {
     };
     match v {
         Some(v) => {
-            if let Some(f) = kv.delete {
-                let rc = raw::call_delete_fn(f, comm, key, v, kv.extra);
+            let kind = kind_of(comm, key);
+            set_kind(comm, key, ATTR_PTR);
+            {
+                let rc = kv.delete(comm, key, v, kind);
                 if rc != SUCCESS {
                     return Err(Fail::new(
                         crate::err::class_of(rc),
@@ -157,6 +239,7 @@ fn create_keyval(
             copy,
             delete,
             extra: raw::address(extra),
+            proxy: None,
         }),
     )
 }
@@ -228,3 +311,107 @@ pub extern "C" fn MPIR_Dup_fn(
     raw::put_opt(flag, 1);
     SUCCESS
 }
+
+// ---- what MPICH's Fortran binding (libmpichfort.so.12) calls ----------------------------
+
+/// `MPII_Keyval_set_proxy`: the Fortran binding's callbacks are called through these.
+#[no_mangle]
+pub extern "C" fn MPII_Keyval_set_proxy(
+    key: c_int,
+    copy: Option<CopyProxy>,
+    delete: Option<DeleteProxy>,
+) {
+    if let Some(mut kv) = KEYVALS.get(key) {
+        kv.proxy = Some((copy, delete));
+        KEYVALS.set(key, kv);
+    }
+}
+
+/// `MPII_Comm_set_attr`: an attribute given as `kind` (a Fortran integer, or a pointer).
+#[no_mangle]
+pub extern "C" fn MPII_Comm_set_attr(
+    comm: c_int,
+    key: c_int,
+    value: *mut c_void,
+    kind: c_int,
+) -> c_int {
+    crate::err::ret("MPI_Comm_set_attr", || {
+        set_typed(comm, key, raw::address(value), kind)
+    })
+}
+
+/// `MPII_Comm_get_attr`: the value written as `kind` asks (pointer, address-sized or `int`).
+#[no_mangle]
+pub extern "C" fn MPII_Comm_get_attr(
+    comm: c_int,
+    key: c_int,
+    out: *mut c_void,
+    flag: *mut c_int,
+    kind: c_int,
+) -> c_int {
+    crate::err::ret("MPI_Comm_get_attr", || {
+        state::comm(comm)?;
+        let v = match predefined(key) {
+            // A language that asks for an integer gets the value, C the value's address.
+            Some((p, v)) => Some(if kind == ATTR_PTR { p } else { v as isize }),
+            None => get(comm, key)?,
+        };
+        match v {
+            Some(v) => {
+                if kind == ATTR_INT {
+                    raw::put(out as *mut c_int, v as c_int)?;
+                } else {
+                    raw::put(out as *mut isize, v)?;
+                }
+                raw::put(flag, 1)
+            }
+            None => raw::put(flag, 0),
+        }
+    })
+}
+
+/// `MPII_Type_set_attr`: datatype attributes are not kept yet.
+#[no_mangle]
+pub extern "C" fn MPII_Type_set_attr(
+    _t: c_int,
+    _key: c_int,
+    _v: *mut c_void,
+    _kind: c_int,
+) -> c_int {
+    crate::err::unsupported("MPI_Type_set_attr")
+}
+/// `MPII_Type_get_attr`.
+#[no_mangle]
+pub extern "C" fn MPII_Type_get_attr(
+    _t: c_int,
+    _key: c_int,
+    _v: *mut c_void,
+    _f: *mut c_int,
+    _kind: c_int,
+) -> c_int {
+    crate::err::unsupported("MPI_Type_get_attr")
+}
+/// `MPII_Win_set_attr`: no windows (RMA) yet.
+#[no_mangle]
+pub extern "C" fn MPII_Win_set_attr(
+    _w: c_int,
+    _key: c_int,
+    _v: *mut c_void,
+    _kind: c_int,
+) -> c_int {
+    crate::err::unsupported("MPI_Win_set_attr")
+}
+/// `MPII_Win_get_attr`.
+#[no_mangle]
+pub extern "C" fn MPII_Win_get_attr(
+    _w: c_int,
+    _key: c_int,
+    _v: *mut c_void,
+    _f: *mut c_int,
+    _kind: c_int,
+) -> c_int {
+    crate::err::unsupported("MPI_Win_get_attr")
+}
+/// `MPII_Grequest_set_lang_f77`: generalized requests are not implemented; nothing to mark.
+#[no_mangle]
+pub extern "C" fn MPII_Grequest_set_lang_f77(_req: c_int) {}

@@ -326,3 +326,19 @@ pub extern "C" fn MPI_Wtick() -> f64 {
 pub fn world_rank() -> i32 {
     metampi::topology::SimpleCommunicator::world().rank()
 }
+
+/// `MPI_F_STATUS_IGNORE` and `MPI_F_STATUSES_IGNORE` (`MPI_Fint *`, null as in MPICH until a
+/// Fortran binding sets them).
+#[no_mangle]
+pub static mut MPI_F_STATUS_IGNORE: *mut c_int = std::ptr::null_mut();
+#[no_mangle]
+pub static mut MPI_F_STATUSES_IGNORE: *mut c_int = std::ptr::null_mut();
+
+/// What `MPI_F08_STATUS(ES)_IGNORE` point at: a status no call writes.
+static F08_IGNORE: [c_int; 2] = [0, 0];
+/// `MPI_F08_STATUS_IGNORE` (mpi_f08's status-ignore sentinel).
+#[no_mangle]
+pub static MPI_F08_STATUS_IGNORE: crate::topo::CPtr = crate::topo::CPtr(&F08_IGNORE[0]);
+/// `MPI_F08_STATUSES_IGNORE`.
+#[no_mangle]
+pub static MPI_F08_STATUSES_IGNORE: crate::topo::CPtr = crate::topo::CPtr(&F08_IGNORE[1]);

@@ -316,3 +316,55 @@ pub struct Temp {
 // SAFETY: `base` points into `_mem`'s heap memory, which moves with the value
 // and is reached only through the request that keeps it.
 unsafe impl Send for Temp {}
+
+/// Calls a language binding's copy proxy with the user's copy function; `(error, keep, value)`.
+pub fn call_copy_proxy(
+    proxy: crate::attr::CopyProxy,
+    f: Option<crate::attr::CopyFn>,
+    obj: c_int,
+    key: c_int,
+    extra: isize,
+    kind: c_int,
+    value: isize,
+) -> (c_int, bool, isize) {
+    let mut out: *mut c_void = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: the proxy is the function the binding registered with MPII_Keyval_set_proxy;
+    // it receives the user's callback and values as the binding stored them.
+    let rc = unsafe {
+        proxy(
+            f,
+            obj,
+            key,
+            extra as *mut c_void,
+            kind,
+            value as *mut c_void,
+            &mut out,
+            &mut flag,
+        )
+    };
+    (rc, flag != 0, out as isize)
+}
+
+/// Calls a language binding's delete proxy with the user's delete function.
+pub fn call_delete_proxy(
+    proxy: crate::attr::DeleteProxy,
+    f: Option<crate::attr::DeleteFn>,
+    obj: c_int,
+    key: c_int,
+    kind: c_int,
+    value: isize,
+    extra: isize,
+) -> c_int {
+    // SAFETY: as for `call_copy_proxy`.
+    unsafe {
+        proxy(
+            f,
+            obj,
+            key,
+            kind,
+            value as *mut c_void,
+            extra as *mut c_void,
+        )
+    }
+}

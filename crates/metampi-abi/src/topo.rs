@@ -18,7 +18,7 @@ static SENTINELS: [c_int; 2] = [0, 0];
 
 /// A pointer-valued data symbol of the ABI.
 #[repr(transparent)]
-pub struct CPtr(*const c_int);
+pub struct CPtr(pub *const c_int);
 // SAFETY: the pointer is the address of an immutable static, read by C only as an address.
 unsafe impl Sync for CPtr {}
 

@@ -1,4 +1,4 @@
-//! C programs built with MPICH's `mpicc` run unchanged on metampi's MPICH-ABI library
+//! C and Fortran programs built with MPICH's `mpicc` and `mpif90` run unchanged on metampi's MPICH-ABI library
 //! (`crates/metampi-abi`), started by `metampi run`: one machine with 1-8 ranks, and three
 //! emulated sites with routers between them.
 //!
@@ -12,6 +12,11 @@ use std::process::Command;
 /// The C suite built for test `tag` (tests run at once: each builds its own), or `None`
 /// (with the reason printed) to skip.
 fn suite(tag: &str) -> Option<PathBuf> {
+    build(tag, "mpicc.mpich", "tests/c/abi_suite.c", "libmpich-dev")
+}
+
+/// `source` built with MPICH's wrapper `compiler` (from Debian's `package`) for test `tag`.
+fn build(tag: &str, compiler: &str, source: &str, package: &str) -> Option<PathBuf> {
     let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
     let skip = |why: &str| {
         assert!(!ci, "CI must run the C-ABI tests: {why}");
@@ -27,17 +32,19 @@ fn suite(tag: &str) -> Option<PathBuf> {
     let dir = std::env::temp_dir().join(format!("metampi-c-abi-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let exe = dir.join("abi_suite");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/abi_suite.c");
-    match Command::new("mpicc.mpich")
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    match Command::new(compiler)
         .arg("-o")
         .arg(&exe)
         .arg(&src)
         .output()
     {
         Ok(o) if o.status.success() => Some(exe),
-        Ok(o) => panic!("mpicc.mpich failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Ok(o) => panic!("{compiler} failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(_) => {
-            skip("mpicc.mpich is not installed (apt-get install libmpich-dev)");
+            skip(&format!(
+                "{compiler} is not installed (apt-get install {package})"
+            ));
             None
         }
     }
@@ -166,4 +173,33 @@ fn a_program_bound_to_mpichs_own_library_is_refused() {
         stderr.contains("instead of metampi's") && stderr.contains("RPATH"),
         "{stderr}"
     );
+}
+
+#[test]
+fn fortran_suite_runs_through_debians_fortran_binding() {
+    // mpif90.mpich links libmpichfort.so.12 (Debian's), which calls metampi's library.
+    let Some(exe) = build(
+        "fortran",
+        "mpif90.mpich",
+        "tests/f/abi_suite.f90",
+        "libmpich-dev gfortran",
+    ) else {
+        return;
+    };
+    for n in [1usize, 4] {
+        let (code, stdout, stderr) = run(&[
+            "run",
+            "--timeout",
+            "120",
+            "-n",
+            &n.to_string(),
+            exe.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{stdout}\n{stderr}");
+        assert!(
+            stdout.contains("fortran suite: ")
+                && stdout.contains(&format!("checks, 0 failed, {n} ranks")),
+            "{stdout}\n{stderr}"
+        );
+    }
 }
