@@ -40,6 +40,7 @@ pub mod comm;
 pub mod consts;
 pub mod env;
 pub mod err;
+pub mod large;
 pub mod p2p;
 mod raw;
 pub mod req;

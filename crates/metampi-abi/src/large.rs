@@ -1,0 +1,185 @@
+//! The large-count (`_c`, MPI-4 §3.2.2) forms: counts as `MPI_Count` and displacements as
+//! `MPI_Aint`. They take counts that fit in an `int` to the `int` forms and refuse larger
+//! ones with `MPI_ERR_COUNT` naming the call (messages of 2^31 elements and more are not
+//! supported yet). mpi4py 4 calls these forms for everything.
+
+use std::ffi::{c_int, c_void};
+
+use crate::consts::*;
+use crate::err::{self, Fail};
+use crate::raw;
+use crate::req::CStatus;
+
+/// `n` as an `int` count, or the error for `func`.
+fn narrow(func: &str, n: i64) -> Result<c_int, c_int> {
+    c_int::try_from(n).map_err(|_| {
+        err::raise(
+            func,
+            Fail::new(
+                ERR_COUNT,
+                format!("count {n} does not fit in an int: metampi takes up to 2^31-1 elements"),
+            ),
+        )
+    })
+}
+
+/// `n` counts (`MPI_Count`) or displacements (`MPI_Aint`) at `p` as `int`s.
+fn narrow_all<T: Copy + TryInto<i64>>(
+    func: &str,
+    p: *const T,
+    n: c_int,
+) -> Result<Vec<c_int>, c_int> {
+    let v = raw::slice(p, n).map_err(|f| err::raise(func, f))?;
+    v.iter()
+        .map(|&x| narrow(func, x.try_into().unwrap_or(i64::MAX)))
+        .collect()
+}
+
+/// Runs `f` with the narrowed values, or returns the narrowing error's code.
+macro_rules! narrowed {
+    ($func:expr, [$($n:ident),*], $call:expr) => {{
+        $(let $n = match narrow($func, $n) { Ok(v) => v, Err(code) => return code };)*
+        $call
+    }};
+}
+
+/// Defines `MPI_X_c` and `PMPI_X_c` as the `int` form `$int` with the `MPI_Count`
+/// arguments `$n` narrowed.
+macro_rules! large {
+    ($(fn $name:ident / $pname:ident ($($a:ident : $t:ty),*) [$($n:ident),*] => $int:path;)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $pname($($a: $t),*) -> c_int {
+            narrowed!(stringify!($name), [$($n),*], $int($($a),*))
+        }
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> c_int {
+            $pname($($a),*)
+        }
+    )*};
+}
+
+type Count = i64;
+
+large! {
+    fn MPI_Send_c / PMPI_Send_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int) [n] => crate::p2p::PMPI_Send;
+    fn MPI_Ssend_c / PMPI_Ssend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int) [n] => crate::p2p::PMPI_Ssend;
+    fn MPI_Bsend_c / PMPI_Bsend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int) [n] => crate::p2p::PMPI_Bsend;
+    fn MPI_Rsend_c / PMPI_Rsend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int) [n] => crate::p2p::PMPI_Rsend;
+    fn MPI_Isend_c / PMPI_Isend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Isend;
+    fn MPI_Issend_c / PMPI_Issend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Issend;
+    fn MPI_Ibsend_c / PMPI_Ibsend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Ibsend;
+    fn MPI_Irsend_c / PMPI_Irsend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Irsend;
+    fn MPI_Send_init_c / PMPI_Send_init_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Send_init;
+    fn MPI_Ssend_init_c / PMPI_Ssend_init_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Ssend_init;
+    fn MPI_Bsend_init_c / PMPI_Bsend_init_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Bsend_init;
+    fn MPI_Rsend_init_c / PMPI_Rsend_init_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Rsend_init;
+    fn MPI_Recv_c / PMPI_Recv_c(b: *mut c_void, n: Count, dt: c_int, s: c_int, t: c_int, c: c_int, st: *mut CStatus) [n] => crate::p2p::PMPI_Recv;
+    fn MPI_Irecv_c / PMPI_Irecv_c(b: *mut c_void, n: Count, dt: c_int, s: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Irecv;
+    fn MPI_Recv_init_c / PMPI_Recv_init_c(b: *mut c_void, n: Count, dt: c_int, s: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Recv_init;
+    fn MPI_Mrecv_c / PMPI_Mrecv_c(b: *mut c_void, n: Count, dt: c_int, m: *mut c_int, st: *mut CStatus) [n] => crate::p2p::PMPI_Mrecv;
+    fn MPI_Imrecv_c / PMPI_Imrecv_c(b: *mut c_void, n: Count, dt: c_int, m: *mut c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Imrecv;
+    fn MPI_Sendrecv_c / PMPI_Sendrecv_c(sb: *const c_void, sn: Count, sdt: c_int, d: c_int, stg: c_int, rb: *mut c_void, rn: Count, rdt: c_int, s: c_int, rtg: c_int, c: c_int, st: *mut CStatus) [sn, rn] => crate::p2p::PMPI_Sendrecv;
+    fn MPI_Sendrecv_replace_c / PMPI_Sendrecv_replace_c(b: *mut c_void, n: Count, dt: c_int, d: c_int, stg: c_int, s: c_int, rtg: c_int, c: c_int, st: *mut CStatus) [n] => crate::p2p::PMPI_Sendrecv_replace;
+    fn MPI_Bcast_c / PMPI_Bcast_c(b: *mut c_void, n: Count, dt: c_int, root: c_int, c: c_int) [n] => crate::coll::PMPI_Bcast;
+    fn MPI_Ibcast_c / PMPI_Ibcast_c(b: *mut c_void, n: Count, dt: c_int, root: c_int, c: c_int, r: *mut c_int) [n] => crate::coll::PMPI_Ibcast;
+    fn MPI_Reduce_c / PMPI_Reduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, root: c_int, c: c_int) [n] => crate::coll::PMPI_Reduce;
+    fn MPI_Ireduce_c / PMPI_Ireduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, root: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Ireduce;
+    fn MPI_Allreduce_c / PMPI_Allreduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int) [n] => crate::coll::PMPI_Allreduce;
+    fn MPI_Iallreduce_c / PMPI_Iallreduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Iallreduce;
+    fn MPI_Scan_c / PMPI_Scan_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int) [n] => crate::coll::PMPI_Scan;
+    fn MPI_Iscan_c / PMPI_Iscan_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Iscan;
+    fn MPI_Exscan_c / PMPI_Exscan_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int) [n] => crate::coll::PMPI_Exscan;
+    fn MPI_Iexscan_c / PMPI_Iexscan_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Iexscan;
+    fn MPI_Reduce_scatter_block_c / PMPI_Reduce_scatter_block_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int) [n] => crate::coll::PMPI_Reduce_scatter_block;
+    fn MPI_Ireduce_scatter_block_c / PMPI_Ireduce_scatter_block_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Ireduce_scatter_block;
+    fn MPI_Reduce_local_c / PMPI_Reduce_local_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int) [n] => crate::coll::PMPI_Reduce_local;
+    fn MPI_Gather_c / PMPI_Gather_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, c: c_int) [sn, rn] => crate::coll::PMPI_Gather;
+    fn MPI_Igather_c / PMPI_Igather_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, c: c_int, q: *mut c_int) [sn, rn] => crate::coll::PMPI_Igather;
+    fn MPI_Scatter_c / PMPI_Scatter_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, c: c_int) [sn, rn] => crate::coll::PMPI_Scatter;
+    fn MPI_Iscatter_c / PMPI_Iscatter_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, c: c_int, q: *mut c_int) [sn, rn] => crate::coll::PMPI_Iscatter;
+    fn MPI_Allgather_c / PMPI_Allgather_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, c: c_int) [sn, rn] => crate::coll::PMPI_Allgather;
+    fn MPI_Iallgather_c / PMPI_Iallgather_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, c: c_int, q: *mut c_int) [sn, rn] => crate::coll::PMPI_Iallgather;
+    fn MPI_Alltoall_c / PMPI_Alltoall_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, c: c_int) [sn, rn] => crate::coll::PMPI_Alltoall;
+    fn MPI_Ialltoall_c / PMPI_Ialltoall_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, c: c_int, q: *mut c_int) [sn, rn] => crate::coll::PMPI_Ialltoall;
+    fn MPI_Type_contiguous_c / PMPI_Type_contiguous_c(n: Count, old: c_int, new: *mut c_int) [n] => crate::types::PMPI_Type_contiguous;
+}
+
+/// The size of one communicator, for the varying-count forms' arrays.
+fn comm_size(func: &str, comm: c_int) -> Result<c_int, c_int> {
+    let mut n = 0;
+    let rc = crate::comm::PMPI_Comm_size(comm, &mut n);
+    if rc != SUCCESS {
+        return Err(rc);
+    }
+    let _ = func;
+    Ok(n)
+}
+
+/// Defines a varying-count `_c` form: the arrays named are narrowed to `int` arrays over
+/// the communicator's size, the counts named too, then the `int` form runs.
+macro_rules! large_v {
+    ($(fn $name:ident / $pname:ident ($($a:ident : $t:ty),*) on $comm:ident arrays [$($v:ident),*] counts [$($n:ident),*] => $int:path;)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $pname($($a: $t),*) -> c_int {
+            let f = stringify!($name);
+            let size = match comm_size(f, $comm) { Ok(n) => n, Err(code) => return code };
+            $(let $v = match narrow_all(f, $v, size) { Ok(v) => v, Err(code) => return code };)*
+            $(let $v = $v.as_ptr();)*
+            narrowed!(f, [$($n),*], $int($($a),*))
+        }
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> c_int {
+            $pname($($a),*)
+        }
+    )*};
+}
+
+large_v! {
+    fn MPI_Gatherv_c / PMPI_Gatherv_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: c_int, root: c_int, comm: c_int)
+        on comm arrays [rcs, ds] counts [sn] => crate::coll::PMPI_Gatherv;
+    fn MPI_Scatterv_c / PMPI_Scatterv_c(s: *const c_void, scs: *const Count, ds: *const isize, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, comm: c_int)
+        on comm arrays [scs, ds] counts [rn] => crate::coll::PMPI_Scatterv;
+    fn MPI_Allgatherv_c / PMPI_Allgatherv_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: c_int, comm: c_int)
+        on comm arrays [rcs, ds] counts [sn] => crate::coll::PMPI_Allgatherv;
+    fn MPI_Alltoallv_c / PMPI_Alltoallv_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: c_int, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: c_int, comm: c_int)
+        on comm arrays [scs, sds, rcs, rds] counts [] => crate::coll::PMPI_Alltoallv;
+    fn MPI_Reduce_scatter_c / PMPI_Reduce_scatter_c(s: *const c_void, r: *mut c_void, rcs: *const Count, dt: c_int, op: c_int, comm: c_int)
+        on comm arrays [rcs] counts [] => crate::coll::PMPI_Reduce_scatter;
+}
+
+mpi! {
+    fn MPI_Get_count_c / PMPI_Get_count_c(status: *const CStatus, dt: c_int, count: *mut i64) {
+        let s = raw::get(status)?;
+        let size = crate::types::size_of(dt)? as u64;
+        let bytes = crate::req::status_bytes(&s);
+        let n = match size {
+            0 => 0,
+            s if bytes % s != 0 => UNDEFINED as i64,
+            s => (bytes / s) as i64,
+        };
+        raw::put(count, n)
+    }
+    fn MPI_Get_elements_c / PMPI_Get_elements_c(status: *const CStatus, dt: c_int, count: *mut i64) {
+        let s = raw::get(status)?;
+        let id = crate::types::type_id_any(dt)?;
+        let n = metampi::datatype::abi::elements(id, crate::req::status_bytes(&s) as usize)
+            .map_or(UNDEFINED as i64, |n| n as i64);
+        raw::put(count, n)
+    }
+    fn MPI_Type_get_extent_c / PMPI_Type_get_extent_c(dt: c_int, lb: *mut i64, extent: *mut i64) {
+        let l = crate::types::layout(dt)?;
+        raw::put(lb, l.lb as i64)?;
+        raw::put(extent, l.extent as i64)
+    }
+    fn MPI_Type_get_true_extent_c / PMPI_Type_get_true_extent_c(dt: c_int, lb: *mut i64, extent: *mut i64) {
+        let l = crate::types::layout(dt)?;
+        raw::put(lb, l.true_lb as i64)?;
+        raw::put(extent, l.true_extent as i64)
+    }
+    fn MPI_Pack_size_c / PMPI_Pack_size_c(count: i64, dt: c_int, _comm: c_int, size: *mut i64) {
+        if count < 0 {
+            return Err(Fail::new(ERR_COUNT, format!("count {count} is negative")));
+        }
+        raw::put(size, count * crate::types::size_of(dt)? as i64)
+    }
+}
