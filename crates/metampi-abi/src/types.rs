@@ -199,6 +199,23 @@ fn new_type(id: u32, env: Envelope) -> c_int {
     }))
 }
 
+/// Most blocks a derived datatype may list (8 M): a larger layout is refused, not allocated.
+const MAX_BLOCKS: usize = 1 << 23;
+
+/// Refuses a constructor whose type map would list more than [`MAX_BLOCKS`] blocks.
+fn blocks_ok(old: c_int, count: usize, blocklength: usize) -> R {
+    let n = dtabi::blocks_for(type_id_any(old)?, count, blocklength);
+    if n > MAX_BLOCKS {
+        return Err(Fail::new(
+            ERR_COUNT,
+            format!(
+                "the datatype would have {n} separate blocks; metampi keeps at most {MAX_BLOCKS}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn count_ok(n: c_int, what: &str) -> R<usize> {
     if n < 0 {
         return Err(Fail::new(ERR_COUNT, format!("{what} {n} is negative")));
@@ -259,23 +276,21 @@ mpi! {
         raw::put(extent, l.true_extent as i64)
     }
     fn MPI_Type_contiguous / PMPI_Type_contiguous(count: c_int, old: c_int, new: *mut c_int) {
-        count_ok(count, "count")?;
+        blocks_ok(old, 1, count_ok(count, "count")?)?;
         let t = UserDatatype::contiguous(count, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
             combiner: COMBINER_CONTIGUOUS, ints: vec![count], aints: vec![], types: vec![old],
         }))
     }
     fn MPI_Type_vector / PMPI_Type_vector(count: c_int, bl: c_int, stride: c_int, old: c_int, new: *mut c_int) {
-        count_ok(count, "count")?;
-        count_ok(bl, "block length")?;
+        blocks_ok(old, count_ok(count, "count")?, count_ok(bl, "block length")?)?;
         let t = UserDatatype::vector(count, bl, stride, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
             combiner: COMBINER_VECTOR, ints: vec![count, bl, stride], aints: vec![], types: vec![old],
         }))
     }
     fn MPI_Type_create_hvector / PMPI_Type_create_hvector(count: c_int, bl: c_int, stride: isize, old: c_int, new: *mut c_int) {
-        count_ok(count, "count")?;
-        count_ok(bl, "block length")?;
+        blocks_ok(old, count_ok(count, "count")?, count_ok(bl, "block length")?)?;
         let t = UserDatatype::heterogeneous_vector(count, bl, stride, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
             combiner: COMBINER_HVECTOR, ints: vec![count, bl], aints: vec![stride], types: vec![old],

@@ -130,6 +130,10 @@ impl TypeMap {
         };
         if let [one] = self.units[..] {
             push((one.0, one.1 * times));
+        } else if self.units.iter().all(|u| u.0 == self.units[0].0) {
+            // Values of one size: one run, however many copies (2^31 of them from C).
+            let per: usize = self.units.iter().map(|u| u.1).sum();
+            push((self.units[0].0, per * times));
         } else {
             for _ in 0..times {
                 for &u in &self.units {
@@ -148,6 +152,13 @@ impl TypeMap {
 
     /// Repeats this map `count` times at `stride` bytes.
     fn repeat(&self, count: usize, stride: isize, offset0: isize) -> Vec<(isize, usize)> {
+        // A dense element repeated at its own extent is one block, kept as one: a
+        // contiguous type of 2^31 elements must not list them one by one.
+        if let [(o, l)] = self.blocks[..] {
+            if l == self.extent && stride == self.extent as isize && count > 0 {
+                return vec![(offset0 + o, l * count)];
+            }
+        }
         let mut out = Vec::with_capacity(count * self.blocks.len());
         for i in 0..count {
             for &(o, l) in &self.blocks {
@@ -1156,6 +1167,19 @@ pub mod abi {
             }
         }
         (left == 0).then_some(n)
+    }
+
+    /// How many blocks a type of `count` copies of `blocklength` elements of `old`
+    /// would list (dense runs count once): what a constructor would allocate.
+    pub fn blocks_for(old: u32, count: usize, blocklength: usize) -> usize {
+        let tm = type_map(old);
+        let dense = matches!(tm.blocks[..], [(_, l)] if l == tm.extent);
+        let per = if dense {
+            1
+        } else {
+            blocklength.saturating_mul(tm.blocks.len())
+        };
+        count.saturating_mul(per)
     }
 
     /// The data blocks `(offset, len)` of one element of `id`, in signature order.
