@@ -183,3 +183,123 @@ mpi! {
         raw::put(size, count * crate::types::size_of(dt)? as i64)
     }
 }
+
+large! {
+    fn MPI_Type_vector_c / PMPI_Type_vector_c(n: Count, bl: Count, stride: Count, old: c_int, new: *mut c_int) [n, bl, stride] => crate::types::PMPI_Type_vector;
+    fn MPI_Type_create_hvector_c / PMPI_Type_create_hvector_c(n: Count, bl: Count, stride: isize, old: c_int, new: *mut c_int) [n, bl] => crate::types::PMPI_Type_create_hvector;
+    fn MPI_Type_create_resized_c / PMPI_Type_create_resized_c(old: c_int, lb: isize, extent: isize, new: *mut c_int) [] => crate::types::PMPI_Type_create_resized;
+    fn MPI_Buffer_attach_c / PMPI_Buffer_attach_c(b: *mut c_void, size: Count) [size] => crate::env::PMPI_Buffer_attach;
+    fn MPI_Status_set_elements_x / PMPI_Status_set_elements_x(st: *mut CStatus, dt: c_int, n: Count) [n] => crate::p2p::PMPI_Status_set_elements;
+    fn MPI_Status_set_elements_c / PMPI_Status_set_elements_c(st: *mut CStatus, dt: c_int, n: Count) [n] => crate::p2p::PMPI_Status_set_elements;
+}
+
+large_v! {
+    fn MPI_Igatherv_c / PMPI_Igatherv_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: c_int, root: c_int, comm: c_int, q: *mut c_int)
+        on comm arrays [rcs, ds] counts [sn] => crate::coll::PMPI_Igatherv;
+    fn MPI_Iscatterv_c / PMPI_Iscatterv_c(s: *const c_void, scs: *const Count, ds: *const isize, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, comm: c_int, q: *mut c_int)
+        on comm arrays [scs, ds] counts [rn] => crate::coll::PMPI_Iscatterv;
+    fn MPI_Iallgatherv_c / PMPI_Iallgatherv_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: c_int, comm: c_int, q: *mut c_int)
+        on comm arrays [rcs, ds] counts [sn] => crate::coll::PMPI_Iallgatherv;
+    fn MPI_Ialltoallv_c / PMPI_Ialltoallv_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: c_int, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: c_int, comm: c_int, q: *mut c_int)
+        on comm arrays [scs, sds, rcs, rds] counts [] => crate::coll::PMPI_Ialltoallv;
+}
+
+/// `n` values at `p` (`MPI_Count` arrays) narrowed to `int`s, `n` itself narrowed first.
+fn ints(func: &str, p: *const Count, n: Count) -> Result<Vec<c_int>, c_int> {
+    narrow_all(func, p, narrow(func, n)?)
+}
+
+/// `n` displacements at `p` as addresses.
+fn addrs(func: &str, p: *const Count, n: Count) -> Result<Vec<isize>, c_int> {
+    let v = raw::slice(p, narrow(func, n)?).map_err(|f| err::raise(func, f))?;
+    Ok(v.iter().map(|&x| x as isize).collect())
+}
+
+/// Runs a body returning `Result<c_int, c_int>` (an error code either way) as a `c_int`.
+macro_rules! codes {
+    ($body:block) => {{
+        let r: Result<c_int, c_int> = (|| $body)();
+        r.unwrap_or_else(|code| code)
+    }};
+}
+
+/// Defines `MPI_X` and `PMPI_X` with a body that returns an MPI code.
+macro_rules! coded {
+    ($(fn $name:ident / $pname:ident ($($a:ident : $t:ty),*) $body:block)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $pname($($a: $t),*) -> c_int {
+            codes!($body)
+        }
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> c_int {
+            $pname($($a),*)
+        }
+    )*};
+}
+
+coded! {
+    fn MPI_Type_indexed_c / PMPI_Type_indexed_c(n: Count, bls: *const Count, ds: *const Count, old: c_int, new: *mut c_int) {
+        let f = "MPI_Type_indexed_c";
+        let (b, d) = (ints(f, bls, n)?, ints(f, ds, n)?);
+        Ok(crate::types::PMPI_Type_indexed(narrow(f, n)?, b.as_ptr(), d.as_ptr(), old, new))
+    }
+    fn MPI_Type_create_hindexed_c / PMPI_Type_create_hindexed_c(n: Count, bls: *const Count, ds: *const Count, old: c_int, new: *mut c_int) {
+        let f = "MPI_Type_create_hindexed_c";
+        let (b, d) = (ints(f, bls, n)?, addrs(f, ds, n)?);
+        Ok(crate::types::PMPI_Type_create_hindexed(narrow(f, n)?, b.as_ptr(), d.as_ptr(), old, new))
+    }
+    fn MPI_Type_create_indexed_block_c / PMPI_Type_create_indexed_block_c(n: Count, bl: Count, ds: *const Count, old: c_int, new: *mut c_int) {
+        let f = "MPI_Type_create_indexed_block_c";
+        let d = ints(f, ds, n)?;
+        Ok(crate::types::PMPI_Type_create_indexed_block(narrow(f, n)?, narrow(f, bl)?, d.as_ptr(), old, new))
+    }
+    fn MPI_Type_create_hindexed_block_c / PMPI_Type_create_hindexed_block_c(n: Count, bl: Count, ds: *const Count, old: c_int, new: *mut c_int) {
+        let f = "MPI_Type_create_hindexed_block_c";
+        let d = addrs(f, ds, n)?;
+        Ok(crate::types::PMPI_Type_create_hindexed_block(narrow(f, n)?, narrow(f, bl)?, d.as_ptr(), old, new))
+    }
+    fn MPI_Type_create_struct_c / PMPI_Type_create_struct_c(n: Count, bls: *const Count, ds: *const Count, types: *const c_int, new: *mut c_int) {
+        let f = "MPI_Type_create_struct_c";
+        let (b, d) = (ints(f, bls, n)?, addrs(f, ds, n)?);
+        Ok(crate::types::PMPI_Type_create_struct(narrow(f, n)?, b.as_ptr(), d.as_ptr(), types, new))
+    }
+    fn MPI_Type_create_subarray_c / PMPI_Type_create_subarray_c(nd: c_int, sizes: *const Count, subs: *const Count, starts: *const Count, order: c_int, old: c_int, new: *mut c_int) {
+        let f = "MPI_Type_create_subarray_c";
+        let (a, b, c) = (narrow_all(f, sizes, nd)?, narrow_all(f, subs, nd)?, narrow_all(f, starts, nd)?);
+        Ok(crate::types::PMPI_Type_create_subarray(nd, a.as_ptr(), b.as_ptr(), c.as_ptr(), order, old, new))
+    }
+    fn MPI_Buffer_detach_c / PMPI_Buffer_detach_c(b: *mut *mut c_void, size: *mut Count) {
+        let mut n: c_int = 0;
+        let rc = crate::env::PMPI_Buffer_detach(b, &mut n);
+        raw::put_opt(size, n as Count);
+        Ok(rc)
+    }
+    fn MPI_Type_get_envelope_c / PMPI_Type_get_envelope_c(dt: c_int, ni: *mut Count, na: *mut Count, nl: *mut Count, nt: *mut Count, comb: *mut c_int) {
+        // The `_c` constructors here make the `int` forms' types: no large counts to report.
+        let (mut i, mut a, mut t) = (0, 0, 0);
+        let rc = crate::types::PMPI_Type_get_envelope(dt, &mut i, &mut a, &mut t, comb);
+        raw::put_opt(ni, i as Count);
+        raw::put_opt(na, a as Count);
+        raw::put_opt(nl, 0);
+        raw::put_opt(nt, t as Count);
+        Ok(rc)
+    }
+    fn MPI_Type_get_contents_c / PMPI_Type_get_contents_c(dt: c_int, ni: Count, na: Count, _nl: Count, nt: Count, is: *mut c_int, as_: *mut isize, _ls: *mut Count, ts: *mut c_int) {
+        let f = "MPI_Type_get_contents_c";
+        Ok(crate::types::PMPI_Type_get_contents(dt, narrow(f, ni)?, narrow(f, na)?, narrow(f, nt)?, is, as_, ts))
+    }
+    fn MPI_Pack_c / PMPI_Pack_c(inbuf: *const c_void, n: Count, dt: c_int, out: *mut c_void, outsize: Count, pos: *mut Count, comm: c_int) {
+        let f = "MPI_Pack_c";
+        let mut p = narrow(f, raw::get(pos).map_err(|e| err::raise(f, e))?)?;
+        let rc = crate::types::PMPI_Pack(inbuf, narrow(f, n)?, dt, out, narrow(f, outsize)?, &mut p, comm);
+        raw::put_opt(pos, p as Count);
+        Ok(rc)
+    }
+    fn MPI_Unpack_c / PMPI_Unpack_c(inbuf: *const c_void, insize: Count, pos: *mut Count, out: *mut c_void, n: Count, dt: c_int, comm: c_int) {
+        let f = "MPI_Unpack_c";
+        let mut p = narrow(f, raw::get(pos).map_err(|e| err::raise(f, e))?)?;
+        let rc = crate::types::PMPI_Unpack(inbuf, narrow(f, insize)?, &mut p, out, narrow(f, n)?, dt, comm);
+        raw::put_opt(pos, p as Count);
+        Ok(rc)
+    }
+}

@@ -427,7 +427,19 @@ mpi! {
         }
         raw::slice_mut(ints, env.ints.len() as c_int)?.copy_from_slice(&env.ints);
         raw::slice_mut(aints, env.aints.len() as c_int)?.copy_from_slice(&env.aints);
-        raw::slice_mut(types, env.types.len() as c_int)?.copy_from_slice(&env.types);
+        // Derived datatypes come back as new handles the caller frees (MPI-4 §5.1.13).
+        let out = raw::slice_mut(types, env.types.len() as c_int)?;
+        for (o, &h) in out.iter_mut().zip(&env.types) {
+            *o = match TYPES.get(h) {
+                Some(e) => TYPES.insert(Arc::new(DtEntry {
+                    id: e.id,
+                    committed: e.committed,
+                    name: Mutex::new(String::new()),
+                    env: e.env.clone(),
+                })),
+                None => h,
+            };
+        }
         Ok(())
     }
     fn MPI_Type_set_name / PMPI_Type_set_name(dt: c_int, name: *const c_char) {
