@@ -123,8 +123,12 @@ macro_rules! large_v {
         pub extern "C" fn $pname($($a: $t),*) -> c_int {
             let f = stringify!($name);
             let size = match comm_size(f, $comm) { Ok(n) => n, Err(code) => return code };
-            $(let $v = match narrow_all(f, $v, size) { Ok(v) => v, Err(code) => return code };)*
-            $(let $v = $v.as_ptr();)*
+            // Arrays a rank does not use (the root's, elsewhere) may be null: they stay null.
+            $(let $v = match $v.is_null() {
+                true => None,
+                false => match narrow_all(f, $v, size) { Ok(v) => Some(v), Err(code) => return code },
+            };)*
+            $(let $v = $v.as_ref().map_or(std::ptr::null(), |v| v.as_ptr());)*
             narrowed!(f, [$($n),*], $int($($a),*))
         }
         #[no_mangle]
@@ -218,8 +222,8 @@ fn addrs(func: &str, p: *const Count, n: Count) -> Result<Vec<isize>, c_int> {
 /// Runs a body returning `Result<c_int, c_int>` (an error code either way) as a `c_int`.
 macro_rules! codes {
     ($body:block) => {{
-        let r: Result<c_int, c_int> = (|| $body)();
-        r.unwrap_or_else(|code| code)
+        let run = || -> Result<c_int, c_int> { $body };
+        run().unwrap_or_else(|code| code)
     }};
 }
 
