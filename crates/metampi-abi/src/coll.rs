@@ -212,32 +212,16 @@ fn reduce(
     deliver(rq, Some((r, keep)))
 }
 
-fn allreduce(
-    sbuf: *const c_void,
-    rbuf: *mut c_void,
-    count: c_int,
-    dt: c_int,
-    op: c_int,
-    comm: c_int,
-    rq: *mut c_int,
-) -> R {
-    let c = state::comm(comm)?;
-    let n = ucount(count, "count")?;
-    let o = op_for(op, dt)?;
-    let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
-    let sbuf = send_side(sbuf, rbuf, n, dt, &mut keep)?;
-    let s = types::buf(sbuf, count, dt)?;
-    let mut r = types::buf(rbuf, count, dt)?;
-    if rq.is_null() {
-        return Ok(with_op!(o, x => c.comm.try_all_reduce_into(&s, &mut r, x))?);
-    }
-    let h = with_op!(o, x => raw::detach(c.comm.immediate_all_reduce_into(CScope, &s, &mut r, x)));
-    keep.extend(keep_op(o));
-    deliver(rq, Some((h, keep)))
+/// The reductions whose every rank gets a result of `count` elements.
+#[derive(Clone, Copy)]
+enum Elementwise {
+    All,
+    Scan,
+    Exscan,
 }
 
-/// Scan (`exclusive` false) or exscan.
-fn scan(
+fn elementwise(
+    kind: Elementwise,
     sbuf: *const c_void,
     rbuf: *mut c_void,
     count: c_int,
@@ -245,7 +229,6 @@ fn scan(
     op: c_int,
     comm: c_int,
     rq: *mut c_int,
-    exclusive: bool,
 ) -> R {
     let c = state::comm(comm)?;
     let n = ucount(count, "count")?;
@@ -254,18 +237,24 @@ fn scan(
     let sbuf = send_side(sbuf, rbuf, n, dt, &mut keep)?;
     let s = types::buf(sbuf, count, dt)?;
     let mut r = types::buf(rbuf, count, dt)?;
+    let cm = &c.comm;
     if rq.is_null() {
-        if exclusive {
-            with_op!(o, x => c.comm.try_exclusive_scan_into(&s, &mut r, x))?;
-        } else {
-            with_op!(o, x => c.comm.try_scan_into(&s, &mut r, x))?;
-        }
-        return Ok(());
+        return Ok(match kind {
+            Elementwise::All => with_op!(o, x => cm.try_all_reduce_into(&s, &mut r, x)),
+            Elementwise::Scan => with_op!(o, x => cm.try_scan_into(&s, &mut r, x)),
+            Elementwise::Exscan => with_op!(o, x => cm.try_exclusive_scan_into(&s, &mut r, x)),
+        }?);
     }
-    let h = if exclusive {
-        with_op!(o, x => raw::detach(c.comm.immediate_exclusive_scan_into(CScope, &s, &mut r, x)))
-    } else {
-        with_op!(o, x => raw::detach(c.comm.immediate_scan_into(CScope, &s, &mut r, x)))
+    let h = match kind {
+        Elementwise::All => {
+            with_op!(o, x => raw::detach(cm.immediate_all_reduce_into(CScope, &s, &mut r, x)))
+        }
+        Elementwise::Scan => {
+            with_op!(o, x => raw::detach(cm.immediate_scan_into(CScope, &s, &mut r, x)))
+        }
+        Elementwise::Exscan => {
+            with_op!(o, x => raw::detach(cm.immediate_exclusive_scan_into(CScope, &s, &mut r, x)))
+        }
     };
     keep.extend(keep_op(o));
     deliver(rq, Some((h, keep)))
@@ -747,25 +736,25 @@ mpi! {
         reduce(s, r, count, dt, op, root, comm, rq)
     }
     fn MPI_Allreduce / PMPI_Allreduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
-        allreduce(s, r, count, dt, op, comm, std::ptr::null_mut())
+        elementwise(Elementwise::All, s, r, count, dt, op, comm, std::ptr::null_mut())
     }
     fn MPI_Iallreduce / PMPI_Iallreduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
         req_out(rq)?;
-        allreduce(s, r, count, dt, op, comm, rq)
+        elementwise(Elementwise::All, s, r, count, dt, op, comm, rq)
     }
     fn MPI_Scan / PMPI_Scan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
-        scan(s, r, count, dt, op, comm, std::ptr::null_mut(), false)
+        elementwise(Elementwise::Scan, s, r, count, dt, op, comm, std::ptr::null_mut())
     }
     fn MPI_Iscan / PMPI_Iscan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
         req_out(rq)?;
-        scan(s, r, count, dt, op, comm, rq, false)
+        elementwise(Elementwise::Scan, s, r, count, dt, op, comm, rq)
     }
     fn MPI_Exscan / PMPI_Exscan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
-        scan(s, r, count, dt, op, comm, std::ptr::null_mut(), true)
+        elementwise(Elementwise::Exscan, s, r, count, dt, op, comm, std::ptr::null_mut())
     }
     fn MPI_Iexscan / PMPI_Iexscan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
         req_out(rq)?;
-        scan(s, r, count, dt, op, comm, rq, true)
+        elementwise(Elementwise::Exscan, s, r, count, dt, op, comm, rq)
     }
     fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
         reduce_scatter_block(s, r, count, dt, op, comm, std::ptr::null_mut())

@@ -7,8 +7,6 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use metampi::topology::Communicator;
-
 use crate::consts::*;
 use crate::err::{self, Fail, HandlerFn, R};
 use crate::raw;
@@ -320,11 +318,6 @@ pub extern "C" fn PMPI_Wtick() -> f64 {
 #[no_mangle]
 pub extern "C" fn MPI_Wtick() -> f64 {
     metampi::time_resolution()
-}
-
-/// Whether this process is the world's rank 0 (used in messages).
-pub fn world_rank() -> i32 {
-    metampi::topology::SimpleCommunicator::world().rank()
 }
 
 /// `MPI_F_STATUS_IGNORE` and `MPI_F_STATUSES_IGNORE` (`MPI_Fint *`, null as in MPICH until a

@@ -105,14 +105,12 @@ large! {
 }
 
 /// The size of one communicator, for the varying-count forms' arrays.
-fn comm_size(func: &str, comm: c_int) -> Result<c_int, c_int> {
+fn comm_size(comm: c_int) -> Result<c_int, c_int> {
     let mut n = 0;
-    let rc = crate::comm::PMPI_Comm_size(comm, &mut n);
-    if rc != SUCCESS {
-        return Err(rc);
+    match crate::comm::PMPI_Comm_size(comm, &mut n) {
+        SUCCESS => Ok(n),
+        rc => Err(rc),
     }
-    let _ = func;
-    Ok(n)
 }
 
 /// Defines a varying-count `_c` form: the arrays named are narrowed to `int` arrays over
@@ -122,7 +120,7 @@ macro_rules! large_v {
         #[no_mangle]
         pub extern "C" fn $pname($($a: $t),*) -> c_int {
             let f = stringify!($name);
-            let size = match comm_size(f, $comm) { Ok(n) => n, Err(code) => return code };
+            let size = match comm_size($comm) { Ok(n) => n, Err(code) => return code };
             // Arrays a rank does not use (the root's, elsewhere) may be null: they stay null.
             $(let $v = match $v.is_null() {
                 true => None,

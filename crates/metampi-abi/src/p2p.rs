@@ -194,6 +194,24 @@ fn probe_status(c: &CommEntry, source: c_int, tag: c_int, block: bool) -> R<Opti
     Ok(s.map(|s| St::of(&s)))
 }
 
+/// A send and a receive under way at once (`MPI_Sendrecv`): the receive's status.
+fn exchange(
+    c: &CommEntry,
+    sb: CBuf,
+    dest: c_int,
+    stag: c_int,
+    rb: CBuf,
+    source: c_int,
+    rtag: c_int,
+) -> R<St> {
+    let r = start_recv(c, rb, source, rtag)?;
+    let s = start_send(c, sb, dest, stag, Mode::Standard);
+    let sent = s.and_then(req::wait_now);
+    let got = req::wait_now(r)?;
+    sent?;
+    Ok(got)
+}
+
 /// Messages taken by matched probes, behind `MPI_Message` handles.
 static MESSAGES: Mutex<Vec<Option<Message>>> = Mutex::new(Vec::new());
 
@@ -313,14 +331,7 @@ mpi! {
         let c = state::comm(comm)?;
         let sb = types::buf(sbuf, scount, sdt)?;
         let rb = types::buf(rbuf, rcount, rdt)?;
-        let r = start_recv(&c, rb, source, rtag)?;
-        let s = start_send(&c, sb, dest, stag, Mode::Standard)?;
-        let sh = req::insert(s);
-        let rh = req::insert(r);
-        let sent = req::wait_handle(sh);
-        let st = req::wait_handle(rh)?;
-        sent?;
-        st.write(status, SUCCESS);
+        exchange(&c, sb, dest, stag, rb, source, rtag)?.write(status, SUCCESS);
         Ok(())
     }
     fn MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, dt: c_int, dest: c_int, stag: c_int,
@@ -329,23 +340,10 @@ mpi! {
         let b = types::buf(buf, count, dt)?;
         // Send a packed copy, receive into the buffer itself.
         let id = b.dt.type_id();
-        let size = dtabi::layout(id).size * count as usize;
-        let mut tmp = vec![0u8; size.max(1)];
-        let mut pos: c_int = 0;
-        let rc = crate::types::PMPI_Pack(buf, count, dt, tmp.as_mut_ptr() as *mut c_void, size as c_int, &mut pos, comm);
-        if rc != SUCCESS {
-            return Err(Fail::new(crate::err::class_of(rc), "packing the send copy failed"));
-        }
-        let sb = types::buf(tmp.as_ptr() as *const c_void, size as c_int, BYTE_TYPE)?;
-        let r = start_recv(&c, b, source, rtag)?;
-        let s = start_send(&c, sb, dest, stag, Mode::Standard)?;
-        let sh = req::insert(s);
-        let rh = req::insert(r);
-        let sent = req::wait_handle(sh);
-        let st = req::wait_handle(rh)?;
-        sent?;
-        drop(tmp);
-        st.write(status, SUCCESS);
+        let mut tmp = vec![0u8; dtabi::layout(id).size * count as usize];
+        types::pack_into(buf, count as usize, id, &mut tmp);
+        let sb = types::buf(tmp.as_ptr() as *const c_void, tmp.len() as c_int, BYTE_TYPE)?;
+        exchange(&c, sb, dest, stag, b, source, rtag)?.write(status, SUCCESS);
         Ok(())
     }
     fn MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut CStatus) {

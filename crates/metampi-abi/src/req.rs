@@ -261,6 +261,11 @@ fn test_req(r: Req) -> Result<(St, Option<Fail>), Req> {
     }
 }
 
+/// Waits for a request that never got a handle.
+pub fn wait_now(r: Req) -> R<St> {
+    finish(wait_req(r))
+}
+
 /// Completes request `h` by waiting: frees it (or makes a persistent one inactive).
 pub fn wait_handle(h: c_int) -> R<St> {
     wait_handle_p(h).0
@@ -481,9 +486,26 @@ fn start(h: c_int) -> R {
     }
 }
 
-/// Statuses of a multi-request call: where the `i`-th goes.
-fn statuses(p: *mut CStatus, i: usize) -> *mut CStatus {
-    raw::status_at(p, i)
+/// Waits for `*h` and writes its status to element `i` of `sts` (unless ignored); the
+/// handle becomes `MPI_REQUEST_NULL` unless persistent. Returns whether it failed (its
+/// error code is then in the status).
+fn complete_into(h: &mut c_int, sts: *mut CStatus, i: usize) -> bool {
+    let (st, persistent) = wait_handle_p(*h);
+    let failed = match st {
+        Ok(st) => {
+            st.write(raw::status_at(sts, i), SUCCESS);
+            false
+        }
+        Err(f) => {
+            let code = crate::err::raise_quiet(f);
+            St::EMPTY.write(raw::status_at(sts, i), code);
+            true
+        }
+    };
+    if !persistent {
+        *h = REQUEST_NULL;
+    }
+    failed
 }
 
 mpi! {
@@ -518,18 +540,7 @@ mpi! {
         let hs = raw::slice_mut(reqs, n)?;
         let mut failed = false;
         for (i, h) in hs.iter_mut().enumerate() {
-            let (st, persistent) = wait_handle_p(*h);
-            match st {
-                Ok(st) => st.write(statuses(sts, i), SUCCESS),
-                Err(f) => {
-                    failed = true;
-                    let code = crate::err::raise_quiet(f);
-                    St::EMPTY.write(statuses(sts, i), code);
-                }
-            }
-            if !persistent {
-                *h = REQUEST_NULL;
-            }
+            failed |= complete_into(h, sts, i);
         }
         if failed {
             return Err(Fail::new(ERR_IN_STATUS, "a request failed; its status says how"));
@@ -678,18 +689,7 @@ fn some(hs: &mut [c_int], outcount: *mut c_int, indices: *mut c_int, sts: *mut C
     let idx = raw::slice_mut(indices, done.len() as c_int)?;
     let mut failed = false;
     for (j, &k) in done.iter().enumerate() {
-        let persistent = is_persistent(hs[k]);
-        match wait_handle(hs[k]) {
-            Ok(st) => st.write(statuses(sts, j), SUCCESS),
-            Err(f) => {
-                failed = true;
-                let code = crate::err::raise_quiet(f);
-                St::EMPTY.write(statuses(sts, j), code);
-            }
-        }
-        if !persistent {
-            hs[k] = REQUEST_NULL;
-        }
+        failed |= complete_into(&mut hs[k], sts, j);
         idx[j] = k as c_int;
     }
     raw::put(outcount, done.len() as c_int)?;

@@ -71,6 +71,8 @@ pub fn init(required: c_int) -> R<c_int> {
 pub fn finalize() -> R {
     check_init()?;
     crate::attr::delete_all(COMM_SELF);
+    // Requests the program freed while in flight still complete before the engine ends.
+    crate::req::drain_freed();
     let u = UNIVERSE.lock().unwrap_or_else(|p| p.into_inner()).take();
     FINALIZED.store(true, Ordering::Release);
     drop(u);
@@ -166,16 +168,6 @@ impl<T: Clone> Table<T> {
             g.1.push(i);
         }
         v
-    }
-
-    /// The handles in use.
-    pub fn handles(&self) -> Vec<c_int> {
-        let g = self.slots.read().unwrap_or_else(|p| p.into_inner());
-        g.0.iter()
-            .enumerate()
-            .filter(|(_, s)| s.is_some())
-            .map(|(i, _)| (self.base | i as u32) as c_int)
-            .collect()
     }
 }
 

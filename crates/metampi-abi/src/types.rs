@@ -13,7 +13,7 @@ use metampi::Count;
 use crate::consts::*;
 use crate::err::{Fail, R};
 use crate::raw;
-use crate::state::{check_init, Table};
+use crate::state::Table;
 
 /// A C reduction function: `(invec, inoutvec, len, datatype)`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
@@ -475,16 +475,8 @@ mpi! {
             )));
         }
         let out = raw::bytes_mut(outbuf, outsize as usize);
-        let mut at = pos as usize;
-        let blocks = dtabi::blocks(id);
-        for i in 0..n {
-            for &(off, len) in &blocks {
-                let src = raw::bytes(raw::offset(inbuf, i as isize * l.extent as isize + off), len);
-                out[at..at + len].copy_from_slice(src);
-                at += len;
-            }
-        }
-        raw::put(position, at as c_int)
+        pack_into(inbuf, n, id, &mut out[pos as usize..pos as usize + need]);
+        raw::put(position, (pos as usize + need) as c_int)
     }
     fn MPI_Unpack / PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, count: c_int, dt: c_int, _comm: c_int) {
         let n = count_ok(count, "count")?;
@@ -508,6 +500,22 @@ mpi! {
             }
         }
         raw::put(position, at as c_int)
+    }
+}
+
+/// Packs `n` elements of datatype `id` at `inbuf` into `out` (`n` times the type's size).
+pub fn pack_into(inbuf: *const c_void, n: usize, id: u32, out: &mut [u8]) {
+    let extent = dtabi::layout(id).extent as isize;
+    let blocks = dtabi::blocks(id);
+    let mut at = 0;
+    for i in 0..n {
+        for &(off, len) in &blocks {
+            out[at..at + len].copy_from_slice(raw::bytes(
+                raw::offset(inbuf, i as isize * extent + off),
+                len,
+            ));
+            at += len;
+        }
     }
 }
 
@@ -657,9 +665,4 @@ mpi! {
         };
         raw::put(commute, c as c_int)
     }
-}
-
-/// Makes sure the library is up before a datatype call that needs the engine.
-pub fn ready() -> R {
-    check_init()
 }
