@@ -86,7 +86,9 @@ fn implemented_names(src: &str) -> BTreeSet<&str> {
     set
 }
 
-/// `target/<profile>/mpich-abi/{libmpi.so.12,libmpich.so.12}` pointing at the built library.
+/// `target/<profile>/mpich-abi/{libmpi.so.12,libmpich.so.12}` pointing at the built library in
+/// `deps/`: cargo writes the cdylib there under every command (`cargo test` included), but copies
+/// it up to `target/<profile>/` only under `cargo build`.
 fn link_names(out: &Path) {
     // OUT_DIR is target/<profile>/build/<crate>-<hash>/out.
     let Some(profile) = out.ancestors().nth(3) else {
@@ -99,6 +101,6 @@ fn link_names(out: &Path) {
     for name in ["libmpi.so.12", "libmpich.so.12"] {
         let link = dir.join(name);
         let _ = std::fs::remove_file(&link);
-        let _ = std::os::unix::fs::symlink("../libmetampi_abi.so", &link);
+        let _ = std::os::unix::fs::symlink("../deps/libmetampi_abi.so", &link);
     }
 }
