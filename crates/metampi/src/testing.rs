@@ -272,7 +272,7 @@ pub fn is_rank() -> bool {
 
 /// Chunks of long shared-memory messages this rank has copied into their
 /// receivers' buffers while it waited for those sends (the receiver asked
-/// for help, see `docs/architecture.md`); `None` where this rank does not
+/// for help, see `docs/decisions/0012-cooperative-copy-of-long-shm-messages.md`); `None` where this rank does not
 /// always copy cooperatively (no shared-memory peers, no cross-memory
 /// attach, `METAMPI_NO_COOP`, or more processes than cores, where help is
 /// asked only while few are awake). Call it after `initialize`.

@@ -55,7 +55,7 @@ pub struct BenchArgs {
     /// Start receive buffers this many bytes past a page boundary (send
     /// buffers start on one, as in the OSU benchmarks). 1-31 is the placement
     /// that makes `rep movsb` copies 5-15x slower on AMD Zen, which metampi
-    /// copies around (see docs/architecture.md).
+    /// copies around (see docs/decisions/0014-copies-where-buffers-fall-badly.md).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..4096))]
     misalign: u16,
     /// Label of this run in the JSON and in plots.
