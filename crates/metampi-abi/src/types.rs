@@ -666,3 +666,35 @@ mpi! {
         raw::put(commute, c as c_int)
     }
 }
+
+/// The predefined Fortran datatype of type class `class` (`MPI_TYPECLASS_*`) and `size`
+/// bytes, as MPICH answers `MPI_Type_match_size` (ScaLAPACK's BLACS asks for it at start).
+fn matching_type(class: c_int, size: c_int) -> Option<c_int> {
+    let idx = match (class, size) {
+        (TYPECLASS_REAL, 4) => 0x27,
+        (TYPECLASS_REAL, 8) => 0x29,
+        (TYPECLASS_REAL, 16) => 0x2b,
+        (TYPECLASS_INTEGER, 1) => 0x2d,
+        (TYPECLASS_INTEGER, 2) => 0x2f,
+        (TYPECLASS_INTEGER, 4) => 0x30,
+        (TYPECLASS_INTEGER, 8) => 0x31,
+        (TYPECLASS_COMPLEX, 8) => 0x28,
+        (TYPECLASS_COMPLEX, 16) => 0x2a,
+        (TYPECLASS_COMPLEX, 32) => 0x2c,
+        _ => return None,
+    };
+    Some(0x4c00_0000 | (size << 8) | idx)
+}
+
+const TYPECLASS_REAL: c_int = 1;
+const TYPECLASS_INTEGER: c_int = 2;
+const TYPECLASS_COMPLEX: c_int = 3;
+
+mpi! {
+    fn MPI_Type_match_size / PMPI_Type_match_size(class: c_int, size: c_int, dt: *mut c_int) {
+        let t = matching_type(class, size).ok_or_else(|| {
+            Fail::arg(format!("no predefined type of type class {class} has {size} bytes"))
+        })?;
+        raw::put(dt, t)
+    }
+}

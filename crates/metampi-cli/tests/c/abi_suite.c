@@ -171,6 +171,17 @@ static void datatypes(void) {
     char name[MPI_MAX_OBJECT_NAME]; int len;
     MPI_Type_get_name(MPI_DOUBLE, name, &len);
     CHECK(strcmp(name, "MPI_DOUBLE") == 0, "type name %s", name);
+    /* the Fortran type of a class and size, as ScaLAPACK's BLACS asks at start */
+    MPI_Datatype m8 = MPI_DATATYPE_NULL, m4 = MPI_DATATYPE_NULL;
+    MPI_Type_match_size(MPI_TYPECLASS_REAL, 8, &m8);
+    MPI_Type_match_size(MPI_TYPECLASS_INTEGER, 4, &m4);
+    MPI_Type_size(m8, &sz);
+    CHECK(m8 == MPI_REAL8 && m4 == MPI_INTEGER4 && sz == 8, "match_size %x %x", (unsigned)m8, (unsigned)m4);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rc = MPI_Type_match_size(MPI_TYPECLASS_REAL, 3, &m8);
+    int cls = -1; MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ARG, "match_size of a size no type has: class %d", cls);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     MPI_Type_free(&column); MPI_Type_free(&st); MPI_Type_free(&st0); MPI_Type_free(&sa); MPI_Type_free(&ix);
     CHECK(column == MPI_DATATYPE_NULL, "freed type is nulled");
 }
