@@ -203,3 +203,91 @@ fn fortran_suite_runs_through_debians_fortran_binding() {
         );
     }
 }
+
+/// Where Debian's MPICH builds of ScaLAPACK's test programs are (`scalapack-mpi-test`).
+const SCALAPACK_TESTS: &str = "/usr/lib/x86_64-linux-gnu/scalapack/mpich-tests";
+
+/// Whether a program nobody here wrote is installed; skips (failing under CI, whose
+/// `.ci/run` installs `package`) when it is not.
+fn installed(path: &Path, package: &str) -> bool {
+    if path.exists() {
+        return true;
+    }
+    let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
+    assert!(
+        !ci,
+        "CI must run {}: apt-get install {package}",
+        path.display()
+    );
+    eprintln!(
+        "SKIP: {} is not installed (apt-get install {package})",
+        path.display()
+    );
+    false
+}
+
+#[test]
+fn scalapack_test_programs_built_for_mpich_pass_on_metampi() {
+    // Debian's binaries, linked against libmpich.so.12 and libscalapack-mpich: BLACS on
+    // top of MPI (communicators split per grid row and column, derived datatypes,
+    // user operations), then LU and QR factorizations checked by their residuals.
+    let dir = Path::new(SCALAPACK_TESTS);
+    if !installed(dir, "scalapack-mpi-test") {
+        return;
+    }
+    for prog in ["xdlu", "xzqr"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+            .current_dir(dir)
+            .args(["run", "--timeout", "120", "-n", "4", &format!("./{prog}")])
+            .output()
+            .expect("metampi runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{prog}: {stdout}\n{stderr}");
+        assert!(
+            stdout.contains("tests completed and passed residual checks")
+                && stdout.contains(" 0 tests completed and failed residual checks")
+                && !stdout.contains("FAILED"),
+            "{prog}: {stdout}\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn netpipe_built_for_mpich_checks_its_data_on_metampi() {
+    // NetPIPE's integrity mode sends patterns of every size up to 64 KiB both ways and
+    // checks each byte.
+    let np = Path::new("/usr/bin/NPmpich2");
+    if !installed(np, "netpipe-mpich2") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("metampi-netpipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .current_dir(&dir)
+        .args([
+            "run",
+            "--timeout",
+            "120",
+            "-n",
+            "2",
+            "NPmpich2",
+            "-i",
+            "-n",
+            "200",
+            "-u",
+            "65536",
+        ])
+        .output()
+        .expect("metampi runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    // NetPIPE reports each size on stderr.
+    let passed = stderr.matches("Integrity check passed").count();
+    assert!(
+        passed >= 20 && !format!("{stdout}{stderr}").to_lowercase().contains("fail"),
+        "{passed}: {stdout}\n{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
