@@ -66,6 +66,10 @@ pub const ANY_TAG: c_int = -1;
 pub const PROC_NULL: c_int = -1;
 pub const ROOT: c_int = -3;
 pub const UNDEFINED: c_int = -32766;
+/// `MPI_TYPECLASS_*` (`MPI_Type_match_size`).
+pub const TYPECLASS_REAL: c_int = 1;
+pub const TYPECLASS_INTEGER: c_int = 2;
+pub const TYPECLASS_COMPLEX: c_int = 3;
 pub const TAG_UB_VALUE: c_int = 0x7fff_ffff;
 
 // Attribute keys of communicators.

@@ -686,10 +686,6 @@ fn matching_type(class: c_int, size: c_int) -> Option<c_int> {
     Some(0x4c00_0000 | (size << 8) | idx)
 }
 
-const TYPECLASS_REAL: c_int = 1;
-const TYPECLASS_INTEGER: c_int = 2;
-const TYPECLASS_COMPLEX: c_int = 3;
-
 mpi! {
     fn MPI_Type_match_size / PMPI_Type_match_size(class: c_int, size: c_int, dt: *mut c_int) {
         let t = matching_type(class, size).ok_or_else(|| {

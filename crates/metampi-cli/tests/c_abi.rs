@@ -17,11 +17,6 @@ fn suite(tag: &str) -> Option<PathBuf> {
 
 /// `source` built with MPICH's wrapper `compiler` (from Debian's `package`) for test `tag`.
 fn build(tag: &str, compiler: &str, source: &str, package: &str) -> Option<PathBuf> {
-    let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
-    let skip = |why: &str| {
-        assert!(!ci, "CI must run the C-ABI tests: {why}");
-        eprintln!("SKIP: {why}");
-    };
     let lib = Path::new(env!("CARGO_BIN_EXE_metampi"))
         .parent()?
         .join("mpich-abi/libmpi.so.12");
@@ -50,8 +45,22 @@ fn build(tag: &str, compiler: &str, source: &str, package: &str) -> Option<PathB
     }
 }
 
+/// Says why a test does not run: a failure under CI (whose `.ci/run` installs what they
+/// need), a printed SKIP elsewhere.
+fn skip(why: &str) {
+    let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
+    assert!(!ci, "CI must run the C-ABI tests: {why}");
+    eprintln!("SKIP: {why}");
+}
+
 fn run(args: &[&str]) -> (i32, String, String) {
+    run_in(Path::new("."), args)
+}
+
+/// `metampi ARGS` with `dir` as working directory: exit code, stdout, stderr.
+fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .current_dir(dir)
         .args(args)
         .output()
         .expect("metampi runs");
@@ -207,23 +216,16 @@ fn fortran_suite_runs_through_debians_fortran_binding() {
 /// Where Debian's MPICH builds of ScaLAPACK's test programs are (`scalapack-mpi-test`).
 const SCALAPACK_TESTS: &str = "/usr/lib/x86_64-linux-gnu/scalapack/mpich-tests";
 
-/// Whether a program nobody here wrote is installed; skips (failing under CI, whose
-/// `.ci/run` installs `package`) when it is not.
+/// Whether a program nobody here wrote is installed (else [`skip`]).
 fn installed(path: &Path, package: &str) -> bool {
-    if path.exists() {
-        return true;
+    let there = path.exists();
+    if !there {
+        skip(&format!(
+            "{} is not installed (apt-get install {package})",
+            path.display()
+        ));
     }
-    let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
-    assert!(
-        !ci,
-        "CI must run {}: apt-get install {package}",
-        path.display()
-    );
-    eprintln!(
-        "SKIP: {} is not installed (apt-get install {package})",
-        path.display()
-    );
-    false
+    there
 }
 
 #[test]
@@ -236,14 +238,9 @@ fn scalapack_test_programs_built_for_mpich_pass_on_metampi() {
         return;
     }
     for prog in ["xdlu", "xzqr"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
-            .current_dir(dir)
-            .args(["run", "--timeout", "120", "-n", "4", &format!("./{prog}")])
-            .output()
-            .expect("metampi runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{prog}: {stdout}\n{stderr}");
+        let exe = format!("./{prog}");
+        let (code, stdout, stderr) = run_in(dir, &["run", "--timeout", "120", "-n", "4", &exe]);
+        assert_eq!(code, 0, "{prog}: {stdout}\n{stderr}");
         assert!(
             stdout.contains("tests completed and passed residual checks")
                 && stdout.contains(" 0 tests completed and failed residual checks")
@@ -263,9 +260,9 @@ fn netpipe_built_for_mpich_checks_its_data_on_metampi() {
     }
     let dir = std::env::temp_dir().join(format!("metampi-netpipe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
-        .current_dir(&dir)
-        .args([
+    let (code, stdout, stderr) = run_in(
+        &dir,
+        &[
             "run",
             "--timeout",
             "120",
@@ -277,12 +274,9 @@ fn netpipe_built_for_mpich_checks_its_data_on_metampi() {
             "200",
             "-u",
             "65536",
-        ])
-        .output()
-        .expect("metampi runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
     // NetPIPE reports each size on stderr.
     let passed = stderr.matches("Integrity check passed").count();
     assert!(
