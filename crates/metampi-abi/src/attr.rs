@@ -14,15 +14,15 @@ use crate::state::{self, CommEntry, Table};
 
 /// `MPI_Comm_copy_attr_function`.
 pub type CopyFn =
-    unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
+    unsafe extern "C" fn(Handle, c_int, *mut c_void, *mut c_void, *mut c_void, *mut c_int) -> c_int;
 /// `MPI_Comm_delete_attr_function`.
-pub type DeleteFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+pub type DeleteFn = unsafe extern "C" fn(Handle, c_int, *mut c_void, *mut c_void) -> c_int;
 
 /// `MPII_Attr_copy_proxy`: how a language binding (Fortran) has its copy callbacks called:
 /// `(user function, object, keyval, extra, attribute type, value, out value, out flag)`.
 pub type CopyProxy = unsafe extern "C" fn(
     Option<CopyFn>,
-    c_int,
+    Handle,
     c_int,
     *mut c_void,
     c_int,
@@ -32,7 +32,7 @@ pub type CopyProxy = unsafe extern "C" fn(
 ) -> c_int;
 /// `MPII_Attr_delete_proxy`: `(user function, object, keyval, attribute type, value, extra)`.
 pub type DeleteProxy =
-    unsafe extern "C" fn(Option<DeleteFn>, c_int, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+    unsafe extern "C" fn(Option<DeleteFn>, Handle, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
 
 /// How an attribute value was given (MPICH's `MPIR_Attr_type`): a C pointer, or an
 /// integer from Fortran (address-sized or `int`).
@@ -52,7 +52,7 @@ pub struct Keyval {
 
 impl Keyval {
     /// Runs the copy callback: `(error, keep, new value)`; none keeps nothing.
-    fn copy(&self, obj: c_int, key: c_int, value: isize, kind: c_int) -> (c_int, bool, isize) {
+    fn copy(&self, obj: Handle, key: c_int, value: isize, kind: c_int) -> (c_int, bool, isize) {
         match self.proxy {
             Some((Some(p), _)) => {
                 raw::call_copy_proxy(p, self.copy, obj, key, self.extra, kind, value)
@@ -66,7 +66,7 @@ impl Keyval {
     }
 
     /// Runs the delete callback; its error code.
-    fn delete(&self, obj: c_int, key: c_int, value: isize, kind: c_int) -> c_int {
+    fn delete(&self, obj: Handle, key: c_int, value: isize, kind: c_int) -> c_int {
         match self.proxy {
             Some((_, Some(p))) => {
                 raw::call_delete_proxy(p, self.delete, obj, key, kind, value, self.extra)
@@ -110,12 +110,12 @@ fn predefined(key: c_int) -> Option<(isize, c_int)> {
 
 fn keyval(k: c_int) -> R<Keyval> {
     KEYVALS
-        .get(k)
+        .get(k as Handle)
         .ok_or_else(|| Fail::new(ERR_KEYVAL, format!("{k:#x} is not a keyval")))
 }
 
 /// Copies every attribute of `old` that its keyval's copy callback keeps onto `new`.
-pub fn copy_all(old: c_int, parent: &CommEntry, new: c_int) -> R {
+pub fn copy_all(old: Handle, parent: &CommEntry, new: Handle) -> R {
     let attrs = parent
         .attrs
         .lock()
@@ -141,7 +141,7 @@ pub fn copy_all(old: c_int, parent: &CommEntry, new: c_int) -> R {
 }
 
 /// Runs the delete callbacks of every attribute on communicator `h` (free, finalize).
-pub fn delete_all(h: c_int) {
+pub fn delete_all(h: Handle) {
     let Ok(c) = state::comm(h) else { return };
     let attrs = std::mem::take(&mut *c.attrs.lock().unwrap_or_else(|p| p.into_inner()));
     for (k, v) in attrs {
@@ -152,16 +152,16 @@ pub fn delete_all(h: c_int) {
 }
 
 /// Attribute kinds other than `ATTR_PTR`, by (object handle, keyval).
-static KINDS: std::sync::Mutex<Vec<(c_int, c_int, c_int)>> = std::sync::Mutex::new(Vec::new());
+static KINDS: std::sync::Mutex<Vec<(Handle, c_int, c_int)>> = std::sync::Mutex::new(Vec::new());
 
-fn kind_of(obj: c_int, key: c_int) -> c_int {
+fn kind_of(obj: Handle, key: c_int) -> c_int {
     let k = KINDS.lock().unwrap_or_else(|p| p.into_inner());
     k.iter()
         .find(|e| e.0 == obj && e.1 == key)
         .map_or(ATTR_PTR, |e| e.2)
 }
 
-fn set_kind(obj: c_int, key: c_int, kind: c_int) {
+fn set_kind(obj: Handle, key: c_int, kind: c_int) {
     let mut k = KINDS.lock().unwrap_or_else(|p| p.into_inner());
     k.retain(|e| !(e.0 == obj && e.1 == key));
     if kind != ATTR_PTR {
@@ -169,11 +169,11 @@ fn set_kind(obj: c_int, key: c_int, kind: c_int) {
     }
 }
 
-fn set(comm: c_int, key: c_int, value: isize) -> R {
+fn set(comm: Handle, key: c_int, value: isize) -> R {
     set_typed(comm, key, value, ATTR_PTR)
 }
 
-fn set_typed(comm: c_int, key: c_int, value: isize, kind: c_int) -> R {
+fn set_typed(comm: Handle, key: c_int, value: isize, kind: c_int) -> R {
     let c = state::comm(comm)?;
     let kv = keyval(key)?;
     let old = {
@@ -191,7 +191,7 @@ fn set_typed(comm: c_int, key: c_int, value: isize, kind: c_int) -> R {
 }
 
 /// The value of attribute `key` on `comm`, if set.
-pub fn get(comm: c_int, key: c_int) -> R<Option<isize>> {
+pub fn get(comm: Handle, key: c_int) -> R<Option<isize>> {
     let c = state::comm(comm)?;
     if let Some((p, _)) = predefined(key) {
         return Ok(Some(p));
@@ -201,7 +201,7 @@ pub fn get(comm: c_int, key: c_int) -> R<Option<isize>> {
     Ok(a.iter().find(|e| e.0 == key).map(|e| e.1))
 }
 
-fn delete(comm: c_int, key: c_int) -> R {
+fn delete(comm: Handle, key: c_int) -> R {
     let c = state::comm(comm)?;
     let kv = keyval(key)?;
     let v = {
@@ -233,21 +233,25 @@ fn create_keyval(
     extra: *mut c_void,
     key: *mut c_int,
 ) -> R {
-    raw::put(
-        key,
-        KEYVALS.insert(Keyval {
-            copy,
-            delete,
-            extra: raw::address(extra),
-            proxy: None,
-        }),
-    )
+    // The standard ABI names MPI_COMM_DUP_FN by the address 1 (MPICH by MPIR_Dup_fn).
+    #[cfg(std_abi)]
+    let copy = match copy {
+        Some(f) if f as usize == 1 => Some(MPIR_Dup_fn as CopyFn),
+        f => f,
+    };
+    let k = KEYVALS.insert(Keyval {
+        copy,
+        delete,
+        extra: raw::address(extra),
+        proxy: None,
+    });
+    raw::put(key, k as c_int)
 }
 
 fn free_keyval(key: *mut c_int) -> R {
     let k = raw::get(key)?;
     KEYVALS
-        .remove(k)
+        .remove(k as Handle)
         .ok_or_else(|| Fail::new(ERR_KEYVAL, format!("{k:#x} is not a keyval")))?;
     raw::put(key, KEYVAL_INVALID)
 }
@@ -265,13 +269,13 @@ mpi! {
     fn MPI_Keyval_free / PMPI_Keyval_free(key: *mut c_int) {
         free_keyval(key)
     }
-    fn MPI_Comm_set_attr / PMPI_Comm_set_attr(comm: c_int, key: c_int, value: *mut c_void) {
+    fn MPI_Comm_set_attr / PMPI_Comm_set_attr(comm: Handle, key: c_int, value: *mut c_void) {
         set(comm, key, raw::address(value))
     }
-    fn MPI_Attr_put / PMPI_Attr_put(comm: c_int, key: c_int, value: *mut c_void) {
+    fn MPI_Attr_put / PMPI_Attr_put(comm: Handle, key: c_int, value: *mut c_void) {
         set(comm, key, raw::address(value))
     }
-    fn MPI_Comm_get_attr / PMPI_Comm_get_attr(comm: c_int, key: c_int, value: *mut isize, flag: *mut c_int) {
+    fn MPI_Comm_get_attr / PMPI_Comm_get_attr(comm: Handle, key: c_int, value: *mut isize, flag: *mut c_int) {
         match get(comm, key)? {
             Some(v) => {
                 raw::put(value, v)?;
@@ -280,7 +284,7 @@ mpi! {
             None => raw::put(flag, 0),
         }
     }
-    fn MPI_Attr_get / PMPI_Attr_get(comm: c_int, key: c_int, value: *mut isize, flag: *mut c_int) {
+    fn MPI_Attr_get / PMPI_Attr_get(comm: Handle, key: c_int, value: *mut isize, flag: *mut c_int) {
         match get(comm, key)? {
             Some(v) => {
                 raw::put(value, v)?;
@@ -289,10 +293,10 @@ mpi! {
             None => raw::put(flag, 0),
         }
     }
-    fn MPI_Comm_delete_attr / PMPI_Comm_delete_attr(comm: c_int, key: c_int) {
+    fn MPI_Comm_delete_attr / PMPI_Comm_delete_attr(comm: Handle, key: c_int) {
         delete(comm, key)
     }
-    fn MPI_Attr_delete / PMPI_Attr_delete(comm: c_int, key: c_int) {
+    fn MPI_Attr_delete / PMPI_Attr_delete(comm: Handle, key: c_int) {
         delete(comm, key)
     }
 }
@@ -300,7 +304,7 @@ mpi! {
 /// `MPI_COMM_DUP_FN` / `MPI_DUP_FN`: the copy callback that keeps the value.
 #[no_mangle]
 pub extern "C" fn MPIR_Dup_fn(
-    _old: c_int,
+    _old: Handle,
     _key: c_int,
     _extra: *mut c_void,
     value_in: *mut c_void,
@@ -321,16 +325,16 @@ pub extern "C" fn MPII_Keyval_set_proxy(
     copy: Option<CopyProxy>,
     delete: Option<DeleteProxy>,
 ) {
-    if let Some(mut kv) = KEYVALS.get(key) {
+    if let Some(mut kv) = KEYVALS.get(key as Handle) {
         kv.proxy = Some((copy, delete));
-        KEYVALS.set(key, kv);
+        KEYVALS.set(key as Handle, kv);
     }
 }
 
 /// `MPII_Comm_set_attr`: an attribute given as `kind` (a Fortran integer, or a pointer).
 #[no_mangle]
 pub extern "C" fn MPII_Comm_set_attr(
-    comm: c_int,
+    comm: Handle,
     key: c_int,
     value: *mut c_void,
     kind: c_int,
@@ -343,7 +347,7 @@ pub extern "C" fn MPII_Comm_set_attr(
 /// `MPII_Comm_get_attr`: the value written as `kind` asks (pointer, address-sized or `int`).
 #[no_mangle]
 pub extern "C" fn MPII_Comm_get_attr(
-    comm: c_int,
+    comm: Handle,
     key: c_int,
     out: *mut c_void,
     flag: *mut c_int,
@@ -373,7 +377,7 @@ pub extern "C" fn MPII_Comm_get_attr(
 /// `MPII_Type_set_attr`: datatype attributes are not kept yet.
 #[no_mangle]
 pub extern "C" fn MPII_Type_set_attr(
-    _t: c_int,
+    _t: Handle,
     _key: c_int,
     _v: *mut c_void,
     _kind: c_int,
@@ -383,7 +387,7 @@ pub extern "C" fn MPII_Type_set_attr(
 /// `MPII_Type_get_attr`.
 #[no_mangle]
 pub extern "C" fn MPII_Type_get_attr(
-    _t: c_int,
+    _t: Handle,
     _key: c_int,
     _v: *mut c_void,
     _f: *mut c_int,
@@ -394,7 +398,7 @@ pub extern "C" fn MPII_Type_get_attr(
 /// `MPII_Win_set_attr`: no windows (RMA) yet.
 #[no_mangle]
 pub extern "C" fn MPII_Win_set_attr(
-    _w: c_int,
+    _w: Handle,
     _key: c_int,
     _v: *mut c_void,
     _kind: c_int,
@@ -404,7 +408,7 @@ pub extern "C" fn MPII_Win_set_attr(
 /// `MPII_Win_get_attr`.
 #[no_mangle]
 pub extern "C" fn MPII_Win_get_attr(
-    _w: c_int,
+    _w: Handle,
     _key: c_int,
     _v: *mut c_void,
     _f: *mut c_int,
@@ -414,4 +418,4 @@ pub extern "C" fn MPII_Win_get_attr(
 }
 /// `MPII_Grequest_set_lang_f77`: generalized requests are not implemented; nothing to mark.
 #[no_mangle]
-pub extern "C" fn MPII_Grequest_set_lang_f77(_req: c_int) {}
+pub extern "C" fn MPII_Grequest_set_lang_f77(_req: Handle) {}

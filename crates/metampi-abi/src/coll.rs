@@ -28,7 +28,7 @@ enum OpRef {
     User(Box<UserOperation<'static>>),
 }
 
-fn op_for(op: c_int, dt: c_int) -> R<OpRef> {
+fn op_for(op: Handle, dt: Handle) -> R<OpRef> {
     Ok(match types::op(op)? {
         COp::Sys(s) => OpRef::Sys(s),
         COp::User { f, commute } => OpRef::User(Box::new(types::user_op(f, commute, dt))),
@@ -59,7 +59,7 @@ fn keep_op(op: OpRef) -> Vec<Box<dyn Any + Send>> {
     }
 }
 
-fn temp_copy(p: *const c_void, count: usize, dt: c_int) -> R<Temp> {
+fn temp_copy(p: *const c_void, count: usize, dt: Handle) -> R<Temp> {
     let l = dtabi::layout(types::type_id_any(dt)?);
     let span = if count == 0 {
         0
@@ -79,7 +79,7 @@ fn send_side(
     sbuf: *const c_void,
     rbuf: *const c_void,
     n: usize,
-    dt: c_int,
+    dt: Handle,
     keep: &mut Vec<Box<dyn Any + Send>>,
 ) -> R<*const c_void> {
     if !raw::in_place(sbuf) {
@@ -111,7 +111,7 @@ fn check_root(c: &CommEntry, root: c_int) -> R {
     Ok(())
 }
 
-fn extent(dt: c_int) -> R<isize> {
+fn extent(dt: Handle) -> R<isize> {
     Ok(dtabi::layout(types::type_id_any(dt)?).extent as isize)
 }
 
@@ -132,7 +132,7 @@ fn span(counts: &[c_int], displs: &[c_int]) -> R<c_int> {
 
 /// Either blocking (`req` null) or the request made into a handle.
 fn deliver(
-    req: *mut c_int,
+    req: *mut Handle,
     r: Option<(metampi::request::abi::RawRequest, Vec<Box<dyn Any + Send>>)>,
 ) -> R {
     match r {
@@ -149,7 +149,7 @@ fn deliver(
 
 // ---- the operations, each once for blocking (`req` null) and nonblocking ----------
 
-fn barrier(comm: c_int, rq: *mut c_int) -> R {
+fn barrier(comm: Handle, rq: *mut Handle) -> R {
     let c = state::comm(comm)?;
     if rq.is_null() {
         return Ok(c.comm.try_barrier()?);
@@ -158,7 +158,14 @@ fn barrier(comm: c_int, rq: *mut c_int) -> R {
     raw::put(rq, req::live(r, Vec::new()))
 }
 
-fn bcast(buf: *mut c_void, count: c_int, dt: c_int, root: c_int, comm: c_int, rq: *mut c_int) -> R {
+fn bcast(
+    buf: *mut c_void,
+    count: c_int,
+    dt: Handle,
+    root: c_int,
+    comm: Handle,
+    rq: *mut Handle,
+) -> R {
     let c = state::comm(comm)?;
     check_root(&c, root)?;
     let mut b = types::buf(buf, count, dt)?;
@@ -175,11 +182,11 @@ fn reduce(
     sbuf: *const c_void,
     rbuf: *mut c_void,
     count: c_int,
-    dt: c_int,
-    op: c_int,
+    dt: Handle,
+    op: Handle,
     root: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     check_root(&c, root)?;
@@ -225,10 +232,10 @@ fn elementwise(
     sbuf: *const c_void,
     rbuf: *mut c_void,
     count: c_int,
-    dt: c_int,
-    op: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    dt: Handle,
+    op: Handle,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     let n = ucount(count, "count")?;
@@ -264,10 +271,10 @@ fn reduce_scatter_block(
     sbuf: *const c_void,
     rbuf: *mut c_void,
     count: c_int,
-    dt: c_int,
-    op: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    dt: Handle,
+    op: Handle,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     let n = ucount(count, "count")?;
@@ -290,9 +297,9 @@ fn reduce_scatter(
     sbuf: *const c_void,
     rbuf: *mut c_void,
     counts: *const c_int,
-    dt: c_int,
-    op: c_int,
-    comm: c_int,
+    dt: Handle,
+    op: Handle,
+    comm: Handle,
 ) -> R {
     let c = state::comm(comm)?;
     let size = c.comm.size();
@@ -340,13 +347,13 @@ fn reduce_scatter(
 fn gather(
     sbuf: *const c_void,
     scount: c_int,
-    sdt: c_int,
+    sdt: Handle,
     rbuf: *mut c_void,
     rcount: c_int,
-    rdt: c_int,
+    rdt: Handle,
     root: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     check_root(&c, root)?;
@@ -383,14 +390,14 @@ fn gather(
 fn gatherv(
     sbuf: *const c_void,
     scount: c_int,
-    sdt: c_int,
+    sdt: Handle,
     rbuf: *mut c_void,
     rcounts: *const c_int,
     displs: *const c_int,
-    rdt: c_int,
+    rdt: Handle,
     root: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     check_root(&c, root)?;
@@ -442,13 +449,13 @@ fn gatherv(
 fn scatter(
     sbuf: *const c_void,
     scount: c_int,
-    sdt: c_int,
+    sdt: Handle,
     rbuf: *mut c_void,
     rcount: c_int,
-    rdt: c_int,
+    rdt: Handle,
     root: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     check_root(&c, root)?;
@@ -490,13 +497,13 @@ fn scatterv(
     sbuf: *const c_void,
     scounts: *const c_int,
     displs: *const c_int,
-    sdt: c_int,
+    sdt: Handle,
     rbuf: *mut c_void,
     rcount: c_int,
-    rdt: c_int,
+    rdt: Handle,
     root: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     check_root(&c, root)?;
@@ -551,12 +558,12 @@ fn scatterv(
 fn allgather(
     sbuf: *const c_void,
     scount: c_int,
-    sdt: c_int,
+    sdt: Handle,
     rbuf: *mut c_void,
     rcount: c_int,
-    rdt: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    rdt: Handle,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     let size = c.comm.size();
@@ -591,13 +598,13 @@ fn allgather(
 fn allgatherv(
     sbuf: *const c_void,
     scount: c_int,
-    sdt: c_int,
+    sdt: Handle,
     rbuf: *mut c_void,
     rcounts: *const c_int,
     displs: *const c_int,
-    rdt: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    rdt: Handle,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     let size = c.comm.size();
@@ -636,12 +643,12 @@ fn allgatherv(
 fn alltoall(
     sbuf: *const c_void,
     scount: c_int,
-    sdt: c_int,
+    sdt: Handle,
     rbuf: *mut c_void,
     rcount: c_int,
-    rdt: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    rdt: Handle,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     let size = c.comm.size();
@@ -673,13 +680,13 @@ fn alltoallv(
     sbuf: *const c_void,
     scounts: *const c_int,
     sdispls: *const c_int,
-    sdt: c_int,
+    sdt: Handle,
     rbuf: *mut c_void,
     rcounts: *const c_int,
     rdispls: *const c_int,
-    rdt: c_int,
-    comm: c_int,
-    rq: *mut c_int,
+    rdt: Handle,
+    comm: Handle,
+    rq: *mut Handle,
 ) -> R {
     let c = state::comm(comm)?;
     let size = c.comm.size();
@@ -719,59 +726,59 @@ fn alltoallv(
 }
 
 mpi! {
-    fn MPI_Barrier / PMPI_Barrier(comm: c_int) { barrier(comm, std::ptr::null_mut()) }
-    fn MPI_Ibarrier / PMPI_Ibarrier(comm: c_int, rq: *mut c_int) { req_out(rq)?; barrier(comm, rq) }
-    fn MPI_Bcast / PMPI_Bcast(buf: *mut c_void, count: c_int, dt: c_int, root: c_int, comm: c_int) {
+    fn MPI_Barrier / PMPI_Barrier(comm: Handle) { barrier(comm, std::ptr::null_mut()) }
+    fn MPI_Ibarrier / PMPI_Ibarrier(comm: Handle, rq: *mut Handle) { req_out(rq)?; barrier(comm, rq) }
+    fn MPI_Bcast / PMPI_Bcast(buf: *mut c_void, count: c_int, dt: Handle, root: c_int, comm: Handle) {
         bcast(buf, count, dt, root, comm, std::ptr::null_mut())
     }
-    fn MPI_Ibcast / PMPI_Ibcast(buf: *mut c_void, count: c_int, dt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Ibcast / PMPI_Ibcast(buf: *mut c_void, count: c_int, dt: Handle, root: c_int, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         bcast(buf, count, dt, root, comm, rq)
     }
-    fn MPI_Reduce / PMPI_Reduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, root: c_int, comm: c_int) {
+    fn MPI_Reduce / PMPI_Reduce(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle) {
         reduce(s, r, count, dt, op, root, comm, std::ptr::null_mut())
     }
-    fn MPI_Ireduce / PMPI_Ireduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Ireduce / PMPI_Ireduce(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, root: c_int, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         reduce(s, r, count, dt, op, root, comm, rq)
     }
-    fn MPI_Allreduce / PMPI_Allreduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
+    fn MPI_Allreduce / PMPI_Allreduce(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, comm: Handle) {
         elementwise(Elementwise::All, s, r, count, dt, op, comm, std::ptr::null_mut())
     }
-    fn MPI_Iallreduce / PMPI_Iallreduce(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Iallreduce / PMPI_Iallreduce(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         elementwise(Elementwise::All, s, r, count, dt, op, comm, rq)
     }
-    fn MPI_Scan / PMPI_Scan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
+    fn MPI_Scan / PMPI_Scan(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, comm: Handle) {
         elementwise(Elementwise::Scan, s, r, count, dt, op, comm, std::ptr::null_mut())
     }
-    fn MPI_Iscan / PMPI_Iscan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Iscan / PMPI_Iscan(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         elementwise(Elementwise::Scan, s, r, count, dt, op, comm, rq)
     }
-    fn MPI_Exscan / PMPI_Exscan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
+    fn MPI_Exscan / PMPI_Exscan(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, comm: Handle) {
         elementwise(Elementwise::Exscan, s, r, count, dt, op, comm, std::ptr::null_mut())
     }
-    fn MPI_Iexscan / PMPI_Iexscan(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Iexscan / PMPI_Iexscan(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         elementwise(Elementwise::Exscan, s, r, count, dt, op, comm, rq)
     }
-    fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int) {
+    fn MPI_Reduce_scatter_block / PMPI_Reduce_scatter_block(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, comm: Handle) {
         reduce_scatter_block(s, r, count, dt, op, comm, std::ptr::null_mut())
     }
-    fn MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block(s: *const c_void, r: *mut c_void, count: c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Ireduce_scatter_block / PMPI_Ireduce_scatter_block(s: *const c_void, r: *mut c_void, count: c_int, dt: Handle, op: Handle, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         reduce_scatter_block(s, r, count, dt, op, comm, rq)
     }
-    fn MPI_Reduce_scatter / PMPI_Reduce_scatter(s: *const c_void, r: *mut c_void, counts: *const c_int, dt: c_int, op: c_int, comm: c_int) {
+    fn MPI_Reduce_scatter / PMPI_Reduce_scatter(s: *const c_void, r: *mut c_void, counts: *const c_int, dt: Handle, op: Handle, comm: Handle) {
         reduce_scatter(s, r, counts, dt, op, comm)
     }
-    fn MPI_Ireduce_scatter / PMPI_Ireduce_scatter(s: *const c_void, r: *mut c_void, counts: *const c_int, dt: c_int, op: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Ireduce_scatter / PMPI_Ireduce_scatter(s: *const c_void, r: *mut c_void, counts: *const c_int, dt: Handle, op: Handle, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         reduce_scatter(s, r, counts, dt, op, comm)?;
         deliver(rq, None)
     }
-    fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inout: *mut c_void, count: c_int, dt: c_int, op: c_int) {
+    fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inout: *mut c_void, count: c_int, dt: Handle, op: Handle) {
         state::check_init()?;
         let o = op_for(op, dt)?;
         let a = types::buf(inbuf, count, dt)?;
@@ -779,66 +786,66 @@ mpi! {
         with_op!(o, x => metampi::collective::try_reduce_local_into(&a, &mut b, x))?;
         Ok(())
     }
-    fn MPI_Gather / PMPI_Gather(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int) {
+    fn MPI_Gather / PMPI_Gather(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, root: c_int, comm: Handle) {
         gather(s, sc, sdt, r, rc, rdt, root, comm, std::ptr::null_mut())
     }
-    fn MPI_Igather / PMPI_Igather(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Igather / PMPI_Igather(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, root: c_int, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         gather(s, sc, sdt, r, rc, rdt, root, comm, rq)
     }
-    fn MPI_Gatherv / PMPI_Gatherv(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: c_int, root: c_int, comm: c_int) {
+    fn MPI_Gatherv / PMPI_Gatherv(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: Handle, root: c_int, comm: Handle) {
         gatherv(s, sc, sdt, r, rcs, ds, rdt, root, comm, std::ptr::null_mut())
     }
-    fn MPI_Igatherv / PMPI_Igatherv(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Igatherv / PMPI_Igatherv(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: Handle, root: c_int, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         gatherv(s, sc, sdt, r, rcs, ds, rdt, root, comm, rq)
     }
-    fn MPI_Scatter / PMPI_Scatter(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int) {
+    fn MPI_Scatter / PMPI_Scatter(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, root: c_int, comm: Handle) {
         scatter(s, sc, sdt, r, rc, rdt, root, comm, std::ptr::null_mut())
     }
-    fn MPI_Iscatter / PMPI_Iscatter(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Iscatter / PMPI_Iscatter(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, root: c_int, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         scatter(s, sc, sdt, r, rc, rdt, root, comm, rq)
     }
-    fn MPI_Scatterv / PMPI_Scatterv(s: *const c_void, scs: *const c_int, ds: *const c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int) {
+    fn MPI_Scatterv / PMPI_Scatterv(s: *const c_void, scs: *const c_int, ds: *const c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, root: c_int, comm: Handle) {
         scatterv(s, scs, ds, sdt, r, rc, rdt, root, comm, std::ptr::null_mut())
     }
-    fn MPI_Iscatterv / PMPI_Iscatterv(s: *const c_void, scs: *const c_int, ds: *const c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, root: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Iscatterv / PMPI_Iscatterv(s: *const c_void, scs: *const c_int, ds: *const c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, root: c_int, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         scatterv(s, scs, ds, sdt, r, rc, rdt, root, comm, rq)
     }
-    fn MPI_Allgather / PMPI_Allgather(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, comm: c_int) {
+    fn MPI_Allgather / PMPI_Allgather(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, comm: Handle) {
         allgather(s, sc, sdt, r, rc, rdt, comm, std::ptr::null_mut())
     }
-    fn MPI_Iallgather / PMPI_Iallgather(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Iallgather / PMPI_Iallgather(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         allgather(s, sc, sdt, r, rc, rdt, comm, rq)
     }
-    fn MPI_Allgatherv / PMPI_Allgatherv(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: c_int, comm: c_int) {
+    fn MPI_Allgatherv / PMPI_Allgatherv(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: Handle, comm: Handle) {
         allgatherv(s, sc, sdt, r, rcs, ds, rdt, comm, std::ptr::null_mut())
     }
-    fn MPI_Iallgatherv / PMPI_Iallgatherv(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Iallgatherv / PMPI_Iallgatherv(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rcs: *const c_int, ds: *const c_int, rdt: Handle, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         allgatherv(s, sc, sdt, r, rcs, ds, rdt, comm, rq)
     }
-    fn MPI_Alltoall / PMPI_Alltoall(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, comm: c_int) {
+    fn MPI_Alltoall / PMPI_Alltoall(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, comm: Handle) {
         alltoall(s, sc, sdt, r, rc, rdt, comm, std::ptr::null_mut())
     }
-    fn MPI_Ialltoall / PMPI_Ialltoall(s: *const c_void, sc: c_int, sdt: c_int, r: *mut c_void, rc: c_int, rdt: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Ialltoall / PMPI_Ialltoall(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         alltoall(s, sc, sdt, r, rc, rdt, comm, rq)
     }
-    fn MPI_Alltoallv / PMPI_Alltoallv(s: *const c_void, scs: *const c_int, sds: *const c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, rds: *const c_int, rdt: c_int, comm: c_int) {
+    fn MPI_Alltoallv / PMPI_Alltoallv(s: *const c_void, scs: *const c_int, sds: *const c_int, sdt: Handle, r: *mut c_void, rcs: *const c_int, rds: *const c_int, rdt: Handle, comm: Handle) {
         alltoallv(s, scs, sds, sdt, r, rcs, rds, rdt, comm, std::ptr::null_mut())
     }
-    fn MPI_Ialltoallv / PMPI_Ialltoallv(s: *const c_void, scs: *const c_int, sds: *const c_int, sdt: c_int, r: *mut c_void, rcs: *const c_int, rds: *const c_int, rdt: c_int, comm: c_int, rq: *mut c_int) {
+    fn MPI_Ialltoallv / PMPI_Ialltoallv(s: *const c_void, scs: *const c_int, sds: *const c_int, sdt: Handle, r: *mut c_void, rcs: *const c_int, rds: *const c_int, rdt: Handle, comm: Handle, rq: *mut Handle) {
         req_out(rq)?;
         alltoallv(s, scs, sds, sdt, r, rcs, rds, rdt, comm, rq)
     }
 }
 
 /// A nonblocking call's request output must be a real pointer.
-fn req_out(rq: *mut c_int) -> R {
+fn req_out(rq: *mut Handle) -> R {
     if rq.is_null() {
         return Err(Fail::arg("the request output is a null pointer"));
     }

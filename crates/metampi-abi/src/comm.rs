@@ -22,11 +22,11 @@ fn world_ranks(c: &CommEntry) -> Vec<u32> {
 /// A handle for `new` (a communicator made from `old`), with `old`'s error
 /// handler and, for duplicates, its attributes copied by their callbacks.
 pub fn register_child(
-    old: c_int,
+    old: Handle,
     parent: &CommEntry,
     new: SimpleCommunicator,
     copy_attrs: bool,
-) -> R<c_int> {
+) -> R<Handle> {
     let h = state::new_comm(new, parent.errh.load(Ordering::Relaxed));
     if copy_attrs {
         crate::attr::copy_all(old, parent, h)?;
@@ -91,25 +91,25 @@ fn expand_ranges(ranges: &[[c_int; 3]]) -> R<Vec<c_int>> {
 }
 
 mpi! {
-    fn MPI_Comm_size / PMPI_Comm_size(comm: c_int, size: *mut c_int) {
+    fn MPI_Comm_size / PMPI_Comm_size(comm: Handle, size: *mut c_int) {
         let c = state::comm(comm)?;
         raw::put(size, c.comm.size())
     }
-    fn MPI_Comm_rank / PMPI_Comm_rank(comm: c_int, rank: *mut c_int) {
+    fn MPI_Comm_rank / PMPI_Comm_rank(comm: Handle, rank: *mut c_int) {
         let c = state::comm(comm)?;
         raw::put(rank, c.comm.rank())
     }
-    fn MPI_Comm_dup / PMPI_Comm_dup(comm: c_int, new: *mut c_int) {
+    fn MPI_Comm_dup / PMPI_Comm_dup(comm: Handle, new: *mut Handle) {
         let c = state::comm(comm)?;
         let d = c.comm.duplicate();
         raw::put(new, register_child(comm, &c, d, true)?)
     }
-    fn MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: c_int, _info: c_int, new: *mut c_int) {
+    fn MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: Handle, _info: Handle, new: *mut Handle) {
         let c = state::comm(comm)?;
         let d = c.comm.duplicate();
         raw::put(new, register_child(comm, &c, d, true)?)
     }
-    fn MPI_Comm_idup / PMPI_Comm_idup(comm: c_int, new: *mut c_int, req: *mut c_int) {
+    fn MPI_Comm_idup / PMPI_Comm_idup(comm: Handle, new: *mut Handle, req: *mut Handle) {
         // Duplication agrees on a context collectively; it completes here and the
         // request comes back complete (a program waits on it as usual).
         let c = state::comm(comm)?;
@@ -117,7 +117,7 @@ mpi! {
         raw::put(new, register_child(comm, &c, d, true)?)?;
         raw::put(req, crate::req::done(crate::req::St::EMPTY))
     }
-    fn MPI_Comm_split / PMPI_Comm_split(comm: c_int, color: c_int, key: c_int, new: *mut c_int) {
+    fn MPI_Comm_split / PMPI_Comm_split(comm: Handle, color: c_int, key: c_int, new: *mut Handle) {
         let c = state::comm(comm)?;
         if color < 0 && color != UNDEFINED {
             return Err(Fail::arg(format!("colour {color} is negative (only MPI_UNDEFINED may be)")));
@@ -129,7 +129,7 @@ mpi! {
         };
         raw::put(new, h)
     }
-    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: c_int, kind: c_int, key: c_int, _info: c_int, new: *mut c_int) {
+    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, _info: Handle, new: *mut Handle) {
         let c = state::comm(comm)?;
         let s = match kind {
             UNDEFINED => {
@@ -148,7 +148,7 @@ mpi! {
         };
         raw::put(new, register_child(comm, &c, s, false)?)
     }
-    fn MPI_Comm_create / PMPI_Comm_create(comm: c_int, grp: c_int, new: *mut c_int) {
+    fn MPI_Comm_create / PMPI_Comm_create(comm: Handle, grp: Handle, new: *mut Handle) {
         let c = state::comm(comm)?;
         let g = group(grp)?;
         let mine: HashSet<u32> = world_ranks(&c).into_iter().collect();
@@ -161,7 +161,7 @@ mpi! {
         };
         raw::put(new, h)
     }
-    fn MPI_Comm_create_group / PMPI_Comm_create_group(comm: c_int, grp: c_int, tag: c_int, new: *mut c_int) {
+    fn MPI_Comm_create_group / PMPI_Comm_create_group(comm: Handle, grp: Handle, tag: c_int, new: *mut Handle) {
         let c = state::comm(comm)?;
         let g = group(grp)?;
         let h = match c.comm.split_by_subgroup_with_tag(&g, tag) {
@@ -170,7 +170,7 @@ mpi! {
         };
         raw::put(new, h)
     }
-    fn MPI_Comm_free / PMPI_Comm_free(comm: *mut c_int) {
+    fn MPI_Comm_free / PMPI_Comm_free(comm: *mut Handle) {
         let h = raw::get(comm)?;
         if h == COMM_WORLD || h == COMM_SELF {
             return Err(Fail::new(ERR_COMM, "a predefined communicator cannot be freed"));
@@ -180,7 +180,7 @@ mpi! {
         state::COMMS.remove(h);
         raw::put(comm, COMM_NULL)
     }
-    fn MPI_Comm_disconnect / PMPI_Comm_disconnect(comm: *mut c_int) {
+    fn MPI_Comm_disconnect / PMPI_Comm_disconnect(comm: *mut Handle) {
         let h = raw::get(comm)?;
         let c = state::comm(h)?;
         metampi::collective::CommunicatorCollectives::try_barrier(&c.comm)?;
@@ -188,47 +188,47 @@ mpi! {
         state::COMMS.remove(h);
         raw::put(comm, COMM_NULL)
     }
-    fn MPI_Comm_compare / PMPI_Comm_compare(a: c_int, b: c_int, result: *mut c_int) {
+    fn MPI_Comm_compare / PMPI_Comm_compare(a: Handle, b: Handle, result: *mut c_int) {
         let (ca, cb) = (state::comm(a)?, state::comm(b)?);
         let r = if a == b { IDENT } else { relation(ca.comm.compare(&cb.comm)) };
         raw::put(result, r)
     }
-    fn MPI_Comm_set_name / PMPI_Comm_set_name(comm: c_int, name: *const c_char) {
+    fn MPI_Comm_set_name / PMPI_Comm_set_name(comm: Handle, name: *const c_char) {
         let c = state::comm(comm)?;
         c.comm.set_name(&raw::c_str(name)?);
         Ok(())
     }
-    fn MPI_Comm_get_name / PMPI_Comm_get_name(comm: c_int, name: *mut c_char, len: *mut c_int) {
+    fn MPI_Comm_get_name / PMPI_Comm_get_name(comm: Handle, name: *mut c_char, len: *mut c_int) {
         let c = state::comm(comm)?;
         let n = raw::put_str(name, MAX_OBJECT_NAME, &c.comm.get_name())?;
         raw::put(len, n)
     }
-    fn MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: c_int, flag: *mut c_int) {
+    fn MPI_Comm_test_inter / PMPI_Comm_test_inter(comm: Handle, flag: *mut c_int) {
         let c = state::comm(comm)?;
         raw::put(flag, c.comm.test_inter() as c_int)
     }
-    fn MPI_Comm_group / PMPI_Comm_group(comm: c_int, grp: *mut c_int) {
+    fn MPI_Comm_group / PMPI_Comm_group(comm: Handle, grp: *mut Handle) {
         let c = state::comm(comm)?;
         raw::put(grp, new_group(world_ranks(&c)))
     }
-    fn MPI_Comm_set_info / PMPI_Comm_set_info(comm: c_int, _info: c_int) {
+    fn MPI_Comm_set_info / PMPI_Comm_set_info(comm: Handle, _info: Handle) {
         state::comm(comm).map(|_| ())
     }
-    fn MPI_Comm_get_info / PMPI_Comm_get_info(comm: c_int, info: *mut c_int) {
+    fn MPI_Comm_get_info / PMPI_Comm_get_info(comm: Handle, info: *mut Handle) {
         state::comm(comm)?;
         raw::put(info, crate::env::INFOS.insert(crate::env::Info::default()))
     }
 
     // ---- groups ----------------------------------------------------------------
-    fn MPI_Group_size / PMPI_Group_size(grp: c_int, size: *mut c_int) {
+    fn MPI_Group_size / PMPI_Group_size(grp: Handle, size: *mut c_int) {
         raw::put(size, group(grp)?.0.len() as c_int)
     }
-    fn MPI_Group_rank / PMPI_Group_rank(grp: c_int, rank: *mut c_int) {
+    fn MPI_Group_rank / PMPI_Group_rank(grp: Handle, rank: *mut c_int) {
         let g = group(grp)?;
         let me = state::my_world_rank();
         raw::put(rank, g.0.iter().position(|&w| w == me).map_or(UNDEFINED, |p| p as c_int))
     }
-    fn MPI_Group_translate_ranks / PMPI_Group_translate_ranks(g1: c_int, n: c_int, r1: *const c_int, g2: c_int, r2: *mut c_int) {
+    fn MPI_Group_translate_ranks / PMPI_Group_translate_ranks(g1: Handle, n: c_int, r1: *const c_int, g2: Handle, r2: *mut c_int) {
         let (a, b) = (group(g1)?, group(g2)?);
         let ins = raw::slice(r1, n)?;
         let outs = raw::slice_mut(r2, n)?;
@@ -242,51 +242,51 @@ mpi! {
         }
         Ok(())
     }
-    fn MPI_Group_compare / PMPI_Group_compare(g1: c_int, g2: c_int, result: *mut c_int) {
+    fn MPI_Group_compare / PMPI_Group_compare(g1: Handle, g2: Handle, result: *mut c_int) {
         let (a, b) = (group(g1)?, group(g2)?);
         raw::put(result, group_relation(&a.0, &b.0))
     }
-    fn MPI_Group_union / PMPI_Group_union(g1: c_int, g2: c_int, new: *mut c_int) {
+    fn MPI_Group_union / PMPI_Group_union(g1: Handle, g2: Handle, new: *mut Handle) {
         let (a, b) = (group(g1)?, group(g2)?);
         let mut v = a.0.to_vec();
         v.extend(b.0.iter().filter(|w| !a.0.contains(w)));
         raw::put(new, new_group(v))
     }
-    fn MPI_Group_intersection / PMPI_Group_intersection(g1: c_int, g2: c_int, new: *mut c_int) {
+    fn MPI_Group_intersection / PMPI_Group_intersection(g1: Handle, g2: Handle, new: *mut Handle) {
         let (a, b) = (group(g1)?, group(g2)?);
         raw::put(new, new_group(a.0.iter().copied().filter(|w| b.0.contains(w)).collect()))
     }
-    fn MPI_Group_difference / PMPI_Group_difference(g1: c_int, g2: c_int, new: *mut c_int) {
+    fn MPI_Group_difference / PMPI_Group_difference(g1: Handle, g2: Handle, new: *mut Handle) {
         let (a, b) = (group(g1)?, group(g2)?);
         raw::put(new, new_group(a.0.iter().copied().filter(|w| !b.0.contains(w)).collect()))
     }
-    fn MPI_Group_incl / PMPI_Group_incl(grp: c_int, n: c_int, ranks: *const c_int, new: *mut c_int) {
+    fn MPI_Group_incl / PMPI_Group_incl(grp: Handle, n: c_int, ranks: *const c_int, new: *mut Handle) {
         let g = group(grp)?;
         let rs = raw::slice(ranks, n)?;
         check_group_ranks(&g, rs)?;
         raw::put(new, new_group(rs.iter().map(|&r| g.0[r as usize]).collect()))
     }
-    fn MPI_Group_excl / PMPI_Group_excl(grp: c_int, n: c_int, ranks: *const c_int, new: *mut c_int) {
+    fn MPI_Group_excl / PMPI_Group_excl(grp: Handle, n: c_int, ranks: *const c_int, new: *mut Handle) {
         let g = group(grp)?;
         let rs = raw::slice(ranks, n)?;
         check_group_ranks(&g, rs)?;
         let out: HashSet<c_int> = rs.iter().copied().collect();
         raw::put(new, new_group((0..g.0.len()).filter(|r| !out.contains(&(*r as c_int))).map(|r| g.0[r]).collect()))
     }
-    fn MPI_Group_range_incl / PMPI_Group_range_incl(grp: c_int, n: c_int, ranges: *const [c_int; 3], new: *mut c_int) {
+    fn MPI_Group_range_incl / PMPI_Group_range_incl(grp: Handle, n: c_int, ranges: *const [c_int; 3], new: *mut Handle) {
         let g = group(grp)?;
         let rs = expand_ranges(raw::slice(ranges, n)?)?;
         check_group_ranks(&g, &rs)?;
         raw::put(new, new_group(rs.iter().map(|&r| g.0[r as usize]).collect()))
     }
-    fn MPI_Group_range_excl / PMPI_Group_range_excl(grp: c_int, n: c_int, ranges: *const [c_int; 3], new: *mut c_int) {
+    fn MPI_Group_range_excl / PMPI_Group_range_excl(grp: Handle, n: c_int, ranges: *const [c_int; 3], new: *mut Handle) {
         let g = group(grp)?;
         let rs = expand_ranges(raw::slice(ranges, n)?)?;
         check_group_ranks(&g, &rs)?;
         let out: HashSet<c_int> = rs.into_iter().collect();
         raw::put(new, new_group((0..g.0.len()).filter(|r| !out.contains(&(*r as c_int))).map(|r| g.0[r]).collect()))
     }
-    fn MPI_Group_free / PMPI_Group_free(grp: *mut c_int) {
+    fn MPI_Group_free / PMPI_Group_free(grp: *mut Handle) {
         let h = raw::get(grp)?;
         if h != GROUP_EMPTY && GROUPS.remove(h).is_none() {
             return Err(Fail::new(ERR_GROUP, format!("{h:#x} is not a group")));
@@ -296,6 +296,6 @@ mpi! {
 }
 
 /// A new communicator handle for `c` inheriting `parent`'s error handler.
-pub fn adopt(parent: &CommEntry, c: SimpleCommunicator) -> c_int {
+pub fn adopt(parent: &CommEntry, c: SimpleCommunicator) -> Handle {
     state::new_comm(c, parent.errh.load(Ordering::Relaxed))
 }

@@ -1,37 +1,34 @@
-//! The numbers of the MPICH ABI (MPICH 4's `mpi.h`): predefined handles, error
-//! classes, wildcards and limits. A program compiled against MPICH carries these
-//! values in its code, so they must match to the bit.
+//! The numbers of the two ABIs this crate is built for: MPICH 4's `mpi.h`
+//! (`libmpi.so.12`) and the MPI-5 standard ABI's `mpi.h` (`libmpi_abi.so.1`,
+//! built with `cfg(std_abi)`). A program compiled against either carries these
+//! values in its code, so they must match to the bit. The rest of the crate
+//! names them and never their values, so one implementation serves both.
 
 #![allow(missing_docs)]
 
+#[cfg(not(std_abi))]
+pub use mpich::*;
+#[cfg(std_abi)]
+pub use standard::*;
+
 use std::ffi::c_int;
 
-pub type Handle = c_int;
-
-// Null handles.
-pub const COMM_NULL: Handle = 0x0400_0000;
-pub const OP_NULL: Handle = 0x1800_0000;
-pub const GROUP_NULL: Handle = 0x0800_0000;
-pub const DATATYPE_NULL: Handle = 0x0c00_0000;
-pub const REQUEST_NULL: Handle = 0x2c00_0000;
-pub const ERRHANDLER_NULL: Handle = 0x1400_0000;
-pub const MESSAGE_NULL: Handle = 0x2c00_0000;
-pub const MESSAGE_NO_PROC: Handle = 0x6c00_0000;
-pub const INFO_NULL: Handle = 0x1c00_0000;
-pub const INFO_ENV: Handle = 0x5c00_0001;
-pub const WIN_NULL: Handle = 0x2000_0000;
-pub const KEYVAL_INVALID: Handle = 0x2400_0000;
-
-// Predefined objects.
-pub const COMM_WORLD: Handle = 0x4400_0000;
-pub const COMM_SELF: Handle = 0x4400_0001;
-pub const GROUP_EMPTY: Handle = 0x4800_0000;
-pub const ERRORS_ARE_FATAL: Handle = 0x5400_0000;
-pub const ERRORS_RETURN: Handle = 0x5400_0001;
-pub const ERRORS_ABORT: Handle = 0x5400_0003;
-
+// Values the two ABIs share.
+pub const UNDEFINED: c_int = -32766;
+pub const TAG_UB_VALUE: c_int = 0x7fff_ffff;
+/// metampi's own split type: the ranks of one meta host (site).
+pub const COMM_TYPE_METAMPI_SITE: c_int = 0x4d50;
+pub const MAX_ERROR_STRING: usize = 512;
+pub const MAX_OBJECT_NAME: usize = 128;
+pub const MAX_INFO_VAL: usize = 1024;
+pub const MAX_LIBRARY_VERSION_STRING: usize = 8192;
+pub const VERSION: c_int = 4;
+pub const SUBVERSION: c_int = 0;
+/// The largest error code `MPI_Error_class` accepts: codes carry a message slot above the class.
+pub const ERR_LASTCODE: c_int = 0x3fff_ffff;
 // Bases of the handles this library makes (the kind bits MPICH uses for
-// objects it allocates, with the object type in bits 26..29).
+// objects it allocates, with the object type in bits 26..29). Above every
+// predefined handle of either ABI.
 pub const COMM_BASE: u32 = 0x8400_0000;
 pub const GROUP_BASE: u32 = 0x8800_0000;
 pub const DATATYPE_BASE: u32 = 0x8c80_0000;
@@ -44,130 +41,308 @@ pub const MESSAGE_BASE: u32 = 0xac80_0000;
 /// Handles of one kind: base | index below this bound.
 pub const INDEX_MASK: u32 = 0x007f_ffff;
 
-// Predefined operations.
-pub const OP_MAX: Handle = 0x5800_0001;
-pub const OP_MIN: Handle = 0x5800_0002;
-pub const OP_SUM: Handle = 0x5800_0003;
-pub const OP_PROD: Handle = 0x5800_0004;
-pub const OP_LAND: Handle = 0x5800_0005;
-pub const OP_BAND: Handle = 0x5800_0006;
-pub const OP_LOR: Handle = 0x5800_0007;
-pub const OP_BOR: Handle = 0x5800_0008;
-pub const OP_LXOR: Handle = 0x5800_0009;
-pub const OP_BXOR: Handle = 0x5800_000a;
-pub const OP_MINLOC: Handle = 0x5800_000b;
-pub const OP_MAXLOC: Handle = 0x5800_000c;
-pub const OP_REPLACE: Handle = 0x5800_000d;
-pub const OP_NO_OP: Handle = 0x5800_000e;
+/// MPICH 4's numbers.
+#[cfg(not(std_abi))]
+mod mpich {
+    use std::ffi::c_int;
 
-// Wildcards and special values.
-pub const ANY_SOURCE: c_int = -2;
-pub const ANY_TAG: c_int = -1;
-pub const PROC_NULL: c_int = -1;
-pub const ROOT: c_int = -3;
-pub const UNDEFINED: c_int = -32766;
-/// `MPI_TYPECLASS_*` (`MPI_Type_match_size`).
-pub const TYPECLASS_REAL: c_int = 1;
-pub const TYPECLASS_INTEGER: c_int = 2;
-pub const TYPECLASS_COMPLEX: c_int = 3;
-pub const TAG_UB_VALUE: c_int = 0x7fff_ffff;
+    /// A handle: an `int` in MPICH's ABI.
+    pub type Handle = c_int;
+    /// A handle that threads share.
+    pub type AtomicHandle = std::sync::atomic::AtomicI32;
 
-// Attribute keys of communicators.
-pub const TAG_UB: c_int = 0x6440_0001;
-pub const HOST: c_int = 0x6440_0003;
-pub const IO: c_int = 0x6440_0005;
-pub const WTIME_IS_GLOBAL: c_int = 0x6440_0007;
-pub const UNIVERSE_SIZE: c_int = 0x6440_0009;
-pub const LASTUSEDCODE: c_int = 0x6440_000b;
-pub const APPNUM: c_int = 0x6440_000d;
+    // Null handles.
+    pub const COMM_NULL: Handle = 0x0400_0000;
+    pub const OP_NULL: Handle = 0x1800_0000;
+    pub const GROUP_NULL: Handle = 0x0800_0000;
+    pub const DATATYPE_NULL: Handle = 0x0c00_0000;
+    /// `MPI_BYTE` (the library packs through it).
+    pub const DATATYPE_BYTE: Handle = 0x4c00_010d;
+    pub const REQUEST_NULL: Handle = 0x2c00_0000;
+    pub const ERRHANDLER_NULL: Handle = 0x1400_0000;
+    pub const MESSAGE_NULL: Handle = 0x2c00_0000;
+    pub const MESSAGE_NO_PROC: Handle = 0x6c00_0000;
+    pub const INFO_NULL: Handle = 0x1c00_0000;
+    pub const INFO_ENV: Handle = 0x5c00_0001;
+    pub const WIN_NULL: Handle = 0x2000_0000;
+    pub const KEYVAL_INVALID: c_int = 0x2400_0000;
 
-// Comparisons.
-pub const IDENT: c_int = 0;
-pub const CONGRUENT: c_int = 1;
-pub const SIMILAR: c_int = 2;
-pub const UNEQUAL: c_int = 3;
+    // Predefined objects.
+    pub const COMM_WORLD: Handle = 0x4400_0000;
+    pub const COMM_SELF: Handle = 0x4400_0001;
+    pub const GROUP_EMPTY: Handle = 0x4800_0000;
+    pub const ERRORS_ARE_FATAL: Handle = 0x5400_0000;
+    pub const ERRORS_RETURN: Handle = 0x5400_0001;
+    pub const ERRORS_ABORT: Handle = 0x5400_0003;
 
-// Thread levels.
-pub const THREAD_SINGLE: c_int = 0;
-pub const THREAD_FUNNELED: c_int = 1;
-pub const THREAD_SERIALIZED: c_int = 2;
-pub const THREAD_MULTIPLE: c_int = 3;
+    // Predefined operations.
+    pub const OP_MAX: Handle = 0x5800_0001;
+    pub const OP_MIN: Handle = 0x5800_0002;
+    pub const OP_SUM: Handle = 0x5800_0003;
+    pub const OP_PROD: Handle = 0x5800_0004;
+    pub const OP_LAND: Handle = 0x5800_0005;
+    pub const OP_BAND: Handle = 0x5800_0006;
+    pub const OP_LOR: Handle = 0x5800_0007;
+    pub const OP_BOR: Handle = 0x5800_0008;
+    pub const OP_LXOR: Handle = 0x5800_0009;
+    pub const OP_BXOR: Handle = 0x5800_000a;
+    pub const OP_MINLOC: Handle = 0x5800_000b;
+    pub const OP_MAXLOC: Handle = 0x5800_000c;
+    pub const OP_REPLACE: Handle = 0x5800_000d;
+    pub const OP_NO_OP: Handle = 0x5800_000e;
 
-// Topologies.
-pub const GRAPH: c_int = 1;
-pub const CART: c_int = 2;
-pub const DIST_GRAPH: c_int = 3;
+    // Wildcards and special values.
+    pub const ANY_SOURCE: c_int = -2;
+    pub const ANY_TAG: c_int = -1;
+    pub const PROC_NULL: c_int = -1;
+    pub const ROOT: c_int = -3;
+    /// `MPI_TYPECLASS_*` (`MPI_Type_match_size`).
+    pub const TYPECLASS_REAL: c_int = 1;
+    pub const TYPECLASS_INTEGER: c_int = 2;
+    pub const TYPECLASS_COMPLEX: c_int = 3;
 
-// MPI_Comm_split_type.
-pub const COMM_TYPE_SHARED: c_int = 1;
-pub const COMM_TYPE_HW_GUIDED: c_int = 2;
-pub const COMM_TYPE_HW_UNGUIDED: c_int = 3;
-/// metampi's own split type: the ranks of one meta host (site).
-pub const COMM_TYPE_METAMPI_SITE: c_int = 0x4d50;
+    // Attribute keys of communicators.
+    pub const TAG_UB: c_int = 0x6440_0001;
+    pub const HOST: c_int = 0x6440_0003;
+    pub const IO: c_int = 0x6440_0005;
+    pub const WTIME_IS_GLOBAL: c_int = 0x6440_0007;
+    pub const UNIVERSE_SIZE: c_int = 0x6440_0009;
+    pub const LASTUSEDCODE: c_int = 0x6440_000b;
+    pub const APPNUM: c_int = 0x6440_000d;
 
-// Datatype combiners.
-pub const COMBINER_NAMED: c_int = 1;
-pub const COMBINER_DUP: c_int = 2;
-pub const COMBINER_CONTIGUOUS: c_int = 3;
-pub const COMBINER_VECTOR: c_int = 4;
-pub const COMBINER_HVECTOR: c_int = 6;
-pub const COMBINER_INDEXED: c_int = 7;
-pub const COMBINER_HINDEXED: c_int = 9;
-pub const COMBINER_INDEXED_BLOCK: c_int = 10;
-pub const COMBINER_STRUCT: c_int = 12;
-pub const COMBINER_SUBARRAY: c_int = 13;
-pub const COMBINER_RESIZED: c_int = 18;
-pub const COMBINER_HINDEXED_BLOCK: c_int = 19;
+    // Comparisons.
+    pub const IDENT: c_int = 0;
+    pub const CONGRUENT: c_int = 1;
+    pub const SIMILAR: c_int = 2;
+    pub const UNEQUAL: c_int = 3;
 
-pub const ORDER_C: c_int = 56;
-pub const ORDER_FORTRAN: c_int = 57;
+    // Thread levels.
+    pub const THREAD_SINGLE: c_int = 0;
+    pub const THREAD_FUNNELED: c_int = 1;
+    pub const THREAD_SERIALIZED: c_int = 2;
+    pub const THREAD_MULTIPLE: c_int = 3;
 
-// Limits.
-pub const MAX_PROCESSOR_NAME: usize = 128;
-pub const MAX_LIBRARY_VERSION_STRING: usize = 8192;
-pub const MAX_ERROR_STRING: usize = 512;
-pub const MAX_OBJECT_NAME: usize = 128;
-pub const MAX_INFO_KEY: usize = 255;
-pub const MAX_INFO_VAL: usize = 1024;
-pub const BSEND_OVERHEAD: c_int = 96;
-pub const VERSION: c_int = 4;
-pub const SUBVERSION: c_int = 0;
+    // Topologies.
+    pub const GRAPH: c_int = 1;
+    pub const CART: c_int = 2;
+    pub const DIST_GRAPH: c_int = 3;
 
-// Error classes.
-pub const SUCCESS: c_int = 0;
-pub const ERR_BUFFER: c_int = 1;
-pub const ERR_COUNT: c_int = 2;
-pub const ERR_TYPE: c_int = 3;
-pub const ERR_TAG: c_int = 4;
-pub const ERR_COMM: c_int = 5;
-pub const ERR_RANK: c_int = 6;
-pub const ERR_ROOT: c_int = 7;
-pub const ERR_GROUP: c_int = 8;
-pub const ERR_OP: c_int = 9;
-pub const ERR_TOPOLOGY: c_int = 10;
-pub const ERR_DIMS: c_int = 11;
-pub const ERR_ARG: c_int = 12;
-pub const ERR_UNKNOWN: c_int = 13;
-pub const ERR_TRUNCATE: c_int = 14;
-pub const ERR_OTHER: c_int = 15;
-pub const ERR_INTERN: c_int = 16;
-pub const ERR_IN_STATUS: c_int = 17;
-pub const ERR_PENDING: c_int = 18;
-pub const ERR_REQUEST: c_int = 19;
-pub const ERR_INFO_KEY: c_int = 29;
-pub const ERR_INFO_VALUE: c_int = 30;
-pub const ERR_INFO_NOKEY: c_int = 31;
-pub const ERR_NO_MEM: c_int = 34;
-pub const ERR_SPAWN: c_int = 42;
-pub const ERR_UNSUPPORTED_OPERATION: c_int = 44;
-pub const ERR_KEYVAL: c_int = 48;
-pub const ERR_SIZE: c_int = 51;
-pub const ERR_PROC_ABORTED: c_int = 76;
-pub const ERR_LASTCODE: c_int = 0x3fff_ffff;
-/// The last predefined class; user classes (`MPI_Add_error_class`) follow.
-pub const LAST_PREDEFINED_CLASS: c_int = 78;
+    // MPI_Comm_split_type.
+    pub const COMM_TYPE_SHARED: c_int = 1;
+    pub const COMM_TYPE_HW_GUIDED: c_int = 2;
+    pub const COMM_TYPE_HW_UNGUIDED: c_int = 3;
 
-/// `MPI_STATUS_IGNORE` and `MPI_STATUSES_IGNORE`: the address 1.
-pub const STATUS_IGNORE: usize = 1;
-/// `MPI_IN_PLACE`: the address -1.
-pub const IN_PLACE: usize = usize::MAX;
+    // Datatype combiners.
+    pub const COMBINER_NAMED: c_int = 1;
+    pub const COMBINER_DUP: c_int = 2;
+    pub const COMBINER_CONTIGUOUS: c_int = 3;
+    pub const COMBINER_VECTOR: c_int = 4;
+    pub const COMBINER_HVECTOR: c_int = 6;
+    pub const COMBINER_INDEXED: c_int = 7;
+    pub const COMBINER_HINDEXED: c_int = 9;
+    pub const COMBINER_INDEXED_BLOCK: c_int = 10;
+    pub const COMBINER_STRUCT: c_int = 12;
+    pub const COMBINER_SUBARRAY: c_int = 13;
+    pub const COMBINER_RESIZED: c_int = 18;
+    pub const COMBINER_HINDEXED_BLOCK: c_int = 19;
+
+    pub const ORDER_C: c_int = 56;
+    pub const ORDER_FORTRAN: c_int = 57;
+
+    // Limits.
+    pub const MAX_PROCESSOR_NAME: usize = 128;
+    pub const MAX_INFO_KEY: usize = 255;
+    pub const BSEND_OVERHEAD: c_int = 96;
+
+    // Error classes.
+    pub const SUCCESS: c_int = 0;
+    pub const ERR_BUFFER: c_int = 1;
+    pub const ERR_COUNT: c_int = 2;
+    pub const ERR_TYPE: c_int = 3;
+    pub const ERR_TAG: c_int = 4;
+    pub const ERR_COMM: c_int = 5;
+    pub const ERR_RANK: c_int = 6;
+    pub const ERR_ROOT: c_int = 7;
+    pub const ERR_GROUP: c_int = 8;
+    pub const ERR_OP: c_int = 9;
+    pub const ERR_TOPOLOGY: c_int = 10;
+    pub const ERR_DIMS: c_int = 11;
+    pub const ERR_ARG: c_int = 12;
+    pub const ERR_UNKNOWN: c_int = 13;
+    pub const ERR_TRUNCATE: c_int = 14;
+    pub const ERR_OTHER: c_int = 15;
+    pub const ERR_INTERN: c_int = 16;
+    pub const ERR_IN_STATUS: c_int = 17;
+    pub const ERR_PENDING: c_int = 18;
+    pub const ERR_REQUEST: c_int = 19;
+    pub const ERR_INFO_KEY: c_int = 29;
+    pub const ERR_INFO_VALUE: c_int = 30;
+    pub const ERR_INFO_NOKEY: c_int = 31;
+    pub const ERR_NO_MEM: c_int = 34;
+    pub const ERR_SPAWN: c_int = 42;
+    pub const ERR_UNSUPPORTED_OPERATION: c_int = 44;
+    pub const ERR_KEYVAL: c_int = 48;
+    pub const ERR_SIZE: c_int = 51;
+    pub const ERR_PROC_ABORTED: c_int = 76;
+    /// The last predefined class; user classes (`MPI_Add_error_class`) follow.
+    pub const LAST_PREDEFINED_CLASS: c_int = 78;
+
+    /// `MPI_STATUS_IGNORE` and `MPI_STATUSES_IGNORE`: the address 1.
+    pub const STATUS_IGNORE: usize = 1;
+    /// `MPI_IN_PLACE`: the address -1.
+    pub const IN_PLACE: usize = usize::MAX;
+}
+
+/// The MPI-5 standard ABI's numbers (MPI-5.0 chapter 20 and its `mpi.h`).
+#[cfg(std_abi)]
+mod standard {
+    use std::ffi::c_int;
+
+    /// A handle: pointer-sized in the standard ABI (small predefined values, else ours).
+    pub type Handle = usize;
+    /// A handle that threads share.
+    pub type AtomicHandle = std::sync::atomic::AtomicUsize;
+
+    // Null handles.
+    pub const OP_NULL: Handle = 0x20;
+    pub const COMM_NULL: Handle = 0x100;
+    pub const GROUP_NULL: Handle = 0x108;
+    pub const WIN_NULL: Handle = 0x110;
+    pub const MESSAGE_NULL: Handle = 0x128;
+    pub const MESSAGE_NO_PROC: Handle = 0x129;
+    pub const INFO_NULL: Handle = 0x130;
+    pub const INFO_ENV: Handle = 0x131;
+    pub const ERRHANDLER_NULL: Handle = 0x140;
+    pub const REQUEST_NULL: Handle = 0x180;
+    pub const DATATYPE_NULL: Handle = 0x200;
+    /// `MPI_BYTE` (the library packs through it).
+    pub const DATATYPE_BYTE: Handle = 0x247;
+    pub const KEYVAL_INVALID: c_int = 0;
+
+    // Predefined objects.
+    pub const COMM_WORLD: Handle = 0x101;
+    pub const COMM_SELF: Handle = 0x102;
+    pub const GROUP_EMPTY: Handle = 0x109;
+    pub const ERRORS_ARE_FATAL: Handle = 0x141;
+    pub const ERRORS_ABORT: Handle = 0x142;
+    pub const ERRORS_RETURN: Handle = 0x143;
+
+    // Predefined operations.
+    pub const OP_SUM: Handle = 0x21;
+    pub const OP_MIN: Handle = 0x22;
+    pub const OP_MAX: Handle = 0x23;
+    pub const OP_PROD: Handle = 0x24;
+    pub const OP_BAND: Handle = 0x28;
+    pub const OP_BOR: Handle = 0x29;
+    pub const OP_BXOR: Handle = 0x2a;
+    pub const OP_LAND: Handle = 0x30;
+    pub const OP_LOR: Handle = 0x31;
+    pub const OP_LXOR: Handle = 0x32;
+    pub const OP_MINLOC: Handle = 0x38;
+    pub const OP_MAXLOC: Handle = 0x39;
+    pub const OP_REPLACE: Handle = 0x3c;
+    pub const OP_NO_OP: Handle = 0x3d;
+
+    // Wildcards and special values.
+    pub const ANY_SOURCE: c_int = -1;
+    pub const ANY_TAG: c_int = -2;
+    pub const PROC_NULL: c_int = -3;
+    pub const ROOT: c_int = -4;
+    pub const TYPECLASS_INTEGER: c_int = 192;
+    pub const TYPECLASS_REAL: c_int = 193;
+    pub const TYPECLASS_COMPLEX: c_int = 194;
+
+    // Attribute keys of communicators.
+    pub const TAG_UB: c_int = 501;
+    pub const IO: c_int = 502;
+    pub const HOST: c_int = 503;
+    pub const WTIME_IS_GLOBAL: c_int = 504;
+    pub const APPNUM: c_int = 505;
+    pub const LASTUSEDCODE: c_int = 506;
+    pub const UNIVERSE_SIZE: c_int = 507;
+
+    // Comparisons.
+    pub const IDENT: c_int = 201;
+    pub const CONGRUENT: c_int = 202;
+    pub const SIMILAR: c_int = 203;
+    pub const UNEQUAL: c_int = 204;
+
+    // Thread levels.
+    pub const THREAD_SINGLE: c_int = 0;
+    pub const THREAD_FUNNELED: c_int = 1024;
+    pub const THREAD_SERIALIZED: c_int = 2048;
+    pub const THREAD_MULTIPLE: c_int = 4096;
+
+    // Topologies.
+    pub const CART: c_int = 211;
+    pub const GRAPH: c_int = 212;
+    pub const DIST_GRAPH: c_int = 213;
+
+    // MPI_Comm_split_type.
+    pub const COMM_TYPE_SHARED: c_int = 221;
+    pub const COMM_TYPE_HW_UNGUIDED: c_int = 222;
+    pub const COMM_TYPE_HW_GUIDED: c_int = 223;
+
+    // Datatype combiners.
+    pub const COMBINER_NAMED: c_int = 101;
+    pub const COMBINER_DUP: c_int = 102;
+    pub const COMBINER_CONTIGUOUS: c_int = 103;
+    pub const COMBINER_VECTOR: c_int = 104;
+    pub const COMBINER_HVECTOR: c_int = 105;
+    pub const COMBINER_INDEXED: c_int = 106;
+    pub const COMBINER_HINDEXED: c_int = 107;
+    pub const COMBINER_INDEXED_BLOCK: c_int = 108;
+    pub const COMBINER_HINDEXED_BLOCK: c_int = 109;
+    pub const COMBINER_STRUCT: c_int = 110;
+    pub const COMBINER_SUBARRAY: c_int = 111;
+    pub const COMBINER_RESIZED: c_int = 116;
+
+    pub const ORDER_C: c_int = 12;
+    pub const ORDER_FORTRAN: c_int = 15;
+
+    // Limits.
+    pub const MAX_PROCESSOR_NAME: usize = 256;
+    pub const MAX_INFO_KEY: usize = 256;
+    pub const BSEND_OVERHEAD: c_int = 512;
+
+    // Error classes.
+    pub const SUCCESS: c_int = 0;
+    pub const ERR_BUFFER: c_int = 1;
+    pub const ERR_COUNT: c_int = 2;
+    pub const ERR_TYPE: c_int = 3;
+    pub const ERR_TAG: c_int = 4;
+    pub const ERR_COMM: c_int = 5;
+    pub const ERR_RANK: c_int = 6;
+    pub const ERR_REQUEST: c_int = 7;
+    pub const ERR_ROOT: c_int = 8;
+    pub const ERR_GROUP: c_int = 9;
+    pub const ERR_OP: c_int = 10;
+    pub const ERR_TOPOLOGY: c_int = 11;
+    pub const ERR_DIMS: c_int = 12;
+    pub const ERR_ARG: c_int = 13;
+    pub const ERR_UNKNOWN: c_int = 14;
+    pub const ERR_TRUNCATE: c_int = 15;
+    pub const ERR_OTHER: c_int = 16;
+    pub const ERR_INTERN: c_int = 17;
+    pub const ERR_PENDING: c_int = 18;
+    pub const ERR_IN_STATUS: c_int = 19;
+    pub const ERR_INFO_KEY: c_int = 31;
+    pub const ERR_INFO_NOKEY: c_int = 32;
+    pub const ERR_INFO_VALUE: c_int = 33;
+    pub const ERR_KEYVAL: c_int = 36;
+    pub const ERR_NO_MEM: c_int = 39;
+    pub const ERR_SIZE: c_int = 52;
+    pub const ERR_SPAWN: c_int = 53;
+    pub const ERR_UNSUPPORTED_OPERATION: c_int = 55;
+    pub const ERR_PROC_ABORTED: c_int = 58;
+    /// The last predefined class (`MPI_ERR_ABI`); user classes (`MPI_Add_error_class`) follow.
+    pub const LAST_PREDEFINED_CLASS: c_int = 62;
+
+    /// `MPI_STATUS_IGNORE` and `MPI_STATUSES_IGNORE`: the null address.
+    pub const STATUS_IGNORE: usize = 0;
+    /// `MPI_IN_PLACE`: the address 1.
+    pub const IN_PLACE: usize = 1;
+    /// `MPI_UNWEIGHTED` and `MPI_WEIGHTS_EMPTY`: the addresses 10 and 11.
+    pub const UNWEIGHTED: usize = 10;
+    pub const WEIGHTS_EMPTY: usize = 11;
+}

@@ -35,7 +35,7 @@ mpi! {
     fn MPI_Is_thread_main / PMPI_Is_thread_main(flag: *mut c_int) {
         raw::put(flag, state::is_main_thread() as c_int)
     }
-    fn MPI_Abort / PMPI_Abort(comm: c_int, code: c_int) {
+    fn MPI_Abort / PMPI_Abort(comm: Handle, code: c_int) {
         state::check_init()?;
         let _ = comm;
         eprintln!("metampi: MPI_Abort called with error code {code}");
@@ -58,7 +58,7 @@ mpi! {
         let l = raw::put_str(version, MAX_LIBRARY_VERSION_STRING, &s)?;
         raw::put(len, l)
     }
-    fn MPI_Alloc_mem / PMPI_Alloc_mem(size: isize, _info: c_int, baseptr: *mut *mut c_void) {
+    fn MPI_Alloc_mem / PMPI_Alloc_mem(size: isize, _info: Handle, baseptr: *mut *mut c_void) {
         if size < 0 {
             return Err(Fail::new(ERR_SIZE, format!("size {size} is negative")));
         }
@@ -121,15 +121,15 @@ mpi! {
             None => Err(Fail::arg(format!("{code} is not a user error class or code"))),
         }
     }
-    fn MPI_Comm_create_errhandler / PMPI_Comm_create_errhandler(f: Option<HandlerFn>, h: *mut c_int) {
+    fn MPI_Comm_create_errhandler / PMPI_Comm_create_errhandler(f: Option<HandlerFn>, h: *mut Handle) {
         let f = f.ok_or_else(|| Fail::arg("the error handler function is null"))?;
         raw::put(h, state::ERRHANDLERS.insert(f))
     }
-    fn MPI_Errhandler_create / PMPI_Errhandler_create(f: Option<HandlerFn>, h: *mut c_int) {
+    fn MPI_Errhandler_create / PMPI_Errhandler_create(f: Option<HandlerFn>, h: *mut Handle) {
         let f = f.ok_or_else(|| Fail::arg("the error handler function is null"))?;
         raw::put(h, state::ERRHANDLERS.insert(f))
     }
-    fn MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: c_int, h: c_int) {
+    fn MPI_Comm_set_errhandler / PMPI_Comm_set_errhandler(comm: Handle, h: Handle) {
         let c = state::comm(comm)?;
         if state::handler(h).is_none() {
             return Err(Fail::arg(format!("{h:#x} is not an error handler")));
@@ -137,25 +137,25 @@ mpi! {
         c.errh.store(h, Ordering::Relaxed);
         Ok(())
     }
-    fn MPI_Errhandler_set / PMPI_Errhandler_set(comm: c_int, h: c_int) {
+    fn MPI_Errhandler_set / PMPI_Errhandler_set(comm: Handle, h: Handle) {
         PMPI_Comm_set_errhandler(comm, h);
         Ok(())
     }
-    fn MPI_Comm_get_errhandler / PMPI_Comm_get_errhandler(comm: c_int, h: *mut c_int) {
+    fn MPI_Comm_get_errhandler / PMPI_Comm_get_errhandler(comm: Handle, h: *mut Handle) {
         let c = state::comm(comm)?;
         raw::put(h, c.errh.load(Ordering::Relaxed))
     }
-    fn MPI_Errhandler_get / PMPI_Errhandler_get(comm: c_int, h: *mut c_int) {
+    fn MPI_Errhandler_get / PMPI_Errhandler_get(comm: Handle, h: *mut Handle) {
         let c = state::comm(comm)?;
         raw::put(h, c.errh.load(Ordering::Relaxed))
     }
-    fn MPI_Errhandler_free / PMPI_Errhandler_free(h: *mut c_int) {
+    fn MPI_Errhandler_free / PMPI_Errhandler_free(h: *mut Handle) {
         let v = raw::get(h)?;
         // Freeing a predefined handler only nulls the handle (MPI-4 §9.3.4).
         state::ERRHANDLERS.remove(v);
         raw::put(h, ERRHANDLER_NULL)
     }
-    fn MPI_Comm_call_errhandler / PMPI_Comm_call_errhandler(comm: c_int, code: c_int) {
+    fn MPI_Comm_call_errhandler / PMPI_Comm_call_errhandler(comm: Handle, code: c_int) {
         let _ = state::comm(comm)?;
         match state::errhandler_of(comm) {
             state::Handler::Return => Ok(()),
@@ -192,10 +192,10 @@ mpi! {
     }
 
     // ---- info objects -----------------------------------------------------------
-    fn MPI_Info_create / PMPI_Info_create(info: *mut c_int) {
+    fn MPI_Info_create / PMPI_Info_create(info: *mut Handle) {
         raw::put(info, INFOS.insert(Info::default()))
     }
-    fn MPI_Info_set / PMPI_Info_set(info: c_int, key: *const c_char, value: *const c_char) {
+    fn MPI_Info_set / PMPI_Info_set(info: Handle, key: *const c_char, value: *const c_char) {
         let (k, v) = (raw::c_str(key)?, raw::c_str(value)?);
         if k.is_empty() || k.len() > MAX_INFO_KEY {
             return Err(Fail::new(ERR_INFO_KEY, format!("key `{k}` is empty or longer than MPI_MAX_INFO_KEY")));
@@ -207,7 +207,7 @@ mpi! {
             i.0.insert(k, v);
         })
     }
-    fn MPI_Info_get / PMPI_Info_get(info: c_int, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) {
+    fn MPI_Info_get / PMPI_Info_get(info: Handle, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) {
         let k = raw::c_str(key)?;
         let v = with_info(info, |i| i.0.get(&k).cloned())?;
         match v {
@@ -218,7 +218,7 @@ mpi! {
             None => raw::put(flag, 0),
         }
     }
-    fn MPI_Info_get_string / PMPI_Info_get_string(info: c_int, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) {
+    fn MPI_Info_get_string / PMPI_Info_get_string(info: Handle, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) {
         let k = raw::c_str(key)?;
         let v = with_info(info, |i| i.0.get(&k).cloned())?;
         match v {
@@ -233,7 +233,7 @@ mpi! {
             None => raw::put(flag, 0),
         }
     }
-    fn MPI_Info_get_valuelen / PMPI_Info_get_valuelen(info: c_int, key: *const c_char, len: *mut c_int, flag: *mut c_int) {
+    fn MPI_Info_get_valuelen / PMPI_Info_get_valuelen(info: Handle, key: *const c_char, len: *mut c_int, flag: *mut c_int) {
         let k = raw::c_str(key)?;
         match with_info(info, |i| i.0.get(&k).map(|v| v.len()))? {
             Some(n) => {
@@ -243,27 +243,27 @@ mpi! {
             None => raw::put(flag, 0),
         }
     }
-    fn MPI_Info_delete / PMPI_Info_delete(info: c_int, key: *const c_char) {
+    fn MPI_Info_delete / PMPI_Info_delete(info: Handle, key: *const c_char) {
         let k = raw::c_str(key)?;
         match with_info(info, |i| i.0.remove(&k))? {
             Some(_) => Ok(()),
             None => Err(Fail::new(ERR_INFO_NOKEY, format!("key `{k}` is not set"))),
         }
     }
-    fn MPI_Info_get_nkeys / PMPI_Info_get_nkeys(info: c_int, n: *mut c_int) {
+    fn MPI_Info_get_nkeys / PMPI_Info_get_nkeys(info: Handle, n: *mut c_int) {
         let k = with_info(info, |i| i.0.len())?;
         raw::put(n, k as c_int)
     }
-    fn MPI_Info_get_nthkey / PMPI_Info_get_nthkey(info: c_int, n: c_int, key: *mut c_char) {
+    fn MPI_Info_get_nthkey / PMPI_Info_get_nthkey(info: Handle, n: c_int, key: *mut c_char) {
         let k = with_info(info, |i| i.0.keys().nth(n.max(0) as usize).cloned())?
             .ok_or_else(|| Fail::arg(format!("the info object has no key number {n}")))?;
         raw::put_str(key, MAX_INFO_KEY + 1, &k).map(|_| ())
     }
-    fn MPI_Info_dup / PMPI_Info_dup(info: c_int, new: *mut c_int) {
+    fn MPI_Info_dup / PMPI_Info_dup(info: Handle, new: *mut Handle) {
         let copy = with_info(info, |i| i.clone())?;
         raw::put(new, INFOS.insert(copy))
     }
-    fn MPI_Info_free / PMPI_Info_free(info: *mut c_int) {
+    fn MPI_Info_free / PMPI_Info_free(info: *mut Handle) {
         let h = raw::get(info)?;
         INFOS.remove(h).ok_or_else(|| Fail::arg(format!("{h:#x} is not an info object")))?;
         raw::put(info, INFO_NULL)
@@ -271,14 +271,17 @@ mpi! {
 
     // ---- Fortran handles: in the MPICH ABI a Fortran handle is the C integer ----
     fn MPI_Status_c2f / PMPI_Status_c2f(c: *const c_int, f: *mut c_int) {
-        raw::slice_mut(f, 5)?.copy_from_slice(raw::slice(c, 5)?);
+        raw::slice_mut(f, STATUS_INTS)?.copy_from_slice(raw::slice(c, STATUS_INTS)?);
         Ok(())
     }
     fn MPI_Status_f2c / PMPI_Status_f2c(f: *const c_int, c: *mut c_int) {
-        raw::slice_mut(c, 5)?.copy_from_slice(raw::slice(f, 5)?);
+        raw::slice_mut(c, STATUS_INTS)?.copy_from_slice(raw::slice(f, STATUS_INTS)?);
         Ok(())
     }
 }
+
+/// A status as Fortran integers (`MPI_STATUS_SIZE`).
+const STATUS_INTS: c_int = (std::mem::size_of::<crate::req::CStatus>() / 4) as c_int;
 
 static BSEND: Mutex<Option<(usize, c_int)>> = Mutex::new(None);
 
@@ -288,7 +291,7 @@ pub struct Info(pub BTreeMap<String, String>);
 
 pub static INFOS: Table<Info> = Table::new(INFO_BASE);
 
-fn with_info<T>(h: c_int, f: impl FnOnce(&mut Info) -> T) -> R<T> {
+fn with_info<T>(h: Handle, f: impl FnOnce(&mut Info) -> T) -> R<T> {
     if h == INFO_ENV {
         let mut i = Info::default();
         return Ok(f(&mut i));

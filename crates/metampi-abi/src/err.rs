@@ -15,7 +15,7 @@ use crate::consts::*;
 use crate::state;
 
 /// A C error handler function: `(MPI_Comm *, int *, ...)`.
-pub type HandlerFn = unsafe extern "C" fn(*mut c_int, *mut c_int);
+pub type HandlerFn = unsafe extern "C" fn(*mut Handle, *mut c_int);
 
 /// An MPI error on its way to the caller: class and message.
 #[derive(Debug, Clone)]
@@ -61,11 +61,11 @@ impl From<metampi::Error> for Fail {
 thread_local! {
     /// The communicator whose error handler a failing call invokes: the one it
     /// looked up last (MPI_COMM_WORLD's for calls on no communicator).
-    static CURRENT: Cell<c_int> = const { Cell::new(COMM_WORLD) };
+    static CURRENT: Cell<Handle> = const { Cell::new(COMM_WORLD) };
 }
 
 /// Notes that the running call works on communicator `h` (for its error handler).
-pub fn on_comm(h: c_int) {
+pub fn on_comm(h: Handle) {
     CURRENT.with(|c| c.set(h));
 }
 

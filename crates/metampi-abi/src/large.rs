@@ -61,51 +61,51 @@ macro_rules! large {
 type Count = i64;
 
 large! {
-    fn MPI_Send_c / PMPI_Send_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int) [n] => crate::p2p::PMPI_Send;
-    fn MPI_Ssend_c / PMPI_Ssend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int) [n] => crate::p2p::PMPI_Ssend;
-    fn MPI_Bsend_c / PMPI_Bsend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int) [n] => crate::p2p::PMPI_Bsend;
-    fn MPI_Rsend_c / PMPI_Rsend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int) [n] => crate::p2p::PMPI_Rsend;
-    fn MPI_Isend_c / PMPI_Isend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Isend;
-    fn MPI_Issend_c / PMPI_Issend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Issend;
-    fn MPI_Ibsend_c / PMPI_Ibsend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Ibsend;
-    fn MPI_Irsend_c / PMPI_Irsend_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Irsend;
-    fn MPI_Send_init_c / PMPI_Send_init_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Send_init;
-    fn MPI_Ssend_init_c / PMPI_Ssend_init_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Ssend_init;
-    fn MPI_Bsend_init_c / PMPI_Bsend_init_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Bsend_init;
-    fn MPI_Rsend_init_c / PMPI_Rsend_init_c(b: *const c_void, n: Count, dt: c_int, d: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Rsend_init;
-    fn MPI_Recv_c / PMPI_Recv_c(b: *mut c_void, n: Count, dt: c_int, s: c_int, t: c_int, c: c_int, st: *mut CStatus) [n] => crate::p2p::PMPI_Recv;
-    fn MPI_Irecv_c / PMPI_Irecv_c(b: *mut c_void, n: Count, dt: c_int, s: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Irecv;
-    fn MPI_Recv_init_c / PMPI_Recv_init_c(b: *mut c_void, n: Count, dt: c_int, s: c_int, t: c_int, c: c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Recv_init;
-    fn MPI_Mrecv_c / PMPI_Mrecv_c(b: *mut c_void, n: Count, dt: c_int, m: *mut c_int, st: *mut CStatus) [n] => crate::p2p::PMPI_Mrecv;
-    fn MPI_Imrecv_c / PMPI_Imrecv_c(b: *mut c_void, n: Count, dt: c_int, m: *mut c_int, r: *mut c_int) [n] => crate::p2p::PMPI_Imrecv;
-    fn MPI_Sendrecv_c / PMPI_Sendrecv_c(sb: *const c_void, sn: Count, sdt: c_int, d: c_int, stg: c_int, rb: *mut c_void, rn: Count, rdt: c_int, s: c_int, rtg: c_int, c: c_int, st: *mut CStatus) [sn, rn] => crate::p2p::PMPI_Sendrecv;
-    fn MPI_Sendrecv_replace_c / PMPI_Sendrecv_replace_c(b: *mut c_void, n: Count, dt: c_int, d: c_int, stg: c_int, s: c_int, rtg: c_int, c: c_int, st: *mut CStatus) [n] => crate::p2p::PMPI_Sendrecv_replace;
-    fn MPI_Bcast_c / PMPI_Bcast_c(b: *mut c_void, n: Count, dt: c_int, root: c_int, c: c_int) [n] => crate::coll::PMPI_Bcast;
-    fn MPI_Ibcast_c / PMPI_Ibcast_c(b: *mut c_void, n: Count, dt: c_int, root: c_int, c: c_int, r: *mut c_int) [n] => crate::coll::PMPI_Ibcast;
-    fn MPI_Reduce_c / PMPI_Reduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, root: c_int, c: c_int) [n] => crate::coll::PMPI_Reduce;
-    fn MPI_Ireduce_c / PMPI_Ireduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, root: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Ireduce;
-    fn MPI_Allreduce_c / PMPI_Allreduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int) [n] => crate::coll::PMPI_Allreduce;
-    fn MPI_Iallreduce_c / PMPI_Iallreduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Iallreduce;
-    fn MPI_Scan_c / PMPI_Scan_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int) [n] => crate::coll::PMPI_Scan;
-    fn MPI_Iscan_c / PMPI_Iscan_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Iscan;
-    fn MPI_Exscan_c / PMPI_Exscan_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int) [n] => crate::coll::PMPI_Exscan;
-    fn MPI_Iexscan_c / PMPI_Iexscan_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Iexscan;
-    fn MPI_Reduce_scatter_block_c / PMPI_Reduce_scatter_block_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int) [n] => crate::coll::PMPI_Reduce_scatter_block;
-    fn MPI_Ireduce_scatter_block_c / PMPI_Ireduce_scatter_block_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int, c: c_int, q: *mut c_int) [n] => crate::coll::PMPI_Ireduce_scatter_block;
-    fn MPI_Reduce_local_c / PMPI_Reduce_local_c(s: *const c_void, r: *mut c_void, n: Count, dt: c_int, op: c_int) [n] => crate::coll::PMPI_Reduce_local;
-    fn MPI_Gather_c / PMPI_Gather_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, c: c_int) [sn, rn] => crate::coll::PMPI_Gather;
-    fn MPI_Igather_c / PMPI_Igather_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, c: c_int, q: *mut c_int) [sn, rn] => crate::coll::PMPI_Igather;
-    fn MPI_Scatter_c / PMPI_Scatter_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, c: c_int) [sn, rn] => crate::coll::PMPI_Scatter;
-    fn MPI_Iscatter_c / PMPI_Iscatter_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, c: c_int, q: *mut c_int) [sn, rn] => crate::coll::PMPI_Iscatter;
-    fn MPI_Allgather_c / PMPI_Allgather_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, c: c_int) [sn, rn] => crate::coll::PMPI_Allgather;
-    fn MPI_Iallgather_c / PMPI_Iallgather_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, c: c_int, q: *mut c_int) [sn, rn] => crate::coll::PMPI_Iallgather;
-    fn MPI_Alltoall_c / PMPI_Alltoall_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, c: c_int) [sn, rn] => crate::coll::PMPI_Alltoall;
-    fn MPI_Ialltoall_c / PMPI_Ialltoall_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, c: c_int, q: *mut c_int) [sn, rn] => crate::coll::PMPI_Ialltoall;
-    fn MPI_Type_contiguous_c / PMPI_Type_contiguous_c(n: Count, old: c_int, new: *mut c_int) [n] => crate::types::PMPI_Type_contiguous;
+    fn MPI_Send_c / PMPI_Send_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle) [n] => crate::p2p::PMPI_Send;
+    fn MPI_Ssend_c / PMPI_Ssend_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle) [n] => crate::p2p::PMPI_Ssend;
+    fn MPI_Bsend_c / PMPI_Bsend_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle) [n] => crate::p2p::PMPI_Bsend;
+    fn MPI_Rsend_c / PMPI_Rsend_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle) [n] => crate::p2p::PMPI_Rsend;
+    fn MPI_Isend_c / PMPI_Isend_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Isend;
+    fn MPI_Issend_c / PMPI_Issend_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Issend;
+    fn MPI_Ibsend_c / PMPI_Ibsend_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Ibsend;
+    fn MPI_Irsend_c / PMPI_Irsend_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Irsend;
+    fn MPI_Send_init_c / PMPI_Send_init_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Send_init;
+    fn MPI_Ssend_init_c / PMPI_Ssend_init_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Ssend_init;
+    fn MPI_Bsend_init_c / PMPI_Bsend_init_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Bsend_init;
+    fn MPI_Rsend_init_c / PMPI_Rsend_init_c(b: *const c_void, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Rsend_init;
+    fn MPI_Recv_c / PMPI_Recv_c(b: *mut c_void, n: Count, dt: Handle, s: c_int, t: c_int, c: Handle, st: *mut CStatus) [n] => crate::p2p::PMPI_Recv;
+    fn MPI_Irecv_c / PMPI_Irecv_c(b: *mut c_void, n: Count, dt: Handle, s: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Irecv;
+    fn MPI_Recv_init_c / PMPI_Recv_init_c(b: *mut c_void, n: Count, dt: Handle, s: c_int, t: c_int, c: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Recv_init;
+    fn MPI_Mrecv_c / PMPI_Mrecv_c(b: *mut c_void, n: Count, dt: Handle, m: *mut Handle, st: *mut CStatus) [n] => crate::p2p::PMPI_Mrecv;
+    fn MPI_Imrecv_c / PMPI_Imrecv_c(b: *mut c_void, n: Count, dt: Handle, m: *mut Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Imrecv;
+    fn MPI_Sendrecv_c / PMPI_Sendrecv_c(sb: *const c_void, sn: Count, sdt: Handle, d: c_int, stg: c_int, rb: *mut c_void, rn: Count, rdt: Handle, s: c_int, rtg: c_int, c: Handle, st: *mut CStatus) [sn, rn] => crate::p2p::PMPI_Sendrecv;
+    fn MPI_Sendrecv_replace_c / PMPI_Sendrecv_replace_c(b: *mut c_void, n: Count, dt: Handle, d: c_int, stg: c_int, s: c_int, rtg: c_int, c: Handle, st: *mut CStatus) [n] => crate::p2p::PMPI_Sendrecv_replace;
+    fn MPI_Bcast_c / PMPI_Bcast_c(b: *mut c_void, n: Count, dt: Handle, root: c_int, c: Handle) [n] => crate::coll::PMPI_Bcast;
+    fn MPI_Ibcast_c / PMPI_Ibcast_c(b: *mut c_void, n: Count, dt: Handle, root: c_int, c: Handle, r: *mut Handle) [n] => crate::coll::PMPI_Ibcast;
+    fn MPI_Reduce_c / PMPI_Reduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, root: c_int, c: Handle) [n] => crate::coll::PMPI_Reduce;
+    fn MPI_Ireduce_c / PMPI_Ireduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, root: c_int, c: Handle, q: *mut Handle) [n] => crate::coll::PMPI_Ireduce;
+    fn MPI_Allreduce_c / PMPI_Allreduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle) [n] => crate::coll::PMPI_Allreduce;
+    fn MPI_Iallreduce_c / PMPI_Iallreduce_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle, q: *mut Handle) [n] => crate::coll::PMPI_Iallreduce;
+    fn MPI_Scan_c / PMPI_Scan_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle) [n] => crate::coll::PMPI_Scan;
+    fn MPI_Iscan_c / PMPI_Iscan_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle, q: *mut Handle) [n] => crate::coll::PMPI_Iscan;
+    fn MPI_Exscan_c / PMPI_Exscan_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle) [n] => crate::coll::PMPI_Exscan;
+    fn MPI_Iexscan_c / PMPI_Iexscan_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle, q: *mut Handle) [n] => crate::coll::PMPI_Iexscan;
+    fn MPI_Reduce_scatter_block_c / PMPI_Reduce_scatter_block_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle) [n] => crate::coll::PMPI_Reduce_scatter_block;
+    fn MPI_Ireduce_scatter_block_c / PMPI_Ireduce_scatter_block_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle, q: *mut Handle) [n] => crate::coll::PMPI_Ireduce_scatter_block;
+    fn MPI_Reduce_local_c / PMPI_Reduce_local_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle) [n] => crate::coll::PMPI_Reduce_local;
+    fn MPI_Gather_c / PMPI_Gather_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, root: c_int, c: Handle) [sn, rn] => crate::coll::PMPI_Gather;
+    fn MPI_Igather_c / PMPI_Igather_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, root: c_int, c: Handle, q: *mut Handle) [sn, rn] => crate::coll::PMPI_Igather;
+    fn MPI_Scatter_c / PMPI_Scatter_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, root: c_int, c: Handle) [sn, rn] => crate::coll::PMPI_Scatter;
+    fn MPI_Iscatter_c / PMPI_Iscatter_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, root: c_int, c: Handle, q: *mut Handle) [sn, rn] => crate::coll::PMPI_Iscatter;
+    fn MPI_Allgather_c / PMPI_Allgather_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle) [sn, rn] => crate::coll::PMPI_Allgather;
+    fn MPI_Iallgather_c / PMPI_Iallgather_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle, q: *mut Handle) [sn, rn] => crate::coll::PMPI_Iallgather;
+    fn MPI_Alltoall_c / PMPI_Alltoall_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle) [sn, rn] => crate::coll::PMPI_Alltoall;
+    fn MPI_Ialltoall_c / PMPI_Ialltoall_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle, q: *mut Handle) [sn, rn] => crate::coll::PMPI_Ialltoall;
+    fn MPI_Type_contiguous_c / PMPI_Type_contiguous_c(n: Count, old: Handle, new: *mut Handle) [n] => crate::types::PMPI_Type_contiguous;
 }
 
 /// The size of one communicator, for the varying-count forms' arrays.
-fn comm_size(comm: c_int) -> Result<c_int, c_int> {
+fn comm_size(comm: Handle) -> Result<c_int, c_int> {
     let mut n = 0;
     match crate::comm::PMPI_Comm_size(comm, &mut n) {
         SUCCESS => Ok(n),
@@ -137,20 +137,20 @@ macro_rules! large_v {
 }
 
 large_v! {
-    fn MPI_Gatherv_c / PMPI_Gatherv_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: c_int, root: c_int, comm: c_int)
+    fn MPI_Gatherv_c / PMPI_Gatherv_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: Handle, root: c_int, comm: Handle)
         on comm arrays [rcs, ds] counts [sn] => crate::coll::PMPI_Gatherv;
-    fn MPI_Scatterv_c / PMPI_Scatterv_c(s: *const c_void, scs: *const Count, ds: *const isize, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, comm: c_int)
+    fn MPI_Scatterv_c / PMPI_Scatterv_c(s: *const c_void, scs: *const Count, ds: *const isize, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, root: c_int, comm: Handle)
         on comm arrays [scs, ds] counts [rn] => crate::coll::PMPI_Scatterv;
-    fn MPI_Allgatherv_c / PMPI_Allgatherv_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: c_int, comm: c_int)
+    fn MPI_Allgatherv_c / PMPI_Allgatherv_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: Handle, comm: Handle)
         on comm arrays [rcs, ds] counts [sn] => crate::coll::PMPI_Allgatherv;
-    fn MPI_Alltoallv_c / PMPI_Alltoallv_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: c_int, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: c_int, comm: c_int)
+    fn MPI_Alltoallv_c / PMPI_Alltoallv_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: Handle, comm: Handle)
         on comm arrays [scs, sds, rcs, rds] counts [] => crate::coll::PMPI_Alltoallv;
-    fn MPI_Reduce_scatter_c / PMPI_Reduce_scatter_c(s: *const c_void, r: *mut c_void, rcs: *const Count, dt: c_int, op: c_int, comm: c_int)
+    fn MPI_Reduce_scatter_c / PMPI_Reduce_scatter_c(s: *const c_void, r: *mut c_void, rcs: *const Count, dt: Handle, op: Handle, comm: Handle)
         on comm arrays [rcs] counts [] => crate::coll::PMPI_Reduce_scatter;
 }
 
 mpi! {
-    fn MPI_Get_count_c / PMPI_Get_count_c(status: *const CStatus, dt: c_int, count: *mut i64) {
+    fn MPI_Get_count_c / PMPI_Get_count_c(status: *const CStatus, dt: Handle, count: *mut i64) {
         let s = raw::get(status)?;
         let size = crate::types::size_of(dt)? as u64;
         let bytes = crate::req::status_bytes(&s);
@@ -161,24 +161,24 @@ mpi! {
         };
         raw::put(count, n)
     }
-    fn MPI_Get_elements_c / PMPI_Get_elements_c(status: *const CStatus, dt: c_int, count: *mut i64) {
+    fn MPI_Get_elements_c / PMPI_Get_elements_c(status: *const CStatus, dt: Handle, count: *mut i64) {
         let s = raw::get(status)?;
         let id = crate::types::type_id_any(dt)?;
         let n = metampi::datatype::abi::elements(id, crate::req::status_bytes(&s) as usize)
             .map_or(UNDEFINED as i64, |n| n as i64);
         raw::put(count, n)
     }
-    fn MPI_Type_get_extent_c / PMPI_Type_get_extent_c(dt: c_int, lb: *mut i64, extent: *mut i64) {
+    fn MPI_Type_get_extent_c / PMPI_Type_get_extent_c(dt: Handle, lb: *mut i64, extent: *mut i64) {
         let l = crate::types::layout(dt)?;
         raw::put(lb, l.lb as i64)?;
         raw::put(extent, l.extent as i64)
     }
-    fn MPI_Type_get_true_extent_c / PMPI_Type_get_true_extent_c(dt: c_int, lb: *mut i64, extent: *mut i64) {
+    fn MPI_Type_get_true_extent_c / PMPI_Type_get_true_extent_c(dt: Handle, lb: *mut i64, extent: *mut i64) {
         let l = crate::types::layout(dt)?;
         raw::put(lb, l.true_lb as i64)?;
         raw::put(extent, l.true_extent as i64)
     }
-    fn MPI_Pack_size_c / PMPI_Pack_size_c(count: i64, dt: c_int, _comm: c_int, size: *mut i64) {
+    fn MPI_Pack_size_c / PMPI_Pack_size_c(count: i64, dt: Handle, _comm: Handle, size: *mut i64) {
         if count < 0 {
             return Err(Fail::new(ERR_COUNT, format!("count {count} is negative")));
         }
@@ -187,22 +187,22 @@ mpi! {
 }
 
 large! {
-    fn MPI_Type_vector_c / PMPI_Type_vector_c(n: Count, bl: Count, stride: Count, old: c_int, new: *mut c_int) [n, bl, stride] => crate::types::PMPI_Type_vector;
-    fn MPI_Type_create_hvector_c / PMPI_Type_create_hvector_c(n: Count, bl: Count, stride: isize, old: c_int, new: *mut c_int) [n, bl] => crate::types::PMPI_Type_create_hvector;
-    fn MPI_Type_create_resized_c / PMPI_Type_create_resized_c(old: c_int, lb: isize, extent: isize, new: *mut c_int) [] => crate::types::PMPI_Type_create_resized;
+    fn MPI_Type_vector_c / PMPI_Type_vector_c(n: Count, bl: Count, stride: Count, old: Handle, new: *mut Handle) [n, bl, stride] => crate::types::PMPI_Type_vector;
+    fn MPI_Type_create_hvector_c / PMPI_Type_create_hvector_c(n: Count, bl: Count, stride: isize, old: Handle, new: *mut Handle) [n, bl] => crate::types::PMPI_Type_create_hvector;
+    fn MPI_Type_create_resized_c / PMPI_Type_create_resized_c(old: Handle, lb: isize, extent: isize, new: *mut Handle) [] => crate::types::PMPI_Type_create_resized;
     fn MPI_Buffer_attach_c / PMPI_Buffer_attach_c(b: *mut c_void, size: Count) [size] => crate::env::PMPI_Buffer_attach;
-    fn MPI_Status_set_elements_x / PMPI_Status_set_elements_x(st: *mut CStatus, dt: c_int, n: Count) [n] => crate::p2p::PMPI_Status_set_elements;
-    fn MPI_Status_set_elements_c / PMPI_Status_set_elements_c(st: *mut CStatus, dt: c_int, n: Count) [n] => crate::p2p::PMPI_Status_set_elements;
+    fn MPI_Status_set_elements_x / PMPI_Status_set_elements_x(st: *mut CStatus, dt: Handle, n: Count) [n] => crate::p2p::PMPI_Status_set_elements;
+    fn MPI_Status_set_elements_c / PMPI_Status_set_elements_c(st: *mut CStatus, dt: Handle, n: Count) [n] => crate::p2p::PMPI_Status_set_elements;
 }
 
 large_v! {
-    fn MPI_Igatherv_c / PMPI_Igatherv_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: c_int, root: c_int, comm: c_int, q: *mut c_int)
+    fn MPI_Igatherv_c / PMPI_Igatherv_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: Handle, root: c_int, comm: Handle, q: *mut Handle)
         on comm arrays [rcs, ds] counts [sn] => crate::coll::PMPI_Igatherv;
-    fn MPI_Iscatterv_c / PMPI_Iscatterv_c(s: *const c_void, scs: *const Count, ds: *const isize, sdt: c_int, r: *mut c_void, rn: Count, rdt: c_int, root: c_int, comm: c_int, q: *mut c_int)
+    fn MPI_Iscatterv_c / PMPI_Iscatterv_c(s: *const c_void, scs: *const Count, ds: *const isize, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, root: c_int, comm: Handle, q: *mut Handle)
         on comm arrays [scs, ds] counts [rn] => crate::coll::PMPI_Iscatterv;
-    fn MPI_Iallgatherv_c / PMPI_Iallgatherv_c(s: *const c_void, sn: Count, sdt: c_int, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: c_int, comm: c_int, q: *mut c_int)
+    fn MPI_Iallgatherv_c / PMPI_Iallgatherv_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: Handle, comm: Handle, q: *mut Handle)
         on comm arrays [rcs, ds] counts [sn] => crate::coll::PMPI_Iallgatherv;
-    fn MPI_Ialltoallv_c / PMPI_Ialltoallv_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: c_int, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: c_int, comm: c_int, q: *mut c_int)
+    fn MPI_Ialltoallv_c / PMPI_Ialltoallv_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: Handle, comm: Handle, q: *mut Handle)
         on comm arrays [scs, sds, rcs, rds] counts [] => crate::coll::PMPI_Ialltoallv;
 }
 
@@ -240,32 +240,32 @@ macro_rules! coded {
 }
 
 coded! {
-    fn MPI_Type_indexed_c / PMPI_Type_indexed_c(n: Count, bls: *const Count, ds: *const Count, old: c_int, new: *mut c_int) {
+    fn MPI_Type_indexed_c / PMPI_Type_indexed_c(n: Count, bls: *const Count, ds: *const Count, old: Handle, new: *mut Handle) {
         let f = "MPI_Type_indexed_c";
         let (b, d) = (ints(f, bls, n)?, ints(f, ds, n)?);
         Ok(crate::types::PMPI_Type_indexed(narrow(f, n)?, b.as_ptr(), d.as_ptr(), old, new))
     }
-    fn MPI_Type_create_hindexed_c / PMPI_Type_create_hindexed_c(n: Count, bls: *const Count, ds: *const Count, old: c_int, new: *mut c_int) {
+    fn MPI_Type_create_hindexed_c / PMPI_Type_create_hindexed_c(n: Count, bls: *const Count, ds: *const Count, old: Handle, new: *mut Handle) {
         let f = "MPI_Type_create_hindexed_c";
         let (b, d) = (ints(f, bls, n)?, addrs(f, ds, n)?);
         Ok(crate::types::PMPI_Type_create_hindexed(narrow(f, n)?, b.as_ptr(), d.as_ptr(), old, new))
     }
-    fn MPI_Type_create_indexed_block_c / PMPI_Type_create_indexed_block_c(n: Count, bl: Count, ds: *const Count, old: c_int, new: *mut c_int) {
+    fn MPI_Type_create_indexed_block_c / PMPI_Type_create_indexed_block_c(n: Count, bl: Count, ds: *const Count, old: Handle, new: *mut Handle) {
         let f = "MPI_Type_create_indexed_block_c";
         let d = ints(f, ds, n)?;
         Ok(crate::types::PMPI_Type_create_indexed_block(narrow(f, n)?, narrow(f, bl)?, d.as_ptr(), old, new))
     }
-    fn MPI_Type_create_hindexed_block_c / PMPI_Type_create_hindexed_block_c(n: Count, bl: Count, ds: *const Count, old: c_int, new: *mut c_int) {
+    fn MPI_Type_create_hindexed_block_c / PMPI_Type_create_hindexed_block_c(n: Count, bl: Count, ds: *const Count, old: Handle, new: *mut Handle) {
         let f = "MPI_Type_create_hindexed_block_c";
         let d = addrs(f, ds, n)?;
         Ok(crate::types::PMPI_Type_create_hindexed_block(narrow(f, n)?, narrow(f, bl)?, d.as_ptr(), old, new))
     }
-    fn MPI_Type_create_struct_c / PMPI_Type_create_struct_c(n: Count, bls: *const Count, ds: *const Count, types: *const c_int, new: *mut c_int) {
+    fn MPI_Type_create_struct_c / PMPI_Type_create_struct_c(n: Count, bls: *const Count, ds: *const Count, types: *const Handle, new: *mut Handle) {
         let f = "MPI_Type_create_struct_c";
         let (b, d) = (ints(f, bls, n)?, addrs(f, ds, n)?);
         Ok(crate::types::PMPI_Type_create_struct(narrow(f, n)?, b.as_ptr(), d.as_ptr(), types, new))
     }
-    fn MPI_Type_create_subarray_c / PMPI_Type_create_subarray_c(nd: c_int, sizes: *const Count, subs: *const Count, starts: *const Count, order: c_int, old: c_int, new: *mut c_int) {
+    fn MPI_Type_create_subarray_c / PMPI_Type_create_subarray_c(nd: c_int, sizes: *const Count, subs: *const Count, starts: *const Count, order: c_int, old: Handle, new: *mut Handle) {
         let f = "MPI_Type_create_subarray_c";
         let (a, b, c) = (narrow_all(f, sizes, nd)?, narrow_all(f, subs, nd)?, narrow_all(f, starts, nd)?);
         Ok(crate::types::PMPI_Type_create_subarray(nd, a.as_ptr(), b.as_ptr(), c.as_ptr(), order, old, new))
@@ -276,7 +276,7 @@ coded! {
         raw::put_opt(size, n as Count);
         Ok(rc)
     }
-    fn MPI_Type_get_envelope_c / PMPI_Type_get_envelope_c(dt: c_int, ni: *mut Count, na: *mut Count, nl: *mut Count, nt: *mut Count, comb: *mut c_int) {
+    fn MPI_Type_get_envelope_c / PMPI_Type_get_envelope_c(dt: Handle, ni: *mut Count, na: *mut Count, nl: *mut Count, nt: *mut Count, comb: *mut c_int) {
         // The `_c` constructors here make the `int` forms' types: no large counts to report.
         let (mut i, mut a, mut t) = (0, 0, 0);
         let rc = crate::types::PMPI_Type_get_envelope(dt, &mut i, &mut a, &mut t, comb);
@@ -286,18 +286,18 @@ coded! {
         raw::put_opt(nt, t as Count);
         Ok(rc)
     }
-    fn MPI_Type_get_contents_c / PMPI_Type_get_contents_c(dt: c_int, ni: Count, na: Count, _nl: Count, nt: Count, is: *mut c_int, as_: *mut isize, _ls: *mut Count, ts: *mut c_int) {
+    fn MPI_Type_get_contents_c / PMPI_Type_get_contents_c(dt: Handle, ni: Count, na: Count, _nl: Count, nt: Count, is: *mut c_int, as_: *mut isize, _ls: *mut Count, ts: *mut Handle) {
         let f = "MPI_Type_get_contents_c";
         Ok(crate::types::PMPI_Type_get_contents(dt, narrow(f, ni)?, narrow(f, na)?, narrow(f, nt)?, is, as_, ts))
     }
-    fn MPI_Pack_c / PMPI_Pack_c(inbuf: *const c_void, n: Count, dt: c_int, out: *mut c_void, outsize: Count, pos: *mut Count, comm: c_int) {
+    fn MPI_Pack_c / PMPI_Pack_c(inbuf: *const c_void, n: Count, dt: Handle, out: *mut c_void, outsize: Count, pos: *mut Count, comm: Handle) {
         let f = "MPI_Pack_c";
         let mut p = narrow(f, raw::get(pos).map_err(|e| err::raise(f, e))?)?;
         let rc = crate::types::PMPI_Pack(inbuf, narrow(f, n)?, dt, out, narrow(f, outsize)?, &mut p, comm);
         raw::put_opt(pos, p as Count);
         Ok(rc)
     }
-    fn MPI_Unpack_c / PMPI_Unpack_c(inbuf: *const c_void, insize: Count, pos: *mut Count, out: *mut c_void, n: Count, dt: c_int, comm: c_int) {
+    fn MPI_Unpack_c / PMPI_Unpack_c(inbuf: *const c_void, insize: Count, pos: *mut Count, out: *mut c_void, n: Count, dt: Handle, comm: Handle) {
         let f = "MPI_Unpack_c";
         let mut p = narrow(f, raw::get(pos).map_err(|e| err::raise(f, e))?)?;
         let rc = crate::types::PMPI_Unpack(inbuf, narrow(f, insize)?, &mut p, out, narrow(f, n)?, dt, comm);

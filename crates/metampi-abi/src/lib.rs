@@ -3,6 +3,11 @@
 //! Debian packages linked against MPICH and mpi4py's wheels run on metampi's
 //! engine unchanged, on one machine or across sites.
 //!
+//! The same source builds the MPI-5 standard ABI's `libmpi_abi.so.1` (package
+//! `metampi-abi-std`, `cfg(std_abi)`): only `consts` (the numbers and the handle
+//! type), the status layout in `req` and the predefined datatypes in `types` differ,
+//! and `standard` adds what that ABI alone has.
+//!
 //! Every function of MPICH's ABI is exported as `MPI_*` with its `PMPI_*`
 //! twin. The ones implemented translate handles and call the same engine the
 //! Rust API calls (no second matching engine); the others report
@@ -44,6 +49,8 @@ pub mod large;
 pub mod p2p;
 mod raw;
 pub mod req;
+#[cfg(std_abi)]
+pub mod standard;
 pub mod state;
 pub mod topo;
 pub mod types;

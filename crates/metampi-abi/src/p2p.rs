@@ -53,10 +53,10 @@ fn recv_tag(tag: c_int) -> R<Option<c_int>> {
 fn send(
     buf: *const c_void,
     count: c_int,
-    dt: c_int,
+    dt: Handle,
     dest: c_int,
     tag: c_int,
-    comm: c_int,
+    comm: Handle,
     mode: Mode,
 ) -> R {
     let c = state::comm(comm)?;
@@ -114,11 +114,11 @@ pub fn start_recv(c: &CommEntry, mut b: CBuf, source: c_int, tag: c_int) -> R<Re
 fn isend(
     buf: *const c_void,
     count: c_int,
-    dt: c_int,
+    dt: Handle,
     dest: c_int,
     tag: c_int,
-    comm: c_int,
-    req: *mut c_int,
+    comm: Handle,
+    req: *mut Handle,
     mode: Mode,
 ) -> R {
     let c = state::comm(comm)?;
@@ -130,11 +130,11 @@ fn isend(
 fn send_init(
     buf: *const c_void,
     count: c_int,
-    dt: c_int,
+    dt: Handle,
     dest: c_int,
     tag: c_int,
-    comm: c_int,
-    req: *mut c_int,
+    comm: Handle,
+    req: *mut Handle,
     mode: Mode,
 ) -> R {
     let c = state::comm(comm)?;
@@ -215,7 +215,7 @@ fn exchange(
 /// Messages taken by matched probes, behind `MPI_Message` handles.
 static MESSAGES: Mutex<Vec<Option<Message>>> = Mutex::new(Vec::new());
 
-fn new_message(m: Message) -> c_int {
+fn new_message(m: Message) -> Handle {
     let mut g = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
     let i = match g.iter().position(Option::is_none) {
         Some(i) => {
@@ -227,10 +227,10 @@ fn new_message(m: Message) -> c_int {
             g.len() - 1
         }
     };
-    (MESSAGE_BASE | i as u32) as c_int
+    (MESSAGE_BASE | i as u32) as Handle
 }
 
-fn take_message(h: c_int) -> R<Message> {
+fn take_message(h: Handle) -> R<Message> {
     let u = h as u32;
     let mut g = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
     if u & !INDEX_MASK == MESSAGE_BASE {
@@ -244,7 +244,7 @@ fn take_message(h: c_int) -> R<Message> {
     ))
 }
 
-fn mprobe(c: &CommEntry, source: c_int, tag: c_int, block: bool) -> R<Option<(c_int, St)>> {
+fn mprobe(c: &CommEntry, source: c_int, tag: c_int, block: bool) -> R<Option<(Handle, St)>> {
     let t = recv_tag(tag)?;
     let got = match (source, block) {
         (PROC_NULL, _) => return Ok(Some((MESSAGE_NO_PROC, St::EMPTY))),
@@ -267,43 +267,43 @@ fn mprobe(c: &CommEntry, source: c_int, tag: c_int, block: bool) -> R<Option<(c_
 }
 
 mpi! {
-    fn MPI_Send / PMPI_Send(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int) {
+    fn MPI_Send / PMPI_Send(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle) {
         send(buf, count, dt, dest, tag, comm, Mode::Standard)
     }
-    fn MPI_Ssend / PMPI_Ssend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int) {
+    fn MPI_Ssend / PMPI_Ssend(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle) {
         send(buf, count, dt, dest, tag, comm, Mode::Synchronous)
     }
-    fn MPI_Bsend / PMPI_Bsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int) {
+    fn MPI_Bsend / PMPI_Bsend(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle) {
         send(buf, count, dt, dest, tag, comm, Mode::Buffered)
     }
-    fn MPI_Rsend / PMPI_Rsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int) {
+    fn MPI_Rsend / PMPI_Rsend(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle) {
         send(buf, count, dt, dest, tag, comm, Mode::Ready)
     }
-    fn MPI_Isend / PMPI_Isend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Isend / PMPI_Isend(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         isend(buf, count, dt, dest, tag, comm, req, Mode::Standard)
     }
-    fn MPI_Issend / PMPI_Issend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Issend / PMPI_Issend(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         isend(buf, count, dt, dest, tag, comm, req, Mode::Synchronous)
     }
-    fn MPI_Ibsend / PMPI_Ibsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Ibsend / PMPI_Ibsend(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         isend(buf, count, dt, dest, tag, comm, req, Mode::Buffered)
     }
-    fn MPI_Irsend / PMPI_Irsend(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Irsend / PMPI_Irsend(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         isend(buf, count, dt, dest, tag, comm, req, Mode::Ready)
     }
-    fn MPI_Send_init / PMPI_Send_init(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Send_init / PMPI_Send_init(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         send_init(buf, count, dt, dest, tag, comm, req, Mode::Standard)
     }
-    fn MPI_Ssend_init / PMPI_Ssend_init(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Ssend_init / PMPI_Ssend_init(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         send_init(buf, count, dt, dest, tag, comm, req, Mode::Synchronous)
     }
-    fn MPI_Bsend_init / PMPI_Bsend_init(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Bsend_init / PMPI_Bsend_init(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         send_init(buf, count, dt, dest, tag, comm, req, Mode::Buffered)
     }
-    fn MPI_Rsend_init / PMPI_Rsend_init(buf: *const c_void, count: c_int, dt: c_int, dest: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Rsend_init / PMPI_Rsend_init(buf: *const c_void, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         send_init(buf, count, dt, dest, tag, comm, req, Mode::Ready)
     }
-    fn MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, dt: Handle, source: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         let c = state::comm(comm)?;
         let b = types::buf(buf, count, dt)?;
         recv_tag(tag)?;
@@ -313,47 +313,47 @@ mpi! {
         let spec = Spec::Recv { buf: b, source, tag, comm: c };
         raw::put(req, req::insert(Req::Persistent { spec, active: None }))
     }
-    fn MPI_Recv / PMPI_Recv(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, comm: c_int, status: *mut CStatus) {
+    fn MPI_Recv / PMPI_Recv(buf: *mut c_void, count: c_int, dt: Handle, source: c_int, tag: c_int, comm: Handle, status: *mut CStatus) {
         let c = state::comm(comm)?;
         let b = types::buf(buf, count, dt)?;
         let st = recv_into(&c, b, source, tag)?;
         st.write(status, SUCCESS);
         Ok(())
     }
-    fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, dt: c_int, source: c_int, tag: c_int, comm: c_int, req: *mut c_int) {
+    fn MPI_Irecv / PMPI_Irecv(buf: *mut c_void, count: c_int, dt: Handle, source: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
         let c = state::comm(comm)?;
         let b = types::buf(buf, count, dt)?;
         let r = start_recv(&c, b, source, tag)?;
         raw::put(req, req::insert(r))
     }
-    fn MPI_Sendrecv / PMPI_Sendrecv(sbuf: *const c_void, scount: c_int, sdt: c_int, dest: c_int, stag: c_int,
-        rbuf: *mut c_void, rcount: c_int, rdt: c_int, source: c_int, rtag: c_int, comm: c_int, status: *mut CStatus) {
+    fn MPI_Sendrecv / PMPI_Sendrecv(sbuf: *const c_void, scount: c_int, sdt: Handle, dest: c_int, stag: c_int,
+        rbuf: *mut c_void, rcount: c_int, rdt: Handle, source: c_int, rtag: c_int, comm: Handle, status: *mut CStatus) {
         let c = state::comm(comm)?;
         let sb = types::buf(sbuf, scount, sdt)?;
         let rb = types::buf(rbuf, rcount, rdt)?;
         exchange(&c, sb, dest, stag, rb, source, rtag)?.write(status, SUCCESS);
         Ok(())
     }
-    fn MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, dt: c_int, dest: c_int, stag: c_int,
-        source: c_int, rtag: c_int, comm: c_int, status: *mut CStatus) {
+    fn MPI_Sendrecv_replace / PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, dt: Handle, dest: c_int, stag: c_int,
+        source: c_int, rtag: c_int, comm: Handle, status: *mut CStatus) {
         let c = state::comm(comm)?;
         let b = types::buf(buf, count, dt)?;
         // Send a packed copy, receive into the buffer itself.
         let id = b.dt.type_id();
         let mut tmp = vec![0u8; dtabi::layout(id).size * count as usize];
         types::pack_into(buf, count as usize, id, &mut tmp);
-        let sb = types::buf(tmp.as_ptr() as *const c_void, tmp.len() as c_int, BYTE_TYPE)?;
+        let sb = types::buf(tmp.as_ptr() as *const c_void, tmp.len() as c_int, DATATYPE_BYTE)?;
         exchange(&c, sb, dest, stag, b, source, rtag)?.write(status, SUCCESS);
         Ok(())
     }
-    fn MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: c_int, status: *mut CStatus) {
+    fn MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: Handle, status: *mut CStatus) {
         let c = state::comm(comm)?;
         if let Some(st) = probe_status(&c, source, tag, true)? {
             st.write(status, SUCCESS);
         }
         Ok(())
     }
-    fn MPI_Iprobe / PMPI_Iprobe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, status: *mut CStatus) {
+    fn MPI_Iprobe / PMPI_Iprobe(source: c_int, tag: c_int, comm: Handle, flag: *mut c_int, status: *mut CStatus) {
         let c = state::comm(comm)?;
         match probe_status(&c, source, tag, false)? {
             Some(st) => {
@@ -363,7 +363,7 @@ mpi! {
             None => raw::put(flag, 0),
         }
     }
-    fn MPI_Mprobe / PMPI_Mprobe(source: c_int, tag: c_int, comm: c_int, msg: *mut c_int, status: *mut CStatus) {
+    fn MPI_Mprobe / PMPI_Mprobe(source: c_int, tag: c_int, comm: Handle, msg: *mut Handle, status: *mut CStatus) {
         let c = state::comm(comm)?;
         if let Some((m, st)) = mprobe(&c, source, tag, true)? {
             st.write(status, SUCCESS);
@@ -371,7 +371,7 @@ mpi! {
         }
         Ok(())
     }
-    fn MPI_Improbe / PMPI_Improbe(source: c_int, tag: c_int, comm: c_int, flag: *mut c_int, msg: *mut c_int, status: *mut CStatus) {
+    fn MPI_Improbe / PMPI_Improbe(source: c_int, tag: c_int, comm: Handle, flag: *mut c_int, msg: *mut Handle, status: *mut CStatus) {
         let c = state::comm(comm)?;
         match mprobe(&c, source, tag, false)? {
             Some((m, st)) => {
@@ -382,7 +382,7 @@ mpi! {
             None => raw::put(flag, 0),
         }
     }
-    fn MPI_Mrecv / PMPI_Mrecv(buf: *mut c_void, count: c_int, dt: c_int, msg: *mut c_int, status: *mut CStatus) {
+    fn MPI_Mrecv / PMPI_Mrecv(buf: *mut c_void, count: c_int, dt: Handle, msg: *mut Handle, status: *mut CStatus) {
         state::check_init()?;
         let h = raw::get(msg)?;
         let mut b = types::buf(buf, count, dt)?;
@@ -397,7 +397,7 @@ mpi! {
         St::of(&s).write(status, SUCCESS);
         Ok(())
     }
-    fn MPI_Imrecv / PMPI_Imrecv(buf: *mut c_void, count: c_int, dt: c_int, msg: *mut c_int, req: *mut c_int) {
+    fn MPI_Imrecv / PMPI_Imrecv(buf: *mut c_void, count: c_int, dt: Handle, msg: *mut Handle, req: *mut Handle) {
         state::check_init()?;
         let h = raw::get(msg)?;
         let mut b = types::buf(buf, count, dt)?;
@@ -410,7 +410,7 @@ mpi! {
         let r = m.immediate_matched_receive_into(CScope, &mut b);
         raw::put(req, req::live(raw::detach(r), Vec::new()))
     }
-    fn MPI_Get_count / PMPI_Get_count(status: *const CStatus, dt: c_int, count: *mut c_int) {
+    fn MPI_Get_count / PMPI_Get_count(status: *const CStatus, dt: Handle, count: *mut c_int) {
         let s = raw::get(status)?;
         let size = types::size_of(dt)? as u64;
         let bytes = req::status_bytes(&s);
@@ -421,7 +421,7 @@ mpi! {
         };
         raw::put(count, n)
     }
-    fn MPI_Get_elements / PMPI_Get_elements(status: *const CStatus, dt: c_int, count: *mut c_int) {
+    fn MPI_Get_elements / PMPI_Get_elements(status: *const CStatus, dt: Handle, count: *mut c_int) {
         let s = raw::get(status)?;
         let id = types::type_id_any(dt)?;
         let n = dtabi::elements(id, req::status_bytes(&s) as usize)
@@ -429,13 +429,13 @@ mpi! {
             .unwrap_or(UNDEFINED);
         raw::put(count, n)
     }
-    fn MPI_Get_elements_x / PMPI_Get_elements_x(status: *const CStatus, dt: c_int, count: *mut i64) {
+    fn MPI_Get_elements_x / PMPI_Get_elements_x(status: *const CStatus, dt: Handle, count: *mut i64) {
         let s = raw::get(status)?;
         let id = types::type_id_any(dt)?;
         let n = dtabi::elements(id, req::status_bytes(&s) as usize).map_or(UNDEFINED as i64, |n| n as i64);
         raw::put(count, n)
     }
-    fn MPI_Status_set_elements / PMPI_Status_set_elements(status: *mut CStatus, dt: c_int, count: c_int) {
+    fn MPI_Status_set_elements / PMPI_Status_set_elements(status: *mut CStatus, dt: Handle, count: c_int) {
         let mut s = raw::get(status as *const CStatus)?;
         let b = types::size_of(dt)? as u64 * count.max(0) as u64;
         s.count_lo = b as u32 as c_int;
@@ -448,6 +448,3 @@ mpi! {
         raw::put(status, s)
     }
 }
-
-/// `MPI_BYTE`.
-pub const BYTE_TYPE: c_int = 0x4c00_010d;

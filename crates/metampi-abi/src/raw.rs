@@ -232,7 +232,7 @@ pub fn call_user_op(
     invec: *const c_void,
     inout: *mut c_void,
     len: c_int,
-    dt: c_int,
+    dt: crate::consts::Handle,
 ) {
     let (mut len, mut dt) = (len, dt);
     // SAFETY: `f` is the function the program registered with MPI_Op_create;
@@ -241,7 +241,7 @@ pub fn call_user_op(
 }
 
 /// Calls a C error handler function `f(&comm, &code)`.
-pub fn call_errhandler(f: crate::err::HandlerFn, comm: c_int, code: c_int) {
+pub fn call_errhandler(f: crate::err::HandlerFn, comm: crate::consts::Handle, code: c_int) {
     let (mut comm, mut code) = (comm, code);
     // SAFETY: `f` is the function the program registered with MPI_Comm_create_errhandler.
     unsafe { f(&mut comm, &mut code) };
@@ -250,7 +250,7 @@ pub fn call_errhandler(f: crate::err::HandlerFn, comm: c_int, code: c_int) {
 /// Calls an attribute copy function; returns `(error, keep, new value)`.
 pub fn call_copy_fn(
     f: crate::attr::CopyFn,
-    old: c_int,
+    old: crate::consts::Handle,
     key: c_int,
     extra: isize,
     value: isize,
@@ -275,7 +275,7 @@ pub fn call_copy_fn(
 /// Calls an attribute delete function; returns its error code.
 pub fn call_delete_fn(
     f: crate::attr::DeleteFn,
-    obj: c_int,
+    obj: crate::consts::Handle,
     key: c_int,
     value: isize,
     extra: isize,
@@ -321,7 +321,7 @@ unsafe impl Send for Temp {}
 pub fn call_copy_proxy(
     proxy: crate::attr::CopyProxy,
     f: Option<crate::attr::CopyFn>,
-    obj: c_int,
+    obj: crate::consts::Handle,
     key: c_int,
     extra: isize,
     kind: c_int,
@@ -350,7 +350,7 @@ pub fn call_copy_proxy(
 pub fn call_delete_proxy(
     proxy: crate::attr::DeleteProxy,
     f: Option<crate::attr::DeleteFn>,
-    obj: c_int,
+    obj: crate::consts::Handle,
     key: c_int,
     kind: c_int,
     value: isize,

@@ -19,12 +19,42 @@ use crate::state::{check_init, CommRef};
 /// MPICH's 20-byte `MPI_Status`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
+#[cfg(not(std_abi))]
 pub struct CStatus {
     pub count_lo: c_int,
     pub count_hi_and_cancelled: c_int,
     pub source: c_int,
     pub tag: c_int,
     pub error: c_int,
+}
+
+/// `MPI_Status` of the standard ABI: source, tag and error first, then five
+/// words of the library's own (here the byte count and the cancelled bit).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[cfg(std_abi)]
+pub struct CStatus {
+    pub source: c_int,
+    pub tag: c_int,
+    pub error: c_int,
+    pub count_lo: c_int,
+    pub count_hi_and_cancelled: c_int,
+    pub reserved: [c_int; 3],
+}
+
+impl CStatus {
+    /// A status with these fields (the rest zero).
+    pub fn new(source: c_int, tag: c_int, error: c_int, bytes: u64, cancelled: bool) -> CStatus {
+        CStatus {
+            count_lo: bytes as u32 as c_int,
+            count_hi_and_cancelled: (((bytes >> 32) as c_int) << 1) | cancelled as c_int,
+            source,
+            tag,
+            error,
+            #[cfg(std_abi)]
+            reserved: [0; 3],
+        }
+    }
 }
 
 /// What a completed operation reports.
@@ -59,16 +89,15 @@ impl St {
         if raw::status_ignored(p) {
             return;
         }
-        let b = self.bytes as u64;
         raw::put_opt(
             p,
-            CStatus {
-                count_lo: b as u32 as c_int,
-                count_hi_and_cancelled: (((b >> 32) as c_int) << 1) | self.cancelled as c_int,
-                source: self.source,
-                tag: self.tag,
+            CStatus::new(
+                self.source,
+                self.tag,
                 error,
-            },
+                self.bytes as u64,
+                self.cancelled,
+            ),
         );
     }
 }
@@ -133,14 +162,14 @@ static REQS: Mutex<Slots> = Mutex::new(Slots {
 
 /// The handle of a send that completed as it started: it needs no slot in the
 /// table (most small nonblocking sends), and waiting on it returns at once.
-pub const REQUEST_SENT: c_int = (REQUEST_BASE | INDEX_MASK) as c_int;
+pub const REQUEST_SENT: Handle = (REQUEST_BASE | INDEX_MASK) as Handle;
 
-fn index(h: c_int) -> Option<usize> {
+fn index(h: Handle) -> Option<usize> {
     let u = h as u32;
     (u & !INDEX_MASK == REQUEST_BASE && h != REQUEST_SENT).then_some((u & INDEX_MASK) as usize)
 }
 
-pub fn insert(r: Req) -> c_int {
+pub fn insert(r: Req) -> Handle {
     let mut g = REQS.lock().unwrap_or_else(|p| p.into_inner());
     let i = match g.free.pop() {
         Some(i) => {
@@ -152,10 +181,10 @@ pub fn insert(r: Req) -> c_int {
             g.slots.len() - 1
         }
     };
-    (REQUEST_BASE | i as u32) as c_int
+    (REQUEST_BASE | i as u32) as Handle
 }
 
-fn take(h: c_int) -> R<Req> {
+fn take(h: Handle) -> R<Req> {
     if h == REQUEST_SENT {
         return Ok(Req::Done(St::EMPTY, SUCCESS));
     }
@@ -168,7 +197,7 @@ fn take(h: c_int) -> R<Req> {
 /// Takes request `h` out for a wait: a non-persistent one's slot is freed in the
 /// same step (a wait completes it whatever happens), a persistent one's is kept for
 /// [`put_back`].
-fn take_for_wait(h: c_int) -> R<Req> {
+fn take_for_wait(h: Handle) -> R<Req> {
     if h == REQUEST_SENT {
         return Ok(Req::Done(St::EMPTY, SUCCESS));
     }
@@ -188,14 +217,14 @@ fn take_for_wait(h: c_int) -> R<Req> {
     }
 }
 
-fn put_back(h: c_int, r: Req) {
+fn put_back(h: Handle, r: Req) {
     if let Some(i) = index(h) {
         let mut g = REQS.lock().unwrap_or_else(|p| p.into_inner());
         g.slots[i] = Some(r);
     }
 }
 
-fn release(h: c_int) {
+fn release(h: Handle) {
     if let Some(i) = index(h) {
         let mut g = REQS.lock().unwrap_or_else(|p| p.into_inner());
         g.slots[i] = None;
@@ -204,13 +233,13 @@ fn release(h: c_int) {
 }
 
 /// A new request handle for a request in flight.
-pub fn live(r: RawRequest, keep: Vec<Box<dyn Any + Send>>) -> c_int {
+pub fn live(r: RawRequest, keep: Vec<Box<dyn Any + Send>>) -> Handle {
     insert(Req::Live { r, keep })
 }
 
 /// A handle for a request as an operation started it: [`REQUEST_SENT`] for a send
 /// already complete, a table slot otherwise.
-pub fn handle_of(r: Req) -> c_int {
+pub fn handle_of(r: Req) -> Handle {
     match r {
         Req::Live { r, keep } if keep.is_empty() && r.is_sent() => match r.try_wait() {
             Ok(_) => REQUEST_SENT,
@@ -221,7 +250,7 @@ pub fn handle_of(r: Req) -> c_int {
 }
 
 /// A new request handle for an operation already complete.
-pub fn done(st: St) -> c_int {
+pub fn done(st: St) -> Handle {
     insert(Req::Done(st, SUCCESS))
 }
 
@@ -267,12 +296,12 @@ pub fn wait_now(r: Req) -> R<St> {
 }
 
 /// Completes request `h` by waiting: frees it (or makes a persistent one inactive).
-pub fn wait_handle(h: c_int) -> R<St> {
+pub fn wait_handle(h: Handle) -> R<St> {
     wait_handle_p(h).0
 }
 
 /// [`wait_handle`], and whether `h` was persistent (its handle stays valid).
-pub fn wait_handle_p(h: c_int) -> (R<St>, bool) {
+pub fn wait_handle_p(h: Handle) -> (R<St>, bool) {
     if h == REQUEST_NULL || h == REQUEST_SENT {
         return (Ok(St::EMPTY), false);
     }
@@ -298,7 +327,7 @@ fn finish((st, fail): (St, Option<Fail>)) -> R<St> {
 }
 
 /// Tests request `h`: `Some(status)` when complete (and freed or made inactive).
-pub fn test_handle(h: c_int) -> R<Option<St>> {
+pub fn test_handle(h: Handle) -> R<Option<St>> {
     if h == REQUEST_NULL {
         return Ok(Some(St::EMPTY));
     }
@@ -339,7 +368,7 @@ pub fn test_handle(h: c_int) -> R<Option<St>> {
 }
 
 /// Whether handle `h` is a request with nothing under way (null, or inactive persistent).
-fn inactive(h: c_int) -> bool {
+fn inactive(h: Handle) -> bool {
     if h == REQUEST_NULL {
         return true;
     }
@@ -351,7 +380,7 @@ fn inactive(h: c_int) -> bool {
 }
 
 /// Blocks until one of the active requests among `hs` completes; returns its position.
-fn wait_any_of(hs: &[c_int]) -> R<Option<usize>> {
+fn wait_any_of(hs: &[Handle]) -> R<Option<usize>> {
     let act: Vec<usize> = (0..hs.len()).filter(|&k| !inactive(hs[k])).collect();
     if act.is_empty() {
         return Ok(None);
@@ -403,7 +432,7 @@ fn live_of(r: &Req) -> Option<&RawRequest> {
 }
 
 /// Positions of the active requests among `hs` that are complete now.
-fn done_now(hs: &[c_int]) -> Vec<usize> {
+fn done_now(hs: &[Handle]) -> Vec<usize> {
     let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
     let mut out = Vec::new();
     let mut raws = Vec::new();
@@ -437,7 +466,7 @@ fn done_now(hs: &[c_int]) -> Vec<usize> {
 }
 
 /// Starts persistent request `h`.
-fn start(h: c_int) -> R {
+fn start(h: Handle) -> R {
     let r = take(h)?;
     let Req::Persistent { spec, active } = r else {
         put_back(h, r);
@@ -489,7 +518,7 @@ fn start(h: c_int) -> R {
 /// Waits for `*h` and writes its status to element `i` of `sts` (unless ignored); the
 /// handle becomes `MPI_REQUEST_NULL` unless persistent. Returns whether it failed (its
 /// error code is then in the status).
-fn complete_into(h: &mut c_int, sts: *mut CStatus, i: usize) -> bool {
+fn complete_into(h: &mut Handle, sts: *mut CStatus, i: usize) -> bool {
     let (st, persistent) = wait_handle_p(*h);
     let failed = match st {
         Ok(st) => {
@@ -509,7 +538,7 @@ fn complete_into(h: &mut c_int, sts: *mut CStatus, i: usize) -> bool {
 }
 
 mpi! {
-    fn MPI_Wait / PMPI_Wait(req: *mut c_int, status: *mut CStatus) {
+    fn MPI_Wait / PMPI_Wait(req: *mut Handle, status: *mut CStatus) {
         check_init()?;
         let h = raw::get(req)?;
         let (st, persistent) = wait_handle_p(h);
@@ -520,7 +549,7 @@ mpi! {
         st.write(status, SUCCESS);
         Ok(())
     }
-    fn MPI_Test / PMPI_Test(req: *mut c_int, flag: *mut c_int, status: *mut CStatus) {
+    fn MPI_Test / PMPI_Test(req: *mut Handle, flag: *mut c_int, status: *mut CStatus) {
         check_init()?;
         let h = raw::get(req)?;
         let persistent = is_persistent(h);
@@ -535,7 +564,7 @@ mpi! {
             None => raw::put(flag, 0),
         }
     }
-    fn MPI_Waitall / PMPI_Waitall(n: c_int, reqs: *mut c_int, sts: *mut CStatus) {
+    fn MPI_Waitall / PMPI_Waitall(n: c_int, reqs: *mut Handle, sts: *mut CStatus) {
         check_init()?;
         let hs = raw::slice_mut(reqs, n)?;
         let mut failed = false;
@@ -547,7 +576,7 @@ mpi! {
         }
         Ok(())
     }
-    fn MPI_Testall / PMPI_Testall(n: c_int, reqs: *mut c_int, flag: *mut c_int, sts: *mut CStatus) {
+    fn MPI_Testall / PMPI_Testall(n: c_int, reqs: *mut Handle, flag: *mut c_int, sts: *mut CStatus) {
         check_init()?;
         let hs = raw::slice_mut(reqs, n)?;
         let act: Vec<usize> = (0..hs.len()).filter(|&k| !inactive(hs[k])).collect();
@@ -558,7 +587,7 @@ mpi! {
         PMPI_Waitall(n, reqs, sts);
         raw::put(flag, 1)
     }
-    fn MPI_Waitany / PMPI_Waitany(n: c_int, reqs: *mut c_int, index: *mut c_int, status: *mut CStatus) {
+    fn MPI_Waitany / PMPI_Waitany(n: c_int, reqs: *mut Handle, index: *mut c_int, status: *mut CStatus) {
         check_init()?;
         let hs = raw::slice_mut(reqs, n)?;
         match wait_any_of(hs)? {
@@ -579,7 +608,7 @@ mpi! {
             }
         }
     }
-    fn MPI_Testany / PMPI_Testany(n: c_int, reqs: *mut c_int, index: *mut c_int, flag: *mut c_int, status: *mut CStatus) {
+    fn MPI_Testany / PMPI_Testany(n: c_int, reqs: *mut Handle, index: *mut c_int, flag: *mut c_int, status: *mut CStatus) {
         check_init()?;
         let hs = raw::slice_mut(reqs, n)?;
         if (0..hs.len()).all(|k| inactive(hs[k])) {
@@ -605,7 +634,7 @@ mpi! {
             }
         }
     }
-    fn MPI_Waitsome / PMPI_Waitsome(n: c_int, reqs: *mut c_int, outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) {
+    fn MPI_Waitsome / PMPI_Waitsome(n: c_int, reqs: *mut Handle, outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) {
         check_init()?;
         let hs = raw::slice_mut(reqs, n)?;
         if wait_any_of(hs)?.is_none() {
@@ -613,7 +642,7 @@ mpi! {
         }
         some(hs, outcount, indices, sts)
     }
-    fn MPI_Testsome / PMPI_Testsome(n: c_int, reqs: *mut c_int, outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) {
+    fn MPI_Testsome / PMPI_Testsome(n: c_int, reqs: *mut Handle, outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) {
         check_init()?;
         let hs = raw::slice_mut(reqs, n)?;
         if (0..hs.len()).all(|k| inactive(hs[k])) {
@@ -621,7 +650,7 @@ mpi! {
         }
         some(hs, outcount, indices, sts)
     }
-    fn MPI_Request_free / PMPI_Request_free(req: *mut c_int) {
+    fn MPI_Request_free / PMPI_Request_free(req: *mut Handle) {
         let h = raw::get(req)?;
         let r = take(h)?;
         release(h);
@@ -640,7 +669,7 @@ mpi! {
         reap_freed();
         raw::put(req, REQUEST_NULL)
     }
-    fn MPI_Request_get_status / PMPI_Request_get_status(h: c_int, flag: *mut c_int, status: *mut CStatus) {
+    fn MPI_Request_get_status / PMPI_Request_get_status(h: Handle, flag: *mut c_int, status: *mut CStatus) {
         check_init()?;
         if inactive(h) {
             St::EMPTY.write(status, SUCCESS);
@@ -658,7 +687,7 @@ mpi! {
         }
         raw::put(flag, done as c_int)
     }
-    fn MPI_Cancel / PMPI_Cancel(req: *mut c_int) {
+    fn MPI_Cancel / PMPI_Cancel(req: *mut Handle) {
         let h = raw::get(req)?;
         let r = take(h)?;
         if let Some(x) = live_of(&r) {
@@ -671,11 +700,11 @@ mpi! {
         let s = raw::get(status)?;
         raw::put(flag, s.count_hi_and_cancelled & 1)
     }
-    fn MPI_Start / PMPI_Start(req: *mut c_int) {
+    fn MPI_Start / PMPI_Start(req: *mut Handle) {
         check_init()?;
         start(raw::get(req)?)
     }
-    fn MPI_Startall / PMPI_Startall(n: c_int, reqs: *mut c_int) {
+    fn MPI_Startall / PMPI_Startall(n: c_int, reqs: *mut Handle) {
         check_init()?;
         for &h in raw::slice(reqs, n)? {
             start(h)?;
@@ -684,7 +713,7 @@ mpi! {
     }
 }
 
-fn some(hs: &mut [c_int], outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) -> R {
+fn some(hs: &mut [Handle], outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) -> R {
     let done = done_now(hs);
     let idx = raw::slice_mut(indices, done.len() as c_int)?;
     let mut failed = false;
@@ -702,7 +731,7 @@ fn some(hs: &mut [c_int], outcount: *mut c_int, indices: *mut c_int, sts: *mut C
     Ok(())
 }
 
-fn wait_req_keep(r: Req, h: c_int) -> (St, Option<Fail>) {
+fn wait_req_keep(r: Req, h: Handle) -> (St, Option<Fail>) {
     match r {
         Req::Persistent { spec, active } => {
             let out = active.map(|a| wait_req(*a)).unwrap_or((St::EMPTY, None));
@@ -725,7 +754,7 @@ fn wait_req_keep(r: Req, h: c_int) -> (St, Option<Fail>) {
     }
 }
 
-fn is_persistent(h: c_int) -> bool {
+fn is_persistent(h: Handle) -> bool {
     let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
     matches!(
         index(h).and_then(|i| g.slots.get(i)?.as_ref()),

@@ -118,12 +118,12 @@ impl<T: Clone> Table<T> {
         }
     }
 
-    fn index(&self, h: c_int) -> Option<usize> {
+    fn index(&self, h: Handle) -> Option<usize> {
         let h = h as u32;
         (h & !INDEX_MASK == self.base).then_some((h & INDEX_MASK) as usize)
     }
 
-    pub fn insert(&self, v: T) -> c_int {
+    pub fn insert(&self, v: T) -> Handle {
         let mut g = self.slots.write().unwrap_or_else(|p| p.into_inner());
         let (slots, free) = &mut *g;
         let i = match free.pop() {
@@ -136,17 +136,17 @@ impl<T: Clone> Table<T> {
                 slots.len() - 1
             }
         };
-        (self.base | i as u32) as c_int
+        (self.base | i as u32) as Handle
     }
 
-    pub fn get(&self, h: c_int) -> Option<T> {
+    pub fn get(&self, h: Handle) -> Option<T> {
         let i = self.index(h)?;
         let g = self.slots.read().unwrap_or_else(|p| p.into_inner());
         g.0.get(i).and_then(|s| s.clone())
     }
 
     /// Replaces the object behind `h`; false when `h` names none.
-    pub fn set(&self, h: c_int, v: T) -> bool {
+    pub fn set(&self, h: Handle, v: T) -> bool {
         let Some(i) = self.index(h) else {
             return false;
         };
@@ -160,7 +160,7 @@ impl<T: Clone> Table<T> {
         }
     }
 
-    pub fn remove(&self, h: c_int) -> Option<T> {
+    pub fn remove(&self, h: Handle) -> Option<T> {
         let i = self.index(h)?;
         let mut g = self.slots.write().unwrap_or_else(|p| p.into_inner());
         let v = g.0.get_mut(i)?.take();
@@ -198,7 +198,7 @@ pub enum Topo {
 /// A communicator and what C attaches to it.
 pub struct CommEntry {
     pub comm: SimpleCommunicator,
-    pub errh: AtomicI32,
+    pub errh: AtomicHandle,
     pub attrs: Mutex<Vec<(c_int, isize)>>,
     pub topo: Mutex<Topo>,
 }
@@ -207,7 +207,7 @@ impl CommEntry {
     pub fn new(comm: SimpleCommunicator) -> CommEntry {
         CommEntry {
             comm,
-            errh: AtomicI32::new(ERRORS_ARE_FATAL),
+            errh: AtomicHandle::new(ERRORS_ARE_FATAL),
             attrs: Mutex::new(Vec::new()),
             topo: Mutex::new(Topo::None),
         }
@@ -243,7 +243,7 @@ pub static COMMS: Table<Arc<CommEntry>> = Table::new(COMM_BASE);
 /// The communicator behind handle `h`; it becomes the one whose error handler
 /// a failure of the running call invokes.
 #[inline]
-pub fn comm(h: c_int) -> R<CommRef> {
+pub fn comm(h: Handle) -> R<CommRef> {
     check_init()?;
     let e = match h {
         COMM_WORLD | COMM_SELF => PREDEFINED
@@ -267,7 +267,7 @@ pub fn comm(h: c_int) -> R<CommRef> {
 }
 
 /// A new handle for communicator `c`, with `errh` as its error handler.
-pub fn new_comm(c: SimpleCommunicator, errh: c_int) -> c_int {
+pub fn new_comm(c: SimpleCommunicator, errh: Handle) -> Handle {
     let e = CommEntry::new(c);
     e.errh.store(errh, Ordering::Relaxed);
     COMMS.insert(Arc::new(e))
@@ -285,7 +285,7 @@ pub enum Handler {
 
 pub static ERRHANDLERS: Table<HandlerFn> = Table::new(ERRHANDLER_BASE);
 
-pub fn handler(h: c_int) -> Option<Handler> {
+pub fn handler(h: Handle) -> Option<Handler> {
     match h {
         ERRORS_ARE_FATAL | ERRORS_ABORT => Some(Handler::Fatal),
         ERRORS_RETURN => Some(Handler::Return),
@@ -295,7 +295,7 @@ pub fn handler(h: c_int) -> Option<Handler> {
 
 /// The handler of communicator `comm` (MPI_COMM_WORLD's where it names none:
 /// errors before init or on freed handles are fatal, as in MPICH).
-pub fn errhandler_of(comm: c_int) -> Handler {
+pub fn errhandler_of(comm: Handle) -> Handler {
     let h = match comm {
         COMM_WORLD | COMM_SELF => PREDEFINED
             .get()
@@ -322,7 +322,7 @@ impl Group for WGroup {
 
 pub static GROUPS: Table<WGroup> = Table::new(GROUP_BASE);
 
-pub fn group(h: c_int) -> R<WGroup> {
+pub fn group(h: Handle) -> R<WGroup> {
     match h {
         GROUP_EMPTY => Ok(WGroup(Arc::new(Vec::new()))),
         _ => GROUPS
@@ -331,7 +331,7 @@ pub fn group(h: c_int) -> R<WGroup> {
     }
 }
 
-pub fn new_group(ranks: Vec<u32>) -> c_int {
+pub fn new_group(ranks: Vec<u32>) -> Handle {
     if ranks.is_empty() {
         return GROUP_EMPTY;
     }

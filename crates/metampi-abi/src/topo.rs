@@ -29,8 +29,15 @@ pub static MPI_UNWEIGHTED: CPtr = CPtr(&SENTINELS[0]);
 #[no_mangle]
 pub static MPI_WEIGHTS_EMPTY: CPtr = CPtr(&SENTINELS[1]);
 
+#[cfg(not(std_abi))]
 fn unweighted(p: *const c_int) -> bool {
     p == MPI_UNWEIGHTED.0 || p == MPI_WEIGHTS_EMPTY.0
+}
+
+/// The standard ABI names `MPI_UNWEIGHTED` and `MPI_WEIGHTS_EMPTY` by fixed addresses.
+#[cfg(std_abi)]
+fn unweighted(p: *const c_int) -> bool {
+    p as usize == UNWEIGHTED || p as usize == WEIGHTS_EMPTY
 }
 
 fn cart(c: &CommEntry) -> R<(Vec<c_int>, Vec<bool>)> {
@@ -73,7 +80,7 @@ fn rank_of(dims: &[c_int], periods: &[bool], coords: &[c_int]) -> R<c_int> {
 }
 
 /// Makes a communicator of the first `n` ranks of `comm` carrying `topo`.
-fn with_topo(comm: c_int, n: c_int, topo: Topo) -> R<c_int> {
+fn with_topo(comm: Handle, n: c_int, topo: Topo) -> R<Handle> {
     let c = state::comm(comm)?;
     if n > c.comm.size() {
         return Err(Fail::arg(format!(
@@ -105,7 +112,7 @@ mpi! {
         metampi::topology::dims_create(nnodes, d)?;
         Ok(())
     }
-    fn MPI_Cart_create / PMPI_Cart_create(comm: c_int, ndims: c_int, dims: *const c_int, periods: *const c_int, _reorder: c_int, new: *mut c_int) {
+    fn MPI_Cart_create / PMPI_Cart_create(comm: Handle, ndims: c_int, dims: *const c_int, periods: *const c_int, _reorder: c_int, new: *mut Handle) {
         let d = raw::slice(dims, ndims)?.to_vec();
         if d.iter().any(|&x| x <= 0) {
             return Err(Fail::new(ERR_DIMS, format!("dimensions {d:?} must all be positive")));
@@ -114,12 +121,12 @@ mpi! {
         let n = d.iter().product();
         raw::put(new, with_topo(comm, n, Topo::Cart { dims: d, periods: p })?)
     }
-    fn MPI_Cart_map / PMPI_Cart_map(comm: c_int, ndims: c_int, dims: *const c_int, _periods: *const c_int, newrank: *mut c_int) {
+    fn MPI_Cart_map / PMPI_Cart_map(comm: Handle, ndims: c_int, dims: *const c_int, _periods: *const c_int, newrank: *mut c_int) {
         let c = state::comm(comm)?;
         let n: c_int = raw::slice(dims, ndims)?.iter().product();
         raw::put(newrank, if c.comm.rank() < n { c.comm.rank() } else { UNDEFINED })
     }
-    fn MPI_Topo_test / PMPI_Topo_test(comm: c_int, status: *mut c_int) {
+    fn MPI_Topo_test / PMPI_Topo_test(comm: Handle, status: *mut c_int) {
         let c = state::comm(comm)?;
         raw::put(status, match c.topo() {
             Topo::None => UNDEFINED,
@@ -128,11 +135,11 @@ mpi! {
             Topo::DistGraph { .. } => DIST_GRAPH,
         })
     }
-    fn MPI_Cartdim_get / PMPI_Cartdim_get(comm: c_int, ndims: *mut c_int) {
+    fn MPI_Cartdim_get / PMPI_Cartdim_get(comm: Handle, ndims: *mut c_int) {
         let c = state::comm(comm)?;
         raw::put(ndims, cart(&c)?.0.len() as c_int)
     }
-    fn MPI_Cart_get / PMPI_Cart_get(comm: c_int, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) {
+    fn MPI_Cart_get / PMPI_Cart_get(comm: Handle, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) {
         let c = state::comm(comm)?;
         let (d, p) = cart(&c)?;
         let n = d.len().min(maxdims.max(0) as usize) as c_int;
@@ -144,12 +151,12 @@ mpi! {
         raw::slice_mut(coords, n)?.copy_from_slice(&co[..n as usize]);
         Ok(())
     }
-    fn MPI_Cart_rank / PMPI_Cart_rank(comm: c_int, coords: *const c_int, rank: *mut c_int) {
+    fn MPI_Cart_rank / PMPI_Cart_rank(comm: Handle, coords: *const c_int, rank: *mut c_int) {
         let c = state::comm(comm)?;
         let (d, p) = cart(&c)?;
         raw::put(rank, rank_of(&d, &p, raw::slice(coords, d.len() as c_int)?)?)
     }
-    fn MPI_Cart_coords / PMPI_Cart_coords(comm: c_int, rank: c_int, maxdims: c_int, coords: *mut c_int) {
+    fn MPI_Cart_coords / PMPI_Cart_coords(comm: Handle, rank: c_int, maxdims: c_int, coords: *mut c_int) {
         let c = state::comm(comm)?;
         let (d, _) = cart(&c)?;
         if rank < 0 || rank >= c.comm.size() {
@@ -160,7 +167,7 @@ mpi! {
         raw::slice_mut(coords, n as c_int)?.copy_from_slice(&co[..n]);
         Ok(())
     }
-    fn MPI_Cart_shift / PMPI_Cart_shift(comm: c_int, dir: c_int, disp: c_int, src: *mut c_int, dst: *mut c_int) {
+    fn MPI_Cart_shift / PMPI_Cart_shift(comm: Handle, dir: c_int, disp: c_int, src: *mut c_int, dst: *mut c_int) {
         let c = state::comm(comm)?;
         let (d, p) = cart(&c)?;
         if dir < 0 || dir as usize >= d.len() {
@@ -175,7 +182,7 @@ mpi! {
         raw::put(src, at(-disp))?;
         raw::put(dst, at(disp))
     }
-    fn MPI_Cart_sub / PMPI_Cart_sub(comm: c_int, remain: *const c_int, new: *mut c_int) {
+    fn MPI_Cart_sub / PMPI_Cart_sub(comm: Handle, remain: *const c_int, new: *mut Handle) {
         let c = state::comm(comm)?;
         let (d, p) = cart(&c)?;
         let keep: Vec<bool> = raw::slice(remain, d.len() as c_int)?.iter().map(|&x| x != 0).collect();
@@ -195,7 +202,7 @@ mpi! {
         *state::comm(h)?.topo.lock().unwrap_or_else(|p| p.into_inner()) = Topo::Cart { dims, periods };
         raw::put(new, h)
     }
-    fn MPI_Graph_create / PMPI_Graph_create(comm: c_int, nnodes: c_int, index: *const c_int, edges: *const c_int, _reorder: c_int, new: *mut c_int) {
+    fn MPI_Graph_create / PMPI_Graph_create(comm: Handle, nnodes: c_int, index: *const c_int, edges: *const c_int, _reorder: c_int, new: *mut Handle) {
         let idx = raw::slice(index, nnodes)?.to_vec();
         let ne = idx.last().copied().unwrap_or(0);
         let e = raw::slice(edges, ne)?.to_vec();
@@ -204,7 +211,7 @@ mpi! {
         }
         raw::put(new, with_topo(comm, nnodes, Topo::Graph { index: idx, edges: e })?)
     }
-    fn MPI_Graphdims_get / PMPI_Graphdims_get(comm: c_int, nnodes: *mut c_int, nedges: *mut c_int) {
+    fn MPI_Graphdims_get / PMPI_Graphdims_get(comm: Handle, nnodes: *mut c_int, nedges: *mut c_int) {
         let c = state::comm(comm)?;
         let Topo::Graph { index, edges } = c.topo() else {
             return Err(Fail::new(ERR_TOPOLOGY, "the communicator has no graph topology"));
@@ -212,7 +219,7 @@ mpi! {
         raw::put(nnodes, index.len() as c_int)?;
         raw::put(nedges, edges.len() as c_int)
     }
-    fn MPI_Graph_get / PMPI_Graph_get(comm: c_int, maxindex: c_int, maxedges: c_int, index: *mut c_int, edges: *mut c_int) {
+    fn MPI_Graph_get / PMPI_Graph_get(comm: Handle, maxindex: c_int, maxedges: c_int, index: *mut c_int, edges: *mut c_int) {
         let c = state::comm(comm)?;
         let Topo::Graph { index: i, edges: e } = c.topo() else {
             return Err(Fail::new(ERR_TOPOLOGY, "the communicator has no graph topology"));
@@ -223,23 +230,23 @@ mpi! {
         raw::slice_mut(edges, ne as c_int)?.copy_from_slice(&e[..ne]);
         Ok(())
     }
-    fn MPI_Graph_neighbors_count / PMPI_Graph_neighbors_count(comm: c_int, rank: c_int, n: *mut c_int) {
+    fn MPI_Graph_neighbors_count / PMPI_Graph_neighbors_count(comm: Handle, rank: c_int, n: *mut c_int) {
         let c = state::comm(comm)?;
         raw::put(n, graph_neighbors(&c, rank)?.len() as c_int)
     }
-    fn MPI_Graph_neighbors / PMPI_Graph_neighbors(comm: c_int, rank: c_int, max: c_int, out: *mut c_int) {
+    fn MPI_Graph_neighbors / PMPI_Graph_neighbors(comm: Handle, rank: c_int, max: c_int, out: *mut c_int) {
         let c = state::comm(comm)?;
         let nb = graph_neighbors(&c, rank)?;
         let n = nb.len().min(max.max(0) as usize);
         raw::slice_mut(out, n as c_int)?.copy_from_slice(&nb[..n]);
         Ok(())
     }
-    fn MPI_Graph_map / PMPI_Graph_map(comm: c_int, nnodes: c_int, _index: *const c_int, _edges: *const c_int, newrank: *mut c_int) {
+    fn MPI_Graph_map / PMPI_Graph_map(comm: Handle, nnodes: c_int, _index: *const c_int, _edges: *const c_int, newrank: *mut c_int) {
         let c = state::comm(comm)?;
         raw::put(newrank, if c.comm.rank() < nnodes { c.comm.rank() } else { UNDEFINED })
     }
-    fn MPI_Dist_graph_create_adjacent / PMPI_Dist_graph_create_adjacent(comm: c_int, indeg: c_int, sources: *const c_int, sweights: *const c_int,
-        outdeg: c_int, dests: *const c_int, dweights: *const c_int, _info: c_int, _reorder: c_int, new: *mut c_int) {
+    fn MPI_Dist_graph_create_adjacent / PMPI_Dist_graph_create_adjacent(comm: Handle, indeg: c_int, sources: *const c_int, sweights: *const c_int,
+        outdeg: c_int, dests: *const c_int, dweights: *const c_int, _info: Handle, _reorder: c_int, new: *mut Handle) {
         let c = state::comm(comm)?;
         let weighted = !unweighted(sweights) && !unweighted(dweights);
         let topo = Topo::DistGraph {
@@ -251,8 +258,8 @@ mpi! {
         };
         raw::put(new, with_topo(comm, c.comm.size(), topo)?)
     }
-    fn MPI_Dist_graph_create / PMPI_Dist_graph_create(comm: c_int, n: c_int, sources: *const c_int, degrees: *const c_int,
-        dests: *const c_int, weights: *const c_int, _info: c_int, _reorder: c_int, new: *mut c_int) {
+    fn MPI_Dist_graph_create / PMPI_Dist_graph_create(comm: Handle, n: c_int, sources: *const c_int, degrees: *const c_int,
+        dests: *const c_int, weights: *const c_int, _info: Handle, _reorder: c_int, new: *mut Handle) {
         let c = state::comm(comm)?;
         let src = raw::slice(sources, n)?;
         let deg = raw::slice(degrees, n)?;
@@ -293,14 +300,14 @@ mpi! {
         let topo = Topo::DistGraph { sources: s, sweights: sw, dests: d, dweights: dw, weighted };
         raw::put(new, with_topo(comm, c.comm.size(), topo)?)
     }
-    fn MPI_Dist_graph_neighbors_count / PMPI_Dist_graph_neighbors_count(comm: c_int, indeg: *mut c_int, outdeg: *mut c_int, weighted: *mut c_int) {
+    fn MPI_Dist_graph_neighbors_count / PMPI_Dist_graph_neighbors_count(comm: Handle, indeg: *mut c_int, outdeg: *mut c_int, weighted: *mut c_int) {
         let c = state::comm(comm)?;
         let (s, _, d, _, w) = dist_graph(&c)?;
         raw::put(indeg, s.len() as c_int)?;
         raw::put(outdeg, d.len() as c_int)?;
         raw::put(weighted, w as c_int)
     }
-    fn MPI_Dist_graph_neighbors / PMPI_Dist_graph_neighbors(comm: c_int, maxin: c_int, sources: *mut c_int, sweights: *mut c_int,
+    fn MPI_Dist_graph_neighbors / PMPI_Dist_graph_neighbors(comm: Handle, maxin: c_int, sources: *mut c_int, sweights: *mut c_int,
         maxout: c_int, dests: *mut c_int, dweights: *mut c_int) {
         let c = state::comm(comm)?;
         let (s, sw, d, dw, _) = dist_graph(&c)?;

@@ -16,7 +16,7 @@ use crate::raw;
 use crate::state::Table;
 
 /// A C reduction function: `(invec, inoutvec, len, datatype)`.
-pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut c_int);
+pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut Handle);
 
 // ---- predefined datatypes --------------------------------------------------------
 
@@ -125,16 +125,123 @@ fn predefined() -> &'static [Option<Named>] {
 
 const PAIR_AT: usize = 0x46;
 
-fn predefined_of(h: c_int) -> Option<Named> {
+/// The index in [`predefined`] of a predefined handle of MPICH's ABI: `0x4c00ssii` (size
+/// `ss`, index `ii`), or a pair type `0x8c00000n`.
+#[cfg(not(std_abi))]
+fn predefined_index(h: Handle) -> Option<usize> {
     let u = h as u32;
-    let idx = if u & 0xffff_0000 == 0x4c00_0000 {
-        (u & 0xff) as usize
+    if u & 0xffff_0000 == 0x4c00_0000 {
+        Some((u & 0xff) as usize)
     } else if (0x8c00_0000..0x8c00_0005).contains(&u) {
-        PAIR_AT + (u & 0xff) as usize
+        Some(PAIR_AT + (u & 0xff) as usize)
     } else {
-        return None;
-    };
-    predefined().get(idx).copied().flatten()
+        None
+    }
+}
+
+/// The handle MPICH's ABI gives the predefined datatype at `idx` in [`predefined`], of
+/// `size` bytes.
+#[cfg(not(std_abi))]
+fn predefined_handle(idx: u32, size: c_int) -> Handle {
+    (0x4c00_0000 | ((size as u32) << 8) | idx) as Handle
+}
+
+/// The standard ABI's predefined datatypes (`0x2xx`) and their index in [`predefined`].
+#[cfg(std_abi)]
+const STANDARD_TYPES: [(usize, u8); 60] = [
+    (0x243, 0x01),
+    (0x245, 0x02),
+    (0x208, 0x03),
+    (0x20c, 0x04),
+    (0x209, 0x05),
+    (0x20d, 0x06),
+    (0x20a, 0x07),
+    (0x20e, 0x08),
+    (0x20b, 0x09),
+    (0x210, 0x0a),
+    (0x214, 0x0b),
+    (0x220, 0x0c),
+    (0x247, 0x0d),
+    (0x23c, 0x0e),
+    (0x207, 0x0f),
+    (0x22b, 0x16),
+    (0x244, 0x18),
+    (0x20f, 0x19),
+    (0x21e, 0x1a),
+    (0x219, 0x1b),
+    (0x21a, 0x1c),
+    (0x218, 0x1d),
+    (0x21b, 0x1e),
+    (0x21c, 0x1f),
+    (0x232, 0x20),
+    (0x230, 0x21),
+    (0x21d, 0x22),
+    (0x231, 0x23),
+    (0x2d2, 0x27),
+    (0x2db, 0x28),
+    (0x2da, 0x29),
+    (0x2e3, 0x2a),
+    (0x2e2, 0x2b),
+    (0x2eb, 0x2c),
+    (0x2c1, 0x2d),
+    (0x2c9, 0x2f),
+    (0x2d1, 0x30),
+    (0x2d9, 0x31),
+    (0x239, 0x33),
+    (0x213, 0x34),
+    (0x217, 0x35),
+    (0x225, 0x36),
+    (0x240, 0x37),
+    (0x248, 0x38),
+    (0x250, 0x39),
+    (0x258, 0x3a),
+    (0x241, 0x3b),
+    (0x249, 0x3c),
+    (0x251, 0x3d),
+    (0x259, 0x3e),
+    (0x238, 0x3f),
+    (0x212, 0x40),
+    (0x216, 0x41),
+    (0x224, 0x42),
+    (0x201, 0x43),
+    (0x203, 0x44),
+    (0x202, 0x45),
+    (0x228, PAIR_AT as u8),
+    (0x229, PAIR_AT as u8 + 1),
+    (0x22a, PAIR_AT as u8 + 2),
+];
+
+/// [`STANDARD_TYPES`] by handle - 0x200 (0: none), for a lookup without a search.
+#[cfg(std_abi)]
+const STANDARD_INDEX: [u8; 256] = {
+    let mut a = [0u8; 256];
+    let mut i = 0;
+    while i < STANDARD_TYPES.len() {
+        a[STANDARD_TYPES[i].0 - 0x200] = STANDARD_TYPES[i].1;
+        i += 1;
+    }
+    a[0x22c - 0x200] = PAIR_AT as u8 + 3;
+    a[0x22d - 0x200] = PAIR_AT as u8 + 4;
+    a
+};
+
+#[cfg(std_abi)]
+fn predefined_index(h: Handle) -> Option<usize> {
+    match STANDARD_INDEX.get(h.wrapping_sub(0x200)) {
+        Some(&i) if i != 0 => Some(i as usize),
+        _ => None,
+    }
+}
+
+#[cfg(std_abi)]
+fn predefined_handle(idx: u32, _size: c_int) -> Handle {
+    (0..STANDARD_INDEX.len())
+        .find(|&i| STANDARD_INDEX[i] as u32 == idx)
+        .map_or(DATATYPE_NULL, |i| 0x200 + i)
+}
+
+fn predefined_of(h: Handle) -> Option<Named> {
+    predefined().get(predefined_index(h)?).copied().flatten()
 }
 
 // ---- derived datatypes ----------------------------------------------------------
@@ -145,7 +252,7 @@ pub struct Envelope {
     pub combiner: c_int,
     pub ints: Vec<c_int>,
     pub aints: Vec<isize>,
-    pub types: Vec<c_int>,
+    pub types: Vec<Handle>,
 }
 
 /// A derived datatype.
@@ -160,7 +267,7 @@ pub static TYPES: Table<Arc<DtEntry>> = Table::new(DATATYPE_BASE);
 
 /// The engine's datatype behind handle `h`, committed.
 #[inline]
-pub fn dtype(h: c_int) -> R<DatatypeRef<'static>> {
+pub fn dtype(h: Handle) -> R<DatatypeRef<'static>> {
     if let Some(n) = predefined_of(h) {
         return Ok(DatatypeRef::__from_id(n.id));
     }
@@ -175,14 +282,14 @@ pub fn dtype(h: c_int) -> R<DatatypeRef<'static>> {
 }
 
 /// The engine id of any datatype handle, committed or not (for constructors and queries).
-pub fn type_id_any(h: c_int) -> R<u32> {
+pub fn type_id_any(h: Handle) -> R<u32> {
     if let Some(n) = predefined_of(h) {
         return Ok(n.id);
     }
     TYPES.get(h).map(|e| e.id).ok_or_else(|| bad_type(h))
 }
 
-fn bad_type(h: c_int) -> Fail {
+fn bad_type(h: Handle) -> Fail {
     if h == DATATYPE_NULL {
         Fail::new(ERR_TYPE, "MPI_DATATYPE_NULL is not a datatype")
     } else {
@@ -190,7 +297,7 @@ fn bad_type(h: c_int) -> Fail {
     }
 }
 
-fn new_type(id: u32, env: Envelope) -> c_int {
+fn new_type(id: u32, env: Envelope) -> Handle {
     TYPES.insert(Arc::new(DtEntry {
         id,
         committed: false,
@@ -203,7 +310,7 @@ fn new_type(id: u32, env: Envelope) -> c_int {
 const MAX_BLOCKS: usize = 1 << 23;
 
 /// Refuses a constructor whose type map would list more than [`MAX_BLOCKS`] blocks.
-fn blocks_ok(old: c_int, count: usize, blocklength: usize) -> R {
+fn blocks_ok(old: Handle, count: usize, blocklength: usize) -> R {
     let n = dtabi::blocks_for(type_id_any(old)?, count, blocklength);
     if n > MAX_BLOCKS {
         return Err(Fail::new(
@@ -224,7 +331,7 @@ fn count_ok(n: c_int, what: &str) -> R<usize> {
 }
 
 /// `count` of old type `old` as a buffer at `p`.
-pub fn buf(p: *const c_void, count: c_int, dt: c_int) -> R<raw::CBuf> {
+pub fn buf(p: *const c_void, count: c_int, dt: Handle) -> R<raw::CBuf> {
     if count < 0 {
         return Err(Fail::new(ERR_COUNT, format!("count {count} is negative")));
     }
@@ -232,11 +339,11 @@ pub fn buf(p: *const c_void, count: c_int, dt: c_int) -> R<raw::CBuf> {
 }
 
 /// Bytes of data in one element of `h`.
-pub fn size_of(h: c_int) -> R<usize> {
+pub fn size_of(h: Handle) -> R<usize> {
     Ok(dtabi::layout(type_id_any(h)?).size)
 }
 
-pub fn layout(h: c_int) -> R<dtabi::Layout> {
+pub fn layout(h: Handle) -> R<dtabi::Layout> {
     Ok(dtabi::layout(type_id_any(h)?))
 }
 
@@ -245,58 +352,58 @@ fn dref(id: u32) -> DatatypeRef<'static> {
 }
 
 mpi! {
-    fn MPI_Type_size / PMPI_Type_size(dt: c_int, size: *mut c_int) {
+    fn MPI_Type_size / PMPI_Type_size(dt: Handle, size: *mut c_int) {
         let s = size_of(dt)?;
         raw::put(size, c_int::try_from(s).unwrap_or(UNDEFINED))
     }
-    fn MPI_Type_size_x / PMPI_Type_size_x(dt: c_int, size: *mut i64) {
+    fn MPI_Type_size_x / PMPI_Type_size_x(dt: Handle, size: *mut i64) {
         raw::put(size, size_of(dt)? as i64)
     }
-    fn MPI_Type_size_c / PMPI_Type_size_c(dt: c_int, size: *mut i64) {
+    fn MPI_Type_size_c / PMPI_Type_size_c(dt: Handle, size: *mut i64) {
         raw::put(size, size_of(dt)? as i64)
     }
-    fn MPI_Type_get_extent / PMPI_Type_get_extent(dt: c_int, lb: *mut isize, extent: *mut isize) {
+    fn MPI_Type_get_extent / PMPI_Type_get_extent(dt: Handle, lb: *mut isize, extent: *mut isize) {
         let l = layout(dt)?;
         raw::put(lb, l.lb)?;
         raw::put(extent, l.extent as isize)
     }
-    fn MPI_Type_get_extent_x / PMPI_Type_get_extent_x(dt: c_int, lb: *mut i64, extent: *mut i64) {
+    fn MPI_Type_get_extent_x / PMPI_Type_get_extent_x(dt: Handle, lb: *mut i64, extent: *mut i64) {
         let l = layout(dt)?;
         raw::put(lb, l.lb as i64)?;
         raw::put(extent, l.extent as i64)
     }
-    fn MPI_Type_get_true_extent / PMPI_Type_get_true_extent(dt: c_int, lb: *mut isize, extent: *mut isize) {
+    fn MPI_Type_get_true_extent / PMPI_Type_get_true_extent(dt: Handle, lb: *mut isize, extent: *mut isize) {
         let l = layout(dt)?;
         raw::put(lb, l.true_lb)?;
         raw::put(extent, l.true_extent as isize)
     }
-    fn MPI_Type_get_true_extent_x / PMPI_Type_get_true_extent_x(dt: c_int, lb: *mut i64, extent: *mut i64) {
+    fn MPI_Type_get_true_extent_x / PMPI_Type_get_true_extent_x(dt: Handle, lb: *mut i64, extent: *mut i64) {
         let l = layout(dt)?;
         raw::put(lb, l.true_lb as i64)?;
         raw::put(extent, l.true_extent as i64)
     }
-    fn MPI_Type_contiguous / PMPI_Type_contiguous(count: c_int, old: c_int, new: *mut c_int) {
+    fn MPI_Type_contiguous / PMPI_Type_contiguous(count: c_int, old: Handle, new: *mut Handle) {
         blocks_ok(old, 1, count_ok(count, "count")?)?;
         let t = UserDatatype::contiguous(count, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
             combiner: COMBINER_CONTIGUOUS, ints: vec![count], aints: vec![], types: vec![old],
         }))
     }
-    fn MPI_Type_vector / PMPI_Type_vector(count: c_int, bl: c_int, stride: c_int, old: c_int, new: *mut c_int) {
+    fn MPI_Type_vector / PMPI_Type_vector(count: c_int, bl: c_int, stride: c_int, old: Handle, new: *mut Handle) {
         blocks_ok(old, count_ok(count, "count")?, count_ok(bl, "block length")?)?;
         let t = UserDatatype::vector(count, bl, stride, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
             combiner: COMBINER_VECTOR, ints: vec![count, bl, stride], aints: vec![], types: vec![old],
         }))
     }
-    fn MPI_Type_create_hvector / PMPI_Type_create_hvector(count: c_int, bl: c_int, stride: isize, old: c_int, new: *mut c_int) {
+    fn MPI_Type_create_hvector / PMPI_Type_create_hvector(count: c_int, bl: c_int, stride: isize, old: Handle, new: *mut Handle) {
         blocks_ok(old, count_ok(count, "count")?, count_ok(bl, "block length")?)?;
         let t = UserDatatype::heterogeneous_vector(count, bl, stride, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
             combiner: COMBINER_HVECTOR, ints: vec![count, bl], aints: vec![stride], types: vec![old],
         }))
     }
-    fn MPI_Type_indexed / PMPI_Type_indexed(count: c_int, bls: *const c_int, displs: *const c_int, old: c_int, new: *mut c_int) {
+    fn MPI_Type_indexed / PMPI_Type_indexed(count: c_int, bls: *const c_int, displs: *const c_int, old: Handle, new: *mut Handle) {
         count_ok(count, "count")?;
         let (b, d) = (raw::slice(bls, count)?, raw::slice(displs, count)?);
         if let Some(x) = b.iter().find(|&&x| x < 0) {
@@ -310,7 +417,7 @@ mpi! {
             combiner: COMBINER_INDEXED, ints, aints: vec![], types: vec![old],
         }))
     }
-    fn MPI_Type_create_hindexed / PMPI_Type_create_hindexed(count: c_int, bls: *const c_int, displs: *const isize, old: c_int, new: *mut c_int) {
+    fn MPI_Type_create_hindexed / PMPI_Type_create_hindexed(count: c_int, bls: *const c_int, displs: *const isize, old: Handle, new: *mut Handle) {
         count_ok(count, "count")?;
         let (b, d) = (raw::slice(bls, count)?, raw::slice(displs, count)?);
         if let Some(x) = b.iter().find(|&&x| x < 0) {
@@ -323,7 +430,7 @@ mpi! {
             combiner: COMBINER_HINDEXED, ints, aints: d.to_vec(), types: vec![old],
         }))
     }
-    fn MPI_Type_create_indexed_block / PMPI_Type_create_indexed_block(count: c_int, bl: c_int, displs: *const c_int, old: c_int, new: *mut c_int) {
+    fn MPI_Type_create_indexed_block / PMPI_Type_create_indexed_block(count: c_int, bl: c_int, displs: *const c_int, old: Handle, new: *mut Handle) {
         count_ok(count, "count")?;
         count_ok(bl, "block length")?;
         let d = raw::slice(displs, count)?;
@@ -334,7 +441,7 @@ mpi! {
             combiner: COMBINER_INDEXED_BLOCK, ints, aints: vec![], types: vec![old],
         }))
     }
-    fn MPI_Type_create_hindexed_block / PMPI_Type_create_hindexed_block(count: c_int, bl: c_int, displs: *const isize, old: c_int, new: *mut c_int) {
+    fn MPI_Type_create_hindexed_block / PMPI_Type_create_hindexed_block(count: c_int, bl: c_int, displs: *const isize, old: Handle, new: *mut Handle) {
         count_ok(count, "count")?;
         count_ok(bl, "block length")?;
         let d = raw::slice(displs, count)?;
@@ -343,7 +450,7 @@ mpi! {
             combiner: COMBINER_HINDEXED_BLOCK, ints: vec![count, bl], aints: d.to_vec(), types: vec![old],
         }))
     }
-    fn MPI_Type_create_struct / PMPI_Type_create_struct(count: c_int, bls: *const c_int, displs: *const isize, types: *const c_int, new: *mut c_int) {
+    fn MPI_Type_create_struct / PMPI_Type_create_struct(count: c_int, bls: *const c_int, displs: *const isize, types: *const Handle, new: *mut Handle) {
         count_ok(count, "count")?;
         let (b, d, t) = (raw::slice(bls, count)?, raw::slice(displs, count)?, raw::slice(types, count)?);
         if let Some(x) = b.iter().find(|&&x| x < 0) {
@@ -357,7 +464,7 @@ mpi! {
             combiner: COMBINER_STRUCT, ints, aints: d.to_vec(), types: t.to_vec(),
         }))
     }
-    fn MPI_Type_create_resized / PMPI_Type_create_resized(old: c_int, lb: isize, extent: isize, new: *mut c_int) {
+    fn MPI_Type_create_resized / PMPI_Type_create_resized(old: Handle, lb: isize, extent: isize, new: *mut Handle) {
         if extent < 0 {
             return Err(Fail::new(ERR_ARG, format!("extent {extent} is negative")));
         }
@@ -366,7 +473,7 @@ mpi! {
             combiner: COMBINER_RESIZED, ints: vec![], aints: vec![lb, extent], types: vec![old],
         }))
     }
-    fn MPI_Type_create_subarray / PMPI_Type_create_subarray(ndims: c_int, sizes: *const c_int, subsizes: *const c_int, starts: *const c_int, order: c_int, old: c_int, new: *mut c_int) {
+    fn MPI_Type_create_subarray / PMPI_Type_create_subarray(ndims: c_int, sizes: *const c_int, subsizes: *const c_int, starts: *const c_int, order: c_int, old: Handle, new: *mut Handle) {
         let n = count_ok(ndims, "ndims")?;
         let (sz, sub, st) = (raw::slice(sizes, ndims)?, raw::slice(subsizes, ndims)?, raw::slice(starts, ndims)?);
         let id = subarray(sz, sub, st, order, type_id_any(old)?)?;
@@ -380,7 +487,7 @@ mpi! {
             combiner: COMBINER_SUBARRAY, ints, aints: vec![], types: vec![old],
         }))
     }
-    fn MPI_Type_dup / PMPI_Type_dup(old: c_int, new: *mut c_int) {
+    fn MPI_Type_dup / PMPI_Type_dup(old: Handle, new: *mut Handle) {
         let id = type_id_any(old)?;
         let committed = predefined_of(old).is_some() || TYPES.get(old).is_some_and(|e| e.committed);
         raw::put(new, TYPES.insert(Arc::new(DtEntry {
@@ -390,7 +497,7 @@ mpi! {
             env: Envelope { combiner: COMBINER_DUP, ints: vec![], aints: vec![], types: vec![old] },
         })))
     }
-    fn MPI_Type_commit / PMPI_Type_commit(dt: *mut c_int) {
+    fn MPI_Type_commit / PMPI_Type_commit(dt: *mut Handle) {
         let h = raw::get(dt)?;
         if predefined_of(h).is_some() {
             return Ok(());
@@ -402,7 +509,7 @@ mpi! {
         }
         Ok(())
     }
-    fn MPI_Type_free / PMPI_Type_free(dt: *mut c_int) {
+    fn MPI_Type_free / PMPI_Type_free(dt: *mut Handle) {
         let h = raw::get(dt)?;
         if predefined_of(h).is_some() {
             return Err(Fail::new(ERR_TYPE, "a predefined datatype cannot be freed"));
@@ -410,14 +517,14 @@ mpi! {
         TYPES.remove(h).ok_or_else(|| bad_type(h))?;
         raw::put(dt, DATATYPE_NULL)
     }
-    fn MPI_Type_get_envelope / PMPI_Type_get_envelope(dt: c_int, ni: *mut c_int, na: *mut c_int, nt: *mut c_int, combiner: *mut c_int) {
+    fn MPI_Type_get_envelope / PMPI_Type_get_envelope(dt: Handle, ni: *mut c_int, na: *mut c_int, nt: *mut c_int, combiner: *mut c_int) {
         let env = envelope(dt)?;
         raw::put(ni, env.ints.len() as c_int)?;
         raw::put(na, env.aints.len() as c_int)?;
         raw::put(nt, env.types.len() as c_int)?;
         raw::put(combiner, env.combiner)
     }
-    fn MPI_Type_get_contents / PMPI_Type_get_contents(dt: c_int, ni: c_int, na: c_int, nt: c_int, ints: *mut c_int, aints: *mut isize, types: *mut c_int) {
+    fn MPI_Type_get_contents / PMPI_Type_get_contents(dt: Handle, ni: c_int, na: c_int, nt: c_int, ints: *mut c_int, aints: *mut isize, types: *mut Handle) {
         let env = envelope(dt)?;
         if env.combiner == COMBINER_NAMED {
             return Err(Fail::new(ERR_TYPE, "a predefined datatype has no contents"));
@@ -442,13 +549,13 @@ mpi! {
         }
         Ok(())
     }
-    fn MPI_Type_set_name / PMPI_Type_set_name(dt: c_int, name: *const c_char) {
+    fn MPI_Type_set_name / PMPI_Type_set_name(dt: Handle, name: *const c_char) {
         let s = raw::c_str(name)?;
         let e = TYPES.get(dt).ok_or_else(|| Fail::new(ERR_TYPE, "only a derived datatype can be renamed"))?;
         *e.name.lock().unwrap_or_else(|p| p.into_inner()) = s;
         Ok(())
     }
-    fn MPI_Type_get_name / PMPI_Type_get_name(dt: c_int, name: *mut c_char, len: *mut c_int) {
+    fn MPI_Type_get_name / PMPI_Type_get_name(dt: Handle, name: *mut c_char, len: *mut c_int) {
         let s = match predefined_of(dt) {
             Some(n) => n.name.to_string(),
             None => TYPES.get(dt).ok_or_else(|| bad_type(dt))?.name.lock().unwrap_or_else(|p| p.into_inner()).clone(),
@@ -459,11 +566,11 @@ mpi! {
     fn MPI_Get_address / PMPI_Get_address(location: *const c_void, address: *mut isize) {
         raw::put(address, raw::address(location))
     }
-    fn MPI_Pack_size / PMPI_Pack_size(count: c_int, dt: c_int, _comm: c_int, size: *mut c_int) {
+    fn MPI_Pack_size / PMPI_Pack_size(count: c_int, dt: Handle, _comm: Handle, size: *mut c_int) {
         let n = count_ok(count, "count")? * size_of(dt)?;
         raw::put(size, c_int::try_from(n).map_err(|_| Fail::new(ERR_COUNT, "the packed size exceeds an int"))?)
     }
-    fn MPI_Pack / PMPI_Pack(inbuf: *const c_void, count: c_int, dt: c_int, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, _comm: c_int) {
+    fn MPI_Pack / PMPI_Pack(inbuf: *const c_void, count: c_int, dt: Handle, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, _comm: Handle) {
         let n = count_ok(count, "count")?;
         let id = dtype(dt)?.type_id();
         let pos = raw::get(position)?;
@@ -478,7 +585,7 @@ mpi! {
         pack_into(inbuf, n, id, &mut out[pos as usize..pos as usize + need]);
         raw::put(position, (pos as usize + need) as c_int)
     }
-    fn MPI_Unpack / PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, count: c_int, dt: c_int, _comm: c_int) {
+    fn MPI_Unpack / PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, count: c_int, dt: Handle, _comm: Handle) {
         let n = count_ok(count, "count")?;
         let id = dtype(dt)?.type_id();
         let pos = raw::get(position)?;
@@ -538,7 +645,7 @@ pub extern "C" fn MPI_Aint_diff(a: isize, b: isize) -> isize {
     a.wrapping_sub(b)
 }
 
-fn envelope(dt: c_int) -> R<Envelope> {
+fn envelope(dt: Handle) -> R<Envelope> {
     if predefined_of(dt).is_some() {
         return Ok(Envelope {
             combiner: COMBINER_NAMED,
@@ -610,7 +717,7 @@ pub enum COp {
 
 pub static OPS: Table<COp> = Table::new(OP_BASE);
 
-pub fn op(h: c_int) -> R<COp> {
+pub fn op(h: Handle) -> R<COp> {
     let s = match h {
         OP_MAX => SystemOperation::max(),
         OP_MIN => SystemOperation::min(),
@@ -641,7 +748,7 @@ pub fn op(h: c_int) -> R<COp> {
 
 /// A user operation calling C function `f` with datatype handle `dt` (what the
 /// function sees, as the program named it).
-pub fn user_op(f: UserFn, commute: bool, dt: c_int) -> UserOperation<'static> {
+pub fn user_op(f: UserFn, commute: bool, dt: Handle) -> UserOperation<'static> {
     UserOperation::new(commute, move |a, mut b| {
         let len = b.len() as c_int;
         raw::call_user_op(f, a.as_ptr(), b.as_mut_ptr(), len, dt)
@@ -649,16 +756,16 @@ pub fn user_op(f: UserFn, commute: bool, dt: c_int) -> UserOperation<'static> {
 }
 
 mpi! {
-    fn MPI_Op_create / PMPI_Op_create(f: Option<UserFn>, commute: c_int, op: *mut c_int) {
+    fn MPI_Op_create / PMPI_Op_create(f: Option<UserFn>, commute: c_int, op: *mut Handle) {
         let f = f.ok_or_else(|| Fail::arg("the user function is null"))?;
         raw::put(op, OPS.insert(COp::User { f, commute: commute != 0 }))
     }
-    fn MPI_Op_free / PMPI_Op_free(op: *mut c_int) {
+    fn MPI_Op_free / PMPI_Op_free(op: *mut Handle) {
         let h = raw::get(op)?;
         OPS.remove(h).ok_or_else(|| Fail::new(ERR_OP, "only a user operation can be freed"))?;
         raw::put(op, OP_NULL)
     }
-    fn MPI_Op_commutative / PMPI_Op_commutative(op_h: c_int, commute: *mut c_int) {
+    fn MPI_Op_commutative / PMPI_Op_commutative(op_h: Handle, commute: *mut c_int) {
         let c = match op(op_h)? {
             COp::Sys(_) => true,
             COp::User { commute, .. } => commute,
@@ -669,7 +776,7 @@ mpi! {
 
 /// The predefined Fortran datatype of type class `class` (`MPI_TYPECLASS_*`) and `size`
 /// bytes, as MPICH answers `MPI_Type_match_size` (ScaLAPACK's BLACS asks for it at start).
-fn matching_type(class: c_int, size: c_int) -> Option<c_int> {
+fn matching_type(class: c_int, size: c_int) -> Option<Handle> {
     let idx = match (class, size) {
         (TYPECLASS_REAL, 4) => 0x27,
         (TYPECLASS_REAL, 8) => 0x29,
@@ -683,11 +790,11 @@ fn matching_type(class: c_int, size: c_int) -> Option<c_int> {
         (TYPECLASS_COMPLEX, 32) => 0x2c,
         _ => return None,
     };
-    Some(0x4c00_0000 | (size << 8) | idx)
+    Some(predefined_handle(idx, size))
 }
 
 mpi! {
-    fn MPI_Type_match_size / PMPI_Type_match_size(class: c_int, size: c_int, dt: *mut c_int) {
+    fn MPI_Type_match_size / PMPI_Type_match_size(class: c_int, size: c_int, dt: *mut Handle) {
         let t = matching_type(class, size).ok_or_else(|| {
             Fail::arg(format!("no predefined type of type class {class} has {size} bytes"))
         })?;

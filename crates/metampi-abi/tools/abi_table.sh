@@ -15,7 +15,13 @@ while read -r name; do
         rows+="| \`$name\` | no |"$'\n'
     fi
 done < "$here/abi/mpich-functions.txt"
-echo "$done_n of $total functions implemented."
+std_total=0; std_done=0
+while read -r name; do
+    case "$name" in ''|'#'*) continue ;; esac
+    std_total=$((std_total + 1))
+    grep -qx "P$name" <<<"$impl" && std_done=$((std_done + 1))
+done < "$here/abi/standard-functions.txt"
+echo "$done_n of $total functions implemented ($std_done of the standard ABI's $std_total)."
 echo
 echo "| function | implemented |"
 echo "|---|---|"

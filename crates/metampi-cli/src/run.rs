@@ -421,7 +421,8 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         spec = spec.debug_ranks(ranks);
     }
     if let Some(dir) = abi_dir() {
-        // Programs built with MPICH's mpicc load metampi's C library instead of MPICH's.
+        // Programs built with MPICH's mpicc (or the standard ABI's mpicc_abi) load metampi's
+        // C library instead of another MPI's.
         let mut path = dir.clone().into_os_string();
         if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
             path.push(":");
@@ -429,7 +430,8 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         }
         if args.verbose {
             eprintln!(
-                "metampi run: LD_LIBRARY_PATH starts with {} (metampi's libmpi.so.12 and libmpich.so.12)",
+                "metampi run: LD_LIBRARY_PATH starts with {} (metampi's libmpi.so.12, libmpich.so.12 \
+                 and libmpi_abi.so.1)",
                 dir.display()
             );
         }
@@ -439,8 +441,8 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
         spec = spec.env("LD_LIBRARY_PATH", path);
     } else if args.verbose {
         eprintln!(
-            "metampi run: metampi's C library is not built (cargo build --release -p metampi-abi); \
-             programs built against MPICH would load MPICH's"
+            "metampi run: metampi's C libraries are not built (cargo build --release); \
+             programs built against MPICH or the standard ABI would load another MPI's"
         );
     }
     Ok(spec)
@@ -474,8 +476,8 @@ fn programs(command: &[OsString]) -> Vec<PathBuf> {
     out
 }
 
-/// Refuses a program that would load MPICH's own `libmpi.so.12`/`libmpich.so.12` even with
-/// metampi's first on the library path (an RPATH baked in at link time wins over
+/// Refuses a program that would load another MPI's `libmpi.so.12`/`libmpich.so.12` (MPICH's
+/// ABI) or `libmpi_abi.so.1` (the standard ABI) even with metampi's first on the library path (an RPATH baked in at link time wins over
 /// `LD_LIBRARY_PATH`): its ranks would start as separate worlds of one, not as this job.
 /// Programs that link no MPI library, and machines without `ldd`, pass.
 fn check_mpi_library(program: &Path, ld_path: &OsStr, abi: &Path) -> anyhow::Result<()> {
@@ -490,7 +492,7 @@ fn check_mpi_library(program: &Path, ld_path: &OsStr, abi: &Path) -> anyhow::Res
         let Some((name, rest)) = line.trim().split_once(" => ") else {
             continue;
         };
-        if !matches!(name, "libmpi.so.12" | "libmpich.so.12") {
+        if !matches!(name, "libmpi.so.12" | "libmpich.so.12" | "libmpi_abi.so.1") {
             continue;
         }
         let Some(path) = rest.split_whitespace().next().map(PathBuf::from) else {
@@ -511,16 +513,18 @@ fn check_mpi_library(program: &Path, ld_path: &OsStr, abi: &Path) -> anyhow::Res
     Ok(())
 }
 
-/// The folder with metampi's MPICH-ABI library under MPICH's names: `METAMPI_ABI_DIR`, or
-/// `mpich-abi/` beside this executable (where `cargo build` puts it), when the library is there.
+/// The folder with metampi's C libraries under the ABIs' names (`libmpi.so.12`,
+/// `libmpich.so.12`, `libmpi_abi.so.1`): `METAMPI_ABI_DIR`, or `mpi-abi/` beside this
+/// executable (where `cargo build` puts it), when one of the libraries is there.
 pub fn abi_dir() -> Option<PathBuf> {
     let dir = match std::env::var_os("METAMPI_ABI_DIR") {
         Some(d) => PathBuf::from(d),
-        None => std::env::current_exe().ok()?.parent()?.join("mpich-abi"),
+        None => std::env::current_exe().ok()?.parent()?.join("mpi-abi"),
     };
     // The links dangle until the library is built: ask for the file behind them.
-    dir.join("libmpi.so.12")
-        .is_file()
+    ["libmpi.so.12", "libmpi_abi.so.1"]
+        .iter()
+        .any(|l| dir.join(l).is_file())
         .then(|| dir.canonicalize().unwrap_or(dir))
 }
 

@@ -1,10 +1,13 @@
 //! C and Fortran programs built with MPICH's `mpicc` and `mpif90` run unchanged on metampi's MPICH-ABI library
 //! (`crates/metampi-abi`), started by `metampi run`: one machine with 1-8 ranks, and three
-//! emulated sites with routers between them.
+//! emulated sites with routers between them. The same C suite built with `mpicc_abi` runs on
+//! metampi's MPI-5 standard-ABI library (`crates/metampi-abi-std`) and on MPICH's.
 //!
 //! Needs MPICH's compiler wrapper (`mpicc.mpich`, Debian's `libmpich-dev`, which `.ci/run`
 //! installs) and the built library (`cargo build --release`, which the README's test command
 //! does). Where either is missing the tests say so and pass, except under CI, where they fail.
+//! The standard-ABI test fetches MPICH's PyPI wheel (for `mpicc_abi`) and skips where PyPI
+//! cannot be reached.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,7 +22,7 @@ fn suite(tag: &str) -> Option<PathBuf> {
 fn build(tag: &str, compiler: &str, source: &str, package: &str) -> Option<PathBuf> {
     let lib = Path::new(env!("CARGO_BIN_EXE_metampi"))
         .parent()?
-        .join("mpich-abi/libmpi.so.12");
+        .join("mpi-abi/libmpi.so.12");
     if !lib.is_file() {
         skip("metampi's C library is not built (cargo build --release -p metampi-abi)");
         return None;
@@ -99,17 +102,7 @@ fn c_suite_runs_on_one_to_eight_ranks() {
 #[test]
 fn c_suite_runs_across_three_emulated_sites() {
     let Some(exe) = suite("sites") else { return };
-    let dir = exe.parent().unwrap();
-    let cfg = dir.join("three.cfg");
-    std::fs::write(
-        &cfg,
-        "PORTBASE 24900\n\
-         METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\
-         METAHOST b { LAUNCH = local; NPROCS = 2; NODES = b0; }\n\
-         METAHOST c { LAUNCH = local; NPROCS = 2; NODES = c0; }\n\
-         PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n",
-    )
-    .unwrap();
+    let cfg = three_sites(exe.parent().unwrap(), 24900);
     let out = run(&[
         "run",
         "-v",
@@ -121,6 +114,158 @@ fn c_suite_runs_across_three_emulated_sites() {
     ]);
     assert!(out.2.contains("LD_LIBRARY_PATH starts with"), "{}", out.2);
     check_suite(out, 5);
+}
+
+/// A meta-computer of three sites (1 + 2 + 2 ranks, a router pair between each two) in
+/// `dir`, its ports from `portbase`.
+fn three_sites(dir: &Path, portbase: u16) -> PathBuf {
+    let cfg = dir.join("three.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "PORTBASE {portbase}\n\
+             METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
+             METAHOST b {{ LAUNCH = local; NPROCS = 2; NODES = b0; }}\n\
+             METAHOST c {{ LAUNCH = local; NPROCS = 2; NODES = c0; }}\n\
+             PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n"
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+/// The MPICH release on PyPI whose wheel provides `mpicc_abi` (MPI-5 standard ABI).
+const MPICH_WHEEL: &str = "5.0.2";
+
+/// The `data/` folder of MPICH's PyPI wheel (`bin/mpicc_abi`, `bin/mpiexec`,
+/// `lib/libmpi_abi.so.1`), fetched once per machine into the temporary folder; `None`, with a
+/// SKIP, where PyPI cannot be reached (a test-time tool, never a dependency).
+fn mpich_wheel() -> Option<PathBuf> {
+    let root = std::env::temp_dir().join(format!("metampi-mpich-wheel-{MPICH_WHEEL}"));
+    let data = root.join(format!("mpich-{MPICH_WHEEL}.data/data"));
+    if data.join("bin/mpicc_abi").is_file() {
+        return Some(data);
+    }
+    // Fetched beside and renamed into place, so that a concurrent run never sees half of it.
+    let part = root.with_extension(format!("part-{}", std::process::id()));
+    let fetched = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-d",
+        ])
+        .arg(&part)
+        .arg(format!("mpich=={MPICH_WHEEL}"))
+        .status()
+        .is_ok_and(|s| s.success());
+    let wheel = std::fs::read_dir(&part)
+        .ok()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"));
+    let Some(wheel) = wheel.filter(|_| fetched) else {
+        eprintln!("SKIP: cannot fetch MPICH {MPICH_WHEEL}'s wheel from PyPI (for mpicc_abi)");
+        let _ = std::fs::remove_dir_all(&part);
+        return None;
+    };
+    // A wheel is a zip; Python's zipfile unpacks it (without the files' modes: set them after).
+    let unpacked = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])",
+        ])
+        .arg(&wheel)
+        .arg(&part)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(unpacked, "unpacking {}", wheel.display());
+    let bin = part.join(format!("mpich-{MPICH_WHEEL}.data/data/bin"));
+    for e in std::fs::read_dir(&bin).unwrap().flatten() {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o755));
+    }
+    if std::fs::rename(&part, &root).is_err() {
+        // Another run got there first.
+        let _ = std::fs::remove_dir_all(&part);
+    }
+    data.join("bin/mpicc_abi").is_file().then_some(data)
+}
+
+#[test]
+fn standard_abi_program_runs_on_metampi_and_on_mpich() {
+    let lib = Path::new(env!("CARGO_BIN_EXE_metampi"))
+        .parent()
+        .unwrap()
+        .join("mpi-abi/libmpi_abi.so.1");
+    if !lib.is_file() {
+        skip("metampi's standard-ABI library is not built (cargo build --release)");
+        return;
+    }
+    let Some(wheel) = mpich_wheel() else { return };
+    let dir = std::env::temp_dir().join(format!("metampi-std-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("abi_suite_std");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/abi_suite.c");
+    let built = Command::new(wheel.join("bin/mpicc_abi"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("mpicc_abi runs (it needs a C compiler, cc)");
+    assert!(
+        built.status.success(),
+        "mpicc_abi: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let exe_s = exe.to_str().unwrap();
+    for n in [1usize, 2, 3] {
+        check_suite(
+            run(&["run", "--timeout", "120", "-n", &n.to_string(), exe_s]),
+            n,
+        );
+    }
+    let cfg = three_sites(&dir, 25100);
+    check_suite(
+        run(&[
+            "run",
+            "--timeout",
+            "120",
+            "--meta",
+            cfg.to_str().unwrap(),
+            exe_s,
+        ]),
+        5,
+    );
+    // The same binary on MPICH's own libmpi_abi.so.1 (its RUNPATH), started by its mpiexec.
+    let mpich = Command::new("timeout")
+        .arg("120")
+        .arg(wheel.join("bin/mpiexec"))
+        .args(["-n", "2"])
+        .arg(&exe)
+        .output()
+        .expect("timeout runs");
+    let out = String::from_utf8_lossy(&mpich.stdout);
+    assert!(
+        out.contains("suite: ") && out.contains(" 2 ranks"),
+        "the standard-ABI binary did not run on MPICH:\n{out}\n{}",
+        String::from_utf8_lossy(&mpich.stderr)
+    );
+    // What MPICH answers differently (its own departures, e.g. from user error handlers) is
+    // shown, not asserted: this test is about metampi.
+    for line in out
+        .lines()
+        .filter(|l| l.starts_with("FAIL") || l.starts_with("suite:"))
+    {
+        eprintln!("on MPICH {MPICH_WHEEL}: {line}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

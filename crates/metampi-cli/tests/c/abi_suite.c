@@ -1,7 +1,9 @@
-/* A C program against the plain MPI API, for metampi's MPICH-ABI library: built with
- * MPICH's mpicc, run by `metampi run` on 1-8 ranks and across emulated sites.
+/* A C program against the plain MPI API, for metampi's C libraries: built with MPICH's
+ * mpicc (MPICH's ABI) or with mpicc_abi (the MPI-5 standard ABI, where mpi.h defines
+ * MPI_ABI_VERSION), run by `metampi run` on 1-8 ranks and across emulated sites.
  * Every check that fails prints a line; rank 0 prints "suite: N checks, F failed". */
 #include <mpi.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,7 +178,7 @@ static void datatypes(void) {
     MPI_Type_match_size(MPI_TYPECLASS_REAL, 8, &m8);
     MPI_Type_match_size(MPI_TYPECLASS_INTEGER, 4, &m4);
     MPI_Type_size(m8, &sz);
-    CHECK(m8 == MPI_REAL8 && m4 == MPI_INTEGER4 && sz == 8, "match_size %x %x", (unsigned)m8, (unsigned)m4);
+    CHECK(m8 == MPI_REAL8 && m4 == MPI_INTEGER4 && sz == 8, "match_size %zx %zx", (size_t)m8, (size_t)m4);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rc = MPI_Type_match_size(MPI_TYPECLASS_REAL, 3, &m8);
     int cls = -1; MPI_Error_class(rc, &cls);
@@ -272,7 +274,7 @@ static void comms(void) {
 }
 
 static void user_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
-    if (*dt != MPI_INT) { printf("FAIL user op got datatype %#x\n", (unsigned)*dt); return; }
+    if (*dt != MPI_INT) { printf("FAIL user op got datatype %#zx\n", (size_t)*dt); return; }
     for (int i = 0; i < *len; i++) if (((int *)in)[i] > ((int *)inout)[i]) ((int *)inout)[i] = ((int *)in)[i];
 }
 
@@ -406,6 +408,29 @@ static void errors(void) {
     MPI_Comm_free(&c);
 }
 
+#ifdef MPI_ABI_VERSION
+/* What only the standard ABI has: its version, its sizes, and handles as integers. */
+static void standard_abi(void) {
+    int major = -1, minor = -1;
+    CHECK(MPI_Abi_get_version(&major, &minor) == MPI_SUCCESS && major == MPI_ABI_VERSION,
+          "abi version %d.%d", major, minor);
+    MPI_Info info;
+    char v[MPI_MAX_INFO_VAL];
+    int vlen = sizeof v, flag = 0;
+    MPI_Abi_get_info(&info);
+    MPI_Info_get_string(info, "mpi_aint_size", &vlen, v, &flag);
+    CHECK(flag && atoi(v) == (int)sizeof(MPI_Aint), "mpi_aint_size %d %s", flag, v);
+    MPI_Info_free(&info);
+    CHECK(sizeof(MPI_Status) == 32 && sizeof(MPI_Comm) == sizeof(void *), "sizes");
+    CHECK(MPI_Comm_fromint(MPI_Comm_toint(MPI_COMM_WORLD)) == MPI_COMM_WORLD, "toint world");
+    MPI_Comm d;
+    MPI_Comm_dup(MPI_COMM_SELF, &d);
+    CHECK(MPI_Comm_fromint(MPI_Comm_toint(d)) == d, "toint dup");
+    MPI_Comm_free(&d);
+    CHECK(MPI_Type_fromint(MPI_Type_toint(MPI_DOUBLE)) == MPI_DOUBLE, "toint double");
+}
+#endif
+
 int main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -425,6 +450,9 @@ int main(int argc, char **argv) {
     comms();
     collectives();
     errors();
+#ifdef MPI_ABI_VERSION
+    standard_abi();
+#endif
     MPI_Buffer_detach(&bbuf, &bufsize);
     free(bbuf);
     int all_failed = 0, all_checks = 0;
