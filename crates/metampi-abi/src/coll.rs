@@ -725,6 +725,102 @@ fn alltoallv(
     )
 }
 
+/// `MPI_Alltoallw`: a datatype per peer and displacements in bytes. Each block is packed,
+/// the bytes go through the engine's varying-count all-to-all, and each received block is
+/// unpacked with its own datatype. The nonblocking form completes inside the call.
+fn alltoallw(
+    sbuf: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    stypes: *const Handle,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rtypes: *const Handle,
+    comm: Handle,
+    rq: *mut Handle,
+) -> R {
+    let c = state::comm(comm)?;
+    let size = c.comm.size();
+    let (rc, rd, rt) = (
+        raw::slice(rcounts, size)?,
+        raw::slice(rdispls, size)?,
+        raw::slice(rtypes, size)?,
+    );
+    // In place, each block goes out from where its answer will land: all are packed first.
+    let (sbuf, sc, sd, st) = if raw::in_place(sbuf) {
+        (rbuf as *const c_void, rc, rd, rt)
+    } else {
+        (
+            sbuf,
+            raw::slice(scounts, size)?,
+            raw::slice(sdispls, size)?,
+            raw::slice(stypes, size)?,
+        )
+    };
+    let bytes = |counts: &[c_int], ts: &[Handle]| -> R<Vec<c_int>> {
+        counts
+            .iter()
+            .zip(ts)
+            .map(|(&n, &t)| {
+                let b = ucount(n, "count")? * types::size_of(t)?;
+                c_int::try_from(b)
+                    .map_err(|_| Fail::new(ERR_COUNT, format!("a block of {b} bytes is too large")))
+            })
+            .collect()
+    };
+    let (sb, rb) = (bytes(sc, st)?, bytes(rc, rt)?);
+    let offsets = |b: &[c_int]| -> Vec<c_int> {
+        b.iter()
+            .scan(0, |at, &n| {
+                let o = *at;
+                *at += n;
+                Some(o)
+            })
+            .collect()
+    };
+    let (so, ro) = (offsets(&sb), offsets(&rb));
+    let mut out = vec![0u8; sb.iter().map(|&n| n as usize).sum()];
+    for i in 0..size as usize {
+        types::dtype(st[i])?;
+        let id = types::type_id_any(st[i])?;
+        let at = so[i] as usize;
+        types::pack_into(
+            raw::offset(sbuf, sd[i] as isize),
+            sc[i] as usize,
+            id,
+            &mut out[at..at + sb[i] as usize],
+        );
+    }
+    let mut inb = vec![0u8; rb.iter().map(|&n| n as usize).sum()];
+    c.comm.try_all_to_all_varcount_into(
+        &Partition::new(&out[..], sb, so),
+        &mut PartitionMut::new(&mut inb[..], rb.clone(), ro.clone()),
+    )?;
+    for i in 0..size as usize {
+        types::dtype(rt[i])?;
+        let id = types::type_id_any(rt[i])?;
+        let at = ro[i] as usize;
+        types::unpack_from(
+            &inb[at..at + rb[i] as usize],
+            raw::offset(rbuf, rd[i] as isize),
+            rc[i] as usize,
+            id,
+        );
+    }
+    deliver(rq, None)
+}
+
+mpi! {
+    fn MPI_Alltoallw / PMPI_Alltoallw(s: *const c_void, scs: *const c_int, sds: *const c_int, sts: *const Handle, r: *mut c_void, rcs: *const c_int, rds: *const c_int, rts: *const Handle, comm: Handle) {
+        alltoallw(s, scs, sds, sts, r, rcs, rds, rts, comm, std::ptr::null_mut())
+    }
+    fn MPI_Ialltoallw / PMPI_Ialltoallw(s: *const c_void, scs: *const c_int, sds: *const c_int, sts: *const Handle, r: *mut c_void, rcs: *const c_int, rds: *const c_int, rts: *const Handle, comm: Handle, rq: *mut Handle) {
+        req_out(rq)?;
+        alltoallw(s, scs, sds, sts, r, rcs, rds, rts, comm, rq)
+    }
+}
+
 mpi! {
     fn MPI_Barrier / PMPI_Barrier(comm: Handle) { barrier(comm, std::ptr::null_mut()) }
     fn MPI_Ibarrier / PMPI_Ibarrier(comm: Handle, rq: *mut Handle) { req_out(rq)?; barrier(comm, rq) }

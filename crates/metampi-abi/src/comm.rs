@@ -117,6 +117,18 @@ mpi! {
         raw::put(new, register_child(comm, &c, d, true)?)?;
         raw::put(req, crate::req::done(crate::req::St::EMPTY))
     }
+    fn MPI_Comm_idup_with_info / PMPI_Comm_idup_with_info(comm: Handle, _info: Handle, new: *mut Handle, req: *mut Handle) {
+        let c = state::comm(comm)?;
+        let d = c.comm.duplicate();
+        raw::put(new, register_child(comm, &c, d, true)?)?;
+        raw::put(req, crate::req::done(crate::req::St::EMPTY))
+    }
+    fn MPI_Comm_get_parent / PMPI_Comm_get_parent(parent: *mut Handle) {
+        // No process of a metampi job is spawned by another (MPI_Comm_spawn is not offered
+        // from C): every one has no parent.
+        state::check_init()?;
+        raw::put(parent, COMM_NULL)
+    }
     fn MPI_Comm_split / PMPI_Comm_split(comm: Handle, color: c_int, key: c_int, new: *mut Handle) {
         let c = state::comm(comm)?;
         if color < 0 && color != UNDEFINED {

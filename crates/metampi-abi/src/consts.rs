@@ -143,6 +143,9 @@ mod mpich {
     pub const COMBINER_INDEXED_BLOCK: c_int = 10;
     pub const COMBINER_STRUCT: c_int = 12;
     pub const COMBINER_SUBARRAY: c_int = 13;
+    pub const COMBINER_F90_REAL: c_int = 15;
+    pub const COMBINER_F90_COMPLEX: c_int = 16;
+    pub const COMBINER_F90_INTEGER: c_int = 17;
     pub const COMBINER_RESIZED: c_int = 18;
     pub const COMBINER_HINDEXED_BLOCK: c_int = 19;
 
@@ -295,6 +298,9 @@ mod standard {
     pub const COMBINER_HINDEXED_BLOCK: c_int = 109;
     pub const COMBINER_STRUCT: c_int = 110;
     pub const COMBINER_SUBARRAY: c_int = 111;
+    pub const COMBINER_F90_REAL: c_int = 113;
+    pub const COMBINER_F90_COMPLEX: c_int = 114;
+    pub const COMBINER_F90_INTEGER: c_int = 115;
     pub const COMBINER_RESIZED: c_int = 116;
 
     pub const ORDER_C: c_int = 12;

@@ -192,6 +192,9 @@ mpi! {
     }
 
     // ---- info objects -----------------------------------------------------------
+    fn MPI_Info_create_env / PMPI_Info_create_env(_argc: c_int, _argv: *mut *mut c_char, info: *mut Handle) {
+        raw::put(info, INFOS.insert(env_info()))
+    }
     fn MPI_Info_create / PMPI_Info_create(info: *mut Handle) {
         raw::put(info, INFOS.insert(Info::default()))
     }
@@ -293,8 +296,7 @@ pub static INFOS: Table<Info> = Table::new(INFO_BASE);
 
 fn with_info<T>(h: Handle, f: impl FnOnce(&mut Info) -> T) -> R<T> {
     if h == INFO_ENV {
-        let mut i = Info::default();
-        return Ok(f(&mut i));
+        return Ok(f(&mut env_info()));
     }
     let mut i = INFOS
         .get(h)
@@ -302,6 +304,35 @@ fn with_info<T>(h: Handle, f: impl FnOnce(&mut Info) -> T) -> R<T> {
     let out = f(&mut i);
     INFOS.set(h, i);
     Ok(out)
+}
+
+/// What `MPI_INFO_ENV` holds (MPI-4 §11.2.1): how this process was started.
+fn env_info() -> Info {
+    let mut i = Info::default();
+    let mut args = std::env::args();
+    if let Some(cmd) = args.next() {
+        i.0.insert("command".into(), cmd);
+    }
+    let rest: Vec<String> = args.collect();
+    if !rest.is_empty() {
+        i.0.insert("argv".into(), rest.join(" "));
+    }
+    if state::initialized() {
+        let n =
+            metampi::topology::Communicator::size(&metampi::topology::SimpleCommunicator::world());
+        i.0.insert("maxprocs".into(), n.to_string());
+    }
+    let level = match state::THREAD_LEVEL.load(std::sync::atomic::Ordering::Relaxed) {
+        THREAD_SINGLE => "MPI_THREAD_SINGLE",
+        THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
+        THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
+        _ => "MPI_THREAD_MULTIPLE",
+    };
+    i.0.insert("thread_level".into(), level.into());
+    if let Ok(d) = std::env::current_dir() {
+        i.0.insert("wdir".into(), d.display().to_string());
+    }
+    i
 }
 
 /// `MPI_Wtime`: seconds since an arbitrary point, from the engine's clock.

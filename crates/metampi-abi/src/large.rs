@@ -147,6 +147,12 @@ large_v! {
         on comm arrays [scs, sds, rcs, rds] counts [] => crate::coll::PMPI_Alltoallv;
     fn MPI_Reduce_scatter_c / PMPI_Reduce_scatter_c(s: *const c_void, r: *mut c_void, rcs: *const Count, dt: Handle, op: Handle, comm: Handle)
         on comm arrays [rcs] counts [] => crate::coll::PMPI_Reduce_scatter;
+    fn MPI_Ireduce_scatter_c / PMPI_Ireduce_scatter_c(s: *const c_void, r: *mut c_void, rcs: *const Count, dt: Handle, op: Handle, comm: Handle, q: *mut Handle)
+        on comm arrays [rcs] counts [] => crate::coll::PMPI_Ireduce_scatter;
+    fn MPI_Alltoallw_c / PMPI_Alltoallw_c(s: *const c_void, scs: *const Count, sds: *const isize, sts: *const Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rts: *const Handle, comm: Handle)
+        on comm arrays [scs, sds, rcs, rds] counts [] => crate::coll::PMPI_Alltoallw;
+    fn MPI_Ialltoallw_c / PMPI_Ialltoallw_c(s: *const c_void, scs: *const Count, sds: *const isize, sts: *const Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rts: *const Handle, comm: Handle, q: *mut Handle)
+        on comm arrays [scs, sds, rcs, rds] counts [] => crate::coll::PMPI_Ialltoallw;
 }
 
 mpi! {

@@ -247,12 +247,27 @@ fn predefined_of(h: Handle) -> Option<Named> {
 // ---- derived datatypes ----------------------------------------------------------
 
 /// How a derived datatype was made (`MPI_Type_get_envelope`/`get_contents`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Envelope {
     pub combiner: c_int,
     pub ints: Vec<c_int>,
     pub aints: Vec<isize>,
-    pub types: Vec<Handle>,
+    pub types: Vec<Sub>,
+}
+
+/// A datatype a derived one was made of: kept alive here, since the program may free its
+/// handle while the derived type lives on (and `MPI_Type_get_contents` must still name it).
+#[derive(Clone)]
+pub enum Sub {
+    Named(Handle),
+    Derived(Arc<DtEntry>),
+}
+
+/// What the datatypes `hs` are, for an envelope.
+fn subs(hs: &[Handle]) -> Vec<Sub> {
+    hs.iter()
+        .map(|&h| TYPES.get(h).map_or(Sub::Named(h), Sub::Derived))
+        .collect()
 }
 
 /// A derived datatype.
@@ -386,21 +401,21 @@ mpi! {
         blocks_ok(old, 1, count_ok(count, "count")?)?;
         let t = UserDatatype::contiguous(count, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
-            combiner: COMBINER_CONTIGUOUS, ints: vec![count], aints: vec![], types: vec![old],
+            combiner: COMBINER_CONTIGUOUS, ints: vec![count], aints: vec![], types: subs(&[old]),
         }))
     }
     fn MPI_Type_vector / PMPI_Type_vector(count: c_int, bl: c_int, stride: c_int, old: Handle, new: *mut Handle) {
         blocks_ok(old, count_ok(count, "count")?, count_ok(bl, "block length")?)?;
         let t = UserDatatype::vector(count, bl, stride, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
-            combiner: COMBINER_VECTOR, ints: vec![count, bl, stride], aints: vec![], types: vec![old],
+            combiner: COMBINER_VECTOR, ints: vec![count, bl, stride], aints: vec![], types: subs(&[old]),
         }))
     }
     fn MPI_Type_create_hvector / PMPI_Type_create_hvector(count: c_int, bl: c_int, stride: isize, old: Handle, new: *mut Handle) {
         blocks_ok(old, count_ok(count, "count")?, count_ok(bl, "block length")?)?;
         let t = UserDatatype::heterogeneous_vector(count, bl, stride, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
-            combiner: COMBINER_HVECTOR, ints: vec![count, bl], aints: vec![stride], types: vec![old],
+            combiner: COMBINER_HVECTOR, ints: vec![count, bl], aints: vec![stride], types: subs(&[old]),
         }))
     }
     fn MPI_Type_indexed / PMPI_Type_indexed(count: c_int, bls: *const c_int, displs: *const c_int, old: Handle, new: *mut Handle) {
@@ -414,7 +429,7 @@ mpi! {
         ints.extend_from_slice(b);
         ints.extend_from_slice(d);
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
-            combiner: COMBINER_INDEXED, ints, aints: vec![], types: vec![old],
+            combiner: COMBINER_INDEXED, ints, aints: vec![], types: subs(&[old]),
         }))
     }
     fn MPI_Type_create_hindexed / PMPI_Type_create_hindexed(count: c_int, bls: *const c_int, displs: *const isize, old: Handle, new: *mut Handle) {
@@ -427,7 +442,7 @@ mpi! {
         let mut ints = vec![count];
         ints.extend_from_slice(b);
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
-            combiner: COMBINER_HINDEXED, ints, aints: d.to_vec(), types: vec![old],
+            combiner: COMBINER_HINDEXED, ints, aints: d.to_vec(), types: subs(&[old]),
         }))
     }
     fn MPI_Type_create_indexed_block / PMPI_Type_create_indexed_block(count: c_int, bl: c_int, displs: *const c_int, old: Handle, new: *mut Handle) {
@@ -438,7 +453,7 @@ mpi! {
         let mut ints = vec![count, bl];
         ints.extend_from_slice(d);
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
-            combiner: COMBINER_INDEXED_BLOCK, ints, aints: vec![], types: vec![old],
+            combiner: COMBINER_INDEXED_BLOCK, ints, aints: vec![], types: subs(&[old]),
         }))
     }
     fn MPI_Type_create_hindexed_block / PMPI_Type_create_hindexed_block(count: c_int, bl: c_int, displs: *const isize, old: Handle, new: *mut Handle) {
@@ -447,7 +462,7 @@ mpi! {
         let d = raw::slice(displs, count)?;
         let t = UserDatatype::heterogeneous_indexed_block(bl, d, &dref(type_id_any(old)?));
         raw::put(new, new_type(t.as_ref().type_id(), Envelope {
-            combiner: COMBINER_HINDEXED_BLOCK, ints: vec![count, bl], aints: d.to_vec(), types: vec![old],
+            combiner: COMBINER_HINDEXED_BLOCK, ints: vec![count, bl], aints: d.to_vec(), types: subs(&[old]),
         }))
     }
     fn MPI_Type_create_struct / PMPI_Type_create_struct(count: c_int, bls: *const c_int, displs: *const isize, types: *const Handle, new: *mut Handle) {
@@ -461,7 +476,7 @@ mpi! {
         let mut ints = vec![count];
         ints.extend_from_slice(b);
         raw::put(new, new_type(s.as_ref().type_id(), Envelope {
-            combiner: COMBINER_STRUCT, ints, aints: d.to_vec(), types: t.to_vec(),
+            combiner: COMBINER_STRUCT, ints, aints: d.to_vec(), types: subs(t),
         }))
     }
     fn MPI_Type_create_resized / PMPI_Type_create_resized(old: Handle, lb: isize, extent: isize, new: *mut Handle) {
@@ -470,7 +485,7 @@ mpi! {
         }
         let id = dtabi::resized(type_id_any(old)?, lb, extent as usize);
         raw::put(new, new_type(id, Envelope {
-            combiner: COMBINER_RESIZED, ints: vec![], aints: vec![lb, extent], types: vec![old],
+            combiner: COMBINER_RESIZED, ints: vec![], aints: vec![lb, extent], types: subs(&[old]),
         }))
     }
     fn MPI_Type_create_subarray / PMPI_Type_create_subarray(ndims: c_int, sizes: *const c_int, subsizes: *const c_int, starts: *const c_int, order: c_int, old: Handle, new: *mut Handle) {
@@ -484,7 +499,7 @@ mpi! {
         ints.push(order);
         debug_assert_eq!(ints.len(), 3 * n + 2);
         raw::put(new, new_type(id, Envelope {
-            combiner: COMBINER_SUBARRAY, ints, aints: vec![], types: vec![old],
+            combiner: COMBINER_SUBARRAY, ints, aints: vec![], types: subs(&[old]),
         }))
     }
     fn MPI_Type_dup / PMPI_Type_dup(old: Handle, new: *mut Handle) {
@@ -494,7 +509,7 @@ mpi! {
             id,
             committed,
             name: Mutex::new(String::new()),
-            env: Envelope { combiner: COMBINER_DUP, ints: vec![], aints: vec![], types: vec![old] },
+            env: Envelope { combiner: COMBINER_DUP, ints: vec![], aints: vec![], types: subs(&[old]) },
         })))
     }
     fn MPI_Type_commit / PMPI_Type_commit(dt: *mut Handle) {
@@ -511,7 +526,7 @@ mpi! {
     }
     fn MPI_Type_free / PMPI_Type_free(dt: *mut Handle) {
         let h = raw::get(dt)?;
-        if predefined_of(h).is_some() {
+        if predefined_of(h).is_some() || is_f90(h) {
             return Err(Fail::new(ERR_TYPE, "a predefined datatype cannot be freed"));
         }
         TYPES.remove(h).ok_or_else(|| bad_type(h))?;
@@ -536,27 +551,35 @@ mpi! {
         raw::slice_mut(aints, env.aints.len() as c_int)?.copy_from_slice(&env.aints);
         // Derived datatypes come back as new handles the caller frees (MPI-4 §5.1.13).
         let out = raw::slice_mut(types, env.types.len() as c_int)?;
-        for (o, &h) in out.iter_mut().zip(&env.types) {
-            *o = match TYPES.get(h) {
-                Some(e) => TYPES.insert(Arc::new(DtEntry {
+        for (o, t) in out.iter_mut().zip(&env.types) {
+            *o = match t {
+                Sub::Derived(e) => TYPES.insert(Arc::new(DtEntry {
                     id: e.id,
                     committed: e.committed,
                     name: Mutex::new(String::new()),
                     env: e.env.clone(),
                 })),
-                None => h,
+                Sub::Named(h) => *h,
             };
         }
         Ok(())
     }
     fn MPI_Type_set_name / PMPI_Type_set_name(dt: Handle, name: *const c_char) {
         let s = raw::c_str(name)?;
-        let e = TYPES.get(dt).ok_or_else(|| Fail::new(ERR_TYPE, "only a derived datatype can be renamed"))?;
+        if predefined_of(dt).is_some() {
+            let mut r = RENAMED.lock().unwrap_or_else(|p| p.into_inner());
+            r.retain(|e| e.0 != dt);
+            r.push((dt, s));
+            return Ok(());
+        }
+        let e = TYPES.get(dt).ok_or_else(|| bad_type(dt))?;
         *e.name.lock().unwrap_or_else(|p| p.into_inner()) = s;
         Ok(())
     }
     fn MPI_Type_get_name / PMPI_Type_get_name(dt: Handle, name: *mut c_char, len: *mut c_int) {
+        let renamed = RENAMED.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|e| e.0 == dt).map(|e| e.1.clone());
         let s = match predefined_of(dt) {
+            Some(_) if renamed.is_some() => renamed.unwrap_or_default(),
             Some(n) => n.name.to_string(),
             None => TYPES.get(dt).ok_or_else(|| bad_type(dt))?.name.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         };
@@ -597,15 +620,7 @@ mpi! {
             )));
         }
         let inb = raw::bytes(inbuf, insize as usize);
-        let mut at = pos as usize;
-        let blocks = dtabi::blocks(id);
-        for i in 0..n {
-            for &(off, len) in &blocks {
-                let dst = raw::bytes_mut(raw::offset(outbuf, i as isize * l.extent as isize + off), len);
-                dst.copy_from_slice(&inb[at..at + len]);
-                at += len;
-            }
-        }
+        let at = pos as usize + unpack_from(&inb[pos as usize..], outbuf, n, id);
         raw::put(position, at as c_int)
     }
 }
@@ -624,6 +639,22 @@ pub fn pack_into(inbuf: *const c_void, n: usize, id: u32, out: &mut [u8]) {
             at += len;
         }
     }
+}
+
+/// Writes `n` elements of datatype `id` at `outbuf` from the packed bytes `inb` (as
+/// [`pack_into`] laid them out); the bytes read.
+pub fn unpack_from(inb: &[u8], outbuf: *mut c_void, n: usize, id: u32) -> usize {
+    let extent = dtabi::layout(id).extent as isize;
+    let blocks = dtabi::blocks(id);
+    let mut at = 0;
+    for i in 0..n {
+        for &(off, len) in &blocks {
+            let dst = raw::bytes_mut(raw::offset(outbuf, i as isize * extent + off), len);
+            dst.copy_from_slice(&inb[at..at + len]);
+            at += len;
+        }
+    }
+    at
 }
 
 /// `MPI_Aint_add`: address arithmetic as the standard defines it.
@@ -766,6 +797,10 @@ mpi! {
         raw::put(op, OP_NULL)
     }
     fn MPI_Op_commutative / PMPI_Op_commutative(op_h: Handle, commute: *mut c_int) {
+        // The one-sided-only operations keep the order of their arguments.
+        if op_h == OP_REPLACE || op_h == OP_NO_OP {
+            return raw::put(commute, 0);
+        }
         let c = match op(op_h)? {
             COp::Sys(_) => true,
             COp::User { commute, .. } => commute,
@@ -791,6 +826,87 @@ fn matching_type(class: c_int, size: c_int) -> Option<Handle> {
         _ => return None,
     };
     Some(predefined_handle(idx, size))
+}
+
+/// Predefined datatypes the program renamed (`MPI_Type_set_name`).
+static RENAMED: Mutex<Vec<(Handle, String)>> = Mutex::new(Vec::new());
+
+/// The types `MPI_Type_create_f90_*` made, by (combiner, p, r): each is made once and is
+/// predefined (the program may not free it).
+static F90: Mutex<Vec<(F90Key, Handle)>> = Mutex::new(Vec::new());
+
+/// (combiner, precision, range) of an `MPI_Type_create_f90_*` call.
+type F90Key = (c_int, c_int, c_int);
+
+fn is_f90(h: Handle) -> bool {
+    F90.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|e| e.1 == h)
+}
+
+/// The predefined type with at least decimal precision `p` and exponent range `r`
+/// (`MPI_UNDEFINED`: any) of Fortran kind `class`, as `MPI_Type_create_f90_*` finds it.
+fn f90_type(combiner: c_int, p: c_int, r: c_int) -> R<Handle> {
+    let want = |v: c_int| if v == UNDEFINED { 0 } else { v };
+    let (p0, r0) = (want(p), want(r));
+    if p0 < 0 || r0 < 0 {
+        return Err(Fail::arg(format!(
+            "precision {p} and range {r} must not be negative"
+        )));
+    }
+    // (precision, range, bytes) of what the machine has, smallest first.
+    let (class, kinds): (c_int, &[(c_int, c_int, c_int)]) = match combiner {
+        COMBINER_F90_INTEGER => (
+            TYPECLASS_INTEGER,
+            &[(0, 2, 1), (0, 4, 2), (0, 9, 4), (0, 18, 8)],
+        ),
+        COMBINER_F90_REAL => (TYPECLASS_REAL, &[(6, 37, 4), (15, 307, 8), (18, 4931, 16)]),
+        _ => (
+            TYPECLASS_COMPLEX,
+            &[(6, 37, 8), (15, 307, 16), (18, 4931, 32)],
+        ),
+    };
+    let size = kinds
+        .iter()
+        .find(|k| p0 <= k.0 && r0 <= k.1)
+        .map(|k| k.2)
+        .ok_or_else(|| Fail::arg(format!("no Fortran type has precision {p} and range {r}")))?;
+    let base = matching_type(class, size).ok_or_else(|| Fail::new(ERR_INTERN, "no base type"))?;
+    let mut made = F90.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = made.iter().find(|e| e.0 == (combiner, p, r)) {
+        return Ok(e.1);
+    }
+    let ints = if combiner == COMBINER_F90_INTEGER {
+        vec![r]
+    } else {
+        vec![p, r]
+    };
+    let h = TYPES.insert(Arc::new(DtEntry {
+        id: type_id_any(base)?,
+        committed: true,
+        name: Mutex::new(String::new()),
+        env: Envelope {
+            combiner,
+            ints,
+            aints: vec![],
+            types: vec![],
+        },
+    }));
+    made.push(((combiner, p, r), h));
+    Ok(h)
+}
+
+mpi! {
+    fn MPI_Type_create_f90_integer / PMPI_Type_create_f90_integer(r: c_int, new: *mut Handle) {
+        raw::put(new, f90_type(COMBINER_F90_INTEGER, UNDEFINED, r)?)
+    }
+    fn MPI_Type_create_f90_real / PMPI_Type_create_f90_real(p: c_int, r: c_int, new: *mut Handle) {
+        raw::put(new, f90_type(COMBINER_F90_REAL, p, r)?)
+    }
+    fn MPI_Type_create_f90_complex / PMPI_Type_create_f90_complex(p: c_int, r: c_int, new: *mut Handle) {
+        raw::put(new, f90_type(COMBINER_F90_COMPLEX, p, r)?)
+    }
 }
 
 mpi! {

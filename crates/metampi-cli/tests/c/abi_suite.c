@@ -184,6 +184,24 @@ static void datatypes(void) {
     int cls = -1; MPI_Error_class(rc, &cls);
     CHECK(cls == MPI_ERR_ARG, "match_size of a size no type has: class %d", cls);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    /* a type's contents outlive the handles it was made of (their copies are the caller's) */
+    MPI_Datatype inner, outer, got[1];
+    int gi[1]; MPI_Aint ga[1];
+    MPI_Type_contiguous(2, MPI_INT, &inner);
+    MPI_Type_contiguous(3, inner, &outer);
+    MPI_Type_free(&inner);
+    MPI_Type_get_contents(outer, 1, 0, 1, gi, ga, got);
+    MPI_Type_get_envelope(got[0], &ni, &na, &nt, &comb);
+    CHECK(gi[0] == 3 && comb == MPI_COMBINER_CONTIGUOUS && ni == 1 && nt == 1, "contents after free: %d %d", gi[0], comb);
+    MPI_Type_free(&got[0]); MPI_Type_free(&outer);
+    /* Fortran 90 kinds: predefined types, with their own combiner */
+    MPI_Datatype f4, f8;
+    MPI_Type_create_f90_integer(9, &f4);
+    MPI_Type_create_f90_real(15, MPI_UNDEFINED, &f8);
+    int s4, s8;
+    MPI_Type_size(f4, &s4); MPI_Type_size(f8, &s8);
+    MPI_Type_get_envelope(f4, &ni, &na, &nt, &comb);
+    CHECK(s4 == 4 && s8 == 8 && comb == MPI_COMBINER_F90_INTEGER, "f90 types %d %d %d", s4, s8, comb);
     MPI_Type_free(&column); MPI_Type_free(&st); MPI_Type_free(&st0); MPI_Type_free(&sa); MPI_Type_free(&ix);
     CHECK(column == MPI_DATATYPE_NULL, "freed type is nulled");
 }
@@ -354,6 +372,29 @@ static void collectives(void) {
     MPI_Ibarrier(MPI_COMM_WORLD, &rq[2]);
     MPI_Waitall(3, rq, MPI_STATUSES_IGNORE);
     CHECK(ns == size * (size - 1) / 2.0 && nb == 55, "nonblocking collectives %g %d", ns, nb);
+    /* alltoallw: to each peer an int and a double, described by a type per peer */
+    {
+        int *wc = malloc(size * sizeof(int)), *wd = malloc(size * sizeof(int));
+        MPI_Datatype *wt = malloc(size * sizeof(MPI_Datatype));
+        struct { int i; double d; } *ws = malloc(size * 16), *wr = malloc(size * 16);
+        for (int r = 0; r < size; r++) {
+            wc[r] = 1; wd[r] = r * 16;
+            wt[r] = (r % 2) ? MPI_DOUBLE : MPI_INT;
+            ws[r].i = rank * 10 + r; ws[r].d = rank + r / 10.0;
+            wr[r].i = -1; wr[r].d = -1;
+        }
+        /* a double goes to odd peers, an int to even ones: displacement picks the field */
+        for (int r = 0; r < size; r++) if (r % 2) wd[r] = r * 16 + 8;
+        int *rd = malloc(size * sizeof(int));
+        MPI_Datatype *rt = malloc(size * sizeof(MPI_Datatype));
+        for (int r = 0; r < size; r++) { rt[r] = (rank % 2) ? MPI_DOUBLE : MPI_INT; rd[r] = r * 16 + ((rank % 2) ? 8 : 0); }
+        MPI_Alltoallw(ws, wc, wd, wt, wr, wc, rd, rt, MPI_COMM_WORLD);
+        int ok = 1;
+        for (int r = 0; r < size; r++)
+            ok &= (rank % 2) ? wr[r].d == r + rank / 10.0 : wr[r].i == r * 10 + rank;
+        CHECK(ok, "alltoallw");
+        free(wc); free(wd); free(wt); free(ws); free(wr); free(rd); free(rt);
+    }
     free(all); free(cnts); free(dsp); free(vin); free(vall); free(a2); free(b2);
 }
 
@@ -398,6 +439,11 @@ static void errors(void) {
     else if (rc == MPI_SUCCESS)
         MPI_Win_free(&win);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Comm parent;
+    MPI_Comm_get_parent(&parent);
+    int commutes = 1;
+    MPI_Op_commutative(MPI_REPLACE, &commutes);
+    CHECK(parent == MPI_COMM_NULL && !commutes, "no parent, MPI_REPLACE keeps order");
     /* a user handler is called */
     MPI_Errhandler eh;
     MPI_Comm_create_errhandler(my_handler, &eh);
