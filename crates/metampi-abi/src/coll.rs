@@ -150,7 +150,7 @@ fn deliver(
 // ---- the operations, each once for blocking (`req` null) and nonblocking ----------
 
 fn barrier(comm: Handle, rq: *mut Handle) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     if rq.is_null() {
         return Ok(c.comm.try_barrier()?);
     }
@@ -166,7 +166,7 @@ fn bcast(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     check_root(&c, root)?;
     let mut b = types::buf(buf, count, dt)?;
     let p = c.comm.process_at_rank(root);
@@ -188,7 +188,7 @@ fn reduce(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     check_root(&c, root)?;
     let n = ucount(count, "count")?;
     let o = op_for(op, dt)?;
@@ -237,7 +237,7 @@ fn elementwise(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     let n = ucount(count, "count")?;
     let o = op_for(op, dt)?;
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
@@ -276,7 +276,7 @@ fn reduce_scatter_block(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     let n = ucount(count, "count")?;
     let size = c.comm.size() as usize;
     let o = op_for(op, dt)?;
@@ -301,7 +301,7 @@ fn reduce_scatter(
     op: Handle,
     comm: Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     let size = c.comm.size();
     let cs = raw::slice(counts, size)?.to_vec();
     let total: c_int = cs.iter().sum();
@@ -355,7 +355,7 @@ fn gather(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     check_root(&c, root)?;
     let me = c.comm.rank() == root;
     let size = c.comm.size();
@@ -399,7 +399,7 @@ fn gatherv(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     check_root(&c, root)?;
     let me = c.comm.rank() == root;
     let size = c.comm.size();
@@ -457,7 +457,7 @@ fn scatter(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     check_root(&c, root)?;
     let me = c.comm.rank() == root;
     let size = c.comm.size();
@@ -505,7 +505,7 @@ fn scatterv(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     check_root(&c, root)?;
     let me = c.comm.rank() == root;
     let size = c.comm.size();
@@ -565,7 +565,7 @@ fn allgather(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     let size = c.comm.size();
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
     let (sbuf, scount, sdt) = if raw::in_place(sbuf) {
@@ -606,7 +606,7 @@ fn allgatherv(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     let size = c.comm.size();
     let cs = raw::slice(rcounts, size)?.to_vec();
     let ds = raw::slice(displs, size)?.to_vec();
@@ -650,7 +650,7 @@ fn alltoall(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     let size = c.comm.size();
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
     let (sbuf, scount, sdt) = if raw::in_place(sbuf) {
@@ -688,7 +688,7 @@ fn alltoallv(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     let size = c.comm.size();
     let rc = raw::slice(rcounts, size)?.to_vec();
     let rd = raw::slice(rdispls, size)?.to_vec();
@@ -740,7 +740,7 @@ fn alltoallw(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     let size = c.comm.size();
     let (rc, rd, rt) = (
         raw::slice(rcounts, size)?,

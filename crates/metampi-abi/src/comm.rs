@@ -6,7 +6,9 @@ use std::collections::HashSet;
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::Ordering;
 
-use metampi::topology::{Color, Communicator, CommunicatorRelation, SimpleCommunicator};
+use metampi::topology::{
+    Color, Communicator, CommunicatorRelation, InterCommunicator, MergeOrder, SimpleCommunicator,
+};
 
 use crate::consts::*;
 use crate::err::{Fail, R};
@@ -100,27 +102,19 @@ mpi! {
         raw::put(rank, c.comm.rank())
     }
     fn MPI_Comm_dup / PMPI_Comm_dup(comm: Handle, new: *mut Handle) {
-        let c = state::comm(comm)?;
-        let d = c.comm.duplicate();
-        raw::put(new, register_child(comm, &c, d, true)?)
+        raw::put(new, duplicate(comm)?)
     }
     fn MPI_Comm_dup_with_info / PMPI_Comm_dup_with_info(comm: Handle, _info: Handle, new: *mut Handle) {
-        let c = state::comm(comm)?;
-        let d = c.comm.duplicate();
-        raw::put(new, register_child(comm, &c, d, true)?)
+        raw::put(new, duplicate(comm)?)
     }
     fn MPI_Comm_idup / PMPI_Comm_idup(comm: Handle, new: *mut Handle, req: *mut Handle) {
         // Duplication agrees on a context collectively; it completes here and the
         // request comes back complete (a program waits on it as usual).
-        let c = state::comm(comm)?;
-        let d = c.comm.duplicate();
-        raw::put(new, register_child(comm, &c, d, true)?)?;
+        raw::put(new, duplicate(comm)?)?;
         raw::put(req, crate::req::done(crate::req::St::EMPTY))
     }
     fn MPI_Comm_idup_with_info / PMPI_Comm_idup_with_info(comm: Handle, _info: Handle, new: *mut Handle, req: *mut Handle) {
-        let c = state::comm(comm)?;
-        let d = c.comm.duplicate();
-        raw::put(new, register_child(comm, &c, d, true)?)?;
+        raw::put(new, duplicate(comm)?)?;
         raw::put(req, crate::req::done(crate::req::St::EMPTY))
     }
     fn MPI_Comm_get_parent / PMPI_Comm_get_parent(parent: *mut Handle) {
@@ -135,6 +129,13 @@ mpi! {
             return Err(Fail::arg(format!("colour {color} is negative (only MPI_UNDEFINED may be)")));
         }
         let col = if color == UNDEFINED { Color::undefined() } else { Color::with_value(color) };
+        if let Some(ic) = &c.inter {
+            let h = match ic.try_split_by_color_with_key(col, key)? {
+                Some(s) => state::new_inter(s, c.errh.load(Ordering::Relaxed)),
+                None => COMM_NULL,
+            };
+            return raw::put(new, h);
+        }
         let h = match c.comm.split_by_color_with_key(col, key) {
             Some(s) => register_child(comm, &c, s, false)?,
             None => COMM_NULL,
@@ -304,6 +305,79 @@ mpi! {
             return Err(Fail::new(ERR_GROUP, format!("{h:#x} is not a group")));
         }
         raw::put(grp, GROUP_NULL)
+    }
+}
+
+/// `MPI_Comm_dup` of an intra- or intercommunicator: same groups, a new context, the
+/// error handler and (through their callbacks) the attributes copied.
+fn duplicate(comm: Handle) -> R<Handle> {
+    let c = state::comm(comm)?;
+    match &c.inter {
+        Some(ic) => {
+            let h = state::new_inter(ic.try_duplicate()?, c.errh.load(Ordering::Relaxed));
+            crate::attr::copy_all(comm, &c, h)?;
+            Ok(h)
+        }
+        None => register_child(comm, &c, c.comm.duplicate(), true),
+    }
+}
+
+/// `f` of the intercommunicator behind `h` (and its entry), or `MPI_ERR_COMM`.
+fn with_inter<T>(h: Handle, f: impl FnOnce(&CommEntry, &InterCommunicator) -> R<T>) -> R<T> {
+    let c = state::comm(h)?;
+    match &c.inter {
+        Some(ic) => f(&c, ic),
+        None => Err(Fail::new(
+            ERR_COMM,
+            format!("{h:#x} is not an intercommunicator"),
+        )),
+    }
+}
+
+/// A tag for the leaders of `MPI_Intercomm_create_from_groups` from its string tag.
+fn string_tag(s: &str) -> c_int {
+    // FNV-1a, folded to a non-negative tag: both groups hash the same string alike.
+    let h = s.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    (h & 0x3fff_ffff) as c_int
+}
+
+mpi! {
+    fn MPI_Intercomm_create / PMPI_Intercomm_create(local: Handle, local_leader: c_int, peer: Handle, remote_leader: c_int, tag: c_int, new: *mut Handle) {
+        let c = state::intra(local)?;
+        // The peer communicator matters at the local leader only; elsewhere it may be anything.
+        let p = if c.comm.rank() == local_leader { Some(state::comm(peer)?) } else { state::comm(peer).ok() };
+        let ic = match &p {
+            Some(p) => c.comm.try_create_intercommunicator(local_leader, &p.comm, remote_leader, tag)?,
+            None => c.comm.try_create_intercommunicator(local_leader, &c.comm, remote_leader, tag)?,
+        };
+        raw::put(new, state::new_inter(ic, c.errh.load(Ordering::Relaxed)))
+    }
+    fn MPI_Intercomm_create_from_groups / PMPI_Intercomm_create_from_groups(lg: Handle, local_leader: c_int, rg: Handle, remote_leader: c_int, stringtag: *const c_char, _info: Handle, errh: Handle, new: *mut Handle) {
+        let (l, r) = (group(lg)?, group(rg)?);
+        let tag = string_tag(&raw::c_str(stringtag)?);
+        let world = state::comm(COMM_WORLD)?;
+        let local = world.comm.split_by_subgroup_with_tag(&l, tag).ok_or_else(|| {
+            Fail::new(ERR_GROUP, "this process is not in the local group")
+        })?;
+        let leader = r.0.get(remote_leader.max(0) as usize).copied().ok_or_else(|| {
+            Fail::new(ERR_RANK, format!("remote leader {remote_leader} is not a rank of the remote group"))
+        })?;
+        let ic = local.try_create_intercommunicator(local_leader, &world.comm, leader as c_int, tag)?;
+        raw::put(new, state::new_inter(ic, errh))
+    }
+    fn MPI_Intercomm_merge / PMPI_Intercomm_merge(comm: Handle, high: c_int, new: *mut Handle) {
+        let order = if high != 0 { MergeOrder::High } else { MergeOrder::Low };
+        let h = with_inter(comm, |c, ic| Ok(state::new_comm(ic.try_merge(order)?, c.errh.load(Ordering::Relaxed))))?;
+        raw::put(new, h)
+    }
+    fn MPI_Comm_remote_size / PMPI_Comm_remote_size(comm: Handle, size: *mut c_int) {
+        raw::put(size, with_inter(comm, |_, ic| Ok(ic.remote_size()))?)
+    }
+    fn MPI_Comm_remote_group / PMPI_Comm_remote_group(comm: Handle, grp: *mut Handle) {
+        let ranks = with_inter(comm, |_, ic| Ok(metampi::topology::Group::world_ranks(&ic.remote_group()).to_vec()))?;
+        raw::put(grp, new_group(ranks))
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use metampi::environment::Universe;
-use metampi::topology::{Communicator, Group, SimpleCommunicator};
+use metampi::topology::{Communicator, Group, InterCommunicator, SimpleCommunicator};
 
 use crate::consts::*;
 use crate::err::{on_comm, Fail, HandlerFn, R};
@@ -197,7 +197,10 @@ pub enum Topo {
 
 /// A communicator and what C attaches to it.
 pub struct CommEntry {
+    /// For an intercommunicator, the same communicator as a simple handle (point-to-point).
     pub comm: SimpleCommunicator,
+    /// The intercommunicator, where this is one (duplicate, split, merge, remote group).
+    pub inter: Option<InterCommunicator>,
     pub errh: AtomicHandle,
     pub attrs: Mutex<Vec<(c_int, isize)>>,
     pub topo: Mutex<Topo>,
@@ -207,6 +210,7 @@ impl CommEntry {
     pub fn new(comm: SimpleCommunicator) -> CommEntry {
         CommEntry {
             comm,
+            inter: None,
             errh: AtomicHandle::new(ERRORS_ARE_FATAL),
             attrs: Mutex::new(Vec::new()),
             topo: Mutex::new(Topo::None),
@@ -264,6 +268,29 @@ pub fn comm(h: Handle) -> R<CommRef> {
             format!("{h:#x} is not a communicator (freed, or never made)"),
         )),
     }
+}
+
+/// A new handle for intercommunicator `c`, with `errh` as its error handler.
+pub fn new_inter(c: InterCommunicator, errh: Handle) -> Handle {
+    let mut e = CommEntry::new(c.__as_simple());
+    e.inter = Some(c);
+    e.errh.store(errh, Ordering::Relaxed);
+    COMMS.insert(Arc::new(e))
+}
+
+/// The intracommunicator behind handle `h`: collectives and topologies refuse an
+/// intercommunicator (on every member, so no member waits for the others).
+#[inline]
+pub fn intra(h: Handle) -> R<CommRef> {
+    let c = comm(h)?;
+    if c.inter.is_some() {
+        return Err(Fail::new(
+            ERR_COMM,
+            "this is an intercommunicator: metampi runs collectives on intracommunicators \
+             only (MPI_Intercomm_merge makes one)",
+        ));
+    }
+    Ok(c)
 }
 
 /// A new handle for communicator `c`, with `errh` as its error handler.

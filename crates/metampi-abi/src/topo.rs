@@ -81,7 +81,7 @@ fn rank_of(dims: &[c_int], periods: &[bool], coords: &[c_int]) -> R<c_int> {
 
 /// Makes a communicator of the first `n` ranks of `comm` carrying `topo`.
 fn with_topo(comm: Handle, n: c_int, topo: Topo) -> R<Handle> {
-    let c = state::comm(comm)?;
+    let c = state::intra(comm)?;
     if n > c.comm.size() {
         return Err(Fail::arg(format!(
             "the topology has {n} nodes, the communicator {}",

@@ -288,6 +288,36 @@ static void comms(void) {
     int d2[2] = {0, 0};
     MPI_Dims_create(12, 2, d2);
     CHECK(d2[0] == 4 && d2[1] == 3, "dims_create %d %d", d2[0], d2[1]);
+    /* intercommunicators: the even and the odd ranks, point-to-point across, then merged */
+    if (size >= 2) {
+        MPI_Comm side, ic, merged;
+        int color = rank % 2;
+        MPI_Comm_split(MPI_COMM_WORLD, color, rank, &side);
+        /* the leaders: world ranks 0 (evens) and 1 (odds) */
+        MPI_Intercomm_create(side, 0, MPI_COMM_WORLD, color ? 0 : 1, 77, &ic);
+        int inter = 0, rsize = 0, lsize = 0;
+        MPI_Comm_test_inter(ic, &inter);
+        MPI_Comm_remote_size(ic, &rsize);
+        MPI_Comm_size(ic, &lsize);
+        CHECK(inter && lsize + rsize == size && rsize == (color ? (size + 1) / 2 : size / 2),
+              "intercomm sizes %d %d %d", inter, lsize, rsize);
+        int lrank; MPI_Comm_rank(ic, &lrank);
+        int peer = -1, mine = rank;
+        if (lrank == 0) /* local rank 0 of each side swaps world ranks with remote rank 0 */
+            MPI_Sendrecv(&mine, 1, MPI_INT, 0, 5, &peer, 1, MPI_INT, 0, 5, ic, MPI_STATUS_IGNORE);
+        CHECK(lrank != 0 || peer == (color ? 0 : 1), "intercomm message from %d", peer);
+        MPI_Comm_set_errhandler(ic, MPI_ERRORS_RETURN);
+        int rc = MPI_Barrier(ic), cls = -1;
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_COMM || (!on_metampi && rc == MPI_SUCCESS), "barrier on intercomm: %d", cls);
+        MPI_Intercomm_merge(ic, color, &merged);
+        int msize, mrank;
+        MPI_Comm_size(merged, &msize);
+        MPI_Comm_rank(merged, &mrank);
+        /* the evens (low) come first */
+        CHECK(msize == size && mrank == (color ? size / 2 + (size % 2) + rank / 2 : rank / 2), "merge %d %d", msize, mrank);
+        MPI_Comm_free(&merged); MPI_Comm_free(&ic); MPI_Comm_free(&side);
+    }
     MPI_Comm_free(&cart); MPI_Comm_free(&shm); MPI_Comm_free(&half); MPI_Comm_free(&dup);
 }
 

@@ -82,6 +82,15 @@ impl InterCommunicator {
             .expect("an InterCommunicator has a remote group")
     }
 
+    /// The same communicator as a [`SimpleCommunicator`], for a language binding that keeps
+    /// one kind of communicator (`metampi-abi`): point-to-point calls on it reach the remote
+    /// group and its collectives fail as this one's do; duplicating, splitting and merging
+    /// stay with the `InterCommunicator`.
+    #[doc(hidden)]
+    pub fn __as_simple(&self) -> SimpleCommunicator {
+        SimpleCommunicator(self.0.clone())
+    }
+
     /// Number of processes in the remote group (`MPI_Comm_remote_size`).
     pub fn remote_size(&self) -> Rank {
         self.remote().ranks.len() as Rank
