@@ -143,7 +143,7 @@ mpi! {
         raw::put(new, h)
     }
     fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, _info: Handle, new: *mut Handle) {
-        let c = state::comm(comm)?;
+        let c = state::intra(comm)?;
         let s = match kind {
             UNDEFINED => {
                 // Every rank takes part in the split; those with MPI_UNDEFINED get no communicator.
@@ -162,7 +162,7 @@ mpi! {
         raw::put(new, register_child(comm, &c, s, false)?)
     }
     fn MPI_Comm_create / PMPI_Comm_create(comm: Handle, grp: Handle, new: *mut Handle) {
-        let c = state::comm(comm)?;
+        let c = state::intra(comm)?;
         let g = group(grp)?;
         let mine: HashSet<u32> = world_ranks(&c).into_iter().collect();
         if g.0.iter().any(|w| !mine.contains(w)) {
@@ -175,7 +175,7 @@ mpi! {
         raw::put(new, h)
     }
     fn MPI_Comm_create_group / PMPI_Comm_create_group(comm: Handle, grp: Handle, tag: c_int, new: *mut Handle) {
-        let c = state::comm(comm)?;
+        let c = state::intra(comm)?;
         let g = group(grp)?;
         let h = match c.comm.split_by_subgroup_with_tag(&g, tag) {
             Some(s) => register_child(comm, &c, s, false)?,
