@@ -301,6 +301,115 @@ mpi! {
     }
 }
 
+// ---- attributes of datatypes (MPI-4 §7.7.4) -------------------------------------------
+
+/// Attributes set on datatypes: (datatype handle, keyval, value).
+static TYPE_ATTRS: std::sync::Mutex<Vec<(Handle, c_int, isize)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn type_attrs() -> std::sync::MutexGuard<'static, Vec<(Handle, c_int, isize)>> {
+    TYPE_ATTRS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Copies the attributes of datatype `old` that their copy callbacks keep onto `new`
+/// (`MPI_Type_dup`).
+pub fn type_copy_all(old: Handle, new: Handle) -> R {
+    let attrs: Vec<(c_int, isize)> = type_attrs()
+        .iter()
+        .filter(|e| e.0 == old)
+        .map(|e| (e.1, e.2))
+        .collect();
+    for (k, v) in attrs {
+        let Ok(kv) = keyval(k) else { continue };
+        let (rc, keep, nv) = kv.copy(old, k, v, ATTR_PTR);
+        if rc != SUCCESS {
+            return Err(Fail::new(
+                crate::err::class_of(rc),
+                "an attribute copy callback failed",
+            ));
+        }
+        if keep {
+            type_attrs().push((new, k, nv));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the delete callbacks of every attribute on datatype `h` (`MPI_Type_free`).
+pub fn type_delete_all(h: Handle) {
+    let gone: Vec<(c_int, isize)> = {
+        let mut a = type_attrs();
+        let gone = a.iter().filter(|e| e.0 == h).map(|e| (e.1, e.2)).collect();
+        a.retain(|e| e.0 != h);
+        gone
+    };
+    for (k, v) in gone {
+        if let Ok(kv) = keyval(k) {
+            kv.delete(h, k, v, ATTR_PTR);
+        }
+    }
+}
+
+/// Removes attribute `key` of datatype `dt`, running its delete callback; false if unset.
+fn type_delete(dt: Handle, key: c_int) -> R<bool> {
+    let kv = keyval(key)?;
+    let old = {
+        let mut a = type_attrs();
+        let i = a.iter().position(|e| e.0 == dt && e.1 == key);
+        i.map(|i| a.remove(i).2)
+    };
+    let Some(v) = old else { return Ok(false) };
+    let rc = kv.delete(dt, key, v, ATTR_PTR);
+    if rc != SUCCESS {
+        return Err(Fail::new(
+            crate::err::class_of(rc),
+            "the attribute delete callback failed",
+        ));
+    }
+    Ok(true)
+}
+
+mpi! {
+    fn MPI_Type_create_keyval / PMPI_Type_create_keyval(copy: Option<CopyFn>, delete: Option<DeleteFn>, key: *mut c_int, extra: *mut c_void) {
+        create_keyval(copy, delete, extra, key)
+    }
+    fn MPI_Type_free_keyval / PMPI_Type_free_keyval(key: *mut c_int) {
+        free_keyval(key)
+    }
+    fn MPI_Type_set_attr / PMPI_Type_set_attr(dt: Handle, key: c_int, value: *mut c_void) {
+        crate::types::type_id_any(dt)?;
+        type_delete(dt, key)?;
+        type_attrs().push((dt, key, raw::address(value)));
+        Ok(())
+    }
+    fn MPI_Type_get_attr / PMPI_Type_get_attr(dt: Handle, key: c_int, value: *mut isize, flag: *mut c_int) {
+        crate::types::type_id_any(dt)?;
+        keyval(key)?;
+        let v = type_attrs().iter().find(|e| e.0 == dt && e.1 == key).map(|e| e.2);
+        match v {
+            Some(v) => {
+                raw::put(value, v)?;
+                raw::put(flag, 1)
+            }
+            None => raw::put(flag, 0),
+        }
+    }
+    fn MPI_Type_delete_attr / PMPI_Type_delete_attr(dt: Handle, key: c_int) {
+        crate::types::type_id_any(dt)?;
+        if !type_delete(dt, key)? {
+            return Err(Fail::new(ERR_KEYVAL, "the attribute is not set"));
+        }
+        Ok(())
+    }
+    // Keyvals for windows can be made and freed; windows (RMA) themselves are not offered yet.
+    fn MPI_Win_create_keyval / PMPI_Win_create_keyval(copy: Option<CopyFn>, delete: Option<DeleteFn>, key: *mut c_int, extra: *mut c_void) {
+        create_keyval(copy, delete, extra, key)
+    }
+    fn MPI_Win_free_keyval / PMPI_Win_free_keyval(key: *mut c_int) {
+        free_keyval(key)
+    }
+}
+
 /// `MPI_COMM_DUP_FN` / `MPI_DUP_FN`: the copy callback that keeps the value.
 #[no_mangle]
 pub extern "C" fn MPIR_Dup_fn(

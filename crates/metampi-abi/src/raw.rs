@@ -240,6 +240,21 @@ pub fn call_user_op(
     unsafe { f(invec as *mut c_void, inout, &mut len, &mut dt) };
 }
 
+/// Calls a C reduction function of `MPI_Op_create_c`: `f(invec, inoutvec, len, datatype)`
+/// with the length as an `MPI_Count`.
+pub fn call_user_op_c(
+    f: crate::types::UserFnC,
+    invec: *const c_void,
+    inout: *mut c_void,
+    len: i64,
+    dt: crate::consts::Handle,
+) {
+    let (mut len, mut dt) = (len, dt);
+    // SAFETY: as in `call_user_op`: `f` is the function the program registered with
+    // MPI_Op_create_c, over buffers of `len` elements of its datatype.
+    unsafe { f(invec as *mut c_void, inout, &mut len, &mut dt) };
+}
+
 /// Calls a C error handler function `f(&comm, &code)`.
 pub fn call_errhandler(f: crate::err::HandlerFn, comm: crate::consts::Handle, code: c_int) {
     let (mut comm, mut code) = (comm, code);

@@ -17,6 +17,15 @@ use crate::state::Table;
 
 /// A C reduction function: `(invec, inoutvec, len, datatype)`.
 pub type UserFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut Handle);
+/// `MPI_User_function_c` (`MPI_Op_create_c`): the length as an `MPI_Count`.
+pub type UserFnC = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut i64, *mut Handle);
+
+/// A user reduction function, of either length type.
+#[derive(Clone, Copy)]
+pub enum UserFnRef {
+    Int(UserFn),
+    Large(UserFnC),
+}
 
 // ---- predefined datatypes --------------------------------------------------------
 
@@ -505,12 +514,14 @@ mpi! {
     fn MPI_Type_dup / PMPI_Type_dup(old: Handle, new: *mut Handle) {
         let id = type_id_any(old)?;
         let committed = predefined_of(old).is_some() || TYPES.get(old).is_some_and(|e| e.committed);
-        raw::put(new, TYPES.insert(Arc::new(DtEntry {
+        let h = TYPES.insert(Arc::new(DtEntry {
             id,
             committed,
             name: Mutex::new(String::new()),
             env: Envelope { combiner: COMBINER_DUP, ints: vec![], aints: vec![], types: subs(&[old]) },
-        })))
+        }));
+        crate::attr::type_copy_all(old, h)?;
+        raw::put(new, h)
     }
     fn MPI_Type_commit / PMPI_Type_commit(dt: *mut Handle) {
         let h = raw::get(dt)?;
@@ -530,6 +541,7 @@ mpi! {
             return Err(Fail::new(ERR_TYPE, "a predefined datatype cannot be freed"));
         }
         TYPES.remove(h).ok_or_else(|| bad_type(h))?;
+        crate::attr::type_delete_all(h);
         raw::put(dt, DATATYPE_NULL)
     }
     fn MPI_Type_get_envelope / PMPI_Type_get_envelope(dt: Handle, ni: *mut c_int, na: *mut c_int, nt: *mut c_int, combiner: *mut c_int) {
@@ -743,7 +755,7 @@ fn subarray(sizes: &[c_int], subs: &[c_int], starts: &[c_int], order: c_int, old
 #[derive(Clone)]
 pub enum COp {
     Sys(SystemOperation),
-    User { f: UserFn, commute: bool },
+    User { f: UserFnRef, commute: bool },
 }
 
 pub static OPS: Table<COp> = Table::new(OP_BASE);
@@ -779,17 +791,23 @@ pub fn op(h: Handle) -> R<COp> {
 
 /// A user operation calling C function `f` with datatype handle `dt` (what the
 /// function sees, as the program named it).
-pub fn user_op(f: UserFn, commute: bool, dt: Handle) -> UserOperation<'static> {
-    UserOperation::new(commute, move |a, mut b| {
-        let len = b.len() as c_int;
-        raw::call_user_op(f, a.as_ptr(), b.as_mut_ptr(), len, dt)
+pub fn user_op(f: UserFnRef, commute: bool, dt: Handle) -> UserOperation<'static> {
+    UserOperation::new(commute, move |a, mut b| match f {
+        UserFnRef::Int(f) => raw::call_user_op(f, a.as_ptr(), b.as_mut_ptr(), b.len() as c_int, dt),
+        UserFnRef::Large(f) => {
+            raw::call_user_op_c(f, a.as_ptr(), b.as_mut_ptr(), b.len() as i64, dt)
+        }
     })
 }
 
 mpi! {
     fn MPI_Op_create / PMPI_Op_create(f: Option<UserFn>, commute: c_int, op: *mut Handle) {
         let f = f.ok_or_else(|| Fail::arg("the user function is null"))?;
-        raw::put(op, OPS.insert(COp::User { f, commute: commute != 0 }))
+        raw::put(op, OPS.insert(COp::User { f: UserFnRef::Int(f), commute: commute != 0 }))
+    }
+    fn MPI_Op_create_c / PMPI_Op_create_c(f: Option<UserFnC>, commute: c_int, op: *mut Handle) {
+        let f = f.ok_or_else(|| Fail::arg("the user function is null"))?;
+        raw::put(op, OPS.insert(COp::User { f: UserFnRef::Large(f), commute: commute != 0 }))
     }
     fn MPI_Op_free / PMPI_Op_free(op: *mut Handle) {
         let h = raw::get(op)?;

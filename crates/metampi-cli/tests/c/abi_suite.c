@@ -194,6 +194,19 @@ static void datatypes(void) {
     MPI_Type_get_envelope(got[0], &ni, &na, &nt, &comb);
     CHECK(gi[0] == 3 && comb == MPI_COMBINER_CONTIGUOUS && ni == 1 && nt == 1, "contents after free: %d %d", gi[0], comb);
     MPI_Type_free(&got[0]); MPI_Type_free(&outer);
+    /* attributes on datatypes: copied by MPI_Type_dup through the callback, deleted on free */
+    int tkey, tval = 42, *tgot = NULL, tflag = 0;
+    MPI_Type_create_keyval(MPI_TYPE_DUP_FN, MPI_TYPE_NULL_DELETE_FN, &tkey, NULL);
+    MPI_Datatype tdup, tbase;
+    MPI_Type_contiguous(2, MPI_INT, &tbase);
+    MPI_Type_set_attr(tbase, tkey, &tval);
+    MPI_Type_dup(tbase, &tdup);
+    MPI_Type_get_attr(tdup, tkey, &tgot, &tflag);
+    CHECK(tflag && tgot == &tval, "type attribute copied by dup: %d", tflag);
+    MPI_Type_delete_attr(tdup, tkey);
+    MPI_Type_get_attr(tdup, tkey, &tgot, &tflag);
+    CHECK(!tflag, "type attribute deleted");
+    MPI_Type_free(&tdup); MPI_Type_free(&tbase); MPI_Type_free_keyval(&tkey);
     /* Fortran 90 kinds: predefined types, with their own combiner */
     MPI_Datatype f4, f8;
     MPI_Type_create_f90_integer(9, &f4);
@@ -321,6 +334,10 @@ static void comms(void) {
     MPI_Comm_free(&cart); MPI_Comm_free(&shm); MPI_Comm_free(&half); MPI_Comm_free(&dup);
 }
 
+static void user_max_c(void *in, void *inout, MPI_Count *len, MPI_Datatype *dt) {
+    (void)dt;
+    for (MPI_Count i = 0; i < *len; i++) if (((int *)in)[i] > ((int *)inout)[i]) ((int *)inout)[i] = ((int *)in)[i];
+}
 static void user_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
     if (*dt != MPI_INT) { printf("FAIL user op got datatype %#zx\n", (size_t)*dt); return; }
     for (int i = 0; i < *len; i++) if (((int *)in)[i] > ((int *)inout)[i]) ((int *)inout)[i] = ((int *)in)[i];
@@ -347,6 +364,11 @@ static void collectives(void) {
     int emax = 0;
     for (int r = 0; r < size; r++) if ((r * 5) % (size + 3) > emax) emax = (r * 5) % (size + 3);
     CHECK(ur == emax, "user op %d expected %d", ur, emax);
+    MPI_Op_free(&op);
+    MPI_Op_create_c(user_max_c, 1, &op);
+    ur = -1;
+    MPI_Allreduce(&um, &ur, 1, MPI_INT, op, MPI_COMM_WORLD);
+    CHECK(ur == emax, "large-count user op %d expected %d", ur, emax);
     MPI_Op_free(&op);
     int *all = malloc(size * 2 * sizeof(int)), *cnts = malloc(size * sizeof(int)), *dsp = malloc(size * sizeof(int));
     int pair[2] = {rank, -rank};
