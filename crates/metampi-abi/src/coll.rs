@@ -782,8 +782,7 @@ fn alltoallw(
     let (so, ro) = (offsets(&sb), offsets(&rb));
     let mut out = vec![0u8; sb.iter().map(|&n| n as usize).sum()];
     for i in 0..size as usize {
-        types::dtype(st[i])?;
-        let id = types::type_id_any(st[i])?;
+        let id = types::committed_id(st[i])?;
         let at = so[i] as usize;
         types::pack_into(
             raw::offset(sbuf, sd[i] as isize),
@@ -798,8 +797,7 @@ fn alltoallw(
         &mut PartitionMut::new(&mut inb[..], rb.clone(), ro.clone()),
     )?;
     for i in 0..size as usize {
-        types::dtype(rt[i])?;
-        let id = types::type_id_any(rt[i])?;
+        let id = types::committed_id(rt[i])?;
         let at = ro[i] as usize;
         types::unpack_from(
             &inb[at..at + rb[i] as usize],

@@ -305,6 +305,11 @@ pub fn dtype(h: Handle) -> R<DatatypeRef<'static>> {
     }
 }
 
+/// The engine id of the committed datatype behind `h` (for packing).
+pub fn committed_id(h: Handle) -> R<u32> {
+    Ok(dtype(h)?.type_id())
+}
+
 /// The engine id of any datatype handle, committed or not (for constructors and queries).
 pub fn type_id_any(h: Handle) -> R<u32> {
     if let Some(n) = predefined_of(h) {
@@ -590,10 +595,10 @@ mpi! {
     }
     fn MPI_Type_get_name / PMPI_Type_get_name(dt: Handle, name: *mut c_char, len: *mut c_int) {
         let renamed = RENAMED.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|e| e.0 == dt).map(|e| e.1.clone());
-        let s = match predefined_of(dt) {
-            Some(_) if renamed.is_some() => renamed.unwrap_or_default(),
-            Some(n) => n.name.to_string(),
-            None => TYPES.get(dt).ok_or_else(|| bad_type(dt))?.name.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        let s = match (predefined_of(dt), renamed) {
+            (Some(_), Some(r)) => r,
+            (Some(n), None) => n.name.to_string(),
+            (None, _) => TYPES.get(dt).ok_or_else(|| bad_type(dt))?.name.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         };
         let n = raw::put_str(name, MAX_OBJECT_NAME, &s)?;
         raw::put(len, n)
@@ -607,7 +612,7 @@ mpi! {
     }
     fn MPI_Pack / PMPI_Pack(inbuf: *const c_void, count: c_int, dt: Handle, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, _comm: Handle) {
         let n = count_ok(count, "count")?;
-        let id = dtype(dt)?.type_id();
+        let id = committed_id(dt)?;
         let pos = raw::get(position)?;
         let l = dtabi::layout(id);
         let need = n * l.size;
@@ -622,7 +627,7 @@ mpi! {
     }
     fn MPI_Unpack / PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, count: c_int, dt: Handle, _comm: Handle) {
         let n = count_ok(count, "count")?;
-        let id = dtype(dt)?.type_id();
+        let id = committed_id(dt)?;
         let pos = raw::get(position)?;
         let l = dtabi::layout(id);
         let need = n * l.size;
