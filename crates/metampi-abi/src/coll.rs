@@ -111,7 +111,7 @@ fn check_root(c: &CommEntry, root: c_int) -> R {
     Ok(())
 }
 
-fn extent(dt: Handle) -> R<isize> {
+pub(crate) fn extent(dt: Handle) -> R<isize> {
     Ok(dtabi::layout(types::type_id_any(dt)?).extent as isize)
 }
 
@@ -131,7 +131,7 @@ fn span(counts: &[c_int], displs: &[c_int]) -> R<c_int> {
 }
 
 /// Either blocking (`req` null) or the request made into a handle.
-fn deliver(
+pub(crate) fn deliver(
     req: *mut Handle,
     r: Option<(metampi::request::abi::RawRequest, Vec<Box<dyn Any + Send>>)>,
 ) -> R {
@@ -149,7 +149,7 @@ fn deliver(
 
 // ---- the operations, each once for blocking (`req` null) and nonblocking ----------
 
-fn barrier(comm: Handle, rq: *mut Handle) -> R {
+pub(crate) fn barrier(comm: Handle, rq: *mut Handle) -> R {
     let c = state::intra(comm)?;
     if rq.is_null() {
         return Ok(c.comm.try_barrier()?);
@@ -158,7 +158,7 @@ fn barrier(comm: Handle, rq: *mut Handle) -> R {
     raw::put(rq, req::live(r, Vec::new()))
 }
 
-fn bcast(
+pub(crate) fn bcast(
     buf: *mut c_void,
     count: c_int,
     dt: Handle,
@@ -178,7 +178,7 @@ fn bcast(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn reduce(
+pub(crate) fn reduce(
     sbuf: *const c_void,
     rbuf: *mut c_void,
     count: c_int,
@@ -221,13 +221,13 @@ fn reduce(
 
 /// The reductions whose every rank gets a result of `count` elements.
 #[derive(Clone, Copy)]
-enum Elementwise {
+pub(crate) enum Elementwise {
     All,
     Scan,
     Exscan,
 }
 
-fn elementwise(
+pub(crate) fn elementwise(
     kind: Elementwise,
     sbuf: *const c_void,
     rbuf: *mut c_void,
@@ -267,7 +267,7 @@ fn elementwise(
     deliver(rq, Some((h, keep)))
 }
 
-fn reduce_scatter_block(
+pub(crate) fn reduce_scatter_block(
     sbuf: *const c_void,
     rbuf: *mut c_void,
     count: c_int,
@@ -293,7 +293,7 @@ fn reduce_scatter_block(
 }
 
 /// `MPI_Reduce_scatter`: a reduction to rank 0 and a scatter of the blocks.
-fn reduce_scatter(
+pub(crate) fn reduce_scatter(
     sbuf: *const c_void,
     rbuf: *mut c_void,
     counts: *const c_int,
@@ -344,7 +344,7 @@ fn reduce_scatter(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn gather(
+pub(crate) fn gather(
     sbuf: *const c_void,
     scount: c_int,
     sdt: Handle,
@@ -387,7 +387,7 @@ fn gather(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn gatherv(
+pub(crate) fn gatherv(
     sbuf: *const c_void,
     scount: c_int,
     sdt: Handle,
@@ -446,7 +446,7 @@ fn gatherv(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn scatter(
+pub(crate) fn scatter(
     sbuf: *const c_void,
     scount: c_int,
     sdt: Handle,
@@ -493,7 +493,7 @@ fn scatter(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn scatterv(
+pub(crate) fn scatterv(
     sbuf: *const c_void,
     scounts: *const c_int,
     displs: *const c_int,
@@ -555,7 +555,7 @@ fn scatterv(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn allgather(
+pub(crate) fn allgather(
     sbuf: *const c_void,
     scount: c_int,
     sdt: Handle,
@@ -595,7 +595,7 @@ fn allgather(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn allgatherv(
+pub(crate) fn allgatherv(
     sbuf: *const c_void,
     scount: c_int,
     sdt: Handle,
@@ -640,7 +640,7 @@ fn allgatherv(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn alltoall(
+pub(crate) fn alltoall(
     sbuf: *const c_void,
     scount: c_int,
     sdt: Handle,
@@ -676,7 +676,7 @@ fn alltoall(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn alltoallv(
+pub(crate) fn alltoallv(
     sbuf: *const c_void,
     scounts: *const c_int,
     sdispls: *const c_int,
@@ -728,7 +728,7 @@ fn alltoallv(
 /// `MPI_Alltoallw`: a datatype per peer and displacements in bytes. Each block is packed,
 /// the bytes go through the engine's varying-count all-to-all, and each received block is
 /// unpacked with its own datatype. The nonblocking form completes inside the call.
-fn alltoallw(
+pub(crate) fn alltoallw(
     sbuf: *const c_void,
     scounts: *const c_int,
     sdispls: *const c_int,
@@ -939,7 +939,7 @@ mpi! {
 }
 
 /// A nonblocking call's request output must be a real pointer.
-fn req_out(rq: *mut Handle) -> R {
+pub(crate) fn req_out(rq: *mut Handle) -> R {
     if rq.is_null() {
         return Err(Fail::arg("the request output is a null pointer"));
     }

@@ -33,7 +33,7 @@ pub fn register_child(
     if copy_attrs {
         crate::attr::copy_all(old, parent, h)?;
         if let Ok(c) = state::comm(h) {
-            *c.topo.lock().unwrap_or_else(|p| p.into_inner()) = parent.topo();
+            c.set_topo(parent.topo());
         }
     }
     Ok(h)

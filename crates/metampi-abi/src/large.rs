@@ -79,6 +79,10 @@ large! {
     fn MPI_Mrecv_c / PMPI_Mrecv_c(b: *mut c_void, n: Count, dt: Handle, m: *mut Handle, st: *mut CStatus) [n] => crate::p2p::PMPI_Mrecv;
     fn MPI_Imrecv_c / PMPI_Imrecv_c(b: *mut c_void, n: Count, dt: Handle, m: *mut Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Imrecv;
     fn MPI_Sendrecv_c / PMPI_Sendrecv_c(sb: *const c_void, sn: Count, sdt: Handle, d: c_int, stg: c_int, rb: *mut c_void, rn: Count, rdt: Handle, s: c_int, rtg: c_int, c: Handle, st: *mut CStatus) [sn, rn] => crate::p2p::PMPI_Sendrecv;
+    fn MPI_Psend_init_c / PMPI_Psend_init_c(b: *const c_void, p: c_int, n: Count, dt: Handle, d: c_int, t: c_int, c: Handle, i: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Psend_init;
+    fn MPI_Precv_init_c / PMPI_Precv_init_c(b: *mut c_void, p: c_int, n: Count, dt: Handle, s: c_int, t: c_int, c: Handle, i: Handle, r: *mut Handle) [n] => crate::p2p::PMPI_Precv_init;
+    fn MPI_Isendrecv_c / PMPI_Isendrecv_c(sb: *const c_void, sn: Count, sdt: Handle, d: c_int, stg: c_int, rb: *mut c_void, rn: Count, rdt: Handle, s: c_int, rtg: c_int, c: Handle, q: *mut Handle) [sn, rn] => crate::p2p::PMPI_Isendrecv;
+    fn MPI_Isendrecv_replace_c / PMPI_Isendrecv_replace_c(b: *mut c_void, n: Count, dt: Handle, d: c_int, stg: c_int, s: c_int, rtg: c_int, c: Handle, q: *mut Handle) [n] => crate::p2p::PMPI_Isendrecv_replace;
     fn MPI_Sendrecv_replace_c / PMPI_Sendrecv_replace_c(b: *mut c_void, n: Count, dt: Handle, d: c_int, stg: c_int, s: c_int, rtg: c_int, c: Handle, st: *mut CStatus) [n] => crate::p2p::PMPI_Sendrecv_replace;
     fn MPI_Bcast_c / PMPI_Bcast_c(b: *mut c_void, n: Count, dt: Handle, root: c_int, c: Handle) [n] => crate::coll::PMPI_Bcast;
     fn MPI_Ibcast_c / PMPI_Ibcast_c(b: *mut c_void, n: Count, dt: Handle, root: c_int, c: Handle, r: *mut Handle) [n] => crate::coll::PMPI_Ibcast;
@@ -310,4 +314,81 @@ coded! {
         raw::put_opt(pos, p as Count);
         Ok(rc)
     }
+}
+
+large! {
+    fn MPI_Bcast_init_c / PMPI_Bcast_init_c(b: *mut c_void, n: Count, dt: Handle, root: c_int, c: Handle, i: Handle, q: *mut Handle) [n] => crate::persist::PMPI_Bcast_init;
+    fn MPI_Reduce_init_c / PMPI_Reduce_init_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, root: c_int, c: Handle, i: Handle, q: *mut Handle) [n] => crate::persist::PMPI_Reduce_init;
+    fn MPI_Allreduce_init_c / PMPI_Allreduce_init_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle, i: Handle, q: *mut Handle) [n] => crate::persist::PMPI_Allreduce_init;
+    fn MPI_Scan_init_c / PMPI_Scan_init_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle, i: Handle, q: *mut Handle) [n] => crate::persist::PMPI_Scan_init;
+    fn MPI_Exscan_init_c / PMPI_Exscan_init_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle, i: Handle, q: *mut Handle) [n] => crate::persist::PMPI_Exscan_init;
+    fn MPI_Reduce_scatter_block_init_c / PMPI_Reduce_scatter_block_init_c(s: *const c_void, r: *mut c_void, n: Count, dt: Handle, op: Handle, c: Handle, i: Handle, q: *mut Handle) [n] => crate::persist::PMPI_Reduce_scatter_block_init;
+    fn MPI_Gather_init_c / PMPI_Gather_init_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, root: c_int, c: Handle, i: Handle, q: *mut Handle) [sn, rn] => crate::persist::PMPI_Gather_init;
+    fn MPI_Scatter_init_c / PMPI_Scatter_init_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, root: c_int, c: Handle, i: Handle, q: *mut Handle) [sn, rn] => crate::persist::PMPI_Scatter_init;
+    fn MPI_Allgather_init_c / PMPI_Allgather_init_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle, i: Handle, q: *mut Handle) [sn, rn] => crate::persist::PMPI_Allgather_init;
+    fn MPI_Alltoall_init_c / PMPI_Alltoall_init_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle, i: Handle, q: *mut Handle) [sn, rn] => crate::persist::PMPI_Alltoall_init;
+    fn MPI_Neighbor_allgather_c / PMPI_Neighbor_allgather_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle) [sn, rn] => crate::neighbor::PMPI_Neighbor_allgather;
+    fn MPI_Ineighbor_allgather_c / PMPI_Ineighbor_allgather_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle, q: *mut Handle) [sn, rn] => crate::neighbor::PMPI_Ineighbor_allgather;
+    fn MPI_Neighbor_allgather_init_c / PMPI_Neighbor_allgather_init_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle, i: Handle, q: *mut Handle) [sn, rn] => crate::neighbor::PMPI_Neighbor_allgather_init;
+    fn MPI_Neighbor_alltoall_c / PMPI_Neighbor_alltoall_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle) [sn, rn] => crate::neighbor::PMPI_Neighbor_alltoall;
+    fn MPI_Ineighbor_alltoall_c / PMPI_Ineighbor_alltoall_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle, q: *mut Handle) [sn, rn] => crate::neighbor::PMPI_Ineighbor_alltoall;
+    fn MPI_Neighbor_alltoall_init_c / PMPI_Neighbor_alltoall_init_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, c: Handle, i: Handle, q: *mut Handle) [sn, rn] => crate::neighbor::PMPI_Neighbor_alltoall_init;
+}
+
+large_v! {
+    fn MPI_Gatherv_init_c / PMPI_Gatherv_init_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: Handle, root: c_int, comm: Handle, i: Handle, q: *mut Handle)
+        on comm arrays [rcs, ds] counts [sn] => crate::persist::PMPI_Gatherv_init;
+    fn MPI_Scatterv_init_c / PMPI_Scatterv_init_c(s: *const c_void, scs: *const Count, ds: *const isize, sdt: Handle, r: *mut c_void, rn: Count, rdt: Handle, root: c_int, comm: Handle, i: Handle, q: *mut Handle)
+        on comm arrays [scs, ds] counts [rn] => crate::persist::PMPI_Scatterv_init;
+    fn MPI_Allgatherv_init_c / PMPI_Allgatherv_init_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: Handle, comm: Handle, i: Handle, q: *mut Handle)
+        on comm arrays [rcs, ds] counts [sn] => crate::persist::PMPI_Allgatherv_init;
+    fn MPI_Alltoallv_init_c / PMPI_Alltoallv_init_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: Handle, comm: Handle, i: Handle, q: *mut Handle)
+        on comm arrays [scs, sds, rcs, rds] counts [] => crate::persist::PMPI_Alltoallv_init;
+    fn MPI_Alltoallw_init_c / PMPI_Alltoallw_init_c(s: *const c_void, scs: *const Count, sds: *const isize, sts: *const Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rts: *const Handle, comm: Handle, i: Handle, q: *mut Handle)
+        on comm arrays [scs, sds, rcs, rds] counts [] => crate::persist::PMPI_Alltoallw_init;
+    fn MPI_Reduce_scatter_init_c / PMPI_Reduce_scatter_init_c(s: *const c_void, r: *mut c_void, rcs: *const Count, dt: Handle, op: Handle, comm: Handle, i: Handle, q: *mut Handle)
+        on comm arrays [rcs] counts [] => crate::persist::PMPI_Reduce_scatter_init;
+}
+
+/// Defines a neighbourhood collective's `_c` form: each array named is narrowed over
+/// the calling rank's in-degree (`0`) or out-degree (`1`), the counts named too.
+macro_rules! large_n {
+    ($(fn $name:ident / $pname:ident ($($a:ident : $t:ty),*) on $comm:ident arrays [$($v:ident : $deg:expr),*] counts [$($n:ident),*] => $int:path;)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $pname($($a: $t),*) -> c_int {
+            let f = stringify!($name);
+            let degs = match crate::neighbor::degrees($comm) {
+                Ok((ni, no)) => [ni, no],
+                Err(e) => return err::raise(f, e),
+            };
+            $(let $v = match narrow_all(f, $v, degs[$deg]) { Ok(v) => v, Err(code) => return code };)*
+            $(let $v = $v.as_ptr();)*
+            narrowed!(f, [$($n),*], $int($($a),*))
+        }
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> c_int {
+            $pname($($a),*)
+        }
+    )*};
+}
+
+large_n! {
+    fn MPI_Neighbor_allgatherv_c / PMPI_Neighbor_allgatherv_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: Handle, comm: Handle)
+        on comm arrays [rcs: 0, ds: 0] counts [sn] => crate::neighbor::PMPI_Neighbor_allgatherv;
+    fn MPI_Ineighbor_allgatherv_c / PMPI_Ineighbor_allgatherv_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: Handle, comm: Handle, q: *mut Handle)
+        on comm arrays [rcs: 0, ds: 0] counts [sn] => crate::neighbor::PMPI_Ineighbor_allgatherv;
+    fn MPI_Neighbor_allgatherv_init_c / PMPI_Neighbor_allgatherv_init_c(s: *const c_void, sn: Count, sdt: Handle, r: *mut c_void, rcs: *const Count, ds: *const isize, rdt: Handle, comm: Handle, i: Handle, q: *mut Handle)
+        on comm arrays [rcs: 0, ds: 0] counts [sn] => crate::neighbor::PMPI_Neighbor_allgatherv_init;
+    fn MPI_Neighbor_alltoallv_c / PMPI_Neighbor_alltoallv_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: Handle, comm: Handle)
+        on comm arrays [scs: 1, sds: 1, rcs: 0, rds: 0] counts [] => crate::neighbor::PMPI_Neighbor_alltoallv;
+    fn MPI_Ineighbor_alltoallv_c / PMPI_Ineighbor_alltoallv_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: Handle, comm: Handle, q: *mut Handle)
+        on comm arrays [scs: 1, sds: 1, rcs: 0, rds: 0] counts [] => crate::neighbor::PMPI_Ineighbor_alltoallv;
+    fn MPI_Neighbor_alltoallv_init_c / PMPI_Neighbor_alltoallv_init_c(s: *const c_void, scs: *const Count, sds: *const isize, sdt: Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rdt: Handle, comm: Handle, i: Handle, q: *mut Handle)
+        on comm arrays [scs: 1, sds: 1, rcs: 0, rds: 0] counts [] => crate::neighbor::PMPI_Neighbor_alltoallv_init;
+    fn MPI_Neighbor_alltoallw_c / PMPI_Neighbor_alltoallw_c(s: *const c_void, scs: *const Count, sds: *const isize, sts: *const Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rts: *const Handle, comm: Handle)
+        on comm arrays [scs: 1, rcs: 0] counts [] => crate::neighbor::PMPI_Neighbor_alltoallw;
+    fn MPI_Ineighbor_alltoallw_c / PMPI_Ineighbor_alltoallw_c(s: *const c_void, scs: *const Count, sds: *const isize, sts: *const Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rts: *const Handle, comm: Handle, q: *mut Handle)
+        on comm arrays [scs: 1, rcs: 0] counts [] => crate::neighbor::PMPI_Ineighbor_alltoallw;
+    fn MPI_Neighbor_alltoallw_init_c / PMPI_Neighbor_alltoallw_init_c(s: *const c_void, scs: *const Count, sds: *const isize, sts: *const Handle, r: *mut c_void, rcs: *const Count, rds: *const isize, rts: *const Handle, comm: Handle, i: Handle, q: *mut Handle)
+        on comm arrays [scs: 1, rcs: 0] counts [] => crate::neighbor::PMPI_Neighbor_alltoallw_init;
 }

@@ -46,7 +46,9 @@ pub mod consts;
 pub mod env;
 pub mod err;
 pub mod large;
+pub mod neighbor;
 pub mod p2p;
+pub mod persist;
 mod raw;
 pub mod req;
 #[cfg(std_abi)]

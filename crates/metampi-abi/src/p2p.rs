@@ -127,6 +127,23 @@ fn isend(
     raw::put(req, req::handle_of(r))
 }
 
+/// The elements of a partitioned transfer: `partitions` of `count` each. Partitioned
+/// messages travel as one message on the communicator with the tag given.
+fn partitioned(partitions: c_int, count: c_int) -> R<c_int> {
+    if partitions < 0 || count < 0 {
+        return Err(Fail::new(
+            ERR_COUNT,
+            format!("{partitions} partitions of {count} elements: neither may be negative"),
+        ));
+    }
+    partitions.checked_mul(count).ok_or_else(|| {
+        Fail::new(
+            ERR_COUNT,
+            format!("{partitions} partitions of {count} elements exceed 2^31-1 elements"),
+        )
+    })
+}
+
 fn send_init(
     buf: *const c_void,
     count: c_int,
@@ -149,6 +166,30 @@ fn send_init(
         tag,
         comm: c,
         mode,
+    };
+    raw::put(req, req::insert(Req::Persistent { spec, active: None }))
+}
+
+fn recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    dt: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    req: *mut Handle,
+) -> R {
+    let c = state::comm(comm)?;
+    let b = types::buf(buf, count, dt)?;
+    recv_tag(tag)?;
+    if source >= 0 {
+        check_rank(&c, source, "source")?;
+    }
+    let spec = Spec::Recv {
+        buf: b,
+        source,
+        tag,
+        comm: c,
     };
     raw::put(req, req::insert(Req::Persistent { spec, active: None }))
 }
@@ -210,6 +251,50 @@ fn exchange(
     let got = req::wait_now(r)?;
     sent?;
     Ok(got)
+}
+
+/// `MPI_Isendrecv`: the receive and the send started, as one request with the
+/// receive's status. The send's arguments are checked before the receive is posted,
+/// so a refused call leaves nothing under way. `keep` (a packed copy the send reads)
+/// lives as long as the send.
+fn exchange_start(
+    c: &CommEntry,
+    sb: CBuf,
+    dest: c_int,
+    stag: c_int,
+    rb: CBuf,
+    source: c_int,
+    rtag: c_int,
+    keep: Option<Vec<u8>>,
+) -> R<Req> {
+    if dest != PROC_NULL {
+        check_tag(stag)?;
+        check_rank(c, dest, "destination")?;
+    }
+    let r = start_recv(c, rb, source, rtag)?;
+    let mut s = start_send(c, sb, dest, stag, Mode::Standard)?;
+    if let (Req::Live { keep: k, .. }, Some(t)) = (&mut s, keep) {
+        k.push(Box::new(t));
+    }
+    Ok(Req::Multi {
+        parts: vec![(true, r), (false, s)],
+        st: St::EMPTY,
+        fail: None,
+    })
+}
+
+/// `count` elements of `b` (at `buf`) packed into a byte buffer, and a buffer over it
+/// to send from (send-receive-replace receives into the original).
+fn packed_copy(buf: *const c_void, count: c_int, b: &CBuf) -> R<(CBuf, Vec<u8>)> {
+    let id = b.dt.type_id();
+    let mut tmp = vec![0u8; dtabi::layout(id).size * count.max(0) as usize];
+    types::pack_into(buf, count.max(0) as usize, id, &mut tmp);
+    let sb = types::buf(
+        tmp.as_ptr() as *const c_void,
+        tmp.len() as c_int,
+        DATATYPE_BYTE,
+    )?;
+    Ok((sb, tmp))
 }
 
 /// Messages taken by matched probes, behind `MPI_Message` handles.
@@ -304,14 +389,23 @@ mpi! {
         send_init(buf, count, dt, dest, tag, comm, req, Mode::Ready)
     }
     fn MPI_Recv_init / PMPI_Recv_init(buf: *mut c_void, count: c_int, dt: Handle, source: c_int, tag: c_int, comm: Handle, req: *mut Handle) {
-        let c = state::comm(comm)?;
-        let b = types::buf(buf, count, dt)?;
-        recv_tag(tag)?;
-        if source >= 0 {
-            check_rank(&c, source, "source")?;
-        }
-        let spec = Spec::Recv { buf: b, source, tag, comm: c };
+        recv_init(buf, count, dt, source, tag, comm, req)
+    }
+    fn MPI_Psend_init / PMPI_Psend_init(buf: *const c_void, partitions: c_int, count: c_int, dt: Handle, dest: c_int, tag: c_int, comm: Handle, _info: Handle, req: *mut Handle) {
+        let n = partitioned(partitions, count)?;
+        let mut h = REQUEST_NULL;
+        send_init(buf, n, dt, dest, tag, comm, &mut h, Mode::Standard)?;
+        let Req::Persistent { spec, .. } = req::take_out(h)? else {
+            return Err(Fail::new(ERR_INTERN, "send_init made no persistent request"));
+        };
+        let spec = Spec::Psend { send: Box::new(spec), ready: vec![false; partitions as usize] };
         raw::put(req, req::insert(Req::Persistent { spec, active: None }))
+    }
+    fn MPI_Precv_init / PMPI_Precv_init(buf: *mut c_void, partitions: c_int, count: c_int, dt: Handle, source: c_int, tag: c_int, comm: Handle, _info: Handle, req: *mut Handle) {
+        if source == ANY_SOURCE || tag == ANY_TAG {
+            return Err(Fail::arg("a partitioned receive names its source and tag (no wildcards)"));
+        }
+        recv_init(buf, partitioned(partitions, count)?, dt, source, tag, comm, req)
     }
     fn MPI_Recv / PMPI_Recv(buf: *mut c_void, count: c_int, dt: Handle, source: c_int, tag: c_int, comm: Handle, status: *mut CStatus) {
         let c = state::comm(comm)?;
@@ -338,13 +432,23 @@ mpi! {
         source: c_int, rtag: c_int, comm: Handle, status: *mut CStatus) {
         let c = state::comm(comm)?;
         let b = types::buf(buf, count, dt)?;
-        // Send a packed copy, receive into the buffer itself.
-        let id = b.dt.type_id();
-        let mut tmp = vec![0u8; dtabi::layout(id).size * count as usize];
-        types::pack_into(buf, count as usize, id, &mut tmp);
-        let sb = types::buf(tmp.as_ptr() as *const c_void, tmp.len() as c_int, DATATYPE_BYTE)?;
+        let (sb, _tmp) = packed_copy(buf, count, &b)?;
         exchange(&c, sb, dest, stag, b, source, rtag)?.write(status, SUCCESS);
         Ok(())
+    }
+    fn MPI_Isendrecv / PMPI_Isendrecv(sbuf: *const c_void, scount: c_int, sdt: Handle, dest: c_int, stag: c_int,
+        rbuf: *mut c_void, rcount: c_int, rdt: Handle, source: c_int, rtag: c_int, comm: Handle, req: *mut Handle) {
+        let c = state::comm(comm)?;
+        let sb = types::buf(sbuf, scount, sdt)?;
+        let rb = types::buf(rbuf, rcount, rdt)?;
+        raw::put(req, req::insert(exchange_start(&c, sb, dest, stag, rb, source, rtag, None)?))
+    }
+    fn MPI_Isendrecv_replace / PMPI_Isendrecv_replace(buf: *mut c_void, count: c_int, dt: Handle, dest: c_int, stag: c_int,
+        source: c_int, rtag: c_int, comm: Handle, req: *mut Handle) {
+        let c = state::comm(comm)?;
+        let b = types::buf(buf, count, dt)?;
+        let (sb, tmp) = packed_copy(buf, count, &b)?;
+        raw::put(req, req::insert(exchange_start(&c, sb, dest, stag, b, source, rtag, Some(tmp))?))
     }
     fn MPI_Probe / PMPI_Probe(source: c_int, tag: c_int, comm: Handle, status: *mut CStatus) {
         let c = state::comm(comm)?;

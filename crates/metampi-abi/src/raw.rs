@@ -383,3 +383,44 @@ pub fn call_delete_proxy(
         )
     }
 }
+
+/// A C caller's pointer (or several) held past the call that passed it: the
+/// arguments of a persistent collective, the state of a generalized request.
+#[derive(Clone, Copy, Debug)]
+pub struct Shared<T: Copy>(pub T);
+
+impl<T: Copy> Shared<T> {
+    pub fn get(&self) -> T {
+        self.0
+    }
+}
+
+// SAFETY: MPI's contract: what such a pointer points at stays valid, and is not
+// touched by the program against the rules, until the request that holds it is
+// freed; the library reaches it only from the thread that starts or completes
+// the request.
+unsafe impl<T: Copy> Send for Shared<T> {}
+// SAFETY: as for Send; the pointer itself is only copied.
+unsafe impl<T: Copy> Sync for Shared<T> {}
+
+/// Calls a generalized request's query function.
+pub fn call_grequest_query(
+    f: crate::req::QueryFn,
+    extra: *mut c_void,
+    st: &mut crate::req::CStatus,
+) -> c_int {
+    // SAFETY: the program gave `f` and `extra` to MPI_Grequest_start for this call.
+    unsafe { f(extra, st) }
+}
+
+/// Calls a generalized request's free function.
+pub fn call_grequest_free(f: crate::req::FreeFn, extra: *mut c_void) -> c_int {
+    // SAFETY: as in `call_grequest_query`.
+    unsafe { f(extra) }
+}
+
+/// Calls a generalized request's cancel function.
+pub fn call_grequest_cancel(f: crate::req::CancelFn, extra: *mut c_void, complete: c_int) -> c_int {
+    // SAFETY: as in `call_grequest_query`.
+    unsafe { f(extra, complete) }
+}

@@ -5,8 +5,9 @@
 //! only one thread complete a request), so a blocked wait holds no lock.
 
 use std::any::Any;
-use std::ffi::c_int;
-use std::sync::Mutex;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use metampi::point_to_point::Status;
 use metampi::request::abi::{done_indices, wait_any_index, RawRequest};
@@ -110,6 +111,12 @@ pub fn status_bytes(s: &CStatus) -> u64 {
 /// What a persistent request starts each time.
 #[derive(Clone)]
 pub enum Spec {
+    /// A persistent collective (`MPI_Bcast_init` and kin): the nonblocking
+    /// operation each `MPI_Start` begins, over the arguments captured at init.
+    Op(Arc<dyn Fn() -> R<Req> + Send + Sync>),
+    /// A partitioned send (`MPI_Psend_init`): the send goes when every partition
+    /// has been marked ready since the last start.
+    Psend { send: Box<Spec>, ready: Vec<bool> },
     Send {
         buf: raw::CBuf,
         dest: c_int,
@@ -140,7 +147,128 @@ pub enum Req {
         spec: Spec,
         active: Option<Box<Req>>,
     },
+    /// Operations that complete as one (`MPI_Isendrecv`, neighbourhood
+    /// collectives); the request's status is that of the part marked `true`.
+    Multi {
+        parts: Vec<(bool, Req)>,
+        st: St,
+        fail: Option<Fail>,
+    },
+    /// A generalized request (`MPI_Grequest_start`): the program completes it.
+    Gen(Arc<Greq>),
+    /// A started partitioned send with partitions not yet ready.
+    Pending,
 }
+
+/// The callbacks of a generalized request, as `MPI_Grequest_start` takes them.
+pub type QueryFn = unsafe extern "C" fn(*mut c_void, *mut CStatus) -> c_int;
+pub type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+pub type CancelFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
+/// A generalized request: the program's callbacks and state, and whether
+/// `MPI_Grequest_complete` has been called (a waiting thread sleeps on `cv`).
+pub struct Greq {
+    query: Option<QueryFn>,
+    free: Option<FreeFn>,
+    cancel: Option<CancelFn>,
+    extra: raw::Shared<*mut c_void>,
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Greq {
+    fn is_done(&self) -> bool {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The status the program's query function gives, then its free function.
+    fn finish(&self) -> (St, Option<Fail>) {
+        let mut cs = CStatus::new(PROC_NULL, ANY_TAG, SUCCESS, 0, false);
+        let mut fail = None;
+        if let Some(q) = self.query {
+            let rc = raw::call_grequest_query(q, self.extra.get(), &mut cs);
+            if rc != SUCCESS {
+                fail = Some(Fail::new(
+                    rc,
+                    "the generalized request's query function failed",
+                ));
+            }
+        }
+        if let Some(f) = self.free {
+            let rc = raw::call_grequest_free(f, self.extra.get());
+            if rc != SUCCESS && fail.is_none() {
+                fail = Some(Fail::new(
+                    rc,
+                    "the generalized request's free function failed",
+                ));
+            }
+        }
+        if cs.error != SUCCESS && fail.is_none() {
+            fail = Some(Fail::new(cs.error, "the generalized request failed"));
+        }
+        let st = St {
+            source: cs.source,
+            tag: cs.tag,
+            bytes: status_bytes(&cs) as usize,
+            cancelled: cs.count_hi_and_cancelled & 1 != 0,
+        };
+        (st, fail)
+    }
+}
+
+/// Starts a generalized request.
+pub fn grequest(
+    query: Option<QueryFn>,
+    free: Option<FreeFn>,
+    cancel: Option<CancelFn>,
+    extra: *mut c_void,
+) -> Handle {
+    let g = Arc::new(Greq {
+        query,
+        free,
+        cancel,
+        extra: raw::Shared(extra),
+        done: Mutex::new(false),
+        cv: Condvar::new(),
+    });
+    let h = insert(Req::Gen(g.clone()));
+    GREQS.lock().unwrap_or_else(|p| p.into_inner()).push((h, g));
+    h
+}
+
+/// Generalized requests not yet completed by the program, by handle: found here
+/// by `MPI_Grequest_complete` even while a waiting thread holds the request.
+static GREQS: Mutex<Vec<(Handle, Arc<Greq>)>> = Mutex::new(Vec::new());
+
+/// `MPI_Grequest_complete`: marks `h` complete and wakes its waiter.
+pub fn grequest_complete(h: Handle) -> R {
+    let g = {
+        let mut v = GREQS.lock().unwrap_or_else(|p| p.into_inner());
+        let k = v.iter().position(|(x, _)| *x == h).ok_or_else(|| {
+            Fail::new(
+                ERR_REQUEST,
+                format!("{h:#x} is not a generalized request in progress"),
+            )
+        })?;
+        v.swap_remove(k).1
+    };
+    *g.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    g.cv.notify_all();
+    // One the program freed before completing it is finished now.
+    let orphan = {
+        let mut f = FREED_GEN.lock().unwrap_or_else(|p| p.into_inner());
+        f.iter()
+            .position(|x| Arc::ptr_eq(x, &g))
+            .map(|k| f.swap_remove(k))
+    };
+    if let Some(o) = orphan {
+        let _ = o.finish();
+    }
+    Ok(())
+}
+
+/// Generalized requests freed by the program before it completed them.
+static FREED_GEN: Mutex<Vec<Arc<Greq>>> = Mutex::new(Vec::new());
 
 // SAFETY-free marker: RawRequest holds engine ids and C pointers that the engine
 // may use from any thread; the Rust request type is Send already.
@@ -249,6 +377,14 @@ pub fn handle_of(r: Req) -> Handle {
     }
 }
 
+/// Takes the request behind handle `h` out of the table for good (an operation a
+/// function started through a handle, to become part of another request).
+pub fn take_out(h: Handle) -> R<Req> {
+    let r = take(h)?;
+    release(h);
+    Ok(r)
+}
+
 /// A new request handle for an operation already complete.
 pub fn done(st: St) -> Handle {
     insert(Req::Done(st, SUCCESS))
@@ -268,6 +404,35 @@ fn wait_req(r: Req) -> (St, Option<Fail>) {
         Req::Done(st, SUCCESS) => (st, None),
         Req::Done(st, class) => (st, Some(Fail::new(class, "the operation failed"))),
         Req::Persistent { .. } => (St::EMPTY, None),
+        Req::Pending => (
+            St::EMPTY,
+            Some(Fail::new(
+                ERR_REQUEST,
+                "a partitioned send was waited for before every partition was marked ready",
+            )),
+        ),
+        Req::Multi {
+            parts,
+            mut st,
+            mut fail,
+        } => {
+            for (mine, p) in parts {
+                let (s, f) = wait_req(p);
+                if mine {
+                    st = s;
+                }
+                fail = fail.or(f);
+            }
+            (st, fail)
+        }
+        Req::Gen(g) => {
+            let mut d = g.done.lock().unwrap_or_else(|p| p.into_inner());
+            while !*d {
+                d = g.cv.wait(d).unwrap_or_else(|p| p.into_inner());
+            }
+            drop(d);
+            g.finish()
+        }
     }
 }
 
@@ -286,6 +451,34 @@ fn test_req(r: Req) -> Result<(St, Option<Fail>), Req> {
             }
             Err(r) => Err(Req::Live { r, keep }),
         },
+        Req::Multi {
+            parts,
+            mut st,
+            mut fail,
+        } => {
+            let mut left = Vec::new();
+            for (mine, p) in parts {
+                match test_req(p) {
+                    Ok((s, f)) => {
+                        if mine {
+                            st = s;
+                        }
+                        fail = fail.or(f);
+                    }
+                    Err(p) => left.push((mine, p)),
+                }
+            }
+            match left.is_empty() {
+                true => Ok((st, fail)),
+                false => Err(Req::Multi {
+                    parts: left,
+                    st,
+                    fail,
+                }),
+            }
+        }
+        Req::Gen(g) if !g.is_done() => Err(Req::Gen(g)),
+        Req::Pending => Err(Req::Pending),
         done => Ok(wait_req(done)),
     }
 }
@@ -385,40 +578,74 @@ fn wait_any_of(hs: &[Handle]) -> R<Option<usize>> {
     if act.is_empty() {
         return Ok(None);
     }
-    // Take the requests out, see which is done (blocking in the engine), put back.
-    let mut taken: Vec<(usize, Req)> = Vec::with_capacity(act.len());
-    for &k in &act {
-        match take(hs[k]) {
-            Ok(r) => taken.push((k, r)),
-            Err(e) => {
-                for (k, r) in taken {
-                    put_back(hs[k], r);
+    let mut nap = Duration::from_micros(50);
+    loop {
+        if let Some(&k) = done_now(hs).first() {
+            return Ok(Some(k));
+        }
+        // Take the requests out, block in the engine until one of their operations
+        // completes, put them back. A multi-part request is complete only when all its
+        // parts are, and a generalized one when the program says so: both are looked
+        // at again on the next pass.
+        let mut taken: Vec<(usize, Req)> = Vec::with_capacity(act.len());
+        for &k in &act {
+            match take(hs[k]) {
+                Ok(r) => taken.push((k, r)),
+                Err(e) => {
+                    for (k, r) in taken {
+                        put_back(hs[k], r);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
             }
         }
-    }
-    let mut ready = None;
-    for (k, r) in &taken {
-        if matches!(r, Req::Done(..))
-            || matches!(r, Req::Persistent { active: Some(a), .. } if matches!(**a, Req::Done(..)))
-        {
-            ready = Some(*k);
-            break;
+        let generalized = taken.iter().any(|(_, r)| has_gen(r));
+        let mut raws: Vec<(usize, bool, &RawRequest)> = Vec::new();
+        for (k, r) in &taken {
+            let whole = !matches!(r, Req::Multi { .. })
+                && !matches!(r, Req::Persistent { active: Some(a), .. } if matches!(**a, Req::Multi { .. }));
+            let mut v = Vec::new();
+            raws_of(r, &mut v);
+            raws.extend(v.into_iter().map(|x| (*k, whole, x)));
+        }
+        let mut ready = None;
+        if generalized {
+            // The program completes these from another thread: look again shortly.
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(2));
+        } else if !raws.is_empty() {
+            let refs: Vec<&RawRequest> = raws.iter().map(|x| x.2).collect();
+            ready = wait_any_index(&refs).and_then(|i| raws[i].1.then_some(raws[i].0));
+        }
+        for (k, r) in taken {
+            put_back(hs[k], r);
+        }
+        if ready.is_some() {
+            return Ok(ready);
         }
     }
-    if ready.is_none() {
-        let raws: Vec<(usize, &RawRequest)> = taken
-            .iter()
-            .filter_map(|(k, r)| live_of(r).map(|x| (*k, x)))
-            .collect();
-        let refs: Vec<&RawRequest> = raws.iter().map(|x| x.1).collect();
-        ready = wait_any_index(&refs).map(|i| raws[i].0);
+}
+
+/// The engine requests under way in `r`.
+fn raws_of<'a>(r: &'a Req, out: &mut Vec<&'a RawRequest>) {
+    match r {
+        Req::Live { r, .. } => out.push(r),
+        Req::Persistent {
+            active: Some(a), ..
+        } => raws_of(a, out),
+        Req::Multi { parts, .. } => parts.iter().for_each(|(_, p)| raws_of(p, out)),
+        _ => {}
     }
-    for (k, r) in taken {
-        put_back(hs[k], r);
+}
+
+fn has_gen(r: &Req) -> bool {
+    match r {
+        Req::Gen(_) => true,
+        Req::Persistent {
+            active: Some(a), ..
+        } => has_gen(a),
+        _ => false,
     }
-    Ok(ready)
 }
 
 fn live_of(r: &Req) -> Option<&RawRequest> {
@@ -431,11 +658,74 @@ fn live_of(r: &Req) -> Option<&RawRequest> {
     }
 }
 
+/// Whether `r` needs a test of its own to know it is complete (no single engine request).
+fn composite(r: &Req) -> bool {
+    match r {
+        Req::Multi { .. } | Req::Gen(_) => true,
+        Req::Persistent {
+            active: Some(a), ..
+        } => composite(a),
+        _ => false,
+    }
+}
+
+/// Tests the composite request `h`; when complete its result is kept in its slot as a
+/// finished request. Returns whether it is complete.
+fn settle(h: Handle) -> bool {
+    let Ok(r) = take(h) else {
+        return false;
+    };
+    let finished = |out: (St, Option<Fail>)| {
+        Box::new(Req::Done(
+            out.0,
+            out.1.as_ref().map_or(SUCCESS, |f| f.class),
+        ))
+    };
+    match r {
+        Req::Persistent {
+            spec,
+            active: Some(a),
+        } => match test_req(*a) {
+            Ok(out) => {
+                put_back(
+                    h,
+                    Req::Persistent {
+                        spec,
+                        active: Some(finished(out)),
+                    },
+                );
+                true
+            }
+            Err(a) => {
+                put_back(
+                    h,
+                    Req::Persistent {
+                        spec,
+                        active: Some(Box::new(a)),
+                    },
+                );
+                false
+            }
+        },
+        r => match test_req(r) {
+            Ok(out) => {
+                put_back(h, *finished(out));
+                true
+            }
+            Err(r) => {
+                put_back(h, r);
+                false
+            }
+        },
+    }
+}
+
 /// Positions of the active requests among `hs` that are complete now.
 fn done_now(hs: &[Handle]) -> Vec<usize> {
     let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
     let mut out = Vec::new();
     let mut raws = Vec::new();
+    let mut composites = Vec::new();
     for (k, &h) in hs.iter().enumerate() {
         if h == REQUEST_SENT {
             out.push(k);
@@ -449,6 +739,7 @@ fn done_now(hs: &[Handle]) -> Vec<usize> {
             Req::Persistent {
                 active: Some(a), ..
             } if matches!(**a, Req::Done(..)) => out.push(k),
+            r if composite(r) => composites.push(k),
             _ => {
                 if let Some(x) = live_of(r) {
                     raws.push((k, x));
@@ -461,6 +752,11 @@ fn done_now(hs: &[Handle]) -> Vec<usize> {
         out.push(raws[i].0);
     }
     drop(g);
+    for k in composites {
+        if settle(hs[k]) {
+            out.push(k);
+        }
+    }
     out.sort_unstable();
     out
 }
@@ -468,7 +764,7 @@ fn done_now(hs: &[Handle]) -> Vec<usize> {
 /// Starts persistent request `h`.
 fn start(h: Handle) -> R {
     let r = take(h)?;
-    let Req::Persistent { spec, active } = r else {
+    let Req::Persistent { mut spec, active } = r else {
         put_back(h, r);
         return Err(Fail::new(
             ERR_REQUEST,
@@ -482,20 +778,16 @@ fn start(h: Handle) -> R {
             "the persistent request is already active",
         ));
     }
-    let begun = match &spec {
-        Spec::Send {
-            buf,
-            dest,
-            tag,
-            comm,
-            mode,
-        } => crate::p2p::start_send(comm, *buf, *dest, *tag, *mode),
-        Spec::Recv {
-            buf,
-            source,
-            tag,
-            comm,
-        } => crate::p2p::start_recv(comm, *buf, *source, *tag),
+    let begun = match &mut spec {
+        Spec::Psend { ready, send } => {
+            ready.iter_mut().for_each(|r| *r = false);
+            match ready.is_empty() {
+                // A partitioned send of no partitions has nothing to wait for.
+                true => begin(send),
+                false => Ok(Req::Pending),
+            }
+        }
+        spec => begin(spec),
     };
     match begun {
         Ok(a) => {
@@ -511,6 +803,107 @@ fn start(h: Handle) -> R {
         Err(e) => {
             put_back(h, Req::Persistent { spec, active: None });
             Err(e)
+        }
+    }
+}
+
+/// Begins the operation `spec` describes.
+fn begin(spec: &Spec) -> R<Req> {
+    match spec {
+        Spec::Send {
+            buf,
+            dest,
+            tag,
+            comm,
+            mode,
+        } => crate::p2p::start_send(comm, *buf, *dest, *tag, *mode),
+        Spec::Recv {
+            buf,
+            source,
+            tag,
+            comm,
+        } => crate::p2p::start_recv(comm, *buf, *source, *tag),
+        Spec::Op(f) => f(),
+        Spec::Psend { send, .. } => begin(send),
+    }
+}
+
+/// `MPI_Pready` and kin: marks partitions of the partitioned send `h` ready; the send
+/// goes when all are.
+pub fn pready(h: Handle, parts: impl IntoIterator<Item = c_int>) -> R {
+    let r = take(h)?;
+    let (mut spec, active) = match r {
+        Req::Persistent {
+            spec: spec @ Spec::Psend { .. },
+            active: Some(a),
+        } if matches!(*a, Req::Pending) => (spec, a),
+        r => {
+            put_back(h, r);
+            return Err(Fail::new(
+                ERR_REQUEST,
+                "MPI_Pready needs a started partitioned send whose partitions are not all ready",
+            ));
+        }
+    };
+    let Spec::Psend { ready, send } = &mut spec else {
+        unreachable!("matched a partitioned send above")
+    };
+    for p in parts {
+        match ready.get_mut(p as usize).filter(|_| p >= 0) {
+            Some(r) => *r = true,
+            None => {
+                let n = ready.len();
+                put_back(
+                    h,
+                    Req::Persistent {
+                        spec,
+                        active: Some(active),
+                    },
+                );
+                return Err(Fail::arg(format!(
+                    "partition {p} is not one of the send's {n}"
+                )));
+            }
+        }
+    }
+    let active = match ready.iter().all(|&r| r) {
+        true => match begin(send) {
+            Ok(a) => Box::new(a),
+            Err(e) => {
+                put_back(h, Req::Persistent { spec, active: None });
+                return Err(e);
+            }
+        },
+        false => active,
+    };
+    put_back(
+        h,
+        Req::Persistent {
+            spec,
+            active: Some(active),
+        },
+    );
+    Ok(())
+}
+
+/// `MPI_Parrived`: whether the partitioned receive `h` has its data (this
+/// implementation delivers all partitions at once).
+pub fn parrived(h: Handle) -> R<bool> {
+    match take(h)? {
+        r @ Req::Persistent { active: None, .. } => {
+            put_back(h, r);
+            Ok(true)
+        }
+        r @ Req::Persistent { .. } => {
+            put_back(h, r);
+            Ok(settle(h))
+        }
+        r => {
+            put_back(h, r);
+            Err(Fail::new(
+                ERR_REQUEST,
+                "MPI_Parrived needs a partitioned receive",
+            ))
         }
     }
 }
@@ -654,18 +1047,7 @@ mpi! {
         let h = raw::get(req)?;
         let r = take(h)?;
         release(h);
-        // A request freed while in flight still completes; its buffers are the program's.
-        match r {
-            Req::Live { r, keep } => {
-                FREED.lock().unwrap_or_else(|p| p.into_inner()).push((r, keep));
-            }
-            Req::Persistent { active: Some(a), .. } => {
-                if let Req::Live { r, keep } = *a {
-                    FREED.lock().unwrap_or_else(|p| p.into_inner()).push((r, keep));
-                }
-            }
-            _ => {}
-        }
+        abandon(r);
         reap_freed();
         raw::put(req, REQUEST_NULL)
     }
@@ -690,9 +1072,7 @@ mpi! {
     fn MPI_Cancel / PMPI_Cancel(req: *mut Handle) {
         let h = raw::get(req)?;
         let r = take(h)?;
-        if let Some(x) = live_of(&r) {
-            x.cancel();
-        }
+        cancel(&r);
         put_back(h, r);
         Ok(())
     }
@@ -703,6 +1083,30 @@ mpi! {
     fn MPI_Start / PMPI_Start(req: *mut Handle) {
         check_init()?;
         start(raw::get(req)?)
+    }
+    fn MPI_Grequest_start / PMPI_Grequest_start(query: Option<QueryFn>, free: Option<FreeFn>, cancel: Option<CancelFn>, extra: *mut c_void, req: *mut Handle) {
+        check_init()?;
+        raw::put(req, grequest(query, free, cancel, extra))
+    }
+    fn MPI_Grequest_complete / PMPI_Grequest_complete(req: Handle) {
+        check_init()?;
+        grequest_complete(req)
+    }
+    fn MPI_Pready / PMPI_Pready(partition: c_int, req: Handle) {
+        check_init()?;
+        pready(req, [partition])
+    }
+    fn MPI_Pready_range / PMPI_Pready_range(lo: c_int, hi: c_int, req: Handle) {
+        check_init()?;
+        pready(req, lo..=hi)
+    }
+    fn MPI_Pready_list / PMPI_Pready_list(n: c_int, list: *const c_int, req: Handle) {
+        check_init()?;
+        pready(req, raw::slice(list, n)?.iter().copied())
+    }
+    fn MPI_Parrived / PMPI_Parrived(req: Handle, _partition: c_int, flag: *mut c_int) {
+        check_init()?;
+        raw::put(flag, parrived(req)? as c_int)
     }
     fn MPI_Startall / PMPI_Startall(n: c_int, reqs: *mut Handle) {
         check_init()?;
@@ -760,6 +1164,45 @@ fn is_persistent(h: Handle) -> bool {
         index(h).and_then(|i| g.slots.get(i)?.as_ref()),
         Some(Req::Persistent { .. })
     )
+}
+
+/// Lets go of a request the program freed: one in flight still completes (its
+/// buffers are the program's), a generalized one when the program completes it.
+fn abandon(r: Req) {
+    match r {
+        Req::Live { r, keep } => {
+            FREED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((r, keep));
+        }
+        Req::Persistent {
+            active: Some(a), ..
+        } => abandon(*a),
+        Req::Multi { parts, .. } => parts.into_iter().for_each(|(_, p)| abandon(p)),
+        Req::Gen(g) if g.is_done() => {
+            let _ = g.finish();
+        }
+        Req::Gen(g) => FREED_GEN.lock().unwrap_or_else(|p| p.into_inner()).push(g),
+        _ => {}
+    }
+}
+
+/// `MPI_Cancel` of every operation under way in `r`.
+fn cancel(r: &Req) {
+    match r {
+        Req::Live { r, .. } => r.cancel(),
+        Req::Persistent {
+            active: Some(a), ..
+        } => cancel(a),
+        Req::Multi { parts, .. } => parts.iter().for_each(|(_, p)| cancel(p)),
+        Req::Gen(g) => {
+            if let Some(f) = g.cancel {
+                raw::call_grequest_cancel(f, g.extra.get(), g.is_done() as c_int);
+            }
+        }
+        _ => {}
+    }
 }
 
 type Freed = (RawRequest, Vec<Box<dyn Any + Send>>);

@@ -204,6 +204,9 @@ pub struct CommEntry {
     pub errh: AtomicHandle,
     pub attrs: Mutex<Vec<(c_int, isize)>>,
     pub topo: Mutex<Topo>,
+    /// A private duplicate for neighbourhood collectives, made when a topology is
+    /// attached (a collective moment): their messages never meet the program's.
+    pub neigh: OnceLock<SimpleCommunicator>,
 }
 
 impl CommEntry {
@@ -214,7 +217,17 @@ impl CommEntry {
             errh: AtomicHandle::new(ERRORS_ARE_FATAL),
             attrs: Mutex::new(Vec::new()),
             topo: Mutex::new(Topo::None),
+            neigh: OnceLock::new(),
         }
+    }
+
+    /// Attaches `topo`; every member of the communicator calls this at the same
+    /// point (it duplicates the communicator for the neighbourhood collectives).
+    pub fn set_topo(&self, topo: Topo) {
+        if !matches!(topo, Topo::None) && self.neigh.get().is_none() {
+            let _ = self.neigh.set(self.comm.duplicate());
+        }
+        *self.topo.lock().unwrap_or_else(|p| p.into_inner()) = topo;
     }
 
     pub fn topo(&self) -> Topo {

@@ -96,10 +96,7 @@ fn with_topo(comm: Handle, n: c_int, topo: Topo) -> R<Handle> {
     match c.comm.split_by_color_with_key(col, c.comm.rank()) {
         Some(s) => {
             let h = crate::comm::adopt(&c, s);
-            *state::comm(h)?
-                .topo
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = topo;
+            state::comm(h)?.set_topo(topo);
             Ok(h)
         }
         None => Ok(COMM_NULL),
@@ -199,7 +196,7 @@ mpi! {
         let h = crate::comm::adopt(&c, s);
         let dims: Vec<c_int> = (0..d.len()).filter(|&k| keep[k]).map(|k| d[k]).collect();
         let periods: Vec<bool> = (0..d.len()).filter(|&k| keep[k]).map(|k| p[k]).collect();
-        *state::comm(h)?.topo.lock().unwrap_or_else(|p| p.into_inner()) = Topo::Cart { dims, periods };
+        state::comm(h)?.set_topo(Topo::Cart { dims, periods });
         raw::put(new, h)
     }
     fn MPI_Graph_create / PMPI_Graph_create(comm: Handle, nnodes: c_int, index: *const c_int, edges: *const c_int, _reorder: c_int, new: *mut Handle) {
