@@ -335,7 +335,7 @@ fn with_inter<T>(h: Handle, f: impl FnOnce(&CommEntry, &InterCommunicator) -> R<
 }
 
 /// A tag for the leaders of `MPI_Intercomm_create_from_groups` from its string tag.
-fn string_tag(s: &str) -> c_int {
+pub(crate) fn string_tag(s: &str) -> c_int {
     // FNV-1a, folded to a non-negative tag: both groups hash the same string alike.
     let h = s.bytes().fold(0x811c_9dc5u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)

@@ -38,6 +38,7 @@ pub const INFO_BASE: u32 = 0x9c00_0000;
 pub const KEYVAL_BASE: u32 = 0xa400_0000;
 pub const REQUEST_BASE: u32 = 0xac00_0000;
 pub const MESSAGE_BASE: u32 = 0xac80_0000;
+pub const SESSION_BASE: u32 = 0xb800_0000;
 /// Handles of one kind: base | index below this bound.
 pub const INDEX_MASK: u32 = 0x007f_ffff;
 
@@ -65,6 +66,7 @@ mod mpich {
     pub const INFO_NULL: Handle = 0x1c00_0000;
     pub const INFO_ENV: Handle = 0x5c00_0001;
     pub const WIN_NULL: Handle = 0x2000_0000;
+    pub const SESSION_NULL: Handle = 0x3800_0000;
     pub const KEYVAL_INVALID: c_int = 0x2400_0000;
 
     // Predefined objects.
@@ -187,6 +189,7 @@ mod mpich {
     pub const ERR_KEYVAL: c_int = 48;
     pub const ERR_SIZE: c_int = 51;
     pub const ERR_PROC_ABORTED: c_int = 76;
+    pub const ERR_SESSION: c_int = 75;
     /// The last predefined class; user classes (`MPI_Add_error_class`) follow.
     pub const LAST_PREDEFINED_CLASS: c_int = 78;
 
@@ -211,6 +214,7 @@ mod standard {
     pub const COMM_NULL: Handle = 0x100;
     pub const GROUP_NULL: Handle = 0x108;
     pub const WIN_NULL: Handle = 0x110;
+    pub const SESSION_NULL: Handle = 0x120;
     pub const MESSAGE_NULL: Handle = 0x128;
     pub const MESSAGE_NO_PROC: Handle = 0x129;
     pub const INFO_NULL: Handle = 0x130;
@@ -341,6 +345,7 @@ mod standard {
     pub const ERR_SPAWN: c_int = 53;
     pub const ERR_UNSUPPORTED_OPERATION: c_int = 55;
     pub const ERR_PROC_ABORTED: c_int = 58;
+    pub const ERR_SESSION: c_int = 60;
     /// The last predefined class (`MPI_ERR_ABI`); user classes (`MPI_Add_error_class`) follow.
     pub const LAST_PREDEFINED_CLASS: c_int = 62;
 

@@ -151,23 +151,17 @@ mpi! {
     }
     fn MPI_Errhandler_free / PMPI_Errhandler_free(h: *mut Handle) {
         let v = raw::get(h)?;
+        if state::handler(v).is_none() {
+            return Err(Fail::arg(format!("{v:#x} is not an error handler")));
+        }
         // Freeing a predefined handler only nulls the handle (MPI-4 §9.3.4).
         state::ERRHANDLERS.remove(v);
         raw::put(h, ERRHANDLER_NULL)
     }
     fn MPI_Comm_call_errhandler / PMPI_Comm_call_errhandler(comm: Handle, code: c_int) {
         let _ = state::comm(comm)?;
-        match state::errhandler_of(comm) {
-            state::Handler::Return => Ok(()),
-            state::Handler::User(f) => {
-                raw::call_errhandler(f, comm, code);
-                Ok(())
-            }
-            state::Handler::Fatal => {
-                eprintln!("metampi: MPI_Comm_call_errhandler: {} (MPI_ERRORS_ARE_FATAL: the job ends)", err::string_of(code));
-                state::abort_job(code.max(1))
-            }
-        }
+        err::raise_through("MPI_Comm_call_errhandler", comm, code);
+        Ok(())
     }
 
     // ---- buffered sends ---------------------------------------------------------

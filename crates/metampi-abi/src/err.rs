@@ -158,6 +158,7 @@ pub fn class_name(class: c_int) -> &'static str {
         ERR_KEYVAL => "MPI_ERR_KEYVAL",
         ERR_SIZE => "MPI_ERR_SIZE",
         ERR_PROC_ABORTED => "MPI_ERR_PROC_ABORTED",
+        ERR_SESSION => "MPI_ERR_SESSION",
         _ => "MPI error",
     }
 }
@@ -185,6 +186,7 @@ fn class_text(class: c_int) -> &'static str {
         ERR_REQUEST => "invalid request",
         ERR_UNSUPPORTED_OPERATION => "operation not supported by metampi",
         ERR_KEYVAL => "invalid keyval",
+        ERR_SESSION => "invalid session",
         _ => "unknown error class",
     }
 }
@@ -205,6 +207,22 @@ pub fn raise(func: &str, fail: Fail) -> c_int {
                 "metampi: {func}: {}: {} (MPI_ERRORS_ARE_FATAL: the job ends)",
                 class_name(fail.class),
                 fail.msg
+            );
+            state::abort_job(code.max(1))
+        }
+    }
+}
+
+/// `MPI_*_call_errhandler`: invokes the error handler of object `h` (a communicator
+/// or a session) with `code`, as a failing call on it would.
+pub fn raise_through(func: &str, h: Handle, code: c_int) {
+    match state::errhandler_of(h) {
+        state::Handler::Return => {}
+        state::Handler::User(f) => crate::raw::call_errhandler(f, h, code),
+        state::Handler::Fatal => {
+            eprintln!(
+                "metampi: {func}: {} (MPI_ERRORS_ARE_FATAL: the job ends)",
+                string_of(code)
             );
             state::abort_job(code.max(1))
         }

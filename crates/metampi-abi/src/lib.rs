@@ -51,6 +51,7 @@ pub mod p2p;
 pub mod persist;
 mod raw;
 pub mod req;
+pub mod session;
 #[cfg(std_abi)]
 pub mod standard;
 pub mod state;

@@ -934,19 +934,25 @@ mpi! {
     fn MPI_Wait / PMPI_Wait(req: *mut Handle, status: *mut CStatus) {
         check_init()?;
         let h = raw::get(req)?;
+        let known = exists(h);
         let (st, persistent) = wait_handle_p(h);
-        let st = st?;
-        if !persistent {
+        // A request that completed with an error is gone too.
+        if known && !persistent {
             raw::put(req, REQUEST_NULL)?;
         }
-        st.write(status, SUCCESS);
+        st?.write(status, SUCCESS);
         Ok(())
     }
     fn MPI_Test / PMPI_Test(req: *mut Handle, flag: *mut c_int, status: *mut CStatus) {
         check_init()?;
         let h = raw::get(req)?;
         let persistent = is_persistent(h);
-        match test_handle(h)? {
+        let known = exists(h);
+        let out = test_handle(h);
+        if out.is_err() && known && !persistent && !exists(h) {
+            raw::put(req, REQUEST_NULL)?;
+        }
+        match out? {
             Some(st) => {
                 if !persistent {
                     raw::put(req, REQUEST_NULL)?;
@@ -1072,8 +1078,9 @@ mpi! {
     fn MPI_Cancel / PMPI_Cancel(req: *mut Handle) {
         let h = raw::get(req)?;
         let r = take(h)?;
-        cancel(&r);
+        let out = cancel(&r);
         put_back(h, r);
+        out?;
         Ok(())
     }
     fn MPI_Test_cancelled / PMPI_Test_cancelled(status: *const CStatus, flag: *mut c_int) {
@@ -1158,6 +1165,12 @@ fn wait_req_keep(r: Req, h: Handle) -> (St, Option<Fail>) {
     }
 }
 
+/// Whether `h` names a request in the table.
+fn exists(h: Handle) -> bool {
+    let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
+    index(h).is_some_and(|i| matches!(g.slots.get(i), Some(Some(_))))
+}
+
 fn is_persistent(h: Handle) -> bool {
     let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
     matches!(
@@ -1188,21 +1201,33 @@ fn abandon(r: Req) {
     }
 }
 
-/// `MPI_Cancel` of every operation under way in `r`.
-fn cancel(r: &Req) {
+/// `MPI_Cancel` of every operation under way in `r`; a generalized request's cancel
+/// function can fail the call.
+fn cancel(r: &Req) -> R {
     match r {
         Req::Live { r, .. } => r.cancel(),
         Req::Persistent {
             active: Some(a), ..
-        } => cancel(a),
-        Req::Multi { parts, .. } => parts.iter().for_each(|(_, p)| cancel(p)),
+        } => cancel(a)?,
+        Req::Multi { parts, .. } => {
+            for (_, p) in parts {
+                cancel(p)?;
+            }
+        }
         Req::Gen(g) => {
             if let Some(f) = g.cancel {
-                raw::call_grequest_cancel(f, g.extra.get(), g.is_done() as c_int);
+                let rc = raw::call_grequest_cancel(f, g.extra.get(), g.is_done() as c_int);
+                if rc != SUCCESS {
+                    return Err(Fail::new(
+                        rc,
+                        "the generalized request's cancel function failed",
+                    ));
+                }
             }
         }
         _ => {}
     }
+    Ok(())
 }
 
 type Freed = (RawRequest, Vec<Box<dyn Any + Send>>);

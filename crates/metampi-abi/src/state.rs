@@ -35,8 +35,38 @@ pub fn is_main_thread() -> bool {
     MAIN_THREAD.get() == Some(&std::thread::current().id())
 }
 
+/// Whether a session started the engine and the world model has not claimed it.
+static BY_SESSION: AtomicBool = AtomicBool::new(false);
+
+/// Starts the engine for `MPI_Session_init` unless it runs already.
+pub fn init_for_session() -> R {
+    if finalized() {
+        return Err(Fail::new(
+            ERR_OTHER,
+            "MPI is finalized: metampi's engine starts once per process",
+        ));
+    }
+    if !initialized() {
+        init(THREAD_MULTIPLE)?;
+        BY_SESSION.store(true, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Ends the engine when the last session ends, if sessions alone started it.
+pub fn finalize_for_sessions() -> R {
+    match BY_SESSION.swap(false, Ordering::AcqRel) {
+        true => finalize(),
+        false => Ok(()),
+    }
+}
+
 /// Starts the engine (`MPI_Init`/`MPI_Init_thread`); returns the thread level provided.
 pub fn init(required: c_int) -> R<c_int> {
+    // The world model may start while sessions run: it takes over their engine.
+    if initialized() && BY_SESSION.swap(false, Ordering::AcqRel) {
+        return Ok(THREAD_LEVEL.load(Ordering::Acquire));
+    }
     if initialized() || finalized() {
         return Err(Fail::new(
             ERR_OTHER,
@@ -336,6 +366,9 @@ pub fn handler(h: Handle) -> Option<Handler> {
 /// The handler of communicator `comm` (MPI_COMM_WORLD's where it names none:
 /// errors before init or on freed handles are fatal, as in MPICH).
 pub fn errhandler_of(comm: Handle) -> Handler {
+    if let Some(h) = crate::session::errhandler_of(comm) {
+        return handler(h).unwrap_or(Handler::Fatal);
+    }
     let h = match comm {
         COMM_WORLD | COMM_SELF => PREDEFINED
             .get()
