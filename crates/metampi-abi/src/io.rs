@@ -1416,3 +1416,86 @@ io_mpi! {
         end(fh, status)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view of 4-byte etypes where the filetype keeps the second of every three
+    /// etypes (a block at 4 of 4 bytes, extent 12), from displacement 8.
+    fn strided() -> View {
+        View {
+            disp: 8,
+            blocks: vec![(4, 4)],
+            fsize: 4,
+            fextent: 12,
+            contiguous: false,
+            esize: 4,
+            ..View::bytes()
+        }
+    }
+
+    #[test]
+    fn a_contiguous_view_is_the_file_from_its_displacement() {
+        let v = View {
+            disp: 100,
+            ..View::bytes()
+        };
+        assert_eq!(v.segments(5, 10), vec![(105, 10)]);
+        assert_eq!(v.byte_at(7), 107);
+        assert_eq!(v.stream_before(50), 0);
+        assert_eq!(v.end_position(130), 30);
+    }
+
+    #[test]
+    fn a_strided_view_maps_the_stream_onto_every_tile() {
+        let v = strided();
+        // Stream bytes 2..10: the last 2 of tile 0, all of tile 1, the first 2 of tile 2.
+        assert_eq!(v.segments(2, 8), vec![(14, 2), (24, 4), (36, 2)]);
+        assert_eq!(v.segments(0, 0), vec![]);
+        assert_eq!(v.byte_at(4), 24);
+        // A file of 30 bytes holds tiles 0 (bytes 12..16) and 1 (24..28) of the view.
+        assert_eq!(v.stream_before(30), 8);
+        assert_eq!(v.stream_before(26), 6);
+        assert_eq!(v.end_position(26), 2);
+        assert_eq!(v.stream_before(4), 0);
+    }
+
+    #[test]
+    fn adjacent_ranges_of_a_stream_merge() {
+        // Two blocks that touch across the tile boundary: (8, 4) then the next tile's (0, 4).
+        let v = View {
+            blocks: vec![(0, 4), (8, 4)],
+            fsize: 8,
+            fextent: 12,
+            contiguous: false,
+            ..View::bytes()
+        };
+        assert_eq!(v.segments(4, 8), vec![(8, 8)]);
+    }
+
+    #[test]
+    fn access_modes_need_exactly_one_direction() {
+        assert!(check_amode(MODE_RDWR | MODE_CREATE).is_ok());
+        assert_eq!(
+            check_amode(MODE_RDWR | MODE_WRONLY).unwrap_err().class,
+            ERR_AMODE
+        );
+        assert_eq!(check_amode(MODE_CREATE).unwrap_err().class, ERR_AMODE);
+        assert_eq!(
+            check_amode(MODE_RDONLY | MODE_EXCL).unwrap_err().class,
+            ERR_AMODE
+        );
+        assert_eq!(
+            check_amode(MODE_RDWR | MODE_SEQUENTIAL).unwrap_err().class,
+            ERR_AMODE
+        );
+        assert!(check_amode(MODE_WRONLY | MODE_SEQUENTIAL | MODE_APPEND).is_ok());
+    }
+
+    #[test]
+    fn romio_prefixes_are_not_part_of_the_path() {
+        assert_eq!(os_path("ufs:/tmp/x"), PathBuf::from("/tmp/x"));
+        assert_eq!(os_path("/tmp/ufs:x"), PathBuf::from("/tmp/ufs:x"));
+    }
+}
