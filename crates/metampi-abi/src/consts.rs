@@ -39,6 +39,9 @@ pub const KEYVAL_BASE: u32 = 0xa400_0000;
 pub const REQUEST_BASE: u32 = 0xac00_0000;
 pub const MESSAGE_BASE: u32 = 0xac80_0000;
 pub const SESSION_BASE: u32 = 0xb800_0000;
+/// Open files (`MPI_File`, pointer-sized in both ABIs; ours are `FILE_BASE | index`).
+pub const FILE_BASE: u32 = 0x9000_0000;
+pub const MAX_DATAREP_STRING: usize = 128;
 /// Handles of one kind: base | index below this bound.
 pub const INDEX_MASK: u32 = 0x007f_ffff;
 
@@ -192,6 +195,39 @@ mod mpich {
     pub const ERR_SESSION: c_int = 75;
     /// The last predefined class; user classes (`MPI_Add_error_class`) follow.
     pub const LAST_PREDEFINED_CLASS: c_int = 78;
+
+    // MPI-IO (MPICH's `mpio.h`).
+    /// `MPI_File`: a pointer in MPICH's ABI.
+    pub type FileHandle = usize;
+    pub const FILE_NULL: FileHandle = 0;
+    pub const MODE_CREATE: c_int = 1;
+    pub const MODE_RDONLY: c_int = 2;
+    pub const MODE_WRONLY: c_int = 4;
+    pub const MODE_RDWR: c_int = 8;
+    pub const MODE_DELETE_ON_CLOSE: c_int = 16;
+    pub const MODE_UNIQUE_OPEN: c_int = 32;
+    pub const MODE_EXCL: c_int = 64;
+    pub const MODE_APPEND: c_int = 128;
+    pub const MODE_SEQUENTIAL: c_int = 256;
+    pub const SEEK_SET: c_int = 600;
+    pub const SEEK_CUR: c_int = 602;
+    pub const SEEK_END: c_int = 604;
+    pub const DISPLACEMENT_CURRENT: i64 = -54278278;
+    pub const ERR_ACCESS: c_int = 20;
+    pub const ERR_AMODE: c_int = 21;
+    pub const ERR_BAD_FILE: c_int = 22;
+    pub const ERR_CONVERSION: c_int = 23;
+    pub const ERR_DUP_DATAREP: c_int = 24;
+    pub const ERR_FILE_EXISTS: c_int = 25;
+    pub const ERR_FILE_IN_USE: c_int = 26;
+    pub const ERR_FILE: c_int = 27;
+    pub const ERR_IO: c_int = 32;
+    pub const ERR_NOT_SAME: c_int = 35;
+    pub const ERR_NO_SPACE: c_int = 36;
+    pub const ERR_NO_SUCH_FILE: c_int = 37;
+    pub const ERR_QUOTA: c_int = 39;
+    pub const ERR_READ_ONLY: c_int = 40;
+    pub const ERR_UNSUPPORTED_DATAREP: c_int = 43;
 
     /// `MPI_STATUS_IGNORE` and `MPI_STATUSES_IGNORE`: the address 1.
     pub const STATUS_IGNORE: usize = 1;
@@ -348,6 +384,39 @@ mod standard {
     pub const ERR_SESSION: c_int = 60;
     /// The last predefined class (`MPI_ERR_ABI`); user classes (`MPI_Add_error_class`) follow.
     pub const LAST_PREDEFINED_CLASS: c_int = 62;
+
+    // MPI-IO.
+    /// `MPI_File`: pointer-sized, as every handle of this ABI.
+    pub type FileHandle = usize;
+    pub const FILE_NULL: FileHandle = 0x118;
+    pub const MODE_APPEND: c_int = 1;
+    pub const MODE_CREATE: c_int = 2;
+    pub const MODE_DELETE_ON_CLOSE: c_int = 4;
+    pub const MODE_EXCL: c_int = 8;
+    pub const MODE_RDONLY: c_int = 16;
+    pub const MODE_RDWR: c_int = 32;
+    pub const MODE_SEQUENTIAL: c_int = 64;
+    pub const MODE_UNIQUE_OPEN: c_int = 128;
+    pub const MODE_WRONLY: c_int = 256;
+    pub const SEEK_CUR: c_int = 401;
+    pub const SEEK_END: c_int = 402;
+    pub const SEEK_SET: c_int = 403;
+    pub const DISPLACEMENT_CURRENT: i64 = -1;
+    pub const ERR_ACCESS: c_int = 20;
+    pub const ERR_AMODE: c_int = 21;
+    pub const ERR_BAD_FILE: c_int = 23;
+    pub const ERR_CONVERSION: c_int = 25;
+    pub const ERR_DUP_DATAREP: c_int = 27;
+    pub const ERR_FILE_EXISTS: c_int = 28;
+    pub const ERR_FILE_IN_USE: c_int = 29;
+    pub const ERR_FILE: c_int = 30;
+    pub const ERR_IO: c_int = 35;
+    pub const ERR_NOT_SAME: c_int = 40;
+    pub const ERR_NO_SPACE: c_int = 41;
+    pub const ERR_NO_SUCH_FILE: c_int = 42;
+    pub const ERR_QUOTA: c_int = 44;
+    pub const ERR_READ_ONLY: c_int = 45;
+    pub const ERR_UNSUPPORTED_DATAREP: c_int = 54;
 
     /// `MPI_STATUS_IGNORE` and `MPI_STATUSES_IGNORE`: the null address.
     pub const STATUS_IGNORE: usize = 0;

@@ -69,6 +69,17 @@ pub fn on_comm(h: Handle) {
     CURRENT.with(|c| c.set(h));
 }
 
+thread_local! {
+    /// The file whose error handler a failing MPI-IO call invokes (files have handlers of
+    /// their own, MPI-4 §14.7); `None` outside MPI-IO calls, which use [`CURRENT`].
+    static FILE: Cell<Option<FileHandle>> = const { Cell::new(None) };
+}
+
+/// Notes that the running call works on file `fh` (`None`: on no file).
+pub fn on_file(fh: Option<FileHandle>) {
+    FILE.with(|c| c.set(fh));
+}
+
 /// Messages of recent error codes; a code is `class | (slot + 1) << 8`.
 struct Messages {
     ring: Vec<String>,
@@ -159,6 +170,21 @@ pub fn class_name(class: c_int) -> &'static str {
         ERR_SIZE => "MPI_ERR_SIZE",
         ERR_PROC_ABORTED => "MPI_ERR_PROC_ABORTED",
         ERR_SESSION => "MPI_ERR_SESSION",
+        ERR_ACCESS => "MPI_ERR_ACCESS",
+        ERR_AMODE => "MPI_ERR_AMODE",
+        ERR_BAD_FILE => "MPI_ERR_BAD_FILE",
+        ERR_CONVERSION => "MPI_ERR_CONVERSION",
+        ERR_DUP_DATAREP => "MPI_ERR_DUP_DATAREP",
+        ERR_FILE_EXISTS => "MPI_ERR_FILE_EXISTS",
+        ERR_FILE_IN_USE => "MPI_ERR_FILE_IN_USE",
+        ERR_FILE => "MPI_ERR_FILE",
+        ERR_IO => "MPI_ERR_IO",
+        ERR_NOT_SAME => "MPI_ERR_NOT_SAME",
+        ERR_NO_SPACE => "MPI_ERR_NO_SPACE",
+        ERR_NO_SUCH_FILE => "MPI_ERR_NO_SUCH_FILE",
+        ERR_QUOTA => "MPI_ERR_QUOTA",
+        ERR_READ_ONLY => "MPI_ERR_READ_ONLY",
+        ERR_UNSUPPORTED_DATAREP => "MPI_ERR_UNSUPPORTED_DATAREP",
         _ => "MPI error",
     }
 }
@@ -187,19 +213,40 @@ fn class_text(class: c_int) -> &'static str {
         ERR_UNSUPPORTED_OPERATION => "operation not supported by metampi",
         ERR_KEYVAL => "invalid keyval",
         ERR_SESSION => "invalid session",
+        ERR_ACCESS => "permission denied",
+        ERR_AMODE => "invalid access mode",
+        ERR_BAD_FILE => "invalid file name",
+        ERR_FILE_EXISTS => "file exists",
+        ERR_FILE => "invalid file handle",
+        ERR_IO => "input/output error",
+        ERR_NOT_SAME => "arguments differ between the processes of a collective call",
+        ERR_NO_SPACE => "no space left on device",
+        ERR_NO_SUCH_FILE => "no such file",
+        ERR_QUOTA => "quota exceeded",
+        ERR_READ_ONLY => "read-only file or file system",
+        ERR_UNSUPPORTED_DATAREP => "unsupported data representation",
         _ => "unknown error class",
     }
 }
 
-/// How a failing call ends: through the error handler of the communicator it
-/// worked on. Returns the code the call returns (when the handler returns).
+/// How a failing call ends: through the error handler of the communicator (or,
+/// in MPI-IO calls, the file) it worked on. Returns the code the call returns (when
+/// the handler returns).
 pub fn raise(func: &str, fail: Fail) -> c_int {
     let comm = CURRENT.with(|c| c.replace(COMM_WORLD));
+    let file = FILE.with(|c| c.take());
     let code = make_code(fail.class, format!("{func}: {}", fail.msg));
-    match state::errhandler_of(comm) {
+    let handler = match file {
+        Some(fh) => crate::io::errhandler_of(fh),
+        None => state::errhandler_of(comm),
+    };
+    match handler {
         state::Handler::Return => code,
         state::Handler::User(f) => {
-            crate::raw::call_errhandler(f, comm, code);
+            match file {
+                Some(fh) => crate::raw::call_file_errhandler(f, fh, code),
+                None => crate::raw::call_errhandler(f, comm, code),
+            }
             code
         }
         state::Handler::Fatal => {

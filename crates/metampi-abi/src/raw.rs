@@ -262,6 +262,48 @@ pub fn call_errhandler(f: crate::err::HandlerFn, comm: crate::consts::Handle, co
     unsafe { f(&mut comm, &mut code) };
 }
 
+/// Calls a C file error handler function `f(&file, &code)`: an `MPI_File` is
+/// pointer-sized in both ABIs, wider than MPICH's integer handles.
+pub fn call_file_errhandler(
+    f: crate::err::HandlerFn,
+    file: crate::consts::FileHandle,
+    code: c_int,
+) {
+    let (mut file, mut code) = (file, code);
+    // SAFETY: `f` is a function the program registered with a create_errhandler call; the
+    // C types of all of them take a pointer to the object's handle and one to the code, and
+    // a file's handler reads an `MPI_File` (this pointer-sized value) through the first.
+    unsafe {
+        f(
+            &mut file as *mut crate::consts::FileHandle as *mut crate::consts::Handle,
+            &mut code,
+        )
+    };
+}
+
+/// Takes (`Some(exclusive)`) or releases (`None`) an advisory `flock` on `f`, waiting
+/// while another open description of the file holds a conflicting one (`File::lock`
+/// arrived after the workspace's minimum Rust version).
+pub fn flock(f: &std::fs::File, take: Option<bool>) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let op = match take {
+        Some(true) => libc::LOCK_EX,
+        Some(false) => libc::LOCK_SH,
+        None => libc::LOCK_UN,
+    };
+    loop {
+        // SAFETY: flock only reads its two integers; the descriptor is `f`'s, open while
+        // `f` is borrowed.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Calls an attribute copy function; returns `(error, keep, new value)`.
 pub fn call_copy_fn(
     f: crate::attr::CopyFn,
