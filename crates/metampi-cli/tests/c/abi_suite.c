@@ -529,6 +529,134 @@ static void standard_abi(void) {
 }
 #endif
 
+/* ---- MPI-4 extras: persistent and neighbourhood collectives, Isendrecv, partitioned
+ * point-to-point, generalized requests, sessions ---- */
+static int greq_query(void *extra, MPI_Status *st) {
+    MPI_Status_set_elements(st, MPI_INT, *(int *)extra);
+    MPI_Status_set_cancelled(st, 0);
+    st->MPI_SOURCE = 42;
+    st->MPI_TAG = 7;
+    return MPI_SUCCESS;
+}
+static int greq_frees = 0;
+static int greq_free(void *extra) { (void)extra; greq_frees++; return MPI_SUCCESS; }
+static int greq_cancel(void *extra, int complete) { (void)extra; (void)complete; return MPI_SUCCESS; }
+
+static void mpi4(void) {
+    int prev = (rank + size - 1) % size, next = (rank + 1) % size;
+    /* persistent allreduce and bcast, started three times with new data */
+    MPI_Request pr[2];
+    int in = 0, sum = 0, b = 0;
+    MPI_Allreduce_init(&in, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &pr[0]);
+    MPI_Bcast_init(&b, 1, MPI_INT, size - 1, MPI_COMM_WORLD, MPI_INFO_NULL, &pr[1]);
+    for (int it = 0; it < 3; it++) {
+        in = rank + it;
+        b = rank == size - 1 ? 100 + it : -1;
+        MPI_Startall(2, pr);
+        MPI_Waitall(2, pr, MPI_STATUSES_IGNORE);
+        CHECK(sum == size * (size - 1) / 2 + size * it && b == 100 + it, "persistent round %d: sum %d bcast %d", it, sum, b);
+    }
+    CHECK(pr[0] != MPI_REQUEST_NULL, "persistent collective request stays");
+    MPI_Request_free(&pr[0]);
+    MPI_Request_free(&pr[1]);
+    /* neighbourhood collectives on a periodic ring and on a distributed graph */
+    int dims[1] = {size}, periods[1] = {1};
+    MPI_Comm ring;
+    MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring);
+    int nb[2] = {-1, -1};
+    MPI_Neighbor_allgather(&rank, 1, MPI_INT, nb, 1, MPI_INT, ring);
+    CHECK(nb[0] == prev && nb[1] == next, "neighbor_allgather %d %d", nb[0], nb[1]);
+    int out[2] = {rank * 10, rank * 10 + 1}, got[2] = {-1, -1};
+    MPI_Request nr;
+    MPI_Ineighbor_alltoall(out, 1, MPI_INT, got, 1, MPI_INT, ring, &nr);
+    /* a user message with any tag must not take the neighbourhood traffic */
+    int flag = 1;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, ring, &flag, MPI_STATUS_IGNORE);
+    MPI_Wait(&nr, MPI_STATUS_IGNORE);
+    /* the block from the left neighbour is the one it sent rightwards, and back */
+    CHECK(!flag && got[0] == prev * 10 + 1 && got[1] == next * 10, "neighbor_alltoall %d %d (probe %d)", got[0], got[1], flag);
+    MPI_Comm_free(&ring);
+    int srcs[1] = {prev}, dsts[1] = {next}, from = -1;
+    MPI_Comm dg;
+    MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, 1, srcs, MPI_UNWEIGHTED, 1, dsts, MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &dg);
+    MPI_Request dr;
+    MPI_Neighbor_allgather_init(&rank, 1, MPI_INT, &from, 1, MPI_INT, dg, MPI_INFO_NULL, &dr);
+    MPI_Start(&dr);
+    MPI_Wait(&dr, MPI_STATUS_IGNORE);
+    CHECK(from == prev, "persistent neighbor_allgather on a graph %d", from);
+    MPI_Request_free(&dr);
+    MPI_Comm_free(&dg);
+    /* Isendrecv and Isendrecv_replace around the ring */
+    int v = -1, r = rank;
+    MPI_Request ir[2];
+    MPI_Status st;
+    MPI_Isendrecv(&rank, 1, MPI_INT, next, 3, &v, 1, MPI_INT, prev, 3, MPI_COMM_WORLD, &ir[0]);
+    MPI_Isendrecv_replace(&r, 1, MPI_INT, next, 4, prev, 4, MPI_COMM_WORLD, &ir[1]);
+    MPI_Wait(&ir[0], &st);
+    CHECK(v == prev && st.MPI_SOURCE == prev && st.MPI_TAG == 3 && ir[0] == MPI_REQUEST_NULL, "isendrecv %d from %d", v, st.MPI_SOURCE);
+    MPI_Wait(&ir[1], MPI_STATUS_IGNORE);
+    CHECK(r == prev, "isendrecv_replace %d", r);
+    /* partitioned: 4 partitions of 2 ints, marked ready out of order */
+    int pbuf[8], qbuf[8];
+    MPI_Request ps, pq;
+    MPI_Psend_init(pbuf, 4, 2, MPI_INT, next, 8, MPI_COMM_WORLD, MPI_INFO_NULL, &ps);
+    MPI_Precv_init(qbuf, 4, 2, MPI_INT, prev, 8, MPI_COMM_WORLD, MPI_INFO_NULL, &pq);
+    for (int it = 0; it < 2; it++) {
+        for (int i = 0; i < 8; i++) { pbuf[i] = rank * 100 + it * 10 + i; qbuf[i] = -1; }
+        MPI_Start(&pq);
+        MPI_Start(&ps);
+        MPI_Pready(3, ps);
+        int list[2] = {0, 2};
+        MPI_Pready_list(2, list, ps);
+        MPI_Pready_range(1, 1, ps);
+        int arrived = 0;
+        while (!arrived) MPI_Parrived(pq, 3, &arrived);
+        MPI_Wait(&ps, MPI_STATUS_IGNORE);
+        MPI_Wait(&pq, MPI_STATUS_IGNORE);
+        CHECK(qbuf[0] == prev * 100 + it * 10 && qbuf[7] == prev * 100 + it * 10 + 7, "partitioned round %d: %d %d", it, qbuf[0], qbuf[7]);
+    }
+    MPI_Request_free(&ps);
+    MPI_Request_free(&pq);
+    /* a generalized request completed by the program */
+    int elems = 5, done = 0, count = -1;
+    MPI_Request g;
+    MPI_Grequest_start(greq_query, greq_free, greq_cancel, &elems, &g);
+    MPI_Test(&g, &done, MPI_STATUS_IGNORE);
+    CHECK(!done, "generalized request pending");
+    MPI_Grequest_complete(g);
+    MPI_Wait(&g, &st);
+    MPI_Get_count(&st, MPI_INT, &count);
+    CHECK(count == 5 && st.MPI_SOURCE == 42 && st.MPI_TAG == 7 && greq_frees == 1 && g == MPI_REQUEST_NULL,
+          "generalized request: count %d source %d frees %d", count, st.MPI_SOURCE, greq_frees);
+    /* sessions: the world process set, and a communicator made from its group */
+    MPI_Session ses;
+    MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &ses);
+    int npsets = 0, len = 0;
+    MPI_Session_get_num_psets(ses, MPI_INFO_NULL, &npsets);
+    char pname[64];
+    int found = 0;
+    for (int i = 0; i < npsets; i++) {
+        len = sizeof pname;
+        MPI_Session_get_nth_pset(ses, MPI_INFO_NULL, i, &len, pname);
+        found |= strcmp(pname, "mpi://WORLD") == 0;
+    }
+    MPI_Group wg;
+    MPI_Comm sc;
+    MPI_Group_from_session_pset(ses, "mpi://WORLD", &wg);
+    MPI_Comm_create_from_group(wg, "org.metampi.suite", MPI_INFO_NULL, MPI_ERRORS_RETURN, &sc);
+    int ssize = 0, total = 0;
+    MPI_Comm_size(sc, &ssize);
+    MPI_Allreduce(&rank, &total, 1, MPI_INT, MPI_SUM, sc);
+    CHECK(found && ssize == size && total == size * (size - 1) / 2, "session world: found %d size %d sum %d", found, ssize, total);
+    int rc = MPI_Session_get_nth_pset(ses, MPI_INFO_NULL, npsets, &len, pname), cls = -1;
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ARG, "nth pset past the end: class %d", cls);
+    MPI_Comm_free(&sc);
+    MPI_Group_free(&wg);
+    MPI_Session_finalize(&ses);
+    CHECK(ses == MPI_SESSION_NULL, "session nulled");
+}
+
 int main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -548,6 +676,7 @@ int main(int argc, char **argv) {
     comms();
     collectives();
     errors();
+    mpi4();
 #ifdef MPI_ABI_VERSION
     standard_abi();
 #endif
