@@ -68,6 +68,14 @@ pub struct St {
 }
 
 impl St {
+    /// The empty status of a null or inactive request (MPI-4 §3.7.3).
+    pub const NONE: St = St {
+        source: ANY_SOURCE,
+        tag: ANY_TAG,
+        bytes: 0,
+        cancelled: false,
+    };
+
     /// The status of an operation with the null process, or of a send.
     pub const EMPTY: St = St {
         source: PROC_NULL,
@@ -403,7 +411,7 @@ fn wait_req(r: Req) -> (St, Option<Fail>) {
         }
         Req::Done(st, SUCCESS) => (st, None),
         Req::Done(st, class) => (st, Some(Fail::new(class, "the operation failed"))),
-        Req::Persistent { .. } => (St::EMPTY, None),
+        Req::Persistent { .. } => (St::NONE, None),
         Req::Pending => (
             St::EMPTY,
             Some(Fail::new(
@@ -496,7 +504,7 @@ pub fn wait_handle(h: Handle) -> R<St> {
 /// [`wait_handle`], and whether `h` was persistent (its handle stays valid).
 pub fn wait_handle_p(h: Handle) -> (R<St>, bool) {
     if h == REQUEST_NULL || h == REQUEST_SENT {
-        return (Ok(St::EMPTY), false);
+        return (Ok(St::NONE), false);
     }
     let r = match take_for_wait(h) {
         Ok(r) => r,
@@ -504,7 +512,7 @@ pub fn wait_handle_p(h: Handle) -> (R<St>, bool) {
     };
     match r {
         Req::Persistent { spec, active } => {
-            let out = active.map(|a| wait_req(*a)).unwrap_or((St::EMPTY, None));
+            let out = active.map(|a| wait_req(*a)).unwrap_or((St::NONE, None));
             put_back(h, Req::Persistent { spec, active: None });
             (finish(out), true)
         }
@@ -522,13 +530,13 @@ fn finish((st, fail): (St, Option<Fail>)) -> R<St> {
 /// Tests request `h`: `Some(status)` when complete (and freed or made inactive).
 pub fn test_handle(h: Handle) -> R<Option<St>> {
     if h == REQUEST_NULL {
-        return Ok(Some(St::EMPTY));
+        return Ok(Some(St::NONE));
     }
     match take(h)? {
         Req::Persistent { spec, active } => match active {
             None => {
                 put_back(h, Req::Persistent { spec, active: None });
-                Ok(Some(St::EMPTY))
+                Ok(Some(St::NONE))
             }
             Some(a) => match test_req(*a) {
                 Ok(out) => {
@@ -992,7 +1000,7 @@ mpi! {
         match wait_any_of(hs)? {
             None => {
                 raw::put(index, UNDEFINED)?;
-                St::EMPTY.write(status, SUCCESS);
+                St::NONE.write(status, SUCCESS);
                 Ok(())
             }
             Some(k) => {
@@ -1012,7 +1020,7 @@ mpi! {
         let hs = raw::slice_mut(reqs, n)?;
         if (0..hs.len()).all(|k| inactive(hs[k])) {
             raw::put(index, UNDEFINED)?;
-            St::EMPTY.write(status, SUCCESS);
+            St::NONE.write(status, SUCCESS);
             return raw::put(flag, 1);
         }
         match done_now(hs).first() {
@@ -1060,7 +1068,7 @@ mpi! {
     fn MPI_Request_get_status / PMPI_Request_get_status(h: Handle, flag: *mut c_int, status: *mut CStatus) {
         check_init()?;
         if inactive(h) {
-            St::EMPTY.write(status, SUCCESS);
+            St::NONE.write(status, SUCCESS);
             return raw::put(flag, 1);
         }
         let done = !done_now(&[h]).is_empty();
@@ -1145,7 +1153,7 @@ fn some(hs: &mut [Handle], outcount: *mut c_int, indices: *mut c_int, sts: *mut 
 fn wait_req_keep(r: Req, h: Handle) -> (St, Option<Fail>) {
     match r {
         Req::Persistent { spec, active } => {
-            let out = active.map(|a| wait_req(*a)).unwrap_or((St::EMPTY, None));
+            let out = active.map(|a| wait_req(*a)).unwrap_or((St::NONE, None));
             let code = out.1.as_ref().map_or(SUCCESS, |f| f.class);
             put_back(
                 h,
@@ -1165,8 +1173,11 @@ fn wait_req_keep(r: Req, h: Handle) -> (St, Option<Fail>) {
     }
 }
 
-/// Whether `h` names a request in the table.
+/// Whether `h` names a request (one in the table, or a send complete at its start).
 fn exists(h: Handle) -> bool {
+    if h == REQUEST_SENT {
+        return true;
+    }
     let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
     index(h).is_some_and(|i| matches!(g.slots.get(i), Some(Some(_))))
 }
