@@ -142,15 +142,37 @@ mpi! {
         };
         raw::put(new, h)
     }
-    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, _info: Handle, new: *mut Handle) {
+    fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, info: Handle, new: *mut Handle) {
         let c = state::intra(comm)?;
+        // The hardware resource an info names: metampi knows shared memory (a machine).
+        let resource = match info {
+            INFO_NULL => None,
+            i => crate::env::with_info(i, |i| i.0.get(HW_RESOURCE).cloned()).ok().flatten(),
+        };
+        let kind = match kind {
+            COMM_TYPE_HW_GUIDED if resource.as_deref() != Some(SHARED_MEMORY) => UNDEFINED,
+            k => k,
+        };
         let s = match kind {
             UNDEFINED => {
                 // Every rank takes part in the split; those with MPI_UNDEFINED get no communicator.
                 let _ = c.comm.split_by_color_with_key(Color::undefined(), key);
                 return raw::put(new, COMM_NULL);
             }
-            COMM_TYPE_SHARED | COMM_TYPE_HW_GUIDED | COMM_TYPE_HW_UNGUIDED => c.comm.split_shared(key),
+            COMM_TYPE_SHARED | COMM_TYPE_HW_GUIDED => c.comm.split_shared(key),
+            COMM_TYPE_HW_UNGUIDED => {
+                // A level of the hierarchy strictly below the communicator, or none.
+                let s = c.comm.split_shared(key);
+                if s.size() == c.comm.size() {
+                    return raw::put(new, COMM_NULL);
+                }
+                if info != INFO_NULL {
+                    crate::env::with_info(info, |i| {
+                        i.0.insert(HW_RESOURCE.into(), SHARED_MEMORY.into())
+                    })?;
+                }
+                s
+            }
             COMM_TYPE_METAMPI_SITE => {
                 let site = c.comm.meta_host_of(c.comm.rank())? as c_int;
                 c.comm
@@ -333,6 +355,11 @@ fn with_inter<T>(h: Handle, f: impl FnOnce(&CommEntry, &InterCommunicator) -> R<
         )),
     }
 }
+
+/// The info key of `MPI_COMM_TYPE_HW_GUIDED`/`_UNGUIDED`, and the one resource metampi
+/// splits by.
+const HW_RESOURCE: &str = "mpi_hw_resource_type";
+const SHARED_MEMORY: &str = "mpi_shared_memory";
 
 /// A tag for the leaders of `MPI_Intercomm_create_from_groups` from its string tag.
 pub(crate) fn string_tag(s: &str) -> c_int {

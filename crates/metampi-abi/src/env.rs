@@ -288,7 +288,7 @@ pub struct Info(pub BTreeMap<String, String>);
 
 pub static INFOS: Table<Info> = Table::new(INFO_BASE);
 
-fn with_info<T>(h: Handle, f: impl FnOnce(&mut Info) -> T) -> R<T> {
+pub(crate) fn with_info<T>(h: Handle, f: impl FnOnce(&mut Info) -> T) -> R<T> {
     if h == INFO_ENV {
         return Ok(f(&mut env_info()));
     }

@@ -31,13 +31,34 @@ pub static MPI_WEIGHTS_EMPTY: CPtr = CPtr(&SENTINELS[1]);
 
 #[cfg(not(std_abi))]
 fn unweighted(p: *const c_int) -> bool {
-    p == MPI_UNWEIGHTED.0 || p == MPI_WEIGHTS_EMPTY.0
+    p == MPI_UNWEIGHTED.0
+}
+
+#[cfg(not(std_abi))]
+fn weights_empty(p: *const c_int) -> bool {
+    p == MPI_WEIGHTS_EMPTY.0
 }
 
 /// The standard ABI names `MPI_UNWEIGHTED` and `MPI_WEIGHTS_EMPTY` by fixed addresses.
 #[cfg(std_abi)]
 fn unweighted(p: *const c_int) -> bool {
-    p as usize == UNWEIGHTED || p as usize == WEIGHTS_EMPTY
+    p as usize == UNWEIGHTED
+}
+
+#[cfg(std_abi)]
+fn weights_empty(p: *const c_int) -> bool {
+    p as usize == WEIGHTS_EMPTY
+}
+
+/// The `n` weights at `p`; `MPI_WEIGHTS_EMPTY` (a weighted graph's empty list) only for none.
+fn weights(p: *const c_int, n: c_int) -> R<Vec<c_int>> {
+    match (weights_empty(p), n > 0) {
+        (true, true) => Err(Fail::arg(format!(
+            "MPI_WEIGHTS_EMPTY stands for no weights, but {n} edges are given"
+        ))),
+        (true, false) => Ok(Vec::new()),
+        (false, _) => Ok(raw::slice(p, n)?.to_vec()),
+    }
 }
 
 fn cart(c: &CommEntry) -> R<(Vec<c_int>, Vec<bool>)> {
@@ -248,9 +269,9 @@ mpi! {
         let weighted = !unweighted(sweights) && !unweighted(dweights);
         let topo = Topo::DistGraph {
             sources: raw::slice(sources, indeg)?.to_vec(),
-            sweights: if weighted { raw::slice(sweights, indeg)?.to_vec() } else { vec![1; indeg.max(0) as usize] },
+            sweights: if weighted { weights(sweights, indeg)? } else { vec![1; indeg.max(0) as usize] },
             dests: raw::slice(dests, outdeg)?.to_vec(),
-            dweights: if weighted { raw::slice(dweights, outdeg)?.to_vec() } else { vec![1; outdeg.max(0) as usize] },
+            dweights: if weighted { weights(dweights, outdeg)? } else { vec![1; outdeg.max(0) as usize] },
             weighted,
         };
         raw::put(new, with_topo(comm, c.comm.size(), topo)?)
@@ -263,7 +284,7 @@ mpi! {
         let total: c_int = deg.iter().sum();
         let dst = raw::slice(dests, total)?;
         let weighted = !unweighted(weights);
-        let w = if weighted { raw::slice(weights, total)?.to_vec() } else { vec![1; total.max(0) as usize] };
+        let w = if weighted { self::weights(weights, total)? } else { vec![1; total.max(0) as usize] };
         // Every edge as (source, destination, weight), gathered everywhere.
         let mut mine = Vec::with_capacity(3 * total.max(0) as usize);
         let mut k = 0;
@@ -312,10 +333,10 @@ mpi! {
         let no = d.len().min(maxout.max(0) as usize);
         raw::slice_mut(sources, ni as c_int)?.copy_from_slice(&s[..ni]);
         raw::slice_mut(dests, no as c_int)?.copy_from_slice(&d[..no]);
-        if !unweighted(sweights) && !sweights.is_null() {
+        if !unweighted(sweights) && !weights_empty(sweights) && !sweights.is_null() {
             raw::slice_mut(sweights, ni as c_int)?.copy_from_slice(&sw[..ni]);
         }
-        if !unweighted(dweights) && !dweights.is_null() {
+        if !unweighted(dweights) && !weights_empty(dweights) && !dweights.is_null() {
             raw::slice_mut(dweights, no as c_int)?.copy_from_slice(&dw[..no]);
         }
         Ok(())
