@@ -100,7 +100,7 @@ fn predefined(key: c_int) -> Option<(isize, c_int)> {
         IO => (2, ANY_SOURCE),
         WTIME_IS_GLOBAL => (3, 0),
         UNIVERSE_SIZE => (4, metampi::topology::SimpleCommunicator::world().size()),
-        LASTUSEDCODE => (5, LAST_PREDEFINED_CLASS),
+        LASTUSEDCODE => (5, crate::err::last_used_code()),
         APPNUM => (6, 0),
         _ => return None,
     };

@@ -82,40 +82,31 @@ mpi! {
         raw::put(len, l)
     }
     fn MPI_Error_class / PMPI_Error_class(code: c_int, class: *mut c_int) {
+        if let Some(c) = err::user_class_of(code) {
+            return raw::put(class, c);
+        }
         if !(0..=ERR_LASTCODE).contains(&code) {
             return Err(Fail::arg(format!("{code} is not an error code")));
         }
-        let c = err::class_of(code);
-        let user = err::USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
-        let c = user.iter().find(|(k, _)| *k == code).map_or(c, |_| code);
-        raw::put(class, c)
+        raw::put(class, err::class_of(code))
     }
     fn MPI_Add_error_class / PMPI_Add_error_class(class: *mut c_int) {
-        let mut user = err::USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
-        let next = user.iter().map(|(c, _)| *c + 1).max().unwrap_or(LAST_PREDEFINED_CLASS + 1);
-        if next > 0xff {
-            return Err(Fail::new(ERR_OTHER, "no more user error classes"));
-        }
-        user.push((next, String::new()));
-        raw::put(class, next)
+        raw::put(class, err::add_user_code(None)?)
     }
     fn MPI_Add_error_code / PMPI_Add_error_code(class: c_int, code: *mut c_int) {
-        let mut user = err::USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
-        if !user.iter().any(|(c, _)| *c == class) && class > LAST_PREDEFINED_CLASS {
+        let known = (0..=LAST_PREDEFINED_CLASS).contains(&class)
+            || err::user_class_of(class) == Some(class);
+        if !known {
             return Err(Fail::arg(format!("{class} is not an error class")));
         }
-        // User codes sit above every code the message ring makes, with their class below.
-        let n = user.iter().filter(|(c, _)| *c > 0xffff).count() as c_int;
-        let c = 0x2000_0000 | (n << 8) | class;
-        user.push((c, String::new()));
-        raw::put(code, c)
+        raw::put(code, err::add_user_code(Some(class))?)
     }
     fn MPI_Add_error_string / PMPI_Add_error_string(code: c_int, s: *const c_char) {
         let text = raw::c_str(s)?;
         let mut user = err::USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
-        match user.iter_mut().find(|(c, _)| *c == code) {
+        match user.iter_mut().find(|e| e.0 == code) {
             Some(e) => {
-                e.1 = text;
+                e.2 = text;
                 Ok(())
             }
             None => Err(Fail::arg(format!("{code} is not a user error class or code"))),

@@ -93,8 +93,36 @@ static MESSAGES: Mutex<Messages> = Mutex::new(Messages {
     next: 0,
 });
 
-/// User error classes and codes (MPI_Add_error_class/code/string).
-pub static USER_CLASSES: Mutex<Vec<(c_int, String)>> = Mutex::new(Vec::new());
+/// User error classes and codes (MPI_Add_error_class/code/string): (code, its class,
+/// its string). They are numbered from [`USER_BASE`], above `MPI_ERR_LASTCODE` as MPI
+/// asks, classes and codes from one sequence.
+pub static USER_CLASSES: Mutex<Vec<(c_int, c_int, String)>> = Mutex::new(Vec::new());
+const USER_BASE: c_int = ERR_LASTCODE + 1;
+
+/// A new user error class (`None`) or code of `class`.
+pub fn add_user_code(class: Option<c_int>) -> R<c_int> {
+    let mut user = USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+    let code = USER_BASE
+        .checked_add(user.len() as c_int)
+        .ok_or_else(|| Fail::new(ERR_OTHER, "no more user error classes and codes"))?;
+    user.push((code, class.unwrap_or(code), String::new()));
+    Ok(code)
+}
+
+/// The class of a user error code or class.
+pub fn user_class_of(code: c_int) -> Option<c_int> {
+    if code < USER_BASE {
+        return None;
+    }
+    let user = USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+    user.iter().find(|e| e.0 == code).map(|e| e.1)
+}
+
+/// The value of the `MPI_LASTUSEDCODE` attribute.
+pub fn last_used_code() -> c_int {
+    let user = USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+    user.last().map_or(LAST_PREDEFINED_CLASS, |e| e.0)
+}
 
 fn make_code(class: c_int, msg: String) -> c_int {
     let mut m = MESSAGES.lock().unwrap_or_else(|p| p.into_inner());
@@ -110,6 +138,9 @@ fn make_code(class: c_int, msg: String) -> c_int {
 
 /// The class of an error code.
 pub fn class_of(code: c_int) -> c_int {
+    if let Some(c) = user_class_of(code) {
+        return c;
+    }
     if (0..=0xff).contains(&code) {
         code
     } else {
@@ -127,13 +158,13 @@ pub fn string_of(code: c_int) -> String {
             return format!("{}: {s}", class_name(class));
         }
     }
-    if let Some((_, s)) = USER_CLASSES
+    if let Some(e) = USER_CLASSES
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .find(|(c, _)| *c == code)
+        .find(|e| e.0 == code)
     {
-        return s.clone();
+        return e.2.clone();
     }
     format!("{}: {}", class_name(class), class_text(class))
 }
