@@ -148,6 +148,11 @@ mod mpich {
     pub const COMBINER_INDEXED_BLOCK: c_int = 10;
     pub const COMBINER_STRUCT: c_int = 12;
     pub const COMBINER_SUBARRAY: c_int = 13;
+    pub const COMBINER_DARRAY: c_int = 14;
+    pub const DISTRIBUTE_BLOCK: c_int = 121;
+    pub const DISTRIBUTE_CYCLIC: c_int = 122;
+    pub const DISTRIBUTE_NONE: c_int = 123;
+    pub const DISTRIBUTE_DFLT_DARG: c_int = -49767;
     pub const COMBINER_F90_REAL: c_int = 15;
     pub const COMBINER_F90_COMPLEX: c_int = 16;
     pub const COMBINER_F90_INTEGER: c_int = 17;
@@ -338,6 +343,11 @@ mod standard {
     pub const COMBINER_HINDEXED_BLOCK: c_int = 109;
     pub const COMBINER_STRUCT: c_int = 110;
     pub const COMBINER_SUBARRAY: c_int = 111;
+    pub const COMBINER_DARRAY: c_int = 112;
+    pub const DISTRIBUTE_NONE: c_int = 16;
+    pub const DISTRIBUTE_BLOCK: c_int = 17;
+    pub const DISTRIBUTE_CYCLIC: c_int = 18;
+    pub const DISTRIBUTE_DFLT_DARG: c_int = 19;
     pub const COMBINER_F90_REAL: c_int = 113;
     pub const COMBINER_F90_COMPLEX: c_int = 114;
     pub const COMBINER_F90_INTEGER: c_int = 115;

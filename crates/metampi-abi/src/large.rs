@@ -280,6 +280,11 @@ coded! {
         let (a, b, c) = (narrow_all(f, sizes, nd)?, narrow_all(f, subs, nd)?, narrow_all(f, starts, nd)?);
         Ok(crate::types::PMPI_Type_create_subarray(nd, a.as_ptr(), b.as_ptr(), c.as_ptr(), order, old, new))
     }
+    fn MPI_Type_create_darray_c / PMPI_Type_create_darray_c(size: c_int, rank: c_int, nd: c_int, gsizes: *const Count, distribs: *const c_int, dargs: *const c_int, psizes: *const c_int, order: c_int, old: Handle, new: *mut Handle) {
+        let f = "MPI_Type_create_darray_c";
+        let g = narrow_all(f, gsizes, nd)?;
+        Ok(crate::types::PMPI_Type_create_darray(size, rank, nd, g.as_ptr(), distribs, dargs, psizes, order, old, new))
+    }
     fn MPI_Buffer_detach_c / PMPI_Buffer_detach_c(b: *mut *mut c_void, size: *mut Count) {
         let mut n: c_int = 0;
         let rc = crate::env::PMPI_Buffer_detach(b, &mut n);

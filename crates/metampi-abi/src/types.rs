@@ -516,6 +516,21 @@ mpi! {
             combiner: COMBINER_SUBARRAY, ints, aints: vec![], types: subs(&[old]),
         }))
     }
+    fn MPI_Type_create_darray / PMPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, gsizes: *const c_int, distribs: *const c_int,
+        dargs: *const c_int, psizes: *const c_int, order: c_int, old: Handle, new: *mut Handle) {
+        let n = count_ok(ndims, "ndims")?;
+        let (g, di, da, p) = (raw::slice(gsizes, ndims)?, raw::slice(distribs, ndims)?, raw::slice(dargs, ndims)?, raw::slice(psizes, ndims)?);
+        let id = darray(size, rank, g, di, da, p, order, type_id_any(old)?)?;
+        let mut ints = vec![size, rank, ndims];
+        for a in [g, di, da, p] {
+            ints.extend_from_slice(a);
+        }
+        ints.push(order);
+        debug_assert_eq!(ints.len(), 4 * n + 4);
+        raw::put(new, new_type(id, Envelope {
+            combiner: COMBINER_DARRAY, ints, aints: vec![], types: subs(&[old]),
+        }))
+    }
     fn MPI_Type_dup / PMPI_Type_dup(old: Handle, new: *mut Handle) {
         let id = type_id_any(old)?;
         let committed = predefined_of(old).is_some() || TYPES.get(old).is_some_and(|e| e.committed);
@@ -752,6 +767,115 @@ fn subarray(sizes: &[c_int], subs: &[c_int], starts: &[c_int], order: c_int, old
         .as_ref()
         .type_id();
     Ok(dtabi::resized(moved, 0, stride as usize))
+}
+
+/// The indices of one dimension of a distributed array that process coordinate `c` of
+/// `p` owns (MPI-4 §5.1.4), as runs `(first, length)`.
+fn darray_runs(
+    gsize: c_int,
+    distrib: c_int,
+    darg: c_int,
+    p: c_int,
+    c: c_int,
+) -> R<Vec<(c_int, c_int)>> {
+    let bad = |what: String| Err(Fail::arg(what));
+    match distrib {
+        DISTRIBUTE_NONE => {
+            if p != 1 {
+                return bad(format!(
+                    "an undistributed dimension runs over {p} processes, not 1"
+                ));
+            }
+            Ok(vec![(0, gsize)])
+        }
+        DISTRIBUTE_BLOCK => {
+            let b = match darg {
+                DISTRIBUTE_DFLT_DARG => (gsize + p - 1) / p,
+                b if b > 0 && (b as i64) * (p as i64) >= gsize as i64 => b,
+                b => {
+                    return bad(format!(
+                        "block size {b} cannot cover {gsize} elements on {p} processes"
+                    ))
+                }
+            };
+            let lo = (c as i64 * b as i64).min(gsize as i64) as c_int;
+            let hi = ((c as i64 + 1) * b as i64).min(gsize as i64) as c_int;
+            Ok(if hi > lo { vec![(lo, hi - lo)] } else { vec![] })
+        }
+        DISTRIBUTE_CYCLIC => {
+            let b = match darg {
+                DISTRIBUTE_DFLT_DARG => 1,
+                b if b > 0 => b,
+                b => return bad(format!("cyclic block size {b} is not positive")),
+            };
+            let mut runs = Vec::new();
+            let mut lo = c as i64 * b as i64;
+            while lo < gsize as i64 {
+                let len = (b as i64).min(gsize as i64 - lo);
+                runs.push((lo as c_int, len as c_int));
+                lo += b as i64 * p as i64;
+            }
+            Ok(runs)
+        }
+        d => bad(format!("distribution {d} is not BLOCK, CYCLIC or NONE")),
+    }
+}
+
+/// `MPI_Type_create_darray`: the elements of a `gsizes` array of `old` (in `order`) that
+/// process `rank` of a row-major `psizes` grid owns, with the whole array's extent.
+#[allow(clippy::too_many_arguments)]
+fn darray(
+    size: c_int,
+    rank: c_int,
+    gsizes: &[c_int],
+    distribs: &[c_int],
+    dargs: &[c_int],
+    psizes: &[c_int],
+    order: c_int,
+    old: u32,
+) -> R<u32> {
+    let n = gsizes.len();
+    if psizes.iter().map(|&p| p as i64).product::<i64>() != size as i64
+        || !(0..size).contains(&rank)
+    {
+        return Err(Fail::arg(format!(
+            "a process grid {psizes:?} for rank {rank} of {size} processes"
+        )));
+    }
+    if gsizes.iter().chain(psizes).any(|&x| x <= 0) {
+        return Err(Fail::arg("array and grid sizes must be positive"));
+    }
+    // The rank's coordinates in the process grid, which MPI numbers in row-major order.
+    let mut coords = vec![0; n];
+    let mut r = rank;
+    for d in (0..n).rev() {
+        coords[d] = r % psizes[d];
+        r /= psizes[d];
+    }
+    let dims: Vec<usize> = match order {
+        ORDER_C => (0..n).rev().collect(),
+        ORDER_FORTRAN => (0..n).collect(),
+        _ => {
+            return Err(Fail::arg(format!(
+                "order {order} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"
+            )))
+        }
+    };
+    // Built from the fastest-varying dimension out: each level places runs of the level
+    // below, whose extent is resized to one step of its dimension.
+    let mut t = old;
+    let mut stride = dtabi::layout(old).extent as isize;
+    for &d in &dims {
+        let runs = darray_runs(gsizes[d], distribs[d], dargs[d], psizes[d], coords[d])?;
+        let lens: Vec<c_int> = runs.iter().map(|r| r.1).collect();
+        let disps: Vec<isize> = runs.iter().map(|r| r.0 as isize * stride).collect();
+        let step = dtabi::resized(t, 0, stride as usize);
+        t = UserDatatype::heterogeneous_indexed(&lens, &disps, &dref(step))
+            .as_ref()
+            .type_id();
+        stride *= gsizes[d] as isize;
+    }
+    Ok(dtabi::resized(t, 0, stride as usize))
 }
 
 // ---- operations ------------------------------------------------------------------
