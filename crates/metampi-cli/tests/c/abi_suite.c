@@ -217,6 +217,23 @@ static void datatypes(void) {
     CHECK(s4 == 4 && s8 == 8 && comb == MPI_COMBINER_F90_INTEGER, "f90 types %d %d %d", s4, s8, comb);
     MPI_Type_free(&column); MPI_Type_free(&st); MPI_Type_free(&st0); MPI_Type_free(&sa); MPI_Type_free(&ix);
     CHECK(column == MPI_DATATYPE_NULL, "freed type is nulled");
+    /* a distributed array: 4x6 ints, rows in blocks and columns cyclic over a 2x2 grid */
+    {
+        int gs[2] = {4, 6}, dist[2] = {MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC};
+        int da[2] = {MPI_DISTRIBUTE_DFLT_DARG, MPI_DISTRIBUTE_DFLT_DARG}, ps[2] = {2, 2};
+        MPI_Datatype darr;
+        MPI_Type_create_darray(4, 1, 2, gs, dist, da, ps, MPI_ORDER_C, MPI_INT, &darr);
+        MPI_Type_commit(&darr);
+        int dsz, g[24], out[6], dpos = 0;
+        MPI_Aint dlb, dext;
+        MPI_Type_size(darr, &dsz);
+        MPI_Type_get_extent(darr, &dlb, &dext);
+        for (int i = 0; i < 24; i++) g[i] = i;
+        MPI_Pack(g, 1, darr, out, sizeof out, &dpos, MPI_COMM_WORLD);
+        CHECK(dsz == 24 && dlb == 0 && dext == 96 && out[0] == 1 && out[2] == 5 && out[3] == 7 && out[5] == 11,
+              "darray size %d extent %ld: %d %d %d %d", dsz, (long)dext, out[0], out[2], out[3], out[5]);
+        MPI_Type_free(&darr);
+    }
 }
 
 static int copies = 0, deletes = 0;
@@ -648,9 +665,12 @@ static void mpi4(void) {
     MPI_Comm_size(sc, &ssize);
     MPI_Allreduce(&rank, &total, 1, MPI_INT, MPI_SUM, sc);
     CHECK(found && ssize == size && total == size * (size - 1) / 2, "session world: found %d size %d sum %d", found, ssize, total);
-    int rc = MPI_Session_get_nth_pset(ses, MPI_INFO_NULL, npsets, &len, pname), cls = -1;
-    MPI_Error_class(rc, &cls);
-    CHECK(cls == MPI_ERR_ARG, "nth pset past the end: class %d", cls);
+    /* (Debian's MPICH 4.0 reads past its list here instead of answering an error) */
+    if (on_metampi) {
+        int rc = MPI_Session_get_nth_pset(ses, MPI_INFO_NULL, npsets, &len, pname), cls = -1;
+        MPI_Error_class(rc, &cls);
+        CHECK(cls == MPI_ERR_ARG, "nth pset past the end: class %d", cls);
+    }
     MPI_Comm_free(&sc);
     MPI_Group_free(&wg);
     MPI_Session_finalize(&ses);
