@@ -657,6 +657,132 @@ mpi! {
     }
 }
 
+/// `external32` data: each value big-endian. Values keep this machine's sizes, which
+/// are the standard's for every type but `MPI_LONG`/`MPI_UNSIGNED_LONG` (8 bytes here)
+/// and `long double`: the representation round-trips between metampi processes.
+fn check_external32(datarep: *const c_char) -> R {
+    match raw::c_str(datarep)?.as_str() {
+        "external32" => Ok(()),
+        d => Err(Fail::new(
+            ERR_UNSUPPORTED_DATAREP,
+            format!("data representation {d:?}: MPI_Pack_external knows \"external32\""),
+        )),
+    }
+}
+
+/// Turns `n` packed elements of `id` between this machine's byte order and big-endian.
+fn swap_external32(buf: &mut [u8], n: usize, id: u32) {
+    if cfg!(target_endian = "big") {
+        return;
+    }
+    let units = dtabi::units(id);
+    let mut at = 0;
+    for _ in 0..n {
+        for &(size, count) in &units {
+            let size = (size as usize).max(1);
+            for _ in 0..count {
+                buf[at..at + size].reverse();
+                at += size;
+            }
+        }
+    }
+}
+
+fn pack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    count: i64,
+    dt: Handle,
+    outbuf: *mut c_void,
+    outsize: i64,
+    position: *mut i64,
+) -> R {
+    check_external32(datarep)?;
+    let n = usize::try_from(count)
+        .map_err(|_| Fail::new(ERR_COUNT, format!("count {count} is negative")))?;
+    let id = committed_id(dt)?;
+    let pos = raw::get(position)?;
+    let need = n * dtabi::layout(id).size;
+    if pos < 0 || pos as usize + need > outsize.max(0) as usize {
+        return Err(Fail::new(
+            ERR_TRUNCATE,
+            format!(
+                "packing {need} bytes at position {pos} overruns the {outsize}-byte output buffer"
+            ),
+        ));
+    }
+    let out = &mut raw::bytes_mut(outbuf, outsize as usize)[pos as usize..pos as usize + need];
+    pack_into(inbuf, n, id, out);
+    swap_external32(out, n, id);
+    raw::put(position, pos + need as i64)
+}
+
+fn unpack_external(
+    datarep: *const c_char,
+    inbuf: *const c_void,
+    insize: i64,
+    position: *mut i64,
+    outbuf: *mut c_void,
+    count: i64,
+    dt: Handle,
+) -> R {
+    check_external32(datarep)?;
+    let n = usize::try_from(count)
+        .map_err(|_| Fail::new(ERR_COUNT, format!("count {count} is negative")))?;
+    let id = committed_id(dt)?;
+    let pos = raw::get(position)?;
+    let need = n * dtabi::layout(id).size;
+    if pos < 0 || pos as usize + need > insize.max(0) as usize {
+        return Err(Fail::new(
+            ERR_TRUNCATE,
+            format!(
+            "unpacking {need} bytes at position {pos} reads past the {insize}-byte input buffer"
+        ),
+        ));
+    }
+    let mut tmp = raw::bytes(inbuf, insize as usize)[pos as usize..pos as usize + need].to_vec();
+    swap_external32(&mut tmp, n, id);
+    unpack_from(&tmp, outbuf, n, id);
+    raw::put(position, pos + need as i64)
+}
+
+mpi! {
+    fn MPI_Pack_external / PMPI_Pack_external(datarep: *const c_char, inbuf: *const c_void, count: c_int, dt: Handle,
+        outbuf: *mut c_void, outsize: isize, position: *mut isize) {
+        let mut p = raw::get(position)? as i64;
+        pack_external(datarep, inbuf, count as i64, dt, outbuf, outsize as i64, &mut p)?;
+        raw::put(position, p as isize)
+    }
+    fn MPI_Pack_external_c / PMPI_Pack_external_c(datarep: *const c_char, inbuf: *const c_void, count: i64, dt: Handle,
+        outbuf: *mut c_void, outsize: i64, position: *mut i64) {
+        pack_external(datarep, inbuf, count, dt, outbuf, outsize, position)
+    }
+    fn MPI_Unpack_external / PMPI_Unpack_external(datarep: *const c_char, inbuf: *const c_void, insize: isize, position: *mut isize,
+        outbuf: *mut c_void, count: c_int, dt: Handle) {
+        let mut p = raw::get(position)? as i64;
+        unpack_external(datarep, inbuf, insize as i64, &mut p, outbuf, count as i64, dt)?;
+        raw::put(position, p as isize)
+    }
+    fn MPI_Unpack_external_c / PMPI_Unpack_external_c(datarep: *const c_char, inbuf: *const c_void, insize: i64, position: *mut i64,
+        outbuf: *mut c_void, count: i64, dt: Handle) {
+        unpack_external(datarep, inbuf, insize, position, outbuf, count, dt)
+    }
+    fn MPI_Pack_external_size / PMPI_Pack_external_size(datarep: *const c_char, count: c_int, dt: Handle, size: *mut isize) {
+        check_external32(datarep)?;
+        if count < 0 {
+            return Err(Fail::new(ERR_COUNT, format!("count {count} is negative")));
+        }
+        raw::put(size, count as isize * size_of(dt)? as isize)
+    }
+    fn MPI_Pack_external_size_c / PMPI_Pack_external_size_c(datarep: *const c_char, count: i64, dt: Handle, size: *mut i64) {
+        check_external32(datarep)?;
+        if count < 0 {
+            return Err(Fail::new(ERR_COUNT, format!("count {count} is negative")));
+        }
+        raw::put(size, count * size_of(dt)? as i64)
+    }
+}
+
 /// Packs `n` elements of datatype `id` at `inbuf` into `out` (`n` times the type's size).
 pub fn pack_into(inbuf: *const c_void, n: usize, id: u32, out: &mut [u8]) {
     let extent = dtabi::layout(id).extent as isize;

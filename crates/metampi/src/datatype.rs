@@ -1186,4 +1186,10 @@ pub mod abi {
     pub fn blocks(id: u32) -> Vec<(isize, usize)> {
         type_map(id).blocks.clone()
     }
+
+    /// The values of one packed element of `id`, as runs of (value size, count): what a
+    /// byte-order conversion (`MPI_Pack_external`) reverses.
+    pub fn units(id: u32) -> Vec<(u8, usize)> {
+        type_map(id).units.clone()
+    }
 }

@@ -217,6 +217,18 @@ static void datatypes(void) {
     CHECK(s4 == 4 && s8 == 8 && comb == MPI_COMBINER_F90_INTEGER, "f90 types %d %d %d", s4, s8, comb);
     MPI_Type_free(&column); MPI_Type_free(&st); MPI_Type_free(&st0); MPI_Type_free(&sa); MPI_Type_free(&ix);
     CHECK(column == MPI_DATATYPE_NULL, "freed type is nulled");
+    /* external32 is big-endian */
+    {
+        int x[2] = {0x01020304, -2}, y[2] = {0, 0};
+        unsigned char ext32[8];
+        MPI_Aint epos = 0, esz = 0;
+        MPI_Pack_external_size("external32", 2, MPI_INT, &esz);
+        MPI_Pack_external("external32", x, 2, MPI_INT, ext32, sizeof ext32, &epos);
+        MPI_Aint upos = 0;
+        MPI_Unpack_external("external32", ext32, sizeof ext32, &upos, y, 2, MPI_INT);
+        CHECK(esz == 8 && epos == 8 && upos == 8 && ext32[0] == 1 && ext32[3] == 4 && ext32[4] == 0xff && y[0] == x[0] && y[1] == -2,
+              "external32: size %ld bytes %02x %02x back %x %d", (long)esz, ext32[0], ext32[3], y[0], y[1]);
+    }
     /* a distributed array: 4x6 ints, rows in blocks and columns cyclic over a 2x2 grid */
     {
         int gs[2] = {4, 6}, dist[2] = {MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC};
