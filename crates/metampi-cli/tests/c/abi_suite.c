@@ -498,6 +498,19 @@ static void errors(void) {
     MPI_Error_class(rc, &cls);
     CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_TRUNCATE, "truncation rc %d class %d", rc, cls);
     char msg[MPI_MAX_ERROR_STRING]; int len;
+    /* a user error class and code of it, with strings */
+    {
+        int ucls = 0, ucode = 0, back = -1, ulen = 0, *last = NULL, lflag = 0;
+        char ustr[MPI_MAX_ERROR_STRING];
+        MPI_Add_error_class(&ucls);
+        MPI_Add_error_code(ucls, &ucode);
+        MPI_Add_error_string(ucode, "the suite's own error");
+        MPI_Error_class(ucode, &back);
+        MPI_Error_string(ucode, ustr, &ulen);
+        MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &last, &lflag);
+        CHECK(ucls > MPI_ERR_LASTCODE && back == ucls && strcmp(ustr, "the suite's own error") == 0 && lflag && *last >= ucls,
+              "user error class %d code %d: class back %d, string %s", ucls, ucode, back, ustr);
+    }
     MPI_Error_string(rc, msg, &len);
     CHECK(len > 0 && (!on_metampi || strstr(msg, "MPI_Recv") != NULL), "error string: %s", msg);
     rc = MPI_Send(four, 1, MPI_INT, size + 5, 0, c);
