@@ -108,6 +108,23 @@ fn predefined(key: c_int) -> Option<(isize, c_int)> {
     Some((&PREDEF[slot] as *const AtomicI32 as isize, v))
 }
 
+/// Refuses a handle that names no keyval (attributes of windows, kept in `win`).
+pub fn check_keyval(k: c_int) -> R {
+    keyval(k).map(|_| ())
+}
+
+/// Runs keyval `key`'s delete callback on `value`, an attribute of object `obj` (a window).
+pub fn run_delete(obj: Handle, key: c_int, value: isize) -> R {
+    let rc = keyval(key)?.delete(obj, key, value, ATTR_PTR);
+    if rc != SUCCESS {
+        return Err(Fail::new(
+            crate::err::class_of(rc),
+            "the attribute delete callback failed",
+        ));
+    }
+    Ok(())
+}
+
 fn keyval(k: c_int) -> R<Keyval> {
     KEYVALS
         .get(k as Handle)
@@ -401,7 +418,7 @@ mpi! {
         }
         Ok(())
     }
-    // Keyvals for windows can be made and freed; windows (RMA) themselves are not offered yet.
+    // Keyvals for windows; the attributes themselves live in `win`.
     fn MPI_Win_create_keyval / PMPI_Win_create_keyval(copy: Option<CopyFn>, delete: Option<DeleteFn>, key: *mut c_int, extra: *mut c_void) {
         create_keyval(copy, delete, extra, key)
     }

@@ -41,6 +41,8 @@ pub const MESSAGE_BASE: u32 = 0xac80_0000;
 pub const SESSION_BASE: u32 = 0xb800_0000;
 /// Open files (`MPI_File`, pointer-sized in both ABIs; ours are `FILE_BASE | index`).
 pub const FILE_BASE: u32 = 0x9000_0000;
+/// Windows (`MPI_Win`, MPI-4 §12): MPICH's object type 8 for windows, allocated kind.
+pub const WIN_BASE: u32 = 0xa000_0000;
 pub const MAX_DATAREP_STRING: usize = 128;
 /// Handles of one kind: base | index below this bound.
 pub const INDEX_MASK: u32 = 0x007f_ffff;
@@ -233,6 +235,37 @@ mod mpich {
     pub const ERR_QUOTA: c_int = 39;
     pub const ERR_READ_ONLY: c_int = 40;
     pub const ERR_UNSUPPORTED_DATAREP: c_int = 43;
+
+    // One-sided communication (MPI-4 §12).
+    pub const WIN_BASE_KEY: c_int = 0x6600_0001;
+    pub const WIN_SIZE_KEY: c_int = 0x6600_0003;
+    pub const WIN_DISP_UNIT_KEY: c_int = 0x6600_0005;
+    pub const WIN_CREATE_FLAVOR_KEY: c_int = 0x6600_0007;
+    pub const WIN_MODEL_KEY: c_int = 0x6600_0009;
+    pub const WIN_FLAVOR_CREATE: c_int = 1;
+    pub const WIN_FLAVOR_ALLOCATE: c_int = 2;
+    pub const WIN_FLAVOR_DYNAMIC: c_int = 3;
+    pub const WIN_FLAVOR_SHARED: c_int = 4;
+    pub const WIN_SEPARATE: c_int = 1;
+    pub const WIN_UNIFIED: c_int = 2;
+    pub const LOCK_EXCLUSIVE: c_int = 234;
+    pub const LOCK_SHARED: c_int = 235;
+    pub const MODE_NOCHECK: c_int = 1024;
+    pub const MODE_NOSTORE: c_int = 2048;
+    pub const MODE_NOPUT: c_int = 4096;
+    pub const MODE_NOPRECEDE: c_int = 8192;
+    pub const MODE_NOSUCCEED: c_int = 16384;
+    pub const ERR_WIN: c_int = 45;
+    pub const ERR_BASE: c_int = 46;
+    pub const ERR_LOCKTYPE: c_int = 47;
+    pub const ERR_RMA_CONFLICT: c_int = 49;
+    pub const ERR_RMA_SYNC: c_int = 50;
+    pub const ERR_DISP: c_int = 52;
+    pub const ERR_ASSERT: c_int = 53;
+    pub const ERR_RMA_RANGE: c_int = 55;
+    pub const ERR_RMA_ATTACH: c_int = 56;
+    pub const ERR_RMA_SHARED: c_int = 57;
+    pub const ERR_RMA_FLAVOR: c_int = 58;
 
     /// `MPI_STATUS_IGNORE` and `MPI_STATUSES_IGNORE`: the address 1.
     pub const STATUS_IGNORE: usize = 1;
@@ -427,6 +460,37 @@ mod standard {
     pub const ERR_QUOTA: c_int = 44;
     pub const ERR_READ_ONLY: c_int = 45;
     pub const ERR_UNSUPPORTED_DATAREP: c_int = 54;
+
+    // One-sided communication (MPI-4 §12).
+    pub const WIN_BASE_KEY: c_int = 601;
+    pub const WIN_DISP_UNIT_KEY: c_int = 602;
+    pub const WIN_SIZE_KEY: c_int = 603;
+    pub const WIN_CREATE_FLAVOR_KEY: c_int = 604;
+    pub const WIN_MODEL_KEY: c_int = 605;
+    pub const WIN_FLAVOR_CREATE: c_int = 311;
+    pub const WIN_FLAVOR_ALLOCATE: c_int = 312;
+    pub const WIN_FLAVOR_DYNAMIC: c_int = 313;
+    pub const WIN_FLAVOR_SHARED: c_int = 314;
+    pub const WIN_UNIFIED: c_int = 321;
+    pub const WIN_SEPARATE: c_int = 322;
+    pub const LOCK_EXCLUSIVE: c_int = 301;
+    pub const LOCK_SHARED: c_int = 302;
+    pub const MODE_NOCHECK: c_int = 1024;
+    pub const MODE_NOPRECEDE: c_int = 2048;
+    pub const MODE_NOPUT: c_int = 4096;
+    pub const MODE_NOSTORE: c_int = 8192;
+    pub const MODE_NOSUCCEED: c_int = 16384;
+    pub const ERR_ASSERT: c_int = 22;
+    pub const ERR_BASE: c_int = 24;
+    pub const ERR_DISP: c_int = 26;
+    pub const ERR_LOCKTYPE: c_int = 37;
+    pub const ERR_RMA_ATTACH: c_int = 46;
+    pub const ERR_RMA_CONFLICT: c_int = 47;
+    pub const ERR_RMA_RANGE: c_int = 48;
+    pub const ERR_RMA_SHARED: c_int = 49;
+    pub const ERR_RMA_SYNC: c_int = 50;
+    pub const ERR_WIN: c_int = 56;
+    pub const ERR_RMA_FLAVOR: c_int = 57;
 
     /// `MPI_STATUS_IGNORE` and `MPI_STATUSES_IGNORE`: the null address.
     pub const STATUS_IGNORE: usize = 0;

@@ -80,6 +80,17 @@ pub fn on_file(fh: Option<FileHandle>) {
     FILE.with(|c| c.set(fh));
 }
 
+thread_local! {
+    /// The window whose error handler a failing one-sided call invokes (windows have
+    /// handlers of their own, MPI-4 §9.3.2); `None` outside such calls.
+    static WIN: Cell<Option<Handle>> = const { Cell::new(None) };
+}
+
+/// Notes that the running call works on window `w` (`None`: on no window).
+pub fn on_win(w: Option<Handle>) {
+    WIN.with(|c| c.set(w));
+}
+
 /// Messages of recent error codes; a code is `class | (slot + 1) << 8`.
 struct Messages {
     ring: Vec<String>,
@@ -216,6 +227,17 @@ pub fn class_name(class: c_int) -> &'static str {
         ERR_QUOTA => "MPI_ERR_QUOTA",
         ERR_READ_ONLY => "MPI_ERR_READ_ONLY",
         ERR_UNSUPPORTED_DATAREP => "MPI_ERR_UNSUPPORTED_DATAREP",
+        ERR_WIN => "MPI_ERR_WIN",
+        ERR_BASE => "MPI_ERR_BASE",
+        ERR_LOCKTYPE => "MPI_ERR_LOCKTYPE",
+        ERR_RMA_CONFLICT => "MPI_ERR_RMA_CONFLICT",
+        ERR_RMA_SYNC => "MPI_ERR_RMA_SYNC",
+        ERR_DISP => "MPI_ERR_DISP",
+        ERR_ASSERT => "MPI_ERR_ASSERT",
+        ERR_RMA_RANGE => "MPI_ERR_RMA_RANGE",
+        ERR_RMA_ATTACH => "MPI_ERR_RMA_ATTACH",
+        ERR_RMA_SHARED => "MPI_ERR_RMA_SHARED",
+        ERR_RMA_FLAVOR => "MPI_ERR_RMA_FLAVOR",
         _ => "MPI error",
     }
 }
@@ -256,6 +278,17 @@ fn class_text(class: c_int) -> &'static str {
         ERR_QUOTA => "quota exceeded",
         ERR_READ_ONLY => "read-only file or file system",
         ERR_UNSUPPORTED_DATAREP => "unsupported data representation",
+        ERR_WIN => "invalid window",
+        ERR_BASE => "invalid base address",
+        ERR_LOCKTYPE => "invalid lock type",
+        ERR_RMA_CONFLICT => "conflicting accesses to a window",
+        ERR_RMA_SYNC => "wrong synchronization of one-sided calls",
+        ERR_DISP => "invalid displacement",
+        ERR_ASSERT => "invalid assertion",
+        ERR_RMA_RANGE => "target memory is outside the window",
+        ERR_RMA_ATTACH => "memory cannot be attached",
+        ERR_RMA_SHARED => "memory cannot be shared",
+        ERR_RMA_FLAVOR => "wrong flavor of window",
         _ => "unknown error class",
     }
 }
@@ -266,17 +299,20 @@ fn class_text(class: c_int) -> &'static str {
 pub fn raise(func: &str, fail: Fail) -> c_int {
     let comm = CURRENT.with(|c| c.replace(COMM_WORLD));
     let file = FILE.with(|c| c.take());
+    let win = WIN.with(|c| c.take());
     let code = make_code(fail.class, format!("{func}: {}", fail.msg));
-    let handler = match file {
-        Some(fh) => crate::io::errhandler_of(fh),
-        None => state::errhandler_of(comm),
+    let handler = match (file, win) {
+        (Some(fh), _) => crate::io::errhandler_of(fh),
+        (None, Some(w)) => crate::win::errhandler_of(w),
+        (None, None) => state::errhandler_of(comm),
     };
     match handler {
         state::Handler::Return => code,
         state::Handler::User(f) => {
-            match file {
-                Some(fh) => crate::raw::call_file_errhandler(f, fh, code),
-                None => crate::raw::call_errhandler(f, comm, code),
+            match (file, win) {
+                (Some(fh), _) => crate::raw::call_file_errhandler(f, fh, code),
+                (None, Some(w)) => crate::raw::call_errhandler(f, w, code),
+                (None, None) => crate::raw::call_errhandler(f, comm, code),
             }
             code
         }

@@ -466,3 +466,34 @@ pub fn call_grequest_cancel(f: crate::req::CancelFn, extra: *mut c_void, complet
     // SAFETY: as in `call_grequest_query`.
     unsafe { f(extra, complete) }
 }
+
+/// Maps `len` bytes of file `f` (a segment under `/dev/shm`) shared and writable: the
+/// memory of `MPI_Win_allocate_shared`, which every process mapping the file loads and
+/// stores directly.
+pub fn map_shared(f: &std::fs::File, len: usize) -> std::io::Result<*mut c_void> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh mapping chosen by the kernel (null hint) touches no existing memory;
+    // the descriptor is `f`'s, open while `f` is borrowed, and the file is at least `len`
+    // bytes long (its creator sized it before any process maps it).
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len.max(1),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p)
+}
+
+/// Unmaps a mapping [`map_shared`] made (at `MPI_Win_free`).
+pub fn unmap(p: *mut c_void, len: usize) {
+    // SAFETY: `p` and `len` are those of a live mapping from `map_shared`; the window that
+    // owned it is gone, and MPI forbids the program to use its memory after MPI_Win_free.
+    unsafe { libc::munmap(p, len.max(1)) };
+}

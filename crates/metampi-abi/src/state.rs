@@ -100,6 +100,8 @@ pub fn init(required: c_int) -> R<c_int> {
 /// Ends the engine (`MPI_Finalize`): the universe's drop synchronizes the job.
 pub fn finalize() -> R {
     check_init()?;
+    // Windows the program left open: their agent threads end before the engine does.
+    crate::win::free_all();
     crate::attr::delete_all(COMM_SELF);
     // Requests the program freed while in flight still complete before the engine ends.
     crate::req::drain_freed();
