@@ -521,7 +521,7 @@ pub extern "C" fn MPII_Type_get_attr(
 ) -> c_int {
     crate::err::unsupported("MPI_Type_get_attr")
 }
-/// `MPII_Win_set_attr`: no windows (RMA) yet.
+/// `MPII_Win_set_attr`: window attributes from Fortran are not wired to `win.rs` yet.
 #[no_mangle]
 pub extern "C" fn MPII_Win_set_attr(
     _w: Handle,
@@ -542,6 +542,7 @@ pub extern "C" fn MPII_Win_get_attr(
 ) -> c_int {
     crate::err::unsupported("MPI_Win_get_attr")
 }
-/// `MPII_Grequest_set_lang_f77`: generalized requests are not implemented; nothing to mark.
+/// `MPII_Grequest_set_lang_f77`: nothing to mark. Generalized requests call their callbacks
+/// with C's arguments, so from Fortran they are not supported yet (docs/c-abi.md).
 #[no_mangle]
 pub extern "C" fn MPII_Grequest_set_lang_f77(_req: Handle) {}

@@ -524,14 +524,14 @@ static void errors(void) {
     CHECK(cls == MPI_ERR_COUNT, "bad count class %d", cls);
     /* a function metampi does not implement answers through the handler, on MPI_COMM_WORLD */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Win win;
-    rc = MPI_Win_create(four, 16, 4, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    char port[MPI_MAX_PORT_NAME];
+    rc = MPI_Open_port(MPI_INFO_NULL, port);
     MPI_Error_class(rc, &cls);
     MPI_Error_string(rc, msg, &len);
-    if (on_metampi) /* MPICH implements it: then the window is simply made and freed */
-        CHECK(cls == MPI_ERR_UNSUPPORTED_OPERATION && strstr(msg, "MPI_Win_create"), "unsupported: %d %s", cls, msg);
+    if (on_metampi) /* MPICH implements it: then the port is simply opened and closed */
+        CHECK(cls == MPI_ERR_UNSUPPORTED_OPERATION && strstr(msg, "MPI_Open_port"), "unsupported: %d %s", cls, msg);
     else if (rc == MPI_SUCCESS)
-        MPI_Win_free(&win);
+        MPI_Close_port(port);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     MPI_Comm parent;
     MPI_Comm_get_parent(&parent);
