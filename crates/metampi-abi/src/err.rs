@@ -105,7 +105,7 @@ static MESSAGES: Mutex<Messages> = Mutex::new(Messages {
 });
 
 /// User error classes and codes (MPI_Add_error_class/code/string): (code, its class,
-/// its string). They are numbered from [`USER_BASE`], above `MPI_ERR_LASTCODE` as MPI
+/// its string). They are numbered from `USER_BASE`, above `MPI_ERR_LASTCODE` as MPI
 /// asks, classes and codes from one sequence.
 pub static USER_CLASSES: Mutex<Vec<(c_int, c_int, String)>> = Mutex::new(Vec::new());
 const USER_BASE: c_int = ERR_LASTCODE + 1;

@@ -4,7 +4,7 @@
 //!
 //! How it is built:
 //! - A view (§14.3) is the displacement plus the filetype tiled from it; the data a call
-//!   moves is a stream of bytes that [`View::segments`] maps onto byte ranges of the file,
+//!   moves is a stream of bytes that `View::segments` maps onto byte ranges of the file,
 //!   from the filetype's blocks (`datatype::abi::blocks`). Only the `native` (and the
 //!   equivalent `internal`) data representation is offered.
 //! - Each member opens the file itself; collective calls (open, close, set_view, set_size,
