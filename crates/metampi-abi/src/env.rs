@@ -350,7 +350,7 @@ pub static mut MPI_F_STATUSES_IGNORE: *mut c_int = std::ptr::null_mut();
 static F08_IGNORE: [c_int; 2] = [0, 0];
 /// `MPI_F08_STATUS_IGNORE` (mpi_f08's status-ignore sentinel).
 #[no_mangle]
-pub static MPI_F08_STATUS_IGNORE: crate::topo::CPtr = crate::topo::CPtr(&F08_IGNORE[0]);
+pub static MPI_F08_STATUS_IGNORE: crate::raw::CPtr = crate::raw::CPtr(&F08_IGNORE[0]);
 /// `MPI_F08_STATUSES_IGNORE`.
 #[no_mangle]
-pub static MPI_F08_STATUSES_IGNORE: crate::topo::CPtr = crate::topo::CPtr(&F08_IGNORE[1]);
+pub static MPI_F08_STATUSES_IGNORE: crate::raw::CPtr = crate::raw::CPtr(&F08_IGNORE[1]);

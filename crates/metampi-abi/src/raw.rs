@@ -497,3 +497,9 @@ pub fn unmap(p: *mut c_void, len: usize) {
     // owned it is gone, and MPI forbids the program to use its memory after MPI_Win_free.
     unsafe { libc::munmap(p, len.max(1)) };
 }
+
+/// A pointer-valued data symbol of the ABI (`MPI_UNWEIGHTED`, `MPI_WEIGHTS_EMPTY`).
+#[repr(transparent)]
+pub struct CPtr(pub *const c_int);
+// SAFETY: the pointer is the address of an immutable static, read by C only as an address.
+unsafe impl Sync for CPtr {}

@@ -10,17 +10,12 @@ use metampi::topology::{Color, Communicator};
 
 use crate::consts::*;
 use crate::err::{Fail, R};
-use crate::raw;
+use crate::raw::{self, CPtr};
 use crate::state::{self, CommEntry, Topo};
 
 /// The sentinel behind `MPI_UNWEIGHTED` and `MPI_WEIGHTS_EMPTY`.
 static SENTINELS: [c_int; 2] = [0, 0];
 
-/// A pointer-valued data symbol of the ABI.
-#[repr(transparent)]
-pub struct CPtr(pub *const c_int);
-// SAFETY: the pointer is the address of an immutable static, read by C only as an address.
-unsafe impl Sync for CPtr {}
 
 /// `MPI_UNWEIGHTED` (mpi.h declares `extern int * const MPI_UNWEIGHTED`).
 #[no_mangle]
