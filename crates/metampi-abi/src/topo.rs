@@ -16,7 +16,6 @@ use crate::state::{self, CommEntry, Topo};
 /// The sentinel behind `MPI_UNWEIGHTED` and `MPI_WEIGHTS_EMPTY`.
 static SENTINELS: [c_int; 2] = [0, 0];
 
-
 /// `MPI_UNWEIGHTED` (mpi.h declares `extern int * const MPI_UNWEIGHTED`).
 #[no_mangle]
 pub static MPI_UNWEIGHTED: CPtr = CPtr(&SENTINELS[0]);
