@@ -59,7 +59,7 @@ fn keep_op(op: OpRef) -> Vec<Box<dyn Any + Send>> {
     }
 }
 
-fn temp_copy(p: *const c_void, count: usize, dt: Handle) -> R<Temp> {
+pub(crate) fn temp_copy(p: *const c_void, count: usize, dt: Handle) -> R<Temp> {
     let l = dtabi::layout(types::type_id_any(dt)?);
     let span = if count == 0 {
         0
@@ -150,6 +150,9 @@ pub(crate) fn deliver(
 // ---- the operations, each once for blocking (`req` null) and nonblocking ----------
 
 pub(crate) fn barrier(comm: Handle, rq: *mut Handle) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return crate::inter::barrier(&c, rq);
+    }
     let c = state::intra(comm)?;
     if rq.is_null() {
         return Ok(c.comm.try_barrier()?);
@@ -166,6 +169,9 @@ pub(crate) fn bcast(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return crate::inter::bcast(&c, buf, count, dt, root, rq);
+    }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
     let mut b = types::buf(buf, count, dt)?;
@@ -188,6 +194,9 @@ pub(crate) fn reduce(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return crate::inter::reduce(&c, sbuf, rbuf, count, dt, op, root, rq);
+    }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
     let n = ucount(count, "count")?;
@@ -237,6 +246,9 @@ pub(crate) fn elementwise(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let (Elementwise::All, Some(c)) = (kind, state::as_inter(comm)?) {
+        return crate::inter::allreduce(&c, sbuf, rbuf, count, dt, op, rq);
+    }
     let c = state::intra(comm)?;
     let n = ucount(count, "count")?;
     let o = op_for(op, dt)?;
@@ -355,6 +367,23 @@ pub(crate) fn gather(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return crate::inter::gather(
+            &c,
+            sbuf,
+            scount,
+            sdt,
+            root,
+            |i| {
+                Ok((
+                    raw::offset(rbuf, i as isize * rcount as isize * extent(rdt)?),
+                    rcount,
+                    rdt,
+                ))
+            },
+            rq,
+        );
+    }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
     let me = c.comm.rank() == root;
@@ -399,6 +428,30 @@ pub(crate) fn gatherv(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return {
+            let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
+            let (rc, ds) = (
+                raw::slice(rcounts, if root == ROOT { n } else { 0 })?,
+                raw::slice(displs, if root == ROOT { n } else { 0 })?,
+            );
+            crate::inter::gather(
+                &c,
+                sbuf,
+                scount,
+                sdt,
+                root,
+                |i| {
+                    Ok((
+                        raw::offset(rbuf, ds[i as usize] as isize * extent(rdt)?),
+                        rc[i as usize],
+                        rdt,
+                    ))
+                },
+                rq,
+            )
+        };
+    }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
     let me = c.comm.rank() == root;
@@ -457,6 +510,23 @@ pub(crate) fn scatter(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return crate::inter::scatter(
+            &c,
+            rbuf,
+            rcount,
+            rdt,
+            root,
+            |i| {
+                Ok((
+                    raw::offset(sbuf, i as isize * scount as isize * extent(sdt)?) as *const c_void,
+                    scount,
+                    sdt,
+                ))
+            },
+            rq,
+        );
+    }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
     let me = c.comm.rank() == root;
@@ -505,6 +575,30 @@ pub(crate) fn scatterv(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return {
+            let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
+            let (sc, ds) = (
+                raw::slice(scounts, if root == ROOT { n } else { 0 })?,
+                raw::slice(displs, if root == ROOT { n } else { 0 })?,
+            );
+            crate::inter::scatter(
+                &c,
+                rbuf,
+                rcount,
+                rdt,
+                root,
+                |i| {
+                    Ok((
+                        raw::offset(sbuf, ds[i as usize] as isize * extent(sdt)?) as *const c_void,
+                        sc[i as usize],
+                        sdt,
+                    ))
+                },
+                rq,
+            )
+        };
+    }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
     let me = c.comm.rank() == root;
@@ -565,6 +659,20 @@ pub(crate) fn allgather(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return crate::inter::exchange(
+            &c,
+            |_| Ok((sbuf, scount, sdt)),
+            |i| {
+                Ok((
+                    raw::offset(rbuf, i as isize * rcount as isize * extent(rdt)?),
+                    rcount,
+                    rdt,
+                ))
+            },
+            rq,
+        );
+    }
     let c = state::intra(comm)?;
     let size = c.comm.size();
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
@@ -606,6 +714,24 @@ pub(crate) fn allgatherv(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return {
+            let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
+            let (rc, ds) = (raw::slice(rcounts, n)?, raw::slice(displs, n)?);
+            crate::inter::exchange(
+                &c,
+                |_| Ok((sbuf, scount, sdt)),
+                |i| {
+                    Ok((
+                        raw::offset(rbuf, ds[i as usize] as isize * extent(rdt)?),
+                        rc[i as usize],
+                        rdt,
+                    ))
+                },
+                rq,
+            )
+        };
+    }
     let c = state::intra(comm)?;
     let size = c.comm.size();
     let cs = raw::slice(rcounts, size)?.to_vec();
@@ -650,6 +776,26 @@ pub(crate) fn alltoall(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return crate::inter::exchange(
+            &c,
+            |i| {
+                Ok((
+                    raw::offset(sbuf, i as isize * scount as isize * extent(sdt)?) as *const c_void,
+                    scount,
+                    sdt,
+                ))
+            },
+            |i| {
+                Ok((
+                    raw::offset(rbuf, i as isize * rcount as isize * extent(rdt)?),
+                    rcount,
+                    rdt,
+                ))
+            },
+            rq,
+        );
+    }
     let c = state::intra(comm)?;
     let size = c.comm.size();
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
@@ -688,6 +834,35 @@ pub(crate) fn alltoallv(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        return {
+            let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
+            let (sc, sd, rc, rd) = (
+                raw::slice(scounts, n)?,
+                raw::slice(sdispls, n)?,
+                raw::slice(rcounts, n)?,
+                raw::slice(rdispls, n)?,
+            );
+            crate::inter::exchange(
+                &c,
+                |i| {
+                    Ok((
+                        raw::offset(sbuf, sd[i as usize] as isize * extent(sdt)?) as *const c_void,
+                        sc[i as usize],
+                        sdt,
+                    ))
+                },
+                |i| {
+                    Ok((
+                        raw::offset(rbuf, rd[i as usize] as isize * extent(rdt)?),
+                        rc[i as usize],
+                        rdt,
+                    ))
+                },
+                rq,
+            )
+        };
+    }
     let c = state::intra(comm)?;
     let size = c.comm.size();
     let rc = raw::slice(rcounts, size)?.to_vec();
@@ -874,11 +1049,7 @@ mpi! {
     }
     fn MPI_Reduce_local / PMPI_Reduce_local(inbuf: *const c_void, inout: *mut c_void, count: c_int, dt: Handle, op: Handle) {
         state::check_init()?;
-        let o = op_for(op, dt)?;
-        let a = types::buf(inbuf, count, dt)?;
-        let mut b = types::buf(inout, count, dt)?;
-        with_op!(o, x => metampi::collective::try_reduce_local_into(&a, &mut b, x))?;
-        Ok(())
+        reduce_local(inbuf, inout, count, dt, op)
     }
     fn MPI_Gather / PMPI_Gather(s: *const c_void, sc: c_int, sdt: Handle, r: *mut c_void, rc: c_int, rdt: Handle, root: c_int, comm: Handle) {
         gather(s, sc, sdt, r, rc, rdt, root, comm, std::ptr::null_mut())
@@ -936,6 +1107,21 @@ mpi! {
         req_out(rq)?;
         alltoallv(s, scs, sds, sdt, r, rcs, rds, rdt, comm, rq)
     }
+}
+
+/// `inout = inbuf op inout`, element by element.
+pub(crate) fn reduce_local(
+    inbuf: *const c_void,
+    inout: *mut c_void,
+    count: c_int,
+    dt: Handle,
+    op: Handle,
+) -> R {
+    let o = op_for(op, dt)?;
+    let a = types::buf(inbuf, count, dt)?;
+    let mut b = types::buf(inout, count, dt)?;
+    with_op!(o, x => metampi::collective::try_reduce_local_into(&a, &mut b, x))?;
+    Ok(())
 }
 
 /// A nonblocking call's request output must be a real pointer.

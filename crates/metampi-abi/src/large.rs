@@ -108,10 +108,18 @@ large! {
     fn MPI_Type_contiguous_c / PMPI_Type_contiguous_c(n: Count, old: Handle, new: *mut Handle) [n] => crate::types::PMPI_Type_contiguous;
 }
 
-/// The size of one communicator, for the varying-count forms' arrays.
+/// The length of a varying-count form's arrays: the communicator's size, or for an
+/// intercommunicator the size of the remote group.
 fn comm_size(comm: Handle) -> Result<c_int, c_int> {
-    let mut n = 0;
-    match crate::comm::PMPI_Comm_size(comm, &mut n) {
+    let (mut n, mut inter) = (0, 0);
+    if crate::comm::PMPI_Comm_test_inter(comm, &mut inter) != SUCCESS {
+        inter = 0;
+    }
+    let rc = match inter {
+        0 => crate::comm::PMPI_Comm_size(comm, &mut n),
+        _ => crate::comm::PMPI_Comm_remote_size(comm, &mut n),
+    };
+    match rc {
         SUCCESS => Ok(n),
         rc => Err(rc),
     }

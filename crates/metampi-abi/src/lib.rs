@@ -45,6 +45,7 @@ pub mod comm;
 pub mod consts;
 pub mod env;
 pub mod err;
+pub mod inter;
 pub mod io;
 pub mod large;
 pub mod neighbor;

@@ -318,9 +318,19 @@ pub fn comm(h: Handle) -> R<CommRef> {
 /// A new handle for intercommunicator `c`, with `errh` as its error handler.
 pub fn new_inter(c: InterCommunicator, errh: Handle) -> Handle {
     let mut e = CommEntry::new(c.__as_simple());
+    // Every member of both groups makes it here together: the moment for the private
+    // duplicate that collectives on it use (`inter.rs`).
+    let _ = e.neigh.set(c.duplicate().__as_simple());
     e.inter = Some(c);
     e.errh.store(errh, Ordering::Relaxed);
     COMMS.insert(Arc::new(e))
+}
+
+/// The communicator behind handle `h` if it is an intercommunicator (collectives on
+/// one run in `inter.rs`).
+pub fn as_inter(h: Handle) -> R<Option<CommRef>> {
+    let c = comm(h)?;
+    Ok(c.inter.is_some().then_some(c))
 }
 
 /// The intracommunicator behind handle `h`: collectives and topologies refuse an

@@ -349,9 +349,26 @@ static void comms(void) {
             MPI_Sendrecv(&mine, 1, MPI_INT, 0, 5, &peer, 1, MPI_INT, 0, 5, ic, MPI_STATUS_IGNORE);
         CHECK(lrank != 0 || peer == (color ? 0 : 1), "intercomm message from %d", peer);
         MPI_Comm_set_errhandler(ic, MPI_ERRORS_RETURN);
-        int rc = MPI_Barrier(ic), cls = -1;
+        /* collectives between the groups: the evens' rank 0 broadcasts to the odds, each
+           side gets the sum of the other's ranks, the evens' rank 0 gathers the odds' */
+        int rc = MPI_Barrier(ic);
+        CHECK(rc == MPI_SUCCESS, "barrier on intercomm: %d", rc);
+        int val = color ? -1 : 4242;
+        int broot = color ? 0 : (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL);
+        MPI_Bcast(&val, 1, MPI_INT, broot, ic);
+        CHECK(val == 4242, "bcast across: %d", val);
+        int other = 0, expect = 0;
+        MPI_Allreduce(&rank, &other, 1, MPI_INT, MPI_SUM, ic);
+        for (int r = 0; r < size; r++) if (r % 2 != color) expect += r;
+        CHECK(other == expect, "allreduce across: %d expected %d", other, expect);
+        int got[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+        MPI_Gather(&rank, 1, MPI_INT, got, 1, MPI_INT, broot, ic);
+        if (!color && lrank == 0)
+            CHECK(got[0] == 1 && (rsize < 2 || got[1] == 3), "gather across: %d %d", got[0], got[1]);
+        int cls = -1;
+        rc = MPI_Scan(&rank, &other, 1, MPI_INT, MPI_SUM, ic);
         MPI_Error_class(rc, &cls);
-        CHECK(cls == MPI_ERR_COMM || (!on_metampi && rc == MPI_SUCCESS), "barrier on intercomm: %d", cls);
+        CHECK(cls == MPI_ERR_COMM, "scan on an intercommunicator is an error: %d", cls);
         MPI_Intercomm_merge(ic, color, &merged);
         int msize, mrank;
         MPI_Comm_size(merged, &msize);
