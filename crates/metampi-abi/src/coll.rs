@@ -915,6 +915,33 @@ pub(crate) fn alltoallw(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
+        let (sc, sd, st) = (
+            raw::slice(scounts, n)?,
+            raw::slice(sdispls, n)?,
+            raw::slice(stypes, n)?,
+        );
+        let (rc, rd, rt) = (
+            raw::slice(rcounts, n)?,
+            raw::slice(rdispls, n)?,
+            raw::slice(rtypes, n)?,
+        );
+        // Displacements are in bytes here.
+        let sends = |i: c_int| {
+            let i = i as usize;
+            Ok((
+                raw::offset(sbuf, sd[i] as isize) as *const c_void,
+                sc[i],
+                st[i],
+            ))
+        };
+        let recvs = |i: c_int| {
+            let i = i as usize;
+            Ok((raw::offset(rbuf, rd[i] as isize), rc[i], rt[i]))
+        };
+        return crate::inter::exchange(&c, sends, recvs, rq);
+    }
     let c = state::intra(comm)?;
     let size = c.comm.size();
     let (rc, rd, rt) = (

@@ -365,6 +365,19 @@ static void comms(void) {
         MPI_Gather(&rank, 1, MPI_INT, got, 1, MPI_INT, broot, ic);
         if (!color && lrank == 0)
             CHECK(got[0] == 1 && (rsize < 2 || got[1] == 3), "gather across: %d %d", got[0], got[1]);
+        /* alltoallw across: one int to each remote process, displacements in bytes */
+        {
+            int sw[8], rw[8], cw[8], dw[8];
+            MPI_Datatype tw[8];
+            for (int i = 0; i < rsize && i < 8; i++) { sw[i] = rank * 10 + i; rw[i] = -1; cw[i] = 1; dw[i] = i * (int)sizeof(int); tw[i] = MPI_INT; }
+            if (rsize <= 8) {
+                MPI_Alltoallw(sw, cw, dw, tw, rw, cw, dw, tw, ic);
+                /* remote process i is world rank 2i + 1 - color; it sent me its block lrank */
+                int ok = 1;
+                for (int i = 0; i < rsize; i++) ok &= rw[i] == (2 * i + 1 - color) * 10 + lrank;
+                CHECK(ok, "alltoallw across: %d", rw[0]);
+            }
+        }
         int cls = -1;
         rc = MPI_Scan(&rank, &other, 1, MPI_INT, MPI_SUM, ic);
         MPI_Error_class(rc, &cls);
