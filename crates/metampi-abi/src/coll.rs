@@ -17,6 +17,8 @@ use metampi::topology::Communicator;
 
 use crate::consts::*;
 use crate::err::{Fail, R};
+use crate::inter::remote_size;
+use crate::neighbor::{placed, row, typed};
 use crate::raw::{self, CScope, Kept, Temp};
 use crate::req;
 use crate::state::{self, CommEntry};
@@ -368,21 +370,11 @@ pub(crate) fn gather(
     rq: *mut Handle,
 ) -> R {
     if let Some(c) = state::as_inter(comm)? {
-        return crate::inter::gather(
-            &c,
-            sbuf,
-            scount,
-            sdt,
-            root,
-            |i| {
-                Ok((
-                    raw::offset(rbuf, i as isize * rcount as isize * extent(rdt)?),
-                    rcount,
-                    rdt,
-                ))
-            },
-            rq,
-        );
+        let blocks = match root {
+            ROOT => row(rbuf, rcount, rdt, remote_size(&c) as usize)?,
+            _ => Vec::new(),
+        };
+        return crate::inter::gather(&c, (sbuf, scount, sdt), root, blocks, rq);
     }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
@@ -429,28 +421,13 @@ pub(crate) fn gatherv(
     rq: *mut Handle,
 ) -> R {
     if let Some(c) = state::as_inter(comm)? {
-        return {
-            let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
-            let (rc, ds) = (
-                raw::slice(rcounts, if root == ROOT { n } else { 0 })?,
-                raw::slice(displs, if root == ROOT { n } else { 0 })?,
-            );
-            crate::inter::gather(
-                &c,
-                sbuf,
-                scount,
-                sdt,
-                root,
-                |i| {
-                    Ok((
-                        raw::offset(rbuf, ds[i as usize] as isize * extent(rdt)?),
-                        rc[i as usize],
-                        rdt,
-                    ))
-                },
-                rq,
-            )
+        let n = if root == ROOT { remote_size(&c) } else { 0 };
+        let (rc, ds) = (raw::slice(rcounts, n)?, raw::slice(displs, n)?);
+        let blocks = match root {
+            ROOT => placed(rbuf, rc, ds, rdt)?,
+            _ => Vec::new(),
         };
+        return crate::inter::gather(&c, (sbuf, scount, sdt), root, blocks, rq);
     }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
@@ -511,21 +488,11 @@ pub(crate) fn scatter(
     rq: *mut Handle,
 ) -> R {
     if let Some(c) = state::as_inter(comm)? {
-        return crate::inter::scatter(
-            &c,
-            rbuf,
-            rcount,
-            rdt,
-            root,
-            |i| {
-                Ok((
-                    raw::offset(sbuf, i as isize * scount as isize * extent(sdt)?) as *const c_void,
-                    scount,
-                    sdt,
-                ))
-            },
-            rq,
-        );
+        let blocks = match root {
+            ROOT => row(sbuf, scount, sdt, remote_size(&c) as usize)?,
+            _ => Vec::new(),
+        };
+        return crate::inter::scatter(&c, (rbuf, rcount, rdt), root, blocks, rq);
     }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
@@ -576,28 +543,13 @@ pub(crate) fn scatterv(
     rq: *mut Handle,
 ) -> R {
     if let Some(c) = state::as_inter(comm)? {
-        return {
-            let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
-            let (sc, ds) = (
-                raw::slice(scounts, if root == ROOT { n } else { 0 })?,
-                raw::slice(displs, if root == ROOT { n } else { 0 })?,
-            );
-            crate::inter::scatter(
-                &c,
-                rbuf,
-                rcount,
-                rdt,
-                root,
-                |i| {
-                    Ok((
-                        raw::offset(sbuf, ds[i as usize] as isize * extent(sdt)?) as *const c_void,
-                        sc[i as usize],
-                        sdt,
-                    ))
-                },
-                rq,
-            )
+        let n = if root == ROOT { remote_size(&c) } else { 0 };
+        let (sc, ds) = (raw::slice(scounts, n)?, raw::slice(displs, n)?);
+        let blocks = match root {
+            ROOT => placed(sbuf, sc, ds, sdt)?,
+            _ => Vec::new(),
         };
+        return crate::inter::scatter(&c, (rbuf, rcount, rdt), root, blocks, rq);
     }
     let c = state::intra(comm)?;
     check_root(&c, root)?;
@@ -660,18 +612,9 @@ pub(crate) fn allgather(
     rq: *mut Handle,
 ) -> R {
     if let Some(c) = state::as_inter(comm)? {
-        return crate::inter::exchange(
-            &c,
-            |_| Ok((sbuf, scount, sdt)),
-            |i| {
-                Ok((
-                    raw::offset(rbuf, i as isize * rcount as isize * extent(rdt)?),
-                    rcount,
-                    rdt,
-                ))
-            },
-            rq,
-        );
+        let n = remote_size(&c);
+        let sends = vec![(sbuf, scount, sdt); n as usize];
+        return crate::inter::exchange(&c, sends, row(rbuf, rcount, rdt, n as usize)?, rq);
     }
     let c = state::intra(comm)?;
     let size = c.comm.size();
@@ -715,22 +658,10 @@ pub(crate) fn allgatherv(
     rq: *mut Handle,
 ) -> R {
     if let Some(c) = state::as_inter(comm)? {
-        return {
-            let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
-            let (rc, ds) = (raw::slice(rcounts, n)?, raw::slice(displs, n)?);
-            crate::inter::exchange(
-                &c,
-                |_| Ok((sbuf, scount, sdt)),
-                |i| {
-                    Ok((
-                        raw::offset(rbuf, ds[i as usize] as isize * extent(rdt)?),
-                        rc[i as usize],
-                        rdt,
-                    ))
-                },
-                rq,
-            )
-        };
+        let n = remote_size(&c);
+        let (rc, ds) = (raw::slice(rcounts, n)?, raw::slice(displs, n)?);
+        let sends = vec![(sbuf, scount, sdt); n as usize];
+        return crate::inter::exchange(&c, sends, placed(rbuf, rc, ds, rdt)?, rq);
     }
     let c = state::intra(comm)?;
     let size = c.comm.size();
@@ -777,24 +708,12 @@ pub(crate) fn alltoall(
     rq: *mut Handle,
 ) -> R {
     if let Some(c) = state::as_inter(comm)? {
-        return crate::inter::exchange(
-            &c,
-            |i| {
-                Ok((
-                    raw::offset(sbuf, i as isize * scount as isize * extent(sdt)?) as *const c_void,
-                    scount,
-                    sdt,
-                ))
-            },
-            |i| {
-                Ok((
-                    raw::offset(rbuf, i as isize * rcount as isize * extent(rdt)?),
-                    rcount,
-                    rdt,
-                ))
-            },
-            rq,
+        let n = remote_size(&c);
+        let (sends, recvs) = (
+            row(sbuf, scount, sdt, n as usize)?,
+            row(rbuf, rcount, rdt, n as usize)?,
         );
+        return crate::inter::exchange(&c, sends, recvs, rq);
     }
     let c = state::intra(comm)?;
     let size = c.comm.size();
@@ -835,33 +754,11 @@ pub(crate) fn alltoallv(
     rq: *mut Handle,
 ) -> R {
     if let Some(c) = state::as_inter(comm)? {
-        return {
-            let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
-            let (sc, sd, rc, rd) = (
-                raw::slice(scounts, n)?,
-                raw::slice(sdispls, n)?,
-                raw::slice(rcounts, n)?,
-                raw::slice(rdispls, n)?,
-            );
-            crate::inter::exchange(
-                &c,
-                |i| {
-                    Ok((
-                        raw::offset(sbuf, sd[i as usize] as isize * extent(sdt)?) as *const c_void,
-                        sc[i as usize],
-                        sdt,
-                    ))
-                },
-                |i| {
-                    Ok((
-                        raw::offset(rbuf, rd[i as usize] as isize * extent(rdt)?),
-                        rc[i as usize],
-                        rdt,
-                    ))
-                },
-                rq,
-            )
-        };
+        let n = remote_size(&c);
+        let (sc, sd) = (raw::slice(scounts, n)?, raw::slice(sdispls, n)?);
+        let (rc, rd) = (raw::slice(rcounts, n)?, raw::slice(rdispls, n)?);
+        let (sends, recvs) = (placed(sbuf, sc, sd, sdt)?, placed(rbuf, rc, rd, rdt)?);
+        return crate::inter::exchange(&c, sends, recvs, rq);
     }
     let c = state::intra(comm)?;
     let size = c.comm.size();
@@ -916,30 +813,15 @@ pub(crate) fn alltoallw(
     rq: *mut Handle,
 ) -> R {
     if let Some(c) = state::as_inter(comm)? {
-        let n = c.inter.as_ref().map_or(0, |ic| ic.remote_size());
-        let (sc, sd, st) = (
-            raw::slice(scounts, n)?,
-            raw::slice(sdispls, n)?,
-            raw::slice(stypes, n)?,
-        );
-        let (rc, rd, rt) = (
-            raw::slice(rcounts, n)?,
-            raw::slice(rdispls, n)?,
-            raw::slice(rtypes, n)?,
-        );
+        let n = remote_size(&c);
         // Displacements are in bytes here.
-        let sends = |i: c_int| {
-            let i = i as usize;
-            Ok((
-                raw::offset(sbuf, sd[i] as isize) as *const c_void,
-                sc[i],
-                st[i],
-            ))
+        let bytes = |p: *const c_int| -> R<Vec<isize>> {
+            Ok(raw::slice(p, n)?.iter().map(|&d| d as isize).collect())
         };
-        let recvs = |i: c_int| {
-            let i = i as usize;
-            Ok((raw::offset(rbuf, rd[i] as isize), rc[i], rt[i]))
-        };
+        let (sc, st) = (raw::slice(scounts, n)?, raw::slice(stypes, n)?);
+        let (rc, rt) = (raw::slice(rcounts, n)?, raw::slice(rtypes, n)?);
+        let sends = typed(sbuf, sc, &bytes(sdispls)?, st);
+        let recvs = typed(rbuf, rc, &bytes(rdispls)?, rt);
         return crate::inter::exchange(&c, sends, recvs, rq);
     }
     let c = state::intra(comm)?;

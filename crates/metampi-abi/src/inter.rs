@@ -17,6 +17,7 @@ use metampi::topology::{Communicator, SimpleCommunicator};
 
 use crate::consts::*;
 use crate::err::{Fail, R};
+use crate::neighbor::Block;
 use crate::raw::{self, CScope};
 use crate::req::{self, Req, St};
 use crate::state::CommEntry;
@@ -127,73 +128,66 @@ pub(crate) fn bcast(
     finish(parts, rq)
 }
 
-/// Gather and gatherv: `blocks(i)` is where remote process `i`'s data goes at the root.
+/// Gather and gatherv: the root receives remote process `i`'s data into `blocks[i]`, the
+/// other group's processes send `mine`.
 pub(crate) fn gather(
     c: &CommEntry,
-    s: *const c_void,
-    sc: c_int,
-    sdt: Handle,
+    mine: Block,
     root: c_int,
-    blocks: impl Fn(c_int) -> R<(*mut c_void, c_int, Handle)>,
+    blocks: Vec<Block>,
     rq: *mut Handle,
 ) -> R {
     let (nc, n) = hidden(c)?;
     let parts = match part(root, n)? {
-        Part::Root => (0..n)
-            .map(|i| {
-                let (p, k, t) = blocks(i)?;
-                recv(nc, i, p, k, t)
-            })
+        Part::Root => blocks
+            .into_iter()
+            .enumerate()
+            .map(|(i, (p, k, t))| recv(nc, i as c_int, p as *mut c_void, k, t))
             .collect::<R<_>>()?,
         Part::Idle => Vec::new(),
-        Part::Leaf(r) => vec![send(nc, r, s, sc, sdt)?],
+        Part::Leaf(r) => vec![send(nc, r, mine.0, mine.1, mine.2)?],
     };
     finish(parts, rq)
 }
 
-/// Scatter and scatterv: `blocks(i)` is the root's data for remote process `i`.
+/// Scatter and scatterv: the root sends `blocks[i]` to remote process `i`, the other
+/// group's processes receive into `mine`.
 pub(crate) fn scatter(
     c: &CommEntry,
-    r: *mut c_void,
-    rc: c_int,
-    rdt: Handle,
+    mine: (*mut c_void, c_int, Handle),
     root: c_int,
-    blocks: impl Fn(c_int) -> R<(*const c_void, c_int, Handle)>,
+    blocks: Vec<Block>,
     rq: *mut Handle,
 ) -> R {
     let (nc, n) = hidden(c)?;
     let parts = match part(root, n)? {
-        Part::Root => (0..n)
-            .map(|i| {
-                let (p, k, t) = blocks(i)?;
-                send(nc, i, p, k, t)
-            })
+        Part::Root => blocks
+            .into_iter()
+            .enumerate()
+            .map(|(i, (p, k, t))| send(nc, i as c_int, p, k, t))
             .collect::<R<_>>()?,
         Part::Idle => Vec::new(),
-        Part::Leaf(from) => vec![recv(nc, from, r, rc, rdt)?],
+        Part::Leaf(from) => vec![recv(nc, from, mine.0, mine.1, mine.2)?],
     };
     finish(parts, rq)
 }
 
-/// All-to-all exchanges: remote process `i` gets `sends(i)` and its data lands at `recvs(i)`
-/// (allgather sends the same block to all).
-pub(crate) fn exchange(
-    c: &CommEntry,
-    sends: impl Fn(c_int) -> R<(*const c_void, c_int, Handle)>,
-    recvs: impl Fn(c_int) -> R<(*mut c_void, c_int, Handle)>,
-    rq: *mut Handle,
-) -> R {
-    let (nc, n) = hidden(c)?;
-    let mut parts = Vec::with_capacity(2 * n as usize);
-    for i in 0..n {
-        let (p, k, t) = recvs(i)?;
-        parts.push(recv(nc, i, p, k, t)?);
+/// All-to-all exchanges: remote process `i` gets `sends[i]`, and its data lands at `recvs[i]`.
+pub(crate) fn exchange(c: &CommEntry, sends: Vec<Block>, recvs: Vec<Block>, rq: *mut Handle) -> R {
+    let (nc, _) = hidden(c)?;
+    let mut parts = Vec::with_capacity(sends.len() + recvs.len());
+    for (i, (p, k, t)) in recvs.into_iter().enumerate() {
+        parts.push(recv(nc, i as c_int, p as *mut c_void, k, t)?);
     }
-    for i in 0..n {
-        let (p, k, t) = sends(i)?;
-        parts.push(send(nc, i, p, k, t)?);
+    for (i, (p, k, t)) in sends.into_iter().enumerate() {
+        parts.push(send(nc, i as c_int, p, k, t)?);
     }
     finish(parts, rq)
+}
+
+/// The size of the remote group of intercommunicator `c`.
+pub(crate) fn remote_size(c: &CommEntry) -> c_int {
+    c.inter.as_ref().map_or(0, |ic| ic.remote_size())
 }
 
 /// The `count` elements at `r` become the reduction, in rank order, of what every

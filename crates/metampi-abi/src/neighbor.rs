@@ -26,7 +26,7 @@ use crate::topo::neighbors;
 use crate::types;
 
 /// One block: where, how many, of which datatype.
-type Block = (*const c_void, c_int, Handle);
+pub(crate) type Block = (*const c_void, c_int, Handle);
 
 /// The neighbours of the calling rank: (sources, destinations, Cartesian).
 fn hood(c: &CommEntry) -> R<(Vec<c_int>, Vec<c_int>, bool)> {
@@ -102,7 +102,7 @@ fn ints<'a>(p: *const c_int, n: usize) -> R<&'a [c_int]> {
 }
 
 /// `n` blocks of `count` elements of `dt` one after another from `p`.
-fn row(p: *const c_void, count: c_int, dt: Handle, n: usize) -> R<Vec<Block>> {
+pub(crate) fn row(p: *const c_void, count: c_int, dt: Handle, n: usize) -> R<Vec<Block>> {
     let step = count as isize * extent(dt)?;
     Ok((0..n)
         .map(|i| {
@@ -116,7 +116,12 @@ fn row(p: *const c_void, count: c_int, dt: Handle, n: usize) -> R<Vec<Block>> {
 }
 
 /// Blocks at element displacements `displs` with counts `counts`.
-fn placed(p: *const c_void, counts: &[c_int], displs: &[c_int], dt: Handle) -> R<Vec<Block>> {
+pub(crate) fn placed(
+    p: *const c_void,
+    counts: &[c_int],
+    displs: &[c_int],
+    dt: Handle,
+) -> R<Vec<Block>> {
     let ext = extent(dt)?;
     Ok(counts
         .iter()
@@ -197,7 +202,12 @@ pub(crate) fn alltoallv(
 }
 
 /// Blocks at byte displacements, each with its own datatype.
-fn typed(p: *const c_void, counts: &[c_int], displs: &[isize], types_: &[Handle]) -> Vec<Block> {
+pub(crate) fn typed(
+    p: *const c_void,
+    counts: &[c_int],
+    displs: &[isize],
+    types_: &[Handle],
+) -> Vec<Block> {
     counts
         .iter()
         .zip(displs)
