@@ -626,34 +626,14 @@ mpi! {
         raw::put(size, c_int::try_from(n).map_err(|_| Fail::new(ERR_COUNT, "the packed size exceeds an int"))?)
     }
     fn MPI_Pack / PMPI_Pack(inbuf: *const c_void, count: c_int, dt: Handle, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, _comm: Handle) {
-        let n = count_ok(count, "count")?;
-        let id = committed_id(dt)?;
-        let pos = raw::get(position)?;
-        let l = dtabi::layout(id);
-        let need = n * l.size;
-        if pos < 0 || pos as usize + need > outsize.max(0) as usize {
-            return Err(Fail::new(ERR_TRUNCATE, format!(
-                "packing {need} bytes at position {pos} overruns the {outsize}-byte output buffer"
-            )));
-        }
-        let out = raw::bytes_mut(outbuf, outsize as usize);
-        pack_into(inbuf, n, id, &mut out[pos as usize..pos as usize + need]);
-        raw::put(position, (pos as usize + need) as c_int)
+        let (n, id, from, to) = packed_span(count as i64, dt, raw::get(position)? as i64, outsize as i64, true)?;
+        pack_into(inbuf, n, id, &mut raw::bytes_mut(outbuf, outsize as usize)[from..to]);
+        raw::put(position, to as c_int)
     }
     fn MPI_Unpack / PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, count: c_int, dt: Handle, _comm: Handle) {
-        let n = count_ok(count, "count")?;
-        let id = committed_id(dt)?;
-        let pos = raw::get(position)?;
-        let l = dtabi::layout(id);
-        let need = n * l.size;
-        if pos < 0 || pos as usize + need > insize.max(0) as usize {
-            return Err(Fail::new(ERR_TRUNCATE, format!(
-                "unpacking {need} bytes at position {pos} reads past the {insize}-byte input buffer"
-            )));
-        }
-        let inb = raw::bytes(inbuf, insize as usize);
-        let at = pos as usize + unpack_from(&inb[pos as usize..], outbuf, n, id);
-        raw::put(position, at as c_int)
+        let (n, id, from, to) = packed_span(count as i64, dt, raw::get(position)? as i64, insize as i64, false)?;
+        unpack_from(&raw::bytes(inbuf, insize as usize)[from..to], outbuf, n, id);
+        raw::put(position, to as c_int)
     }
 }
 
@@ -688,6 +668,33 @@ fn swap_external32(buf: &mut [u8], n: usize, id: u32) {
     }
 }
 
+/// Where `count` elements of `dt` go in a packed buffer of `size` bytes from position
+/// `pos`: (elements, engine type, first byte, end). Packing past the end is a truncation.
+fn packed_span(
+    count: i64,
+    dt: Handle,
+    pos: i64,
+    size: i64,
+    packing: bool,
+) -> R<(usize, u32, usize, usize)> {
+    let n = usize::try_from(count)
+        .map_err(|_| Fail::new(ERR_COUNT, format!("count {count} is negative")))?;
+    let id = committed_id(dt)?;
+    let need = n * dtabi::layout(id).size;
+    if pos < 0 || pos as usize + need > size.max(0) as usize {
+        let what = match packing {
+            true => format!(
+                "packing {need} bytes at position {pos} overruns the {size}-byte output buffer"
+            ),
+            false => format!(
+                "unpacking {need} bytes at position {pos} reads past the {size}-byte input buffer"
+            ),
+        };
+        return Err(Fail::new(ERR_TRUNCATE, what));
+    }
+    Ok((n, id, pos as usize, pos as usize + need))
+}
+
 fn pack_external(
     datarep: *const c_char,
     inbuf: *const c_void,
@@ -698,23 +705,11 @@ fn pack_external(
     position: *mut i64,
 ) -> R {
     check_external32(datarep)?;
-    let n = usize::try_from(count)
-        .map_err(|_| Fail::new(ERR_COUNT, format!("count {count} is negative")))?;
-    let id = committed_id(dt)?;
-    let pos = raw::get(position)?;
-    let need = n * dtabi::layout(id).size;
-    if pos < 0 || pos as usize + need > outsize.max(0) as usize {
-        return Err(Fail::new(
-            ERR_TRUNCATE,
-            format!(
-                "packing {need} bytes at position {pos} overruns the {outsize}-byte output buffer"
-            ),
-        ));
-    }
-    let out = &mut raw::bytes_mut(outbuf, outsize as usize)[pos as usize..pos as usize + need];
+    let (n, id, from, to) = packed_span(count, dt, raw::get(position)?, outsize, true)?;
+    let out = &mut raw::bytes_mut(outbuf, outsize as usize)[from..to];
     pack_into(inbuf, n, id, out);
     swap_external32(out, n, id);
-    raw::put(position, pos + need as i64)
+    raw::put(position, to as i64)
 }
 
 fn unpack_external(
@@ -727,23 +722,11 @@ fn unpack_external(
     dt: Handle,
 ) -> R {
     check_external32(datarep)?;
-    let n = usize::try_from(count)
-        .map_err(|_| Fail::new(ERR_COUNT, format!("count {count} is negative")))?;
-    let id = committed_id(dt)?;
-    let pos = raw::get(position)?;
-    let need = n * dtabi::layout(id).size;
-    if pos < 0 || pos as usize + need > insize.max(0) as usize {
-        return Err(Fail::new(
-            ERR_TRUNCATE,
-            format!(
-            "unpacking {need} bytes at position {pos} reads past the {insize}-byte input buffer"
-        ),
-        ));
-    }
-    let mut tmp = raw::bytes(inbuf, insize as usize)[pos as usize..pos as usize + need].to_vec();
+    let (n, id, from, to) = packed_span(count, dt, raw::get(position)?, insize, false)?;
+    let mut tmp = raw::bytes(inbuf, insize as usize)[from..to].to_vec();
     swap_external32(&mut tmp, n, id);
     unpack_from(&tmp, outbuf, n, id);
-    raw::put(position, pos + need as i64)
+    raw::put(position, to as i64)
 }
 
 mpi! {
