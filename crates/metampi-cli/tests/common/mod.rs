@@ -1,0 +1,45 @@
+//! What the tests of C suites share: building `tests/c/<name>.c` with MPICH's `mpicc`
+//! against metampi's built C library, and skipping (except under CI) where either is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `tests/c/<name>.c` built into `dir`, or `None` (with the reason printed) to skip.
+/// `what` names the test in the message CI fails with.
+pub fn build_suite(dir: &Path, name: &str, what: &str) -> Option<PathBuf> {
+    let lib = Path::new(env!("CARGO_BIN_EXE_metampi"))
+        .parent()?
+        .join("mpi-abi/libmpi.so.12");
+    if !lib.is_file() {
+        skip(
+            what,
+            "metampi's C library is not built (cargo build --release -p metampi-abi)",
+        );
+        return None;
+    }
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    match Command::new("mpicc.mpich")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+    {
+        Ok(o) if o.status.success() => Some(exe),
+        Ok(o) => panic!("mpicc.mpich failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(_) => {
+            skip(
+                what,
+                "mpicc.mpich is not installed (apt-get install libmpich-dev)",
+            );
+            None
+        }
+    }
+}
+
+/// A failure under CI (whose `.ci/run` installs what the test needs), a printed SKIP elsewhere.
+pub fn skip(what: &str, why: &str) {
+    let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
+    assert!(!ci, "CI must run the {what}: {why}");
+    eprintln!("SKIP: {why}");
+}
