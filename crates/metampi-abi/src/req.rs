@@ -954,10 +954,11 @@ mpi! {
     fn MPI_Test / PMPI_Test(req: *mut Handle, flag: *mut c_int, status: *mut CStatus) {
         check_init()?;
         let h = raw::get(req)?;
-        let persistent = is_persistent(h);
-        let known = exists(h);
+        // One look at the table: whether `h` is a request at all, and a persistent one.
+        let found = lookup(h);
+        let persistent = found == Some(true);
         let out = test_handle(h);
-        if out.is_err() && known && !persistent && !exists(h) {
+        if out.is_err() && found == Some(false) && !exists(h) {
             raw::put(req, REQUEST_NULL)?;
         }
         match out? {
@@ -1175,19 +1176,21 @@ fn wait_req_keep(r: Req, h: Handle) -> (St, Option<Fail>) {
 
 /// Whether `h` names a request (one in the table, or a send complete at its start).
 fn exists(h: Handle) -> bool {
+    lookup(h).is_some()
+}
+
+/// `Some(persistent)` when `h` names a request, `None` otherwise.
+fn lookup(h: Handle) -> Option<bool> {
     if h == REQUEST_SENT {
-        return true;
+        return Some(false);
     }
     let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
-    index(h).is_some_and(|i| matches!(g.slots.get(i), Some(Some(_))))
+    let r = index(h).and_then(|i| g.slots.get(i)?.as_ref())?;
+    Some(matches!(r, Req::Persistent { .. }))
 }
 
 fn is_persistent(h: Handle) -> bool {
-    let g = REQS.lock().unwrap_or_else(|p| p.into_inner());
-    matches!(
-        index(h).and_then(|i| g.slots.get(i)?.as_ref()),
-        Some(Req::Persistent { .. })
-    )
+    lookup(h) == Some(true)
 }
 
 /// Lets go of a request the program freed: one in flight still completes (its
