@@ -63,21 +63,9 @@ pub fn execute(_args: InfoArgs) -> anyhow::Result<u8> {
         }
         .into(),
     ));
-    // `vars_os`: a variable that is not UTF-8 must not stop the report.
-    let mut vars: Vec<(String, String)> = std::env::vars_os()
-        .map(|(k, v)| (k.to_string_lossy().into_owned(), v))
-        .filter(|(k, _)| k.starts_with("METAMPI_"))
-        .map(|(k, v)| {
-            // The job secret is not for a terminal or a log.
-            let v = if k.contains("SECRET") {
-                "(set)".into()
-            } else {
-                v.to_string_lossy().into_owned()
-            };
-            (k, v)
-        })
-        .collect();
-    vars.sort();
+    // Each METAMPI_* variable set here, with what is wrong with it: a misspelt
+    // name or a value its kind refuses (the library warns about the same at start).
+    let vars = metampi::knobs::report();
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in &rows {
         println!("{k:width$}  {v}");
@@ -85,9 +73,12 @@ pub fn execute(_args: InfoArgs) -> anyhow::Result<u8> {
     if vars.is_empty() {
         println!("{:width$}  none", "METAMPI_* variables");
     } else {
-        for (i, (k, v)) in vars.iter().enumerate() {
+        for (i, (k, v, why)) in vars.iter().enumerate() {
             let label = if i == 0 { "METAMPI_* variables" } else { "" };
-            println!("{label:width$}  {k}={v}");
+            match why {
+                None => println!("{label:width$}  {k}={v}"),
+                Some(why) => println!("{label:width$}  {k}={v}  <- warning: {why}"),
+            }
         }
     }
     Ok(0)

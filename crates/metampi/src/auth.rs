@@ -70,10 +70,10 @@ impl Secret {
     /// The job's secret from `METAMPI_SECRET` or the file `METAMPI_SECRET_FILE`.
     pub fn from_env() -> io::Result<Secret> {
         let text = match (
-            std::env::var("METAMPI_SECRET"),
-            std::env::var_os("METAMPI_SECRET_FILE"),
+            crate::knobs::text("METAMPI_SECRET"),
+            crate::knobs::os("METAMPI_SECRET_FILE"),
         ) {
-            (Ok(s), _) => s,
+            (Some(s), _) => s,
             (_, Some(path)) => std::fs::read_to_string(&path).map_err(|e| {
                 io::Error::other(format!(
                     "cannot read the job secret from {}: {e}",

@@ -46,6 +46,7 @@ pub mod datatype;
 mod engine;
 mod envelope;
 pub mod environment;
+pub mod knobs;
 /// C-interface names that rsmpi programs use; there is no C library behind them.
 pub mod ffi {
     /// The handle of a datatype, as [`crate::collective::UnsafeUserFunction`] receives it

@@ -469,9 +469,9 @@ pub fn start_with_options(
         children: Vec::new(),
     };
     // Routers and ranks of the job prove this secret to each other.
-    let secret = match std::env::var("METAMPI_SECRET") {
-        Ok(s) => s,
-        Err(_) => crate::auth::Secret::random()?.to_hex(),
+    let secret = match crate::knobs::text("METAMPI_SECRET") {
+        Some(s) => s,
+        None => crate::auth::Secret::random()?.to_hex(),
     };
     // Routers started by hand listen for their ranks on ports fixed in advance,
     // above every port the layout's links use.
@@ -744,7 +744,7 @@ fn router_env(
 /// once: the launcher would not know it, and it would outlive the job. Routers
 /// the launcher starts itself are stopped by it and do not report.
 pub fn run_router_from_env() -> bool {
-    let Some(line) = std::env::var_os(ROUTER_SPEC_ENV) else {
+    let Some(line) = crate::knobs::os(ROUTER_SPEC_ENV) else {
         return false;
     };
     let spec = match RouterSpec::parse(&line.to_string_lossy()) {
@@ -755,7 +755,7 @@ pub fn run_router_from_env() -> bool {
         }
     };
     let id = spec.id;
-    let by_hand = std::env::var_os(metampi_launch::HELPER_ENV).is_some();
+    let by_hand = crate::knobs::os(metampi_launch::HELPER_ENV).is_some();
     let ready = move |_port: u16| {
         if by_hand {
             report_to_launcher(id);

@@ -453,10 +453,7 @@ fn wire_config(id: u32, compression: Compression, slow: bool, checksum: bool) ->
 /// (`METAMPI_LINK_TIMEOUT`, seconds; default 10). A connection whose links
 /// are all given up ends the router, and with it the job.
 fn link_timeout() -> Duration {
-    std::env::var("METAMPI_LINK_TIMEOUT")
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|&s| s > 0.0)
+    crate::knobs::seconds("METAMPI_LINK_TIMEOUT")
         .map_or(Duration::from_secs(10), Duration::from_secs_f64)
 }
 
@@ -656,7 +653,7 @@ fn lost_since(t: Option<std::time::SystemTime>) -> String {
 
 /// Where a link's statistics are written while the job runs.
 fn stats_path(router: usize, link: u32, side: &str) -> Option<std::path::PathBuf> {
-    let dir = std::env::var_os("METAMPI_ROUTER_STATS")?;
+    let dir = crate::knobs::os("METAMPI_ROUTER_STATS")?;
     Some(std::path::PathBuf::from(dir).join(format!("router-{router}-link-{link}-{side}.json")))
 }
 
@@ -1182,7 +1179,7 @@ fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
 /// environment's lock and a scan.
 fn debug_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("METAMPI_ROUTER_DEBUG").is_some())
+    *ON.get_or_init(|| crate::knobs::flag("METAMPI_ROUTER_DEBUG", false))
 }
 
 /// Where a router's loop spends its time (`METAMPI_ROUTER_PROFILE` set:
@@ -1216,7 +1213,7 @@ const PHASES: [&str; 6] = [
 
 impl Profile {
     fn from_env() -> Option<Profile> {
-        std::env::var_os("METAMPI_ROUTER_PROFILE").map(|_| Profile {
+        crate::knobs::flag("METAMPI_ROUTER_PROFILE", false).then(|| Profile {
             since: Instant::now(),
             passes: 0,
             body: Duration::ZERO,
@@ -2099,7 +2096,7 @@ impl Router {
         }
         self.last_stats = now;
         self.stats_due = false;
-        if let Some(dir) = std::env::var_os("METAMPI_ROUTER_STATS") {
+        if let Some(dir) = crate::knobs::os("METAMPI_ROUTER_STATS") {
             // Memory of the whole router process: the SC99 buffer case is about it.
             let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
             let kb = |key: &str| {

@@ -160,12 +160,12 @@ impl Ranks {
         test_name: &str,
         body: impl FnOnce(&SimpleCommunicator),
     ) -> Option<metampi_launch::JobOutcome> {
-        if std::env::var(CHILD_ENV).as_deref() == Ok(test_name)
+        if crate::knobs::text(CHILD_ENV).as_deref() == Some(test_name)
             && crate::meta::run_router_from_env()
         {
             return None;
         }
-        if std::env::var(CHILD_ENV).as_deref() == Ok(test_name) {
+        if crate::knobs::text(CHILD_ENV).as_deref() == Some(test_name) {
             let universe = crate::initialize().expect("a test rank initializes once");
             body(&universe.world());
             drop(universe);
@@ -267,7 +267,7 @@ impl Ranks {
 /// Whether this process is a rank started by [`Ranks`] (not the test that
 /// launches them), so set-up that belongs to the launching side can be skipped.
 pub fn is_rank() -> bool {
-    std::env::var_os(CHILD_ENV).is_some()
+    crate::knobs::os(CHILD_ENV).is_some()
 }
 
 /// Chunks of long shared-memory messages this rank has copied into their
@@ -389,7 +389,7 @@ impl StatsDir {
     /// # Panics
     /// When the directory cannot be made.
     pub fn new(test_name: &str) -> StatsDir {
-        if let (true, Some(d)) = (is_rank(), std::env::var_os("METAMPI_ROUTER_STATS")) {
+        if let (true, Some(d)) = (is_rank(), crate::knobs::os("METAMPI_ROUTER_STATS")) {
             return StatsDir {
                 path: d.into(),
                 owner: false,

@@ -226,7 +226,7 @@ pub(crate) fn init(rank: u32) {
 
 /// `METAMPI_TRACE`, created if needed; `None` (with a message) when unusable.
 fn trace_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(std::env::var_os("METAMPI_TRACE")?);
+    let dir = PathBuf::from(crate::knobs::os("METAMPI_TRACE")?);
     if let Err(e) = std::fs::create_dir_all(&dir) {
         eprintln!(
             "metampi: tracing disabled, cannot create {}: {e}",

@@ -19,7 +19,7 @@ const CONFIG: &str = "PORTBASE 25900\n\
 
 /// This site's router (for rank 0: site 0 towards site 1), from `METAMPI_ROUTERS`.
 fn router_addr() -> String {
-    let v = std::env::var("METAMPI_ROUTERS").expect("a meta job");
+    let v = metampi::knobs::text("METAMPI_ROUTERS").expect("a meta job");
     v.split(',')
         .find_map(|e| e.strip_prefix("0>1@"))
         .expect("a router from site 0 to site 1")

@@ -39,7 +39,7 @@ sizes! {
 /// dissemination and flat (gathered at member 0), each with every rank late in turn,
 /// on the world and on a communicator whose member 0 is another world rank.
 fn shared_memory_barriers(world: &SimpleCommunicator) {
-    let how = std::env::var("METAMPI_SHM_BARRIER").unwrap();
+    let how = metampi::knobs::text("METAMPI_SHM_BARRIER").unwrap();
     metampi::collective::force_algorithm(Collective::Barrier, Some(Algorithm::SharedMemory))
         .unwrap();
     check_barrier(world, "world");

@@ -56,10 +56,7 @@ fn message(src: i32, dst: i32, seq: u32) -> Vec<u8> {
 
 /// Messages each rank sends to each other rank.
 fn per_pair() -> u32 {
-    std::env::var("METAMPI_SOAK_MESSAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(60)
+    metampi::knobs::number("METAMPI_SOAK_MESSAGES").unwrap_or(60)
 }
 
 fn traffic(world: &metampi::topology::SimpleCommunicator) {

@@ -24,7 +24,7 @@ fn myself(name: &str) -> Command {
 /// What both sides do on the intercommunicator; `child` says which side.
 fn talk(inter: &InterCommunicator, child: bool) {
     // One machine: the two worlds share memory, unless TCP is forced.
-    let shm = std::env::var_os("METAMPI_FORCE_TCP").is_none();
+    let shm = !metampi::knobs::flag("METAMPI_FORCE_TCP", false);
     for r in 0..inter.remote_size() {
         assert_eq!(
             metampi::testing::reaches_over_shared_memory(inter, r),
@@ -132,7 +132,7 @@ fn family(world: &SimpleCommunicator, name: &str) {
         assert_eq!(parent.size(), 3);
         assert_eq!(parent.remote_size(), 3);
         assert!(parent.test_inter());
-        let app = std::env::var("SPAWN_APP").expect("set per program");
+        let app = metampi::knobs::text("SPAWN_APP").expect("set per program");
         assert_eq!(app, if universe_rank < 2 { "first" } else { "second" });
         talk(&parent, true);
         // Children ask to come last; a tie (both Low) is settled the same
@@ -242,7 +242,7 @@ fn a_world_over_meta_hosts_spawns_children_over_tcp() {
 #[test]
 fn meta_hosts_in_network_namespaces_spawn_children() {
     let name = "meta_hosts_in_network_namespaces_spawn_children";
-    if metampi::testing::is_rank() || std::env::var_os("METAMPI_PARENT").is_some() {
+    if metampi::testing::is_rank() || metampi::knobs::os("METAMPI_PARENT").is_some() {
         // The launcher's description is not read here.
         return spawn_across_meta_hosts(name, "", 3, false);
     }
@@ -269,7 +269,7 @@ fn local_sites(portbase: u16) -> String {
 /// children's side too): a child reaches the parents of two other meta hosts
 /// through two routers where there are three.
 fn spawn_across_meta_hosts(name: &str, sites: &str, n: usize, tcp: bool) {
-    if std::env::var_os("METAMPI_PARENT").is_some() {
+    if metampi::knobs::os("METAMPI_PARENT").is_some() {
         let universe = metampi::initialize().expect("child initializes");
         let world = universe.world();
         assert_eq!(world.num_meta_hosts(), 1);
@@ -343,7 +343,7 @@ fn each_site_spawns_its_own_children() {
         METAHOST b { LAUNCH = local; NPROCS = 2; NODES = b0; }\n\
         PAIR a b 1\na0 <-> b0\n";
     let name = "each_site_spawns_its_own_children";
-    if std::env::var_os("METAMPI_PARENT").is_some() {
+    if metampi::knobs::os("METAMPI_PARENT").is_some() {
         // A child: a world of its own on one machine.
         let universe = metampi::initialize().expect("child initializes");
         let world = universe.world();
@@ -442,7 +442,7 @@ fn spawned_output_goes_to_files_of_its_own_under_output_dir() {
     let dir = std::env::temp_dir().join(format!("metampi-outdir-{}", std::process::id()));
     let outcome = Ranks::new(2).output_dir(&dir).outcome(name, |world| {
         if let Some(parent) = world.parent() {
-            if std::env::var_os("OUTDIR_GENERATION").is_some() {
+            if metampi::knobs::os("OUTDIR_GENERATION").is_some() {
                 println!("out of grandchild {}", world.rank());
                 eprintln!("err of grandchild {}", world.rank());
                 return;
@@ -504,7 +504,7 @@ fn spawned_output_goes_to_files_of_its_own_under_output_dir() {
 fn a_merged_family_spawns_again() {
     let name = "a_merged_family_spawns_again";
     Ranks::new(2).run(name, |world| {
-        let generation = std::env::var("SPAWN_GENERATION").unwrap_or_default();
+        let generation = metampi::knobs::text("SPAWN_GENERATION").unwrap_or_default();
         if generation == "2" {
             let parent = world.parent().expect("spawned");
             assert_eq!(parent.remote_size(), 4);

@@ -246,7 +246,10 @@ fn bound_ranks_learn_their_machines_cores() {
         .run("bound_ranks_learn_their_machines_cores", |world| {
             let own = std::thread::available_parallelism().map_or(0, |c| c.get());
             assert_eq!(own, 1, "rank {} is bound to one CPU", world.rank());
-            let expect: usize = std::env::var("EXPECT_CORES").unwrap().parse().unwrap();
+            let expect: usize = metampi::knobs::text("EXPECT_CORES")
+                .unwrap()
+                .parse()
+                .unwrap();
             assert_eq!(metampi::environment::machine_cores(), expect);
         });
 }

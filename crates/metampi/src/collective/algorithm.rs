@@ -318,7 +318,7 @@ fn forced() -> &'static RwLock<Table> {
     static F: OnceLock<RwLock<Table>> = OnceLock::new();
     F.get_or_init(|| {
         let mut t = [None; Collective::ALL.len()];
-        if let Ok(spec) = std::env::var("METAMPI_COLL_ALG") {
+        if let Some(spec) = crate::knobs::text("METAMPI_COLL_ALG") {
             match parse_spec(&spec) {
                 Ok(v) => {
                     for (c, a) in v {

@@ -385,9 +385,9 @@ fn region<'s>(
 /// 16 ranks 108 -> 58). With a core per rank the rounds run side by side and
 /// dissemination's log2(n) steps beat member 0 reading n lines in turn.
 fn flat_barriers(oversubscribed: bool) -> bool {
-    match std::env::var("METAMPI_SHM_BARRIER").as_deref() {
-        Ok("flat") => true,
-        Ok("dissemination") => false,
+    match crate::knobs::text("METAMPI_SHM_BARRIER").as_deref() {
+        Some("flat") => true,
+        Some("dissemination") => false,
         _ => oversubscribed,
     }
 }
@@ -401,7 +401,7 @@ fn eligible(comm: &CommInner) -> bool {
     if !(2..=MAX_MEMBERS).contains(&n)
         || comm.is_inter()
         || comm.mixed
-        || std::env::var_os("METAMPI_NO_SHM_COLL").is_some()
+        || crate::knobs::flag("METAMPI_NO_SHM_COLL", false)
     {
         return false;
     }

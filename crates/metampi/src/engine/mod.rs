@@ -139,7 +139,7 @@ impl JobInfo {
 /// (`METAMPI_SITE_ORDERS`: `native`, `little` or `big` per meta host).
 fn site_big_endian(site: u32) -> io::Result<bool> {
     let native = cfg!(target_endian = "big");
-    let Ok(v) = std::env::var("METAMPI_SITE_ORDERS") else {
+    let Some(v) = crate::knobs::text("METAMPI_SITE_ORDERS") else {
         return Ok(native);
     };
     match v.split(',').nth(site as usize).map(str::trim) {
@@ -227,14 +227,11 @@ pub(crate) fn ring_cap() -> usize {
 }
 
 fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok()?.trim().parse().ok()
+    crate::knobs::number(name)
 }
 
 fn env_flag(name: &str) -> bool {
-    matches!(
-        std::env::var(name).as_deref(),
-        Ok("1") | Ok("true") | Ok("yes") | Ok("on")
-    )
+    crate::knobs::flag(name, false)
 }
 
 fn other(msg: String) -> io::Error {
@@ -244,7 +241,7 @@ fn other(msg: String) -> io::Error {
 /// Site of every rank from `METAMPI_SITES` (rank counts per meta host, in
 /// order, as PACX-MPI numbers them); all 0 when unset.
 fn parse_sites(size: u32) -> io::Result<Vec<u32>> {
-    let Ok(v) = std::env::var("METAMPI_SITES") else {
+    let Some(v) = crate::knobs::text("METAMPI_SITES") else {
         return Ok(vec![0; size as usize]);
     };
     let mut sites = Vec::with_capacity(size as usize);
@@ -277,7 +274,7 @@ fn machine_id() -> String {
 
 /// Router endpoints from `METAMPI_ROUTERS`: `from>to@host:port,...`.
 pub(crate) fn parse_routers() -> io::Result<Vec<(u32, u32, String)>> {
-    let Ok(v) = std::env::var("METAMPI_ROUTERS") else {
+    let Some(v) = crate::knobs::text("METAMPI_ROUTERS") else {
         return Ok(Vec::new());
     };
     v.split(',')
@@ -302,7 +299,7 @@ pub(crate) fn parse_routers() -> io::Result<Vec<(u32, u32, String)>> {
 /// Pairs of meta hosts whose ranks connect directly (`PAIR A B 0`), from
 /// `METAMPI_DIRECT`: `a-b,...`.
 fn parse_direct() -> io::Result<Vec<(u32, u32)>> {
-    let Ok(v) = std::env::var("METAMPI_DIRECT") else {
+    let Some(v) = crate::knobs::text("METAMPI_DIRECT") else {
         return Ok(Vec::new());
     };
     v.split(',')
@@ -494,17 +491,21 @@ impl Shared {
     /// Joins the job described by the launcher's environment, or starts a
     /// world of one when there is no launcher.
     pub(crate) fn init() -> io::Result<Shared> {
-        let pmi_addr = std::env::var("METAMPI_PMI").ok();
+        let pmi_addr = crate::knobs::text("METAMPI_PMI");
         let Some(pmi_addr) = pmi_addr else {
+            crate::knobs::check_names();
             return Self::singleton();
         };
         let parse = |k: &str| -> io::Result<u32> {
-            std::env::var(k)
-                .ok()
+            crate::knobs::text(k)
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(|| other(format!("{k} is missing or not a number")))
         };
         let rank = parse("METAMPI_RANK")?;
+        // Every rank sees the same environment: one warning per job is enough.
+        if rank == 0 {
+            crate::knobs::check_names();
+        }
         let size = parse("METAMPI_SIZE")?;
         if rank >= size {
             return Err(other(format!(
@@ -512,8 +513,8 @@ impl Shared {
             )));
         }
         let appnum = parse("METAMPI_APPNUM").unwrap_or(0);
-        let job = std::env::var("METAMPI_JOB").unwrap_or_else(|_| "0".into());
-        let node = std::env::var("METAMPI_NODE").unwrap_or_else(|_| crate::environment::hostname());
+        let job = crate::knobs::text("METAMPI_JOB").unwrap_or_else(|| "0".into());
+        let node = crate::knobs::text("METAMPI_NODE").unwrap_or_else(crate::environment::hostname);
         let mut pmi = Pmi::connect(&pmi_addr, &job, rank)?;
 
         let wake = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(format!(
@@ -530,12 +531,12 @@ impl Shared {
             .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         // The launcher names the address where it knows better (a network
         // namespace, whose ranks reach it through a Unix socket).
-        let given: Option<IpAddr> = match std::env::var("METAMPI_TCP_IP") {
-            Ok(v) => Some(
+        let given: Option<IpAddr> = match crate::knobs::text("METAMPI_TCP_IP") {
+            Some(v) => Some(
                 v.parse()
                     .map_err(|_| other(format!("METAMPI_TCP_IP `{v}` is not an IP address")))?,
             ),
-            Err(_) => None,
+            None => None,
         };
         let listen_ip = match given {
             Some(ip) => ip,
@@ -878,11 +879,7 @@ impl Shared {
             threads_waited: AtomicBool::new(false),
             spin: spin::SpinBudget::new(
                 Duration::from_micros(spin_us as u64),
-                set_spin.is_none()
-                    && !matches!(
-                        std::env::var("METAMPI_SPIN_LEARN").as_deref(),
-                        Ok("0" | "off" | "false" | "no")
-                    ),
+                set_spin.is_none() && crate::knobs::flag("METAMPI_SPIN_LEARN", true),
                 oversubscribed,
             ),
             oversubscribed,

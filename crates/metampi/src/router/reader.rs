@@ -45,7 +45,7 @@ const PARTIAL_HOLD: Duration = Duration::from_millis(20);
 /// path has processes, the thread only competes for them.
 pub(super) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("METAMPI_ROUTER_READER").as_deref() == Ok("1"))
+    *ON.get_or_init(|| crate::knobs::flag("METAMPI_ROUTER_READER", false))
 }
 
 /// What the thread read and the loop has not taken yet.

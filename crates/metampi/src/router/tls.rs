@@ -283,7 +283,7 @@ mod imp {
 
     /// `~/x` is the home directory's `x`, as in `SECRET_FILE`.
     fn expand_home(path: &str) -> std::path::PathBuf {
-        match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        match (path.strip_prefix("~/"), crate::knobs::os("HOME")) {
             (Some(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
             _ => std::path::PathBuf::from(path),
         }

@@ -40,10 +40,9 @@ const WRITE_BYTES: usize = 64 << 10;
 /// thread competes with the ranks for a core).
 pub(super) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("METAMPI_ROUTER_WRITER").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4),
+    *ON.get_or_init(|| {
+        let cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4);
+        crate::knobs::flag("METAMPI_ROUTER_WRITER", cores)
     })
 }
 

@@ -34,12 +34,7 @@ const BOUNCE_MIN: usize = 16 << 10;
 /// Whether `METAMPI_CMA_BOUNCE=0` turns the bounce off (for measuring it).
 fn bounce_allowed() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("METAMPI_CMA_BOUNCE").as_deref(),
-            Ok("0") | Ok("false") | Ok("no") | Ok("off")
-        )
-    })
+    *ON.get_or_init(|| crate::knobs::flag("METAMPI_CMA_BOUNCE", true))
 }
 
 thread_local! {
@@ -180,10 +175,7 @@ pub(crate) fn yama_scope() -> Option<u32> {
 /// Whether `METAMPI_NO_CMA` turns single-copy transfer off (`1`, `true`,
 /// `yes`, `on`), for ranks, routers and `metampi info` alike.
 pub(crate) fn turned_off() -> bool {
-    matches!(
-        std::env::var("METAMPI_NO_CMA").as_deref(),
-        Ok("1") | Ok("true") | Ok("yes") | Ok("on")
-    )
+    crate::knobs::flag("METAMPI_NO_CMA", false)
 }
 
 /// Lets any process of this user read and write this process's memory

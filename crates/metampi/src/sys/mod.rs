@@ -62,7 +62,7 @@ pub(crate) fn asymmetric_fences() -> bool {
 fn asymmetric() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        if std::env::var("METAMPI_ASYMMETRIC_FENCE").is_ok_and(|v| v == "0") {
+        if !crate::knobs::flag("METAMPI_ASYMMETRIC_FENCE", true) {
             return false;
         }
         #[cfg(target_os = "linux")]

@@ -107,9 +107,7 @@ impl Spinner {
     /// From `var` (microseconds; `0` turns spinning off, a number forces it);
     /// unset: `auto_us`, hard where cores are spare and yielding elsewhere.
     pub(crate) fn from_env(var: &str, auto_us: u64) -> Spinner {
-        let set = std::env::var(var)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok());
+        let set = crate::knobs::number::<u64>(var);
         let budget = Duration::from_micros(set.unwrap_or(auto_us));
         Spinner {
             budget,

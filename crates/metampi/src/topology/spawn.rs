@@ -131,7 +131,7 @@ impl ParentSpec {
 
 /// The parents this process was spawned by, if it was.
 pub(crate) fn parent_spec() -> std::io::Result<Option<ParentSpec>> {
-    let Ok(text) = std::env::var(PARENT_ENV) else {
+    let Some(text) = crate::knobs::text(PARENT_ENV) else {
         return Ok(None);
     };
     let bad = || std::io::Error::other(format!("{PARENT_ENV} `{text}` is malformed"));
@@ -151,8 +151,8 @@ pub(crate) fn parent_spec() -> std::io::Result<Option<ParentSpec>> {
         })
         .collect::<Option<Vec<_>>>()
         .ok_or_else(bad)?;
-    let routed = match std::env::var(PARENT_ROUTERS_ENV) {
-        Ok(text) => {
+    let routed = match crate::knobs::text(PARENT_ROUTERS_ENV) {
+        Some(text) => {
             let bad =
                 || std::io::Error::other(format!("{PARENT_ROUTERS_ENV} `{text}` is malformed"));
             let (base, list) = text.split_once(';').ok_or_else(bad)?;
@@ -167,7 +167,7 @@ pub(crate) fn parent_spec() -> std::io::Result<Option<ParentSpec>> {
                 .ok_or_else(bad)?;
             Some((base.parse().map_err(|_| bad())?, routers))
         }
-        Err(_) => None,
+        None => None,
     };
     if routed.is_none() && parents.iter().any(|p| matches!(p, ParentAt::Routed(..))) {
         return Err(std::io::Error::other(format!(
@@ -344,7 +344,7 @@ pub(crate) fn spawn(
         }
         streams.sort_by_key(|(r, _)| *r);
         let mut streams: Vec<TcpStream> = streams.into_iter().map(|(_, s)| s).collect();
-        let own = (std::env::var_os("METAMPI_FORCE_TCP").is_none())
+        let own = (!crate::knobs::flag("METAMPI_FORCE_TCP", false))
             .then(|| JoinSegment::create(job, me, streams.len()).ok())
             .flatten();
         let joined = join::join_all(&mut streams, own.as_ref(), job, me)
@@ -472,10 +472,10 @@ fn start_children(
     // Under --tag-output the children's lines are labelled here.
     static SPAWNS: AtomicU32 = AtomicU32::new(0);
     let spawn_no = SPAWNS.fetch_add(1, Ordering::Relaxed) + 1;
-    let tag = std::env::var_os(TAG_OUTPUT_ENV).is_some_and(|v| v == "1");
+    let tag = crate::knobs::flag(TAG_OUTPUT_ENV, false);
     // Under --output-dir the children's output goes to files of their own.
-    let files = std::env::var_os(OUTPUT_DIR_ENV)
-        .zip(std::env::var(OUTPUT_NAME_ENV).ok())
+    let files = crate::knobs::os(OUTPUT_DIR_ENV)
+        .zip(crate::knobs::text(OUTPUT_NAME_ENV))
         .map(|(dir, stem)| (std::path::PathBuf::from(dir), stem));
     let mut forwarders = Vec::new();
     let mut kids: Vec<(Child, String)> = Vec::with_capacity(total);
