@@ -561,3 +561,30 @@ fn info_reports_versions_transports_and_variables() {
         "the secret was printed:\n{s}"
     );
 }
+
+/// A misspelt `METAMPI_*` name and a value its setting refuses are named in
+/// `metampi info`, with the nearest known name for the misspelling.
+#[test]
+fn info_names_misspelt_and_malformed_settings() {
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .arg("info")
+        .env("METAMPI_EAGER_LIMT", "4096")
+        .env("METAMPI_FORCE_TCP", "maybe")
+        .env("METAMPI_SHM_RING", "262144")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    let line = |key: &str| {
+        s.lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("no `{key}` line in:\n{s}"))
+            .to_string()
+    };
+    assert!(
+        line("METAMPI_EAGER_LIMT=").contains("did you mean METAMPI_EAGER_LIMIT?"),
+        "{s}"
+    );
+    assert!(line("METAMPI_FORCE_TCP=").contains("not on or off"), "{s}");
+    assert!(!line("METAMPI_SHM_RING=").contains("warning"), "{s}");
+}
