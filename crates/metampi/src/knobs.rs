@@ -191,8 +191,8 @@ pub const KNOBS: &[Knob] = &[
     knob("METAMPI_BIND_TO", Text, "CPU binding the launcher applies"),
     knob(
         "METAMPI_PROGRESS",
-        Flag,
-        "progress lines of long commands on or off",
+        Launcher,
+        "ranks may draw progress on the terminal",
     ),
     knob(
         "METAMPI_SECRET",
