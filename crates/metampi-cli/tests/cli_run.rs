@@ -527,19 +527,26 @@ fn meta_job_runs_across_three_emulated_sites() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `metampi info`'s report with `vars` set; it must succeed.
+fn info_with(vars: &[(&str, &str)]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .arg("info")
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
 /// `metampi info` names the versions and this machine's transports, says
 /// why single-copy transfer is off when it is, and lists the METAMPI_*
 /// variables without printing the job secret.
 #[test]
 fn info_reports_versions_transports_and_variables() {
-    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
-        .arg("info")
-        .env("METAMPI_NO_CMA", "1")
-        .env("METAMPI_SECRET", "0123456789abcdef")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s = text(&out.stdout);
+    let s = info_with(&[
+        ("METAMPI_NO_CMA", "1"),
+        ("METAMPI_SECRET", "0123456789abcdef"),
+    ]);
     let line = |key: &str| {
         s.lines()
             .find(|l| l.starts_with(key))
@@ -566,15 +573,11 @@ fn info_reports_versions_transports_and_variables() {
 /// `metampi info`, with the nearest known name for the misspelling.
 #[test]
 fn info_names_misspelt_and_malformed_settings() {
-    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
-        .arg("info")
-        .env("METAMPI_EAGER_LIMT", "4096")
-        .env("METAMPI_FORCE_TCP", "maybe")
-        .env("METAMPI_SHM_RING", "262144")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let s = text(&out.stdout);
+    let s = info_with(&[
+        ("METAMPI_EAGER_LIMT", "4096"),
+        ("METAMPI_FORCE_TCP", "maybe"),
+        ("METAMPI_SHM_RING", "262144"),
+    ]);
     let line = |key: &str| {
         s.lines()
             .find(|l| l.contains(key))

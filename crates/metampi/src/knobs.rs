@@ -327,34 +327,54 @@ pub fn flag(name: &str, default: bool) -> bool {
     })
 }
 
+/// Seconds above zero, as `METAMPI_LINK_TIMEOUT` takes them.
+fn parse_seconds(v: &str) -> Option<f64> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|&s| s > 0.0 && s.is_finite())
+}
+
+/// What a value of `kind` must be, where `value` is not that.
+fn refused(kind: Kind, value: &str) -> Option<&'static str> {
+    match kind {
+        Flag => parse_flag(value)
+            .is_none()
+            .then_some("on or off (use 1 or 0)"),
+        Number => value
+            .trim()
+            .parse::<u64>()
+            .is_err()
+            .then_some("a whole number"),
+        Seconds => parse_seconds(value)
+            .is_none()
+            .then_some("a number of seconds above 0"),
+        Text | Launcher => None,
+    }
+}
+
+/// `name` read by `parse`; `None` when unset or malformed (malformed is
+/// warned about: it should have been `what`).
+fn parsed<T>(name: &str, what: &str, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+    let v = text(name)?;
+    let out = parse(&v);
+    if out.is_none() {
+        warn_once(
+            name,
+            format!("ignoring {name}={v}: not {what}; using the default"),
+        );
+    }
+    out
+}
+
 /// Number `name`, `None` when unset or malformed (malformed is warned about).
 pub fn number<T: FromStr>(name: &str) -> Option<T> {
-    let v = text(name)?;
-    match v.trim().parse() {
-        Ok(n) => Some(n),
-        Err(_) => {
-            warn_once(
-                name,
-                format!("ignoring {name}={v}: not a whole number; using the default"),
-            );
-            None
-        }
-    }
+    parsed(name, "a whole number", |v| v.trim().parse().ok())
 }
 
 /// Seconds in `name`, above zero; `None` when unset or malformed (warned about).
 pub fn seconds(name: &str) -> Option<f64> {
-    let v = text(name)?;
-    match v.trim().parse::<f64>() {
-        Ok(s) if s > 0.0 && s.is_finite() => Some(s),
-        _ => {
-            warn_once(
-                name,
-                format!("ignoring {name}={v}: not a number of seconds above 0; using the default"),
-            );
-            None
-        }
-    }
+    parsed(name, "a number of seconds above 0", parse_seconds)
 }
 
 /// What is wrong with the variable `name` set to `value`, if anything: an
@@ -374,20 +394,7 @@ pub fn verdict(name: &str, value: &str) -> Option<String> {
             None => format!("{name} is not a metampi setting"),
         });
     };
-    let bad = match k.kind {
-        Flag => parse_flag(value).is_none(),
-        Number => value.trim().parse::<u64>().is_err(),
-        Seconds => !value
-            .trim()
-            .parse::<f64>()
-            .is_ok_and(|s| s > 0.0 && s.is_finite()),
-        Text | Launcher => false,
-    };
-    bad.then(|| match k.kind {
-        Flag => format!("{name}={value} is not on or off (use 1 or 0)"),
-        Number => format!("{name}={value} is not a whole number"),
-        _ => format!("{name}={value} is not a number of seconds above 0"),
-    })
+    refused(k.kind, value).map(|what| format!("{name}={value} is not {what}"))
 }
 
 /// Every `METAMPI_*` variable set here: name, value (a secret hidden), and

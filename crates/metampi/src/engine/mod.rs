@@ -220,18 +220,10 @@ pub(crate) const SEG_CTL: usize = 64;
 
 /// Bytes of each shared-memory ring between two ranks (`METAMPI_SHM_RING`).
 pub(crate) fn ring_cap() -> usize {
-    env_usize("METAMPI_SHM_RING")
+    crate::knobs::number::<usize>("METAMPI_SHM_RING")
         .unwrap_or(256 << 10)
         .next_power_of_two()
         .max(64 << 10)
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    crate::knobs::number(name)
-}
-
-fn env_flag(name: &str) -> bool {
-    crate::knobs::flag(name, false)
 }
 
 fn other(msg: String) -> io::Error {
@@ -399,7 +391,7 @@ fn offer_pipes(
     got?;
     let mut vchan = vchan.filter(|_| answer[0] == 1);
     if let Some(v) = &mut vchan {
-        v.probe_loans(!env_flag("METAMPI_NO_ROUTER_LOANS"));
+        v.probe_loans(!crate::knobs::flag("METAMPI_NO_ROUTER_LOANS", false));
     }
     Ok(vchan)
 }
@@ -479,7 +471,7 @@ pub(crate) fn accept_peers(
 pub(crate) fn configure_stream(s: &TcpStream) -> io::Result<()> {
     s.set_nodelay(true)?;
     s.set_nonblocking(true)?;
-    let tcp_buf = env_usize("METAMPI_TCP_BUF").unwrap_or(4 << 20);
+    let tcp_buf = crate::knobs::number::<usize>("METAMPI_TCP_BUF").unwrap_or(4 << 20);
     if tcp_buf > 0 {
         use std::os::fd::AsRawFd;
         poll::set_socket_buffers(s.as_raw_fd(), tcp_buf)?;
@@ -586,7 +578,7 @@ impl Shared {
         }
         let sites = parse_sites(size)?;
         let my_site = sites[rank as usize];
-        let force_tcp = env_flag("METAMPI_FORCE_TCP");
+        let force_tcp = crate::knobs::flag("METAMPI_FORCE_TCP", false);
         let local: Vec<u32> = (0..size).filter(|&r| nodes[r as usize] == node).collect();
         let shm_ranks: Vec<u32> = if force_tcp { vec![rank] } else { local.clone() };
         let local_index = |r: u32| shm_ranks.iter().position(|&x| x == r).unwrap_or(0);
@@ -709,19 +701,20 @@ impl Shared {
 
         // Ranks of other sites are reached through this site's routers.
         let mut routers = Vec::new();
-        let pipes = !force_tcp && !env_flag("METAMPI_NO_ROUTER_SHM");
+        let pipes = !force_tcp && !crate::knobs::flag("METAMPI_NO_ROUTER_SHM", false);
         // Reserved at once (see `VChan::create`): as small as streaming allows.
         // 256 KiB where the machine has under four CPUs (1 MiB measured no
         // faster on 4 MiB messages there); 1 MiB from four, where rank and router
         // copy on cores of their own (4 MiB routed streaming on a 16-core machine:
         // faster in 6 of 7 alternating pairs, medians 2.7 -> 3.05 GB/s).
-        let pipe_bytes = env_usize("METAMPI_ROUTER_PIPE").unwrap_or_else(|| {
-            if crate::sys::cpus::online() >= 4 {
-                1 << 20
-            } else {
-                256 << 10
-            }
-        });
+        let pipe_bytes =
+            crate::knobs::number::<usize>("METAMPI_ROUTER_PIPE").unwrap_or_else(|| {
+                if crate::sys::cpus::online() >= 4 {
+                    1 << 20
+                } else {
+                    256 << 10
+                }
+            });
         let router_end = RouterEnd {
             pipes,
             node: &node,
@@ -823,12 +816,12 @@ impl Shared {
         }
         links.segments.extend(segments);
         links.cma = shm_ranks.len() > 1 && !cma::turned_off() && cma::available();
-        if let Some(n) = env_usize("METAMPI_EAGER_LIMIT") {
+        if let Some(n) = crate::knobs::number::<usize>("METAMPI_EAGER_LIMIT") {
             links.eager_shm = n;
             links.eager_tcp = n;
             links.eager_router = n;
         }
-        if let Some(n) = env_usize("METAMPI_EAGER_ROUTER") {
+        if let Some(n) = crate::knobs::number::<usize>("METAMPI_EAGER_ROUTER") {
             // A router takes frames of at most 1 MiB, envelope included.
             links.eager_router = n.min((1 << 20) - 64);
         }
@@ -851,8 +844,8 @@ impl Shared {
         let on_machine = on_machine.max(local.len());
         let oversubscribed = on_machine + routers_here > cores;
         let unseen_here = on_machine - shm_ranks.len() + routers_here;
-        if links.cma && links.coop.is_some() && !env_flag("METAMPI_NO_COOP") {
-            core.coop_min = env_usize("METAMPI_COOP_MIN").unwrap_or(COOP_MIN);
+        if links.cma && links.coop.is_some() && !crate::knobs::flag("METAMPI_NO_COOP", false) {
+            core.coop_min = crate::knobs::number::<usize>("METAMPI_COOP_MIN").unwrap_or(COOP_MIN);
             // Two copiers need two cores: where processes outnumber cores,
             // help is asked only while few enough are awake (see `Links::pull`).
             links.crowd = oversubscribed.then_some((cores, unseen_here));
@@ -861,7 +854,7 @@ impl Shared {
         // that has work; blocking early costs a wake-up per message (measured:
         // 8 ranks on 2 cores, barrier 138 µs with 20 µs of spinning, 29 µs with 1 ms).
         // The budget learns (see `spin`), unless set.
-        let set_spin = env_usize("METAMPI_SPIN_US");
+        let set_spin = crate::knobs::number::<usize>("METAMPI_SPIN_US");
         let spin_us = set_spin.unwrap_or(if oversubscribed { 1000 } else { 200 });
         let next_context = parent.as_ref().map_or(4, |p| (p.0 + 2).max(4));
         Ok(Shared {
