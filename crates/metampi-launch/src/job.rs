@@ -197,7 +197,10 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
             &plan,
             &by_hand,
             &helpers,
-            &[("METAMPI_PMI", pmi_addr), ("METAMPI_JOB", job.to_string())],
+            &[
+                (crate::contract::PMI, pmi_addr),
+                (crate::contract::JOB, job.to_string()),
+            ],
             cwd.as_deref().unwrap_or(Path::new(".")),
             &secret,
         );
@@ -357,18 +360,18 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
     if !env.iter().any(|(k, _)| k == "METAMPI_SECRET") {
         env.push(("METAMPI_SECRET".into(), ctx.secret.clone().into()));
     }
-    let metampi = [
-        ("METAMPI_PMI", pmi),
-        ("METAMPI_JOB", ctx.job.to_string()),
-        ("METAMPI_RANK", rank.to_string()),
-        ("METAMPI_SIZE", ctx.plan.size.to_string()),
-        ("METAMPI_APPNUM", placement.app.to_string()),
-        ("METAMPI_NODE", placement.node.clone()),
-        ("METAMPI_LOCAL_RANK", placement.local_rank.to_string()),
-        ("METAMPI_LOCAL_SIZE", placement.local_size.to_string()),
-    ];
+    let contract = crate::contract::RankEnv {
+        pmi,
+        job: ctx.job.to_string(),
+        rank: to_u32(rank),
+        size: to_u32(ctx.plan.size),
+        appnum: to_u32(placement.app),
+        node: Some(placement.node.clone()),
+        local: Some((to_u32(placement.local_rank), to_u32(placement.local_size))),
+    };
     env.extend(
-        metampi
+        contract
+            .vars()
             .into_iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
@@ -972,4 +975,9 @@ fn job_secret() -> io::Result<String> {
     let mut k = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut k)?;
     Ok(k.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A count or index of ranks as the contract carries it (no job comes near 2^32 processes).
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }

@@ -64,6 +64,7 @@
 
 mod bind;
 mod command;
+pub mod contract;
 mod error;
 mod host;
 mod job;

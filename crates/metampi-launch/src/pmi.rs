@@ -1260,10 +1260,10 @@ impl PmiClient {
     /// A missing or malformed variable, or as [`PmiClient::connect`].
     pub fn from_env() -> Result<PmiClient, PmiClientError> {
         let (addr, job) = server_from_env()?;
-        let rank = env_var("METAMPI_RANK")?
+        let rank = env_var(crate::contract::RANK)?
             .parse::<usize>()
             .map_err(|e| PmiClientError::Env {
-                name: "METAMPI_RANK",
+                name: crate::contract::RANK,
                 problem: e.to_string(),
             })?;
         match addr.strip_prefix("unix:") {
@@ -1366,11 +1366,11 @@ fn env_var(name: &'static str) -> Result<String, PmiClientError> {
 
 /// `METAMPI_PMI` and `METAMPI_JOB`.
 fn server_from_env() -> Result<(String, JobId), PmiClientError> {
-    let addr = env_var("METAMPI_PMI")?;
-    let job = env_var("METAMPI_JOB")?
+    let addr = env_var(crate::contract::PMI)?;
+    let job = env_var(crate::contract::JOB)?
         .parse::<JobId>()
         .map_err(|e| PmiClientError::Env {
-            name: "METAMPI_JOB",
+            name: crate::contract::JOB,
             problem: e.to_string(),
         })?;
     Ok((addr, job))

@@ -167,16 +167,10 @@ impl Default for JobSpec {
 }
 
 /// Variables every rank gets from the launcher; users may not set them.
-pub const RESERVED_ENV: [&str; 8] = [
-    "METAMPI_PMI",
-    "METAMPI_JOB",
-    "METAMPI_RANK",
-    "METAMPI_SIZE",
-    "METAMPI_APPNUM",
-    "METAMPI_NODE",
-    "METAMPI_LOCAL_RANK",
-    "METAMPI_LOCAL_SIZE",
-];
+pub const RESERVED_ENV: [&str; 8] = {
+    use crate::contract::{APPNUM, JOB, LOCAL_RANK, LOCAL_SIZE, NODE, PMI, RANK, SIZE};
+    [PMI, JOB, RANK, SIZE, APPNUM, NODE, LOCAL_RANK, LOCAL_SIZE]
+};
 
 impl JobSpec {
     /// Replaces every application given so far.

@@ -34,6 +34,7 @@ use metampi_config::{Launch, Layout, Tls};
 use metampi_launch::{AppSpec, Host};
 // Launching meta hosts on other machines.
 use metampi_config::{Address, HostLayout, NodeLayout};
+use metampi_launch::contract::{RouterEndpoint, SiteEnv, SiteOrder};
 use metampi_launch::{HostLaunch, ManualProcess, PmiClient};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -236,7 +237,7 @@ fn rank_prefix(host: &HostLayout, node: &NodeLayout) -> Vec<OsString> {
     let mut pre = prefix(&host.launch);
     if let (Launch::Netns(_), Address::Ip(ip)) = (&host.launch, &node.address) {
         pre.push("env".into());
-        pre.push(format!("METAMPI_TCP_IP={ip}").into());
+        pre.push(format!("{}={ip}", metampi_launch::contract::TCP_IP).into());
     }
     pre
 }
@@ -592,12 +593,38 @@ pub fn start_with_options(
             }
         }
     }
-    let endpoints: Vec<String> = layout
-        .routers
-        .iter()
-        .zip(&endpoints)
-        .map(|(r, (addr, port))| format!("{}>{}@{addr}:{}", r.host, r.peer, port.unwrap_or(0)))
-        .collect();
+    let site_count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let sites = SiteEnv {
+        ranks_per_site: layout
+            .hosts
+            .iter()
+            .map(|h| site_count(h.ranks.len()))
+            .collect(),
+        routers: layout
+            .routers
+            .iter()
+            .zip(&endpoints)
+            .map(|(r, (addr, port))| RouterEndpoint {
+                from: site_count(r.host),
+                to: site_count(r.peer),
+                addr: format!("{addr}:{}", port.unwrap_or(0)),
+            })
+            .collect(),
+        direct: layout
+            .direct
+            .iter()
+            .map(|&(a, b)| (site_count(a), site_count(b)))
+            .collect(),
+        orders: layout
+            .hosts
+            .iter()
+            .map(|h| match h.byte_order {
+                metampi_config::ByteOrder::Big => SiteOrder::Big,
+                metampi_config::ByteOrder::Little => SiteOrder::Little,
+                _ => SiteOrder::Native,
+            })
+            .collect(),
+    };
     // Nodes with ranks, and nodes started by hand that run routers only: the
     // launcher prints the command for those too.
     let nodes: Vec<(usize, usize)> = layout
@@ -638,42 +665,17 @@ pub fn start_with_options(
         .iter()
         .map(|&(hi, ni)| rank_prefix(&layout.hosts[hi], &layout.hosts[hi].nodes[ni]))
         .collect();
-    let sites: Vec<String> = layout
-        .hosts
-        .iter()
-        .map(|h| h.ranks.len().to_string())
+    let mut env: Vec<(String, String)> = sites
+        .vars()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
         .collect();
+    env.push(("METAMPI_SECRET".into(), secret));
     let plan = MetaPlan {
         world_size: layout.world_size,
         hosts,
         nodes,
-        env: vec![
-            ("METAMPI_SITES".into(), sites.join(",")),
-            ("METAMPI_ROUTERS".into(), endpoints.join(",")),
-            (
-                "METAMPI_DIRECT".into(),
-                layout
-                    .direct
-                    .iter()
-                    .map(|(a, b)| format!("{a}-{b}"))
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-            ("METAMPI_SECRET".into(), secret),
-            (
-                "METAMPI_SITE_ORDERS".into(),
-                layout
-                    .hosts
-                    .iter()
-                    .map(|h| match h.byte_order {
-                        metampi_config::ByteOrder::Big => "big",
-                        metampi_config::ByteOrder::Little => "little",
-                        _ => "native",
-                    })
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-        ],
+        env,
         prefixes,
     };
     Ok((routers, plan))

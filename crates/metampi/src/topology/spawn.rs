@@ -410,11 +410,13 @@ fn routed_children(
             serial + 1
         )));
     }
-    let routers = crate::engine::parse_routers()
-        .map_err(|e| spawn_error(e.to_string()))?
+    let contract = crate::engine::contract().map_err(|e| spawn_error(e.to_string()))?;
+    let routers = contract
+        .map(|c| c.sites.routers)
+        .unwrap_or_default()
         .into_iter()
-        .filter(|(from, _, _)| *from == site)
-        .map(|(_, to, addr)| format!("{to}@{addr}"))
+        .filter(|r| r.from == site)
+        .map(|r| format!("{}@{}", r.to, r.addr))
         .collect::<Vec<_>>()
         .join(",");
     Ok((ROUTED_BIT | root << 16 | serial << 10, routers))
@@ -502,14 +504,16 @@ fn start_children(
             if let Some((base, routers)) = &routed {
                 c.env(PARENT_ROUTERS_ENV, format!("{base};{routers}"));
             }
-            c.env("METAMPI_PMI", server.addr().to_string())
-                .env("METAMPI_JOB", job.to_string())
-                .env("METAMPI_RANK", rank.to_string())
-                .env("METAMPI_SIZE", total.to_string())
-                .env("METAMPI_APPNUM", app.to_string())
-                .env("METAMPI_NODE", node)
-                .env("METAMPI_LOCAL_RANK", rank.to_string())
-                .env("METAMPI_LOCAL_SIZE", total.to_string())
+            let contract = metampi_launch::contract::RankEnv {
+                pmi: server.addr().to_string(),
+                job: job.to_string(),
+                rank: rank as u32,
+                size: total as u32,
+                appnum: app as u32,
+                node: Some(node.clone()),
+                local: Some((rank as u32, total as u32)),
+            };
+            c.envs(contract.vars())
                 .env("METAMPI_SECRET", key.to_hex())
                 .env(PARENT_ENV, &parents)
                 .env_remove(OUTPUT_DIR_ENV)
