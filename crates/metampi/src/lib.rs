@@ -142,37 +142,10 @@ pub mod fuzzing {
         let (wake, _wake_peer) = UnixDatagram::pair()?;
         wake.set_nonblocking(true)?;
         // Declared before the engine so that they outlive every request that points at them.
-        let mut small = [0u8; 48];
-        let mut exact = [0u8; 8];
-        let mut large = vec![0u8; 96 << 10];
+        let mut bufs = Targets::default();
         let mut core = Core::new(0, 2);
+        bufs.post(&mut core);
         let mut links = Links::new(0, vec![Link::Local, Links::tcp(mine)], wake);
-        let any = |ctx| Pattern {
-            ctx,
-            src: None,
-            tag: None,
-        };
-        // SAFETY: the three buffers are declared before `core` and so dropped after it,
-        // each backs one request, and nothing else touches them while the requests live.
-        let (small, exact, large) = unsafe {
-            (
-                RecvPtr::new(&mut small),
-                RecvPtr::new(&mut exact),
-                RecvPtr::new(&mut large),
-            )
-        };
-        core.post_recv(any(0), RecvBuf::Borrowed(small));
-        core.post_recv(any(0), RecvBuf::Borrowed(large));
-        core.post_recv(
-            Pattern {
-                ctx: 2,
-                src: Some(1),
-                tag: Some(7),
-            },
-            RecvBuf::Borrowed(exact),
-        );
-        core.post_recv(any(4), RecvBuf::Owned(Vec::new()));
-        core.new_send(1, SendBuf::Owned(vec![0x5a; 70 << 10]));
         // Loopback takes a fuzz input whole; a longer one only has its tail cut off.
         peer.set_nonblocking(true)?;
         let _ = peer.write_all(bytes);
@@ -185,5 +158,122 @@ pub mod fuzzing {
         drop(links);
         drop(core);
         Ok(())
+    }
+
+    /// Receive buffers for the posted receives of the stream entries.
+    struct Targets {
+        small: [u8; 48],
+        exact: [u8; 8],
+        large: Vec<u8>,
+    }
+
+    impl Default for Targets {
+        fn default() -> Self {
+            Targets {
+                small: [0; 48],
+                exact: [0; 8],
+                large: vec![0; 96 << 10],
+            }
+        }
+    }
+
+    impl Targets {
+        /// Posts receives into the buffers (a wildcard small and large one, one that
+        /// matches a single envelope exactly, one into a vector of the message's size) and
+        /// an owned send, so that eager delivery, rendezvous, data fragments and
+        /// acknowledgements all find a target. The buffers must outlive `core`.
+        fn post(&mut self, core: &mut Core) {
+            let any = |ctx| Pattern {
+                ctx,
+                src: None,
+                tag: None,
+            };
+            // SAFETY: the caller declares the targets before `core`, so they are dropped
+            // after it; each backs one request, and nothing else touches them while the
+            // requests live.
+            let (small, exact, large) = unsafe {
+                (
+                    RecvPtr::new(&mut self.small),
+                    RecvPtr::new(&mut self.exact),
+                    RecvPtr::new(&mut self.large),
+                )
+            };
+            core.post_recv(any(0), RecvBuf::Borrowed(small));
+            core.post_recv(any(0), RecvBuf::Borrowed(large));
+            core.post_recv(
+                Pattern {
+                    ctx: 2,
+                    src: Some(1),
+                    tag: Some(7),
+                },
+                RecvBuf::Borrowed(exact),
+            );
+            core.post_recv(any(4), RecvBuf::Owned(Vec::new()));
+            core.new_send(1, SendBuf::Owned(vec![0x5a; 70 << 10]));
+        }
+    }
+
+    /// Bytes in chunks of the sizes the input's first byte picks, with nothing there at
+    /// every third read.
+    struct Chunks<'a> {
+        rest: &'a [u8],
+        sizes: [usize; 4],
+        turn: usize,
+    }
+
+    impl crate::engine::stream::ByteSource for Chunks<'_> {
+        fn read_into(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+            self.turn += 1;
+            if self.rest.is_empty() {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            if self.turn % 3 == 0 {
+                return Ok(None);
+            }
+            let k = self.sizes[self.turn % 4]
+                .min(buf.len())
+                .min(self.rest.len());
+            buf[..k].copy_from_slice(&self.rest[..k]);
+            self.rest = &self.rest[k..];
+            Ok(Some(k))
+        }
+
+        fn short_read_drains(&self) -> bool {
+            self.turn % 2 == 0
+        }
+    }
+
+    /// Feeds `bytes[1..]` to a rank's matching engine through the stream codec alone, with
+    /// no socket: the codec reads it in chunks whose sizes `bytes[0]` picks, as a peer's
+    /// stream (world rank 1) would arrive, until it ends or the codec refuses it. The
+    /// engine has the receives [`rank_stream`] posts.
+    pub fn stream_codec(bytes: &[u8]) {
+        let Some((&pick, rest)) = bytes.split_first() else {
+            return;
+        };
+        let size =
+            |bits: u8| [1, 7, 64, 100, 4096, 65 << 10, 1 << 20, usize::MAX][bits as usize & 7];
+        let mut src = Chunks {
+            rest,
+            sizes: [
+                size(pick),
+                size(pick >> 3),
+                size(pick >> 5),
+                size(pick >> 2),
+            ],
+            turn: 0,
+        };
+        let mut bufs = Targets::default();
+        let mut core = Core::new(0, 2);
+        bufs.post(&mut core);
+        let mut rx = crate::engine::stream::StreamRx::default();
+        // Every pump takes at least one chunk or meets a stall, so this ends.
+        while !src.rest.is_empty() {
+            let mut got = false;
+            if rx.pump(&mut src, &mut core, |w| w, &mut got).is_err() {
+                break;
+            }
+        }
+        drop(core);
     }
 }

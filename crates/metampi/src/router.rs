@@ -1134,12 +1134,9 @@ fn forward_frames(rc: &mut RankConn, out: &mut [Peer], now: Instant) -> Result<(
 /// The size of the frame (envelope and payload) at the front of `rx`, once its
 /// envelope is there.
 fn frame_size(rx: &[u8]) -> io::Result<Option<usize>> {
-    let Some(env) = rx.get(..ENV_LEN) else {
+    let Some(e) = crate::engine::stream::decode_head(rx)? else {
         return Ok(None);
     };
-    let e = Envelope::decode(env)
-        .filter(|e| !e.is_inline())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))?;
     let n = e.trailing_len();
     if n as u64 > MAX_WIRE_MESSAGE {
         return Err(io::Error::new(

@@ -332,7 +332,7 @@ pub fn socket_looks() -> (u64, u64) {
 /// that went through the staging buffer before reaching the receive buffer
 /// (copied twice) instead of being read straight into it.
 pub fn staged_payload_bytes() -> u64 {
-    crate::engine::links::STAGED_PAYLOAD.load(AtomicOrdering::Relaxed)
+    crate::engine::stream::STAGED_PAYLOAD.load(AtomicOrdering::Relaxed)
 }
 
 /// Blocking collectives other than barriers that `comm`'s shared-memory

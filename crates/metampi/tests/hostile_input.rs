@@ -1,10 +1,11 @@
 //! Hostile and broken input from peers, seeded: random and mutated 64-byte envelopes
 //! through the envelope decoder, and random, mutated and lying streams through the
-//! rank's TCP reader into its matching engine (`metampi::fuzzing`). Nothing may panic;
+//! rank's TCP reader, and through the stream codec alone, into its matching engine
+//! (`metampi::fuzzing`). Nothing may panic;
 //! the decoder refuses what it cannot re-encode, and a bad stream closes the link. The
-//! open-ended search is the `rank_stream` target in `fuzz/`.
+//! open-ended search is the `rank_stream` and `stream_codec` targets in `fuzz/`.
 
-use metampi::fuzzing::{decode_envelope, rank_stream, ENVELOPE_LEN};
+use metampi::fuzzing::{decode_envelope, rank_stream, stream_codec, ENVELOPE_LEN};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -107,6 +108,7 @@ fn random_streams() {
     for _ in 0..500 {
         let b: Vec<u8> = (0..rng.gen_range(0..600)).map(|_| rng.gen()).collect();
         rank_stream(&b).unwrap();
+        stream_codec(&b);
     }
 }
 
@@ -126,6 +128,10 @@ fn mutated_streams() {
         }
         if !plausible_large_message(&s) {
             rank_stream(&s).unwrap();
+            // The codec alone, with no socket, cut into chunks the first byte picks.
+            let mut cut = vec![rng.gen()];
+            cut.extend_from_slice(&s);
+            stream_codec(&cut);
         }
     }
 }

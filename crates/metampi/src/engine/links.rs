@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::coop::{self, PeerSlots, Table};
 use super::core::{status_of, Action, Core, Pattern, Pull, RawStatus, RecvBuf, ReqId};
+use super::stream::{ByteSource, StreamRx};
 use crate::envelope::{Envelope, Kind, ENV_LEN, F_BIG_ENDIAN, INLINE_MAX};
 use crate::error::{Error, ErrorClass};
 use crate::sys::cma;
@@ -26,8 +27,6 @@ use crate::sys::ring::{Consumer, HeadWatch, Producer};
 use crate::sys::shm::Segment;
 use crate::sys::vchan::{self, VChan};
 
-/// Largest eager payload accepted from a stream peer; more is a protocol error.
-const MAX_EAGER_WIRE: usize = 64 << 20;
 /// Largest eager message over shared memory. Measured against the
 /// rendezvous above 32 KiB (2 ranks pinned, alternating runs): 48 KiB
 /// ping-pong 3.0-3.4 µs against 5.6-7.4, streaming 20-24 GB/s against 9,
@@ -94,10 +93,6 @@ pub(crate) static WAKE_UPS: AtomicU64 = AtomicU64::new(0);
 /// look (for tests, `testing::socket_looks`).
 pub(crate) static SOCKET_LOOKS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SOCKET_SKIPS: AtomicU64 = AtomicU64::new(0);
-/// Payload bytes of messages read straight to their target (long eager ones
-/// and rendezvous data) that came through the staging buffer instead, and
-/// so were copied twice.
-pub(crate) static STAGED_PAYLOAD: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) struct ShmLink {
     pub prod: Producer,
@@ -109,7 +104,7 @@ pub(crate) struct ShmLink {
 
 pub(crate) struct TcpLink {
     pub stream: TcpStream,
-    rx: Rx,
+    rx: StreamRx,
     closed: bool,
     /// A router on this node: frames go through shared-memory pipes, and the
     /// connection only rings and tells when the router is gone.
@@ -119,68 +114,6 @@ pub(crate) struct TcpLink {
     /// The engine rank of the process at the other end, where its frames
     /// carry a rank of another world (see [`Links::add_process`]).
     src_as: Option<u32>,
-}
-
-/// Receive side of a stream: a staging buffer so that one `read` usually
-/// brings in several small frames, and large rendezvous data goes straight
-/// into the receiver's buffer.
-struct Rx {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    env: Option<Envelope>,
-    body: Body,
-    body_got: usize,
-    /// The last frame begun had a payload read straight to its target:
-    /// the next read into the staging buffer takes only [`SMALL_FILL`].
-    big: bool,
-    /// `Cts` frames written on this stream whose `Data` has not begun to
-    /// arrive: staging reads take only [`SMALL_FILL`] meanwhile, so that
-    /// the first fragment's payload goes straight to the receive buffer too
-    /// (a full read staged 256 KiB of it and copied it again: a quarter of
-    /// every 1 MiB message over TCP).
-    awaiting_data: u32,
-}
-
-/// Bytes of the stream staging buffer.
-const RX_BUF: usize = 256 << 10;
-/// Payloads at least this large are read directly into their target.
-const DIRECT_MIN: usize = 16 << 10;
-/// What a staging read takes after a frame whose payload went straight to
-/// its target: the next envelope and a little, not most of the next
-/// payload. Large messages come in runs (a rendezvous's fragments, a
-/// stream of long sends), and a full read would stage up to 256 KiB of the
-/// next one only to copy it again: the receiving rank of a routed 4 MiB
-/// stream spent a third of its time on that copy.
-const SMALL_FILL: usize = 4 << 10;
-
-impl Default for Rx {
-    fn default() -> Self {
-        Rx {
-            buf: vec![0; RX_BUF],
-            start: 0,
-            end: 0,
-            env: None,
-            body: Body::None,
-            body_got: 0,
-            big: false,
-            awaiting_data: 0,
-        }
-    }
-}
-
-#[derive(Default)]
-enum Body {
-    #[default]
-    None,
-    /// An eager payload nobody has asked for yet (queued as it is, no copy).
-    Staged(Vec<u8>),
-    /// An eager payload read straight into the posted receive it matched.
-    Eager(ReqId),
-    /// Rendezvous data read straight into the receiver's buffer.
-    Direct,
-    /// Bytes for a request that no longer exists.
-    Discard,
 }
 
 pub(crate) enum Link {
@@ -556,7 +489,7 @@ impl Links {
         let r = self.peers.len() as u32;
         self.peers.push(Link::Tcp(TcpLink {
             stream,
-            rx: Rx::default(),
+            rx: StreamRx::default(),
             closed: false,
             vchan: None,
             bell_closed: false,
@@ -591,7 +524,7 @@ impl Links {
     pub(crate) fn stream(stream: TcpStream, vchan: Option<VChan>) -> Link {
         Link::Tcp(TcpLink {
             stream,
-            rx: Rx::default(),
+            rx: StreamRx::default(),
             closed: false,
             vchan,
             bell_closed: false,
@@ -1100,7 +1033,7 @@ impl Links {
                             let why = e.to_string();
                             // A receive the broken message had claimed (a
                             // wildcard one names no peer to fail it by).
-                            if let Body::Eager(id) = std::mem::take(&mut t.rx.body) {
+                            if let Some(id) = t.rx.take_claimed() {
                                 core.fail(
                                     id,
                                     Error::new(
@@ -1421,16 +1354,24 @@ fn read_some(
     }
 }
 
-/// Reads every complete frame available on a stream without blocking.
-/// Where a stream reads the payload `body` of `env` straight to.
-fn body_target<'a>(core: &'a mut Core, body: &Body, env: &Envelope) -> Option<&'a mut [u8]> {
-    match body {
-        Body::Direct => core.data_target(env),
-        Body::Eager(id) => core.matched_target(*id),
-        _ => None,
+/// A link's bytes as the stream codec reads them: its router pipe where it has one, else
+/// its socket.
+struct LinkBytes<'a> {
+    stream: &'a mut TcpStream,
+    pipe: Option<&'a mut VChan>,
+}
+
+impl ByteSource for LinkBytes<'_> {
+    fn read_into(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        read_some(self.stream, self.pipe.as_deref_mut(), buf)
+    }
+
+    fn short_read_drains(&self) -> bool {
+        self.pipe.is_none()
     }
 }
 
+/// Reads every complete frame available on a stream without blocking.
 /// `wire_src`: on a router connection, the engine ranks of processes named
 /// there by another id ([`Links::add_routed`]).
 fn read_stream(
@@ -1439,10 +1380,6 @@ fn read_stream(
     wire_src: Option<&HashMap<u32, u32>>,
     got: &mut bool,
 ) -> io::Result<bool> {
-    let mut moved = false;
-    // A socket read gave less than asked: at a frame boundary, stop rather
-    // than pay a read that finds nothing (a small message's second syscall).
-    let mut drained = false;
     let TcpLink {
         stream,
         rx,
@@ -1450,162 +1387,15 @@ fn read_stream(
         src_as,
         ..
     } = t;
-    loop {
-        let avail = rx.end - rx.start;
-        let Some(env) = rx.env else {
-            if avail >= ENV_LEN {
-                let mut env = Envelope::decode(&rx.buf[rx.start..rx.start + ENV_LEN])
-                    .filter(|e| !e.is_inline())
-                    .ok_or_else(|| {
-                        io::Error::new(io::ErrorKind::InvalidData, "malformed envelope")
-                    })?;
-                if let Some(r) = *src_as {
-                    env.src = r;
-                } else if let Some(&r) = wire_src.and_then(|m| m.get(&env.src)) {
-                    env.src = r;
-                }
-                rx.start += ENV_LEN;
-                let n = env.trailing_len();
-                if n == 0 {
-                    core.handle_incoming(&env, &[]);
-                    rx.big = false;
-                    moved = true;
-                    continue;
-                }
-                if env.kind != Kind::Data && n > MAX_EAGER_WIRE {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "eager message too large",
-                    ));
-                }
-                // Whole small frame already buffered: hand it over in place.
-                if env.kind != Kind::Data && rx.end - rx.start >= n {
-                    core.handle_incoming(&env, &rx.buf[rx.start..rx.start + n]);
-                    rx.start += n;
-                    rx.big = false;
-                    moved = true;
-                    continue;
-                }
-                rx.body_got = 0;
-                rx.body = if env.kind == Kind::Data {
-                    rx.awaiting_data = rx.awaiting_data.saturating_sub(1);
-                    if core.data_target(&env).is_some() {
-                        Body::Direct
-                    } else {
-                        Body::Discard
-                    }
-                } else if let Some(id) = core.claim_eager(&env) {
-                    Body::Eager(id)
-                } else {
-                    Body::Staged(Vec::with_capacity(n))
-                };
-                rx.big = n >= DIRECT_MIN && matches!(rx.body, Body::Direct | Body::Eager(_));
-                rx.env = Some(env);
-                continue;
-            }
-            if drained {
-                return Ok(moved);
-            }
-            let max = if rx.big || rx.awaiting_data > 0 {
-                SMALL_FILL
-            } else {
-                RX_BUF
-            };
-            let Some(short) = fill(stream, vchan.as_mut(), rx, max)? else {
-                return Ok(moved);
-            };
-            drained = short;
-            *got = true;
-            continue;
-        };
-        let n = env.trailing_len();
-        let need = n - rx.body_got;
-        if avail > 0 {
-            let k = avail.min(need);
-            let src = &rx.buf[rx.start..rx.start + k];
-            match &mut rx.body {
-                Body::Staged(v) => crate::sys::copy::extend(v, src),
-                Body::Direct | Body::Eager(_) => match body_target(core, &rx.body, &env) {
-                    Some(dst) => {
-                        STAGED_PAYLOAD.fetch_add(k as u64, Ordering::Relaxed);
-                        crate::sys::copy::copy(&mut dst[rx.body_got..rx.body_got + k], src)
-                    }
-                    None => rx.body = Body::Discard,
-                },
-                _ => {}
-            }
-            rx.start += k;
-            rx.body_got += k;
-        } else if need >= DIRECT_MIN && matches!(rx.body, Body::Direct | Body::Eager(_)) {
-            let got_now = match body_target(core, &rx.body, &env) {
-                Some(dst) => read_some(stream, vchan.as_mut(), &mut dst[rx.body_got..])?,
-                None => {
-                    rx.body = Body::Discard;
-                    continue;
-                }
-            };
-            match got_now {
-                None => return Ok(moved),
-                Some(k) => {
-                    rx.body_got += k;
-                    *got = true;
-                }
-            }
-        } else {
-            let Some(short) = fill(
-                stream,
-                vchan.as_mut(),
-                rx,
-                match rx.body {
-                    // The payload's tail, the next envelope and a little.
-                    Body::Direct | Body::Eager(_) => need + SMALL_FILL,
-                    _ => RX_BUF,
-                },
-            )?
-            else {
-                return Ok(moved);
-            };
-            drained = short;
-            *got = true;
-        }
-        if rx.body_got == n {
-            match std::mem::take(&mut rx.body) {
-                Body::Staged(v) => core.handle_eager_owned(&env, v),
-                Body::Eager(id) => core.eager_done(id, &env),
-                Body::Direct => core.data_done(&env),
-                _ => {}
-            }
-            rx.env = None;
-            moved = true;
-        }
-    }
-}
-
-/// Reads up to `max` more bytes into the staging buffer; `None` when
-/// nothing is there, else whether a socket gave less than asked (it is
-/// drained: another read now would most likely find nothing).
-fn fill(
-    s: &mut TcpStream,
-    pipe: Option<&mut VChan>,
-    rx: &mut Rx,
-    max: usize,
-) -> io::Result<Option<bool>> {
-    if rx.start == rx.end {
-        rx.start = 0;
-        rx.end = 0;
-    } else if rx.start > 0 && rx.buf.len() - rx.end < ENV_LEN {
-        rx.buf.copy_within(rx.start..rx.end, 0);
-        rx.end -= rx.start;
-        rx.start = 0;
-    }
-    let to = rx.buf.len().min(rx.end.saturating_add(max));
-    let socket = pipe.is_none();
-    match read_some(s, pipe, &mut rx.buf[rx.end..to])? {
-        None => Ok(None),
-        Some(k) => {
-            let short = socket && rx.end + k < to;
-            rx.end += k;
-            Ok(Some(short))
-        }
-    }
+    let src_as = *src_as;
+    let src_of = |wire: u32| {
+        src_as
+            .or_else(|| wire_src.and_then(|m| m.get(&wire).copied()))
+            .unwrap_or(wire)
+    };
+    let mut bytes = LinkBytes {
+        stream,
+        pipe: vchan.as_mut(),
+    };
+    rx.pump(&mut bytes, core, src_of, got)
 }

@@ -13,6 +13,7 @@ pub(crate) mod join;
 pub(crate) mod links;
 pub(crate) mod spin;
 mod start;
+pub(crate) mod stream;
 mod wait;
 
 pub(crate) use start::{accept_peers, configure_stream, contract, ring_cap, SEG_CTL};
