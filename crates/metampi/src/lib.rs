@@ -54,6 +54,9 @@ pub mod ffi {
     #[allow(non_camel_case_types)]
     pub type MPI_Datatype = u32;
 }
+#[cfg(feature = "test-counters")]
+#[doc(hidden)]
+pub mod counters;
 mod error;
 mod hash;
 pub mod meta;
@@ -61,7 +64,6 @@ pub mod point_to_point;
 pub mod request;
 pub mod router;
 mod sys;
-pub mod testing;
 pub mod topology;
 pub mod trace;
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use metampi::auth::{self, Secret};
 use metampi::router::VERTICAL_CTX;
-use metampi::testing::Ranks;
 use metampi::traits::*;
+use metampi_testkit::Ranks;
 
 const CONFIG: &str = "PORTBASE 25900\n\
      METAHOST a { LAUNCH = local; NPROCS = 2; NODES = a0; }\n\

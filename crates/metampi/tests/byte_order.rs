@@ -14,9 +14,9 @@ mod coll_common;
 use coll_common::*;
 use metampi::collective::{Collective, SystemOperation};
 use metampi::datatype::{UserDatatype, View};
-use metampi::testing::Ranks;
 use metampi::topology::SimpleCommunicator;
 use metampi::traits::*;
+use metampi_testkit::Ranks;
 
 const CONFIG: &str = "PORTBASE 23900\n\
      METAHOST a { LAUNCH = local; NPROCS = 2; NODES = a0; }\n\

@@ -11,9 +11,9 @@
 
 use metampi::collective::SystemOperation;
 use metampi::request::scope;
-use metampi::testing::Ranks;
 use metampi::topology::{Color, SimpleCommunicator};
 use metampi::traits::*;
+use metampi_testkit::Ranks;
 
 const MAGIC: u64 = 0x5c99_5c99;
 const REQUESTS: u64 = 40;

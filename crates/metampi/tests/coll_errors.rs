@@ -6,10 +6,10 @@
 
 use metampi::collective::{self, Algorithm, Collective, SystemOperation};
 use metampi::datatype::PartitionMut;
-use metampi::testing::Ranks;
 use metampi::topology::SimpleCommunicator;
 use metampi::traits::*;
 use metampi::ErrorClass;
+use metampi_testkit::Ranks;
 
 #[test]
 fn mismatches_shm_4() {

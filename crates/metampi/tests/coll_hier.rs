@@ -19,10 +19,10 @@ use std::time::Duration;
 use coll_common::*;
 use metampi::collective::{Algorithm, Collective, SystemOperation};
 use metampi::datatype::{Partition, PartitionMut};
-use metampi::testing::{Ranks, StatsDir};
 use metampi::topology::{Color, SimpleCommunicator};
 use metampi::traits::*;
 use metampi::ErrorClass;
+use metampi_testkit::{Ranks, StatsDir};
 
 fn config(portbase: u16) -> String {
     format!(
@@ -393,7 +393,7 @@ fn all_to_all(c: &SimpleCommunicator, seed: u64, how: &str) {
 
 /// Sum of `payload_raw_out` over every router link's statistics file.
 fn link_bytes(dir: &Path) -> u64 {
-    metampi::testing::link_total(dir, "out", "payload_raw_out")
+    metampi_testkit::link_total(dir, "out", "payload_raw_out")
 }
 
 /// Inter-site bytes of `f`, measured by rank 0 between two barriers from
@@ -408,7 +408,7 @@ fn crossing_stats(world: &SimpleCommunicator, dir: &Path, f: impl FnOnce()) -> (
     std::thread::sleep(Duration::from_millis(1200));
     let before = (
         link_bytes(dir),
-        metampi::testing::link_total(dir, "out", "frames_out"),
+        metampi_testkit::link_total(dir, "out", "frames_out"),
     );
     world.barrier();
     f();
@@ -416,7 +416,7 @@ fn crossing_stats(world: &SimpleCommunicator, dir: &Path, f: impl FnOnce()) -> (
     std::thread::sleep(Duration::from_millis(1200));
     let after = (
         link_bytes(dir),
-        metampi::testing::link_total(dir, "out", "frames_out"),
+        metampi_testkit::link_total(dir, "out", "frames_out"),
     );
     world.barrier();
     (after.0 - before.0, after.1 - before.1)

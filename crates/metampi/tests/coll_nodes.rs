@@ -12,9 +12,9 @@
 mod coll_common;
 
 use coll_common::*;
-use metampi::testing::Ranks;
 use metampi::topology::{Color, SimpleCommunicator};
 use metampi::traits::*;
+use metampi_testkit::Ranks;
 
 fn splits_and_battery(world: &SimpleCommunicator, seed: u64) {
     auto_and_forced(|how| battery(world, seed, how));

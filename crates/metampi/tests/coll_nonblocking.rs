@@ -10,9 +10,9 @@ use coll_common::*;
 use metampi::collective::{Collective, SystemOperation};
 use metampi::datatype::{Partition, PartitionMut};
 use metampi::request::{multiple_scope, scope};
-use metampi::testing::Ranks;
 use metampi::topology::SimpleCommunicator;
 use metampi::traits::*;
+use metampi_testkit::Ranks;
 
 macro_rules! sizes {
     ($($name:ident: $n:expr, $tcp:expr;)*) => {$(

@@ -15,9 +15,9 @@ use metampi::collective::{
     reduce_local_into, Algorithm, Collective, SystemOperation, UserOperation, ValueIndex,
 };
 use metampi::datatype::{Partition, PartitionMut};
-use metampi::testing::Ranks;
 use metampi::topology::{Color, SimpleCommunicator};
 use metampi::traits::*;
+use metampi_testkit::Ranks;
 
 macro_rules! sizes {
     ($($name:ident: $n:expr, $tcp:expr;)*) => {$(
@@ -48,7 +48,7 @@ fn shared_memory_barriers(world: &SimpleCommunicator) {
         .unwrap();
     check_barrier(&reversed, "reversed");
     for (c, what) in [(world, "world"), (&reversed, "reversed")] {
-        let (served, kind) = metampi::testing::shared_memory_barriers(c)
+        let (served, kind) = metampi_testkit::shared_memory_barriers(c)
             .unwrap_or_else(|| panic!("{what} has no region"));
         assert_eq!(kind, how, "{what}");
         // Seven blocking barriers each (the immediate one takes the schedules).
@@ -714,7 +714,7 @@ fn rooted_shared_memory_calls_keep_their_slots(world: &SimpleCommunicator) {
     }
     let (n, me) = (world.size(), world.rank());
     let value = |i: i32, r: i32| i64::from(i) * 1000 + i64::from(r);
-    let before = metampi::testing::shared_memory_calls(world);
+    let before = metampi_testkit::shared_memory_calls(world);
     const CALLS: i32 = 500;
     for i in 0..CALLS {
         // Blocks of 24 rooted calls (more than a member's slots) with one
@@ -793,7 +793,7 @@ fn rooted_shared_memory_calls_keep_their_slots(world: &SimpleCommunicator) {
     }
     // Every call went through the region (none took the schedules).
     assert_eq!(
-        metampi::testing::shared_memory_calls(world) - before,
+        metampi_testkit::shared_memory_calls(world) - before,
         CALLS as u64
     );
 }
@@ -841,7 +841,7 @@ fn empty_calls_wait_for_nobody(world: &SimpleCommunicator) {
         metampi::collective::force_algorithm(op, Some(Algorithm::SharedMemory)).unwrap();
     }
     let me = world.rank();
-    let before = metampi::testing::shared_memory_calls(world);
+    let before = metampi_testkit::shared_memory_calls(world);
     // The region is set up collectively by the first call on it.
     let mut x = 0i64;
     world.all_reduce_into(&1i64, &mut x, SystemOperation::sum());
@@ -877,7 +877,7 @@ fn empty_calls_wait_for_nobody(world: &SimpleCommunicator) {
     for op in ops {
         metampi::collective::force_algorithm(op, None).unwrap();
     }
-    assert_eq!(metampi::testing::shared_memory_calls(world) - before, 63);
+    assert_eq!(metampi_testkit::shared_memory_calls(world) - before, 63);
 }
 
 #[test]
@@ -967,7 +967,7 @@ fn long_broadcast_follows_the_cores() {
         };
         for bytes in [128 << 10, 1 << 20] {
             let got =
-                metampi::testing::collective_algorithm(world, Collective::Broadcast, bytes, true);
+                metampi_testkit::collective_algorithm(world, Collective::Broadcast, bytes, true);
             assert_eq!(got, want, "{bytes} bytes, crowded {crowded}");
             let root = world.process_at_rank(3);
             let fill = |i: usize| (i * 7 + bytes) as u8;
@@ -980,7 +980,7 @@ fn long_broadcast_follows_the_cores() {
             assert!(buf.iter().enumerate().all(|(i, &b)| b == fill(i)));
         }
         // Short ones stay binomial everywhere.
-        let short = metampi::testing::collective_algorithm(world, Collective::Broadcast, 64, true);
+        let short = metampi_testkit::collective_algorithm(world, Collective::Broadcast, 64, true);
         assert_eq!(short, Algorithm::Binomial);
     });
 }

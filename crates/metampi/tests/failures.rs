@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use metampi::testing::Ranks;
 use metampi::traits::*;
 use metampi_launch::JobFailure;
+use metampi_testkit::Ranks;
 
 fn expect_failure(
     n: usize,
@@ -210,7 +210,7 @@ fn link_goes_down(world: &metampi::topology::SimpleCommunicator) {
 #[test]
 fn link_down_past_its_timeout_ends_the_job() {
     let t0 = Instant::now();
-    let faults = metampi::testing::Faults {
+    let faults = metampi_testkit::Faults {
         down_after: 40,
         seed: 7,
         ..Default::default()

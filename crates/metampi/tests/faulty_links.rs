@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use metampi::testing::{Faults, Ranks};
 use metampi::traits::*;
+use metampi_testkit::{Faults, Ranks};
 
 const CONFIG: &str = "PORTBASE 25300\n\
      METAHOST a { LAUNCH = local; NPROCS = 2; NODES = a0; }\n\
@@ -118,7 +118,7 @@ fn exactly_once_in_order_through_faulty_links() {
         .timeout(Duration::from_secs(120 + u64::from(per_pair())))
         .faulty_links(faults);
     ranks.run("exactly_once_in_order_through_faulty_links", traffic);
-    if metampi::testing::is_rank() {
+    if metampi_testkit::is_rank() {
         return;
     }
     let counts = counts.lock().unwrap();

@@ -6,10 +6,10 @@
 //! hosts (routers); and the errors of bad leaders.
 
 use metampi::collective::SystemOperation;
-use metampi::testing::Ranks;
 use metampi::topology::{Color, InterCommunicator, MergeOrder, SimpleCommunicator};
 use metampi::traits::*;
 use metampi::ErrorClass;
+use metampi_testkit::Ranks;
 
 /// Evens and odds of `world`, joined: (my group, the intercommunicator).
 fn evens_and_odds(world: &SimpleCommunicator) -> (SimpleCommunicator, InterCommunicator) {

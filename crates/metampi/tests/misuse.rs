@@ -13,10 +13,10 @@
 
 use metampi::collective::{self, SystemOperation};
 use metampi::request;
-use metampi::testing::Ranks;
 use metampi::topology::{Color, SimpleCommunicator};
 use metampi::traits::*;
 use metampi::{Error, ErrorClass};
+use metampi_testkit::Ranks;
 
 fn class<T>(r: Result<T, Error>) -> Option<ErrorClass> {
     r.err().map(|e| e.class())

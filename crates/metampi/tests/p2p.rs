@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use metampi::datatype::{MutView, UserDatatype};
 use metampi::point_to_point::Status;
-use metampi::testing::Ranks;
 use metampi::topology::{Process, SimpleCommunicator};
 use metampi::traits::*;
 use metampi::ErrorClass;
+use metampi_testkit::Ranks;
 
 /// A meta computer of three local sites (1 + 3 + 4 ranks, the last on two
 /// machines), with router ports unique to the test so tests can run at once.
@@ -40,11 +40,11 @@ fn direct_sites(test: &str) -> String {
 /// Two meta hosts of 3 ranks, each in a network namespace of its own, and
 /// the namespaces (removed when dropped). `None`, after saying why, where
 /// namespaces cannot be made; ranks get a placeholder (they do not read it).
-fn netns_sites(test: &str) -> Option<(Option<metampi::testing::NetnsPair>, String)> {
-    if metampi::testing::is_rank() {
+fn netns_sites(test: &str) -> Option<(Option<metampi_testkit::NetnsPair>, String)> {
+    if metampi_testkit::is_rank() {
         return Some((None, String::new()));
     }
-    let ns = metampi::testing::NetnsPair::create_or_skip(test)?;
+    let ns = metampi_testkit::NetnsPair::create_or_skip(test)?;
     let cfg = ns.description(29500, [3, 3]);
     Some((Some(ns), cfg))
 }
@@ -631,7 +631,7 @@ fn waiting_senders_help_copy() {
                 let data: Vec<u8> = (0..N).map(|i| pattern(k, i)).collect();
                 peer.send(&data[..]);
             }
-            peer.send(&metampi::testing::chunks_helped().map_or(-1, |h| h as i64));
+            peer.send(&metampi_testkit::chunks_helped().map_or(-1, |h| h as i64));
         } else {
             let mut buf = vec![0u8; N];
             for k in 0..8 {
@@ -685,11 +685,11 @@ fn sleepers_are_woken_once_per_sleep() {
         const MANY: u64 = BURST as u64 / 4;
         let peer = world.process_at_rank(1 - world.rank());
         let msg = |k: usize| (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        if !metampi::testing::reaches_over_shared_memory(world, 1 - world.rank()) {
+        if !metampi_testkit::reaches_over_shared_memory(world, 1 - world.rank()) {
             eprintln!("skipped: the two ranks do not share memory");
             return;
         }
-        let wakes = metampi::testing::wake_ups_sent;
+        let wakes = metampi_testkit::wake_ups_sent;
         // Long enough for a waiting rank to spin out its budget and sleep.
         let nap = || std::thread::sleep(Duration::from_millis(60));
         for round in 0..3 {
@@ -765,7 +765,7 @@ fn spin_budget_learns_a_rhythm() {
             }
         }
         if world.rank() == 1 {
-            match metampi::testing::spin_budget() {
+            match metampi_testkit::spin_budget() {
                 None => eprintln!("skipped: this rank's spin budget is fixed"),
                 Some((base, now, 0, busy)) if busy > 0 || short == 0 => eprintln!(
                     "skipped: the machine was busy at each of {busy} looks, or no wait was \
@@ -788,7 +788,7 @@ fn socket_looks_waiting_for(world: &SimpleCommunicator, from: i32) -> Option<(u6
     // on a loaded machine).
     world.barrier();
     if world.rank() == 0 {
-        let before = metampi::testing::socket_looks();
+        let before = metampi_testkit::socket_looks();
         let mut x = 0u64;
         metampi::request::scope(|s| {
             let mut req = world
@@ -800,7 +800,7 @@ fn socket_looks_waiting_for(world: &SimpleCommunicator, from: i32) -> Option<(u6
             }
         });
         assert_eq!(x, 42);
-        let after = metampi::testing::socket_looks();
+        let after = metampi_testkit::socket_looks();
         world.barrier();
         Some((after.0 - before.0, after.1 - before.1))
     } else {
@@ -879,7 +879,7 @@ fn rendezvous_data_is_read_straight_into_the_buffer() {
         "rendezvous_data_is_read_straight_into_the_buffer",
         |world| {
             let peer = world.process_at_rank(1 - world.rank());
-            let before = metampi::testing::staged_payload_bytes();
+            let before = metampi_testkit::staged_payload_bytes();
             let mut buf = vec![0u8; N];
             for k in 0..ROUNDS {
                 if world.rank() == 0 {
@@ -895,7 +895,7 @@ fn rendezvous_data_is_read_straight_into_the_buffer() {
                 }
             }
             if world.rank() == 1 {
-                let staged = metampi::testing::staged_payload_bytes() - before;
+                let staged = metampi_testkit::staged_payload_bytes() - before;
                 assert!(
                     staged <= (ROUNDS * (8 << 10)) as u64,
                     "{staged} bytes of {ROUNDS} messages of {N} went through the staging buffer"
@@ -922,7 +922,7 @@ fn spin_learn_off_keeps_the_budget() {
                 }
             }
             assert_eq!(
-                metampi::testing::spin_budget(),
+                metampi_testkit::spin_budget(),
                 None,
                 "METAMPI_SPIN_LEARN=0 left the budget learning"
             );
@@ -950,7 +950,7 @@ fn blocked_threads_are_woken_for_their_own_message() {
                     }
                 }
             } else {
-                let (woken0, idle0) = metampi::testing::thread_wake_ups();
+                let (woken0, idle0) = metampi_testkit::thread_wake_ups();
                 std::thread::scope(|s| {
                     for t in 0..THREADS {
                         s.spawn(move || {
@@ -961,7 +961,7 @@ fn blocked_threads_are_woken_for_their_own_message() {
                         });
                     }
                 });
-                let (woken, idle) = metampi::testing::thread_wake_ups();
+                let (woken, idle) = metampi_testkit::thread_wake_ups();
                 let (woken, idle) = (woken - woken0, idle - idle0);
                 let messages = u64::from(THREADS * EACH);
                 // Each message wakes its own thread and at most one more (to poll), where
@@ -1030,7 +1030,7 @@ fn waiting_threads_keep_the_spin_budget() {
             });
             // (One raise would be enough to stop the sleeps that could lower
             // it again.)
-            if let Some((base, now, grown, _)) = metampi::testing::spin_budget() {
+            if let Some((base, now, grown, _)) = metampi_testkit::spin_budget() {
                 assert_eq!(now, base, "raised {grown} times with two threads waiting");
             }
         } else {
@@ -1241,7 +1241,7 @@ fn blocking_receives_waiting_on_the_ring() {
             let t = Instant::now();
             let mut k = 0;
             loop {
-                let watched = metampi::testing::spin_receives().is_none_or(|n| n > 0);
+                let watched = metampi_testkit::spin_receives().is_none_or(|n| n > 0);
                 let more = k < SMALL || (!watched && t.elapsed() < Duration::from_secs(20));
                 peer.send(&u8::from(more));
                 if !more {
@@ -1293,7 +1293,7 @@ fn blocking_receives_waiting_on_the_ring() {
             );
             let st = peer.receive_into(&mut b8[..]);
             assert_eq!((st.tag(), &b8[..]), (7, &bytes(8, 8)[..]), "then tag 7");
-            match metampi::testing::spin_receives() {
+            match metampi_testkit::spin_receives() {
                 None => eprintln!("skipped the watching-path count: more ranks than cores here"),
                 Some(n) => assert!(n > 0, "none of {k} small receives took the watching path"),
             }

@@ -7,8 +7,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use metampi::testing::{link_stats, stats_number, Ranks, StatsDir};
 use metampi::traits::*;
+use metampi_testkit::{link_stats, stats_number, Ranks, StatsDir};
 
 /// Jobs of this file run one at a time: they measure rates, which another
 /// job on the same cores would spoil.

@@ -5,8 +5,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use metampi::testing::{link_stats, stats_number as number, Ranks, StatsDir};
 use metampi::traits::*;
+use metampi_testkit::{link_stats, stats_number as number, Ranks, StatsDir};
 
 /// Jobs of this file run one at a time (six ranks and two routers each).
 static JOBS: Mutex<()> = Mutex::new(());

@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use metampi::testing::{is_rank, link_total, NetnsPair, Ranks, StatsDir};
 use metampi::traits::*;
+use metampi_testkit::{is_rank, link_total, NetnsPair, Ranks, StatsDir};
 
 const NAME: &str = "a_slow_line_queues_without_resending";
 const RATE: &str = "2mbit";

@@ -9,10 +9,10 @@
 use std::process::Command;
 
 use metampi::collective::SystemOperation;
-use metampi::testing::Ranks;
 use metampi::topology::{InterCommunicator, MergeOrder, SimpleCommunicator};
 use metampi::traits::*;
 use metampi::ErrorClass;
+use metampi_testkit::Ranks;
 
 /// This test executable running test `name` alone (as `Ranks` runs it).
 fn myself(name: &str) -> Command {
@@ -27,7 +27,7 @@ fn talk(inter: &InterCommunicator, child: bool) {
     let shm = !metampi::knobs::flag("METAMPI_FORCE_TCP", false);
     for r in 0..inter.remote_size() {
         assert_eq!(
-            metampi::testing::reaches_over_shared_memory(inter, r),
+            metampi_testkit::reaches_over_shared_memory(inter, r),
             shm,
             "remote rank {r}"
         );
@@ -242,11 +242,11 @@ fn a_world_over_meta_hosts_spawns_children_over_tcp() {
 #[test]
 fn meta_hosts_in_network_namespaces_spawn_children() {
     let name = "meta_hosts_in_network_namespaces_spawn_children";
-    if metampi::testing::is_rank() || metampi::knobs::os("METAMPI_PARENT").is_some() {
+    if metampi_testkit::is_rank() || metampi::knobs::os("METAMPI_PARENT").is_some() {
         // The launcher's description is not read here.
         return spawn_across_meta_hosts(name, "", 3, false);
     }
-    let Some(ns) = metampi::testing::NetnsPair::create_or_skip(name) else {
+    let Some(ns) = metampi_testkit::NetnsPair::create_or_skip(name) else {
         return;
     };
     spawn_across_meta_hosts(name, &ns.description(25670, [1, 2]), 3, false);
@@ -305,7 +305,7 @@ fn spawn_across_meta_hosts(name: &str, sites: &str, n: usize, tcp: bool) {
             let routed = world.meta_host_of(world.rank()) != world.meta_host_of(root);
             for c in 0..2 {
                 assert_eq!(
-                    metampi::testing::reaches_over_shared_memory(&inter, c),
+                    metampi_testkit::reaches_over_shared_memory(&inter, c),
                     !routed && !tcp
                 );
             }

@@ -17,8 +17,8 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metampi::testing::{link_total, Faults, ProxyCounts, Ranks, StatsDir};
 use metampi::traits::*;
+use metampi_testkit::{link_total, Faults, ProxyCounts, Ranks, StatsDir};
 
 /// What every message starts with; must never be seen on a TLS link.
 const MARKER: &[u8] = b"METAMPI-PLAINTEXT-MARKER";
@@ -138,7 +138,7 @@ fn tls_auto_hides_the_payload() {
         w.barrier();
         std::thread::sleep(Duration::from_millis(1200));
     });
-    if metampi::testing::is_rank() {
+    if metampi_testkit::is_rank() {
         return;
     }
     let unchecked = link_total(stats.path(), "in", "unchecked_frames_in");
@@ -164,7 +164,7 @@ fn plain_links_show_the_payload() {
         .timeout(Duration::from_secs(180))
         .faulty_links(recording());
     ranks.run("plain_links_show_the_payload", |w| traffic(w, 40));
-    if metampi::testing::is_rank() {
+    if metampi_testkit::is_rank() {
         return;
     }
     let (bytes, marker, hello, tls) = wire(&counts);
@@ -205,7 +205,7 @@ fn user_certificates() -> (std::path::PathBuf, String) {
 fn user_certificates_pinned_and_ca() {
     let mut cfg = String::new();
     let mut dir = None;
-    if !metampi::testing::is_rank() {
+    if !metampi_testkit::is_rank() {
         let (d, pin_a) = user_certificates();
         let p = |f: &str| d.join(f).display().to_string();
         cfg = config(
@@ -232,7 +232,7 @@ fn user_certificates_pinned_and_ca() {
         .timeout(Duration::from_secs(180))
         .faulty_links(recording());
     ranks.run("user_certificates_pinned_and_ca", |w| traffic(w, 60));
-    if metampi::testing::is_rank() {
+    if metampi_testkit::is_rank() {
         return;
     }
     if let Some(d) = dir {
@@ -399,7 +399,7 @@ fn tls_links_recover_from_cuts_and_corruption() {
     ranks.run("tls_links_recover_from_cuts_and_corruption", |w| {
         traffic(w, 80)
     });
-    if metampi::testing::is_rank() {
+    if metampi_testkit::is_rank() {
         return;
     }
     let counts = counts.lock().unwrap();

@@ -1,8 +1,8 @@
 //! The topology API on a meta computer: sites in PACX-MPI order, the
 //! communicator of one site (MetaMPICH's MPI_COMM_LOCAL) and of one machine.
 
-use metampi::testing::Ranks;
 use metampi::traits::*;
+use metampi_testkit::Ranks;
 
 const CONFIG: &str = "PORTBASE 23500\n\
     METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\

@@ -5,16 +5,16 @@
 //! (across servers too) and finishes sooner than the static plan; and on three emulated sites
 //! the plan's predicted finish time of every host matches the measured one.
 //!
-//! Each test is a multi-rank job run by `metampi::testing::Ranks` (the ranks are this test
+//! Each test is a multi-rank job run by `metampi_testkit::Ranks` (the ranks are this test
 //! executable again); the jobs of this file run one at a time.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use metampi::testing::Ranks;
 use metampi::topology::SimpleCommunicator;
 use metampi::traits::*;
+use metampi_testkit::Ranks;
 use psrsearch::demo::{demo_observation, demo_search};
 use psrsearch::distributed::{search_distributed, DistConfig, DistOutcome, ServiceMode};
 use psrsearch::search::{dm_grid, search_file, SearchConfig};
