@@ -8,5 +8,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -q -- -D warnings
+# The library as programs build it: without the test kit's private `test-counters` feature,
+# which the workspace build above turns on.
+cargo clippy -p metampi --lib --locked -q -- -D warnings
 echo "== cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q

@@ -62,6 +62,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auth;
 mod bind;
 mod command;
 pub mod contract;

@@ -52,40 +52,19 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::auth::{hex, same, unhex};
 use crate::sys;
 
 /// Handshake context of the bootstrap connection.
-const PMI_CTX: &[u8] = b"metampi pmi";
+const PMI_CTX: &str = "metampi pmi";
 
 /// A job's secret as the bootstrap exchange uses it: a rank proves it knows
 /// it with `AUTH` (the server's challenge) and an HMAC-SHA256 in `HELLO`, and
-/// the server proves it back in its `OK`; the secret never crosses the wire.
-#[derive(Clone)]
-pub struct JobKey([u8; 32]);
-
-impl fmt::Debug for JobKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("JobKey(..)")
-    }
-}
+/// the server proves it back in its `OK`; the secret never crosses the wire. The same
+/// secret and steps as every other connection of the job ([`crate::auth`]).
+pub type JobKey = crate::auth::Secret;
 
 impl JobKey {
-    /// From 64 hex digits (`METAMPI_SECRET`).
-    pub fn from_hex(text: &str) -> Option<JobKey> {
-        let v = unhex(text.trim())?;
-        Some(JobKey(v.try_into().ok()?))
-    }
-
-    fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
-        use hmac::Mac;
-        let mut m = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0)
-            .expect("HMAC takes keys of any length");
-        for p in parts {
-            m.update(p);
-        }
-        m.finalize().into_bytes().into()
-    }
-
     /// The `HELLO` line answering `challenge` (the hex after `CHALLENGE`), and
     /// the proof the server must send back in `OK <proof>`.
     pub fn hello(&self, challenge: &str, job: JobId, rank: usize) -> Option<(String, String)> {
@@ -100,9 +79,9 @@ impl JobKey {
 
     fn introduce(&self, challenge: &str, peer: Peer, job: JobId) -> Option<(String, String)> {
         let na = unhex(challenge)?;
-        let nc = random_bytes::<16>().ok()?;
-        let tag = self.mac(&[b"C", PMI_CTX, &na, &nc, peer.proved(job).as_bytes()]);
-        let expect = hex(&self.mac(&[b"A", PMI_CTX, &nc, &na]));
+        let nc = crate::auth::nonce().ok()?;
+        let tag = self.connector_tag(PMI_CTX, &na, &nc, peer.proved(job).as_bytes());
+        let expect = hex(&self.acceptor_tag(PMI_CTX, &nc, &na));
         Some((
             format!(
                 "{} {job} {} {} {}",
@@ -145,30 +124,6 @@ impl Peer {
             Peer::Helper(index) => format!("helper {job} {index}"),
         }
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(t: &str) -> Option<Vec<u8>> {
-    if t.len() % 2 != 0 || t.len() > 128 {
-        return None;
-    }
-    (0..t.len() / 2)
-        .map(|i| u8::from_str_radix(t.get(2 * i..2 * i + 2)?, 16).ok())
-        .collect()
-}
-
-/// Compares in time independent of where the inputs differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
-}
-
-fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
-    let mut b = [0u8; N];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b)
 }
 
 /// Longest request line accepted, in bytes, without the newline.
@@ -885,7 +840,7 @@ fn handle(
     };
     let rank = match (request.clone(), *me) {
         (Request::Auth, None) => {
-            let Ok(n) = random_bytes::<16>() else {
+            let Ok(n) = crate::auth::nonce() else {
                 return Reply::Err("no randomness for a challenge".into());
             };
             *challenge = Some(n);
@@ -964,10 +919,10 @@ fn introduce(
             return Reply::Err("the nonce and proof must be hex".into());
         };
         let who = peer.proved(job);
-        if !same(&tag, &key.mac(&[b"C", PMI_CTX, &na, &nc, who.as_bytes()])) {
+        if !same(&tag, &key.connector_tag(PMI_CTX, &na, &nc, who.as_bytes())) {
             return Reply::Err("the proof does not match this job's secret".into());
         }
-        server_proof = Some(hex(&key.mac(&[b"A", PMI_CTX, &nc, &na])));
+        server_proof = Some(hex(&key.acceptor_tag(PMI_CTX, &nc, &na)));
     }
     let mut state = shared.lock();
     let event = match peer {

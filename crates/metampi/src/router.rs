@@ -1449,7 +1449,7 @@ impl Router {
         w0.set_nonblocking(true)?;
         w1.set_nonblocking(true)?;
         let now = Instant::now();
-        let key = auth::Secret::from_env()?;
+        let key = auth::secret_from_env()?;
         let (dialers, acceptors) = tls::setup(spec, &key)?;
         // One striped connection per peer router, links in spec order.
         type Links<'a> = (Vec<&'a OutLink>, Vec<Option<tls::Dialer>>);

@@ -51,7 +51,7 @@ fn attacks() {
     let e = auth::connect(&mut s, &wrong, VERTICAL_CTX, &hello).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
     // 3. A replay: a valid answer to one challenge, sent on a new connection.
-    let key = Secret::from_env().unwrap();
+    let key = metampi::auth::secret_from_env().unwrap();
     let mut first = TcpStream::connect(&addr).unwrap();
     let mut na1 = [0u8; auth::NONCE];
     first.read_exact(&mut na1).unwrap();

@@ -311,7 +311,7 @@ fn tls_stranger(addr: &str, with_cert: bool) -> Result<(), String> {
     let mut s = rustls::Stream::new(&mut conn, &mut sock);
     // This process knows the job secret: it answers the challenge correctly,
     // with a link hello (router 0, link 0 of 1, layout link 0).
-    let key = metampi::auth::Secret::from_env().unwrap();
+    let key = metampi::auth::secret_from_env().unwrap();
     let mut na = [0u8; metampi::auth::NONCE];
     s.read_exact(&mut na)
         .map_err(|e| format!("no challenge: {e}"))?;

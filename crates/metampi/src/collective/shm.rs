@@ -316,6 +316,7 @@ fn wait_for(mut ready: impl FnMut() -> bool) {
     sh.wait_until(|_| ready().then_some(()));
 }
 
+#[cfg(feature = "test-counters")]
 /// Blocking calls other than barriers that `comm`'s region has served.
 pub(crate) fn calls(comm: &CommInner) -> u64 {
     match &*comm.shm.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -324,6 +325,7 @@ pub(crate) fn calls(comm: &CommInner) -> u64 {
     }
 }
 
+#[cfg(feature = "test-counters")]
 /// Barriers `comm`'s region has served and whether they were flat; `None` before it has
 /// a region (for tests).
 pub(crate) fn barriers(comm: &CommInner) -> Option<(u64, bool)> {

@@ -18,6 +18,7 @@ mod wait;
 
 pub(crate) use start::{accept_peers, configure_stream, contract, ring_cap, SEG_CTL};
 use wait::Sleeper;
+#[cfg(feature = "test-counters")]
 pub(crate) use wait::{IDLE_WAKE_UPS, SPIN_RECEIVES, WAKE_UPS};
 
 use std::io;

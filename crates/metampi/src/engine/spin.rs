@@ -66,10 +66,12 @@ impl SpinBudget {
         Duration::from_nanos(self.now_ns.load(Ordering::Relaxed))
     }
 
+    #[cfg(feature = "test-counters")]
     pub(crate) fn learns(&self) -> bool {
         self.learn
     }
 
+    #[cfg(feature = "test-counters")]
     pub(crate) fn base(&self) -> Duration {
         self.base
     }

@@ -85,7 +85,7 @@ impl Shared {
             .filter(|&r| r != rank && !mesh.shares(r) && reaches(c.site_of[r as usize]))
             .collect();
         let needs_key = !tcp_peers.is_empty() || c.sites.routers.iter().any(|r| r.from == my_site);
-        let key = needs_key.then(crate::auth::Secret::from_env).transpose()?;
+        let key = needs_key.then(crate::auth::secret_from_env).transpose()?;
         tcp_mesh(
             &boot,
             &table,
@@ -528,7 +528,7 @@ fn meet_parents(
     let mut by_site: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     let me = spec.wire_id(rank);
     if let Some(me) = me {
-        let key = crate::auth::Secret::from_env()?;
+        let key = crate::auth::secret_from_env()?;
         for (to, addr) in spec.routers() {
             let (s, vchan) = router_end.connect(addr, &key, me)?;
             let chan = links.add_channel(Links::stream(s, vchan));

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{core, spin, Engine, Shared};
+use super::{core, Engine, Shared};
 use crate::sys::poll;
 
 /// A thread asleep in [`Shared::wait_until`]: what it waits for, and how to wake it.
@@ -449,14 +449,15 @@ impl Shared {
         self.wait_until_for(Some(id), |e| e.core.take_status(id))
     }
 
+    #[cfg(feature = "test-counters")]
     /// For `testing::spin_budget`.
     pub(crate) fn spin_budget(&self) -> Option<(Duration, Duration, u64, u64)> {
         self.spin.learns().then(|| {
             (
                 self.spin.base(),
                 self.spin.get(),
-                spin::GROWN.load(Ordering::Relaxed),
-                spin::BUSY.load(Ordering::Relaxed),
+                super::spin::GROWN.load(Ordering::Relaxed),
+                super::spin::BUSY.load(Ordering::Relaxed),
             )
         })
     }

@@ -627,7 +627,13 @@ mod imp {
             conn.set_buffer_limit(Some(SEND_LIMIT));
             s.set_read_timeout(Some(timeout))?;
             s.set_write_timeout(Some(timeout))?;
-            let res = auth_connect(&mut rustls::Stream::new(&mut conn, s), key, ctx, hello);
+            let res = auth::connect_on(
+                &mut rustls::Stream::new(&mut conn, s),
+                key,
+                ctx,
+                hello,
+                describe_error,
+            );
             if let Err(e) = res {
                 let certificate = e
                     .get_ref()
@@ -651,39 +657,6 @@ mod imp {
             t.pending = true;
             Ok(t)
         }
-    }
-
-    /// The connector's side of `auth`'s exchange over any byte stream (here:
-    /// inside TLS). Mirrors `auth::connect`, which works on a `TcpStream`.
-    fn auth_connect(
-        io: &mut (impl Read + Write),
-        key: &auth::Secret,
-        ctx: &str,
-        hello: &[u8],
-    ) -> io::Result<()> {
-        let mut na = [0u8; auth::NONCE];
-        io.read_exact(&mut na)?;
-        let nc = auth::nonce()?;
-        let mut msg = Vec::with_capacity(auth::NONCE + auth::TAG + hello.len());
-        msg.extend_from_slice(&nc);
-        msg.extend_from_slice(&key.connector_tag(ctx, &na, &nc, hello));
-        msg.extend_from_slice(hello);
-        io.write_all(&msg)?;
-        io.flush()?;
-        let mut ta = [0u8; auth::TAG];
-        io.read_exact(&mut ta).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("the peer refused this router ({})", describe_error(&e)),
-            )
-        })?;
-        if !auth::same(&ta, &key.acceptor_tag(ctx, &nc, &na)) {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "the peer does not know the job secret",
-            ));
-        }
-        Ok(())
     }
 
     impl Acceptor {

@@ -184,7 +184,7 @@ pub(crate) fn parent_spec() -> std::io::Result<Option<ParentSpec>> {
 /// Connects to every parent reached directly, in their group's order,
 /// naming this process by its world rank.
 pub(crate) fn connect_parents(spec: &ParentSpec, rank: u32) -> std::io::Result<Vec<TcpStream>> {
-    let key = Secret::from_env()?;
+    let key = crate::auth::secret_from_env()?;
     spec.parents
         .iter()
         .enumerate()
@@ -224,7 +224,7 @@ pub(crate) fn parent() -> Option<InterCommunicator> {
 /// (a process started without one) a fresh one of this process.
 fn secret() -> Result<Secret, Error> {
     static OWN: OnceLock<Option<String>> = OnceLock::new();
-    if let Ok(s) = Secret::from_env() {
+    if let Ok(s) = crate::auth::secret_from_env() {
         return Ok(s);
     }
     OWN.get_or_init(|| Secret::random().ok().map(|s| s.to_hex()))
