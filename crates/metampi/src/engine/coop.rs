@@ -104,7 +104,7 @@ impl Slot {
     }
 }
 
-/// Chunks this process copied as a helper (for tests, `testing::chunks_helped`).
+/// Chunks this process copied as a helper (for tests, `counters::chunks_helped`).
 pub(crate) static HELPED: AtomicU64 = AtomicU64::new(0);
 
 /// A chunk copier: copies chunk `k` (its byte range), returns whether it did.

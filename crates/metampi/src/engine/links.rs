@@ -86,11 +86,11 @@ pub(crate) fn wake_if_asleep(wake: &UnixDatagram, flag: &AtomicU32, addr: &Socke
 }
 
 /// Wake-up datagrams this process sent to shared-memory peers (for tests,
-/// `testing::wake_ups_sent`).
+/// `counters::wake_ups_sent`).
 pub(crate) static WAKE_UPS: AtomicU64 = AtomicU64::new(0);
 
 /// Progress passes that looked at the TCP sockets, and that skipped the
-/// look (for tests, `testing::socket_looks`).
+/// look (for tests, `counters::socket_looks`).
 pub(crate) static SOCKET_LOOKS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SOCKET_SKIPS: AtomicU64 = AtomicU64::new(0);
 

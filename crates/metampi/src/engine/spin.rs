@@ -37,7 +37,7 @@ use std::time::Duration;
 pub(crate) const LEARN_MAX: Duration = Duration::from_millis(5);
 
 /// How often a learnt budget grew and how often the machine was too busy
-/// for it to (for tests, `testing::spin_budget`).
+/// for it to (for tests, `counters::spin_budget`).
 pub(crate) static GROWN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static BUSY: AtomicU64 = AtomicU64::new(0);
 

@@ -18,7 +18,7 @@ use crate::envelope::{Envelope, Kind, ENV_LEN};
 
 /// Payload bytes of messages read straight to their target (long eager ones
 /// and rendezvous data) that came through the staging buffer instead, and
-/// so were copied twice (for `testing::staged_payload_bytes`).
+/// so were copied twice (for `counters::staged_payload_bytes`).
 pub(crate) static STAGED_PAYLOAD: AtomicU64 = AtomicU64::new(0);
 
 /// Largest eager payload accepted from a stream peer; more is a protocol error.

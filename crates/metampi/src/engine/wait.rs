@@ -44,11 +44,11 @@ pub(super) struct Sleeper {
 }
 
 /// Blocking receives whose message [`Shared::recv_spin`] waited for and
-/// took (for tests, `testing::spin_receives`).
+/// took (for tests, `counters::spin_receives`).
 pub(crate) static SPIN_RECEIVES: AtomicU64 = AtomicU64::new(0);
 
 /// Times a thread asleep in [`Shared::wait_until`] was woken by another and found its wait
-/// not over, and all times it was woken by another (for `testing::thread_wake_ups`).
+/// not over, and all times it was woken by another (for `counters::thread_wake_ups`).
 pub(crate) static IDLE_WAKE_UPS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static WAKE_UPS: AtomicU64 = AtomicU64::new(0);
 
@@ -450,7 +450,7 @@ impl Shared {
     }
 
     #[cfg(feature = "test-counters")]
-    /// For `testing::spin_budget`.
+    /// For `counters::spin_budget`.
     pub(crate) fn spin_budget(&self) -> Option<(Duration, Duration, u64, u64)> {
         self.spin.learns().then(|| {
             (
