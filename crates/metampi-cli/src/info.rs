@@ -8,6 +8,15 @@ use clap::Args;
 #[derive(Args, Debug)]
 pub struct InfoArgs {}
 
+/// Bytes in the largest binary unit that divides them.
+fn size(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
 fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
@@ -63,6 +72,56 @@ pub fn execute(_args: InfoArgs) -> anyhow::Result<u8> {
         }
         .into(),
     ));
+    // The transport tuning these settings resolve to (defaults where unset).
+    let (t, refused) = metampi::tuning::Tuning::from_env();
+    rows.push((
+        "eager limits",
+        format!(
+            "shared memory {}, TCP {}, to other sites {}",
+            size(t.eager_shm),
+            size(t.eager_tcp),
+            size(t.eager_router)
+        ),
+    ));
+    rows.push((
+        "shared-memory rings",
+        format!("{} per sender", size(t.shm_ring)),
+    ));
+    rows.push((
+        "TCP socket buffers",
+        if t.tcp_buf == 0 {
+            "the kernel's autotuning".into()
+        } else {
+            size(t.tcp_buf)
+        },
+    ));
+    rows.push((
+        "cooperative copy",
+        t.coop_min
+            .map_or("off".into(), |n| format!("from {}", size(n))),
+    ));
+    rows.push((
+        "spin before sleeping",
+        match (t.spin, t.spin_learn) {
+            (Some(d), _) => format!("{} µs, fixed", d.as_micros()),
+            (None, true) => "200 µs (1 ms where ranks outnumber cores), learnt".into(),
+            (None, false) => "200 µs (1 ms where ranks outnumber cores), fixed".into(),
+        },
+    ));
+    rows.push((
+        "rank-router pipes",
+        match (t.router_pipes && !t.force_tcp, t.router_pipe) {
+            (false, _) => "off: TCP to routers".into(),
+            (true, Some(n)) => format!("{} each way", size(n)),
+            (true, None) => "256 KiB each way (1 MiB from 4 CPUs)".into(),
+        },
+    ));
+    if t.force_tcp {
+        rows.push(("links between ranks", "TCP only (METAMPI_FORCE_TCP)".into()));
+    }
+    for e in &refused {
+        rows.push(("", format!("<- warning: {e}")));
+    }
     // Each METAMPI_* variable set here, with what is wrong with it: a misspelt
     // name or a value its kind refuses (the library warns about the same at start).
     let vars = metampi::knobs::report();

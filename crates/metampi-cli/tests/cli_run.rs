@@ -591,3 +591,31 @@ fn info_names_misspelt_and_malformed_settings() {
     assert!(line("METAMPI_FORCE_TCP=").contains("not on or off"), "{s}");
     assert!(!line("METAMPI_SHM_RING=").contains("warning"), "{s}");
 }
+
+/// `metampi info` prints the tuning the settings resolve to, and names a value the tuning's
+/// rules replace.
+#[test]
+fn info_prints_the_resolved_tuning() {
+    let s = info_with(&[]);
+    for want in [
+        "eager limits             shared memory 64 KiB, TCP 64 KiB, to other sites 512 KiB",
+        "shared-memory rings      256 KiB per sender",
+        "cooperative copy         from 64 KiB",
+    ] {
+        assert!(s.contains(want), "no `{want}` in:\n{s}");
+    }
+    let s = info_with(&[
+        ("METAMPI_EAGER_LIMIT", "2097152"),
+        ("METAMPI_SHM_RING", "100000"),
+        ("METAMPI_NO_COOP", "1"),
+    ]);
+    for want in [
+        "shared memory 2 MiB, TCP 2 MiB, to other sites 1048512 bytes",
+        "<- warning: METAMPI_EAGER_LIMIT=2097152: routers take frames of at most 1 MiB",
+        "shared-memory rings      128 KiB per sender",
+        "<- warning: METAMPI_SHM_RING=100000: a ring is a power of two",
+        "cooperative copy         off",
+    ] {
+        assert!(s.contains(want), "no `{want}` in:\n{s}");
+    }
+}

@@ -268,6 +268,12 @@ pub fn known(name: &str) -> Option<&'static Knob> {
     KNOBS.iter().find(|k| k.name == name)
 }
 
+/// Warns about setting `name` once, and in a job only on rank 0 (for values a reader
+/// accepted but another rule refused, as [`crate::tuning`]'s).
+pub(crate) fn warn(name: &str, msg: String) {
+    warn_once(name, msg);
+}
+
 /// Warns once per variable, and in a job only on rank 0: every rank sees the
 /// same environment.
 fn warn_once(name: &str, msg: String) {

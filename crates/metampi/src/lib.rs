@@ -66,6 +66,7 @@ pub mod router;
 mod sys;
 pub mod topology;
 pub mod trace;
+pub mod tuning;
 
 pub use crate::environment::{
     initialize, initialize_with_threading, is_finalized, is_initialized, processor_name, time,

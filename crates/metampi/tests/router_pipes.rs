@@ -219,3 +219,29 @@ fn link_writer_threads_keep_every_message_in_order() {
         true,
     );
 }
+
+/// `METAMPI_EAGER_LIMIT` above the largest frame a router takes (1 MiB): the routed limit
+/// is capped, so a routed message of 1.5 MiB goes by rendezvous and arrives. Before the
+/// tuning rules the eager frame reached the router, which closed the rank's connection.
+#[test]
+fn an_eager_limit_above_a_routers_frame_is_capped() {
+    const TEST: &str = "an_eager_limit_above_a_routers_frame_is_capped";
+    const LEN: usize = 1_500_000;
+    let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+    Ranks::new(6)
+        .meta(&config(24370))
+        .env("METAMPI_EAGER_LIMIT", "2097152")
+        .timeout(Duration::from_secs(60))
+        .run(TEST, |world| {
+            let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+            match world.rank() {
+                0 => world.process_at_rank(4).send(&data[..]),
+                4 => {
+                    let (got, _) = world.process_at_rank(0).receive_vec::<u8>();
+                    assert!(got == data, "the routed message arrived damaged");
+                }
+                _ => {}
+            }
+            world.barrier();
+        });
+}

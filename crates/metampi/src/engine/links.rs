@@ -27,14 +27,6 @@ use crate::sys::ring::{Consumer, HeadWatch, Producer};
 use crate::sys::shm::Segment;
 use crate::sys::vchan::{self, VChan};
 
-/// Largest eager message over shared memory. Measured against the
-/// rendezvous above 32 KiB (2 ranks pinned, alternating runs): 48 KiB
-/// ping-pong 3.0-3.4 µs against 5.6-7.4, streaming 20-24 GB/s against 9,
-/// both ways at once 12.6-13 against 7.5-9.2. Its record (envelope
-/// included) must stay within the ring's `CLEAR_ALL_MAX`: one past it made
-/// 64 KiB ping-pong 9-10 µs against 4.2-4.9 at 63 KiB.
-const EAGER_SHM: usize = 64 << 10;
-
 /// Largest `Data` fragment sent through a router.
 const ROUTER_FRAGMENT: usize = 256 << 10;
 /// Largest `Data` fragment on a stream.
@@ -281,6 +273,7 @@ impl Links {
     }
 
     pub(crate) fn new(rank: u32, peers: Vec<Link>, wake: UnixDatagram) -> Links {
+        let tuning = crate::tuning::current();
         let n = peers.len();
         Links {
             rank,
@@ -289,9 +282,9 @@ impl Links {
             shm_in: Vec::new(),
             in_at: Vec::new(),
             self_q: VecDeque::new(),
-            eager_shm: EAGER_SHM,
-            eager_tcp: 64 << 10,
-            eager_router: 512 << 10,
+            eager_shm: tuning.eager_shm,
+            eager_tcp: tuning.eager_tcp,
+            eager_router: tuning.eager_router,
             routed_big_endian: cfg!(target_endian = "big"),
             cma: false,
             coop: None,
@@ -685,6 +678,12 @@ impl Links {
         let mut env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
         env.flags |= self.order_flag(d);
         env.dst = dst;
+        // A router connection takes its own limit: routers refuse larger frames.
+        let tcp_eager = if self.is_router(d) {
+            self.eager_router
+        } else {
+            self.eager_tcp
+        };
         match &mut self.peers[d] {
             Link::Shm(l) => {
                 if bytes.len() > self.eager_shm.min(l.prod.max_payload()) {
@@ -706,7 +705,10 @@ impl Links {
                 // Where router connections carry ids other than engine ranks
                 // (a spawn across meta hosts), the queue rewrites them
                 // (`Links::to_wire`): the common path stays as it was.
-                if t.closed || bytes.len() > self.eager_tcp || self.wire.is_some() {
+                if t.closed || self.wire.is_some() {
+                    return false;
+                }
+                if bytes.len() > tcp_eager {
                     return false;
                 }
                 let frame = env.encode(None);

@@ -36,22 +36,12 @@ use crate::sys::ring::{Consumer, Producer, CTL_BYTES};
 use crate::sys::shm::Segment;
 use crate::sys::{cma, poll};
 
-/// Shared-memory rendezvous messages from this size on are copied by
-/// receiver and sender together (`coop`): all of them, with the eager limit
-/// at 64 KiB. Measured against 128 KiB (2 ranks pinned, alternating runs):
-/// 96 KiB streaming 7.2-8.3 -> 10.5-13 GB/s, both ways 6.1-7.2 -> 12.5-16.6;
-/// 72 KiB 6.6-7.9 -> 8.4 and 5.8-6.1 -> 10.9-13.
-const COOP_MIN: usize = 64 << 10;
-
 /// Bytes of the control block at the start of a rank's inbound segment.
 pub(crate) const SEG_CTL: usize = 64;
 
-/// Bytes of each shared-memory ring between two ranks (`METAMPI_SHM_RING`).
+/// Bytes of each shared-memory ring between two ranks (see [`crate::tuning`]).
 pub(crate) fn ring_cap() -> usize {
-    crate::knobs::number::<usize>("METAMPI_SHM_RING")
-        .unwrap_or(256 << 10)
-        .next_power_of_two()
-        .max(64 << 10)
+    crate::tuning::current().shm_ring
 }
 
 /// The launcher's contract, read through the one reader of the environment; `None` where
@@ -74,7 +64,8 @@ impl Shared {
         if rank == 0 {
             crate::knobs::check_names();
         }
-        let force_tcp = crate::knobs::flag("METAMPI_FORCE_TCP", false);
+        let tuning = crate::tuning::current();
+        let force_tcp = tuning.force_tcp;
         let mut boot = Boot::connect(&c)?;
         let table = PeerTable::exchange(&mut boot, &c)?;
         let mut mesh = ShmMesh::build(&mut boot, &table, (&c.rank.job, rank), force_tcp)?;
@@ -110,15 +101,14 @@ impl Shared {
         mesh.attach_inbound(&mut links);
         let parent = meet_parents(&c, &router_end, force_tcp, &mut links)?;
         mesh.attach_own(&mut links);
-        set_eager_limits(&mut links);
 
         let mut core = Core::new(rank, size as usize);
         for &r in &mesh.ranks {
             core.pids[r as usize] = table.pids[r as usize];
         }
         let place = Placement::measure(&c, &table, &boot.mask, &mesh);
-        if links.cma && links.coop.is_some() && !crate::knobs::flag("METAMPI_NO_COOP", false) {
-            core.coop_min = crate::knobs::number::<usize>("METAMPI_COOP_MIN").unwrap_or(COOP_MIN);
+        if let (true, Some(_), Some(min)) = (links.cma, &links.coop, tuning.coop_min) {
+            core.coop_min = min;
             // Two copiers need two cores: where processes outnumber cores,
             // help is asked only while few enough are awake (see `Links::pull`).
             links.crowd = place
@@ -129,7 +119,7 @@ impl Shared {
         Shared::new(Parts {
             core,
             links,
-            spin: place.spin_budget(),
+            spin: place.spin_budget(tuning),
             oversubscribed: place.oversubscribed,
             cores: place.cores,
             unseen_here: place.unseen_here,
@@ -561,19 +551,6 @@ fn meet_parents(
     Ok(Some((spec.ctx, ranks)))
 }
 
-/// The eager limits a user set (`METAMPI_EAGER_LIMIT`, `METAMPI_EAGER_ROUTER`).
-fn set_eager_limits(links: &mut Links) {
-    if let Some(n) = crate::knobs::number::<usize>("METAMPI_EAGER_LIMIT") {
-        links.eager_shm = n;
-        links.eager_tcp = n;
-        links.eager_router = n;
-    }
-    if let Some(n) = crate::knobs::number::<usize>("METAMPI_EAGER_ROUTER") {
-        // A router takes frames of at most 1 MiB, envelope included.
-        links.eager_router = n.min((1 << 20) - 64);
-    }
-}
-
 /// Step 7: how crowded this machine is.
 struct Placement {
     /// The cores this machine's ranks were given together: ranks pinned to
@@ -610,12 +587,11 @@ impl Placement {
     /// that has work; blocking early costs a wake-up per message (measured:
     /// 8 ranks on 2 cores, barrier 138 µs with 20 µs of spinning, 29 µs with 1 ms).
     /// The budget learns (see `spin`), unless set.
-    fn spin_budget(&self) -> spin::SpinBudget {
-        let set = crate::knobs::number::<u64>("METAMPI_SPIN_US");
-        let us = set.unwrap_or(if self.oversubscribed { 1000 } else { 200 });
+    fn spin_budget(&self, tuning: &crate::tuning::Tuning) -> spin::SpinBudget {
+        let default = Duration::from_micros(if self.oversubscribed { 1000 } else { 200 });
         spin::SpinBudget::new(
-            Duration::from_micros(us),
-            set.is_none() && crate::knobs::flag("METAMPI_SPIN_LEARN", true),
+            tuning.spin.unwrap_or(default),
+            tuning.spin_learn,
             self.oversubscribed,
         )
     }
@@ -665,16 +641,16 @@ impl RouterEnd<'_> {
         // faster on 4 MiB messages there); 1 MiB from four, where rank and router
         // copy on cores of their own (4 MiB routed streaming on a 16-core machine:
         // faster in 6 of 7 alternating pairs, medians 2.7 -> 3.05 GB/s).
-        let pipe_bytes =
-            crate::knobs::number::<usize>("METAMPI_ROUTER_PIPE").unwrap_or_else(|| {
-                if crate::sys::cpus::online() >= 4 {
-                    1 << 20
-                } else {
-                    256 << 10
-                }
-            });
+        let tuning = crate::tuning::current();
+        let pipe_bytes = tuning.router_pipe.unwrap_or_else(|| {
+            if crate::sys::cpus::online() >= 4 {
+                1 << 20
+            } else {
+                256 << 10
+            }
+        });
         RouterEnd {
-            pipes: !force_tcp && !crate::knobs::flag("METAMPI_NO_ROUTER_SHM", false),
+            pipes: !force_tcp && tuning.router_pipes,
             node,
             pipe_bytes,
         }
@@ -816,7 +792,7 @@ pub(crate) fn accept_peers(
 pub(crate) fn configure_stream(s: &TcpStream) -> io::Result<()> {
     s.set_nodelay(true)?;
     s.set_nonblocking(true)?;
-    let tcp_buf = crate::knobs::number::<usize>("METAMPI_TCP_BUF").unwrap_or(4 << 20);
+    let tcp_buf = crate::tuning::current().tcp_buf;
     if tcp_buf > 0 {
         use std::os::fd::AsRawFd;
         poll::set_socket_buffers(s.as_raw_fd(), tcp_buf)?;

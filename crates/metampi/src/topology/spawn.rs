@@ -344,7 +344,7 @@ pub(crate) fn spawn(
         }
         streams.sort_by_key(|(r, _)| *r);
         let mut streams: Vec<TcpStream> = streams.into_iter().map(|(_, s)| s).collect();
-        let own = (!crate::knobs::flag("METAMPI_FORCE_TCP", false))
+        let own = (!crate::tuning::current().force_tcp)
             .then(|| JoinSegment::create(job, me, streams.len()).ok())
             .flatten();
         let joined = join::join_all(&mut streams, own.as_ref(), job, me)
