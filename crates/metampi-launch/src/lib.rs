@@ -7,7 +7,7 @@
 //!
 //! # What a rank gets
 //! Each rank runs in its own process group with these variables, the contract with the
-//! rank-side library:
+//! rank-side library (typed in [`contract`], which launchers write and ranks parse):
 //!
 //! | variable | value |
 //! |---|---|
