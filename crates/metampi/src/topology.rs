@@ -14,8 +14,11 @@ use crate::error::{Error, ErrorClass};
 pub use crate::Rank;
 use crate::{Count, Tag};
 
+#[deny(unsafe_code)]
 mod cartesian;
+#[deny(unsafe_code)]
 mod inter;
+#[deny(unsafe_code)]
 pub(crate) mod spawn;
 pub use cartesian::{dims_create, CartesianCommunicator, CartesianLayout};
 pub use inter::{InterCommunicator, MergeOrder};

@@ -46,19 +46,29 @@
 //! root.broadcast_into(&mut sum[..]);
 //! ```
 
+#[deny(unsafe_code)]
 mod allgather;
+#[deny(unsafe_code)]
 mod allreduce;
+#[deny(unsafe_code)]
 mod alltoall;
+#[deny(unsafe_code)]
 mod barrier;
+#[deny(unsafe_code)]
 mod bcast;
+#[deny(unsafe_code)]
 mod gather;
+#[deny(unsafe_code)]
 pub(crate) mod hier;
 mod op;
+#[deny(unsafe_code)]
 mod reduce;
+#[deny(unsafe_code)]
 mod scan;
 pub(crate) mod schedule;
 pub(crate) mod shm;
 
+#[deny(unsafe_code)]
 pub mod algorithm;
 
 use std::sync::atomic::Ordering;

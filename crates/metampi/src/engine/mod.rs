@@ -7,13 +7,19 @@
 //! raised sleep flag and send a one-byte datagram, so ranks that outnumber
 //! cores sleep instead of burning CPU.
 
+#[allow(unsafe_code)]
 pub(crate) mod coop;
+#[allow(unsafe_code)]
 pub(crate) mod core;
+#[allow(unsafe_code)]
 pub(crate) mod join;
+#[allow(unsafe_code)]
 pub(crate) mod links;
 pub(crate) mod spin;
+#[allow(unsafe_code)]
 mod start;
 pub(crate) mod stream;
+#[allow(unsafe_code)]
 mod wait;
 
 pub(crate) use start::{accept_peers, configure_stream, contract, ring_cap, SEG_CTL};

@@ -110,11 +110,10 @@ pub(crate) fn next_budget(now: Duration, base: Duration, wait: Duration, room: b
 /// Whether no more threads are runnable on this machine than it has online
 /// CPUs (the caller among them).
 fn machine_has_room() -> bool {
-    // SAFETY: `sysconf` has no preconditions.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cpus = crate::sys::cpus::online();
     let runnable =
         crate::sys::poll::runnable(&std::fs::read_to_string("/proc/loadavg").unwrap_or_default());
-    matches!(runnable, Some(r) if cpus > 0 && r <= cpus as usize)
+    matches!(runnable, Some(r) if r <= cpus)
 }
 
 #[cfg(test)]
