@@ -100,20 +100,24 @@ pub fn execute(_args: InfoArgs) -> anyhow::Result<u8> {
         t.coop_min
             .map_or("off".into(), |n| format!("from {}", size(n))),
     ));
-    rows.push((
-        "spin before sleeping",
-        match (t.spin, t.spin_learn) {
-            (Some(d), _) => format!("{} µs, fixed", d.as_micros()),
-            (None, true) => "200 µs (1 ms where ranks outnumber cores), learnt".into(),
-            (None, false) => "200 µs (1 ms where ranks outnumber cores), fixed".into(),
-        },
-    ));
+    rows.push(("spin before sleeping", {
+        use metampi::tuning::{SPIN_CROWDED, SPIN_DEFAULT};
+        let how = if t.spin_learn { "learnt" } else { "fixed" };
+        match t.spin {
+            Some(d) => format!("{} µs, {how}", d.as_micros()),
+            None => format!(
+                "{} µs ({} µs where ranks outnumber cores), {how}",
+                SPIN_DEFAULT.as_micros(),
+                SPIN_CROWDED.as_micros()
+            ),
+        }
+    }));
     rows.push((
         "rank-router pipes",
-        match (t.router_pipes && !t.force_tcp, t.router_pipe) {
-            (false, _) => "off: TCP to routers".into(),
-            (true, Some(n)) => format!("{} each way", size(n)),
-            (true, None) => "256 KiB each way (1 MiB from 4 CPUs)".into(),
+        if t.router_pipes && !t.force_tcp {
+            format!("{} each way", size(t.router_pipe_bytes()))
+        } else {
+            "off: TCP to routers".into()
         },
     ));
     if t.force_tcp {

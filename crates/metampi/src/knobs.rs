@@ -268,15 +268,10 @@ pub fn known(name: &str) -> Option<&'static Knob> {
     KNOBS.iter().find(|k| k.name == name)
 }
 
-/// Warns about setting `name` once, and in a job only on rank 0 (for values a reader
-/// accepted but another rule refused, as [`crate::tuning`]'s).
-pub(crate) fn warn(name: &str, msg: String) {
-    warn_once(name, msg);
-}
-
 /// Warns once per variable, and in a job only on rank 0: every rank sees the
-/// same environment.
-fn warn_once(name: &str, msg: String) {
+/// same environment. Also for values a reader accepted and another rule refused
+/// ([`crate::tuning`]'s).
+pub(crate) fn warn_once(name: &str, msg: String) {
     if std::env::var("METAMPI_RANK").is_ok_and(|r| r.trim() != "0") {
         return;
     }

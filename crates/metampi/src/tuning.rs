@@ -9,6 +9,12 @@ use std::time::Duration;
 /// Largest eager payload through a router: routers take frames of at most 1 MiB, the
 /// 64-byte envelope included.
 pub const MAX_ROUTED_EAGER: usize = (1 << 20) - 64;
+/// A waiting thread's spin before it sleeps, where `METAMPI_SPIN_US` is unset: with a core
+/// to itself, and where ranks outnumber cores (decisions 0015, 0018).
+pub const SPIN_DEFAULT: Duration = Duration::from_micros(200);
+/// See [`SPIN_DEFAULT`].
+pub const SPIN_CROWDED: Duration = Duration::from_micros(1000);
+
 /// Bounds of a shared-memory ring (bytes per sender; a power of two).
 pub const RING_MIN: usize = 64 << 10;
 /// See [`RING_MIN`].
@@ -34,14 +40,14 @@ pub struct Tuning {
     /// Shared-memory messages from this size on are copied by both sides
     /// (`METAMPI_COOP_MIN`; 64 KiB); `None`: never (`METAMPI_NO_COOP`).
     pub coop_min: Option<usize>,
-    /// A waiting thread's spin before it sleeps (`METAMPI_SPIN_US`); `None`: 200 µs, 1 ms
-    /// where ranks outnumber cores.
+    /// A waiting thread's spin before it sleeps (`METAMPI_SPIN_US`); `None`:
+    /// [`SPIN_DEFAULT`], [`SPIN_CROWDED`] where ranks outnumber cores.
     pub spin: Option<Duration>,
     /// The spin budget learns from how soon sleeps end (`METAMPI_SPIN_LEARN`; on unless the
     /// spin is set).
     pub spin_learn: bool,
     /// Bytes of each shared-memory pipe to a router on the rank's node
-    /// (`METAMPI_ROUTER_PIPE`); `None`: 256 KiB under four CPUs, 1 MiB from four.
+    /// (`METAMPI_ROUTER_PIPE`); `None`: by the machine's CPUs ([`Tuning::router_pipe_bytes`]).
     pub router_pipe: Option<usize>,
     /// Ranks talk to a router on their node through shared-memory pipes
     /// (`METAMPI_NO_ROUTER_SHM` turns it off).
@@ -53,20 +59,14 @@ pub struct Tuning {
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
-            // Measured against the rendezvous above 32 KiB (2 ranks pinned, alternating
-            // runs): 48 KiB ping-pong 3.0-3.4 µs against 5.6-7.4, streaming 20-24 GB/s
-            // against 9, both ways at once 12.6-13 against 7.5-9.2. Its record (envelope
-            // included) must stay within the ring's `CLEAR_ALL_MAX`: one past it made
-            // 64 KiB ping-pong 9-10 µs against 4.2-4.9 at 63 KiB.
+            // Its record (envelope included) must stay within the ring's `CLEAR_ALL_MAX`
+            // (decision 0010).
             eager_shm: 64 << 10,
             eager_tcp: 64 << 10,
             eager_router: 512 << 10,
             shm_ring: 256 << 10,
             tcp_buf: 4 << 20,
-            // All rendezvous messages, with the eager limit at 64 KiB. Measured against
-            // 128 KiB (2 ranks pinned, alternating runs): 96 KiB streaming 7.2-8.3 ->
-            // 10.5-13 GB/s, both ways 6.1-7.2 -> 12.5-16.6; 72 KiB 6.6-7.9 -> 8.4 and
-            // 5.8-6.1 -> 10.9-13.
+            // Every rendezvous, with the eager limit at 64 KiB (decision 0012).
             coop_min: Some(64 << 10),
             spin: None,
             spin_learn: true,
@@ -237,6 +237,17 @@ impl TuningBuilder {
 }
 
 impl Tuning {
+    /// Bytes of each rank-router pipe: as set, else 256 KiB on a machine of under four CPUs
+    /// and 1 MiB from four (decision 0023).
+    pub fn router_pipe_bytes(&self) -> usize {
+        self.router_pipe
+            .unwrap_or(if crate::sys::cpus::online() >= 4 {
+                1 << 20
+            } else {
+                256 << 10
+            })
+    }
+
     /// A builder starting from the defaults.
     pub fn builder() -> TuningBuilder {
         TuningBuilder::new()
@@ -284,7 +295,7 @@ pub(crate) fn current() -> &'static Tuning {
     T.get_or_init(|| {
         let (t, refused) = Tuning::from_env();
         for e in refused {
-            crate::knobs::warn(e.setting, format!("{e}"));
+            crate::knobs::warn_once(e.setting, format!("{e}"));
         }
         t
     })

@@ -678,12 +678,6 @@ impl Links {
         let mut env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
         env.flags |= self.order_flag(d);
         env.dst = dst;
-        // A router connection takes its own limit: routers refuse larger frames.
-        let tcp_eager = if self.is_router(d) {
-            self.eager_router
-        } else {
-            self.eager_tcp
-        };
         match &mut self.peers[d] {
             Link::Shm(l) => {
                 if bytes.len() > self.eager_shm.min(l.prod.max_payload()) {
@@ -708,7 +702,14 @@ impl Links {
                 if t.closed || self.wire.is_some() {
                     return false;
                 }
-                if bytes.len() > tcp_eager {
+                // A router connection takes its own limit: routers refuse larger frames.
+                let to_router = d >= self.world && d < self.world + self.routers;
+                let eager = if to_router {
+                    self.eager_router
+                } else {
+                    self.eager_tcp
+                };
+                if bytes.len() > eager {
                     return false;
                 }
                 let frame = env.encode(None);

@@ -584,11 +584,14 @@ impl Placement {
     }
 
     /// Oversubscribed ranks yield while they spin, which hands the core to a peer
-    /// that has work; blocking early costs a wake-up per message (measured:
-    /// 8 ranks on 2 cores, barrier 138 µs with 20 µs of spinning, 29 µs with 1 ms).
+    /// that has work; blocking early costs a wake-up per message (decision 0015).
     /// The budget learns (see `spin`), unless set.
     fn spin_budget(&self, tuning: &crate::tuning::Tuning) -> spin::SpinBudget {
-        let default = Duration::from_micros(if self.oversubscribed { 1000 } else { 200 });
+        let default = if self.oversubscribed {
+            crate::tuning::SPIN_CROWDED
+        } else {
+            crate::tuning::SPIN_DEFAULT
+        };
         spin::SpinBudget::new(
             tuning.spin.unwrap_or(default),
             tuning.spin_learn,
@@ -636,23 +639,12 @@ struct RouterEnd<'a> {
 
 impl RouterEnd<'_> {
     fn new(node: &str, force_tcp: bool) -> RouterEnd<'_> {
-        // Reserved at once (see `VChan::create`): as small as streaming allows.
-        // 256 KiB where the machine has under four CPUs (1 MiB measured no
-        // faster on 4 MiB messages there); 1 MiB from four, where rank and router
-        // copy on cores of their own (4 MiB routed streaming on a 16-core machine:
-        // faster in 6 of 7 alternating pairs, medians 2.7 -> 3.05 GB/s).
         let tuning = crate::tuning::current();
-        let pipe_bytes = tuning.router_pipe.unwrap_or_else(|| {
-            if crate::sys::cpus::online() >= 4 {
-                1 << 20
-            } else {
-                256 << 10
-            }
-        });
         RouterEnd {
             pipes: !force_tcp && tuning.router_pipes,
             node,
-            pipe_bytes,
+            // Reserved at once (see `VChan::create`): as small as streaming allows.
+            pipe_bytes: tuning.router_pipe_bytes(),
         }
     }
 
