@@ -984,3 +984,111 @@ fn long_broadcast_follows_the_cores() {
         assert_eq!(short, Algorithm::Binomial);
     });
 }
+
+/// Floating-point sums whose last bits depend on the order of addition: the
+/// shared-memory path combines the members' vectors in the order of the
+/// schedule it stands in for (recursive doubling for all-reduce, the binomial
+/// tree from the root for reduce), so every path and every call gives the
+/// same bits, and those of the order written out here.
+fn sums_keep_their_bits(world: &SimpleCommunicator) {
+    let (n, me) = (world.size() as usize, world.rank());
+    let value = |r: usize, i: usize| {
+        let x = ((r * 7919 + i * 104_729) % 1000) as f64;
+        (1.0 + x / 997.0)
+            * 10f64.powi(((r + i) % 5) as i32 * 4 - 8)
+            * if (r + i) % 3 == 0 { -1.0 } else { 1.0 }
+    };
+    let mine: Vec<f64> = (0..16).map(|i| value(me as usize, i)).collect();
+    // Recursive doubling over blocks of consecutive members, after the
+    // non-power-of-two fold of the first pairs.
+    let doubling = |i: usize| {
+        let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
+        let rem = n - p2;
+        let mut v: Vec<f64> = (0..p2)
+            .map(|q| {
+                if q < rem {
+                    value(2 * q, i) + value(2 * q + 1, i)
+                } else {
+                    value(q + rem, i)
+                }
+            })
+            .collect();
+        let mut mask = 1;
+        while mask < p2 {
+            for q in (0..p2).step_by(2 * mask) {
+                v[q] += v[q + mask];
+            }
+            mask <<= 1;
+        }
+        v[0]
+    };
+    // The binomial tree over ranks relative to the root.
+    fn tree(rel: usize, size: usize, n: usize, at: &dyn Fn(usize) -> f64) -> f64 {
+        let mut acc = at(rel);
+        let mut mask = 1;
+        while mask < size && rel + mask < n {
+            acc += tree(rel + mask, mask, n, at);
+            mask <<= 1;
+        }
+        acc
+    }
+    let want: Vec<f64> = (0..16).map(doubling).collect();
+    let right: Vec<f64> = (0..16)
+        .map(|i| {
+            (0..n)
+                .rev()
+                .map(|r| value(r, i))
+                .reduce(|a, b| b + a)
+                .unwrap()
+        })
+        .collect();
+    if n == 3 {
+        assert_ne!(want, right, "the data must tell the orders apart");
+    }
+    for alg in [
+        None,
+        Some(Algorithm::RecursiveDoubling),
+        Some(Algorithm::SharedMemory),
+    ] {
+        metampi::collective::force_algorithm(Collective::AllReduce, alg).unwrap();
+        for call in 0..6 {
+            let mut out = vec![0f64; 16];
+            world.all_reduce_into(&mine[..], &mut out[..], SystemOperation::sum());
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&out), bits(&want), "all-reduce {alg:?} call {call}");
+        }
+    }
+    metampi::collective::force_algorithm(Collective::AllReduce, None).unwrap();
+    for alg in [Some(Algorithm::Binomial), Some(Algorithm::SharedMemory)] {
+        metampi::collective::force_algorithm(Collective::Reduce, alg).unwrap();
+        for root in 0..n {
+            let p = world.process_at_rank(root as i32);
+            if me as usize == root {
+                let mut out = [0f64; 16];
+                p.reduce_into_root(&mine[..], &mut out[..], SystemOperation::sum());
+                for (i, x) in out.iter().enumerate() {
+                    let at = |rel: usize| value((rel + root) % n, i);
+                    let want = tree(0, n.next_power_of_two(), n, &at);
+                    assert_eq!(
+                        x.to_bits(),
+                        want.to_bits(),
+                        "reduce {alg:?} root {root} element {i}"
+                    );
+                }
+            } else {
+                p.reduce_into(&mine[..], SystemOperation::sum());
+            }
+        }
+    }
+    metampi::collective::force_algorithm(Collective::Reduce, None).unwrap();
+}
+
+#[test]
+fn sums_keep_their_bits_3() {
+    stall_checked(3, "sums_keep_their_bits_3", sums_keep_their_bits);
+}
+
+#[test]
+fn sums_keep_their_bits_6() {
+    stall_checked(6, "sums_keep_their_bits_6", sums_keep_their_bits);
+}

@@ -56,6 +56,7 @@ mod alltoall;
 mod barrier;
 #[deny(unsafe_code)]
 mod bcast;
+mod bracket;
 #[deny(unsafe_code)]
 mod gather;
 #[deny(unsafe_code)]

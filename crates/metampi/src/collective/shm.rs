@@ -48,6 +48,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::algorithm::{forced_algorithm, Algorithm, Collective};
+use super::bracket::{self, Plan};
 use super::op::Operation;
 use super::schedule::run;
 use super::SystemOperation;
@@ -113,6 +114,8 @@ pub(crate) struct Region {
     sleep: Vec<*const AtomicU32>,
     /// Barriers gather at member 0 and are released by it ([`Region::barrier_flat`]).
     flat_barrier: bool,
+    /// The all-reduce's combining order (the schedules' recursive doubling).
+    doubling: bracket::Plan,
 }
 
 /// Whose parts of a call a member waits for once it has published its own.
@@ -477,6 +480,7 @@ fn setup(comm: &CommInner) -> Result<Option<Region>, Error> {
         world: comm.ranks.to_vec(),
         sleep,
         flat_barrier: ok == 2,
+        doubling: bracket::doubling(n),
     }))
 }
 
@@ -565,8 +569,16 @@ fn same_lengths(r: &Region, turn: usize, len: usize, what: &str) -> Result<(), E
     }
 }
 
-/// Folds every member's slot in rank order from the top (acc = part_m ∘ acc),
-/// as the schedules do, so non-commutative operations keep MPI's order.
+thread_local! {
+    /// Running values of the members' vectors while a fold combines them.
+    static FOLD_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Combines every member's slot into `acc` in the order of `plan` (the
+/// schedule this region stands in for), so a result has the same bits
+/// whichever path computed it. A slot is read in place until a step first
+/// writes that member's running value; those live in a per-thread scratch.
+#[allow(clippy::too_many_arguments)]
 fn fold<O: Operation>(
     r: &Region,
     turn: usize,
@@ -574,14 +586,51 @@ fn fold<O: Operation>(
     op: &O,
     prim: Option<crate::datatype::Prim>,
     dt: u32,
+    plan: &Plan,
     acc: &mut [u8],
 ) -> Result<(), Error> {
-    let n = r.n;
-    crate::sys::copy::copy(acc, r.part_or(n - 1, turn, mine));
-    for m in (0..n - 1).rev() {
-        op.apply(r.part_or(m, turn, mine), acc, prim, dt)?;
+    let len = acc.len();
+    if plan.steps.is_empty() {
+        crate::sys::copy::copy(acc, r.part_or(plan.result, turn, mine));
+        return Ok(());
     }
-    Ok(())
+    FOLD_SCRATCH.with(|cell| {
+        let mut scratch = cell.borrow_mut();
+        if scratch.len() < r.n * len {
+            scratch.resize(r.n * len, 0);
+        }
+        // Members whose running value is in the scratch (at most 256 members).
+        let mut held = [0u64; MAX_MEMBERS / 64];
+        let is_held = |held: &[u64], m: usize| held[m / 64] >> (m % 64) & 1 == 1;
+        for &(a, b) in &plan.steps {
+            if !is_held(&held, b) {
+                crate::sys::copy::copy(
+                    &mut scratch[b * len..(b + 1) * len],
+                    r.part_or(b, turn, mine),
+                );
+                held[b / 64] |= 1 << (b % 64);
+            }
+            if is_held(&held, a) {
+                let (lo, hi) = scratch.split_at_mut(a.max(b) * len);
+                let (lower, upper) = if a < b {
+                    (&lo[a * len..(a + 1) * len], &mut hi[..len])
+                } else {
+                    (&hi[..len], &mut lo[b * len..(b + 1) * len])
+                };
+                op.apply(lower, upper, prim, dt)?;
+            } else {
+                op.apply(
+                    r.part_or(a, turn, mine),
+                    &mut scratch[b * len..(b + 1) * len],
+                    prim,
+                    dt,
+                )?;
+            }
+        }
+        let at = plan.result * len;
+        crate::sys::copy::copy(acc, &scratch[at..at + len]);
+        Ok(())
+    })
 }
 
 /// Hands `data` (signature bytes) to the user's buffer behind `layout`:
@@ -718,8 +767,16 @@ where
         let Some(turn) = turn else {
             return Ok(());
         };
+        let tree;
+        let plan = match root {
+            None => &r.doubling,
+            Some(root) => {
+                tree = bracket::binomial(r.n, root as usize, op.is_commutative());
+                &tree
+            }
+        };
         // SAFETY: `recv` is exclusively borrowed for this call.
-        unsafe { deliver(&layout, |acc| fold(r, turn, mine, &op, prim, dt, acc)) }
+        unsafe { deliver(&layout, |acc| fold(r, turn, mine, &op, prim, dt, plan, acc)) }
     });
     result.ok_or(op)
 }
