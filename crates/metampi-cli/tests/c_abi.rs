@@ -430,3 +430,73 @@ fn netpipe_built_for_mpich_checks_its_data_on_metampi() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// MPI's profiling interface: a PMPI tool (`bench/c/pinned.c`, loaded with `LD_PRELOAD`)
+/// wraps `MPI_*` and calls through to metampi's `PMPI_*`. Every rank's log shows its
+/// calls, and what rank 0 sent is what rank 1 received, byte for byte (the hashes).
+#[test]
+fn a_pmpi_tool_wraps_metampis_calls() {
+    let Some(exe) = build(
+        "pmpi",
+        "mpicc.mpich",
+        "../../bench/c/osu_like.c",
+        "libmpich-dev",
+    ) else {
+        return;
+    };
+    let dir = exe.parent().unwrap().to_path_buf();
+    let tool = dir.join("libpinned.so");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/c/pinned.c");
+    let built = Command::new("mpicc.mpich")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&tool)
+        .arg(&src)
+        .output()
+        .expect("mpicc.mpich ran for the suite");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let log = dir.join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    let json = dir.join("out.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["run", "--timeout", "120", "-n", "3"])
+        .arg(&exe)
+        .args(["pingpong,allreduce,reduce,bcast", "8", "0.01", "pmpi"])
+        .arg(&json)
+        .env("LD_PRELOAD", &tool)
+        .env("PIN_LOG", &log)
+        .env("PIN_SUM", "left")
+        .output()
+        .expect("metampi runs");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let read = |r: usize| std::fs::read_to_string(log.join(format!("r{r}.txt"))).unwrap();
+    let (r0, r1, r2) = (read(0), read(1), read(2));
+    for (r, l) in [(0, &r0), (1, &r1), (2, &r2)] {
+        for call in ["allreduce n=", "reduce n=", "bcast n="] {
+            assert!(l.contains(call), "rank {r} logged no {call}:\n{l}");
+        }
+    }
+    // Ping-pong between ranks 0 and 1: the n-th send of one is the n-th receive of the other.
+    let hashes = |l: &str, what: &str| -> Vec<String> {
+        l.lines()
+            .filter(|x| x.contains(what))
+            .filter_map(|x| x.rsplit("h=").next().map(str::to_string))
+            .collect()
+    };
+    let sent = hashes(&r0, "MPI_Send n=8 d=1 ");
+    let got = hashes(&r1, "recv n=8 s=0 ");
+    assert!(!sent.is_empty() && sent == got, "{sent:?}\n{got:?}");
+    assert!(
+        hashes(&r2, "MPI_Send ").is_empty(),
+        "rank 2 takes no part in ping-pong"
+    );
+}
