@@ -590,19 +590,36 @@ fn fold<O: Operation>(
     acc: &mut [u8],
 ) -> Result<(), Error> {
     let len = acc.len();
-    if plan.steps.is_empty() {
+    // The last step's result goes straight into `acc`; a plan of one step (two
+    // members) needs no scratch at all.
+    let Some((&(a, b), rest)) = plan.steps.split_last() else {
         crate::sys::copy::copy(acc, r.part_or(plan.result, turn, mine));
         return Ok(());
+    };
+    debug_assert_eq!(b, plan.result, "a plan ends in its result");
+    // Members whose running value is in the scratch (at most 256 members).
+    let mut held = [0u64; MAX_MEMBERS / 64];
+    let is_held = |held: &[u64], m: usize| held[m / 64] >> (m % 64) & 1 == 1;
+    let finish = |scratch: &[u8], held: &[u64], acc: &mut [u8]| {
+        let value = |m: usize| {
+            if is_held(held, m) {
+                &scratch[m * len..(m + 1) * len]
+            } else {
+                r.part_or(m, turn, mine)
+            }
+        };
+        crate::sys::copy::copy(acc, value(b));
+        op.apply(value(a), acc, prim, dt)
+    };
+    if rest.is_empty() {
+        return finish(&[], &held, acc);
     }
     FOLD_SCRATCH.with(|cell| {
         let mut scratch = cell.borrow_mut();
         if scratch.len() < r.n * len {
             scratch.resize(r.n * len, 0);
         }
-        // Members whose running value is in the scratch (at most 256 members).
-        let mut held = [0u64; MAX_MEMBERS / 64];
-        let is_held = |held: &[u64], m: usize| held[m / 64] >> (m % 64) & 1 == 1;
-        for &(a, b) in &plan.steps {
+        for &(a, b) in rest {
             if !is_held(&held, b) {
                 crate::sys::copy::copy(
                     &mut scratch[b * len..(b + 1) * len],
@@ -627,9 +644,7 @@ fn fold<O: Operation>(
                 )?;
             }
         }
-        let at = plan.result * len;
-        crate::sys::copy::copy(acc, &scratch[at..at + len]);
-        Ok(())
+        finish(&scratch, &held, acc)
     })
 }
 
