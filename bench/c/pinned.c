@@ -226,30 +226,23 @@ static void completed(MPI_Request r, const MPI_Status *st) {
         }
 }
 
-int MPI_Waitall(int n, MPI_Request *q, MPI_Status *st) {
+/* MPI_Waitall (flag NULL) or MPI_Testall, logging the receives it completes. */
+static int all(int n, MPI_Request *q, int *flag, MPI_Status *st) {
     MPI_Request *before = malloc(sizeof *before * (size_t)(n + 1));
     MPI_Status *own = malloc(sizeof *own * (size_t)(n + 1));
     memcpy(before, q, sizeof *before * (size_t)n);
     if (st == MPI_STATUSES_IGNORE) st = own;
-    int e = PMPI_Waitall(n, q, st);
-    for (int i = 0; i < n; i++) completed(before[i], &st[i]);
-    free(before);
-    free(own);
-    return e;
-}
-
-int MPI_Testall(int n, MPI_Request *q, int *flag, MPI_Status *st) {
-    MPI_Request *before = malloc(sizeof *before * (size_t)(n + 1));
-    MPI_Status *own = malloc(sizeof *own * (size_t)(n + 1));
-    memcpy(before, q, sizeof *before * (size_t)n);
-    if (st == MPI_STATUSES_IGNORE) st = own;
-    int e = PMPI_Testall(n, q, flag, st);
-    if (*flag)
+    int e = flag ? PMPI_Testall(n, q, flag, st) : PMPI_Waitall(n, q, st);
+    if (!flag || *flag)
         for (int i = 0; i < n; i++) completed(before[i], &st[i]);
     free(before);
     free(own);
     return e;
 }
+
+int MPI_Waitall(int n, MPI_Request *q, MPI_Status *st) { return all(n, q, NULL, st); }
+
+int MPI_Testall(int n, MPI_Request *q, int *flag, MPI_Status *st) { return all(n, q, flag, st); }
 
 int MPI_Wait(MPI_Request *q, MPI_Status *st) {
     MPI_Request before = *q;

@@ -31,14 +31,8 @@ fn build(tag: &str, compiler: &str, source: &str, package: &str) -> Option<PathB
     std::fs::create_dir_all(&dir).ok()?;
     let exe = dir.join("abi_suite");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
-    match Command::new(compiler)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
-    {
-        Ok(o) if o.status.success() => Some(exe),
-        Ok(o) => panic!("{compiler} failed: {}", String::from_utf8_lossy(&o.stderr)),
+    match compile(compiler, &[], &exe, &src) {
+        Ok(()) => Some(exe),
         Err(_) => {
             skip(&format!(
                 "{compiler} is not installed (apt-get install {package})"
@@ -46,6 +40,30 @@ fn build(tag: &str, compiler: &str, source: &str, package: &str) -> Option<PathB
             None
         }
     }
+}
+
+/// `compiler FLAGS -o out src`; panics with the compiler's messages where it fails, an
+/// error where it cannot be started.
+fn compile(
+    compiler: impl AsRef<std::ffi::OsStr>,
+    flags: &[&str],
+    out: &Path,
+    src: &Path,
+) -> std::io::Result<()> {
+    let compiler = compiler.as_ref();
+    let o = Command::new(compiler)
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .output()?;
+    assert!(
+        o.status.success(),
+        "{} failed: {}",
+        compiler.to_string_lossy(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Ok(())
 }
 
 /// Says why a test does not run: a failure under CI (whose `.ci/run` installs what they
@@ -213,17 +231,8 @@ fn standard_abi_program_runs_on_metampi_and_on_mpich() {
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join("abi_suite_std");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/abi_suite.c");
-    let built = Command::new(wheel.join("bin/mpicc_abi"))
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
+    compile(wheel.join("bin/mpicc_abi"), &[], &exe, &src)
         .expect("mpicc_abi runs (it needs a C compiler, cc)");
-    assert!(
-        built.status.success(),
-        "mpicc_abi: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
     let exe_s = exe.to_str().unwrap();
     for n in [1usize, 2, 3] {
         check_suite(
@@ -280,13 +289,7 @@ fn a_c_program_learns_it_runs_on_metampi() {
     )
     .unwrap();
     let bin = exe.with_file_name("version");
-    let st = Command::new("mpicc.mpich")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    compile("mpicc.mpich", &[], &bin, &src).unwrap();
     let (code, stdout, stderr) = run(&["run", "-n", "1", bin.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.starts_with("metampi "), "{stdout}");
@@ -312,15 +315,14 @@ fn a_program_bound_to_mpichs_own_library_is_refused() {
         return;
     };
     let bin = exe.with_file_name("plain_rpath");
-    let st = Command::new("mpicc.mpich")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .arg("-Wl,--disable-new-dtags")
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    compile(
+        "mpicc.mpich",
+        &[&rpath, "-Wl,--disable-new-dtags"],
+        &bin,
+        &src,
+    )
+    .unwrap();
     let (code, _, stderr) = run(&["run", "-n", "2", bin.to_str().unwrap()]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
@@ -447,17 +449,8 @@ fn a_pmpi_tool_wraps_metampis_calls() {
     let dir = exe.parent().unwrap().to_path_buf();
     let tool = dir.join("libpinned.so");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/c/pinned.c");
-    let built = Command::new("mpicc.mpich")
-        .args(["-O2", "-shared", "-fPIC", "-o"])
-        .arg(&tool)
-        .arg(&src)
-        .output()
+    compile("mpicc.mpich", &["-O2", "-shared", "-fPIC"], &tool, &src)
         .expect("mpicc.mpich ran for the suite");
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
     let log = dir.join("log");
     std::fs::create_dir_all(&log).unwrap();
     let json = dir.join("out.json");

@@ -10,7 +10,7 @@ use crate::Rank;
 /// Label of the message that returns the result to a folded-out rank.
 const UNFOLD: u32 = 255;
 
-fn prev_pow2(n: Rank) -> Rank {
+pub(super) fn prev_pow2(n: Rank) -> Rank {
     1 << (31 - (n as u32).leading_zeros())
 }
 

@@ -10,7 +10,9 @@
 
 #![forbid(unsafe_code)]
 
+use super::allreduce::prev_pow2;
 use super::bcast::span;
+use crate::Rank;
 
 /// Steps `(a, b)`: member `b`'s running value becomes `value(a) ∘ value(b)`
 /// (MPI's `inoutvec = invec ∘ inoutvec`, `a` the lower block); after the
@@ -21,10 +23,6 @@ pub(crate) struct Plan {
     pub result: usize,
 }
 
-fn prev_pow2(n: usize) -> usize {
-    1 << (usize::BITS - 1 - n.leading_zeros())
-}
-
 /// All-reduce by recursive doubling (`allreduce::recursive_doubling`): of
 /// the first `2 * rem` members each odd one takes its even neighbour's
 /// vector first, then blocks of consecutive members double.
@@ -33,7 +31,7 @@ pub(crate) fn doubling(n: usize) -> Plan {
     if n == 0 {
         return Plan { steps, result: 0 };
     }
-    let p2 = prev_pow2(n);
+    let p2 = prev_pow2(n as Rank) as usize;
     let rem = n - p2;
     let mut at: Vec<usize> = (0..p2)
         .map(|q| {
@@ -68,7 +66,7 @@ pub(crate) fn binomial(n: usize, root: usize, commutative: bool) -> Plan {
         return Plan { steps, result: 0 };
     }
     let base = if commutative { root % n } else { 0 };
-    let result = subtree(0, span(0, n as i32) as usize, n, base, &mut steps);
+    let result = subtree(0, span(0, n as Rank) as usize, n, base, &mut steps);
     Plan { steps, result }
 }
 

@@ -44,6 +44,7 @@
 //! eligible call, and only for blocking calls: `immediate_*` forms and
 //! forced algorithms other than `shared_memory` keep the schedules.
 
+use std::cell::{Ref, RefCell};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -115,7 +116,10 @@ pub(crate) struct Region {
     /// Barriers gather at member 0 and are released by it ([`Region::barrier_flat`]).
     flat_barrier: bool,
     /// The all-reduce's combining order (the schedules' recursive doubling).
-    doubling: bracket::Plan,
+    doubling: Plan,
+    /// Reduce's, made on first use: one per root for commutative operations,
+    /// and last the one from rank 0 that every non-commutative one shares.
+    trees: RefCell<Vec<Option<Plan>>>,
 }
 
 /// Whose parts of a call a member waits for once it has published its own.
@@ -281,6 +285,15 @@ impl Region {
 
     /// Member `m`'s vector of the current call, this member's own being
     /// `mine` (its slot may lack some of it: see [`Region::exchange`]).
+    /// Reduce's combining order for `root` (the schedules' binomial tree).
+    fn tree(&self, root: usize, commutative: bool) -> Ref<'_, Plan> {
+        let at = if commutative { root } else { self.n };
+        if self.trees.borrow()[at].is_none() {
+            self.trees.borrow_mut()[at] = Some(bracket::binomial(self.n, root, commutative));
+        }
+        Ref::map(self.trees.borrow(), |t| t[at].as_ref().expect("made above"))
+    }
+
     fn part_or<'a>(&'a self, m: usize, turn: usize, mine: &'a [u8]) -> &'a [u8] {
         if m == self.me {
             mine
@@ -481,6 +494,7 @@ fn setup(comm: &CommInner) -> Result<Option<Region>, Error> {
         sleep,
         flat_barrier: ok == 2,
         doubling: bracket::doubling(n),
+        trees: RefCell::new(vec![None; n + 1]),
     }))
 }
 
@@ -786,8 +800,8 @@ where
         let plan = match root {
             None => &r.doubling,
             Some(root) => {
-                tree = bracket::binomial(r.n, root as usize, op.is_commutative());
-                &tree
+                tree = r.tree(root as usize, op.is_commutative());
+                &*tree
             }
         };
         // SAFETY: `recv` is exclusively borrowed for this call.
