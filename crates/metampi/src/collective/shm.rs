@@ -115,11 +115,10 @@ pub(crate) struct Region {
     sleep: Vec<*const AtomicU32>,
     /// Barriers gather at member 0 and are released by it ([`Region::barrier_flat`]).
     flat_barrier: bool,
-    /// The all-reduce's combining order (the schedules' recursive doubling).
-    doubling: Plan,
-    /// Reduce's, made on first use: one per root for commutative operations,
-    /// and last the one from rank 0 that every non-commutative one shares.
-    trees: RefCell<Vec<Option<Plan>>>,
+    /// Combining orders, made on first use: reduce's for each root with a
+    /// commutative operation, then the one from rank 0 that every
+    /// non-commutative reduce shares, then all-reduce's ([`Region::plan`]).
+    plans: RefCell<Vec<Option<Plan>>>,
 }
 
 /// Whose parts of a call a member waits for once it has published its own.
@@ -285,13 +284,22 @@ impl Region {
 
     /// Member `m`'s vector of the current call, this member's own being
     /// `mine` (its slot may lack some of it: see [`Region::exchange`]).
-    /// Reduce's combining order for `root` (the schedules' binomial tree).
-    fn tree(&self, root: usize, commutative: bool) -> Ref<'_, Plan> {
-        let at = if commutative { root } else { self.n };
-        if self.trees.borrow()[at].is_none() {
-            self.trees.borrow_mut()[at] = Some(bracket::binomial(self.n, root, commutative));
+    /// The combining order of the schedule this region stands in for: the
+    /// binomial tree to `root` for reduce, recursive doubling for all-reduce.
+    fn plan(&self, root: Option<usize>, commutative: bool) -> Ref<'_, Plan> {
+        let n = self.n;
+        let at = match root {
+            Some(root) if commutative => root,
+            Some(_) => n,
+            None => n + 1,
+        };
+        if self.plans.borrow()[at].is_none() {
+            self.plans.borrow_mut()[at] = Some(match root {
+                Some(root) => bracket::binomial(n, root, commutative),
+                None => bracket::doubling(n),
+            });
         }
-        Ref::map(self.trees.borrow(), |t| t[at].as_ref().expect("made above"))
+        Ref::map(self.plans.borrow(), |p| p[at].as_ref().expect("made above"))
     }
 
     fn part_or<'a>(&'a self, m: usize, turn: usize, mine: &'a [u8]) -> &'a [u8] {
@@ -493,8 +501,7 @@ fn setup(comm: &CommInner) -> Result<Option<Region>, Error> {
         world: comm.ranks.to_vec(),
         sleep,
         flat_barrier: ok == 2,
-        doubling: bracket::doubling(n),
-        trees: RefCell::new(vec![None; n + 1]),
+        plans: RefCell::new(vec![None; n + 2]),
     }))
 }
 
@@ -796,16 +803,13 @@ where
         let Some(turn) = turn else {
             return Ok(());
         };
-        let tree;
-        let plan = match root {
-            None => &r.doubling,
-            Some(root) => {
-                tree = r.tree(root as usize, op.is_commutative());
-                &*tree
-            }
-        };
+        let plan = r.plan(root.map(|x| x as usize), op.is_commutative());
         // SAFETY: `recv` is exclusively borrowed for this call.
-        unsafe { deliver(&layout, |acc| fold(r, turn, mine, &op, prim, dt, plan, acc)) }
+        unsafe {
+            deliver(&layout, |acc| {
+                fold(r, turn, mine, &op, prim, dt, &plan, acc)
+            })
+        }
     });
     result.ok_or(op)
 }
