@@ -111,10 +111,17 @@ impl Universe {
 
 impl Drop for Universe {
     fn drop(&mut self) {
-        // MPI_Finalize: a barrier on world so nobody leaves while others still
-        // need it, then drain outgoing frames and tell the launcher.
-        let world = SimpleCommunicator::world();
-        let _ = crate::collective::barrier_impl(&world);
+        // Unwinding from a panic: no barrier (the others may wait for this rank's
+        // messages and never reach one) and no word of a clean end to the launcher,
+        // which sees the rank exit with the panic's code and ends the job naming it.
+        if std::thread::panicking() {
+            crate::trace::flush();
+            return;
+        }
+        // MPI_Finalize: a barrier so nobody leaves while others still need it, on a
+        // context of its own that no barrier of the program can meet; then drain
+        // outgoing frames and tell the launcher.
+        let _ = crate::collective::barrier_impl(&SimpleCommunicator::finalizer());
         crate::trace::flush();
         self.shared.finalize();
         // MPI_Finalize is collective over connected processes: the children

@@ -14,6 +14,12 @@ use crate::error::{Error, ErrorClass};
 pub use crate::Rank;
 use crate::{Count, Tag};
 
+/// The context pair of the library's finalization barrier ([`SimpleCommunicator::finalizer`]);
+/// the world has 0 and 1, `MPI_COMM_SELF` 2 and 3.
+const FINALIZE_CONTEXT: u32 = 4;
+/// The first context a communicator the program makes may get.
+pub(crate) const FIRST_FREE_CONTEXT: u32 = FINALIZE_CONTEXT + 2;
+
 #[deny(unsafe_code)]
 mod cartesian;
 #[deny(unsafe_code)]
@@ -705,6 +711,19 @@ impl SimpleCommunicator {
         let inner = WORLD.get_or_init(|| {
             let n = shared().info.size;
             CommInner::new(0, (0..n).collect(), "MPI_COMM_WORLD".into())
+                .expect("every process is in the world")
+        });
+        SimpleCommunicator(CommunicatorHandle(Arc::clone(inner)))
+    }
+
+    /// The world on a context of its own, for the library's finalization barrier: no
+    /// operation of the program can match its messages (a rank that finalizes while the
+    /// others sit in a barrier of their own must not complete theirs).
+    pub(crate) fn finalizer() -> SimpleCommunicator {
+        static FINAL: OnceLock<Arc<CommInner>> = OnceLock::new();
+        let inner = FINAL.get_or_init(|| {
+            let n = shared().info.size;
+            CommInner::new(FINALIZE_CONTEXT, (0..n).collect(), "finalization".into())
                 .expect("every process is in the world")
         });
         SimpleCommunicator(CommunicatorHandle(Arc::clone(inner)))

@@ -13,14 +13,25 @@ fn expect_failure(
     name: &str,
     body: impl FnOnce(&metampi::topology::SimpleCommunicator),
 ) -> (JobFailure, Duration) {
+    let (f, took, _) = run_failing(Ranks::new(n).force_tcp(tcp), name, body);
+    (f, took)
+}
+
+/// As [`expect_failure`] on `ranks`, with what the ranks printed (when the ranks
+/// capture it).
+fn run_failing(
+    ranks: Ranks,
+    name: &str,
+    body: impl FnOnce(&metampi::topology::SimpleCommunicator),
+) -> (JobFailure, Duration, String) {
     let t0 = Instant::now();
-    let outcome = Ranks::new(n)
-        .force_tcp(tcp)
-        .timeout(Duration::from_secs(60))
-        .outcome(name, body);
+    let outcome = ranks.timeout(Duration::from_secs(60)).outcome(name, body);
     match outcome {
         None => std::process::exit(0), // in a rank that got this far: nothing to check
-        Some(o) => (o.failure.expect("the job must fail"), t0.elapsed()),
+        Some(o) => {
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            (o.failure.expect("the job must fail"), t0.elapsed(), out)
+        }
     }
 }
 
@@ -64,13 +75,47 @@ fn panicking_rank(world: &metampi::topology::SimpleCommunicator) {
         panic!("deliberate panic in rank 2");
     }
     world.barrier();
+    println!("rank {} passed the barrier", world.rank());
 }
 
+/// The panicking rank's finalization must not complete the others' barrier: they
+/// never pass it, and the job ends naming the rank.
 #[test]
 fn panicking_rank_is_named() {
-    let (f, took) = expect_failure(3, false, "panicking_rank_is_named", panicking_rank);
+    let (f, took, out) = run_failing(
+        Ranks::new(3).capture_tagged(),
+        "panicking_rank_is_named",
+        panicking_rank,
+    );
     assert!(
         matches!(f, JobFailure::Exited { ref rank, .. } if rank.rank == 2),
+        "{f}"
+    );
+    assert!(!out.contains("passed the barrier"), "{out}");
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+}
+
+fn panicking_sender(world: &metampi::topology::SimpleCommunicator) {
+    if world.rank() == 1 {
+        panic!("deliberate panic in rank 1 before it sends");
+    }
+    let _ = world.process_at_rank(1).receive::<u64>();
+}
+
+/// Ranks waiting for a message from a rank that panics do not hold the job: the
+/// panicking rank leaves without a finalization barrier, and the launcher ends
+/// the job (before, its barrier waited for them and they for its message, until
+/// the job's timeout).
+#[test]
+fn panic_beside_waiting_receivers_ends_the_job() {
+    let (f, took) = expect_failure(
+        3,
+        false,
+        "panic_beside_waiting_receivers_ends_the_job",
+        panicking_sender,
+    );
+    assert!(
+        matches!(f, JobFailure::Exited { ref rank, .. } if rank.rank == 1),
         "{f}"
     );
     assert!(took < Duration::from_secs(15), "took {took:?}");

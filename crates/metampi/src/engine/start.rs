@@ -115,7 +115,8 @@ impl Shared {
                 .oversubscribed
                 .then_some((place.cores, place.unseen_here));
         }
-        let next_context = parent.as_ref().map_or(4, |p| (p.0 + 2).max(4));
+        let first = crate::topology::FIRST_FREE_CONTEXT;
+        let next_context = parent.as_ref().map_or(first, |p| (p.0 + 2).max(first));
         Shared::new(Parts {
             core,
             links,
@@ -166,7 +167,7 @@ impl Shared {
                 orders_differ: false,
             },
             pmi: None,
-            next_context: 4,
+            next_context: crate::topology::FIRST_FREE_CONTEXT,
             tcp_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             parent: None,
