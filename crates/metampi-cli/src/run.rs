@@ -44,11 +44,13 @@ there are more ranks than slots, wrap round-robin over the hosts. Without --host
 When a rank exits non-zero, is killed by a signal, calls abort, or exits after connecting to
 the key-value server without calling finalize, or when the timeout expires or this command gets
 SIGINT/SIGTERM/SIGHUP, one line on stderr names the cause (rank, pid, host, code or signal),
-the other ranks get SIGTERM and, two seconds later, SIGKILL.
+the other ranks get SIGTERM and, two seconds later, SIGKILL. When the reader of this command's
+stdout goes (`metampi run ... | head`), the ranks are stopped the same way, without a word.
 
 Exit status: 0 when every rank succeeded; otherwise the failing rank's exit code, 128+N for a
 rank killed by signal N (or for signal N received by the launcher), the abort code (1 if it was
-0), 124 for a timeout, 2 for a refused command line, 1 for a failure to start.";
+0), 124 for a timeout, 141 when stdout closed, 2 for a refused command line, 1 for a failure to
+start.";
 
 const AFTER_LONG_HELP: &str = "\
 Examples:

@@ -115,6 +115,47 @@ fn timeout_exits_124() {
     );
 }
 
+/// `metampi run -n 2 yes | head -2`: when the reader of its stdout goes, the launcher
+/// stops the ranks and exits 141 (128 + SIGPIPE) at once, as a pipeline's program does.
+#[test]
+fn a_closed_stdout_ends_the_job() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["run", "--timeout", "60", "-n", "2", "yes"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 4];
+    out.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"y\ny\n");
+    let closed = Instant::now();
+    drop(out);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if closed.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the job still runs 20 s after its stdout closed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = closed.elapsed();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(141), "{err}");
+    assert!(err.is_empty(), "a closed pipe is no error to report: {err}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
 #[test]
 fn mimd_programs_are_separated_by_a_colon() {
     let out = metampi(&[

@@ -238,7 +238,10 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         .then(|| (Instant::now() + spec.join_timeout, spec.join_timeout));
     let failure = monitor.watch(deadline, spec.timeout.unwrap_or_default(), join);
     if let Some(failure) = &failure {
-        eprintln!("{WHO}: {failure}");
+        // `metampi run ... | head` ends as quietly as the pipeline's other programs.
+        if !matches!(failure, JobFailure::OutputClosed) {
+            eprintln!("{WHO}: {failure}");
+        }
         let first = match failure {
             JobFailure::Interrupted { signal } => *signal,
             _ => libc::SIGTERM,
@@ -297,6 +300,8 @@ enum Event {
     },
     Pmi(PmiEvent),
     Signal(i32),
+    /// The reader of the launcher's stdout has gone.
+    OutputClosed,
 }
 
 /// What starting one rank produced.
@@ -516,12 +521,20 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
         ),
     };
     if let Some(out) = child.stdout.take() {
+        // A closed stdout ends the job, as it ends a pipeline's other programs.
+        let closed: Option<stdio::OnClosed> = ctx.capture.is_none().then(|| {
+            let tx = ctx.events.clone();
+            Box::new(move || {
+                let _ = tx.send(Event::OutputClosed);
+            }) as stdio::OnClosed
+        });
         stdio::spawn_forwarder(
             format!("metampi-out-{rank}"),
             out,
             prefix.clone(),
             sinks.0,
             ctx.done.clone(),
+            closed,
         )
         .map_err(kill_and_reap)?;
         ctx.forwarders += 1;
@@ -533,6 +546,7 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
             prefix,
             sinks.1,
             ctx.done.clone(),
+            None,
         )
         .map_err(kill_and_reap)?;
         ctx.forwarders += 1;
@@ -845,6 +859,7 @@ impl Monitor<'_> {
                     }
                 }
                 Event::Signal(signal) => return Some(JobFailure::Interrupted { signal }),
+                Event::OutputClosed => return Some(JobFailure::OutputClosed),
             }
         }
         None
@@ -939,7 +954,7 @@ impl Monitor<'_> {
                     signal_groups(self.ids, libc::SIGKILL);
                     killed = true;
                 }
-                Event::Signal(_) | Event::Pmi(_) => {}
+                Event::Signal(_) | Event::Pmi(_) | Event::OutputClosed => {}
             }
         }
     }

@@ -179,6 +179,9 @@ pub enum JobFailure {
         /// The signal number.
         signal: i32,
     },
+    /// The reader of the launcher's stdout went (`metampi run ... | head`), and the
+    /// launcher stopped the job as a pipeline's program stops at `SIGPIPE`.
+    OutputClosed,
 }
 
 impl JobFailure {
@@ -194,6 +197,7 @@ impl JobFailure {
             JobFailure::NotJoined { ranks, .. } => ranks.first(),
             JobFailure::Timeout { .. }
             | JobFailure::Interrupted { .. }
+            | JobFailure::OutputClosed
             | JobFailure::HelperLeft { .. } => None,
         }
     }
@@ -218,6 +222,7 @@ impl JobFailure {
             | JobFailure::Vanished { .. }
             | JobFailure::HelperLeft { .. } => 1,
             JobFailure::Timeout { .. } | JobFailure::NotJoined { .. } => TIMEOUT_EXIT_CODE,
+            JobFailure::OutputClosed => 128 + libc::SIGPIPE,
         }
     }
 
@@ -310,6 +315,11 @@ impl fmt::Display for JobFailure {
                 f,
                 "received {}; stopping all ranks",
                 describe_signal(*signal)
+            ),
+            JobFailure::OutputClosed => write!(
+                f,
+                "its standard output was closed (the reading end of a pipe ended); stopping \
+                 all ranks"
             ),
         }
     }

@@ -40,15 +40,16 @@ pub(crate) enum Sink {
 }
 
 impl Sink {
-    fn write_lines(&self, bytes: &[u8]) {
-        // A closed terminal (`metampi run ... | head`) must not stop the draining, or ranks
-        // would block on a full pipe; so write errors are dropped.
+    /// Writes `bytes`; false where the launcher's stdout is a pipe whose reader has gone
+    /// (`metampi run ... | head`). Other write errors are dropped: the draining goes on
+    /// whatever happens to the output, or ranks would block on a full pipe.
+    fn write_lines(&self, bytes: &[u8]) -> bool {
         match self {
             Sink::Terminal(Stream::Stdout) => {
                 let stdout = io::stdout();
                 let mut lock = stdout.lock();
-                let _ = lock.write_all(bytes);
-                let _ = lock.flush();
+                let r = lock.write_all(bytes).and_then(|()| lock.flush());
+                return !matches!(r, Err(e) if e.kind() == io::ErrorKind::BrokenPipe);
             }
             Sink::Terminal(Stream::Stderr) => {
                 let _ = io::stderr().lock().write_all(bytes);
@@ -58,6 +59,7 @@ impl Sink {
                 .unwrap_or_else(PoisonError::into_inner)
                 .extend_from_slice(bytes),
         }
+        true
     }
 }
 
@@ -105,19 +107,24 @@ impl LineSplitter {
     }
 }
 
-/// Starts a thread forwarding `source` to `sink`; it reports on `done` when the pipe closes.
+/// What a forwarder calls, once, when the reader of the launcher's stdout has gone.
+pub(crate) type OnClosed = Box<dyn FnOnce() + Send>;
+
+/// Starts a thread forwarding `source` to `sink`; it reports on `done` when the pipe closes,
+/// and calls `closed` when the sink's reader has gone.
 pub(crate) fn spawn_forwarder(
     name: String,
     source: impl Read + Send + 'static,
     prefix: Vec<u8>,
     sink: Sink,
     done: Sender<()>,
+    closed: Option<OnClosed>,
 ) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name)
         .stack_size(IO_THREAD_STACK)
         .spawn(move || {
-            forward(source, LineSplitter::new(prefix), &sink);
+            forward(source, LineSplitter::new(prefix), &sink, closed);
             let _ = done.send(());
         })
 }
@@ -143,7 +150,7 @@ pub fn forward_lines(
     std::thread::Builder::new()
         .name(name)
         .stack_size(IO_THREAD_STACK)
-        .spawn(move || forward(source, LineSplitter::new(prefix), &sink))
+        .spawn(move || forward(source, LineSplitter::new(prefix), &sink, None))
 }
 
 /// Set to `1` for every rank of a job run with [`JobSpec::tag_output`](crate::JobSpec::tag_output),
@@ -166,15 +173,27 @@ pub(crate) fn output_stem(rank: usize) -> String {
     format!("rank.{rank}")
 }
 
-fn forward(mut source: impl Read, mut splitter: LineSplitter, sink: &Sink) {
+fn forward(
+    mut source: impl Read,
+    mut splitter: LineSplitter,
+    sink: &Sink,
+    mut closed: Option<OnClosed>,
+) {
     let mut buf = vec![0u8; READ_CHUNK];
+    let mut write = |bytes: &[u8]| {
+        if !sink.write_lines(bytes) {
+            if let Some(f) = closed.take() {
+                f();
+            }
+        }
+    };
     loop {
         match source.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 let lines = splitter.push(&buf[..n]);
                 if !lines.is_empty() {
-                    sink.write_lines(&lines);
+                    write(&lines);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -183,7 +202,7 @@ fn forward(mut source: impl Read, mut splitter: LineSplitter, sink: &Sink) {
     }
     let tail = splitter.finish();
     if !tail.is_empty() {
-        sink.write_lines(&tail);
+        write(&tail);
     }
 }
 
@@ -375,6 +394,7 @@ mod tests {
             b"[0] ".to_vec(),
             Sink::Capture(buffer.clone()),
             tx,
+            None,
         )
         .unwrap();
         handle.join().unwrap();
