@@ -45,10 +45,11 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -57,6 +58,16 @@ use crate::sys;
 
 /// Handshake context of the bootstrap connection.
 const PMI_CTX: &str = "metampi pmi";
+
+/// How long a connection may take to introduce itself (`HELLO` or `HELPER`, with `AUTH`
+/// first where the job has a secret) before the server closes it: a stranger cannot hold a
+/// connection, and its thread, for longer.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections not yet introduced that the server keeps open at once, at least; a job of
+/// many ranks gets twice its ranks and helpers, as they all connect at start-up.
+const STRANGERS_MIN: usize = 64;
+/// Least time between two log lines about refused connections.
+const REFUSAL_LOG_GAP: Duration = Duration::from_secs(10);
 
 /// A job's secret as the bootstrap exchange uses it: a rank proves it knows
 /// it with `AUTH` (the server's challenge) and an HMAC-SHA256 in `HELLO`, and
@@ -438,6 +449,17 @@ struct Shared {
     state: Mutex<State>,
     fence_done: Condvar,
     sink: EventSink,
+    /// Connections accepted that have not introduced themselves yet.
+    strangers: AtomicUsize,
+    /// [`HANDSHAKE_DEADLINE`], in milliseconds (tests shorten it).
+    handshake_ms: AtomicU64,
+}
+
+impl Shared {
+    /// How many connections that have not introduced themselves are kept open at once.
+    fn strangers_cap(&self) -> usize {
+        STRANGERS_MIN.max(2 * (self.size + self.helpers))
+    }
 }
 
 #[derive(Default)]
@@ -457,6 +479,10 @@ struct State {
     /// Clones of the helpers' streams, which get `END` at shutdown.
     helper_streams: Vec<Conn>,
     handlers: Vec<JoinHandle<()>>,
+    /// Connections refused because too many strangers were open, and when that was last logged
+    /// (with how many had been refused by then).
+    refused: u64,
+    refusals_logged: Option<(Instant, u64)>,
 }
 
 impl PmiServer {
@@ -530,6 +556,8 @@ impl PmiServer {
             fence_done: Condvar::new(),
             sink,
             key,
+            strangers: AtomicUsize::new(0),
+            handshake_ms: AtomicU64::new(HANDSHAKE_DEADLINE.as_millis() as u64),
         });
         let acceptor = {
             let shared = Arc::clone(&shared);
@@ -679,6 +707,43 @@ impl Conn {
             Conn::Unix(s) => s.shutdown(how),
         }
     }
+
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.set_read_timeout(t),
+            Conn::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    /// Who is at the other end, for a log line.
+    fn peer(&self) -> String {
+        match self {
+            Conn::Tcp(s) => s
+                .peer_addr()
+                .map_or_else(|_| "an unknown address".into(), |a| a.to_string()),
+            Conn::Unix(_) => "a local socket".into(),
+        }
+    }
+}
+
+/// The read half of a connection, which must have introduced itself by `until` (reads after
+/// that fail with `TimedOut`); `None` once it has.
+struct Deadline {
+    conn: Conn,
+    until: Option<Instant>,
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(until) = self.until {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            self.conn.set_read_timeout(Some(left))?;
+        }
+        self.conn.read(buf)
+    }
 }
 
 impl AsRawFd for Conn {
@@ -722,9 +787,26 @@ fn accept_loop(shared: &Arc<Shared>, incoming: impl Iterator<Item = io::Result<C
         if state.shutdown {
             return;
         }
+        // Threads of connections that ended are joined here, so that a stranger who comes
+        // and goes leaves nothing behind.
+        let mut k = 0;
+        while k < state.handlers.len() {
+            if state.handlers[k].is_finished() {
+                let _ = state.handlers.swap_remove(k).join();
+                state.streams.swap_remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        let cap = shared.strangers_cap();
+        if shared.strangers.load(Ordering::SeqCst) >= cap {
+            refuse(&mut state, &stream, cap, shared.job);
+            continue;
+        }
         let Ok(clone) = stream.try_clone() else {
             continue;
         };
+        shared.strangers.fetch_add(1, Ordering::SeqCst);
         let handler = {
             let shared = Arc::clone(shared);
             std::thread::Builder::new()
@@ -732,10 +814,36 @@ fn accept_loop(shared: &Arc<Shared>, incoming: impl Iterator<Item = io::Result<C
                 .stack_size(128 * 1024)
                 .spawn(move || serve(&shared, stream))
         };
-        if let Ok(handler) = handler {
-            state.streams.push(clone);
-            state.handlers.push(handler);
+        match handler {
+            Ok(handler) => {
+                state.streams.push(clone);
+                state.handlers.push(handler);
+            }
+            Err(_) => {
+                shared.strangers.fetch_sub(1, Ordering::SeqCst);
+            }
         }
+    }
+}
+
+/// Closes `stream`, accepted while `cap` connections that have not introduced themselves were
+/// open; counts it, and says so on stderr at most every [`REFUSAL_LOG_GAP`].
+fn refuse(state: &mut State, stream: &Conn, cap: usize, job: JobId) {
+    let _ = stream.shutdown(Shutdown::Both);
+    state.refused += 1;
+    let due = state
+        .refusals_logged
+        .is_none_or(|(at, _)| at.elapsed() >= REFUSAL_LOG_GAP);
+    if due {
+        let before = state.refusals_logged.map_or(0, |(_, n)| n);
+        eprintln!(
+            "metampi: the key-value server of job {job} refused a connection from {}: {cap} \
+             connections that have not introduced themselves are open ({} refused since the \
+             last report)",
+            stream.peer(),
+            state.refused - before
+        );
+        state.refusals_logged = Some((Instant::now(), state.refused));
     }
 }
 
@@ -743,7 +851,17 @@ fn accept_loop(shared: &Arc<Shared>, incoming: impl Iterator<Item = io::Result<C
 /// departure of the rank it belonged to, if it said `HELLO`.
 fn serve(shared: &Shared, stream: Conn) {
     let mut me: Option<Peer> = None;
+    // The server keeps a clone of every stream (for shutdown), so dropping ours would not
+    // close the connection: it is shut down here when serving it ends.
+    let closer = stream.try_clone().ok();
     serve_lines(shared, stream, &mut me);
+    if let Some(c) = closer {
+        let _ = c.shutdown(Shutdown::Both);
+    }
+    if me.is_none() {
+        // A stranger to the end (an introduction is counted where it happens).
+        shared.strangers.fetch_sub(1, Ordering::SeqCst);
+    }
     match me {
         Some(Peer::Rank(rank)) => (shared.sink)(PmiEvent::Left { rank }),
         Some(Peer::Helper(helper)) => (shared.sink)(PmiEvent::HelperLeft { helper }),
@@ -758,7 +876,11 @@ fn serve_lines(shared: &Shared, stream: Conn, me: &mut Option<Peer>) {
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
-    let mut reader = BufReader::new(read_half);
+    let handshake = Duration::from_millis(shared.handshake_ms.load(Ordering::Relaxed));
+    let mut reader = BufReader::new(Deadline {
+        conn: read_half,
+        until: Some(Instant::now() + handshake),
+    });
     let mut writer = stream;
     let mut challenge = None;
     let mut line = Vec::new();
@@ -790,6 +912,15 @@ fn serve_lines(shared: &Shared, stream: Conn, me: &mut Option<Peer>) {
         };
         if matches!(reply, Reply::Closed) {
             return;
+        }
+        if me.is_some() && reader.get_ref().until.is_some() {
+            // Introduced: no deadline from now on, and no longer a stranger.
+            shared.strangers.fetch_sub(1, Ordering::SeqCst);
+            let r = reader.get_mut();
+            r.until = None;
+            if r.conn.set_read_timeout(None).is_err() {
+                return;
+            }
         }
         if writer.write_all(reply.to_line().as_bytes()).is_err() {
             return;
@@ -1598,6 +1729,64 @@ mod tests {
         assert_eq!(say(&mut c, b"GET a\n"), "VAL b\n");
         assert!(server.rank_state(1).unwrap().connected);
         assert!(!server.rank_state(0).unwrap().connected);
+    }
+
+    /// Whether the server has closed `c`: a read sees the end within `within`.
+    fn closed_within(c: &mut TcpStream, within: Duration) -> bool {
+        c.set_read_timeout(Some(within)).unwrap();
+        let mut b = [0u8; 64];
+        matches!(c.read(&mut b), Ok(0)) || matches!(c.read(&mut b), Ok(0))
+    }
+
+    #[test]
+    fn a_silent_stranger_is_closed_at_the_handshake_deadline() {
+        let server = PmiServer::start(1, JOB).unwrap();
+        server.shared.handshake_ms.store(300, Ordering::Relaxed);
+        let t0 = Instant::now();
+        let mut silent = TcpStream::connect(server.addr()).unwrap();
+        // A few bytes, never a whole line, do not buy more time.
+        let mut slow = TcpStream::connect(server.addr()).unwrap();
+        slow.write_all(b"HEL").unwrap();
+        assert!(closed_within(&mut silent, Duration::from_secs(10)));
+        assert!(closed_within(&mut slow, Duration::from_secs(10)));
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        // A rank that introduces itself in time keeps its connection past the deadline.
+        let mut c = raw(server.addr());
+        assert_eq!(say(&mut c, b"HELLO 0123456789abcdef 0\n"), "OK\n");
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(say(&mut c, b"PUT a b\n"), "OK\n");
+        assert_eq!(server.shared.strangers.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn strangers_beyond_the_cap_are_refused_and_the_rest_expire() {
+        let server = PmiServer::start(1, JOB).unwrap();
+        server.shared.handshake_ms.store(4000, Ordering::Relaxed);
+        let cap = server.shared.strangers_cap();
+        let mut held: Vec<TcpStream> = (0..cap + 8)
+            .map(|_| TcpStream::connect(server.addr()).unwrap())
+            .collect();
+        // The acceptor has seen them all by then; the look at each is short, so that the
+        // ones kept are all still open while it goes on (within their deadline).
+        std::thread::sleep(Duration::from_millis(300));
+        let refused = held
+            .iter_mut()
+            .map(|c| closed_within(c, Duration::from_millis(10)))
+            .filter(|&closed| closed)
+            .count();
+        assert_eq!(refused, 8, "cap {cap}");
+        assert!(server.shared.strangers.load(Ordering::SeqCst) <= cap);
+        // Threads and descriptors stay bounded: the server holds one thread per stranger
+        // it kept, none for those it refused.
+        assert!(server.shared.lock().handlers.len() <= cap);
+        for c in &mut held {
+            assert!(closed_within(c, Duration::from_secs(10)));
+        }
+        // Once they expire, a rank gets in.
+        std::thread::sleep(Duration::from_millis(100));
+        let mut c = raw(server.addr());
+        assert_eq!(say(&mut c, b"HELLO 0123456789abcdef 0\n"), "OK\n");
+        assert_eq!(server.shared.lock().refused, 8);
     }
 
     #[test]
