@@ -143,7 +143,31 @@ mpi! {
         raw::put(new, h)
     }
     fn MPI_Comm_split_type / PMPI_Comm_split_type(comm: Handle, kind: c_int, key: c_int, info: Handle, new: *mut Handle) {
-        let c = state::intra(comm)?;
+        let c = state::comm(comm)?;
+        if let Some(ic) = &c.inter {
+            // An intercommunicator's members that share a machine (or a site) with members
+            // of the other group make one of their own.
+            let split = match kind {
+                UNDEFINED => ic.try_split_by_color_with_key(Color::undefined(), key)?,
+                COMM_TYPE_SHARED => ic.try_split_shared(key)?,
+                COMM_TYPE_METAMPI_SITE => {
+                    let me = state::my_world_rank() as i32;
+                    let site = metampi::topology::SimpleCommunicator::world().meta_host_of(me)?;
+                    ic.try_split_by_color_with_key(Color::with_value(site as c_int), key)?
+                }
+                k => {
+                    return Err(Fail::arg(format!(
+                        "split type {k} on an intercommunicator: metampi splits one by \
+                         MPI_COMM_TYPE_SHARED, MPI_COMM_TYPE_METAMPI_SITE or MPI_UNDEFINED"
+                    )))
+                }
+            };
+            let h = match split {
+                Some(s) => state::new_inter(s, c.errh.load(Ordering::Relaxed)),
+                None => COMM_NULL,
+            };
+            return raw::put(new, h);
+        }
         // The hardware resource an info names: metampi knows shared memory (a machine).
         let resource = match info {
             INFO_NULL => None,

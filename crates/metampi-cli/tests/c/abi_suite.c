@@ -384,6 +384,27 @@ static void comms(void) {
         rc = MPI_Scan(&rank, &other, 1, MPI_INT, MPI_SUM, ic);
         MPI_Error_class(rc, &cls);
         CHECK(cls == MPI_ERR_COMM, "scan on an intercommunicator is an error: %d", cls);
+        /* split by shared memory: the members of each side on this machine, or no
+           communicator where the other side has none here */
+        {
+            int odd[2] = {color, 1}, on_node[2];
+            MPI_Allreduce(odd, on_node, 2, MPI_INT, MPI_SUM, shm);
+            int mine_here = color ? on_node[0] : on_node[1] - on_node[0];
+            int theirs_here = on_node[1] - mine_here;
+            MPI_Comm ish = MPI_COMM_NULL, iund = MPI_COMM_NULL;
+            rc = MPI_Comm_split_type(ic, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &ish);
+            int ishi = 0, ishl = -1, ishr = -1;
+            if (ish != MPI_COMM_NULL) {
+                MPI_Comm_test_inter(ish, &ishi);
+                MPI_Comm_size(ish, &ishl);
+                MPI_Comm_remote_size(ish, &ishr);
+                MPI_Comm_free(&ish);
+            }
+            CHECK(rc == MPI_SUCCESS && (theirs_here == 0 ? ishl == -1 : ishi && ishl == mine_here && ishr == theirs_here),
+                  "split_type shared on an intercomm: rc %d sizes %d %d, expected %d %d", rc, ishl, ishr, mine_here, theirs_here);
+            rc = MPI_Comm_split_type(ic, MPI_UNDEFINED, rank, MPI_INFO_NULL, &iund);
+            CHECK(rc == MPI_SUCCESS && iund == MPI_COMM_NULL, "split_type undefined on an intercomm");
+        }
         MPI_Intercomm_merge(ic, color, &merged);
         int msize, mrank;
         MPI_Comm_size(merged, &msize);

@@ -187,6 +187,22 @@ impl InterCommunicator {
         }
     }
 
+    /// Splits by shared memory (`MPI_Comm_split_type` with `MPI_COMM_TYPE_SHARED`): an
+    /// intercommunicator between the members of each group that share this process's
+    /// machine, or `None` where the other group has none there. Collective over both
+    /// groups. A process of another world (a spawned one) shares memory with no one.
+    pub fn try_split_shared(&self, key: Key) -> Result<Option<InterCommunicator>, Error> {
+        let inner = &self.0 .0;
+        let sh = shared();
+        let me = sh.info.rank;
+        // The colour is the lowest engine rank on this machine, the same in both groups.
+        let color = match inner.node_of(me) {
+            Some(node) => sh.info.nodes.iter().position(|n| n == node).unwrap_or(me as usize),
+            None => me as usize,
+        };
+        self.try_split_by_color_with_key(Color(color as i32), key)
+    }
+
     /// As [`InterCommunicator::split_by_color_with_key`], with the error of a
     /// failed message (the same on every member of both groups).
     pub fn try_split_by_color_with_key(
