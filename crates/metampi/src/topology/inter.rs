@@ -197,7 +197,12 @@ impl InterCommunicator {
         let me = sh.info.rank;
         // The colour is the lowest engine rank on this machine, the same in both groups.
         let color = match inner.node_of(me) {
-            Some(node) => sh.info.nodes.iter().position(|n| n == node).unwrap_or(me as usize),
+            Some(node) => sh
+                .info
+                .nodes
+                .iter()
+                .position(|n| n == node)
+                .unwrap_or(me as usize),
             None => me as usize,
         };
         self.try_split_by_color_with_key(Color(color as i32), key)
