@@ -156,6 +156,30 @@ fn a_closed_stdout_ends_the_job() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
 }
 
+/// A low soft descriptor limit does not cap the job (the launcher raises it to the hard
+/// one); a hard limit too low for the ranks asked for is named before anything starts.
+#[test]
+fn the_descriptor_limit_is_raised_or_named() {
+    let exe = env!("CARGO_BIN_EXE_metampi");
+    let under = |limit: &str| {
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!("ulimit {limit} && exec \"$0\" run -n 30 sleep 1"))
+            .arg(exe)
+            .output()
+            .unwrap()
+    };
+    let soft = under("-Sn 64");
+    assert!(soft.status.success(), "{}", text(&soft.stderr));
+    let hard = under("-n 64");
+    assert_eq!(hard.status.code(), Some(1));
+    let err = text(&hard.stderr);
+    assert!(
+        err.contains("30 ranks need about") && err.contains("ulimit -Hn"),
+        "{err}"
+    );
+}
+
 #[test]
 fn mimd_programs_are_separated_by_a_colon() {
     let out = metampi(&[

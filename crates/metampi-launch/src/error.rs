@@ -10,6 +10,10 @@ use thiserror::Error;
 
 use crate::host::HostSpecError;
 
+/// Descriptors the launcher holds per rank (its output pipes, stdin and key-value connection),
+/// measured: 34 with 4 ranks, 106 with 16.
+pub const FDS_PER_RANK: u64 = 6;
+
 /// Why a job could not be validated or started.
 ///
 /// Every variant is found before any rank is spawned, except [`LaunchError::Spawn`] and
@@ -18,6 +22,23 @@ use crate::host::HostSpecError;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum LaunchError {
+    /// Even with the soft descriptor limit raised to the hard one, the launcher cannot hold
+    /// what the job's ranks need.
+    #[error(
+        "{ranks} ranks need about {need} open descriptors in the launcher ({FDS_PER_RANK} each), \
+         but its limit is {limit} even after raising the soft limit to the hard one: raise the \
+         hard limit (ulimit -Hn, or the nofile entry of /etc/security/limits.conf) or start \
+         fewer ranks here"
+    )]
+    TooFewDescriptors {
+        /// Ranks in the job.
+        ranks: usize,
+        /// Descriptors they need.
+        need: u64,
+        /// The limit there is.
+        limit: u64,
+    },
+
     /// The spec names no application at all.
     #[error("nothing to run: the job has no application")]
     NoApps,

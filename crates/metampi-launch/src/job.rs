@@ -50,6 +50,18 @@ const WHO: &str = "metampi run";
 /// [`JobOutcome::failure`] says why.
 pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
     let plan = spec.plan()?;
+    // Every rank costs the launcher descriptors; a low soft limit (ulimit -Sn 64 allows 8
+    // ranks) is raised to the hard one, and a job that needs more is refused up front.
+    if let Ok(limit) = sys::raise_fd_limit() {
+        let need = crate::error::FDS_PER_RANK * plan.size as u64 + 32;
+        if limit < need {
+            return Err(LaunchError::TooFewDescriptors {
+                ranks: plan.size,
+                need,
+                limit,
+            });
+        }
+    }
     let job = JobId::random();
     let (events_tx, events) = mpsc::channel::<Event>();
     let helpers = helpers(spec);

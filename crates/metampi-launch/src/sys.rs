@@ -31,6 +31,31 @@ pub(crate) fn kill_group(pgid: u32, signal: i32) -> io::Result<()> {
     }
 }
 
+/// Raises this process's soft limit on open descriptors to its hard limit (at most 2^20, as
+/// the kernel may refuse more); returns the soft limit it ends with.
+pub(crate) fn raise_fd_limit() -> io::Result<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct it is given, which lives on our stack.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let target = r.rlim_max.min(1 << 20);
+    if r.rlim_cur < target {
+        let want = libc::rlimit {
+            rlim_cur: target,
+            rlim_max: r.rlim_max,
+        };
+        // SAFETY: setrlimit only reads the struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            r.rlim_cur = target;
+        }
+    }
+    Ok(r.rlim_cur as u64)
+}
+
 /// Blocks until child `pid` ends and reaps it.
 pub(crate) fn wait_pid(pid: u32) -> io::Result<ExitStatus> {
     let pid =
