@@ -53,7 +53,7 @@ pub(crate) fn raise_fd_limit() -> io::Result<u64> {
             r.rlim_cur = target;
         }
     }
-    Ok(r.rlim_cur as u64)
+    Ok(r.rlim_cur)
 }
 
 /// Blocks until child `pid` ends and reaps it.
