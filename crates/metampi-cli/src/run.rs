@@ -46,6 +46,8 @@ the key-value server without calling finalize, or when the timeout expires or th
 SIGINT/SIGTERM/SIGHUP, one line on stderr names the cause (rank, pid, host, code or signal),
 the other ranks get SIGTERM and, two seconds later, SIGKILL. When the reader of this command's
 stdout goes (`metampi run ... | head`), the ranks are stopped the same way, without a word.
+The launcher holds about 6 descriptors per rank: it raises its soft limit on open files to the
+hard one, and refuses a job the hard limit cannot hold before starting any rank.
 
 Exit status: 0 when every rank succeeded; otherwise the failing rank's exit code, 128+N for a
 rank killed by signal N (or for signal N received by the launcher), the abort code (1 if it was
