@@ -21,6 +21,15 @@ fn world_ranks(c: &CommEntry) -> Vec<u32> {
     metampi::topology::Group::world_ranks(&g).to_vec()
 }
 
+/// The handle of a split of intercommunicator `c` (with `c`'s error handler), or
+/// `MPI_COMM_NULL` where this process got none.
+fn inter_handle(c: &CommEntry, split: Option<metampi::topology::InterCommunicator>) -> Handle {
+    match split {
+        Some(s) => state::new_inter(s, c.errh.load(Ordering::Relaxed)),
+        None => COMM_NULL,
+    }
+}
+
 /// A handle for `new` (a communicator made from `old`), with `old`'s error
 /// handler and, for duplicates, its attributes copied by their callbacks.
 pub fn register_child(
@@ -130,11 +139,7 @@ mpi! {
         }
         let col = if color == UNDEFINED { Color::undefined() } else { Color::with_value(color) };
         if let Some(ic) = &c.inter {
-            let h = match ic.try_split_by_color_with_key(col, key)? {
-                Some(s) => state::new_inter(s, c.errh.load(Ordering::Relaxed)),
-                None => COMM_NULL,
-            };
-            return raw::put(new, h);
+            return raw::put(new, inter_handle(&c, ic.try_split_by_color_with_key(col, key)?));
         }
         let h = match c.comm.split_by_color_with_key(col, key) {
             Some(s) => register_child(comm, &c, s, false)?,
@@ -162,11 +167,7 @@ mpi! {
                     )))
                 }
             };
-            let h = match split {
-                Some(s) => state::new_inter(s, c.errh.load(Ordering::Relaxed)),
-                None => COMM_NULL,
-            };
-            return raw::put(new, h);
+            return raw::put(new, inter_handle(&c, split));
         }
         // The hardware resource an info names: metampi knows shared memory (a machine).
         let resource = match info {

@@ -10,8 +10,8 @@ use thiserror::Error;
 
 use crate::host::HostSpecError;
 
-/// Descriptors the launcher holds per rank (its output pipes, stdin and key-value connection),
-/// measured: 34 with 4 ranks, 106 with 16.
+/// Descriptors the launcher holds per rank (its output pipes, stdin and key-value connection;
+/// counted in `bench/results/2026-11-29/strangers/launcher-fds.txt`).
 pub const FDS_PER_RANK: u64 = 6;
 
 /// Why a job could not be validated or started.

@@ -849,15 +849,17 @@ fn refuse(state: &mut State, stream: &Conn, cap: usize, job: JobId) {
 
 /// Serves one connection until it closes, errs, or the server shuts down; then reports the
 /// departure of the rank it belonged to, if it said `HELLO`.
-fn serve(shared: &Shared, stream: Conn) {
+fn serve(shared: &Shared, mut stream: Conn) {
     let mut me: Option<Peer> = None;
+    if let Conn::Tcp(s) = &stream {
+        let _ = s.set_nodelay(true);
+    }
+    if let Ok(read_half) = stream.try_clone() {
+        serve_lines(shared, read_half, &mut stream, &mut me);
+    }
     // The server keeps a clone of every stream (for shutdown), so dropping ours would not
     // close the connection: it is shut down here when serving it ends.
-    let closer = stream.try_clone().ok();
-    serve_lines(shared, stream, &mut me);
-    if let Some(c) = closer {
-        let _ = c.shutdown(Shutdown::Both);
-    }
+    let _ = stream.shutdown(Shutdown::Both);
     if me.is_none() {
         // A stranger to the end (an introduction is counted where it happens).
         shared.strangers.fetch_sub(1, Ordering::SeqCst);
@@ -869,19 +871,12 @@ fn serve(shared: &Shared, stream: Conn) {
     }
 }
 
-fn serve_lines(shared: &Shared, stream: Conn, me: &mut Option<Peer>) {
-    if let Conn::Tcp(s) = &stream {
-        let _ = s.set_nodelay(true);
-    }
-    let Ok(read_half) = stream.try_clone() else {
-        return;
-    };
+fn serve_lines(shared: &Shared, read_half: Conn, writer: &mut Conn, me: &mut Option<Peer>) {
     let handshake = Duration::from_millis(shared.handshake_ms.load(Ordering::Relaxed));
     let mut reader = BufReader::new(Deadline {
         conn: read_half,
         until: Some(Instant::now() + handshake),
     });
-    let mut writer = stream;
     let mut challenge = None;
     let mut line = Vec::new();
     loop {
@@ -907,7 +902,7 @@ fn serve_lines(shared: &Shared, stream: Conn, me: &mut Option<Peer>) {
             line.pop();
         }
         let reply = match std::str::from_utf8(&line) {
-            Ok(text) => handle(shared, me, &mut challenge, text, &writer),
+            Ok(text) => handle(shared, me, &mut challenge, text, writer),
             Err(_) => Reply::Err("request is not valid UTF-8".into()),
         };
         if matches!(reply, Reply::Closed) {
