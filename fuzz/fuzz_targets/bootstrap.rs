@@ -11,7 +11,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use metampi::router::{read_ready, RouterSpec};
+use metampi_launch::router_spec::{read_ready, RouterSpec};
 use metampi_launch::pmi::{JobId, PmiClient, PmiServer, Request};
 
 const JOB: JobId = JobId(0x0123_4567_89ab_cdef);

@@ -91,7 +91,7 @@ fn tls_warnings(cfg: &MetaConfig) -> Vec<String> {
         .filter(|l| l.options.tls != Tls::Off)
         .map(|l| format!("l{}", l.id))
         .collect();
-    if !tls_links.is_empty() && !metampi::router::tls::AVAILABLE {
+    if !tls_links.is_empty() && !metampi_launch::router_spec::TLS_AVAILABLE {
         out.push(format!(
             "this metampi was built without TLS (cargo feature `tls`); links {} ask for it",
             tls_links.join(" ")

@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => tracecmd::execute(args),
         Command::DemoRank => demo::rank_main(),
         Command::Router => {
-            if metampi::meta::run_router_from_env() {
+            if metampi_router::run_from_env() {
                 Ok(0)
             } else {
                 Err(anyhow::anyhow!(

@@ -264,11 +264,11 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             let every = Duration::from_secs_f64(secs);
             monitor = Some((dir, crate::links::link_names(&cfg), every));
         }
-        let opts = metampi::meta::StartOptions {
+        let opts = metampi_launch::meta::StartOptions {
             secret_file: cfg.globals.secret_file.clone(),
             ..router_options(&cfg, &layout, &host_env, &exe)
         };
-        let started = metampi::meta::start_with_options(
+        let started = metampi_launch::meta::start_with_options(
             &layout,
             &exe,
             &["router".into()],
@@ -535,18 +535,18 @@ pub fn abi_dir() -> Option<PathBuf> {
 /// How each router of a meta job starts: `P router`, where `P` is its PAIR header's executable,
 /// its meta host's `ROUTEREXEC` or `MPIROOT/bin/metampi`, else `exe` (the launcher's own
 /// metampi), with its meta host's `ENV` and `ENVFILE` variables (`host_env`, per meta host).
-/// `metampi::meta` gives each router only its own command and variables, whatever starts it.
+/// `metampi_launch::meta` gives each router only its own command and variables, whatever starts it.
 fn router_options(
     cfg: &metampi_config::MetaConfig,
     layout: &metampi_config::Layout,
     host_env: &[Vec<(String, String)>],
     exe: &OsStr,
-) -> metampi::meta::StartOptions {
-    metampi::meta::StartOptions {
+) -> metampi_launch::meta::StartOptions {
+    metampi_launch::meta::StartOptions {
         router_commands: layout
             .routers
             .iter()
-            .map(|r| metampi::meta::RouterCommand {
+            .map(|r| metampi_launch::meta::RouterCommand {
                 program: cfg.hosts[r.host].router_program(r.exec.as_deref(), exe),
                 args: vec!["router".into()],
             })

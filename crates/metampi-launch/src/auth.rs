@@ -28,6 +28,9 @@ use std::time::Duration;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+/// Handshake context of a rank's connection to its router.
+pub const VERTICAL_CTX: &str = "metampi rank-router";
+
 /// Bytes of a challenge.
 pub const NONCE: usize = 16;
 /// Bytes of a response.

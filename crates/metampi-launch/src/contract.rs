@@ -1,5 +1,5 @@
 //! The launcher-to-rank contract as typed values: what a launcher ([`run`](crate::run),
-//! `metampi::meta`, `MPI_Comm_spawn`) tells each rank through its environment, written with
+//! `metampi_launch::meta`, `MPI_Comm_spawn`) tells each rank through its environment, written with
 //! [`RankEnv::vars`] and [`SiteEnv::vars`] and read back, by the rank library, with
 //! [`Contract::parse`] only. A missing or malformed variable is a [`ContractError`] naming it.
 //!
@@ -176,7 +176,7 @@ pub struct RouterEndpoint {
     pub addr: String,
 }
 
-/// Where the ranks of a meta job are: written once per job by `metampi::meta`, the same for
+/// Where the ranks of a meta job are: written once per job by `metampi_launch::meta`, the same for
 /// every rank. Empty for a job on one site.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SiteEnv {

@@ -166,7 +166,7 @@ impl Ranks {
         body: impl FnOnce(&SimpleCommunicator),
     ) -> Option<metampi_launch::JobOutcome> {
         if metampi::knobs::text(CHILD_ENV).as_deref() == Some(test_name)
-            && metampi::meta::run_router_from_env()
+            && metampi_router::run_from_env()
         {
             return None;
         }
@@ -225,7 +225,7 @@ impl Ranks {
                 proxies.push(p);
                 Ok(a)
             };
-            let (routers, plan) = metampi::meta::start_with_dial(
+            let (routers, plan) = metampi_launch::meta::start_with_dial(
                 cfg.layout_ref(),
                 &exe_os,
                 &args,

@@ -11,14 +11,14 @@
 
 use crate::sys::ring::LINE;
 
-pub(crate) const ENV_LEN: usize = LINE;
+pub const ENV_LEN: usize = LINE;
 /// Payload bytes that fit inside the envelope itself.
-pub(crate) const INLINE_MAX: usize = 32;
+pub const INLINE_MAX: usize = 32;
 
 /// Envelope kinds. Values are wire values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// Payload follows (or is inline); completes the send at once.
     Eager = 1,
     /// Like `Eager`, but the receiver answers `SyncAck` when it matches.
@@ -56,12 +56,12 @@ impl Kind {
 }
 
 /// Flag: the payload sits inside the envelope.
-pub(crate) const F_INLINE: u8 = 1;
+pub const F_INLINE: u8 = 1;
 /// Flag: the typed payload is big-endian (receiver makes right).
-pub(crate) const F_BIG_ENDIAN: u8 = 2;
+pub const F_BIG_ENDIAN: u8 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Envelope {
+pub struct Envelope {
     pub kind: Kind,
     pub flags: u8,
     pub src: u32,
@@ -77,7 +77,7 @@ pub(crate) struct Envelope {
 }
 
 impl Envelope {
-    pub(crate) fn new(kind: Kind, src: u32, context: u32, tag: i32, len: u64) -> Envelope {
+    pub fn new(kind: Kind, src: u32, context: u32, tag: i32, len: u64) -> Envelope {
         Envelope {
             kind,
             flags: 0,
@@ -96,7 +96,7 @@ impl Envelope {
     /// Encodes the envelope. With `inline` the payload is stored in bytes 32..64
     /// instead of the request fields (only for `Eager`).
     #[inline(always)]
-    pub(crate) fn encode(&self, inline: Option<&[u8]>) -> [u8; ENV_LEN] {
+    pub fn encode(&self, inline: Option<&[u8]>) -> [u8; ENV_LEN] {
         let mut b = [0u8; ENV_LEN];
         b[0] = self.kind as u8;
         b[1] = self.flags;
@@ -123,7 +123,7 @@ impl Envelope {
 
     /// Decodes an envelope; `None` for an unknown kind or inconsistent fields.
     #[inline]
-    pub(crate) fn decode(b: &[u8]) -> Option<Envelope> {
+    pub fn decode(b: &[u8]) -> Option<Envelope> {
         if b.len() < ENV_LEN {
             return None;
         }
@@ -155,12 +155,12 @@ impl Envelope {
         })
     }
 
-    pub(crate) fn is_inline(&self) -> bool {
+    pub fn is_inline(&self) -> bool {
         self.flags & F_INLINE != 0
     }
 
     /// Bytes of payload that travel after this envelope on a stream or ring.
-    pub(crate) fn trailing_len(&self) -> usize {
+    pub fn trailing_len(&self) -> usize {
         match self.kind {
             Kind::Eager | Kind::EagerSync if !self.is_inline() => self.len as usize,
             Kind::Data => self.frag as usize,

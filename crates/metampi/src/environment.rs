@@ -244,7 +244,8 @@ pub struct Capabilities {
     pub asymmetric_fences: bool,
     /// CPUs this process may run on (affinity mask and any CPU quota).
     pub cpus: usize,
-    /// Router links can run TLS 1.3 (the `tls` feature).
+    /// The routers of this build can run TLS 1.3 links (`metampi-router`'s
+    /// `tls` feature).
     pub tls: bool,
     /// Compression codecs of router links.
     pub compression: Vec<&'static str>,
@@ -261,7 +262,7 @@ pub fn capabilities() -> Capabilities {
         ptrace_scope: crate::sys::cma::yama_scope(),
         asymmetric_fences: crate::sys::asymmetric_fences(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        tls: cfg!(feature = "tls"),
+        tls: metampi_launch::router_spec::TLS_AVAILABLE,
         compression: [
             ("lz4", metampi_wire::Compression::Lz4),
             ("zstd", metampi_wire::Compression::Zstd),

@@ -67,14 +67,48 @@ pub mod ffi {
 #[cfg(feature = "test-counters")]
 #[doc(hidden)]
 pub mod counters;
+/// Not an API: the pieces of the rank library that the router process
+/// (`metampi-router`) shares with it, so that both ends of a rank-router
+/// connection (shared-memory pipes, envelopes, waiting) have one
+/// implementation. Nothing here follows semver.
+#[doc(hidden)]
+pub mod for_router {
+    /// System calls and shared memory, as the router uses them.
+    pub mod sys {
+        /// Waiting on descriptors.
+        pub mod poll {
+            pub use crate::sys::poll::{
+                die_with_parent, keep_freed_memory, unacked_bytes, wait, Spinner, WaitCounts,
+            };
+        }
+        /// Cross-memory attach.
+        pub mod cma {
+            pub use crate::sys::cma::{let_peers_attach, turned_off};
+        }
+        /// Reading a descriptor into a growing buffer.
+        pub mod read {
+            pub use crate::sys::read::read_append;
+        }
+        /// Shared-memory byte pipes between ranks and their router.
+        pub mod vchan {
+            pub use crate::sys::vchan::{drain_bell, node_hash, Offer, VChan, OFFER_LEN};
+        }
+        pub use crate::sys::store_load_fence;
+    }
+    pub use crate::engine::stream::decode_head;
+    pub use crate::envelope::{Envelope, ENV_LEN};
+    /// This machine's name (`gethostname`).
+    pub fn hostname() -> String {
+        crate::environment::hostname()
+    }
+    pub use crate::trace::LinkLog;
+}
 mod error;
 mod hash;
-pub mod meta;
 #[allow(unsafe_code)]
 pub mod point_to_point;
 #[allow(unsafe_code)]
 pub mod request;
-pub mod router;
 #[allow(unsafe_code)]
 mod sys;
 #[allow(unsafe_code)]

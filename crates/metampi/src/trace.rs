@@ -418,7 +418,7 @@ pub const LINK_RECEIVED: u32 = 1 << 31;
 /// Frames of one router connection (to or from a peer router), appended to
 /// a shared file mapping: the router process is killed at the end of a job,
 /// and the kernel keeps what was written to the mapping.
-pub(crate) struct LinkLog {
+pub struct LinkLog {
     seg: crate::sys::shm::Segment,
     n: usize,
     dropped: u64,
@@ -428,7 +428,7 @@ pub(crate) struct LinkLog {
 impl LinkLog {
     /// A log for router `router`'s connection to (`outgoing`) or from peer
     /// router `peer`, or `None` when tracing is off or the file cannot be made.
-    pub(crate) fn open(router: usize, outgoing: bool, peer: usize) -> Option<LinkLog> {
+    pub fn open(router: usize, outgoing: bool, peer: usize) -> Option<LinkLog> {
         let dir = trace_dir()?;
         let side = if outgoing { "out" } else { "in" };
         let path = dir.join(format!("router-{router}-{side}-{peer}.trace"));
@@ -468,7 +468,7 @@ impl LinkLog {
     /// Records `bytes` written to (or, with `received`, read from) link
     /// `link_id` at `now`.
     #[inline]
-    pub(crate) fn record(&mut self, now: Instant, link_id: u32, bytes: usize, received: bool) {
+    pub fn record(&mut self, now: Instant, link_id: u32, bytes: usize, received: bool) {
         if self.n == LINK_RECORDS {
             self.dropped += 1;
             self.put(16, &self.dropped.to_le_bytes());

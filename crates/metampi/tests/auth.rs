@@ -7,8 +7,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use metampi::auth::VERTICAL_CTX;
 use metampi::auth::{self, Secret};
-use metampi::router::VERTICAL_CTX;
 use metampi::traits::*;
 use metampi_testkit::Ranks;
 

@@ -293,7 +293,7 @@ struct SearchArgs {
 
 fn main() -> ExitCode {
     // Routers of a meta job are this executable with their spec in the environment.
-    if metampi::meta::run_router_from_env() {
+    if metampi_router::run_from_env() {
         return ExitCode::SUCCESS;
     }
     let cli = Cli::parse();

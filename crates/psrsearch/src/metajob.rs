@@ -1,7 +1,7 @@
 //! Starting a program as a metampi job over a meta-computer description: routers between the
 //! meta hosts first, then the ranks (MetaMPICH's `mpirun -meta`). The program relaunches
 //! itself: routers are this executable with the router spec in their environment (its
-//! `main` must call [`metampi::meta::run_router_from_env`] first and exit when that returns
+//! `main` must call [`metampi_router::run_from_env`] first and exit when that returns
 //! `true`), ranks are this executable with the arguments given.
 //!
 //! [`demo_description`] is the embedded three-site metacomputer of `psrsearch demo`.
@@ -83,7 +83,8 @@ pub fn run(job: &MetaJob) -> Result<JobOutcome, MetaJobError> {
         Some(_) => Vec::new(),
         None => vec![(ROUTER_SPIN_ENV.into(), "0".into())],
     };
-    let (_routers, plan) = metampi::meta::start(&layout, &exe, &["router".into()], &router_env)?;
+    let (_routers, plan) =
+        metampi_launch::meta::start(&layout, &exe, &["router".into()], &router_env)?;
     let mut spec = JobSpec::new()
         .app(AppSpec::new(plan.world_size, exe).args(job.rank_args.clone()))
         .hosts(plan.hosts.clone())

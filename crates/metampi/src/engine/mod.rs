@@ -18,7 +18,7 @@ pub(crate) mod links;
 pub(crate) mod spin;
 #[allow(unsafe_code)]
 mod start;
-pub(crate) mod stream;
+pub mod stream;
 #[allow(unsafe_code)]
 mod wait;
 

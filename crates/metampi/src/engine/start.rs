@@ -660,7 +660,7 @@ impl RouterEnd<'_> {
     ) -> io::Result<(TcpStream, Option<crate::sys::vchan::VChan>)> {
         let mut s = TcpStream::connect(addr)
             .map_err(|e| other(format!("connecting to the router at {addr}: {e}")))?;
-        crate::auth::connect(&mut s, key, crate::router::VERTICAL_CTX, &id.to_le_bytes())
+        crate::auth::connect(&mut s, key, crate::auth::VERTICAL_CTX, &id.to_le_bytes())
             .map_err(|e| other(format!("authenticating with the router at {addr}: {e}")))?;
         let vchan = offer_pipes(&mut s, self.pipes, self.node, self.pipe_bytes).map_err(|e| {
             other(format!(

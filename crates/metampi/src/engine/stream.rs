@@ -93,7 +93,7 @@ impl FrameSink for Core {
 ///
 /// # Errors
 /// `InvalidData` for bytes that are no envelope.
-pub(crate) fn decode_head(bytes: &[u8]) -> io::Result<Option<Envelope>> {
+pub fn decode_head(bytes: &[u8]) -> io::Result<Option<Envelope>> {
     let Some(head) = bytes.get(..ENV_LEN) else {
         return Ok(None);
     };

@@ -9,7 +9,7 @@ use std::io;
 ///
 /// Safe to call with any `remote`: the kernel validates the remote range and
 /// returns `EFAULT` for a bad one; only `dst` (a valid `&mut [u8]`) is written here.
-pub(crate) fn read_from(pid: i32, remote: u64, dst: &mut [u8]) -> io::Result<()> {
+pub fn read_from(pid: i32, remote: u64, dst: &mut [u8]) -> io::Result<()> {
     transfer(pid, remote, dst.as_mut_ptr(), dst.len(), false)
 }
 
@@ -18,7 +18,7 @@ pub(crate) fn read_from(pid: i32, remote: u64, dst: &mut [u8]) -> io::Result<()>
 /// Only the other process's memory is written, and the kernel validates the
 /// range there (`EFAULT` for a bad one); what lands there is the caller's
 /// agreement with that process.
-pub(crate) fn write_to(pid: i32, remote: u64, src: &[u8]) -> io::Result<()> {
+pub fn write_to(pid: i32, remote: u64, src: &[u8]) -> io::Result<()> {
     transfer(pid, remote, src.as_ptr().cast_mut(), src.len(), true)
 }
 
@@ -164,7 +164,7 @@ fn direct(pid: i32, remote: u64, local: *mut u8, len: usize, write: bool) -> io:
 /// loaded: 0 classic (any process of the same user), 1 only ancestors and
 /// processes the target names (Debian's and Ubuntu's default), 2 only with
 /// `CAP_SYS_PTRACE`, 3 never.
-pub(crate) fn yama_scope() -> Option<u32> {
+pub fn yama_scope() -> Option<u32> {
     std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .ok()?
         .trim()
@@ -174,7 +174,7 @@ pub(crate) fn yama_scope() -> Option<u32> {
 
 /// Whether `METAMPI_NO_CMA` turns single-copy transfer off (`1`, `true`,
 /// `yes`, `on`), for ranks, routers and `metampi info` alike.
-pub(crate) fn turned_off() -> bool {
+pub fn turned_off() -> bool {
     crate::knobs::flag("METAMPI_NO_CMA", false)
 }
 
@@ -184,7 +184,7 @@ pub(crate) fn turned_off() -> bool {
 /// the launcher, not each other's ancestors, and copy each other's long
 /// messages with `process_vm_readv`. It grants nothing beyond what scope 0
 /// (and every kernel without Yama) allows; it fails harmlessly without Yama.
-pub(crate) fn let_peers_attach() {
+pub fn let_peers_attach() {
     #[cfg(target_os = "linux")]
     // SAFETY: prctl with integer arguments only; it changes a Yama setting of
     // this process and touches no memory of ours.
@@ -198,7 +198,7 @@ pub(crate) fn let_peers_attach() {
 /// exercises the kernel's permission check, except Yama's, which never
 /// refuses a process itself: at scope 3 nobody may attach, at scope 2 only
 /// a process with `CAP_SYS_PTRACE` (taken here to be root).
-pub(crate) fn available() -> bool {
+pub fn available() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !yama_permits(yama_scope(), root) {

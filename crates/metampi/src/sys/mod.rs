@@ -4,15 +4,15 @@
 //! Everything outside this module is safe code. Each item here documents the
 //! invariant its callers must keep.
 
-pub(crate) mod cma;
+pub mod cma;
 pub(crate) mod copy;
 pub(crate) mod cpus;
-pub(crate) mod poll;
+pub mod poll;
 pub(crate) mod rawbuf;
-pub(crate) mod read;
+pub mod read;
 pub(crate) mod ring;
 pub(crate) mod shm;
-pub(crate) mod vchan;
+pub mod vchan;
 
 /// The barrier a writer needs between publishing to shared memory (a ring
 /// record, freed ring space, a collective flag) and loading the reader's
@@ -89,7 +89,7 @@ fn asymmetric() -> bool {
 /// fraction of `mfence`, which `fence(SeqCst)` compiles to (Linux's
 /// `smp_mb` makes the same choice); elsewhere it is `fence(SeqCst)`.
 #[inline(always)]
-pub(crate) fn store_load_fence() {
+pub fn store_load_fence() {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: ors zero into the word at the stack pointer, which belongs to
     // this thread and keeps its value; the flags it changes are not declared

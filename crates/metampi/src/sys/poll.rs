@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 /// Waits until one of `fds` is ready (readable, or writable where `.1` is
 /// set) or the timeout passes. `EINTR` counts as a timeout.
-pub(crate) fn wait(fds: &[(RawFd, bool)], timeout: Duration) -> io::Result<()> {
+pub fn wait(fds: &[(RawFd, bool)], timeout: Duration) -> io::Result<()> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&(fd, w)| libc::pollfd {
@@ -29,7 +29,7 @@ pub(crate) fn wait(fds: &[(RawFd, bool)], timeout: Duration) -> io::Result<()> {
 
 /// Waits on prepared `pollfd`s with microsecond resolution (`ppoll(2)`),
 /// leaving `revents` filled in. `EINTR` counts as a timeout (no events).
-pub(crate) fn wait_fds(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
+pub fn wait_fds(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usize> {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -70,7 +70,7 @@ pub(crate) fn wait_fds(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Resu
 /// Busier than that, it blocks at once: a yielding spinner among many
 /// computing ranks shortens their time slices (a 3-site `psrsearch` on 2
 /// cores finished later, and its plans went wrong).
-pub(crate) struct Spinner {
+pub struct Spinner {
     /// Longest spin before one blocking wait; zero: never. Unless set, it
     /// learns as a rank's does (`engine::spin`): a wait that blocked and
     /// was ended by an event soon after raises it, a long one lowers it
@@ -85,15 +85,15 @@ pub(crate) struct Spinner {
     last_event: Option<Instant>,
     /// Waits so far, and how they ended: `spun` found work while spinning,
     /// `blocked` slept in the kernel (for `METAMPI_ROUTER_PROFILE`).
-    pub(crate) counts: WaitCounts,
+    pub counts: WaitCounts,
 }
 
 /// How a [`Spinner`]'s waits ended.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct WaitCounts {
-    pub(crate) waits: u64,
-    pub(crate) spun: u64,
-    pub(crate) blocked: u64,
+pub struct WaitCounts {
+    pub waits: u64,
+    pub spun: u64,
+    pub blocked: u64,
 }
 
 /// How recent the last event must be for a wait to spin first.
@@ -106,7 +106,7 @@ const LOAD_CHECK: Duration = Duration::from_millis(20);
 impl Spinner {
     /// From `var` (microseconds; `0` turns spinning off, a number forces it);
     /// unset: `auto_us`, hard where cores are spare and yielding elsewhere.
-    pub(crate) fn from_env(var: &str, auto_us: u64) -> Spinner {
+    pub fn from_env(var: &str, auto_us: u64) -> Spinner {
         let set = crate::knobs::number::<u64>(var);
         let budget = Duration::from_micros(set.unwrap_or(auto_us));
         Spinner {
@@ -148,7 +148,7 @@ impl Spinner {
     /// without a file descriptor (shared-memory pipes), and calling `arm(true)`
     /// before blocking (so writers know to ring) and `arm(false)` after.
     /// Returns 0 when `ready` ended it.
-    pub(crate) fn wait_or(
+    pub fn wait_or(
         &mut self,
         pfds: &mut [libc::pollfd],
         timeout: Duration,
@@ -232,7 +232,7 @@ fn load(loadavg: &str, cores: usize) -> Load {
 }
 
 /// The runnable threads in `/proc/loadavg` text, the reader included.
-pub(crate) fn runnable(loadavg: &str) -> Option<usize> {
+pub fn runnable(loadavg: &str) -> Option<usize> {
     loadavg
         .split_whitespace()
         .nth(3)
@@ -241,7 +241,7 @@ pub(crate) fn runnable(loadavg: &str) -> Option<usize> {
 }
 
 /// Sets a socket's send and receive buffer sizes (`SO_SNDBUF`/`SO_RCVBUF`).
-pub(crate) fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
+pub fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
     let v: libc::c_int = bytes.min(i32::MAX as usize) as libc::c_int;
     for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
         // SAFETY: `v` is a live c_int and its size is passed; the kernel only reads it.
@@ -263,7 +263,7 @@ pub(crate) fn set_socket_buffers(fd: RawFd, bytes: usize) -> io::Result<()> {
 
 /// Bytes written to a TCP socket that its peer's kernel has not acknowledged
 /// yet (`SIOCOUTQ`): while there are any, the connection is still delivering.
-pub(crate) fn unacked_bytes(fd: RawFd) -> io::Result<usize> {
+pub fn unacked_bytes(fd: RawFd) -> io::Result<usize> {
     let mut n: libc::c_int = 0;
     // SAFETY: TIOCOUTQ (SIOCOUTQ on a socket) writes one c_int to the live `n`.
     let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
@@ -275,7 +275,7 @@ pub(crate) fn unacked_bytes(fd: RawFd) -> io::Result<usize> {
 
 /// Asks the kernel to kill this process when its parent exits, so routers
 /// started by a launcher never outlive it.
-pub(crate) fn die_with_parent() {
+pub fn die_with_parent() {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and has no memory effects.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -286,7 +286,7 @@ pub(crate) fn die_with_parent() {
 /// the kernel: a router allocates and frees megabyte frames continuously, and
 /// fresh pages cost a fault and a clear each (a quarter of a router's time,
 /// measured with perf).
-pub(crate) fn keep_freed_memory() {
+pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only adjusts allocator tunables; called before the
     // router starts its threads.

@@ -9,7 +9,7 @@ use bytes::BytesMut;
 /// many came (`Ok(0)` at the end of the stream). Unlike `resize` + `read`,
 /// nothing is written before the kernel writes: zeroing a 256 KiB chunk per
 /// read cost a router more than a tenth of its time while streaming.
-pub(crate) fn read_append(src: &impl AsRawFd, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+pub fn read_append(src: &impl AsRawFd, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
     buf.reserve(max);
     let spare = buf.spare_capacity_mut();
     let n = max.min(spare.len());

@@ -61,14 +61,14 @@ const LOAN_REC: usize = REC + 8;
 const PIPE_CTL: usize = 128;
 /// Bytes of the offer a rank sends after its hello: magic, log2 of the pipe
 /// size, its node's hash, the token naming the segment (all zero: no offer).
-pub(crate) const OFFER_LEN: usize = 32;
+pub const OFFER_LEN: usize = 32;
 /// Pipe sizes a router accepts.
 const MIN_CAP: usize = 4 << 10;
 const MAX_CAP: usize = 64 << 20;
 
 /// What a rank proposes to its router.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Offer {
+pub struct Offer {
     pub node: u64,
     pub token: [u8; 16],
     pub cap: usize,
@@ -76,13 +76,13 @@ pub(crate) struct Offer {
 
 impl Offer {
     /// The offer that proposes nothing (the rank keeps TCP).
-    pub(crate) fn none() -> [u8; OFFER_LEN] {
+    pub fn none() -> [u8; OFFER_LEN] {
         let mut b = [0u8; OFFER_LEN];
         b[..4].copy_from_slice(OFFER_MAGIC);
         b
     }
 
-    pub(crate) fn encode(&self) -> [u8; OFFER_LEN] {
+    pub fn encode(&self) -> [u8; OFFER_LEN] {
         let mut b = Self::none();
         b[4] = self.cap.trailing_zeros() as u8;
         b[8..16].copy_from_slice(&self.node.to_le_bytes());
@@ -91,7 +91,7 @@ impl Offer {
     }
 
     /// `Err` for bytes that are not an offer at all; `Ok(None)` for "no offer".
-    pub(crate) fn decode(b: &[u8]) -> Result<Option<Offer>, String> {
+    pub fn decode(b: &[u8]) -> Result<Option<Offer>, String> {
         if b.len() != OFFER_LEN || &b[..4] != OFFER_MAGIC {
             return Err("the rank's channel offer is malformed".into());
         }
@@ -117,7 +117,7 @@ impl Offer {
 }
 
 /// A name's hash, to tell whether a router runs on the rank's (emulated) node.
-pub(crate) fn node_hash(name: &str) -> u64 {
+pub fn node_hash(name: &str) -> u64 {
     crate::hash::fnv1a(name.bytes())
 }
 
@@ -257,7 +257,7 @@ enum Side {
 }
 
 /// One end of a vertical channel.
-pub(crate) struct VChan {
+pub struct VChan {
     seg: Segment,
     tx: End,
     rx: End,
@@ -292,7 +292,7 @@ impl VChan {
     /// The rank's side: a new segment for a router on node `node` (a hash),
     /// with pipes of `cap` bytes (a power of two). The file stays until
     /// [`VChan::unlink`], after the router's answer.
-    pub(crate) fn create(node: u64, cap: usize) -> io::Result<(VChan, Offer)> {
+    pub fn create(node: u64, cap: usize) -> io::Result<(VChan, Offer)> {
         let cap = cap.clamp(MIN_CAP, MAX_CAP).next_power_of_two();
         let offer = Offer {
             node,
@@ -311,7 +311,7 @@ impl VChan {
 
     /// The router's side: maps the segment an offer names, checks that it is
     /// the rank's, and removes its name.
-    pub(crate) fn open(offer: &Offer) -> io::Result<VChan> {
+    pub fn open(offer: &Offer) -> io::Result<VChan> {
         let path = offer.path();
         let seg = Segment::open(&path, Self::len(offer.cap))?;
         // SAFETY: the mapping is at least HEADER bytes long (checked by `open`).
@@ -335,7 +335,7 @@ impl VChan {
     /// The rank's side, once the router took the offer: may we read the
     /// router's memory (loans; `allowed`: we want them)? Says so to the
     /// router either way.
-    pub(crate) fn probe_loans(&mut self, allowed: bool) -> bool {
+    pub fn probe_loans(&mut self, allowed: bool) -> bool {
         let pid = self.word32(LOAN_PID).load(Ordering::Acquire) as i32;
         let at = self.word64(LOAN_PROBE).load(Ordering::Acquire);
         let mut got = [0u8; 16];
@@ -348,20 +348,20 @@ impl VChan {
     }
 
     /// The router's side: whether the rank takes loans.
-    pub(crate) fn lending(&self) -> bool {
+    pub fn lending(&self) -> bool {
         self.word32(LOAN_OK).load(Ordering::Acquire) == 1
     }
 
     /// The router's side: loans the rank has finished with (they are
     /// returned in the order they were made).
-    pub(crate) fn returned(&self) -> u64 {
+    pub fn returned(&self) -> u64 {
         self.word64(RETURNED).load(Ordering::Acquire)
     }
 
     /// The router's side: lends `len` bytes at `addr` (they must stay there
     /// until [`VChan::returned`] counts this loan). False when the pipe has
     /// no room for the record.
-    pub(crate) fn lend(&mut self, addr: u64, len: usize) -> bool {
+    pub fn lend(&mut self, addr: u64, len: usize) -> bool {
         let mut rec = [0u8; LOAN_REC];
         rec[..4].copy_from_slice(&(len as u32).to_le_bytes());
         rec[4..8].copy_from_slice(&REC_LOAN.to_le_bytes());
@@ -407,7 +407,7 @@ impl VChan {
     }
 
     /// Removes the segment's name (the mappings stay).
-    pub(crate) fn unlink(&self) {
+    pub fn unlink(&self) {
         self.seg.unlink();
     }
 
@@ -424,7 +424,7 @@ impl VChan {
 
     /// Copies as much of `bufs` as fits into the outgoing pipe (the
     /// router's, as one bytes record).
-    pub(crate) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> usize {
+    pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> usize {
         if self.side == Side::Rank {
             return self.tx.write(bufs);
         }
@@ -549,24 +549,24 @@ impl VChan {
 
     /// Bytes waiting in the incoming pipe (without updating the cached
     /// position, so that shared references can look).
-    pub(crate) fn peek_readable(&self) -> usize {
+    pub fn peek_readable(&self) -> usize {
         (self.rx.ctl().tail.0.load(Ordering::Acquire) - self.rx.mine) as usize
     }
 
     /// Room in the outgoing pipe, likewise.
-    pub(crate) fn peek_writable(&self) -> usize {
+    pub fn peek_writable(&self) -> usize {
         self.tx.cap - (self.tx.mine - self.tx.ctl().head.0.load(Ordering::Acquire)) as usize
     }
 
     /// Copies up to `dst.len()` bytes from the incoming pipe. An error only
     /// where the rank cannot copy a loan (the router is gone).
-    pub(crate) fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+    pub fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         // SAFETY: `dst` is valid for writes of its length.
         unsafe { self.read_raw(dst.as_mut_ptr(), dst.len()) }
     }
 
     /// Appends up to `max` bytes from the incoming pipe to `buf`.
-    pub(crate) fn read_append(&mut self, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+    pub fn read_append(&mut self, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
         buf.reserve(max);
         let spare = buf.spare_capacity_mut();
         let n = max.min(spare.len());
@@ -585,12 +585,12 @@ impl VChan {
     /// cheap `publish_fence` of every writer it may sleep on, the router's
     /// `notify` among them); a router with [`super::store_load_fence`], since
     /// ranks `notify` it with a full barrier.
-    pub(crate) fn arm(&self, on: bool) {
+    pub fn arm(&self, on: bool) {
         self.flag(self.side).store(u32::from(on), Ordering::SeqCst);
     }
 
     /// After writing data or freeing room: wakes the other side if it sleeps.
-    pub(crate) fn notify(&self, bell: &TcpStream) {
+    pub fn notify(&self, bell: &TcpStream) {
         let peer = match self.side {
             Side::Rank => Side::Router,
             Side::Router => Side::Rank,
@@ -615,7 +615,7 @@ impl VChan {
 
 /// Reads the wake-up bytes waiting on a channel's connection; `false` once
 /// the other side has closed it.
-pub(crate) fn drain_bell(bell: &TcpStream) -> io::Result<bool> {
+pub fn drain_bell(bell: &TcpStream) -> io::Result<bool> {
     let mut b = [0u8; 64];
     let mut s = bell;
     loop {

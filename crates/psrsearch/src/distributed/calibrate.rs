@@ -90,7 +90,7 @@ pub(crate) fn sibling_routers() -> Vec<u32> {
     let Some(mine) = parent(std::process::id()) else {
         return Vec::new();
     };
-    let marker = format!("{}=", metampi::meta::ROUTER_SPEC_ENV);
+    let marker = format!("{}=", metampi_launch::meta::ROUTER_SPEC_ENV);
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

@@ -42,7 +42,7 @@ pub(super) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
         let cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4);
-        crate::knobs::flag("METAMPI_ROUTER_WRITER", cores)
+        metampi::knobs::flag("METAMPI_ROUTER_WRITER", cores)
     })
 }
 
@@ -187,7 +187,10 @@ fn write_frame(
             Ok(k) => done += k,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 // Room, or bytes to read, or a timeout to look again.
-                crate::sys::poll::wait(&[(s.as_raw_fd(), true)], Duration::from_millis(100))?;
+                metampi::for_router::sys::poll::wait(
+                    &[(s.as_raw_fd(), true)],
+                    Duration::from_millis(100),
+                )?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

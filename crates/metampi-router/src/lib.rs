@@ -26,9 +26,16 @@
 //! peer connection stops the router reading from ranks, and a full queue
 //! towards ranks stops it taking messages from links, whose credit then
 //! holds the sending router back.
+//!
+//! A router is this crate's [`run`], in a process of its own: `metampi run`
+//! (and any program that calls [`run_from_env`] first, as the test kit and
+//! `psrsearch` do) becomes one when the launcher
+//! (`metampi_launch::meta`) sets `METAMPI_ROUTER_SPEC`.
+
+#![deny(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, BufRead, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixDatagram;
@@ -42,359 +49,18 @@ use metampi_wire::{
     AutoMode, Bundle, Compression, Config, Event, Message as WireMessage, SendError, Transmit,
 };
 
-use crate::auth;
-use crate::envelope::{Envelope, ENV_LEN};
-use crate::sys::vchan::{Offer, VChan, OFFER_LEN};
+use metampi::auth;
+use metampi::auth::VERTICAL_CTX;
+use metampi::for_router::sys;
+use metampi::for_router::{Envelope, ENV_LEN};
+pub use metampi_launch::router_spec::{
+    read_ready, Identity, LinkTls, OutLink, PeerCheck, RouterSpec, COMPRESSIONS,
+};
+use sys::vchan::{Offer, VChan, OFFER_LEN};
 
 mod reader;
 pub mod tls;
 mod writer;
-
-pub use tls::{Identity, LinkTls, PeerCheck};
-
-/// One outgoing link of a router.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OutLink {
-    /// `host:port` of the peer router's listener.
-    pub addr: String,
-    /// Emulated bandwidth in bytes per second.
-    pub bytes_per_sec: Option<u64>,
-    /// Emulated one-way latency.
-    pub latency: Option<Duration>,
-    /// `off`, `lz4`, `zstd` or `auto`.
-    pub compression: String,
-    /// Link id from the layout (names its statistics files at both ends).
-    pub link_id: u32,
-    /// The router at the other end: links to the same peer router form one
-    /// striped connection.
-    pub peer: usize,
-    /// TLS on this link (`None`: plain TCP).
-    pub tls: Option<LinkTls>,
-    /// Frame checksums cover the payload (`CHECKSUM`); where the links to one
-    /// peer router disagree, it is checked.
-    pub checksum: bool,
-}
-
-/// What a router needs to know: written by the meta launcher as one line.
-///
-/// No key material travels in it: `TLS = auto` keys are derived from the
-/// job secret (which reaches the router as before), and `TLS = on` names the
-/// meta hosts' files, which the router reads.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RouterSpec {
-    pub id: usize,
-    /// Where local ranks connect (`127.0.0.1:0` picks a free port).
-    pub vertical: String,
-    /// Where the peer site's routers connect.
-    pub listen: Vec<String>,
-    /// Per entry of `listen`: the TLS a link arriving there must speak
-    /// (`None`, and every entry when the list is empty: plain TCP).
-    pub listen_tls: Vec<Option<LinkTls>>,
-    pub out: Vec<OutLink>,
-    /// The TLS identities its links present ([`LinkTls::identity`]).
-    pub identities: Vec<Identity>,
-    /// Why this router cannot run, found by the launcher (TLS links in a
-    /// build without the `tls` feature): the router reports it and exits.
-    pub error: Option<String>,
-    /// The node it runs on, as its ranks' `METAMPI_NODE` names it (`None`:
-    /// this machine's host name). Ranks on the same node talk to it through
-    /// shared memory.
-    pub node: Option<String>,
-}
-
-/// Percent-encodes all but unreserved characters, so that paths and messages
-/// fit between the spec's separators (`;` `=` `,` `/` `|`).
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn decode(text: &str) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad escape in `{text}`"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("`{text}` is not UTF-8"))
-}
-
-fn hex32(b: &[u8; 32]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex32(text: &str) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    if text.len() != 64 {
-        return None;
-    }
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
-/// `IDENTITY|auto|ROUTER`, `IDENTITY|NAME|CA|PIN+PIN`, or `-` for a plain link.
-fn tls_to_text(t: Option<&LinkTls>) -> String {
-    let Some(t) = t else {
-        return "-".into();
-    };
-    match &t.peer {
-        PeerCheck::Auto { router } => format!("{}|auto|{router}", t.identity),
-        PeerCheck::Certificate { name, ca, pins } => {
-            let pins: Vec<String> = pins.iter().map(hex32).collect();
-            format!(
-                "{}|{}|{}|{}",
-                t.identity,
-                encode(name),
-                ca.as_deref().map(encode).unwrap_or_default(),
-                pins.join("+")
-            )
-        }
-    }
-}
-
-fn tls_from_text(text: &str) -> Result<Option<LinkTls>, String> {
-    if text == "-" {
-        return Ok(None);
-    }
-    let parts: Vec<&str> = text.split('|').collect();
-    let identity = parts
-        .first()
-        .and_then(|i| i.parse().ok())
-        .ok_or_else(|| format!("bad TLS identity in `{text}`"))?;
-    let peer = match parts[1..] {
-        ["auto", router] => PeerCheck::Auto {
-            router: router
-                .parse()
-                .map_err(|_| format!("bad peer router in `{text}`"))?,
-        },
-        [name, ca, pins] => PeerCheck::Certificate {
-            name: decode(name)?,
-            ca: if ca.is_empty() {
-                None
-            } else {
-                Some(decode(ca)?)
-            },
-            pins: pins
-                .split('+')
-                .filter(|p| !p.is_empty())
-                .map(|p| unhex32(p).ok_or_else(|| format!("bad pin in `{text}`")))
-                .collect::<Result<_, _>>()?,
-        },
-        _ => return Err(format!("bad TLS setting `{text}`")),
-    };
-    Ok(Some(LinkTls { identity, peer }))
-}
-
-impl RouterSpec {
-    /// `id=3;vertical=127.0.0.1:0;listen=a:1,b:2;out=host:port/BPS/LATUS/COMPRESSION/LINKID/PEER[/TLS],...`,
-    /// and with TLS `;listentls=TLS,...;ids=ID,...`, where a
-    /// link's TLS is `-` (plain) or `IDENTITY|NAME|CA|PIN+PIN` (text
-    /// percent-encoded, pins in hex) or `IDENTITY|auto|ROUTER`, and an
-    /// identity is `auto` or `CERT|KEY`. A plain job's line is what it was
-    /// before TLS existed. `;nocrc=I,...` lists (by their place in `out`) the
-    /// links whose frames leave the payload out of their checksum.
-    pub fn to_line(&self) -> String {
-        let out: Vec<String> = self
-            .out
-            .iter()
-            .map(|o| {
-                let mut e = format!(
-                    "{}/{}/{}/{}/{}/{}",
-                    o.addr,
-                    o.bytes_per_sec.unwrap_or(0),
-                    o.latency.map_or(0, |l| l.as_micros()),
-                    o.compression,
-                    o.link_id,
-                    o.peer
-                );
-                if o.tls.is_some() {
-                    e.push('/');
-                    e.push_str(&tls_to_text(o.tls.as_ref()));
-                }
-                e
-            })
-            .collect();
-        let mut line = format!(
-            "id={};vertical={};listen={};out={}",
-            self.id,
-            self.vertical,
-            self.listen.join(","),
-            out.join(",")
-        );
-        if self.listen_tls.iter().any(Option::is_some) {
-            let l: Vec<String> = self
-                .listen_tls
-                .iter()
-                .map(|t| tls_to_text(t.as_ref()))
-                .collect();
-            line.push_str(&format!(";listentls={}", l.join(",")));
-        }
-        if !self.identities.is_empty() {
-            let ids: Vec<String> = self
-                .identities
-                .iter()
-                .map(|i| match i {
-                    Identity::Auto => "auto".to_string(),
-                    Identity::Files { cert, key } => format!("{}|{}", encode(cert), encode(key)),
-                })
-                .collect();
-            line.push_str(&format!(";ids={}", ids.join(",")));
-        }
-        if let Some(e) = &self.error {
-            line.push_str(&format!(";error={}", encode(e)));
-        }
-        if let Some(n) = &self.node {
-            line.push_str(&format!(";node={}", encode(n)));
-        }
-        let unchecked: Vec<String> = (0..self.out.len())
-            .filter(|&i| !self.out[i].checksum)
-            .map(|i| i.to_string())
-            .collect();
-        if !unchecked.is_empty() {
-            line.push_str(&format!(";nocrc={}", unchecked.join(",")));
-        }
-        line
-    }
-
-    /// Parses [`RouterSpec::to_line`].
-    pub fn parse(line: &str) -> Result<RouterSpec, String> {
-        let mut spec = RouterSpec {
-            id: 0,
-            vertical: "127.0.0.1:0".into(),
-            listen: Vec::new(),
-            listen_tls: Vec::new(),
-            out: Vec::new(),
-            identities: Vec::new(),
-            error: None,
-            node: None,
-        };
-        let mut nocrc = Vec::new();
-        let list = |v: &str| -> Vec<String> {
-            v.split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect()
-        };
-        for field in line.trim().split(';') {
-            let (k, v) = field
-                .split_once('=')
-                .ok_or_else(|| format!("router spec field `{field}` has no `=`"))?;
-            match k {
-                "id" => spec.id = v.parse().map_err(|_| format!("bad router id `{v}`"))?,
-                "vertical" => spec.vertical = v.to_string(),
-                "node" => spec.node = Some(decode(v)?),
-                "listen" => spec.listen = list(v),
-                "listentls" => {
-                    spec.listen_tls = list(v)
-                        .iter()
-                        .map(|t| tls_from_text(t))
-                        .collect::<Result<_, _>>()?;
-                }
-                "ids" => {
-                    for i in list(v) {
-                        let parts: Vec<&str> = i.split('|').collect();
-                        spec.identities.push(match parts[..] {
-                            ["auto"] => Identity::Auto,
-                            [cert, key] => Identity::Files {
-                                cert: decode(cert)?,
-                                key: decode(key)?,
-                            },
-                            _ => return Err(format!("bad TLS identity `{i}`")),
-                        });
-                    }
-                }
-                "error" => spec.error = Some(decode(v)?),
-                "nocrc" => {
-                    for i in list(v) {
-                        nocrc.push(
-                            i.parse::<usize>()
-                                .map_err(|_| format!("bad link index `{i}` in nocrc"))?,
-                        );
-                    }
-                }
-                "out" => {
-                    for o in list(v) {
-                        let parts: Vec<&str> = o.split('/').collect();
-                        let (addr, bps, lat, comp, id, peer, tls) = match parts[..] {
-                            [a, b, l, c, i, p] => (a, b, l, c, i, p, None),
-                            [a, b, l, c, i, p, t] => (a, b, l, c, i, p, tls_from_text(t)?),
-                            _ => {
-                                return Err(format!(
-                                    "bad link `{o}` (expected addr/bytes_per_sec/latency_us/compression/id/peer[/tls])"
-                                ))
-                            }
-                        };
-                        let peer: usize = peer
-                            .parse()
-                            .map_err(|_| format!("bad peer router in `{o}`"))?;
-                        if parse_compression(comp).is_none() {
-                            return Err(format!("bad compression `{comp}` in `{o}`"));
-                        }
-                        let link_id: u32 =
-                            id.parse().map_err(|_| format!("bad link id in `{o}`"))?;
-                        let bps: u64 =
-                            bps.parse().map_err(|_| format!("bad bandwidth in `{o}`"))?;
-                        let lat: u64 = lat.parse().map_err(|_| format!("bad latency in `{o}`"))?;
-                        spec.out.push(OutLink {
-                            addr: addr.to_string(),
-                            bytes_per_sec: (bps > 0).then_some(bps),
-                            latency: (lat > 0).then(|| Duration::from_micros(lat)),
-                            compression: comp.to_string(),
-                            link_id,
-                            peer,
-                            tls,
-                            checksum: true,
-                        });
-                    }
-                }
-                other => return Err(format!("unknown router spec field `{other}`")),
-            }
-        }
-        if spec.out.is_empty() {
-            return Err("a router needs at least one outgoing link".into());
-        }
-        for i in nocrc {
-            spec.out
-                .get_mut(i)
-                .ok_or_else(|| format!("nocrc names link {i}, which is not in the spec"))?
-                .checksum = false;
-        }
-        if spec.listen_tls.len() > spec.listen.len() {
-            return Err("more listener TLS settings than listeners".into());
-        }
-        let ids = spec.identities.len();
-        let named = spec
-            .out
-            .iter()
-            .filter_map(|o| o.tls.as_ref())
-            .chain(spec.listen_tls.iter().flatten());
-        for t in named {
-            if t.identity >= ids {
-                return Err(format!("TLS identity {} is not in the spec", t.identity));
-            }
-        }
-        Ok(spec)
-    }
-}
 
 fn parse_compression(s: &str) -> Option<Compression> {
     Some(match s {
@@ -453,7 +119,7 @@ fn wire_config(id: u32, compression: Compression, slow: bool, checksum: bool) ->
 /// (`METAMPI_LINK_TIMEOUT`, seconds; default 10). A connection whose links
 /// are all given up ends the router, and with it the job.
 fn link_timeout() -> Duration {
-    crate::knobs::seconds("METAMPI_LINK_TIMEOUT")
+    metampi::knobs::seconds("METAMPI_LINK_TIMEOUT")
         .map_or(Duration::from_secs(10), Duration::from_secs_f64)
 }
 
@@ -653,7 +319,7 @@ fn lost_since(t: Option<std::time::SystemTime>) -> String {
 
 /// Where a link's statistics are written while the job runs.
 fn stats_path(router: usize, link: u32, side: &str) -> Option<std::path::PathBuf> {
-    let dir = crate::knobs::os("METAMPI_ROUTER_STATS")?;
+    let dir = metampi::knobs::os("METAMPI_ROUTER_STATS")?;
     Some(std::path::PathBuf::from(dir).join(format!("router-{router}-link-{link}-{side}.json")))
 }
 
@@ -730,7 +396,7 @@ impl WireConn {
     fn delivering(&self) -> bool {
         !self.shaper.queue.is_empty()
             || self.writer.as_ref().is_some_and(writer::Writer::busy)
-            || crate::sys::poll::unacked_bytes(self.stream.as_raw_fd()).is_ok_and(|n| n > 0)
+            || sys::poll::unacked_bytes(self.stream.as_raw_fd()).is_ok_and(|n| n > 0)
     }
 
     /// Reads what arrived (decrypted on a TLS link) straight into the buffer
@@ -847,7 +513,7 @@ fn read_link(
             let max = max.min(READ_BUDGET - total);
             let before = buf.len();
             let r = match tls.as_deref_mut() {
-                None => match crate::sys::read::read_append(&*stream, buf, max) {
+                None => match sys::read::read_append(&*stream, buf, max) {
                     Ok(0) => Ok(Some(false)),
                     // A short read: the socket is drained.
                     Ok(n) if n < max => Ok(Some(true)),
@@ -899,7 +565,7 @@ struct Peer {
     checksum: bool,
     label: String,
     /// Frames written and bytes read per link, with `METAMPI_TRACE`.
-    trace: Option<crate::trace::LinkLog>,
+    trace: Option<metampi::for_router::LinkLog>,
 }
 
 /// A local rank's connection (vertical traffic).
@@ -967,8 +633,6 @@ struct Hello {
     since: Instant,
 }
 
-/// Handshake context of a rank's connection to its router (see `auth`).
-pub const VERTICAL_CTX: &str = "metampi rank-router";
 /// Handshake context of a link between routers.
 const LINK_CTX: &str = "metampi router-router";
 
@@ -1019,7 +683,7 @@ fn read_rank(rc: &mut RankConn, budget: usize) -> io::Result<usize> {
     };
     let max = reserve_for_frames(&mut rc.rx, rest, rc.frame_hint).min(budget);
     let Some(v) = &mut rc.vchan else {
-        return crate::sys::read::read_append(&rc.stream, &mut rc.rx, max);
+        return sys::read::read_append(&rc.stream, &mut rc.rx, max);
     };
     match v.read_append(&mut rc.rx, max)? {
         0 if rc.bell_eof => Ok(0),
@@ -1037,7 +701,7 @@ fn read_rank(rc: &mut RankConn, budget: usize) -> io::Result<usize> {
 /// `Err` when the rank's connection must go.
 fn settle_offer(node: u64, rc: &mut RankConn) -> Result<(), String> {
     let want = OFFER_LEN - rc.rx.len();
-    match crate::sys::read::read_append(&rc.stream, &mut rc.rx, want) {
+    match sys::read::read_append(&rc.stream, &mut rc.rx, want) {
         Ok(0) => return Err("it closed the connection".into()),
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -1134,7 +798,7 @@ fn forward_frames(rc: &mut RankConn, out: &mut [Peer], now: Instant) -> Result<(
 /// The size of the frame (envelope and payload) at the front of `rx`, once its
 /// envelope is there.
 fn frame_size(rx: &[u8]) -> io::Result<Option<usize>> {
-    let Some(e) = crate::engine::stream::decode_head(rx)? else {
+    let Some(e) = metampi::for_router::decode_head(rx)? else {
         return Ok(None);
     };
     let n = e.trailing_len();
@@ -1176,7 +840,7 @@ fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
 /// environment's lock and a scan.
 fn debug_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::knobs::flag("METAMPI_ROUTER_DEBUG", false))
+    *ON.get_or_init(|| metampi::knobs::flag("METAMPI_ROUTER_DEBUG", false))
 }
 
 /// Where a router's loop spends its time (`METAMPI_ROUTER_PROFILE` set:
@@ -1188,7 +852,7 @@ struct Profile {
     passes: u64,
     body: Duration,
     longest: Duration,
-    waits: crate::sys::poll::WaitCounts,
+    waits: sys::poll::WaitCounts,
     /// Time per part of a pass (see [`PHASES`]), and when the last part ended.
     phases: [Duration; PHASES.len()],
     mark: Instant,
@@ -1210,7 +874,7 @@ const PHASES: [&str; 6] = [
 
 impl Profile {
     fn from_env() -> Option<Profile> {
-        crate::knobs::flag("METAMPI_ROUTER_PROFILE", false).then(|| Profile {
+        metampi::knobs::flag("METAMPI_ROUTER_PROFILE", false).then(|| Profile {
             since: Instant::now(),
             passes: 0,
             body: Duration::ZERO,
@@ -1231,7 +895,7 @@ impl Profile {
     }
 
     /// Counts a pass that began at `start`; prints and restarts every 200 ms.
-    fn pass(&mut self, id: usize, start: Instant, waits: crate::sys::poll::WaitCounts) {
+    fn pass(&mut self, id: usize, start: Instant, waits: sys::poll::WaitCounts) {
         let took = start.elapsed();
         self.passes += 1;
         self.body += took;
@@ -1373,7 +1037,7 @@ struct Router {
     key: auth::Secret,
     /// Spins before blocking while traffic flows and cores are spare
     /// (`METAMPI_ROUTER_SPIN_US`).
-    spinner: crate::sys::poll::Spinner,
+    spinner: sys::poll::Spinner,
     /// Hash of the node it runs on: ranks offering pipes from the same node get them.
     node: u64,
     /// `METAMPI_ROUTER_PROFILE`: where the loop's time goes.
@@ -1488,7 +1152,7 @@ impl Router {
                 compression: links[0].compression.clone(),
                 checksum,
                 label: format!("to router {peer}"),
-                trace: crate::trace::LinkLog::open(spec.id, true, peer),
+                trace: metampi::for_router::LinkLog::open(spec.id, true, peer),
             });
         }
         let r = Router {
@@ -1508,12 +1172,12 @@ impl Router {
             last_stats: now,
             stats_due: false,
             key,
-            spinner: crate::sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50),
-            node: crate::sys::vchan::node_hash(
+            spinner: sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50),
+            node: sys::vchan::node_hash(
                 &spec
                     .node
                     .clone()
-                    .unwrap_or_else(crate::environment::hostname),
+                    .unwrap_or_else(metampi::for_router::hostname),
             ),
             profile: Profile::from_env(),
         };
@@ -1777,7 +1441,7 @@ impl Router {
                 compression: "off".into(),
                 checksum: true,
                 label: format!("from router {conn}"),
-                trace: crate::trace::LinkLog::open(id, false, conn as usize),
+                trace: metampi::for_router::LinkLog::open(id, false, conn as usize),
             }
         });
         if p.conns.len() != links {
@@ -1872,7 +1536,7 @@ impl Router {
             if rc.vchan.is_some() {
                 // The socket only rings (or ends); the pipe is always looked at.
                 if readable && !rc.bell_eof {
-                    rc.bell_eof = !crate::sys::vchan::drain_bell(&rc.stream).unwrap_or(false);
+                    rc.bell_eof = !sys::vchan::drain_bell(&rc.stream).unwrap_or(false);
                 }
                 readable = true;
             }
@@ -2093,7 +1757,7 @@ impl Router {
         }
         self.last_stats = now;
         self.stats_due = false;
-        if let Some(dir) = crate::knobs::os("METAMPI_ROUTER_STATS") {
+        if let Some(dir) = metampi::knobs::os("METAMPI_ROUTER_STATS") {
             // Memory of the whole router process: the SC99 buffer case is about it.
             let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
             let kb = |key: &str| {
@@ -2334,7 +1998,7 @@ impl Router {
                 // Ranks notify with a full barrier (`VChan::notify`), so a
                 // plain one pairs with it; without pipes nothing needs one.
                 if on && pipes {
-                    crate::sys::store_load_fence();
+                    sys::store_load_fence();
                 }
             };
             self.spinner.wait_or(&mut pfds, timeout, pipes_ready, arm)?;
@@ -2368,12 +2032,12 @@ pub fn run_then(spec: &RouterSpec, ready: impl FnOnce(u16)) -> io::Result<()> {
     if let Some(e) = &spec.error {
         return Err(io::Error::other(e.clone()));
     }
-    crate::sys::poll::die_with_parent();
-    crate::sys::poll::keep_freed_memory();
+    sys::poll::die_with_parent();
+    sys::poll::keep_freed_memory();
     // The local ranks copy loans out of our memory (`sys::vchan`); under
     // Yama's scope 1 only if we say they may.
-    if !crate::sys::cma::turned_off() {
-        crate::sys::cma::let_peers_attach();
+    if !sys::cma::turned_off() {
+        sys::cma::let_peers_attach();
     }
     let vertical = TcpListener::bind(&spec.vertical)?;
     vertical.set_nonblocking(true)?;
@@ -2391,22 +2055,73 @@ pub fn run_then(spec: &RouterSpec, ready: impl FnOnce(u16)) -> io::Result<()> {
     router.run()
 }
 
-/// Reads the ready line of a router started as a child process.
-pub fn read_ready(out: &mut impl BufRead) -> io::Result<u16> {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if out.read_line(&mut line)? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "router exited before it was ready",
-            ));
+/// Runs a router from [`metampi_launch::meta::ROUTER_SPEC_ENV`] if this process was started as one.
+/// Returns `false` when the variable is not set.
+///
+/// A router of a meta host started by hand finds its launcher in its
+/// environment ([`metampi_launch::HELPER_ENV`]): once it listens (right after
+/// its ready line) it reports to the launcher's key-value server as that
+/// helper, which holds the ranks' fences until every such router has, so that
+/// no rank connects to one that is not up yet; then it exits when the server
+/// says that the job is over (status 0) or when that connection closes first
+/// (status 1: the launcher is gone). A router that cannot report exits at
+/// once: the launcher would not know it, and it would outlive the job. Routers
+/// the launcher starts itself are stopped by it and do not report.
+pub fn run_from_env() -> bool {
+    let Some(line) = metampi::knobs::os(metampi_launch::meta::ROUTER_SPEC_ENV) else {
+        return false;
+    };
+    let spec = match RouterSpec::parse(&line.to_string_lossy()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("metampi router: {e}");
+            std::process::exit(2);
         }
-        if let Some(p) = line.trim().strip_prefix("METAMPI-ROUTER-READY ") {
-            return p
-                .parse()
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad router ready line"));
+    };
+    let id = spec.id;
+    let by_hand = metampi::knobs::os(metampi_launch::HELPER_ENV).is_some();
+    let ready = move |_port: u16| {
+        if by_hand {
+            report_to_launcher(id);
         }
+    };
+    if let Err(e) = run_then(&spec, ready) {
+        eprintln!("metampi router {id}: {e}");
+        std::process::exit(1);
+    }
+    true
+}
+
+/// Joins the launcher's key-value server as the helper the environment names,
+/// and leaves a thread that ends the process when the job is over: status 0 when
+/// the server says so, 1 when the connection ends first. Exits with status 1
+/// when the router cannot join.
+fn report_to_launcher(id: usize) {
+    let launcher = match metampi_launch::PmiClient::helper_from_env() {
+        Ok(Some(launcher)) => launcher,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!(
+                "metampi router {id}: cannot report to the launcher: {e} (check that this \
+                 machine reaches it at METAMPI_PMI, see `metampi run --pmi-host`)"
+            );
+            std::process::exit(1);
+        }
+    };
+    let watcher = std::thread::Builder::new()
+        .name("metampi-router-launcher".into())
+        .spawn(move || match launcher.wait_for_end() {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!(
+                    "metampi router {id}: lost the connection to the launcher ({e}); stopping"
+                );
+                std::process::exit(1);
+            }
+        });
+    if let Err(e) = watcher {
+        eprintln!("metampi router {id}: cannot watch the launcher: {e}");
+        std::process::exit(1);
     }
 }
 
@@ -2433,119 +2148,5 @@ mod tests {
         }
         let other = listen_error("127.0.0.1:80", io::ErrorKind::PermissionDenied.into());
         assert!(!other.to_string().contains("ephemeral"), "{other}");
-    }
-
-    #[test]
-    fn spec_round_trip_and_errors() {
-        let s = RouterSpec {
-            id: 2,
-            vertical: "127.0.0.1:0".into(),
-            listen: vec!["127.0.0.1:29000".into()],
-            listen_tls: Vec::new(),
-            out: vec![OutLink {
-                addr: "127.0.0.1:29001".into(),
-                bytes_per_sec: Some(12_500_000),
-                latency: Some(Duration::from_millis(20)),
-                compression: "lz4".into(),
-                link_id: 4,
-                peer: 1,
-                tls: None,
-                checksum: true,
-            }],
-            identities: Vec::new(),
-            error: None,
-            node: None,
-        };
-        // A plain spec reads as it did before TLS existed.
-        assert_eq!(
-            s.to_line(),
-            "id=2;vertical=127.0.0.1:0;listen=127.0.0.1:29000;out=127.0.0.1:29001/12500000/20000/lz4/4/1"
-        );
-        assert_eq!(RouterSpec::parse(&s.to_line()).unwrap(), s);
-        assert!(RouterSpec::parse("id=x;out=a/0/0").is_err());
-        assert!(RouterSpec::parse("id=1").is_err());
-        assert!(RouterSpec::parse("id=1;out=a/0").is_err());
-        assert!(RouterSpec::parse("id=1;out=a/0/0/gzip/1/0").is_err());
-        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1").is_err());
-        let named = RouterSpec {
-            node: Some("site a.n;0".into()),
-            ..s.clone()
-        };
-        assert_eq!(RouterSpec::parse(&named.to_line()).unwrap(), named);
-        // Links without payload checksums are listed by their place in `out`.
-        let mut unchecked = s;
-        unchecked.out.push(OutLink {
-            link_id: 5,
-            checksum: false,
-            ..unchecked.out[0].clone()
-        });
-        let line = unchecked.to_line();
-        assert!(line.ends_with(";nocrc=1"), "{line}");
-        assert_eq!(RouterSpec::parse(&line).unwrap(), unchecked);
-        assert!(RouterSpec::parse(&line.replace("nocrc=1", "nocrc=2")).is_err());
-        assert!(RouterSpec::parse(&line.replace("nocrc=1", "nocrc=x")).is_err());
-    }
-
-    #[test]
-    fn spec_with_tls_round_trip() {
-        let check = LinkTls {
-            identity: 1,
-            peer: PeerCheck::Certificate {
-                name: "site-b.example.org".into(),
-                ca: Some("/etc/metampi/ca bundle;1,2/3|x=%.pem".into()),
-                pins: vec![[0xab; 32], [7; 32]],
-            },
-        };
-        let s = RouterSpec {
-            id: 0,
-            vertical: "127.0.0.1:0".into(),
-            listen: vec!["127.0.0.1:29000".into(), "127.0.0.1:29002".into()],
-            listen_tls: vec![None, Some(check.clone())],
-            out: vec![
-                OutLink {
-                    addr: "127.0.0.1:29001".into(),
-                    bytes_per_sec: None,
-                    latency: None,
-                    compression: "auto".into(),
-                    link_id: 0,
-                    peer: 1,
-                    tls: Some(LinkTls {
-                        identity: 0,
-                        peer: PeerCheck::Auto { router: 1 },
-                    }),
-                    checksum: false,
-                },
-                OutLink {
-                    addr: "[::1]:29003".into(),
-                    bytes_per_sec: None,
-                    latency: None,
-                    compression: "off".into(),
-                    link_id: 1,
-                    peer: 1,
-                    tls: None,
-                    checksum: true,
-                },
-            ],
-            identities: vec![
-                Identity::Auto,
-                Identity::Files {
-                    cert: "~/certs/a.pem".into(),
-                    key: "~/certs/a,b|c.key".into(),
-                },
-            ],
-            error: Some("no key: disk full; retry".into()),
-            node: None,
-        };
-        let line = s.to_line();
-        assert!(!line.contains('\n'));
-        assert_eq!(RouterSpec::parse(&line).unwrap(), s, "{line}");
-        // Links name identities the spec has.
-        let bad = line.replace("/0/1/0|auto|1,", "/0/1/5|auto|1,");
-        assert_ne!(bad, line);
-        assert!(RouterSpec::parse(&bad).is_err());
-        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1/0/0|n||zz;ids=auto").is_err());
-        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1/0/0|auto|x;ids=auto").is_err());
-        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1/0/0|auto|2;ids=auto").is_ok());
-        assert!(RouterSpec::parse("id=1;out=a/0/0/lz4/1/0/0|n%G1||").is_err());
     }
 }

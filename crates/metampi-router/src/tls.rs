@@ -20,7 +20,8 @@
 //!   host's pins and/or CA bundle with its DNS name.
 //!
 //! What crosses the process boundary is plain data ([`Identity`],
-//! [`LinkTls`]: paths and fingerprints), carried in the router's spec.
+//! [`LinkTls`]: paths and fingerprints), carried in the router's spec
+//! (`metampi_launch::router_spec`, so that launchers need no TLS library).
 //! Without the feature these types remain, a spec that asks for TLS is
 //! refused with a message that says why, and the stream types are
 //! uninhabited, so the router's TLS branches compile to nothing.
@@ -34,6 +35,8 @@
 
 use std::io;
 
+pub use metampi_launch::router_spec::{auto_name, Identity, LinkTls, PeerCheck, TLS_AVAILABLE};
+
 #[cfg(feature = "tls")]
 pub(crate) use imp::{describe_error, setup, Acceptor, Dialer, TlsStream};
 #[cfg(not(feature = "tls"))]
@@ -42,62 +45,6 @@ pub(crate) use off::{describe_error, setup, Acceptor, Dialer, TlsStream};
 /// A router's TLS ends: per outgoing link and per listener, `None` where
 /// the link is plain.
 pub(crate) type Ends = (Vec<Option<Dialer>>, Vec<Option<Acceptor>>);
-
-/// A router's TLS identity: what it presents.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Identity {
-    /// `TLS = auto`: the key and certificate derived from the job secret and
-    /// the router's id ([`auto_identity`]).
-    Auto,
-    /// `TLS = on`: PEM files of the meta host's certificate chain (leaf
-    /// first) and private key (PKCS#8, PKCS#1 or SEC1), read by the router.
-    Files {
-        /// Path of the certificate chain; `~/` is the home directory.
-        cert: String,
-        /// Path of the private key.
-        key: String,
-    },
-}
-
-/// How one end of a link checks the certificate of the other.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PeerCheck {
-    /// `TLS = auto`: exactly the certificate router `router` derives.
-    Auto {
-        /// The router at the other end.
-        router: usize,
-    },
-    /// `TLS = on`: the peer meta host's `TLSPIN`s and/or `TLSCA` with its
-    /// name; every check given must pass.
-    Certificate {
-        /// The DNS name the peer's certificate must carry when it is checked
-        /// against `ca`; the dialling side also sends it as server name.
-        name: String,
-        /// PEM bundle of the certificate authorities that vouch for the peer.
-        ca: Option<String>,
-        /// SHA-256 fingerprints of the certificates the peer may present.
-        pins: Vec<[u8; 32]>,
-    },
-}
-
-/// TLS on one link, as one of its ends sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LinkTls {
-    /// Which of the router's identities it presents (index into
-    /// `RouterSpec::identities`).
-    pub identity: usize,
-    /// How it checks the other end.
-    pub peer: PeerCheck,
-}
-
-/// The DNS name in `TLS = auto` certificates (not checked: those links pin
-/// the certificate itself).
-pub fn auto_name(router: usize) -> String {
-    format!("router-{router}.metampi.invalid")
-}
-
-/// Whether this build can run TLS links.
-pub const AVAILABLE: bool = cfg!(feature = "tls");
 
 /// SHA-256 of a DER certificate (what `TLSPIN` and `openssl x509
 /// -fingerprint -sha256` give).
@@ -116,7 +63,7 @@ pub fn fingerprint(der: &[u8]) -> [u8; 32] {
 /// # Errors
 /// Without the `tls` feature, or if rcgen refuses the key.
 pub fn auto_identity(
-    secret: &crate::auth::Secret,
+    secret: &metampi::auth::Secret,
     router: usize,
 ) -> io::Result<(Vec<u8>, Vec<u8>, [u8; 32])> {
     #[cfg(feature = "tls")]
@@ -183,8 +130,8 @@ mod imp {
     };
 
     use super::{fingerprint, Identity, LinkTls, PeerCheck};
-    use crate::auth;
-    use crate::router::RouterSpec;
+    use metampi::auth;
+    use metampi_launch::router_spec::RouterSpec;
 
     /// Ciphertext read from the socket per system call on an established
     /// link (the router's plain links read 256 KiB at a time as well).
@@ -283,7 +230,7 @@ mod imp {
 
     /// `~/x` is the home directory's `x`, as in `SECRET_FILE`.
     fn expand_home(path: &str) -> std::path::PathBuf {
-        match (path.strip_prefix("~/"), crate::knobs::os("HOME")) {
+        match (path.strip_prefix("~/"), metampi::knobs::os("HOME")) {
             (Some(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
             _ => std::path::PathBuf::from(path),
         }
@@ -856,8 +803,8 @@ mod tests {
 
     use super::imp::{acceptor_for_test, dialer_for_test, expect, Acceptor, Dialer, Expect};
     use super::{auto_identity, fingerprint, Identity, LinkTls, PeerCheck};
-    use crate::auth;
-    use crate::router::RouterSpec;
+    use metampi::auth;
+    use metampi_launch::router_spec::RouterSpec;
 
     const CTX: &str = "metampi router-router";
 
@@ -1137,7 +1084,7 @@ mod tests {
         )
         .unwrap()
         .layout();
-        let specs: Vec<RouterSpec> = crate::meta::try_router_specs(&layout)
+        let specs: Vec<RouterSpec> = metampi_launch::meta::try_router_specs(&layout)
             .unwrap()
             .iter()
             .map(|s| RouterSpec::parse(&s.to_line()).unwrap())
@@ -1231,86 +1178,6 @@ mod tests {
 }
 
 /// What the launcher puts in the router specs (`meta::router_specs`).
-#[cfg(test)]
-mod launcher_tests {
-    #[cfg(feature = "tls")]
-    use super::{Identity, PeerCheck};
-    use crate::meta::{router_specs, try_router_specs};
-
-    fn layout(tls: &str, hosts: [&str; 2]) -> metampi_config::Layout {
-        let text = format!(
-            "TLS = {tls}\nMETAHOST a {{ LAUNCH = local; {} }}\nMETAHOST b {{ LAUNCH = local; {} }}\n\
-             PAIR a b 1\na <-> b\n",
-            hosts[0], hosts[1]
-        );
-        metampi_config::parse_str("t.cfg", &text)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .layout()
-    }
-
-    #[test]
-    fn plain_links_carry_no_tls() {
-        for s in try_router_specs(&layout("off", ["", ""])).unwrap() {
-            assert!(s.identities.is_empty() && s.listen_tls.is_empty() && s.error.is_none());
-            assert!(s.out.iter().all(|o| o.tls.is_none()));
-        }
-    }
-
-    #[cfg(feature = "tls")]
-    #[test]
-    fn on_links_use_the_meta_hosts_files() {
-        let pin = format!("sha256:{}", "ab".repeat(32));
-        let l = layout(
-            "on",
-            [
-                &format!("TLSCERT = ~/a.pem; TLSKEY = ~/a.key; TLSPIN = {pin};"),
-                "TLSCERT = b.pem; TLSKEY = b.key; TLSCA = ca.pem; TLSNAME = b.example.org;",
-            ],
-        );
-        let specs = router_specs(&l);
-        let (a, b) = (&specs[0], &specs[1]);
-        let files = |cert: &str, key: &str| Identity::Files {
-            cert: cert.into(),
-            key: key.into(),
-        };
-        assert_eq!(a.identities, [files("~/a.pem", "~/a.key")]);
-        assert_eq!(b.identities, [files("b.pem", "b.key")]);
-        // a checks b by its CA and name; b checks a by its pin.
-        let a_out = a.out[0].tls.as_ref().unwrap();
-        assert_eq!(
-            a_out.peer,
-            PeerCheck::Certificate {
-                name: "b.example.org".into(),
-                ca: Some("ca.pem".into()),
-                pins: vec![]
-            }
-        );
-        let b_in = b.listen_tls[0].as_ref().unwrap();
-        assert_eq!(
-            b_in.peer,
-            PeerCheck::Certificate {
-                name: "a".into(),
-                ca: None,
-                pins: vec![[0xab; 32]]
-            }
-        );
-    }
-
-    #[cfg(not(feature = "tls"))]
-    #[test]
-    fn without_the_feature_tls_is_refused() {
-        let l = layout("auto", ["", ""]);
-        let e = try_router_specs(&l).unwrap_err().to_string();
-        assert!(e.contains("built without the `tls` feature"), "{e}");
-        for s in router_specs(&l) {
-            let why = s.error.clone().expect("the router reports it");
-            assert!(why.contains("TLS = auto"), "{why}");
-            let spec = crate::router::RouterSpec::parse(&s.to_line()).unwrap();
-            assert!(crate::router::run(&spec).is_err());
-        }
-    }
-}
-
 /// The build without the `tls` feature: a spec that asks for TLS is refused,
 /// and the TLS types have no values, so code that handles them is never run.
 #[cfg(not(feature = "tls"))]
@@ -1320,8 +1187,8 @@ mod off {
 
     use bytes::BytesMut;
 
-    use crate::auth;
-    use crate::router::RouterSpec;
+    use metampi::auth;
+    use metampi_launch::router_spec::RouterSpec;
 
     #[derive(Clone)]
     pub(crate) enum Dialer {}

@@ -12,7 +12,7 @@
 //!   to the node with `DEST` as jump host when the meta host has several
 //!   nodes) or through the template, with the environment on the command line
 //!   and the job secret on the first line of stdin (see
-//!   [`metampi_launch::HostLaunch`]); routers listen for their site's ranks on
+//!   [`crate::HostLaunch`]); routers listen for their site's ranks on
 //!   the node's address and report their port through the launch command's
 //!   stdout;
 //! - `manual`: the launcher prints one command per node for the user to run
@@ -21,7 +21,7 @@
 //!   link port of the layout), since nobody can read their ready line, and
 //!   report to the launcher's key-value server instead: it learns that they are
 //!   up (and holds the ranks back until they are), and they leave when it says
-//!   that the job is over (see [`run_router_from_env`]).
+//!   that the job is over (see `metampi_router::run_from_env`).
 //!
 //! PACX-MPI startup commands (`Launch::Verbatim`) are refused: they start the
 //! machine's own MPI, whose processes cannot join a metampi job.
@@ -30,16 +30,18 @@ use std::ffi::OsString;
 use std::io::BufReader;
 use std::process::{Child, Command, Stdio};
 
+use crate::{AppSpec, Host};
 use metampi_config::{Launch, Layout, Tls};
-use metampi_launch::{AppSpec, Host};
 // Launching meta hosts on other machines.
+use crate::contract::{RouterEndpoint, SiteEnv, SiteOrder};
+use crate::{HostLaunch, ManualProcess};
 use metampi_config::{Address, HostLayout, NodeLayout};
-use metampi_launch::contract::{RouterEndpoint, SiteEnv, SiteOrder};
-use metampi_launch::{HostLaunch, ManualProcess, PmiClient};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::router::{read_ready, tls, Identity, LinkTls, OutLink, PeerCheck, RouterSpec};
+use crate::router_spec::{
+    read_ready, Identity, LinkTls, OutLink, PeerCheck, RouterSpec, TLS_AVAILABLE,
+};
 
 /// Environment variable that carries a router's spec to a router process.
 pub const ROUTER_SPEC_ENV: &str = "METAMPI_ROUTER_SPEC";
@@ -53,7 +55,7 @@ impl Drop for Routers {
     fn drop(&mut self) {
         for c in &mut self.children {
             // A router on another machine stops when the stdin of its launch command
-            // closes (see `metampi_launch::spawn_remote`); killing ssh closes it too, but
+            // closes (see `crate::spawn_remote`); killing ssh closes it too, but
             // an orderly end of file reaches the far side first.
             drop(c.stdin.take());
             let _ = c.kill();
@@ -119,6 +121,7 @@ pub struct RouterCommand {
 
 /// What the ranks of a meta job need: placement and environment.
 pub struct MetaPlan {
+    /// Ranks in the job, over every site.
     pub world_size: usize,
     /// One emulated machine per node with ranks, and one without slots per node of a meta
     /// host started by hand that runs routers but no ranks (the launcher prints its command
@@ -237,7 +240,7 @@ fn rank_prefix(host: &HostLayout, node: &NodeLayout) -> Vec<OsString> {
     let mut pre = prefix(&host.launch);
     if let (Launch::Netns(_), Address::Ip(ip)) = (&host.launch, &node.address) {
         pre.push("env".into());
-        pre.push(format!("{}={ip}", metampi_launch::contract::TCP_IP).into());
+        pre.push(format!("{}={ip}", crate::contract::TCP_IP).into());
     }
     pre
 }
@@ -330,7 +333,7 @@ fn add_tls(layout: &Layout, specs: &mut [RouterSpec]) -> std::io::Result<()> {
     let Some(first) = layout.links.iter().find(|l| l.options.tls != Tls::Off) else {
         return Ok(());
     };
-    if !tls::AVAILABLE {
+    if !TLS_AVAILABLE {
         return Err(std::io::Error::other(format!(
             "link l{} ({} -> {}) has TLS = {}, but this metampi was built without the `tls` \
              feature: rebuild with default features, or set TLS = off",
@@ -470,7 +473,10 @@ pub fn start_with_options(
         children: Vec::new(),
     };
     // Routers and ranks of the job prove this secret to each other.
-    let secret = match crate::knobs::text("METAMPI_SECRET") {
+    let secret = match std::env::var("METAMPI_SECRET")
+        .ok()
+        .filter(|s| !s.is_empty())
+    {
         Some(s) => s,
         None => crate::auth::Secret::random()?.to_hex(),
     };
@@ -530,7 +536,7 @@ pub fn start_with_options(
                 spec.vertical = format!("{bind}:0");
                 endpoints.push((addr, None));
                 let vars = router_env(env, own_env, &spec);
-                metampi_launch::spawn_remote(launch, &cwd, &vars, &secret, program, args)
+                crate::spawn_remote(launch, &cwd, &vars, &secret, program, args)
                     .map_err(|e| std::io::Error::other(format!("starting {what}: {e}")))?
             }
             (_, None) => {
@@ -731,76 +737,6 @@ fn router_env(
     vars.retain(|(n, _)| n != ROUTER_SPEC_ENV);
     vars.push((ROUTER_SPEC_ENV.into(), spec.to_line().into()));
     vars
-}
-
-/// Runs a router from [`ROUTER_SPEC_ENV`] if this process was started as one.
-/// Returns `false` when the variable is not set.
-///
-/// A router of a meta host started by hand finds its launcher in its
-/// environment ([`metampi_launch::HELPER_ENV`]): once it listens (right after
-/// its ready line) it reports to the launcher's key-value server as that
-/// helper, which holds the ranks' fences until every such router has, so that
-/// no rank connects to one that is not up yet; then it exits when the server
-/// says that the job is over (status 0) or when that connection closes first
-/// (status 1: the launcher is gone). A router that cannot report exits at
-/// once: the launcher would not know it, and it would outlive the job. Routers
-/// the launcher starts itself are stopped by it and do not report.
-pub fn run_router_from_env() -> bool {
-    let Some(line) = crate::knobs::os(ROUTER_SPEC_ENV) else {
-        return false;
-    };
-    let spec = match RouterSpec::parse(&line.to_string_lossy()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("metampi router: {e}");
-            std::process::exit(2);
-        }
-    };
-    let id = spec.id;
-    let by_hand = crate::knobs::os(metampi_launch::HELPER_ENV).is_some();
-    let ready = move |_port: u16| {
-        if by_hand {
-            report_to_launcher(id);
-        }
-    };
-    if let Err(e) = crate::router::run_then(&spec, ready) {
-        eprintln!("metampi router {id}: {e}");
-        std::process::exit(1);
-    }
-    true
-}
-
-/// Joins the launcher's key-value server as the helper the environment names,
-/// and leaves a thread that ends the process when the job is over: status 0 when
-/// the server says so, 1 when the connection ends first. Exits with status 1
-/// when the router cannot join.
-fn report_to_launcher(id: usize) {
-    let launcher = match PmiClient::helper_from_env() {
-        Ok(Some(launcher)) => launcher,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!(
-                "metampi router {id}: cannot report to the launcher: {e} (check that this \
-                 machine reaches it at METAMPI_PMI, see `metampi run --pmi-host`)"
-            );
-            std::process::exit(1);
-        }
-    };
-    let watcher = std::thread::Builder::new()
-        .name("metampi-router-launcher".into())
-        .spawn(move || match launcher.wait_for_end() {
-            Ok(()) => std::process::exit(0),
-            Err(e) => {
-                eprintln!(
-                    "metampi router {id}: lost the connection to the launcher ({e}); stopping"
-                );
-                std::process::exit(1);
-            }
-        });
-    if let Err(e) = watcher {
-        eprintln!("metampi router {id}: cannot watch the launcher: {e}");
-        std::process::exit(1);
-    }
 }
 
 #[cfg(test)]
@@ -1010,5 +946,86 @@ mod launch_tests {
             vertical_address(b, &b.nodes[0]).unwrap(),
             ("10.0.0.1".to_string(), "10.0.0.1".to_string())
         );
+    }
+}
+
+#[cfg(test)]
+mod launcher_tests {
+    #[cfg(not(feature = "tls"))]
+    use super::RouterSpec;
+    use super::{router_specs, try_router_specs};
+    #[cfg(feature = "tls")]
+    use crate::router_spec::{Identity, PeerCheck};
+
+    fn layout(tls: &str, hosts: [&str; 2]) -> metampi_config::Layout {
+        let text = format!(
+            "TLS = {tls}\nMETAHOST a {{ LAUNCH = local; {} }}\nMETAHOST b {{ LAUNCH = local; {} }}\n\
+             PAIR a b 1\na <-> b\n",
+            hosts[0], hosts[1]
+        );
+        metampi_config::parse_str("t.cfg", &text)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .layout()
+    }
+
+    #[test]
+    fn plain_links_carry_no_tls() {
+        for s in try_router_specs(&layout("off", ["", ""])).unwrap() {
+            assert!(s.identities.is_empty() && s.listen_tls.is_empty() && s.error.is_none());
+            assert!(s.out.iter().all(|o| o.tls.is_none()));
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn on_links_use_the_meta_hosts_files() {
+        let pin = format!("sha256:{}", "ab".repeat(32));
+        let l = layout(
+            "on",
+            [
+                &format!("TLSCERT = ~/a.pem; TLSKEY = ~/a.key; TLSPIN = {pin};"),
+                "TLSCERT = b.pem; TLSKEY = b.key; TLSCA = ca.pem; TLSNAME = b.example.org;",
+            ],
+        );
+        let specs = router_specs(&l);
+        let (a, b) = (&specs[0], &specs[1]);
+        let files = |cert: &str, key: &str| Identity::Files {
+            cert: cert.into(),
+            key: key.into(),
+        };
+        assert_eq!(a.identities, [files("~/a.pem", "~/a.key")]);
+        assert_eq!(b.identities, [files("b.pem", "b.key")]);
+        // a checks b by its CA and name; b checks a by its pin.
+        let a_out = a.out[0].tls.as_ref().unwrap();
+        assert_eq!(
+            a_out.peer,
+            PeerCheck::Certificate {
+                name: "b.example.org".into(),
+                ca: Some("ca.pem".into()),
+                pins: vec![]
+            }
+        );
+        let b_in = b.listen_tls[0].as_ref().unwrap();
+        assert_eq!(
+            b_in.peer,
+            PeerCheck::Certificate {
+                name: "a".into(),
+                ca: None,
+                pins: vec![[0xab; 32]]
+            }
+        );
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn without_the_feature_tls_is_refused() {
+        let l = layout("auto", ["", ""]);
+        let e = try_router_specs(&l).unwrap_err().to_string();
+        assert!(e.contains("built without the `tls` feature"), "{e}");
+        for s in router_specs(&l) {
+            let why = s.error.clone().expect("the router reports it");
+            assert!(why.contains("TLS = auto"), "{why}");
+            assert_eq!(RouterSpec::parse(&s.to_line()).unwrap().error, s.error);
+        }
     }
 }

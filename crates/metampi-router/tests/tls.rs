@@ -212,7 +212,7 @@ fn user_certificates() -> (std::path::PathBuf, String) {
     write("b.key", b_key.serialize_pem());
     write("a.pem", a.cert.pem());
     write("a.key", a.key_pair.serialize_pem());
-    let fp = metampi::router::tls::fingerprint(a.cert.der());
+    let fp = metampi_router::tls::fingerprint(a.cert.der());
     (dir, metampi_config::format_pin(&fp))
 }
 
