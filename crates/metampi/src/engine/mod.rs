@@ -15,7 +15,6 @@ pub(crate) mod core;
 pub(crate) mod join;
 #[allow(unsafe_code)]
 pub(crate) mod links;
-pub(crate) mod spin;
 #[allow(unsafe_code)]
 mod start;
 pub mod stream;
@@ -150,7 +149,7 @@ pub(crate) struct Shared {
     waiting: AtomicUsize,
     /// Two threads have been inside it at once.
     threads_waited: AtomicBool,
-    spin: spin::SpinBudget,
+    spin: crate::sys::spin::SpinBudget,
     oversubscribed: bool,
     /// Cores this machine's ranks were given (see `sys::cpus`).
     cores: usize,
@@ -180,7 +179,7 @@ pub(crate) struct Shared {
 struct Parts {
     core: Core,
     links: Links,
-    spin: spin::SpinBudget,
+    spin: crate::sys::spin::SpinBudget,
     oversubscribed: bool,
     cores: usize,
     unseen_here: usize,

@@ -30,10 +30,11 @@ use metampi_launch::contract::Contract;
 use super::coop::{self, PeerSlots, Table};
 use super::core::Core;
 use super::links::{Link, Links, ShmLink, SleepFlag};
-use super::{join, other, spin, JobInfo, Parts, Shared};
+use super::{join, other, JobInfo, Parts, Shared};
 use crate::bootstrap::Pmi;
 use crate::sys::ring::{Consumer, Producer, CTL_BYTES};
 use crate::sys::shm::Segment;
+use crate::sys::spin;
 use crate::sys::{cma, poll};
 
 /// Bytes of the control block at the start of a rank's inbound segment.

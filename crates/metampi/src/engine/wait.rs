@@ -456,8 +456,8 @@ impl Shared {
             (
                 self.spin.base(),
                 self.spin.get(),
-                super::spin::GROWN.load(Ordering::Relaxed),
-                super::spin::BUSY.load(Ordering::Relaxed),
+                crate::sys::spin::GROWN.load(Ordering::Relaxed),
+                crate::sys::spin::BUSY.load(Ordering::Relaxed),
             )
         })
     }

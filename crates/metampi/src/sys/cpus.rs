@@ -71,6 +71,15 @@ pub(crate) fn online() -> usize {
     usize::try_from(n).unwrap_or(1).max(1)
 }
 
+/// The runnable threads in `/proc/loadavg` text, the reader included.
+pub fn runnable(loadavg: &str) -> Option<usize> {
+    loadavg
+        .split_whitespace()
+        .nth(3)
+        .and_then(|f| f.split('/').next())
+        .and_then(|r| r.parse::<usize>().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

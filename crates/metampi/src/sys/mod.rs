@@ -12,6 +12,7 @@ pub(crate) mod rawbuf;
 pub mod read;
 pub(crate) mod ring;
 pub(crate) mod shm;
+pub(crate) mod spin;
 pub mod vchan;
 
 /// The barrier a writer needs between publishing to shared memory (a ring

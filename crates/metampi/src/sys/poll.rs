@@ -72,7 +72,7 @@ pub fn wait_fds(pfds: &mut [libc::pollfd], timeout: Duration) -> io::Result<usiz
 /// cores finished later, and its plans went wrong).
 pub struct Spinner {
     /// Longest spin before one blocking wait; zero: never. Unless set, it
-    /// learns as a rank's does (`engine::spin`): a wait that blocked and
+    /// learns as a rank's does (`sys::spin`): a wait that blocked and
     /// was ended by an event soon after raises it, a long one lowers it
     /// towards `base`.
     budget: Duration,
@@ -202,7 +202,7 @@ impl Spinner {
             self.last_event = Some(Instant::now());
             if !spin.is_zero() && !self.forced {
                 self.budget =
-                    crate::engine::spin::next_budget(self.budget, self.base, start.elapsed(), true);
+                    super::spin::next_budget(self.budget, self.base, start.elapsed(), true);
             }
         }
         Ok(n)
@@ -224,20 +224,11 @@ enum Load {
 /// A machine of `cores`'s load from the runnable count in `/proc/loadavg`
 /// text (`0.50 0.40 0.30 3/345 1234`: 3 runnable, the reader included).
 fn load(loadavg: &str, cores: usize) -> Load {
-    match runnable(loadavg) {
+    match super::cpus::runnable(loadavg) {
         Some(r) if r + 2 <= cores => Load::Spare,
         Some(r) if r <= 2 * cores + 1 => Load::Shared,
         _ => Load::Crowded,
     }
-}
-
-/// The runnable threads in `/proc/loadavg` text, the reader included.
-pub fn runnable(loadavg: &str) -> Option<usize> {
-    loadavg
-        .split_whitespace()
-        .nth(3)
-        .and_then(|f| f.split('/').next())
-        .and_then(|r| r.parse::<usize>().ok())
 }
 
 /// Sets a socket's send and receive buffer sizes (`SO_SNDBUF`/`SO_RCVBUF`).
@@ -427,7 +418,7 @@ mod tests {
             assert_eq!(n.unwrap(), 1);
             took
         };
-        let max = crate::engine::spin::LEARN_MAX;
+        let max = crate::sys::spin::LEARN_MAX;
         let took = wait_for(&mut s, Duration::from_millis(1));
         // (A machine so loaded that the wait took longer halves it instead.)
         if s.counts.blocked == 1 && took < max {

@@ -123,12 +123,75 @@ pub fn node_hash(name: &str) -> u64 {
 
 /// One end of a byte pipe: the producer's (`mine` is the tail) or the
 /// consumer's (`mine` is the head). `other` caches the far end's position.
-struct End {
-    ctl: *const Ctl,
-    data: *mut u8,
+struct End<M: PipeMemory = PipeShm> {
+    mem: M,
     cap: usize,
     mine: u64,
     other: u64,
+}
+
+/// The memory a pipe lives in, and the only ways a pipe's code touches it:
+/// the shared segment in the library ([`PipeShm`]); loom's checked atomics
+/// and cells in the model tests (`loom_model` below), which so run the
+/// pipe's code unchanged.
+trait PipeMemory {
+    /// The consumer's position.
+    fn head(&self, order: Ordering) -> u64;
+    fn set_head(&self, head: u64, order: Ordering);
+    /// The producer's position.
+    fn tail(&self, order: Ordering) -> u64;
+    fn set_tail(&self, tail: u64, order: Ordering);
+    /// Copies `n` bytes from `src` to data offset `off`.
+    ///
+    /// # Safety
+    /// `[off, off + n)` is inside the data area and free space the producer
+    /// owns; `src` is valid for reads of `n` bytes.
+    unsafe fn copy_in(&self, off: usize, src: *const u8, n: usize);
+    /// Copies `n` bytes from data offset `off` to `dst`.
+    ///
+    /// # Safety
+    /// `[off, off + n)` is inside the data area, published and not yet freed;
+    /// `dst` is valid for writes of `n` bytes.
+    unsafe fn copy_out(&self, off: usize, dst: *mut u8, n: usize);
+}
+
+/// A pipe in the channel's segment: its control block, then its data.
+struct PipeShm {
+    ctl: *const Ctl,
+    data: *mut u8,
+}
+
+impl PipeMemory for PipeShm {
+    #[inline(always)]
+    fn head(&self, order: Ordering) -> u64 {
+        // SAFETY: `ctl` is valid while the end is (see `End::new`).
+        unsafe { (*self.ctl).head.0.load(order) }
+    }
+    #[inline(always)]
+    fn set_head(&self, head: u64, order: Ordering) {
+        // SAFETY: as above.
+        unsafe { (*self.ctl).head.0.store(head, order) }
+    }
+    #[inline(always)]
+    fn tail(&self, order: Ordering) -> u64 {
+        // SAFETY: as above.
+        unsafe { (*self.ctl).tail.0.load(order) }
+    }
+    #[inline(always)]
+    fn set_tail(&self, tail: u64, order: Ordering) {
+        // SAFETY: as above.
+        unsafe { (*self.ctl).tail.0.store(tail, order) }
+    }
+    #[inline(always)]
+    unsafe fn copy_in(&self, off: usize, src: *const u8, n: usize) {
+        // SAFETY: per the contract.
+        unsafe { super::copy::copy_raw(src, self.data.add(off), n) }
+    }
+    #[inline(always)]
+    unsafe fn copy_out(&self, off: usize, dst: *mut u8, n: usize) {
+        // SAFETY: per the contract.
+        unsafe { super::copy::copy_raw(self.data.add(off), dst, n) }
+    }
 }
 
 impl End {
@@ -136,35 +199,33 @@ impl End {
     /// `base` points to `PIPE_CTL + cap` bytes of pipe memory, 64-byte aligned,
     /// that outlive the end; there is one producer and one consumer per pipe.
     unsafe fn new(base: *mut u8, cap: usize, producer: bool) -> End {
-        let ctl = base as *const Ctl;
-        // SAFETY: per the contract `ctl` points to a valid control block.
-        let (head, tail) = unsafe {
-            (
-                (*ctl).head.0.load(Ordering::Acquire),
-                (*ctl).tail.0.load(Ordering::Acquire),
-            )
-        };
-        let (mine, other) = if producer { (tail, head) } else { (head, tail) };
-        End {
-            ctl,
+        let mem = PipeShm {
+            ctl: base as *const Ctl,
             // SAFETY: the data area follows the control block.
             data: unsafe { base.add(PIPE_CTL) },
+        };
+        End::in_memory(mem, cap, producer)
+    }
+}
+
+impl<M: PipeMemory> End<M> {
+    /// One end of the pipe in `mem`, of `cap` data bytes.
+    fn in_memory(mem: M, cap: usize, producer: bool) -> End<M> {
+        let (head, tail) = (mem.head(Ordering::Acquire), mem.tail(Ordering::Acquire));
+        let (mine, other) = if producer { (tail, head) } else { (head, tail) };
+        End {
+            mem,
             cap,
             mine,
             other,
         }
     }
 
-    fn ctl(&self) -> &Ctl {
-        // SAFETY: valid for the end's lifetime (see `new`).
-        unsafe { &*self.ctl }
-    }
-
     /// Producer: bytes that may be written now.
     fn room(&mut self) -> usize {
         let used = (self.mine - self.other) as usize;
         if used == self.cap {
-            self.other = self.ctl().head.0.load(Ordering::Acquire);
+            self.other = self.mem.head(Ordering::Acquire);
         }
         self.cap - (self.mine - self.other) as usize
     }
@@ -176,14 +237,14 @@ impl End {
         if room >= want {
             return room;
         }
-        self.other = self.ctl().head.0.load(Ordering::Acquire);
+        self.other = self.mem.head(Ordering::Acquire);
         self.cap - (self.mine - self.other) as usize
     }
 
     /// Consumer: bytes that may be read now.
     fn available(&mut self) -> usize {
         if self.mine == self.other {
-            self.other = self.ctl().tail.0.load(Ordering::Acquire);
+            self.other = self.mem.tail(Ordering::Acquire);
         }
         (self.other - self.mine) as usize
     }
@@ -193,7 +254,7 @@ impl End {
         let mut room = self.room();
         if room < bufs.iter().map(|b| b.len()).sum::<usize>() {
             // Look again: the consumer may have freed more since we cached.
-            self.other = self.ctl().head.0.load(Ordering::Acquire);
+            self.other = self.mem.head(Ordering::Acquire);
             room = self.cap - (self.mine - self.other) as usize;
         }
         let mut done = 0;
@@ -205,8 +266,8 @@ impl End {
             // producer until the tail is published; `off + first <= cap`
             // and the wrapped rest starts at 0 and is shorter than `cap`.
             unsafe {
-                super::copy::copy_raw(b.as_ptr(), self.data.add(off), first);
-                super::copy::copy_raw(b.as_ptr().add(first), self.data, n - first);
+                self.mem.copy_in(off, b.as_ptr(), first);
+                self.mem.copy_in(0, b.as_ptr().add(first), n - first);
             }
             done += n;
             if n < b.len() {
@@ -215,7 +276,7 @@ impl End {
         }
         if done > 0 {
             self.mine += done as u64;
-            self.ctl().tail.0.store(self.mine, Ordering::Release);
+            self.mem.set_tail(self.mine, Ordering::Release);
         }
         done
     }
@@ -227,7 +288,7 @@ impl End {
     unsafe fn read_to(&mut self, dst: *mut u8, n: usize) -> usize {
         let mut avail = self.available();
         if avail < n {
-            self.other = self.ctl().tail.0.load(Ordering::Acquire);
+            self.other = self.mem.tail(Ordering::Acquire);
             avail = (self.other - self.mine) as usize;
         }
         let n = n.min(avail);
@@ -240,11 +301,11 @@ impl End {
         // read after an Acquire load) and is not touched by it until the head
         // moves; `dst` takes `n` bytes (the caller's contract).
         unsafe {
-            super::copy::copy_raw(self.data.add(off), dst, first);
-            super::copy::copy_raw(self.data, dst.add(first), n - first);
+            self.mem.copy_out(off, dst, first);
+            self.mem.copy_out(0, dst.add(first), n - first);
         }
         self.mine += n as u64;
-        self.ctl().head.0.store(self.mine, Ordering::Release);
+        self.mem.set_head(self.mine, Ordering::Release);
         n
     }
 }
@@ -550,12 +611,12 @@ impl VChan {
     /// Bytes waiting in the incoming pipe (without updating the cached
     /// position, so that shared references can look).
     pub fn peek_readable(&self) -> usize {
-        (self.rx.ctl().tail.0.load(Ordering::Acquire) - self.rx.mine) as usize
+        (self.rx.mem.tail(Ordering::Acquire) - self.rx.mine) as usize
     }
 
     /// Room in the outgoing pipe, likewise.
     pub fn peek_writable(&self) -> usize {
-        self.tx.cap - (self.tx.mine - self.tx.ctl().head.0.load(Ordering::Acquire)) as usize
+        self.tx.cap - (self.tx.mine - self.tx.mem.head(Ordering::Acquire)) as usize
     }
 
     /// Copies up to `dst.len()` bytes from the incoming pipe. An error only
@@ -784,5 +845,103 @@ mod tests {
         assert!(drain_bell(&router_bell).unwrap());
         drop(rank_bell);
         assert!(!drain_bell(&router_bell).unwrap());
+    }
+}
+
+/// Loom model of a byte pipe: the producer and consumer code of `End`, run
+/// on memory whose positions and bytes loom tracks, in every interleaving
+/// it allows (decision 0049). `bash .ci/loom.sh` runs it.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::AtomicU64 as LoomU64;
+    use loom::sync::Arc;
+
+    struct Model {
+        head: LoomU64,
+        tail: LoomU64,
+        bytes: Vec<UnsafeCell<u8>>,
+    }
+
+    impl PipeMemory for Arc<Model> {
+        fn head(&self, order: Ordering) -> u64 {
+            self.head.load(order)
+        }
+        fn set_head(&self, head: u64, order: Ordering) {
+            self.head.store(head, order)
+        }
+        fn tail(&self, order: Ordering) -> u64 {
+            self.tail.load(order)
+        }
+        fn set_tail(&self, tail: u64, order: Ordering) {
+            self.tail.store(tail, order)
+        }
+        unsafe fn copy_in(&self, off: usize, src: *const u8, n: usize) {
+            for i in 0..n {
+                // SAFETY: per the contract `src` has `n` bytes; loom checks
+                // the cell's access.
+                let b = unsafe { *src.add(i) };
+                // SAFETY: the pointer is the cell's own.
+                self.bytes[off + i].with_mut(|p| unsafe { *p = b });
+            }
+        }
+        unsafe fn copy_out(&self, off: usize, dst: *mut u8, n: usize) {
+            for i in 0..n {
+                // SAFETY: the pointer is the cell's own; loom checks the access.
+                let b = self.bytes[off + i].with(|p| unsafe { *p });
+                // SAFETY: per the contract `dst` takes `n` bytes.
+                unsafe { *dst.add(i) = b };
+            }
+        }
+    }
+
+    /// Bytes 0..6 written in pieces of 3 through a pipe of 4 bytes and read
+    /// in pieces of up to 3 (the second write and some reads wrap) arrive
+    /// whole and in order.
+    #[test]
+    fn bytes_arrive_in_order_through_a_small_pipe() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(1);
+        b.check(|| {
+            const N: usize = 6;
+            const CAP: usize = 4;
+            let mem = Arc::new(Model {
+                head: LoomU64::new(0),
+                tail: LoomU64::new(0),
+                bytes: (0..CAP).map(|_| UnsafeCell::new(0)).collect(),
+            });
+            let mut tx = End::in_memory(mem.clone(), CAP, true);
+            let mut rx = End::in_memory(mem, CAP, false);
+            let reader = loom::thread::spawn(move || {
+                let mut got = [0u8; N];
+                let mut n = 0;
+                while n < N {
+                    let want = (N - n).min(3);
+                    // SAFETY: `got[n..]` takes `want` bytes.
+                    let k = unsafe { rx.read_to(got.as_mut_ptr().add(n), want) };
+                    if k == 0 {
+                        loom::thread::yield_now();
+                    }
+                    n += k;
+                }
+                assert_eq!(got, [0, 1, 2, 3, 4, 5], "bytes in order");
+            });
+            let data: Vec<u8> = (0..N as u8).collect();
+            let mut sent = 0;
+            for piece in [3, 3] {
+                let mut done = 0;
+                while done < piece {
+                    let part = &data[sent + done..sent + piece];
+                    let k = tx.write(&[IoSlice::new(part)]);
+                    if k == 0 {
+                        loom::thread::yield_now();
+                    }
+                    done += k;
+                }
+                sent += piece;
+            }
+            reader.join().unwrap();
+        });
     }
 }

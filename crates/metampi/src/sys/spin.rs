@@ -112,7 +112,7 @@ pub(crate) fn next_budget(now: Duration, base: Duration, wait: Duration, room: b
 fn machine_has_room() -> bool {
     let cpus = crate::sys::cpus::online();
     let runnable =
-        crate::sys::poll::runnable(&std::fs::read_to_string("/proc/loadavg").unwrap_or_default());
+        super::cpus::runnable(&std::fs::read_to_string("/proc/loadavg").unwrap_or_default());
     matches!(runnable, Some(r) if r <= cpus)
 }
 
