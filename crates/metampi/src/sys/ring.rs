@@ -108,17 +108,18 @@ pub(crate) trait Memory {
     unsafe fn with_record<R>(&self, off: u64, len: u64, f: impl FnOnce(&[u8]) -> R) -> R;
 }
 
-/// A ring in a mapping: the control block, then the data area.
+/// A ring in a mapping: the control block, then the data area (the byte
+/// pipes of [`super::vchan`] use the same layout).
 pub(crate) struct Shm {
-    ctl: *const Ctl,
-    data: *mut u8,
+    pub(super) ctl: *const Ctl,
+    pub(super) data: *mut u8,
 }
 
 impl Shm {
     /// # Safety
     /// `base` points to `CTL_BYTES + cap` bytes of ring memory, 64-byte
     /// aligned, that outlive every use of the value.
-    unsafe fn at(base: *mut u8) -> Shm {
+    pub(super) unsafe fn at(base: *mut u8) -> Shm {
         Shm {
             ctl: base as *const Ctl,
             // SAFETY: the data area follows the control block inside the mapping.

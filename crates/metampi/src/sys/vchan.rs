@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bytes::BytesMut;
 
-use super::ring::Ctl;
+use super::ring::{Shm, CTL_BYTES};
 use super::shm::Segment;
 
 const MAGIC: &[u8; 8] = b"MPVCHAN1";
@@ -58,7 +58,7 @@ const REC_BYTES: u32 = 0;
 /// A loan record adds the address (u64) after its header.
 const REC_LOAN: u32 = 1;
 const LOAN_REC: usize = REC + 8;
-const PIPE_CTL: usize = 128;
+const PIPE_CTL: usize = CTL_BYTES;
 /// Bytes of the offer a rank sends after its hello: magic, log2 of the pipe
 /// size, its node's hash, the token naming the segment (all zero: no offer).
 pub const OFFER_LEN: usize = 32;
@@ -123,7 +123,7 @@ pub fn node_hash(name: &str) -> u64 {
 
 /// One end of a byte pipe: the producer's (`mine` is the tail) or the
 /// consumer's (`mine` is the head). `other` caches the far end's position.
-struct End<M: PipeMemory = PipeShm> {
+struct End<M: PipeMemory = Shm> {
     mem: M,
     cap: usize,
     mine: u64,
@@ -131,7 +131,7 @@ struct End<M: PipeMemory = PipeShm> {
 }
 
 /// The memory a pipe lives in, and the only ways a pipe's code touches it:
-/// the shared segment in the library ([`PipeShm`]); loom's checked atomics
+/// the shared segment in the library (`ring::Shm`); loom's checked atomics
 /// and cells in the model tests (`loom_model` below), which so run the
 /// pipe's code unchanged.
 trait PipeMemory {
@@ -155,26 +155,20 @@ trait PipeMemory {
     unsafe fn copy_out(&self, off: usize, dst: *mut u8, n: usize);
 }
 
-/// A pipe in the channel's segment: its control block, then its data.
-struct PipeShm {
-    ctl: *const Ctl,
-    data: *mut u8,
-}
-
-impl PipeMemory for PipeShm {
+/// A pipe in the channel's segment has a ring's layout: its control block
+/// (consumer and producer positions), then its data.
+impl PipeMemory for Shm {
     #[inline(always)]
     fn head(&self, order: Ordering) -> u64 {
-        // SAFETY: `ctl` is valid while the end is (see `End::new`).
-        unsafe { (*self.ctl).head.0.load(order) }
+        super::ring::Memory::head(self, order)
     }
     #[inline(always)]
     fn set_head(&self, head: u64, order: Ordering) {
-        // SAFETY: as above.
-        unsafe { (*self.ctl).head.0.store(head, order) }
+        super::ring::Memory::set_head(self, head, order)
     }
     #[inline(always)]
     fn tail(&self, order: Ordering) -> u64 {
-        // SAFETY: as above.
+        // SAFETY: `ctl` is valid while the end is (see `End::new`).
         unsafe { (*self.ctl).tail.0.load(order) }
     }
     #[inline(always)]
@@ -199,12 +193,8 @@ impl End {
     /// `base` points to `PIPE_CTL + cap` bytes of pipe memory, 64-byte aligned,
     /// that outlive the end; there is one producer and one consumer per pipe.
     unsafe fn new(base: *mut u8, cap: usize, producer: bool) -> End {
-        let mem = PipeShm {
-            ctl: base as *const Ctl,
-            // SAFETY: the data area follows the control block.
-            data: unsafe { base.add(PIPE_CTL) },
-        };
-        End::in_memory(mem, cap, producer)
+        // SAFETY: per the contract.
+        End::in_memory(unsafe { Shm::at(base) }, cap, producer)
     }
 }
 
