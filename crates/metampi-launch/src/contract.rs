@@ -338,13 +338,7 @@ impl Contract {
         let Some(rank) = RankEnv::parse(get)? else {
             return Ok(None);
         };
-        let tcp_ip = match get(TCP_IP) {
-            Some(v) => Some(
-                v.parse()
-                    .map_err(|_| ContractError::bad(TCP_IP, &v, "not an IP address"))?,
-            ),
-            None => None,
-        };
+        let tcp_ip = tcp_ip(get)?;
         let sites = SiteEnv::parse(get)?;
         let site_of = sites.site_of_ranks(rank.size)?;
         Ok(Some(Contract {
@@ -355,10 +349,50 @@ impl Contract {
         }))
     }
 
+    /// The contract of a rank another process manager started (Hydra, Slurm; see
+    /// [`crate::pmi_wire`]): who it is comes from that manager, `pmi` says which protocol
+    /// (for messages), and the job is one site. [`NODE`] and [`TCP_IP`] are still read
+    /// through `get`, so that a user can name them where the host name misleads.
+    ///
+    /// # Errors
+    /// A malformed [`TCP_IP`].
+    pub fn under_process_manager(
+        who: (u32, u32, u32),
+        pmi: &str,
+        job: &str,
+        get: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Contract, ContractError> {
+        let (rank, size, appnum) = who;
+        let tcp_ip = tcp_ip(get)?;
+        Ok(Contract {
+            rank: RankEnv {
+                pmi: pmi.to_string(),
+                job: job.to_string(),
+                rank,
+                size,
+                appnum,
+                node: get(NODE),
+                local: None,
+            },
+            tcp_ip,
+            sites: SiteEnv::default(),
+            site_of: vec![0; size as usize],
+        })
+    }
+
     /// This rank's site.
     pub fn my_site(&self) -> u32 {
         self.site_of[self.rank.rank as usize]
     }
+}
+
+fn tcp_ip(get: &impl Fn(&str) -> Option<String>) -> Result<Option<IpAddr>, ContractError> {
+    get(TCP_IP)
+        .map(|v| {
+            v.parse()
+                .map_err(|_| ContractError::bad(TCP_IP, &v, "not an IP address"))
+        })
+        .transpose()
 }
 
 fn optional<T: std::str::FromStr>(

@@ -72,6 +72,7 @@ mod job;
 pub mod meta;
 mod outcome;
 pub mod pmi;
+pub mod pmi_wire;
 pub mod ports;
 mod remote;
 pub mod router_spec;

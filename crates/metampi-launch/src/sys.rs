@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Sends `signal` to the process group `pgid`.
@@ -87,6 +87,46 @@ pub(crate) fn hostname() -> String {
         Ok(name) if !name.is_empty() => name.to_string_lossy().into_owned(),
         _ => "localhost".to_string(),
     }
+}
+
+/// Takes the socket a process manager handed this process as descriptor `fd` (`PMI_FD`),
+/// once: a second call, a descriptor that is not open or one that is not a socket is an
+/// error, so a wrong number in the environment cannot make this process close a file it uses.
+/// The descriptor becomes close-on-exec, as programs this rank starts are not part of its PMI
+/// conversation.
+pub(crate) fn inherited_socket(fd: RawFd) -> io::Result<OwnedFd> {
+    static TAKEN: AtomicBool = AtomicBool::new(false);
+    if fd < 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a negative descriptor",
+        ));
+    }
+    // SAFETY: `st` is a plain C struct fstat fills; `fd` is only inspected.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into `st`, which outlives the call, and has no other effect.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("descriptor {fd} is not a socket"),
+        ));
+    }
+    if TAKEN.swap(true, Ordering::SeqCst) {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "the process manager's socket is already in use",
+        ));
+    }
+    // SAFETY: F_SETFD only changes the descriptor's close-on-exec flag.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor is open (fstat succeeded) and is a socket the process manager
+    // passed for exactly this use; `TAKEN` makes this the one owner in this process.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A pipe, both ends close-on-exec so ranks do not inherit them.

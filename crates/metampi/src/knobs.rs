@@ -200,6 +200,11 @@ pub const KNOBS: &[Knob] = &[
         "the job secret (set by the launcher)",
     ),
     knob("METAMPI_SECRET_FILE", Text, "file holding the job secret"),
+    knob(
+        "METAMPI_PMI_VERSION",
+        Text,
+        "1 or 2: the PMI protocol spoken with Hydra or Slurm (unset: 2 where offered)",
+    ),
     knob("METAMPI_TAG_OUTPUT", Launcher, "rank-tagged output"),
     knob("METAMPI_OUTPUT_DIR", Launcher, "per-rank output directory"),
     knob("METAMPI_OUTPUT_NAME", Launcher, "per-rank output file name"),
@@ -272,7 +277,9 @@ pub fn known(name: &str) -> Option<&'static Knob> {
 /// same environment. Also for values a reader accepted and another rule refused
 /// ([`crate::tuning`]'s).
 pub(crate) fn warn_once(name: &str, msg: String) {
-    if std::env::var("METAMPI_RANK").is_ok_and(|r| r.trim() != "0") {
+    // `PMI_RANK`: a rank started by Hydra or Slurm (`metampi_launch::pmi_wire`).
+    let rank = std::env::var("METAMPI_RANK").or_else(|_| std::env::var("PMI_RANK"));
+    if rank.is_ok_and(|r| r.trim() != "0") {
         return;
     }
     static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);

@@ -36,6 +36,7 @@ use crate::sys::ring::{Consumer, Producer, CTL_BYTES};
 use crate::sys::shm::Segment;
 use crate::sys::spin;
 use crate::sys::{cma, poll};
+use metampi_launch::pmi_wire::WireClient;
 
 /// Bytes of the control block at the start of a rank's inbound segment.
 pub(crate) const SEG_CTL: usize = 64;
@@ -56,9 +57,15 @@ impl Shared {
     /// Joins the job described by the launcher's environment, or starts a
     /// world of one when there is no launcher.
     pub(crate) fn init() -> io::Result<Shared> {
-        let Some(c) = contract()? else {
-            crate::knobs::check_names();
-            return Self::singleton();
+        let (c, pm) = match contract()? {
+            Some(c) => (c, None),
+            None => match Pmi::from_process_manager()? {
+                Some(w) => (process_manager_contract(&w)?, Some(Pmi::Wire(w))),
+                None => {
+                    crate::knobs::check_names();
+                    return Self::singleton();
+                }
+            },
         };
         let (rank, size) = (c.rank.rank, c.rank.size);
         // Every rank sees the same environment: one warning per job is enough.
@@ -67,8 +74,8 @@ impl Shared {
         }
         let tuning = crate::tuning::current();
         let force_tcp = tuning.force_tcp;
-        let mut boot = Boot::connect(&c)?;
-        let table = PeerTable::exchange(&mut boot, &c)?;
+        let mut boot = Boot::connect(&c, pm)?;
+        let mut table = PeerTable::exchange(&mut boot, &c)?;
         let mut mesh = ShmMesh::build(&mut boot, &table, (&c.rank.job, rank), force_tcp)?;
         let my_site = c.my_site();
         let reaches = |site: u32| c.sites.direct_between(my_site, site);
@@ -77,7 +84,10 @@ impl Shared {
             .filter(|&r| r != rank && !mesh.shares(r) && reaches(c.site_of[r as usize]))
             .collect();
         let needs_key = !tcp_peers.is_empty() || c.sites.routers.iter().any(|r| r.from == my_site);
-        let key = needs_key.then(crate::auth::secret_from_env).transpose()?;
+        let key = match table.secret.take() {
+            Some(k) => needs_key.then_some(k),
+            None => needs_key.then(crate::auth::secret_from_env).transpose()?,
+        };
         tcp_mesh(
             &boot,
             &table,
@@ -176,6 +186,21 @@ impl Shared {
     }
 }
 
+/// The contract of a rank Hydra or Slurm started: who it is from their PMI server, its job
+/// named after the job's key-value space (the same for all its ranks, and short enough for
+/// socket and file names).
+fn process_manager_contract(w: &WireClient) -> io::Result<Contract> {
+    let job = format!("pm{:016x}", crate::hash::fnv1a(w.job_name().bytes()));
+    let pmi = format!("{} of another process manager", w.version());
+    Contract::under_process_manager(
+        (w.rank(), w.size(), w.appnum()),
+        &pmi,
+        &job,
+        &crate::knobs::text,
+    )
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))
+}
+
 /// The abstract socket name a rank of `job` is woken at.
 pub(super) fn wake_name(job: &str, rank: u32) -> io::Result<SocketAddr> {
     SocketAddr::from_abstract_name(format!("metampi-{job}-{rank}"))
@@ -195,20 +220,36 @@ struct Boot {
 }
 
 impl Boot {
-    fn connect(c: &Contract) -> io::Result<Boot> {
+    /// Connects to `metampi run`'s server, or takes `pm`, the connection to another process
+    /// manager's.
+    fn connect(c: &Contract, pm: Option<Pmi>) -> io::Result<Boot> {
         let (rank, job) = (c.rank.rank, c.rank.job.as_str());
-        let pmi_addr = c.rank.pmi.as_str();
-        let pmi = Pmi::connect(pmi_addr, job, rank)?;
+        // Where the server is, if it is somewhere this rank connected to.
+        let (pmi, pmi_addr) = match pm {
+            Some(Pmi::Wire(w)) => {
+                let port = w.port().map(str::to_string);
+                (Pmi::Wire(w), port)
+            }
+            Some(launcher) => (launcher, Some(c.rank.pmi.clone())),
+            None => (
+                Pmi::connect(&c.rank.pmi, job, rank)?,
+                Some(c.rank.pmi.clone()),
+            ),
+        };
         let wake = UnixDatagram::bind_addr(&wake_name(job, rank)?)?;
         wake.set_nonblocking(true)?;
 
         use std::net::ToSocketAddrs;
-        let pmi_ip: IpAddr = pmi_addr
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .map(|a| a.ip())
-            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let pmi_ip: IpAddr = match &pmi_addr {
+            Some(addr) => addr
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .map(|a| a.ip())
+                .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            // A socket the process manager handed over says nothing about the network.
+            None => host_ip(),
+        };
         // The launcher names the address where it knows better (a network
         // namespace, whose ranks reach it through a Unix socket).
         let listen_ip = match c.tcp_ip {
@@ -218,10 +259,11 @@ impl Boot {
         };
         let listener = TcpListener::bind((listen_ip, 0))?;
         // The address others use is the one this machine uses to reach the launcher.
-        let my_ip = match c.tcp_ip {
-            Some(ip) => ip,
-            None if pmi_ip.is_loopback() => pmi_ip,
-            None => TcpStream::connect(pmi_addr)?.local_addr()?.ip(),
+        let my_ip = match (c.tcp_ip, &pmi_addr) {
+            (Some(ip), _) => ip,
+            _ if pmi_ip.is_loopback() => pmi_ip,
+            (None, Some(addr)) => TcpStream::connect(addr.as_str())?.local_addr()?.ip(),
+            (None, None) => pmi_ip,
         };
         Ok(Boot {
             pmi,
@@ -239,6 +281,25 @@ impl Boot {
     }
 }
 
+/// The address this host's name resolves to, one that is not loopback where there is one:
+/// where ranks on other hosts reach a rank whose process manager said nothing about the
+/// network (`METAMPI_TCP_IP` names it where this guess is wrong).
+fn host_ip() -> IpAddr {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<IpAddr> = (crate::environment::hostname(), 0)
+        .to_socket_addrs()
+        .map(|a| a.map(|a| a.ip()).collect())
+        .unwrap_or_default();
+    let outside = |ip: &&IpAddr| !ip.is_loopback();
+    addrs
+        .iter()
+        .filter(outside)
+        .find(|ip| ip.is_ipv4())
+        .or_else(|| addrs.iter().find(outside))
+        .copied()
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
 /// Step 2: what every rank published about itself.
 struct PeerTable {
     /// Node of every rank.
@@ -249,6 +310,9 @@ struct PeerTable {
     masks: Vec<String>,
     /// Ranks on this physical machine (emulated nodes included).
     on_machine: usize,
+    /// The job secret, where the exchange carried it (a process manager that is not
+    /// `metampi run` gives ranks none: rank 0 makes one and publishes it).
+    secret: Option<crate::auth::Secret>,
 }
 
 impl PeerTable {
@@ -271,6 +335,10 @@ impl PeerTable {
             &format!("t{rank}"),
             &InetAddr::new(boot.my_ip, port).to_string(),
         )?;
+        let foreign = pmi.is_foreign();
+        if foreign && rank == 0 {
+            pmi.put("secret", &crate::auth::Secret::random()?.to_hex())?;
+        }
         pmi.fence()?;
 
         let mut t = PeerTable {
@@ -279,7 +347,17 @@ impl PeerTable {
             tcp_addrs: Vec::with_capacity(size as usize),
             masks: Vec::new(),
             on_machine: 0,
+            secret: None,
         };
+        if foreign {
+            let hex = pmi.get("secret")?;
+            t.secret = Some(crate::auth::Secret::from_hex(&hex).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "rank 0's job secret is malformed",
+                )
+            })?);
+        }
         let me = machine_id();
         for r in 0..size {
             let here = pmi.get(&format!("m{r}"))? == me;
