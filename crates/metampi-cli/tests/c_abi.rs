@@ -118,6 +118,32 @@ fn c_suite_runs_on_one_to_eight_ranks() {
 }
 
 #[test]
+fn c_suite_runs_under_hydra() {
+    // The same binary, started by MPICH's own launcher with metampi's library first on the
+    // library path: the ranks find Hydra's PMI server and join one world.
+    let Some(exe) = suite("hydra") else { return };
+    let abi = Path::new(env!("CARGO_BIN_EXE_metampi"))
+        .parent()
+        .unwrap()
+        .join("mpi-abi");
+    for (n, version) in [(4usize, "1"), (3, "2")] {
+        let out = Command::new("mpiexec.mpich")
+            .args(["-n", &n.to_string()])
+            .arg(&exe)
+            .env("LD_LIBRARY_PATH", &abi)
+            .env("METAMPI_PMI_VERSION", version)
+            .output()
+            .expect("mpiexec.mpich runs (installed with libmpich-dev)");
+        let out = (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        check_suite(out, n);
+    }
+}
+
+#[test]
 fn c_suite_runs_across_three_emulated_sites() {
     let Some(exe) = suite("sites") else { return };
     let cfg = three_sites(exe.parent().unwrap(), 24900);
