@@ -43,6 +43,8 @@ pub const PMI_ID: &str = "PMI_ID";
 pub const PMI_RANK: &str = "PMI_RANK";
 /// The number of ranks, likewise.
 pub const PMI_SIZE: &str = "PMI_SIZE";
+/// The job id Slurm's PMI-2 plugin wants back in `fullinit`.
+pub const PMI_JOBID: &str = "PMI_JOBID";
 /// Set in the tasks Slurm's `srun` starts.
 pub const SLURM_STEP: &str = "SLURM_STEP_ID";
 /// `1` or `2`: the protocol to speak; unset, PMI-2 first under Slurm, PMI-1 first elsewhere.
@@ -273,6 +275,17 @@ pub fn unescape(value: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Who the environment or `initack` says this process is.
+#[derive(Debug, Clone, Default)]
+struct Who {
+    rank: Option<u32>,
+    size: Option<u32>,
+    /// `PMI_ID`, for `PMI_PORT`.
+    id: Option<u32>,
+    /// `PMI_JOBID` (Slurm).
+    jobid: Option<String>,
+}
+
 trait Conn: Read + Write + Send {}
 impl<T: Read + Write + Send> Conn for T {}
 
@@ -342,8 +355,12 @@ impl WireClient {
         // Slurm's plugin is PMI-2's home; Hydra knows PMI-2 only in part (4.0 fails on its
         // `abort`), so elsewhere PMI-1 comes first.
         let prefer_two = get(SLURM_STEP).is_some();
-        let env_rank = number(get, PMI_RANK)?;
-        let env_size = number(get, PMI_SIZE)?;
+        let mut who = Who {
+            rank: number(get, PMI_RANK)?,
+            size: number(get, PMI_SIZE)?,
+            id: None,
+            jobid: get(PMI_JOBID),
+        };
         let io_err = |source| WireError::Io {
             version: wanted.unwrap_or(Version::Two),
             source,
@@ -355,9 +372,8 @@ impl WireClient {
                 .map_err(|_| env_err(PMI_FD, &fd, "not a descriptor number"))?;
             let sock = crate::sys::inherited_socket(n)
                 .map_err(|e| env_err(PMI_FD, &fd, &e.to_string()))?;
-            let io = Box::new(UnixStream::from(sock));
-            return Self::start(io, (wanted, prefer_two), (env_rank, env_size, None), None)
-                .map(Some);
+            let c = WireClient::bare(Box::new(UnixStream::from(sock)), None);
+            return c.start((wanted, prefer_two), who).map(Some);
         }
         let Some(port) = get(PMI_PORT) else {
             return Ok(None);
@@ -370,9 +386,8 @@ impl WireClient {
         stream
             .write_all(format!("cmd=initack pmiid={id}\n").as_bytes())
             .map_err(io_err)?;
-        let mut c = WireClient::bare(Box::new(stream), Version::One);
-        c.port = Some(port.trim().to_string());
-        let (mut rank, mut size) = (env_rank, env_size);
+        let mut c = WireClient::bare(Box::new(stream), Some(port.trim().to_string()));
+        who.id = Some(id);
         c.expect("initack", "initack")?;
         loop {
             let f = c.receive("initack")?;
@@ -380,44 +395,40 @@ impl WireClient {
                 return Err(c.protocol("initack", &f, "expected `cmd=set`"));
             }
             if let Some(v) = f.get("size") {
-                size = v.parse().ok();
+                who.size = v.parse().ok();
             }
             if let Some(v) = f.get("rank") {
-                rank = v.parse().ok();
+                who.rank = v.parse().ok();
             }
             if f.get("debug").is_some() {
                 break;
             }
         }
-        let io = c.io;
-        Self::start(io, (wanted, prefer_two), (rank, size, Some(id)), c.port).map(Some)
+        c.start((wanted, prefer_two), who).map(Some)
     }
 
-    fn bare(io: Box<dyn Conn>, version: Version) -> WireClient {
+    fn bare(io: Box<dyn Conn>, port: Option<String>) -> WireClient {
         WireClient {
             io,
             rbuf: Vec::new(),
-            version,
+            version: Version::One,
             rank: 0,
             size: 0,
             appnum: 0,
             kvs: String::new(),
             max_value: DEFAULT_MAX_VALUE,
-            port: None,
+            port,
         }
     }
 
-    /// Initialises over `io` with `wanted`, or else the preferred version (PMI-2 where
-    /// `prefer_two`, else PMI-1), then the other; `who` is what the environment or `initack`
-    /// said: rank, size, PMI id.
+    /// Initialises with `wanted`, or else the preferred version (PMI-2 where `prefer_two`,
+    /// else PMI-1), then the other.
     fn start(
-        io: Box<dyn Conn>,
+        self,
         (wanted, prefer_two): (Option<Version>, bool),
-        who: (Option<u32>, Option<u32>, Option<u32>),
-        port: Option<String>,
+        who: Who,
     ) -> Result<WireClient, WireError> {
-        let mut c = WireClient::bare(io, Version::One);
-        c.port = port;
+        let mut c = self;
         let prefer = if prefer_two {
             Version::Two
         } else {
@@ -465,14 +476,14 @@ impl WireClient {
         Ok(c)
     }
 
-    fn init_one(&mut self, who: (Option<u32>, Option<u32>, Option<u32>)) -> Result<(), WireError> {
+    fn init_one(&mut self, who: Who) -> Result<(), WireError> {
         let missing = |var: &'static str| WireError::Env {
             var,
             value: String::new(),
             problem: "not set, and PMI-1 does not say it".into(),
         };
-        self.rank = who.0.ok_or_else(|| missing(PMI_RANK))?;
-        self.size = who.1.ok_or_else(|| missing(PMI_SIZE))?;
+        self.rank = who.rank.ok_or_else(|| missing(PMI_RANK))?;
+        self.size = who.size.ok_or_else(|| missing(PMI_SIZE))?;
         let f = self.call("get_maxes", &[], "maxes")?;
         if let Some(v) = f.get("vallen_max").and_then(|v| v.parse().ok()) {
             self.max_value = v;
@@ -484,11 +495,11 @@ impl WireClient {
         Ok(())
     }
 
-    fn init_two(&mut self, who: (Option<u32>, Option<u32>, Option<u32>)) -> Result<(), WireError> {
-        let (key, id) = match who {
-            (Some(rank), ..) => ("pmirank", rank),
-            (None, _, Some(id)) => ("pmiid", id),
-            (None, _, None) => {
+    fn init_two(&mut self, who: Who) -> Result<(), WireError> {
+        let (key, id) = match (who.rank, who.id) {
+            (Some(rank), _) => ("pmirank", rank),
+            (None, Some(id)) => ("pmiid", id),
+            (None, None) => {
                 return Err(WireError::Env {
                     var: PMI_RANK,
                     value: String::new(),
@@ -496,7 +507,14 @@ impl WireClient {
                 })
             }
         };
-        let f = self.call("fullinit", &[(key, &id.to_string())], "fullinit-response")?;
+        // Slurm wants the job id it gave (`PMI_JOBID`) back (Hydra gives none), and whether
+        // this client calls from several threads (each call here holds the connection).
+        let id = id.to_string();
+        let mut fields = vec![(key, id.as_str()), ("threaded", "FALSE")];
+        if let Some(job) = &who.jobid {
+            fields.push(("pmijobid", job));
+        }
+        let f = self.call("fullinit", &fields, "fullinit-response")?;
         let num = |c: &Self, name: &str| -> Result<u32, WireError> {
             let v = c.field(&f, "fullinit", name)?;
             v.parse()
@@ -999,8 +1017,14 @@ mod tests {
             .enumerate()
             .map(|(rank, s)| {
                 std::thread::spawn(move || {
-                    let who = (Some(rank as u32), Some(3), None);
-                    let mut c = WireClient::start(Box::new(s), wanted, who, None).unwrap();
+                    let who = Who {
+                        rank: Some(rank as u32),
+                        size: Some(3),
+                        ..Who::default()
+                    };
+                    let mut c = WireClient::bare(Box::new(s), None)
+                        .start(wanted, who)
+                        .unwrap();
                     assert_eq!(c.version(), expect);
                     assert_eq!((c.rank(), c.size()), (rank as u32, 3));
                     c.put(&format!("k{rank}"), &format!("rank {rank}; a=b %"))
@@ -1054,7 +1078,13 @@ mod tests {
     fn a_closed_connection_is_an_error_naming_the_request() {
         let (a, b) = UnixStream::pair().unwrap();
         drop(b);
-        let err = WireClient::start(Box::new(a), (None, false), (Some(0), Some(1), None), None)
+        let who = Who {
+            rank: Some(0),
+            size: Some(1),
+            ..Who::default()
+        };
+        let err = WireClient::bare(Box::new(a), None)
+            .start((None, false), who)
             .unwrap_err();
         let text = err.to_string();
         assert!(
