@@ -23,6 +23,11 @@
 //! Ranks are numbered app after app; placement fills each host's slots in order, then wraps
 //! round-robin ([`place`]). The key-value protocol is described in [`pmi`].
 //!
+//! # Ranks started by other process managers
+//! A rank that MPICH's `mpiexec` (Hydra) or Slurm's `srun --mpi=pmi2` started has no
+//! `METAMPI_PMI`; it speaks their PMI-1 or PMI-2 instead, through [`pmi_wire`], and builds a
+//! one-site contract ([`contract::Contract::under_process_manager`]) from what they say.
+//!
 //! # Ranks on other machines
 //! Ranks on other hosts start through ssh or a command template ([`LaunchMethod`], or per
 //! host with [`Host::with_launch`] and a [`HostLaunch`]), carrying their environment on the
