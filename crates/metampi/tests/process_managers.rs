@@ -29,7 +29,7 @@ fn hydra_present() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
+        let ci = metampi::knobs::os("CI").is_some_and(|v| v == "true");
         assert!(
             !ci,
             "CI must run the Hydra tests: {HYDRA} is missing (apt-get install mpich)"
@@ -75,7 +75,7 @@ fn child() {
     let universe = metampi::initialize().expect("initialized once");
     let world = universe.world();
     let (rank, size) = (world.rank(), world.size());
-    let pmi_rank: i32 = std::env::var("PMI_RANK").map_or(-1, |r| r.parse().unwrap());
+    let pmi_rank: i32 = metampi::knobs::text("PMI_RANK").map_or(-1, |r| r.parse().unwrap());
     if pmi_rank >= 0 {
         assert_eq!(rank, pmi_rank, "the rank is Hydra's");
     }
@@ -184,7 +184,7 @@ impl Slurm {
     /// Starts munge (if it is not running), `slurmctld` and `slurmd`; `Err` says why not.
     fn start() -> Result<Slurm, String> {
         for tool in ["slurmctld", "slurmd", "srun", "munged"] {
-            let found = std::env::var_os("PATH")
+            let found = metampi::knobs::os("PATH")
                 .iter()
                 .flat_map(std::env::split_paths)
                 .chain(["/usr/sbin".into(), "/sbin".into()])
