@@ -48,7 +48,16 @@ pub struct ContractError {
 }
 
 impl ContractError {
-    fn bad(var: &'static str, value: &str, problem: impl Into<String>) -> ContractError {
+    /// `var` is not set, and `problem` says why that matters.
+    pub(crate) fn missing(var: &'static str, problem: impl Into<String>) -> ContractError {
+        ContractError {
+            var,
+            value: None,
+            problem: problem.into(),
+        }
+    }
+
+    pub(crate) fn bad(var: &'static str, value: &str, problem: impl Into<String>) -> ContractError {
         ContractError {
             var,
             value: Some(value.to_string()),
@@ -395,7 +404,7 @@ fn tcp_ip(get: &impl Fn(&str) -> Option<String>) -> Result<Option<IpAddr>, Contr
         .transpose()
 }
 
-fn optional<T: std::str::FromStr>(
+pub(crate) fn optional<T: std::str::FromStr>(
     get: &impl Fn(&str) -> Option<String>,
     var: &'static str,
 ) -> Result<Option<T>, ContractError> {

@@ -33,6 +33,8 @@ use std::os::unix::net::UnixStream;
 
 use thiserror::Error;
 
+use crate::contract::{optional, ContractError};
+
 /// The socket a process manager left open for this process.
 pub const PMI_FD: &str = "PMI_FD";
 /// `host:port` of a process manager to connect to.
@@ -63,16 +65,9 @@ const DEFAULT_MAX_VALUE: usize = 1024;
 /// What went wrong talking to the process manager.
 #[derive(Debug, Error)]
 pub enum WireError {
-    /// A variable that names the process manager is malformed.
-    #[error("{var}=`{value}`: {problem}")]
-    Env {
-        /// The variable.
-        var: &'static str,
-        /// Its value.
-        value: String,
-        /// What is wrong with it.
-        problem: String,
-    },
+    /// A variable that names the process manager is missing or malformed.
+    #[error(transparent)]
+    Env(#[from] ContractError),
     /// The connection failed.
     #[error("talking to the process manager ({version}): {source}")]
     Io {
@@ -315,25 +310,7 @@ impl std::fmt::Debug for WireClient {
 }
 
 fn env_err(var: &'static str, value: &str, problem: &str) -> WireError {
-    WireError::Env {
-        var,
-        value: value.to_string(),
-        problem: problem.to_string(),
-    }
-}
-
-fn number(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-) -> Result<Option<u32>, WireError> {
-    match get(var) {
-        None => Ok(None),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| env_err(var, &v, "not a whole number")),
-    }
+    WireError::Env(ContractError::bad(var, value, problem))
 }
 
 impl WireClient {
@@ -356,13 +333,17 @@ impl WireClient {
         // `abort`), so elsewhere PMI-1 comes first.
         let prefer_two = get(SLURM_STEP).is_some();
         let mut who = Who {
-            rank: number(get, PMI_RANK)?,
-            size: number(get, PMI_SIZE)?,
+            rank: optional(get, PMI_RANK)?,
+            size: optional(get, PMI_SIZE)?,
             id: None,
             jobid: get(PMI_JOBID),
         };
         let io_err = |source| WireError::Io {
-            version: wanted.unwrap_or(Version::Two),
+            version: wanted.unwrap_or(if prefer_two {
+                Version::Two
+            } else {
+                Version::One
+            }),
             source,
         };
         if let Some(fd) = get(PMI_FD) {
@@ -379,7 +360,7 @@ impl WireClient {
             return Ok(None);
         };
         let id =
-            number(get, PMI_ID)?.ok_or_else(|| env_err(PMI_PORT, &port, "PMI_ID is not set"))?;
+            optional(get, PMI_ID)?.ok_or_else(|| env_err(PMI_PORT, &port, "PMI_ID is not set"))?;
         let mut stream = TcpStream::connect(port.trim()).map_err(io_err)?;
         let _ = stream.set_nodelay(true);
         // `initack` first, as MPICH's own client does: the server answers with who this is.
@@ -477,11 +458,8 @@ impl WireClient {
     }
 
     fn init_one(&mut self, who: Who) -> Result<(), WireError> {
-        let missing = |var: &'static str| WireError::Env {
-            var,
-            value: String::new(),
-            problem: "not set, and PMI-1 does not say it".into(),
-        };
+        let missing =
+            |var| WireError::Env(ContractError::missing(var, "PMI-1 does not say it either"));
         self.rank = who.rank.ok_or_else(|| missing(PMI_RANK))?;
         self.size = who.size.ok_or_else(|| missing(PMI_SIZE))?;
         let f = self.call("get_maxes", &[], "maxes")?;
@@ -500,11 +478,10 @@ impl WireClient {
             (Some(rank), _) => ("pmirank", rank),
             (None, Some(id)) => ("pmiid", id),
             (None, None) => {
-                return Err(WireError::Env {
-                    var: PMI_RANK,
-                    value: String::new(),
-                    problem: "not set: PMI-2 needs it for `fullinit`".into(),
-                })
+                return Err(WireError::Env(ContractError::missing(
+                    PMI_RANK,
+                    "PMI-2 needs it (or PMI_ID) for `fullinit`",
+                )))
             }
         };
         // Slurm wants the job id it gave (`PMI_JOBID`) back (Hydra gives none), and whether

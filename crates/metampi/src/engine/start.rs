@@ -60,7 +60,7 @@ impl Shared {
         let (c, pm) = match contract()? {
             Some(c) => (c, None),
             None => match Pmi::from_process_manager()? {
-                Some(w) => (process_manager_contract(&w)?, Some(Pmi::Wire(w))),
+                Some(w) => (process_manager_contract(&w)?, Some(w)),
                 None => {
                     crate::knobs::check_names();
                     return Self::singleton();
@@ -222,15 +222,14 @@ struct Boot {
 impl Boot {
     /// Connects to `metampi run`'s server, or takes `pm`, the connection to another process
     /// manager's.
-    fn connect(c: &Contract, pm: Option<Pmi>) -> io::Result<Boot> {
+    fn connect(c: &Contract, pm: Option<WireClient>) -> io::Result<Boot> {
         let (rank, job) = (c.rank.rank, c.rank.job.as_str());
         // Where the server is, if it is somewhere this rank connected to.
         let (pmi, pmi_addr) = match pm {
-            Some(Pmi::Wire(w)) => {
+            Some(w) => {
                 let port = w.port().map(str::to_string);
                 (Pmi::Wire(w), port)
             }
-            Some(launcher) => (launcher, Some(c.rank.pmi.clone())),
             None => (
                 Pmi::connect(&c.rank.pmi, job, rank)?,
                 Some(c.rank.pmi.clone()),

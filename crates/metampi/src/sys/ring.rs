@@ -660,7 +660,6 @@ mod loom_model {
         }
         unsafe fn write_record(&self, off: u64, env: &[u8; LINE], payload: &[u8]) {
             let first = off as usize / LINE;
-            // SAFETY: as above.
             self.lines[first].with_mut(|p| {
                 // SAFETY: as above.
                 let line = unsafe { &mut *p };
