@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use metampi_launch::{AppSpec, Binding, Host, JobSpec, LaunchMethod, OutputMode, StdinTarget};
+use metampi_launch::{
+    AppSpec, Binding, Host, HostLaunch, JobSpec, LaunchMethod, OutputMode, StdinTarget,
+};
 
 /// Exit status for a command line or job description that is refused before anything starts;
 /// the same as clap uses for its own usage errors.
@@ -39,7 +41,10 @@ Every rank gets these environment variables:
 
 Placement: --hosts a,b:4 gives a one slot and b four; ranks fill the slots in order and, if
 there are more ranks than slots, wrap round-robin over the hosts. Without --hosts or
---hostfile every rank runs on this machine.
+--hostfile every rank runs on this machine, except inside a Slurm allocation (SLURM_JOB_ID
+set): there the allocated nodes are the hosts, their task counts the slots, and every rank
+starts as its own one-task `srun` step on its node (--launch slurm; --launch local keeps them
+here).
 
 When a rank exits non-zero, is killed by a signal, calls abort, or exits after connecting to
 the key-value server without calling finalize, or when the timeout expires or this command gets
@@ -63,6 +68,7 @@ Examples:
     metampi run --launch local --hosts siteA:2,siteB:2 -n 4 ./app     # emulate two machines
     metampi run --launch 'ssh -p 2222 {host} {cmd}' --hostfile hosts.txt -n 8 ./app
     metampi run --debug 0 -n 2 ./app                                   # rank 0 under gdbserver
+    salloc -N 2 -n 8 metampi run -n 8 ./app                            # srun steps on Slurm's nodes
 
 Hostfile lines: `host`, `host:N` or `host slots=N`; `#` starts a comment.
 
@@ -101,12 +107,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     hostfile: Option<PathBuf>,
 
-    /// How to start ranks on hosts other than this one: `ssh` (default); `local` (start them
-    /// here but report the assigned host as METAMPI_NODE, to emulate several machines); or a
-    /// command template with {host} and {cmd}, e.g. 'ssh -p 2222 {host} {cmd}', where {cmd}
-    /// becomes one word holding the rank's shell command line
-    #[arg(long, value_name = "ssh|local|TEMPLATE", default_value = "ssh", value_parser = parse_launch)]
-    launch: LaunchMethod,
+    /// How to start ranks on hosts other than this one: `ssh` (default outside Slurm); `slurm`
+    /// (a one-task srun step per rank on its node; the default inside a Slurm allocation, whose
+    /// nodes and task counts are the hosts unless --hosts or --hostfile name others); `local`
+    /// (start them here but report the assigned host as METAMPI_NODE, to emulate several
+    /// machines); or a command template with {host} and {cmd}, e.g. 'ssh -p 2222 {host} {cmd}',
+    /// where {cmd} becomes one word holding the rank's shell command line
+    #[arg(long, value_name = "ssh|slurm|local|TEMPLATE", value_parser = parse_launch)]
+    launch: Option<LaunchChoice>,
 
     /// Set VAR to VALUE for every rank, or pass this shell's VAR on (repeatable)
     #[arg(short = 'x', value_name = "VAR[=VALUE]")]
@@ -377,8 +385,26 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
 }
 
 fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
+    let mut named = None;
+    if let Some(list) = &args.hosts {
+        named = Some(Host::parse_list(list)?);
+    }
+    if let Some(path) = &args.hostfile {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read hostfile {}", path.display()))?;
+        named =
+            Some(Host::parse_hostfile(&text).with_context(|| format!("in {}", path.display()))?);
+    }
+    let hosts = match slurm_hosts(&args, named.clone())? {
+        Some(hosts) => Some(hosts),
+        None => named,
+    };
+    let method = match &args.launch {
+        Some(LaunchChoice::Method(m)) => m.clone(),
+        Some(LaunchChoice::Slurm) | None => LaunchMethod::default(),
+    };
     let mut spec = JobSpec::new()
-        .launch(args.launch)
+        .launch(method)
         .env_all(args.env_all)
         .tag_output(args.tag_output)
         .stdin(args.stdin)
@@ -393,14 +419,7 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
     for app in split_apps(args.np.unwrap_or(0), &args.command)? {
         spec = spec.app(app);
     }
-    if let Some(list) = &args.hosts {
-        spec = spec.hosts(Host::parse_list(list)?);
-    }
-    if let Some(path) = &args.hostfile {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read hostfile {}", path.display()))?;
-        let hosts =
-            Host::parse_hostfile(&text).with_context(|| format!("in {}", path.display()))?;
+    if let Some(hosts) = hosts {
         spec = spec.hosts(hosts);
     }
     for setting in &args.export {
@@ -616,13 +635,47 @@ fn parse_np(segment: &[OsString]) -> anyhow::Result<(usize, &[OsString])> {
     Ok((n, rest))
 }
 
-fn parse_launch(text: &str) -> Result<LaunchMethod, String> {
+/// `--launch`: one of the launcher's methods, or srun steps in a Slurm allocation.
+#[derive(Debug, Clone)]
+enum LaunchChoice {
+    Method(LaunchMethod),
+    Slurm,
+}
+
+fn parse_launch(text: &str) -> Result<LaunchChoice, String> {
     match text {
-        "ssh" => Ok(LaunchMethod::Ssh),
-        "local" => Ok(LaunchMethod::Local),
-        t if t.contains("{cmd}") => Ok(LaunchMethod::Template(t.to_string())),
-        _ => Err("expected `ssh`, `local`, or a command template containing {cmd}".into()),
+        "ssh" => Ok(LaunchChoice::Method(LaunchMethod::Ssh)),
+        "local" => Ok(LaunchChoice::Method(LaunchMethod::Local)),
+        "slurm" => Ok(LaunchChoice::Slurm),
+        t if t.contains("{cmd}") => Ok(LaunchChoice::Method(LaunchMethod::Template(t.to_string()))),
+        _ => Err("expected `ssh`, `slurm`, `local`, or a command template containing {cmd}".into()),
     }
+}
+
+/// The hosts of a job placed by Slurm: the allocation's nodes (or the hosts the user named, in
+/// that order), each rank started by its own srun step. `None` when ranks are not placed by
+/// Slurm: another `--launch`, or none given outside an allocation or with --meta.
+fn slurm_hosts(args: &RunArgs, named: Option<Vec<Host>>) -> anyhow::Result<Option<Vec<Host>>> {
+    let get = |k: &str| std::env::var(k).ok();
+    let in_allocation = get("SLURM_JOB_ID").is_some_and(|j| !j.is_empty());
+    match &args.launch {
+        Some(LaunchChoice::Slurm) => {}
+        None if in_allocation && args.meta.is_none() && named.is_none() => {}
+        _ => return Ok(None),
+    }
+    let hosts = match named {
+        None => metampi_launch::slurm::allocation_hosts(&get)
+            .map_err(|e| anyhow::anyhow!("--launch slurm: {e}"))?,
+        Some(hosts) => hosts
+            .into_iter()
+            .map(|h| {
+                let launch = HostLaunch::srun(None, &h.name, &[], None)
+                    .map_err(|e| anyhow::anyhow!("--launch slurm: {e}"))?;
+                Ok(h.with_launch(launch))
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    Ok(Some(hosts))
 }
 
 fn parse_stdin(text: &str) -> Result<StdinTarget, String> {

@@ -276,6 +276,16 @@ pub enum Launch {
     /// Through a command template; `{cmd}` is replaced by the quoted process command line,
     /// `{node}` by the node name and `{host}` by the meta host name.
     Command(String),
+    /// Through Slurm (`slurm [via LOGIN] [SALLOC OPTIONS...]`): the meta host's nodes are
+    /// allocated as one Slurm job for the length of the metampi job, and each of its
+    /// processes runs as a one-task srun step on its node; Slurm's commands run here, or
+    /// through ssh on `login`.
+    Slurm {
+        /// ssh destination of the cluster's login node; `None`: this machine.
+        login: Option<String>,
+        /// Options for the allocation (`--partition=debug`, `--time=10`), as words.
+        options: Vec<String>,
+    },
     /// A PACX-MPI startup command, run as written (it starts the whole meta host).
     Verbatim(String),
 }
@@ -287,6 +297,13 @@ impl fmt::Display for Launch {
             Self::Netns(n) => write!(f, "netns {n}"),
             Self::Ssh(h) => write!(f, "ssh {h}"),
             Self::Manual => f.write_str("manual"),
+            Self::Slurm { login, options } => {
+                f.write_str("slurm")?;
+                if let Some(l) = login {
+                    write!(f, " via {l}")?;
+                }
+                options.iter().try_for_each(|o| write!(f, " {o}"))
+            }
             Self::Command(c) | Self::Verbatim(c) => write!(f, "{c:?}"),
         }
     }

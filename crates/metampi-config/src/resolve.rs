@@ -108,8 +108,11 @@ fn parse_launch(s: &Setting) -> RResult<Launch> {
     let mut words = v.split_whitespace();
     let first = words.next().unwrap_or("").to_ascii_lowercase();
     let rest: Vec<&str> = words.collect();
-    let expected =
-        "local, manual, netns NAME, ssh HOST, or a quoted command template containing {cmd}";
+    let expected = "local, manual, netns NAME, ssh HOST, slurm [via LOGIN] [OPTIONS], or a \
+                    quoted command template containing {cmd}";
+    if first == "slurm" {
+        return parse_slurm(s, v.trim_start()["slurm".len()..].trim_start());
+    }
     match (first.as_str(), rest.as_slice()) {
         ("local", []) => Ok(Launch::Local),
         ("manual", []) => Ok(Launch::Manual),
@@ -122,6 +125,37 @@ fn parse_launch(s: &Setting) -> RResult<Launch> {
         )),
         _ => Err(bad_value(s, expected)),
     }
+}
+
+/// `slurm [via LOGIN] [OPTIONS...]`, after the word `slurm`: options are split like shell
+/// words.
+fn parse_slurm(s: &Setting, rest: &str) -> RResult<Launch> {
+    let mut words = crate::split_args(rest).map_err(|why| bad_value(s, why))?;
+    let login = if words.first().map(String::as_str) == Some("via") {
+        if words.len() < 2 || words[1].starts_with('-') {
+            return Err(bad_value(
+                s,
+                "slurm via followed by the login node's ssh destination",
+            ));
+        }
+        let login = words.remove(1);
+        words.remove(0);
+        Some(login)
+    } else {
+        None
+    };
+    // Options may take separate values (`-p debug`), but the first word must be an option:
+    // `slurm login` (without `via`) is a mistake to name, not an option to pass on.
+    if let Some(w) = words.first().filter(|w| !w.starts_with('-')) {
+        return Err(bad_value(
+            s,
+            format!("slurm [via LOGIN] followed by salloc options, not `{w}`"),
+        ));
+    }
+    Ok(Launch::Slurm {
+        login,
+        options: words,
+    })
 }
 
 /// A launch template needs `{cmd}` and knows only `{cmd}`, `{node}` and `{host}`.

@@ -367,6 +367,8 @@ fn missing_required_fields() {
         "t.cfg:1:23: bad value 'ssh {node}' for LAUNCH: expected a command template containing {cmd} (where the process command line goes)"
     );
     assert_eq!(err("METAHOST A { LAUNCH = ssh; }"), "t.cfg:1:23: bad value 'ssh' for LAUNCH: expected ssh followed by one destination (host, user@host or host:port)");
+    assert_eq!(err("METAHOST A { LAUNCH = slurm via; }"), "t.cfg:1:23: bad value 'slurm via' for LAUNCH: expected slurm via followed by the login node's ssh destination");
+    assert_eq!(err("METAHOST A { LAUNCH = slurm login.b -p debug; }"), "t.cfg:1:23: bad value 'slurm login.b -p debug' for LAUNCH: expected slurm [via LOGIN] followed by salloc options, not `login.b`");
     assert_eq!(
         err("METAHOST A { NODES = ; }"),
         "t.cfg:1:22: expected a node name (or a range such as p4-00 - p4-63), found ';'"
@@ -445,5 +447,34 @@ fn pacx_errors() {
     assert_eq!(
         e("host1 100 tcp () \n"),
         "hosts:1:15: expected a startup command inside ( ), found '()'"
+    );
+}
+
+#[test]
+fn slurm_meta_hosts() {
+    let cfg = parse_str(
+        "t.cfg",
+        "METAHOST a { LAUNCH = slurm; NODES = n1; }\n\
+         METAHOST b { LAUNCH = slurm via me@login.b --partition=debug '--comment=two words'; \
+         NODES = m1; }\nPAIR a b 1\nn1 <-> m1\n",
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.hosts[0].launch,
+        metampi_config::Launch::Slurm {
+            login: None,
+            options: vec![]
+        }
+    );
+    assert_eq!(
+        cfg.hosts[1].launch,
+        metampi_config::Launch::Slurm {
+            login: Some("me@login.b".into()),
+            options: vec!["--partition=debug".into(), "--comment=two words".into()]
+        }
+    );
+    assert_eq!(
+        cfg.hosts[1].launch.to_string(),
+        "slurm via me@login.b --partition=debug --comment=two words"
     );
 }

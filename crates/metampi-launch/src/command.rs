@@ -74,13 +74,45 @@ pub(crate) fn ssh_argv(args: &[String], command_line: &[u8]) -> Vec<OsString> {
     argv
 }
 
+/// Words quoted for a shell and joined by blanks: one command line.
+pub(crate) fn join_quoted(words: &[String]) -> Vec<u8> {
+    let quoted: Vec<Vec<u8>> = words.iter().map(|w| shell_quote(OsStr::new(w))).collect();
+    quoted.join(&b' ')
+}
+
+/// The argv that runs `command_line` (a shell command line) as a one-task srun step: `srun
+/// OPTIONS... sh -c COMMAND_LINE`, here, or through ssh on a login node (`ssh`: its options
+/// and destination) as one command line for that node's shell.
+pub(crate) fn srun_argv(
+    ssh: Option<&[String]>,
+    srun: &[String],
+    command_line: &[u8],
+) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = srun.iter().map(OsString::from).collect();
+    argv.extend([
+        "sh".into(),
+        "-c".into(),
+        OsString::from_vec(command_line.to_vec()),
+    ]);
+    match ssh {
+        None => argv,
+        Some(ssh) => {
+            let mut line = join_quoted(srun);
+            line.extend_from_slice(b" sh -c ");
+            line.extend(shell_quote(OsStr::from_bytes(command_line)));
+            ssh_argv(ssh, &line)
+        }
+    }
+}
+
 /// The variable the job secret travels in; remote command lines never carry it.
 pub(crate) const SECRET_ENV: &str = "METAMPI_SECRET";
 
 /// How a process started on another machine uses its standard input after the secret line.
 ///
 /// Either way the end of stdin means that the launcher is gone or has ended the job (ssh
-/// closed), so the process is stopped: SIGTERM, then SIGKILL after two seconds. Without a
+/// closed), so the process is stopped: SIGTERM, then SIGKILL after two seconds; the command
+/// then ends with status 0 and says nothing, since the stop was asked for. Without a
 /// terminal, sshd signals nothing to a remote command whose client went away, so this is the
 /// only way such a process learns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,15 +168,19 @@ pub(crate) fn remote_line(
         .cloned()
         .collect();
     let command = env_command_line(&env, program, args);
-    let mut script = b"IFS= read -r METAMPI_SECRET || { echo 'metampi: no job secret on standard \
+    let mut script = b"trap 'e=1' USR1; IFS= read -r METAMPI_SECRET || { echo 'metampi: no job secret on standard \
 input (the launch command must pass stdin on)' >&2; exit 125; }; export METAMPI_SECRET; cd "
         .to_vec();
     script.extend_from_slice(&shell_quote(cwd.as_os_str()));
     script.extend_from_slice(b" || exit 127; ");
     // fd 3 keeps the real stdin for the watcher: an asynchronous list gets /dev/null as its
     // stdin unless redirected explicitly.
-    let stop = b"while read -r _; do :; done; kill -TERM $p; sleep 2; kill -KILL $p; } <&3 \
->/dev/null 2>&1 & w=$!; exec 3<&- 4>&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s";
+    // The watcher tells the wrapper (USR1; `$$` is the wrapper's pid in a subshell too) before
+    // it stops the process, so that a stop the launcher asked for ends with status 0 and
+    // without the shell's "Terminated", which srun would report as a failed task.
+    let stop = b"while read -r _; do :; done; kill -USR1 $$; kill -TERM $p; sleep 2; kill -KILL \
+$p; } <&3 >/dev/null 2>&1 & w=$!; exec 3<&- 4>&-; wait $p; s=$?; if [ -n \"$e\" ]; then wait $p \
+2>/dev/null; s=0; fi; kill $w 2>/dev/null; exit $s";
     match stdin {
         RemoteStdin::Forward => {
             // The FIFO is opened by both sides before it is removed; the process's end opens
@@ -199,6 +235,7 @@ pub(crate) fn rank_argv(
         }
         Start::Ssh(args) => Some(ssh_argv(args, &remote())),
         Start::Template { words, vars } => Some(template_argv(words, vars, &remote())),
+        Start::Srun { ssh, srun } => Some(srun_argv(ssh.as_deref(), srun, &remote())),
         Start::Manual => None,
     }
 }
@@ -494,9 +531,33 @@ mod tests {
         let t0 = std::time::Instant::now();
         drop(stdin);
         let status = child.wait().unwrap();
-        // sh reports the SIGTERM'd sleep as 128 + 15.
-        assert_eq!(status.code(), Some(143));
+        // Stopped long before the minute, and, since the stop was asked for, with status 0
+        // and nothing on stderr.
+        assert_eq!(status.code(), Some(0));
         assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_watched_process_killed_by_a_signal_of_its_own_is_reported() {
+        // Not a stop the launcher asked for: the shell's 128 + 15 comes back.
+        let args = ["-c".into(), "kill -TERM $$; sleep 5".into()];
+        let line = remote_line(
+            Path::new("/"),
+            &[],
+            OsStr::new("sh"),
+            &args,
+            RemoteStdin::Watch,
+        );
+        let mut child = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(OsStr::from_bytes(&line))
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, b"k\n").unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(143));
     }
 
     /// A `dd` first in `PATH` that knows no `iflag=`, like some non-GNU ones.
@@ -585,7 +646,7 @@ mod tests {
             let t0 = std::time::Instant::now();
             drop(stdin);
             let status = child.wait().unwrap();
-            assert_eq!(status.code(), Some(143), "end of data: {end_of_data}");
+            assert_eq!(status.code(), Some(0), "end of data: {end_of_data}");
             assert!(t0.elapsed() < std::time::Duration::from_secs(10));
         }
     }

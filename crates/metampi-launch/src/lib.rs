@@ -81,6 +81,7 @@ pub mod pmi_wire;
 pub mod ports;
 mod remote;
 pub mod router_spec;
+pub mod slurm;
 mod spec;
 mod stdio;
 mod sys;

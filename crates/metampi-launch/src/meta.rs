@@ -46,18 +46,38 @@ use crate::router_spec::{
 /// Environment variable that carries a router's spec to a router process.
 pub const ROUTER_SPEC_ENV: &str = "METAMPI_ROUTER_SPEC";
 
-/// The running routers of a job; killed when dropped.
+/// The running routers of a job, and the Slurm jobs holding the nodes of its `LAUNCH = slurm`
+/// meta hosts; the routers are killed and then the Slurm jobs cancelled when dropped.
 pub struct Routers {
     children: Vec<Child>,
+    allocations: Vec<crate::slurm::Allocation>,
 }
 
 impl Drop for Routers {
     fn drop(&mut self) {
+        // A router started through a command (ssh, srun, a template) stops when
+        // the stdin of that command closes (see `crate::spawn_remote`); it is
+        // given the grace period to do so before its command is killed, since a
+        // killed srun cannot end its step and a killed ssh may leave the router
+        // running until the connection times out. Routers of this machine have
+        // no such stdin and are killed at once.
+        let mut by_command = Vec::new();
+        for (i, c) in self.children.iter_mut().enumerate() {
+            if c.stdin.take().is_some() {
+                by_command.push(i);
+            } else {
+                let _ = c.kill();
+            }
+        }
+        let deadline = Instant::now() + crate::KILL_GRACE;
+        while Instant::now() < deadline
+            && by_command
+                .iter()
+                .any(|&i| matches!(self.children[i].try_wait(), Ok(None)))
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         for c in &mut self.children {
-            // A router on another machine stops when the stdin of its launch command
-            // closes (see `crate::spawn_remote`); killing ssh closes it too, but
-            // an orderly end of file reaches the far side first.
-            drop(c.stdin.take());
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -156,13 +176,14 @@ impl MetaPlan {
     }
 }
 
-/// How the processes on node `n` of `host` start through a command: ssh or a
-/// template (`None` for local, netns and manual meta hosts).
+/// How the processes on node `n` of `host` start through a command: ssh, a
+/// template, or srun in Slurm job `job` (`None` for local, netns and manual
+/// meta hosts).
 ///
 /// # Errors
-/// A PACX-MPI startup command, or an ssh destination or template that cannot
-/// be used, with a message naming the meta host.
-fn node_launch(host: &HostLayout, n: usize) -> std::io::Result<Option<HostLaunch>> {
+/// A PACX-MPI startup command, or an ssh destination, template or Slurm node
+/// that cannot be used, with a message naming the meta host.
+fn node_launch(host: &HostLayout, n: usize, job: &str) -> std::io::Result<Option<HostLaunch>> {
     let node = &host.nodes[n];
     let bad = |why: String| {
         std::io::Error::new(
@@ -192,6 +213,11 @@ fn node_launch(host: &HostLayout, n: usize) -> std::io::Result<Option<HostLaunch
                 .argv(b"true")
                 .map_err(|e| bad(format!("LAUNCH = {template:?}: {e}")))?;
             Ok(Some(launch))
+        }
+        Launch::Slurm { login, .. } => {
+            HostLaunch::srun(Some(job), &node.name, &[], login.as_deref())
+                .map(Some)
+                .map_err(|e| bad(format!("LAUNCH = {}: {e}", host.launch)))
         }
         Launch::Verbatim(command) => Err(bad(format!(
             "the PACX-MPI startup command `{command}` starts that machine's own MPI, whose \
@@ -459,19 +485,59 @@ pub fn start_with_options(
     dial: &mut dyn FnMut(&str) -> std::io::Result<String>,
 ) -> std::io::Result<(Routers, MetaPlan)> {
     check_options(layout, opts)?;
-    // How every node is reached, checked before anything starts.
+    // How every node is reached, checked before anything starts (a Slurm job
+    // id stands in for the allocations asked for next).
+    let launches_for = |hi: usize, job: &str| {
+        let h = &layout.hosts[hi];
+        (0..h.nodes.len())
+            .map(|n| node_launch(h, n, job))
+            .collect::<std::io::Result<Vec<_>>>()
+    };
     let mut launches = Vec::with_capacity(layout.hosts.len());
-    for h in &layout.hosts {
-        launches.push(
-            (0..h.nodes.len())
-                .map(|n| node_launch(h, n))
-                .collect::<std::io::Result<Vec<_>>>()?,
-        );
+    for hi in 0..layout.hosts.len() {
+        launches.push(launches_for(hi, "0")?);
     }
     let cwd = std::env::current_dir()?;
     let mut routers = Routers {
         children: Vec::new(),
+        allocations: Vec::new(),
     };
+    for (hi, h) in layout.hosts.iter().enumerate() {
+        let Launch::Slurm { login, options } = &h.launch else {
+            continue;
+        };
+        let login = match login {
+            Some(dest) => Some(
+                crate::remote::ssh_args(dest)
+                    .map_err(|e| std::io::Error::other(format!("meta host `{}`: {e}", h.name)))?,
+            ),
+            None => None,
+        };
+        let nodes: Vec<String> = h.nodes.iter().map(|n| n.name.clone()).collect();
+        // Every process of the busiest node gets a task, so that a site that
+        // confines steps to their job's CPUs leaves each one a CPU.
+        let per_node = (0..h.nodes.len())
+            .map(|ni| {
+                let routers = layout
+                    .routers
+                    .iter()
+                    .filter(|r| (r.host, r.node) == (hi, ni))
+                    .count();
+                h.nodes[ni].nprocs + routers
+            })
+            .max()
+            .unwrap_or(1);
+        let allocation = crate::slurm::Allocation::request(
+            &format!("metampi-{}", h.name),
+            &nodes,
+            per_node,
+            options,
+            login.as_deref(),
+        )
+        .map_err(|e| std::io::Error::other(format!("meta host `{}`: {e}", h.name)))?;
+        launches[hi] = launches_for(hi, allocation.id())?;
+        routers.allocations.push(allocation);
+    }
     // Routers and ranks of the job prove this secret to each other.
     let secret = match std::env::var("METAMPI_SECRET")
         .ok()
@@ -921,11 +987,12 @@ mod launch_tests {
             "METAHOST a { LAUNCH = local; NODES = a0; }\n\
              METAHOST b { LAUNCH = ssh me@login:2222; NODES = n1 (10.0.0.1), n2 (10.0.0.2); }\n\
              METAHOST c { LAUNCH = \"srun -w {node} -J {host} {cmd}\"; NODES = c0 (10.1.0.1); }\n\
+             METAHOST d { LAUNCH = slurm via me@front -p big; NODES = d0, d1; }\n\
              AUTO_ROUTER\n",
         );
         let b = &l.hosts[1];
         assert_eq!(
-            node_launch(b, 1).unwrap(),
+            node_launch(b, 1, "").unwrap(),
             Some(HostLaunch::Ssh(vec![
                 "-J".into(),
                 "me@login:2222".into(),
@@ -933,7 +1000,11 @@ mod launch_tests {
             ]))
         );
         let c = &l.hosts[2];
-        let argv = node_launch(c, 0).unwrap().unwrap().argv(b"CMD").unwrap();
+        let argv = node_launch(c, 0, "")
+            .unwrap()
+            .unwrap()
+            .argv(b"CMD")
+            .unwrap();
         assert_eq!(
             argv,
             Some(
@@ -942,6 +1013,23 @@ mod launch_tests {
                     .to_vec()
             )
         );
+        // A Slurm meta host: a step of its job on the node, srun run on the login node.
+        let d = &l.hosts[3];
+        let argv = node_launch(d, 1, "77")
+            .unwrap()
+            .unwrap()
+            .argv(b"CMD")
+            .unwrap();
+        let argv: Vec<String> = argv
+            .unwrap()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(argv[..3], ["ssh", "-o", "BatchMode=yes"]);
+        assert_eq!(argv[3], "me@front");
+        assert!(argv[4].starts_with("srun --overlap "), "{argv:?}");
+        assert!(argv[4].contains(" --jobid=77 --nodelist=d1 "), "{argv:?}");
+        assert!(argv[4].ends_with(" sh -c CMD"), "{argv:?}");
         assert_eq!(
             vertical_address(b, &b.nodes[0]).unwrap(),
             ("10.0.0.1".to_string(), "10.0.0.1".to_string())

@@ -37,6 +37,14 @@ pub enum HostLaunch {
         /// Placeholders besides `{cmd}` and their values.
         vars: Vec<(String, String)>,
     },
+    /// A one-task Slurm step each (`srun OPTIONS... sh -c CMD`), run here or, with `ssh`
+    /// (options and destination of a login node), through ssh there; see [`HostLaunch::srun`].
+    Srun {
+        /// ssh options and destination of the login node where srun runs; `None`: here.
+        ssh: Option<Vec<String>>,
+        /// `srun` and its options ([`srun_words`](crate::slurm::srun_words)).
+        srun: Vec<String>,
+    },
     /// Nobody starts them: the launcher prints one command for the host (see
     /// [`manual_command`]) for the user to run there, and waits for its ranks and helpers to
     /// join. Such a host may have no slots: then only its helpers run there (a meta job's node
@@ -93,6 +101,26 @@ impl HostLaunch {
         }
     }
 
+    /// A one-task srun step on Slurm node `node` in allocation `job` (`None`: the one in
+    /// `SLURM_JOB_ID`), with the user's `extra` srun options, run here or through ssh to
+    /// `login` (a destination as for [`HostLaunch::ssh`]).
+    ///
+    /// # Errors
+    /// A node name or login destination that the commands would misread.
+    pub fn srun(
+        job: Option<&str>,
+        node: &str,
+        extra: &[String],
+        login: Option<&str>,
+    ) -> Result<HostLaunch, String> {
+        check_name(node, "Slurm node name")?;
+        let ssh = login.map(ssh_args).transpose()?;
+        Ok(HostLaunch::Srun {
+            ssh,
+            srun: crate::slurm::srun_words(job, node, extra),
+        })
+    }
+
     /// The argv that runs `command_line` (a shell command line) this way; `None` for
     /// [`HostLaunch::Local`] and [`HostLaunch::Manual`], which start nothing through a command.
     ///
@@ -106,8 +134,19 @@ impl HostLaunch {
                 vars,
                 command_line,
             )),
+            HostLaunch::Srun { ssh, srun } => {
+                Some(command::srun_argv(ssh.as_deref(), srun, command_line))
+            }
             HostLaunch::Local | HostLaunch::Manual { .. } => None,
         })
+    }
+}
+
+/// The ssh options and destination that reach `dest` (`[user@]host[:port]`) directly.
+pub(crate) fn ssh_args(dest: &str) -> Result<Vec<String>, String> {
+    match HostLaunch::ssh(dest, None)? {
+        HostLaunch::Ssh(args) => Ok(args),
+        other => Err(format!("ssh destination `{dest}` gave {other:?}")),
     }
 }
 
@@ -394,8 +433,11 @@ mod tests {
             .read_line(&mut line)
             .unwrap();
         assert_eq!(line, "ready k3y x y\n");
+        let t0 = std::time::Instant::now();
         drop(child.stdin.take());
-        assert_eq!(child.wait().unwrap().code(), Some(143));
+        // Stopped long before the minute, with status 0 since the stop was asked for.
+        assert_eq!(child.wait().unwrap().code(), Some(0));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
     }
 
     fn rank(name: &str, script: &str) -> ManualProcess {

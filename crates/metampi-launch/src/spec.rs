@@ -376,6 +376,10 @@ impl JobSpec {
                     words: parse(template)?,
                     vars: vars.clone(),
                 }),
+                Some(HostLaunch::Srun { ssh, srun }) => Some(Start::Srun {
+                    ssh: ssh.clone(),
+                    srun: srun.clone(),
+                }),
                 Some(HostLaunch::Manual { .. }) => Some(Start::Manual),
             });
         }
@@ -532,6 +536,11 @@ pub(crate) enum Start {
     Template {
         words: Vec<String>,
         vars: Vec<(String, String)>,
+    },
+    /// A one-task srun step (see [`HostLaunch::Srun`]).
+    Srun {
+        ssh: Option<Vec<String>>,
+        srun: Vec<String>,
     },
     /// Printed for the user to start (the host's [`HostLaunch::Manual`]).
     Manual,

@@ -22,6 +22,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod slurm;
+
 use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;

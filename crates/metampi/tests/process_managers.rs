@@ -15,6 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use metampi::traits::*;
+use metampi_testkit::slurm::Slurm;
 
 /// Set in the ranks this test starts.
 const CHILD: &str = "METAMPI_TEST_PM_CHILD";
@@ -177,158 +178,25 @@ fn an_abort_ends_the_hydra_job_with_its_code() {
     );
 }
 
-/// A one-node Slurm cluster of this machine, stopped when dropped.
-struct Slurm {
-    dir: std::path::PathBuf,
-    daemons: Vec<std::process::Child>,
-    /// Whether this test started munged (and so stops it).
-    own_munge: bool,
-}
-
-impl Slurm {
-    /// Starts munge (if it is not running), `slurmctld` and `slurmd`; `Err` says why not.
-    fn start() -> Result<Slurm, String> {
-        for tool in ["slurmctld", "slurmd", "srun", "munged"] {
-            let found = metampi::knobs::os("PATH")
-                .iter()
-                .flat_map(std::env::split_paths)
-                .chain(["/usr/sbin".into(), "/sbin".into()])
-                .any(|d| d.join(tool).is_file());
-            if !found {
-                return Err(format!(
-                    "{tool} is not installed (apt-get install slurm-wlm munge)"
-                ));
-            }
-        }
-        // The daemons run as root here, as on a cluster.
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-        if !root {
-            return Err("starting slurmctld and slurmd here needs root".into());
-        }
-        if !std::path::Path::new("/etc/munge/munge.key").is_file() {
-            return Err("munge has no key (/etc/munge/munge.key)".into());
-        }
-        let munge_up = Command::new("pgrep")
-            .args(["-x", "munged"])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !munge_up {
-            let _ = std::fs::create_dir_all("/run/munge");
-            let _ = Command::new("chown")
-                .args(["munge:munge", "/run/munge"])
-                .status();
-            let ok = Command::new("/usr/sbin/munged")
-                .arg("--force")
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                return Err("munged does not start".into());
-            }
-        }
-        let dir = std::env::temp_dir().join(format!("metampi-slurm-{}", std::process::id()));
-        for sub in ["state", "spool", "log"] {
-            std::fs::create_dir_all(dir.join(sub)).map_err(|e| e.to_string())?;
-        }
-        let host = Command::new("hostname")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .map_err(|e| e.to_string())?;
-        let port = 20000 + (std::process::id() % 20000) as u16;
-        let d = dir.display();
-        let conf = format!(
-            "ClusterName=metampitest\nSlurmctldHost={host}\nSlurmUser=root\nSlurmdUser=root\n\
-             AuthType=auth/munge\nCredType=cred/munge\nMpiDefault=none\n\
-             ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
-             SchedulerType=sched/builtin\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n\
-             ReturnToService=2\nSlurmdParameters=config_overrides\n\
-             StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool\n\
-             SlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.pid\n\
-             SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd.log\n\
-             SlurmctldPort={port}\nSlurmdPort={}\n\
-             JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
-             NodeName={host} NodeAddr=127.0.0.1 CPUs=8 Boards=1 SocketsPerBoard=1 CoresPerSocket=8 \
-             ThreadsPerCore=1 RealMemory=1000 State=UNKNOWN\n\
-             PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
-            port + 1
-        );
-        std::fs::write(dir.join("slurm.conf"), conf).map_err(|e| e.to_string())?;
-        let mut slurm = Slurm {
-            dir,
-            daemons: Vec::new(),
-            own_munge: !munge_up,
-        };
-        for daemon in ["slurmctld", "slurmd"] {
-            // `-D`: in the foreground, so that dropping the handle stops it.
-            let child = Command::new(format!("/usr/sbin/{daemon}"))
-                .args(["-D", "-f"])
-                .arg(slurm.conf())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .map_err(|e| format!("{daemon} does not start: {e}"))?;
-            slurm.daemons.push(child);
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = Command::new("sinfo")
-                .args(["-h", "-o", "%T"])
-                .env("SLURM_CONF", slurm.conf())
-                .output();
-            if out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle") {
-                return Ok(slurm);
-            }
-            if Instant::now() > deadline {
-                let log = std::fs::read_to_string(slurm.dir.join("log/slurmctld.log"))
-                    .unwrap_or_default();
-                return Err(format!(
-                    "the node did not come up in 30 s; slurmctld's log:\n{log}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+/// `srun ARGS` of this test binary's `child` on `slurm`, `env` set: exit status, stdout,
+/// stderr.
+fn srun(slurm: &Slurm, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut c = slurm.command("srun");
+    c.args(args)
+        .arg(exe)
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env_remove("METAMPI_PMI");
+    for (k, v) in env {
+        c.env(k, v);
     }
-
-    fn conf(&self) -> std::path::PathBuf {
-        self.dir.join("slurm.conf")
-    }
-
-    /// `srun ARGS` of this test binary's `child`, `env` set: exit status, stdout, stderr.
-    fn srun(&self, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-        let exe = std::env::current_exe().expect("the test binary");
-        let mut c = Command::new("srun");
-        c.args(args)
-            .arg(exe)
-            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env("SLURM_CONF", self.conf())
-            .env(CHILD, "1")
-            .env_remove("METAMPI_PMI");
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let out = c.output().expect("srun runs");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for Slurm {
-    fn drop(&mut self) {
-        for d in &mut self.daemons {
-            let _ = Command::new("kill").arg(d.id().to_string()).status();
-            let _ = d.wait();
-        }
-        if self.own_munge {
-            let _ = Command::new("pkill").args(["-x", "munged"]).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    let out = c.output().expect("srun runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -341,7 +209,8 @@ fn slurm_srun_pmi_2_and_pmi_1() {
         }
     };
     for (n, version) in [(4usize, ""), (3, "1")] {
-        let (code, out, err) = slurm.srun(
+        let (code, out, err) = srun(
+            &slurm,
             &["-n", &n.to_string(), "--mpi=pmi2"],
             &[("METAMPI_PMI_VERSION", version)],
         );
@@ -351,7 +220,8 @@ fn slurm_srun_pmi_2_and_pmi_1() {
     // A rank that exits without finalizing ends the step (`-K`: kill the others, as MPICH
     // users ask Slurm to), named by srun.
     let start = Instant::now();
-    let (code, out, err) = slurm.srun(
+    let (code, out, err) = srun(
+        &slurm,
         &["-n", "3", "--mpi=pmi2", "--kill-on-bad-exit=1"],
         &[(ROLE, "crash")],
     );
