@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Start-up time of an N-rank job (MPI_Init + MPI_Finalize of a C program built with
 # mpicc.mpich), on metampi's library and on MPICH's, under each launcher present:
-# `metampi run`, Hydra (`mpiexec.mpich`) and Slurm (`srun --mpi=pmi2`, where `sinfo` answers;
-# set SLURM_CONF for a private cluster). Best and median of ROUNDS runs, launchers alternated.
+# `metampi run`, Hydra (`mpiexec.mpich`) and Slurm (`srun --mpi=pmi2`, and each launcher inside
+# `salloc`, where `sinfo` answers; set SLURM_CONF for a private cluster). Best and median of ROUNDS runs, launchers alternated.
 # Usage: bash bench/startup.sh [N]   (ROUNDS=5 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +37,9 @@ cmds["mpiexec.mpich, MPICH"]="mpiexec.mpich -n $N $dir/init"
 if sinfo -h >/dev/null 2>&1; then
     cmds["srun --mpi=pmi2, metampi"]="env LD_LIBRARY_PATH=$ABI srun -n $N --overcommit --mpi=pmi2 $dir/init"
     cmds["srun --mpi=pmi2, MPICH"]="srun -n $N --overcommit --mpi=pmi2 $dir/init"
+    # Inside an allocation: metampi run's srun step per rank, Hydra's srun-started proxies.
+    cmds["salloc + metampi run, metampi"]="salloc -Q -n $N --overcommit $METAMPI run -n $N $dir/init"
+    cmds["salloc + mpiexec.mpich, MPICH"]="salloc -Q -n $N --overcommit mpiexec.mpich -n $N $dir/init"
 else
     echo "(no Slurm answers here: srun rows left out)"
 fi
