@@ -47,7 +47,7 @@ starts as its own one-task `srun` step on its node (--launch slurm; --launch loc
 here).
 
 When a rank exits non-zero, is killed by a signal, calls abort, or exits after connecting to
-the key-value server without calling finalize, or when the timeout expires or this command gets
+the key-value server without calling finalize, when a router of a --meta job ends, or when the timeout expires or this command gets
 SIGINT/SIGTERM/SIGHUP, one line on stderr names the cause (rank, pid, host, code or signal),
 the other ranks get SIGTERM and, two seconds later, SIGKILL. When the reader of this command's
 stdout goes (`metampi run ... | head`), the ranks are stopped the same way, without a word.
@@ -196,7 +196,7 @@ pub struct RunArgs {
 /// give [`USAGE_EXIT`] instead, so nothing is started for them.
 pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
     // A meta job starts its routers first; they live until the job has ended.
-    let mut _routers = None;
+    let mut running_routers = None;
     let mut meta_plan = None;
     let mut monitor = None;
     if let Some(path) = args.meta.clone() {
@@ -293,7 +293,7 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             }
             Err(e) => return Err(anyhow::Error::new(e).context("starting the routers")),
         };
-        _routers = Some(routers);
+        running_routers = Some(routers);
         meta_plan = Some((cfg, host_env, plan));
     }
     // Per node of a meta job: its meta host's variables, and, where meta hosts run their own
@@ -354,6 +354,13 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
     let spec = match build_spec(args).map(|mut spec| {
         if let (Some((_, _, plan)), Some(hosts)) = (&meta_plan, meta_hosts) {
             spec = spec.hosts(hosts).launch(LaunchMethod::Local);
+            for (pid, what) in running_routers
+                .as_ref()
+                .map(|r| r.processes())
+                .unwrap_or_default()
+            {
+                spec = spec.watch(pid, what);
+            }
             if let Some(apps) = meta_apps {
                 spec = spec.replace_apps(apps);
             }

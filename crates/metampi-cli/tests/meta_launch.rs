@@ -759,3 +759,58 @@ fn meta_launch_ssh_failure_is_reported_with_ssh_s_own_message() {
         "{err}"
     );
 }
+
+#[test]
+fn a_router_killed_in_a_quiet_job_ends_it_at_once_named() {
+    let s = Scratch::new("quiet");
+    let cfg = s.write(
+        "three.cfg",
+        "PORTBASE 24970\n\
+         METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\
+         METAHOST b { LAUNCH = local; NPROCS = 2; NODES = b0; }\n\
+         METAHOST c { LAUNCH = local; NPROCS = 2; NODES = c0; }\n\
+         PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n",
+    );
+    // The ranks only sleep: no rank talks to a router, so only the launcher can notice.
+    let mut job = Command::new(EXE)
+        .args(["run", "--timeout", "60", "--meta"])
+        .arg(&cfg)
+        .args(["sh", "-c", "echo up; exec sleep 30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Every rank up means every router is ready.
+    let mut out = BufReader::new(job.stdout.take().unwrap());
+    for _ in 0..5 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "up\n");
+    }
+    let children = Command::new("pgrep")
+        .args(["-P", &job.id().to_string(), "-f", " router$"])
+        .output()
+        .unwrap();
+    let router: u32 = text(&children.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no router among the launcher's children"));
+    let t0 = Instant::now();
+    Command::new("kill")
+        .args(["-KILL", &router.to_string()])
+        .status()
+        .unwrap();
+    let status = job.wait().unwrap();
+    let took = t0.elapsed();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut job.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(took < Duration::from_secs(5), "{took:?}\n{stderr}");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("(pid {router}) was killed by signal SIGKILL")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("router "), "{stderr}");
+    assert!(stderr.contains("of meta host `"), "{stderr}");
+}

@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -123,6 +123,25 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
     } else {
         None
     };
+
+    // One thread per watched process, blocked until it ends; it does not reap it (the
+    // caller does), and outlives the job harmlessly when the process outlives it.
+    for (pid, what) in &spec.watched {
+        let (tx, pid, what) = (events_tx.clone(), *pid, what.clone());
+        let watcher = std::thread::Builder::new()
+            .name(format!("metampi-watch-{pid}"))
+            .spawn(move || {
+                if let Ok(status) = sys::wait_exit_unreaped(pid) {
+                    let _ = tx.send(Event::Watched { what, pid, status });
+                }
+            });
+        if let Err(source) = watcher {
+            return Err(LaunchError::Io {
+                what: "cannot start a thread to watch the job's helpers",
+                source,
+            });
+        }
+    }
 
     let capture = match spec.output {
         OutputMode::Capture => Some((
@@ -314,6 +333,12 @@ enum Event {
     Signal(i32),
     /// The reader of the launcher's stdout has gone.
     OutputClosed,
+    /// A process of the job that is not a rank ([`JobSpec::watch`]) ended.
+    Watched {
+        what: String,
+        pid: u32,
+        status: ExitStatus,
+    },
 }
 
 /// What starting one rank produced.
@@ -872,6 +897,14 @@ impl Monitor<'_> {
                 }
                 Event::Signal(signal) => return Some(JobFailure::Interrupted { signal }),
                 Event::OutputClosed => return Some(JobFailure::OutputClosed),
+                Event::Watched { what, pid, status } => {
+                    return Some(JobFailure::ProcessEnded {
+                        what,
+                        pid,
+                        code: status.code(),
+                        signal: status.signal(),
+                    })
+                }
             }
         }
         None
@@ -966,7 +999,7 @@ impl Monitor<'_> {
                     signal_groups(self.ids, libc::SIGKILL);
                     killed = true;
                 }
-                Event::Signal(_) | Event::Pmi(_) | Event::OutputClosed => {}
+                Event::Signal(_) | Event::Pmi(_) | Event::OutputClosed | Event::Watched { .. } => {}
             }
         }
     }

@@ -42,7 +42,8 @@
 //!
 //! # Failure handling
 //! The first rank to exit non-zero, die by a signal, `ABORT`, or exit 0 after connecting to
-//! the key-value server but without `FINALIZE` ends the job; so do the timeout and
+//! the key-value server but without `FINALIZE` ends the job, as does the end of any other
+//! process the caller asked the launcher to watch ([`JobSpec::watch`]: a meta job's routers); so do the timeout and
 //! SIGINT/SIGTERM/SIGHUP to the launcher. One line names the cause on stderr, the other ranks
 //! get SIGTERM, then SIGKILL after two seconds, and everything is reaped.
 //! [`JobOutcome::exit_code`] gives the launcher's exit status.

@@ -50,6 +50,8 @@ pub const ROUTER_SPEC_ENV: &str = "METAMPI_ROUTER_SPEC";
 /// meta hosts; the routers are killed and then the Slurm jobs cancelled when dropped.
 pub struct Routers {
     children: Vec<Child>,
+    /// Per child: what it is, for the message when it dies.
+    names: Vec<String>,
     allocations: Vec<crate::slurm::Allocation>,
 }
 
@@ -85,11 +87,24 @@ impl Drop for Routers {
 }
 
 impl Routers {
+    /// The routers' processes this launcher started (for a router on another
+    /// machine, its ssh or srun), by pid, with what each is: for
+    /// [`JobSpec::watch`](crate::JobSpec::watch), so that a router's death
+    /// ends the job at once, whatever the ranks are doing.
+    pub fn processes(&self) -> Vec<(u32, String)> {
+        self.children
+            .iter()
+            .map(Child::id)
+            .zip(self.names.iter().cloned())
+            .collect()
+    }
+
     /// Keeps `child` (stopped when the routers are dropped) and returns its
     /// stdout, where it reports ready.
-    fn push(&mut self, mut child: Child) -> std::io::Result<std::process::ChildStdout> {
+    fn push(&mut self, mut child: Child, what: &str) -> std::io::Result<std::process::ChildStdout> {
         let out = child.stdout.take();
         self.children.push(child);
+        self.names.push(what.to_string());
         out.ok_or_else(|| std::io::Error::other("router stdout is not piped"))
     }
 }
@@ -500,6 +515,7 @@ pub fn start_with_options(
     let cwd = std::env::current_dir()?;
     let mut routers = Routers {
         children: Vec::new(),
+        names: Vec::new(),
         allocations: Vec::new(),
     };
     for (hi, h) in layout.hosts.iter().enumerate() {
@@ -624,7 +640,7 @@ pub fn start_with_options(
                     .spawn()?
             }
         };
-        let out = routers.push(child)?;
+        let out = routers.push(child, &what)?;
         let index = endpoints.len() - 1;
         let tx = ready_tx.clone();
         // One reader per router, so that routers (through ssh: logins) start in

@@ -162,6 +162,18 @@ pub enum JobFailure {
         /// Who.
         helper: HelperId,
     },
+    /// A process of the job that is not a rank (a meta job's router, see
+    /// [`JobSpec::watch`](crate::JobSpec::watch)) ended while the ranks ran.
+    ProcessEnded {
+        /// What it is ("router 1 of meta host `b` on node b0").
+        what: String,
+        /// Its pid (for a process on another machine: of its ssh or srun).
+        pid: u32,
+        /// Its exit code, when it exited.
+        code: Option<i32>,
+        /// The signal that killed it, when one did.
+        signal: Option<i32>,
+    },
     /// A rank started by hand closed its connection to the launcher without `FINALIZE`: it
     /// crashed, was killed, or its machine lost the network. (The launcher cannot tell which:
     /// it has no process to wait for.)
@@ -198,6 +210,7 @@ impl JobFailure {
             JobFailure::Timeout { .. }
             | JobFailure::Interrupted { .. }
             | JobFailure::OutputClosed
+            | JobFailure::ProcessEnded { .. }
             | JobFailure::HelperLeft { .. } => None,
         }
     }
@@ -220,7 +233,8 @@ impl JobFailure {
             JobFailure::NoFinalize { .. }
             | JobFailure::Lost { .. }
             | JobFailure::Vanished { .. }
-            | JobFailure::HelperLeft { .. } => 1,
+            | JobFailure::HelperLeft { .. }
+            | JobFailure::ProcessEnded { .. } => 1,
             JobFailure::Timeout { .. } | JobFailure::NotJoined { .. } => TIMEOUT_EXIT_CODE,
             JobFailure::OutputClosed => 128 + libc::SIGPIPE,
         }
@@ -300,6 +314,20 @@ impl fmt::Display for JobFailure {
                     describe_duration(*after),
                     nodes = nodes.join(", "),
                 )
+            }
+            JobFailure::ProcessEnded {
+                what,
+                pid,
+                code,
+                signal,
+            } => {
+                write!(f, "{what} (pid {pid}) ")?;
+                match (code, signal) {
+                    (_, Some(s)) => write!(f, "was killed by signal {}", describe_signal(*s))?,
+                    (Some(c), None) => write!(f, "exited with code {c}")?,
+                    (None, None) => f.write_str("ended")?,
+                }
+                f.write_str(" while the job ran; stopping the job")
             }
             JobFailure::HelperLeft { helper } => write!(
                 f,

@@ -130,6 +130,7 @@ pub struct JobSpec {
     pub(crate) forward_signals: bool,
     pub(crate) join_timeout: Duration,
     pub(crate) bind: Binding,
+    pub(crate) watched: Vec<(u32, String)>,
 }
 
 /// How long ranks started by hand have to connect to the launcher by default: time to open a
@@ -162,6 +163,7 @@ impl Default for JobSpec {
             forward_signals: true,
             join_timeout: DEFAULT_JOIN_TIMEOUT,
             bind: Binding::None,
+            watched: Vec::new(),
         }
     }
 }
@@ -288,6 +290,16 @@ impl JobSpec {
     #[must_use]
     pub fn forward_signals(mut self, yes: bool) -> Self {
         self.forward_signals = yes;
+        self
+    }
+
+    /// Watch a process the caller started for the job (a meta job's router, by the pid of
+    /// its child, which the caller keeps and reaps): when it ends while the ranks run, the job
+    /// is stopped and `what` ("router 1 of meta host `b` on node b0") named with its exit
+    /// code or signal.
+    #[must_use]
+    pub fn watch(mut self, pid: u32, what: impl Into<String>) -> Self {
+        self.watched.push((pid, what.into()));
         self
     }
 

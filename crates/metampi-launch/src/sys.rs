@@ -74,6 +74,33 @@ pub(crate) fn wait_pid(pid: u32) -> io::Result<ExitStatus> {
     }
 }
 
+/// Blocks until child `pid` ends and returns how, without reaping it (`waitid` with
+/// `WNOWAIT`): its owner still reaps it, so the pid cannot be reused while the owner may
+/// signal it.
+pub(crate) fn wait_exit_unreaped(pid: u32) -> io::Result<ExitStatus> {
+    let pid =
+        libc::id_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    loop {
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter; waitid fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is valid and writable for the duration of the call.
+        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            // SAFETY: waitid succeeded for a child that exited, so si_status is the field
+            // the kernel filled.
+            let status = unsafe { info.si_status() };
+            return Ok(match info.si_code {
+                libc::CLD_EXITED => ExitStatus::from_raw((status & 0xff) << 8),
+                _ => ExitStatus::from_raw(status & 0x7f),
+            });
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
 /// This machine's host name, or `localhost` if it has none.
 pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
