@@ -9,6 +9,8 @@
 //! The standard-ABI test fetches MPICH's PyPI wheel (for `mpicc_abi`) and skips where PyPI
 //! cannot be reached.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -66,12 +68,9 @@ fn compile(
     Ok(())
 }
 
-/// Says why a test does not run: a failure under CI (whose `.ci/run` installs what they
-/// need), a printed SKIP elsewhere.
+/// Says why a test does not run (see [`common::skip`]).
 fn skip(why: &str) {
-    let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
-    assert!(!ci, "CI must run the C-ABI tests: {why}");
-    eprintln!("SKIP: {why}");
+    common::skip("C-ABI tests", why);
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {
@@ -94,15 +93,7 @@ fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
 
 fn check_suite(out: (i32, String, String), ranks: usize) {
     let (code, stdout, stderr) = out;
-    assert_eq!(
-        code, 0,
-        "suite failed on {ranks} ranks:\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.contains(&format!(", 0 failed, {ranks} ranks")),
-        "no clean summary on {ranks} ranks:\n{stdout}\n{stderr}"
-    );
-    assert!(!stdout.contains("FAIL"), "{stdout}");
+    common::assert_suite_ok(Some(code), &stdout, &stderr, ranks);
 }
 
 #[test]

@@ -11,6 +11,9 @@
 //! [`ssh_site_address`]), and `--pmi-host 127.0.0.1` tells "remote" ranks where the launcher
 //! is.
 
+mod common;
+
+use common::assert_demo_ok;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -126,22 +129,6 @@ fn run_with_stdin(mut cmd: Command, input: &[u8]) -> Output {
         .unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
-}
-
-fn assert_demo_ok(out: &Output, ranks: usize) {
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "status {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        text(&out.stderr)
-    );
-    let token: usize = (1..ranks).sum();
-    assert!(
-        stdout.contains(&format!("ring token      : {token} (expected {token})")),
-        "{stdout}"
-    );
-    assert!(stdout.contains("demo: OK"), "{stdout}");
 }
 
 /// A job secret the description names with `SECRET_FILE ~/secret` (HOME is the scratch

@@ -10,6 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use common::assert_demo_ok;
 use metampi_testkit::slurm::Slurm;
 
 const EXE: &str = env!("CARGO_BIN_EXE_metampi");
@@ -36,36 +37,6 @@ fn in_allocation(slurm: &Slurm, tasks: usize, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("salloc runs")
-}
-
-fn assert_demo_ok(out: &Output, ranks: usize) {
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "status {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        out.status,
-        text(&out.stderr)
-    );
-    let token: usize = (1..ranks).sum();
-    assert!(
-        stdout.contains(&format!("ring token      : {token} (expected {token})")),
-        "{stdout}"
-    );
-    assert!(stdout.contains("demo: OK"), "{stdout}");
-}
-
-fn assert_suite_ok(out: &Output, ranks: usize) {
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "suite failed on {ranks} ranks:\n{stdout}\n{}",
-        text(&out.stderr)
-    );
-    assert!(
-        stdout.contains(&format!(", 0 failed, {ranks} ranks")),
-        "no clean summary on {ranks} ranks:\n{stdout}\n{}",
-        text(&out.stderr)
-    );
 }
 
 fn scratch(tag: &str) -> PathBuf {
@@ -211,4 +182,13 @@ fn a_slurm_meta_host_joins_a_site_on_this_machine() {
     let jobs = slurm.jobs();
     assert!(!jobs.contains("RUNNING"), "{jobs}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn assert_suite_ok(out: &Output, ranks: usize) {
+    common::assert_suite_ok(
+        out.status.code(),
+        &text(&out.stdout),
+        &text(&out.stderr),
+        ranks,
+    );
 }

@@ -502,11 +502,10 @@ mod tests {
         assert_eq!(result.status.code(), Some(7));
     }
 
-    #[test]
-    fn watched_remote_process_stops_when_stdin_closes() {
-        use std::io::{BufRead, Write};
-        // The process would sleep for a minute; closing stdin (what a dying ssh does) ends it.
-        let args = ["-c".into(), "echo started; exec sleep 60".into()];
+    /// `sh -c SCRIPT` inside the remote wrapper with a watched stdin, run here with piped
+    /// stdin and stdout (stderr to /dev/null: the shell's own messages are not the test's).
+    fn watched_sh(script: &str) -> std::process::Child {
+        let args = ["-c".into(), script.into()];
         let line = remote_line(
             Path::new("/"),
             &[],
@@ -514,13 +513,21 @@ mod tests {
             &args,
             RemoteStdin::Watch,
         );
-        let mut child = Command::new("/bin/sh")
+        Command::new("/bin/sh")
             .arg("-c")
             .arg(OsStr::from_bytes(&line))
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
             .spawn()
-            .unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn watched_remote_process_stops_when_stdin_closes() {
+        use std::io::{BufRead, Write};
+        // The process would sleep for a minute; closing stdin (what a dying ssh does) ends it.
+        let mut child = watched_sh("echo started; exec sleep 60");
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(b"k\n").unwrap();
         let mut first = String::new();
@@ -540,21 +547,7 @@ mod tests {
     #[test]
     fn a_watched_process_killed_by_a_signal_of_its_own_is_reported() {
         // Not a stop the launcher asked for: the shell's 128 + 15 comes back.
-        let args = ["-c".into(), "kill -TERM $$; sleep 5".into()];
-        let line = remote_line(
-            Path::new("/"),
-            &[],
-            OsStr::new("sh"),
-            &args,
-            RemoteStdin::Watch,
-        );
-        let mut child = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(OsStr::from_bytes(&line))
-            .stdin(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = watched_sh("kill -TERM $$; sleep 5");
         let mut stdin = child.stdin.take().unwrap();
         std::io::Write::write_all(&mut stdin, b"k\n").unwrap();
         assert_eq!(child.wait().unwrap().code(), Some(143));

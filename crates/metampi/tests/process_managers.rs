@@ -40,6 +40,15 @@ fn hydra_present() -> bool {
     found
 }
 
+/// Exit code, stdout and stderr of a finished job.
+fn status_and_output(out: &std::process::Output) -> (Option<i32>, String, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Runs `n` ranks of this test binary's `child` under Hydra with `hydra_args` and `env`;
 /// exit status, stdout and stderr.
 fn hydra(n: usize, hydra_args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
@@ -61,11 +70,7 @@ fn hydra(n: usize, hydra_args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, S
         "the job took {:?}",
         start.elapsed()
     );
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    status_and_output(&out)
 }
 
 #[test]
@@ -192,11 +197,7 @@ fn srun(slurm: &Slurm, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Str
         c.env(k, v);
     }
     let out = c.output().expect("srun runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    status_and_output(&out)
 }
 
 #[test]

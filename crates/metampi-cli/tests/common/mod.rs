@@ -1,8 +1,12 @@
-//! What the tests of C suites share: building `tests/c/<name>.c` with MPICH's `mpicc`
-//! against metampi's built C library, and skipping (except under CI) where either is missing.
+//! What the CLI's test files share: building `tests/c/<name>.c` with MPICH's `mpicc`
+//! against metampi's built C library, skipping (except under CI) where either is missing, and
+//! judging the output of the C suite and of `metampi demo-rank`.
+
+// Each test file uses only some of these.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// `tests/c/<name>.c` built into `dir`, or `None` (with the reason printed) to skip.
 /// `what` names the test in the message CI fails with.
@@ -42,4 +46,35 @@ pub fn skip(what: &str, why: &str) {
     let ci = std::env::var_os("CI").is_some_and(|v| v == "true");
     assert!(!ci, "CI must run the {what}: {why}");
     eprintln!("SKIP: {why}");
+}
+
+/// A C suite's run: exit code 0 and the summary line of `ranks` ranks with nothing failed.
+pub fn assert_suite_ok(code: Option<i32>, stdout: &str, stderr: &str, ranks: usize) {
+    assert_eq!(
+        code,
+        Some(0),
+        "suite failed on {ranks} ranks:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!(", 0 failed, {ranks} ranks")),
+        "no clean summary on {ranks} ranks:\n{stdout}\n{stderr}"
+    );
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+}
+
+/// A `metampi demo-rank` job of `ranks` ranks: success, the ring token, `demo: OK`.
+pub fn assert_demo_ok(out: &Output, ranks: usize) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token: usize = (1..ranks).sum();
+    assert!(
+        stdout.contains(&format!("ring token      : {token} (expected {token})")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("demo: OK"), "{stdout}");
 }
