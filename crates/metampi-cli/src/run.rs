@@ -47,16 +47,18 @@ starts as its own one-task `srun` step on its node (--launch slurm; --launch loc
 here).
 
 When a rank exits non-zero, is killed by a signal, calls abort, or exits after connecting to
-the key-value server without calling finalize, when a router of a --meta job ends, or when the timeout expires or this command gets
-SIGINT/SIGTERM/SIGHUP, one line on stderr names the cause (rank, pid, host, code or signal),
+the key-value server without calling finalize, when a router of a --meta job ends, or when the
+timeout expires or this command gets SIGINT/SIGTERM/SIGHUP, one line on stderr names the cause (rank, pid, host, code or signal),
 the other ranks get SIGTERM and, two seconds later, SIGKILL. When the reader of this command's
 stdout goes (`metampi run ... | head`), the ranks are stopped the same way, without a word.
+`kill -USR1` to this command prints where each rank waits (the hang report) while the job goes
+on; --stall-timeout ends a job that no longer moves with that report.
 The launcher holds about 6 descriptors per rank: it raises its soft limit on open files to the
 hard one, and refuses a job the hard limit cannot hold before starting any rank.
 
 Exit status: 0 when every rank succeeded; otherwise the failing rank's exit code, 128+N for a
 rank killed by signal N (or for signal N received by the launcher), the abort code (1 if it was
-0), 124 for a timeout, 141 when stdout closed, 2 for a refused command line, 1 for a failure to
+0), 124 for a timeout or a stall, 141 when stdout closed, 2 for a refused command line, 1 for a failure to
 start.";
 
 const AFTER_LONG_HELP: &str = "\
@@ -149,6 +151,15 @@ pub struct RunArgs {
     /// Kill the job after SECS seconds (fractions allowed); exit status 124
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     timeout: Option<Duration>,
+
+    /// End the job when nothing in it has moved for SECS seconds: every rank still running has
+    /// been in one MPI wait that long, or does not answer (a stopped process), or has not
+    /// finished MPI_Init. The reason printed is the hang report: for each rank the call it
+    /// waits in, communicator, peer, tag, bytes and for how long; exit status 124. Ranks that
+    /// compute are never ended by it. Without it, SIGUSR1 to this command prints the same
+    /// report and the job goes on
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    stall_timeout: Option<Duration>,
 
     /// Record every communication call and `metampi::trace::region` of every rank into DIR
     /// (merge and summarise with `metampi trace DIR`); same as METAMPI_TRACE=DIR
@@ -440,6 +451,9 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
     }
     if let Some(timeout) = args.timeout {
         spec = spec.timeout(timeout);
+    }
+    if let Some(limit) = args.stall_timeout {
+        spec = spec.stall_timeout(limit);
     }
     if let Some(dir) = &args.trace {
         spec = spec.env("METAMPI_TRACE", trace_dir(dir)?.into_os_string());

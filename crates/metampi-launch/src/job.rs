@@ -21,6 +21,7 @@ use crate::error::LaunchError;
 use crate::outcome::{HelperId, JobFailure, JobOutcome, RankId, RankResult};
 use crate::pmi::{JobId, JobKey, PmiEvent, PmiServer, HELPER_ENV};
 use crate::remote::{self, HostLaunch, ManualProcess, SecretSource};
+use crate::report::{self, Gathering, Known, Why};
 use crate::spec::{JobSpec, OutputMode, Plan, RankPlan, Start, StdinTarget};
 use crate::stdio::{self, PumpTarget, Sink, StdinPump, Stream};
 use crate::sys::{self, SignalSubscription};
@@ -263,6 +264,9 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         helpers_joined: vec![false; helper_ids.len()],
         events: &events,
         pmi: &pmi,
+        stall: spec.stall_timeout,
+        gathering: None,
+        next_look: spec.stall_timeout.map(|s| Instant::now() + look_every(s)),
     };
     let deadline = spec.timeout.map(|t| started_at + t);
     let join = (!by_hand.is_empty() || !helpers.is_empty())
@@ -777,6 +781,11 @@ fn signal_groups(ids: &[RankId], signal: i32) {
     for id in ids.iter().filter(|id| !id.by_hand) {
         // ESRCH just means the whole group is already gone.
         let _ = sys::kill_group(id.pid, signal);
+        // A stopped rank (SIGSTOP, a debugger let go of) acts on the signal only once it
+        // runs again; SIGCONT makes it end within the grace period rather than at the KILL.
+        if signal != libc::SIGKILL {
+            let _ = sys::kill_group(id.pid, libc::SIGCONT);
+        }
     }
 }
 
@@ -801,6 +810,16 @@ struct Monitor<'a> {
     helpers_joined: Vec<bool>,
     events: &'a Receiver<Event>,
     pmi: &'a PmiServer,
+    /// The stall timeout, and when the ranks are next asked where they are.
+    stall: Option<Duration>,
+    next_look: Option<Instant>,
+    /// A hang report being gathered.
+    gathering: Option<Gathering>,
+}
+
+/// How often a job with stall timeout `limit` is looked at.
+fn look_every(limit: Duration) -> Duration {
+    (limit / 4).max(Duration::from_millis(250))
 }
 
 impl Monitor<'_> {
@@ -832,6 +851,16 @@ impl Monitor<'_> {
                 (Some(d), Some((j, _))) => Some(d.min(j)),
                 (d, j) => d.or(j.map(|(j, _)| j)),
             };
+            // The report's own times: its answers' deadline, or the next look for a stall.
+            let look = match &self.gathering {
+                Some(g) => Some(g.until),
+                None => self.next_look,
+            };
+            let limit = until;
+            let until = match (until, look) {
+                (Some(u), Some(l)) => Some(u.min(l)),
+                (u, l) => u.or(l),
+            };
             let event = match until {
                 Some(until) => {
                     match self
@@ -839,6 +868,13 @@ impl Monitor<'_> {
                         .recv_timeout(until.saturating_duration_since(Instant::now()))
                     {
                         Ok(event) => event,
+                        Err(RecvTimeoutError::Timeout) if limit.is_none_or(|l| l > until) => {
+                            // Only the report's time has come.
+                            if let Some(failure) = self.report_time() {
+                                return Some(failure);
+                            }
+                            continue;
+                        }
                         Err(RecvTimeoutError::Timeout) => {
                             return Some(match (deadline, join) {
                                 (Some(d), _) if d <= until => {
@@ -885,6 +921,24 @@ impl Monitor<'_> {
                         return Some(failure);
                     }
                 }
+                Event::Pmi(PmiEvent::Report { rank, waited, text }) => {
+                    let Some(g) = &mut self.gathering else {
+                        continue;
+                    };
+                    g.answer(rank, waited, text);
+                    if g.complete() {
+                        if let Some(failure) = self.finish_report() {
+                            return Some(failure);
+                        }
+                    }
+                }
+                Event::Signal(libc::SIGUSR1) => {
+                    // Asked again while gathering: the round under way answers both.
+                    match &mut self.gathering {
+                        Some(g) => g.why = Why::Asked,
+                        None => self.ask(Why::Asked),
+                    }
+                }
                 Event::Pmi(PmiEvent::HelperJoined { helper }) => {
                     if let Some(j) = self.helpers_joined.get_mut(helper) {
                         *j = true;
@@ -908,6 +962,52 @@ impl Monitor<'_> {
             }
         }
         None
+    }
+
+    /// Starts a round of asking the ranks where they are.
+    fn ask(&mut self, why: Why) {
+        let mut g = Gathering::new(why, self.pmi.ask_reports());
+        if g.complete() {
+            // Nobody to ask (all still starting, or finalized): report at once.
+            g.until = Instant::now();
+        }
+        self.gathering = Some(g);
+    }
+
+    /// The report's deadline or the next look for a stall has come.
+    fn report_time(&mut self) -> Option<JobFailure> {
+        if self.gathering.is_some() {
+            return self.finish_report();
+        }
+        self.ask(Why::Stall);
+        None
+    }
+
+    /// Ends a round: prints the report when it was asked for; with a stall timeout, judges
+    /// whether the job still moves (and plans the next look).
+    fn finish_report(&mut self) -> Option<JobFailure> {
+        let g = self.gathering.take()?;
+        let rows = g.rows(self.ids, |rank| {
+            if self.statuses.get(rank).is_some_and(Option::is_some) {
+                Known::Exited
+            } else if self.pmi.rank_state(rank).is_some_and(|s| s.finalized) {
+                Known::Finalized
+            } else {
+                Known::Running
+            }
+        });
+        if g.why == Why::Asked {
+            eprintln!(
+                "{WHO}: where each rank is (asked with SIGUSR1):\n{}",
+                report::table(&rows)
+            );
+        }
+        let limit = self.stall?;
+        self.next_look = Some(Instant::now() + look_every(limit));
+        report::stalled(&rows, limit).then(|| JobFailure::Stalled {
+            after: limit,
+            report: report::table(&rows),
+        })
     }
 
     /// A rank's key-value connection closed. That is how a rank started by hand ends (the
@@ -994,6 +1094,7 @@ impl Monitor<'_> {
                     self.alive -= 1;
                     self.statuses[rank] = status.ok();
                 }
+                Event::Signal(libc::SIGUSR1) => {}
                 Event::Signal(_) if !killed => {
                     eprintln!("{WHO}: second signal; killing all ranks now");
                     signal_groups(self.ids, libc::SIGKILL);

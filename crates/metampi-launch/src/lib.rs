@@ -81,6 +81,7 @@ pub mod pmi;
 pub mod pmi_wire;
 pub mod ports;
 mod remote;
+mod report;
 pub mod router_spec;
 pub mod slurm;
 mod spec;

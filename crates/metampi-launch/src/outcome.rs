@@ -181,6 +181,14 @@ pub enum JobFailure {
         /// Who.
         rank: RankId,
     },
+    /// Nothing in the job moved for its stall timeout
+    /// ([`JobSpec::stall_timeout`](crate::JobSpec::stall_timeout)).
+    Stalled {
+        /// The stall timeout.
+        after: Duration,
+        /// The hang report: a line per rank, saying where it waits.
+        report: String,
+    },
     /// The job ran longer than its timeout.
     Timeout {
         /// The timeout.
@@ -208,6 +216,7 @@ impl JobFailure {
             | JobFailure::Lost { rank, .. } => Some(rank),
             JobFailure::NotJoined { ranks, .. } => ranks.first(),
             JobFailure::Timeout { .. }
+            | JobFailure::Stalled { .. }
             | JobFailure::Interrupted { .. }
             | JobFailure::OutputClosed
             | JobFailure::ProcessEnded { .. }
@@ -235,7 +244,9 @@ impl JobFailure {
             | JobFailure::Vanished { .. }
             | JobFailure::HelperLeft { .. }
             | JobFailure::ProcessEnded { .. } => 1,
-            JobFailure::Timeout { .. } | JobFailure::NotJoined { .. } => TIMEOUT_EXIT_CODE,
+            JobFailure::Timeout { .. }
+            | JobFailure::Stalled { .. }
+            | JobFailure::NotJoined { .. } => TIMEOUT_EXIT_CODE,
             JobFailure::OutputClosed => 128 + libc::SIGPIPE,
         }
     }
@@ -333,6 +344,12 @@ impl fmt::Display for JobFailure {
                 f,
                 "{helper} closed its connection to the launcher while the job ran (it ended, \
                  was stopped, or its machine lost the network); stopping the job"
+            ),
+            JobFailure::Stalled { after, report } => write!(
+                f,
+                "nothing in the job moved for {} (stall timeout); where each rank is:\n{report}\n\
+                 stopping all ranks",
+                describe_duration(*after)
             ),
             JobFailure::Timeout { after } => write!(
                 f,

@@ -14,6 +14,8 @@
 //! | `ABORT <code> <message>` | `OK`; the launcher then ends the job with exit status `code` |
 //! | `FINALIZE` | `OK`; the rank will exit cleanly |
 //! | `HELPER <job> <index>` | `OK`, or `ERR <msg>` as for `HELLO`; see below |
+//! | `WATCH` | `OK`; the rank answers `REPORT` from now on, see below |
+//! | `STATE <waited> <text>` | none: the rank's answer to `REPORT` |
 //!
 //! Every request but `HELLO` needs a successful `HELLO` on the same connection first, so a
 //! stray client that does not know the job id can change nothing. Anything malformed gets
@@ -32,6 +34,15 @@
 //! up, so that ranks past a fence may use what the helpers serve (routers' ports). The helper sends nothing more: it waits, and
 //! the server writes `END` and closes the connection when the job is over, which is the
 //! helper's sign to leave (a connection that closes without `END` means the launcher is gone).
+//!
+//! # Reports
+//! A rank that has said `WATCH` reads its connection on a thread of its own from then on: the
+//! server may write `REPORT` to it at any time, and the rank answers with one `STATE` line,
+//! which gets no reply: `<waited>` is how long its oldest current wait has lasted, in
+//! milliseconds (`-` when no thread of it waits), and `<text>` says what it waits in. The
+//! launcher asks ([`PmiServer::ask_reports`]) when the user wants a hang report and to find a
+//! job that no longer moves. At most one `REPORT` is outstanding per rank, so a rank that
+//! does not read (a stopped process) cannot block the server.
 //!
 //! With a job secret, `HELLO` and `HELPER` prove it: `AUTH` first, answered with
 //! `CHALLENGE <hex>`; then the request carries the client's nonce and an HMAC-SHA256 over both
@@ -230,6 +241,15 @@ pub enum Request<'a> {
     },
     /// `FINALIZE`
     Finalize,
+    /// `WATCH`: the rank answers `REPORT` from now on.
+    Watch,
+    /// `STATE <waited> <text>`: a rank's answer to `REPORT`.
+    State {
+        /// Its oldest current wait, in milliseconds; `None` for `-` (it does not wait).
+        waited_ms: Option<u64>,
+        /// What it waits in, free text.
+        text: &'a str,
+    },
     /// `HELPER <job> <index> [<nonce> <proof>]`: a helper (not a rank) is up; see the
     /// [module docs](self).
     Helper {
@@ -275,6 +295,9 @@ pub enum ProtocolError {
     /// Not a non-negative integer.
     #[error("bad helper index `{0}`")]
     BadHelper(String),
+    /// Neither `-` nor a number of milliseconds.
+    #[error("bad wait time `{0}` (want milliseconds or `-`)")]
+    BadWaited(String),
 }
 
 impl<'a> Request<'a> {
@@ -301,6 +324,21 @@ impl<'a> Request<'a> {
                 .parse::<i32>()
                 .map_err(|_| ProtocolError::BadCode(excerpt(code)))?;
             return Ok(Request::Abort { code, message });
+        }
+        if command == "STATE" {
+            let rest = rest.ok_or(ProtocolError::Arity {
+                command: "STATE",
+                expected: "a wait time and a text",
+            })?;
+            let (waited, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            let waited_ms = match waited {
+                "-" => None,
+                ms => Some(
+                    ms.parse::<u64>()
+                        .map_err(|_| ProtocolError::BadWaited(excerpt(ms)))?,
+                ),
+            };
+            return Ok(Request::State { waited_ms, text });
         }
         let fields: Vec<&str> = line.split(' ').collect();
         if fields
@@ -370,6 +408,10 @@ impl<'a> Request<'a> {
                 arity(1, "FINALIZE", "no arguments")?;
                 Ok(Request::Finalize)
             }
+            "WATCH" => {
+                arity(1, "WATCH", "no arguments")?;
+                Ok(Request::Watch)
+            }
             other => Err(ProtocolError::UnknownCommand(excerpt(other))),
         }
     }
@@ -400,6 +442,15 @@ pub enum PmiEvent {
     Left {
         /// Who.
         rank: usize,
+    },
+    /// A rank answered `REPORT` ([`PmiServer::ask_reports`]).
+    Report {
+        /// Who.
+        rank: usize,
+        /// How long its oldest current wait has lasted; `None`: no thread of it waits.
+        waited: Option<Duration>,
+        /// What it waits in.
+        text: String,
     },
     /// A helper completed `HELPER`: it is up.
     HelperJoined {
@@ -478,6 +529,9 @@ struct State {
     streams: Vec<Conn>,
     /// Clones of the helpers' streams, which get `END` at shutdown.
     helper_streams: Vec<Conn>,
+    /// The writing side of each rank that said `WATCH`, and whether a `REPORT` to it is
+    /// still unanswered.
+    watched: HashMap<usize, (Arc<Mutex<Conn>>, bool)>,
     handlers: Vec<JoinHandle<()>>,
     /// Connections refused because too many strangers were open, and when that was last logged
     /// (with how many had been refused by then).
@@ -611,6 +665,32 @@ impl PmiServer {
     /// What the server knows about `rank`; `None` if out of range.
     pub fn rank_state(&self, rank: usize) -> Option<RankPmiState> {
         self.shared.lock().ranks.get(rank).cloned()
+    }
+
+    /// Writes `REPORT` to every rank that said `WATCH` and has not finalized, unless the
+    /// last one to it is still unanswered; answers come as [`PmiEvent::Report`]. Returns the
+    /// ranks that owe an answer now (asked now or before), in rank order.
+    pub fn ask_reports(&self) -> Vec<usize> {
+        let mut state = self.shared.lock();
+        let State { watched, ranks, .. } = &mut *state;
+        let mut owing = Vec::new();
+        for (&rank, (writer, outstanding)) in watched.iter_mut() {
+            if ranks.get(rank).is_some_and(|r| r.finalized) {
+                continue;
+            }
+            if !*outstanding {
+                // Seven bytes into a socket that has at most one other `REPORT` unread: this
+                // cannot block on a rank that stopped reading.
+                let mut w = writer.lock().unwrap_or_else(PoisonError::into_inner);
+                if w.write_all(b"REPORT\n").is_err() {
+                    continue;
+                }
+                *outstanding = true;
+            }
+            owing.push(rank);
+        }
+        owing.sort_unstable();
+        owing
     }
 
     /// Waits up to `timeout` for the next event; `None` on timeout. Always `None` for a
@@ -849,29 +929,39 @@ fn refuse(state: &mut State, stream: &Conn, cap: usize, job: JobId) {
 
 /// Serves one connection until it closes, errs, or the server shuts down; then reports the
 /// departure of the rank it belonged to, if it said `HELLO`.
-fn serve(shared: &Shared, mut stream: Conn) {
+fn serve(shared: &Shared, stream: Conn) {
     let mut me: Option<Peer> = None;
     if let Conn::Tcp(s) = &stream {
         let _ = s.set_nodelay(true);
     }
-    if let Ok(read_half) = stream.try_clone() {
-        serve_lines(shared, read_half, &mut stream, &mut me);
+    let read_half = stream.try_clone();
+    // Replies and `REPORT` lines (written by the launcher's thread) share the stream.
+    let writer = Arc::new(Mutex::new(stream));
+    if let Ok(read_half) = read_half {
+        serve_lines(shared, read_half, &writer, &mut me);
     }
     // The server keeps a clone of every stream (for shutdown), so dropping ours would not
     // close the connection: it is shut down here when serving it ends.
-    let _ = stream.shutdown(Shutdown::Both);
+    let _ = lock_conn(&writer).shutdown(Shutdown::Both);
     if me.is_none() {
         // A stranger to the end (an introduction is counted where it happens).
         shared.strangers.fetch_sub(1, Ordering::SeqCst);
     }
     match me {
-        Some(Peer::Rank(rank)) => (shared.sink)(PmiEvent::Left { rank }),
+        Some(Peer::Rank(rank)) => {
+            shared.lock().watched.remove(&rank);
+            (shared.sink)(PmiEvent::Left { rank })
+        }
         Some(Peer::Helper(helper)) => (shared.sink)(PmiEvent::HelperLeft { helper }),
         None => {}
     }
 }
 
-fn serve_lines(shared: &Shared, read_half: Conn, writer: &mut Conn, me: &mut Option<Peer>) {
+fn lock_conn(conn: &Mutex<Conn>) -> MutexGuard<'_, Conn> {
+    conn.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn serve_lines(shared: &Shared, read_half: Conn, writer: &Arc<Mutex<Conn>>, me: &mut Option<Peer>) {
     let handshake = Duration::from_millis(shared.handshake_ms.load(Ordering::Relaxed));
     let mut reader = BufReader::new(Deadline {
         conn: read_half,
@@ -891,8 +981,8 @@ fn serve_lines(shared: &Shared, read_half: Conn, writer: &mut Conn, me: &mut Opt
         }
         if line.last() != Some(&b'\n') {
             if line.len() > MAX_LINE {
-                let _ =
-                    writer.write_all(format!("ERR line longer than {MAX_LINE} bytes\n").as_bytes());
+                let _ = lock_conn(writer)
+                    .write_all(format!("ERR line longer than {MAX_LINE} bytes\n").as_bytes());
             }
             // Either too long or cut off by EOF: the stream has lost its framing.
             return;
@@ -901,8 +991,12 @@ fn serve_lines(shared: &Shared, read_half: Conn, writer: &mut Conn, me: &mut Opt
         if line.last() == Some(&b'\r') {
             line.pop();
         }
+        let conn = Served {
+            read: &reader.get_ref().conn,
+            write: writer,
+        };
         let reply = match std::str::from_utf8(&line) {
-            Ok(text) => handle(shared, me, &mut challenge, text, writer),
+            Ok(text) => handle(shared, me, &mut challenge, text, conn),
             Err(_) => Reply::Err("request is not valid UTF-8".into()),
         };
         if matches!(reply, Reply::Closed) {
@@ -917,7 +1011,11 @@ fn serve_lines(shared: &Shared, read_half: Conn, writer: &mut Conn, me: &mut Opt
                 return;
             }
         }
-        if writer.write_all(reply.to_line().as_bytes()).is_err() {
+        if !matches!(reply, Reply::Silent)
+            && lock_conn(writer)
+                .write_all(reply.to_line().as_bytes())
+                .is_err()
+        {
             return;
         }
         if shared.lock().shutdown {
@@ -926,9 +1024,19 @@ fn serve_lines(shared: &Shared, read_half: Conn, writer: &mut Conn, me: &mut Opt
     }
 }
 
+/// The connection a request came on: its reading side (watched in a fence, kept for helpers)
+/// and its writing side (kept for `REPORT`).
+#[derive(Clone, Copy)]
+struct Served<'a> {
+    read: &'a Conn,
+    write: &'a Arc<Mutex<Conn>>,
+}
+
 enum Reply {
     /// The rank closed its connection while waiting (in a fence): nothing to answer.
     Closed,
+    /// A request that gets no answer (`STATE`).
+    Silent,
     Ok,
     Val(String),
     None,
@@ -946,7 +1054,7 @@ impl Reply {
             Reply::Challenge(n) => format!("CHALLENGE {n}\n"),
             Reply::Proof(p) => format!("OK {p}\n"),
             Reply::Err(msg) => format!("ERR {msg}\n"),
-            Reply::Closed => String::new(),
+            Reply::Closed | Reply::Silent => String::new(),
         }
     }
 }
@@ -958,7 +1066,7 @@ fn handle(
     me: &mut Option<Peer>,
     challenge: &mut Option<[u8; 16]>,
     text: &str,
-    conn: &Conn,
+    conn: Served<'_>,
 ) -> Reply {
     let request = match Request::parse(text) {
         Ok(r) => r,
@@ -973,10 +1081,26 @@ fn handle(
             return Reply::Challenge(hex(&n));
         }
         (Request::Hello { job, rank, proof }, None) => {
-            return introduce(shared, me, challenge, Peer::Rank(rank), job, proof, conn)
+            return introduce(
+                shared,
+                me,
+                challenge,
+                Peer::Rank(rank),
+                job,
+                proof,
+                conn.read,
+            )
         }
         (Request::Helper { job, index, proof }, None) => {
-            return introduce(shared, me, challenge, Peer::Helper(index), job, proof, conn)
+            return introduce(
+                shared,
+                me,
+                challenge,
+                Peer::Helper(index),
+                job,
+                proof,
+                conn.read,
+            )
         }
         (Request::Auth, Some(_)) => return Reply::Err("AUTH comes before HELLO".into()),
         (Request::Hello { .. } | Request::Helper { .. }, Some(Peer::Rank(rank))) => {
@@ -999,7 +1123,7 @@ fn handle(
             Some(value) => Reply::Val(value.clone()),
             None => Reply::None,
         },
-        Request::Fence => fence(shared, conn.as_raw_fd()),
+        Request::Fence => fence(shared, conn.read.as_raw_fd()),
         Request::Abort { code, message } => {
             shared.lock().ranks[rank].abort = Some((code, message.to_string()));
             (shared.sink)(PmiEvent::Abort {
@@ -1012,6 +1136,24 @@ fn handle(
         Request::Finalize => {
             shared.lock().ranks[rank].finalized = true;
             Reply::Ok
+        }
+        Request::Watch => {
+            shared
+                .lock()
+                .watched
+                .insert(rank, (Arc::clone(conn.write), false));
+            Reply::Ok
+        }
+        Request::State { waited_ms, text } => {
+            if let Some((_, outstanding)) = shared.lock().watched.get_mut(&rank) {
+                *outstanding = false;
+            }
+            (shared.sink)(PmiEvent::Report {
+                rank,
+                waited: waited_ms.map(Duration::from_millis),
+                text: text.to_string(),
+            });
+            Reply::Silent
         }
         Request::Hello { .. } | Request::Helper { .. } | Request::Auth => {
             Reply::Err("HELLO handled above".into())
@@ -1207,9 +1349,23 @@ pub enum PmiClientError {
 /// A blocking client for [`PmiServer`], as a rank uses it.
 #[derive(Debug)]
 pub struct PmiClient {
-    reader: BufReader<Conn>,
-    writer: Conn,
+    replies: Replies,
+    writer: Arc<Mutex<Conn>>,
 }
+
+/// Where a [`PmiClient`] reads its replies.
+#[derive(Debug)]
+enum Replies {
+    /// From the connection, as it needs them.
+    Direct(BufReader<Conn>),
+    /// From the thread that reads the connection and answers `REPORT` itself
+    /// ([`PmiClient::answer_reports`]); it ends, closing this, when the connection does.
+    Relayed(Receiver<String>),
+}
+
+/// What a rank says when the launcher asks for a report: how long its oldest current wait has
+/// lasted (`None`: it does not wait) and what it waits in, on one line.
+pub type ReportFn = Box<dyn Fn() -> (Option<Duration>, String) + Send>;
 
 impl PmiClient {
     /// Connects and says `HELLO`.
@@ -1293,23 +1449,83 @@ impl PmiClient {
     /// The connection closed or failed first (the launcher is gone), or the server sent
     /// something else.
     pub fn wait_for_end(mut self) -> Result<(), PmiClientError> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(PmiClientError::Io(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the launcher closed the connection without saying that the job ended",
-            )));
+        match self.read_line() {
+            Err(PmiClientError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Err(PmiClientError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the launcher closed the connection without saying that the job ended",
+                )))
+            }
+            Err(e) => Err(e),
+            Ok(line) if line == "END" => Ok(()),
+            Ok(other) => Err(unexpected(other)),
         }
-        match line.trim_end() {
-            "END" => Ok(()),
-            other => Err(unexpected(other.to_string())),
+    }
+
+    /// Says `WATCH` and from then on answers the launcher's `REPORT` with `report`'s answer,
+    /// on a thread of its own that reads the connection (and hands the replies to later
+    /// requests). For a rank, once its start-up exchange is over.
+    ///
+    /// # Errors
+    /// Connection failure, `ERR`, or no thread to be had.
+    pub fn answer_reports(&mut self, report: ReportFn) -> Result<(), PmiClientError> {
+        self.expect_ok("WATCH")?;
+        let (tx, rx) = mpsc::channel();
+        let Replies::Direct(mut reader) =
+            std::mem::replace(&mut self.replies, Replies::Relayed(rx))
+        else {
+            return Ok(());
+        };
+        let writer = Arc::clone(&self.writer);
+        std::thread::Builder::new()
+            .name("metampi-report".into())
+            .stack_size(128 * 1024)
+            .spawn(move || loop {
+                let mut line = String::new();
+                match reader.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let line = line.trim_end_matches(['\n', '\r']);
+                if line != "REPORT" {
+                    if tx.send(line.to_string()).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                let (waited, text) = report();
+                let waited = waited.map_or_else(|| "-".into(), |w| w.as_millis().to_string());
+                let answer = format!("STATE {waited} {}\n", one_line(&text));
+                if lock_conn(&writer).write_all(answer.as_bytes()).is_err() {
+                    return;
+                }
+            })?;
+        Ok(())
+    }
+
+    /// The next line from the server, without its newline.
+    fn read_line(&mut self) -> Result<String, PmiClientError> {
+        match &mut self.replies {
+            Replies::Direct(reader) => {
+                let mut reply = String::new();
+                if reader.read_line(&mut reply)? == 0 {
+                    return Err(PmiClientError::Io(io::ErrorKind::UnexpectedEof.into()));
+                }
+                if reply.ends_with('\n') {
+                    reply.pop();
+                }
+                Ok(reply)
+            }
+            Replies::Relayed(rx) => rx
+                .recv()
+                .map_err(|_| PmiClientError::Io(io::ErrorKind::UnexpectedEof.into())),
         }
     }
 
     fn introduce(stream: Conn, job: JobId, peer: Peer) -> Result<PmiClient, PmiClientError> {
         let mut client = PmiClient {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
+            replies: Replies::Direct(BufReader::new(stream.try_clone()?)),
+            writer: Arc::new(Mutex::new(stream)),
         };
         // A job started by the launcher has a secret: prove it (and check the server's proof).
         match std::env::var("METAMPI_SECRET")
@@ -1393,11 +1609,7 @@ impl PmiClient {
     /// Connection failure or `ERR`.
     pub fn abort(&mut self, code: i32, message: &str) -> Result<(), PmiClientError> {
         // The protocol is line-based, so the message must stay on one line.
-        let message: String = message
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        self.expect_ok(&format!("ABORT {code} {message}"))
+        self.expect_ok(&format!("ABORT {code} {}", one_line(message)))
     }
 
     /// Tells the launcher this rank is about to exit cleanly.
@@ -1417,15 +1629,8 @@ impl PmiClient {
         let mut bytes = Vec::with_capacity(line.len() + 1);
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
-        self.writer.write_all(&bytes)?;
-        let mut reply = String::new();
-        if self.reader.read_line(&mut reply)? == 0 {
-            return Err(PmiClientError::Io(io::ErrorKind::UnexpectedEof.into()));
-        }
-        if reply.ends_with('\n') {
-            reply.pop();
-        }
-        Ok(reply)
+        lock_conn(&self.writer).write_all(&bytes)?;
+        self.read_line()
     }
 
     fn expect_ok(&mut self, line: &str) -> Result<(), PmiClientError> {
@@ -1436,6 +1641,14 @@ impl PmiClient {
             Err(unexpected(reply))
         }
     }
+}
+
+/// `text` with its control characters (newlines above all) made spaces, for a line of the
+/// protocol.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 fn env_var(name: &'static str) -> Result<String, PmiClientError> {

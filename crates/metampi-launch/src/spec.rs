@@ -124,6 +124,7 @@ pub struct JobSpec {
     pub(crate) stdin: StdinTarget,
     pub(crate) stdin_data: Option<Vec<u8>>,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) stall_timeout: Option<Duration>,
     pub(crate) debug_ranks: Vec<usize>,
     pub(crate) launch: LaunchMethod,
     pub(crate) pmi_host: Option<String>,
@@ -157,6 +158,7 @@ impl Default for JobSpec {
             stdin: StdinTarget::default(),
             stdin_data: None,
             timeout: None,
+            stall_timeout: None,
             debug_ranks: Vec::new(),
             launch: LaunchMethod::default(),
             pmi_host: None,
@@ -258,6 +260,18 @@ impl JobSpec {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// End the job when nothing in it has moved for `limit`: every rank that still runs has
+    /// been in one MPI wait for that long, or does not answer (a stopped process), or has not
+    /// finished start-up. The reason printed is the hang report: where each rank waits (the
+    /// call, communicator, peer, tag, bytes) and since when. The ranks are asked every quarter
+    /// of `limit` (at least every 250 ms); a job of ranks that compute is never ended by it.
+    /// Without it, `SIGUSR1` to the launcher still prints the report and the job goes on.
+    #[must_use]
+    pub fn stall_timeout(mut self, limit: Duration) -> Self {
+        self.stall_timeout = Some(limit);
         self
     }
 
@@ -364,7 +378,7 @@ impl JobSpec {
         {
             return Err(host_error(host));
         }
-        if self.timeout == Some(Duration::ZERO) {
+        if self.timeout == Some(Duration::ZERO) || self.stall_timeout == Some(Duration::ZERO) {
             return Err(LaunchError::ZeroTimeout);
         }
         let parse = |t: &String| {

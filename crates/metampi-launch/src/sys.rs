@@ -362,8 +362,10 @@ pub(crate) fn bind_to(cmd: &mut Command, cpus: &[usize]) {
     }
 }
 
-/// Signals the launcher forwards to its ranks.
-pub(crate) const FORWARDED_SIGNALS: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// Signals the launcher catches while a job runs: the first three end the job (the ranks get
+/// them first), `SIGUSR1` asks for the hang report ([`crate::report`]).
+pub(crate) const FORWARDED_SIGNALS: [i32; 4] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1];
 
 type SignalCallback = Box<dyn Fn(i32) + Send>;
 
@@ -405,7 +407,7 @@ extern "C" fn on_signal(signal: libc::c_int) {
     }
 }
 
-/// While alive, SIGINT, SIGTERM and SIGHUP to this process are caught and handed to `callback`
+/// While alive, SIGINT, SIGTERM, SIGHUP and SIGUSR1 to this process are caught and handed to `callback`
 /// (on a dispatcher thread, not in the handler). Several subscriptions may exist at once (jobs
 /// run from parallel test threads); the previous dispositions come back when the last one drops.
 pub(crate) struct SignalSubscription {

@@ -53,6 +53,7 @@ pub struct Ranks {
     nodes: Vec<(String, usize)>,
     meta: Option<String>,
     timeout: Duration,
+    stall: Option<Duration>,
     faults: Option<(Faults, ProxyCounts)>,
     bind: metampi_launch::Binding,
     capture_tagged: bool,
@@ -68,6 +69,7 @@ impl Ranks {
             nodes: Vec::new(),
             meta: None,
             timeout: Duration::from_secs(120),
+            stall: None,
             faults: None,
             bind: metampi_launch::Binding::None,
             capture_tagged: false,
@@ -143,6 +145,12 @@ impl Ranks {
     /// Time limit for the whole job (default 120 s).
     pub fn timeout(mut self, t: Duration) -> Ranks {
         self.timeout = t;
+        self
+    }
+
+    /// Ends the job when nothing in it moves for `limit` (`metampi run --stall-timeout`).
+    pub fn stall_timeout(mut self, limit: Duration) -> Ranks {
+        self.stall = Some(limit);
         self
     }
 
@@ -253,6 +261,9 @@ impl Ranks {
             .bind(self.bind);
         for (k, v) in self.env {
             spec = spec.env(k, v);
+        }
+        if let Some(limit) = self.stall {
+            spec = spec.stall_timeout(limit);
         }
         if !self.nodes.is_empty() {
             spec = spec

@@ -91,6 +91,17 @@ impl Pmi {
         }
     }
 
+    /// Has `metampi run`'s client answer the launcher's `REPORT` from now on with what this
+    /// rank waits in ([`crate::engine::report`]); other process managers do not ask.
+    pub(crate) fn answer_reports(&mut self) -> io::Result<()> {
+        match self {
+            Pmi::Launcher(c) => c
+                .answer_reports(Box::new(crate::engine::report::answer))
+                .map_err(io_err),
+            Pmi::Wire(_) => Ok(()),
+        }
+    }
+
     /// Says the rank leaves cleanly. To `metampi run` that is `FINALIZE`, keeping the
     /// connection: the process may go on (a spawning root waits for its children) and may
     /// still abort.

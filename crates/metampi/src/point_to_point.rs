@@ -546,7 +546,7 @@ pub unsafe trait Source: AsCommunicator {
     fn try_probe_with_tag(&self, tag: Option<Tag>) -> Result<Status, Error> {
         let comm = &self.as_communicator().as_handle().0;
         let pat = pattern(comm, self.source(), tag)?;
-        let raw = probing(|| shared().wait_until(|e| e.core.probe(pat)));
+        let raw = probing(pat, || shared().wait_until(|e| e.core.probe(pat)));
         Ok(Status::from_raw(comm, raw))
     }
 
@@ -564,7 +564,7 @@ pub unsafe trait Source: AsCommunicator {
     fn try_matched_probe(&self, tag: Option<Tag>) -> Result<(Message, Status), Error> {
         let comm = &self.as_communicator().as_handle().0;
         let pat = pattern(comm, self.source(), tag)?;
-        let u = probing(|| shared().wait_until(|e| e.core.take_unexpected(pat)));
+        let u = probing(pat, || shared().wait_until(|e| e.core.take_unexpected(pat)));
         Ok(Message::new(comm, u))
     }
 
@@ -774,7 +774,8 @@ fn pattern(comm: &CommInner, src: Option<Rank>, tag: Option<Tag>) -> Result<Patt
 
 /// Runs a probe with the collective flow-control hold lifted (see
 /// `Core::hold`): the message probed for may wait behind held ones.
-fn probing<R>(f: impl FnOnce() -> R) -> R {
+fn probing<R>(pat: Pattern, f: impl FnOnce() -> R) -> R {
+    let _call = crate::engine::report::in_call(crate::engine::report::Call::Probe { pat });
     shared().quick(|e| e.core.unheld += 1);
     let r = f();
     shared().quick(|e| e.core.unheld -= 1);
@@ -784,7 +785,7 @@ fn probing<R>(f: impl FnOnce() -> R) -> R {
 fn immediate_probe<S: Source + ?Sized>(s: &S, tag: Option<Tag>) -> Option<Status> {
     let comm = &s.as_communicator().as_handle().0;
     let pat = pattern(comm, s.source(), tag).or_abort();
-    probing(|| {
+    probing(pat, || {
         shared().with(|e| {
             e.progress();
             e.core.probe(pat)
@@ -799,7 +800,7 @@ fn immediate_matched_probe<S: Source + ?Sized>(
 ) -> Option<(Message, Status)> {
     let comm = &s.as_communicator().as_handle().0;
     let pat = pattern(comm, s.source(), tag).or_abort();
-    probing(|| {
+    probing(pat, || {
         shared().with(|e| {
             e.progress();
             e.core.take_unexpected(pat)

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::datatype::RecvLayout;
 use crate::engine::core::{Completed, RawStatus, ReqId, SENT};
+use crate::engine::report::{in_call, Call};
 use crate::environment::shared;
 use crate::error::{Error, OrAbort};
 use crate::point_to_point::{finish, Started, Status};
@@ -402,6 +403,7 @@ pub fn wait_any<'a, D, S: Scope<'a>>(
     if requests.is_empty() {
         return None;
     }
+    let _call = in_call(Call::Several("a wait for any of several requests"));
     let idx = shared().wait_until(|e| {
         requests
             .iter()
@@ -526,6 +528,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
         if self.incomplete() == 0 {
             return None;
         }
+        let _call = in_call(Call::Several("a wait for any of several requests"));
         let k = shared().wait_until(|e| self.done_ids(e).first().copied());
         let c = self.reqs[k].as_ref().expect("live").outcome();
         Some(self.finish_at(k, c))
@@ -537,6 +540,7 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
         if self.incomplete() == 0 {
             return;
         }
+        let _call = in_call(Call::Several("a wait for some of several requests"));
         let idxs = shared().wait_until(|e| Some(self.done_ids(e)).filter(|v| !v.is_empty()));
         self.take_done(idxs, result);
     }
@@ -652,6 +656,7 @@ pub mod abi {
         if requests.is_empty() {
             return None;
         }
+        let _call = in_call(Call::Several("a wait for any of several requests"));
         Some(shared().wait_until(|e| {
             requests
                 .iter()

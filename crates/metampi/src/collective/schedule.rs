@@ -878,6 +878,14 @@ impl Schedules {
         id
     }
 
+    /// The name and context of the schedule whose request is `id`, for a hang report.
+    pub(crate) fn describe(&self, id: ReqId) -> Option<(&'static str, u32)> {
+        self.active
+            .iter()
+            .find(|s| s.req == id)
+            .map(|s| (s.name, s.ctx))
+    }
+
     /// Takes over a schedule already started (and not finished) by the
     /// caller; returns the request that completes with it.
     fn adopt(&mut self, mut s: Schedule, core: &mut Core) -> ReqId {

@@ -54,6 +54,7 @@ use super::op::Operation;
 use super::schedule::run;
 use super::SystemOperation;
 use crate::datatype::{pack, type_map, Buffer, BufferMut, RecvLayout, UncommittedDatatype};
+use crate::engine::report::{in_call, Call};
 use crate::environment::shared;
 use crate::error::{Error, ErrorClass};
 use crate::sys::shm::Segment;
@@ -515,6 +516,10 @@ pub(crate) fn barrier(comm: &CommInner) -> Option<Result<(), Error>> {
         Err(e) => Some(Err(e)),
         Ok(None) => None,
         Ok(Some(r)) => {
+            let _call = in_call(Call::Collective {
+                name: "barrier",
+                ctx: comm.ctx | 1,
+            });
             let t = crate::trace::start();
             r.barrier();
             record(t, "barrier", -1, 0, comm);
@@ -553,6 +558,10 @@ fn on_region<T>(
         Err(e) => Some(Err(e)),
         Ok(None) => None,
         Ok(Some(r)) => {
+            let _call = in_call(Call::Collective {
+                name,
+                ctx: comm.ctx | 1,
+            });
             let t = crate::trace::start();
             let result = body(r);
             record(t, name, root, bytes, comm);

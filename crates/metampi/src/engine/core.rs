@@ -84,6 +84,16 @@ impl RecvBuf {
     }
 }
 
+/// A request a thread waits for, as a hang report names it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Waiting {
+    /// A send to engine rank `dst` (not yet taken by the receiver); a collective schedule's
+    /// request is a send to no peer.
+    Send { dst: u32, bytes: usize },
+    /// A receive matching `pat` into `cap` bytes (`usize::MAX`: any length).
+    Recv { pat: Pattern, cap: usize },
+}
+
 /// Matching criteria of a receive or probe. `None` is a wildcard.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pattern {
@@ -411,6 +421,39 @@ impl Core {
     fn slot(&mut self, id: ReqId) -> Option<&mut Slot> {
         let s = self.slots.get_mut((id & 0xffff_ffff) as usize)?;
         (s.gen == (id >> 32) as u32 && !matches!(s.state, State::Free)).then_some(s)
+    }
+
+    /// What request `id` is, for a hang report; `None` when it is done or gone.
+    pub(crate) fn describe(&self, id: ReqId) -> Option<Waiting> {
+        let s = self
+            .slots
+            .get((id & 0xffff_ffff) as usize)
+            .filter(|s| s.gen == (id >> 32) as u32 && !s.done)?;
+        match &s.state {
+            State::Free => None,
+            State::Send { dst, buf } => Some(Waiting::Send {
+                dst: *dst,
+                bytes: buf.bytes().len(),
+            }),
+            State::Recv { pat, buf, .. } => Some(Waiting::Recv {
+                pat: *pat,
+                cap: buf.cap(),
+            }),
+        }
+    }
+
+    /// The receives posted on context `ctx` and not yet matched (what a collective on it
+    /// waits for), for a hang report.
+    pub(crate) fn posted_on(&self, ctx: u32) -> Vec<Pattern> {
+        self.posted
+            .iter()
+            .filter_map(
+                |&id| match &self.slots.get((id & 0xffff_ffff) as usize)?.state {
+                    State::Recv { pat, .. } if pat.ctx == ctx => Some(*pat),
+                    _ => None,
+                },
+            )
+            .collect()
     }
 
     /// Whether request `id` is done, or no longer there to wait for (a thread waiting for

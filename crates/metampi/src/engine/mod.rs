@@ -15,6 +15,7 @@ pub(crate) mod core;
 pub(crate) mod join;
 #[allow(unsafe_code)]
 pub(crate) mod links;
+pub(crate) mod report;
 #[allow(unsafe_code)]
 mod start;
 pub mod stream;

@@ -126,6 +126,9 @@ impl Shared {
                 .oversubscribed
                 .then_some((place.cores, place.unseen_here));
         }
+        // From here on the launcher may ask where this rank waits. A launcher that does not
+        // know `WATCH` (another version) refuses it, and the job runs without reports.
+        let _ = boot.pmi.answer_reports();
         let first = crate::topology::FIRST_FREE_CONTEXT;
         let next_context = parent.as_ref().map_or(first, |p| (p.0 + 2).max(first));
         Shared::new(Parts {

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{core, Engine, Shared};
+use super::{core, report, Engine, Shared};
 use crate::sys::poll;
 
 /// A thread asleep in [`Shared::wait_until`]: what it waits for, and how to wake it.
@@ -178,6 +178,8 @@ impl Shared {
         // `poll` until it leaves, so the other waiters sleep until their own request is done
         // rather than take turns at polling.
         let mut polls = false;
+        // This thread's entry in the hang report, made when it first sleeps.
+        let mut entered: Option<report::Entered> = None;
         let r = loop {
             let mut e = held.take().unwrap_or_else(|| self.lock());
             if std::mem::take(&mut woken) {
@@ -218,6 +220,8 @@ impl Shared {
                 start = None;
                 spins = 0;
                 waited = Duration::ZERO;
+                // Moving is not hanging: a later sleep enters the wait afresh.
+                entered = None;
                 continue;
             }
             if crowded || spins % 16 == 15 {
@@ -240,6 +244,9 @@ impl Shared {
                     std::hint::spin_loop();
                 }
                 continue;
+            }
+            if entered.is_none() {
+                entered = report::enter(&e, want, start.unwrap_or_else(Instant::now));
             }
             if polls
                 || self
@@ -349,6 +356,8 @@ impl Shared {
         let _ = std::thread::Builder::new()
             .name("metampi-progress".into())
             .spawn(move || loop {
+                // It waits for others' futures, which the report names where they wait.
+                report::never_report();
                 {
                     let mut e = me.lock();
                     while e.core.async_waiters == 0 && !me.finalized.load(Ordering::SeqCst) {
