@@ -2071,7 +2071,7 @@ mod tests {
         // departure is seen at once, not when the fence would have completed.
         let waiter = std::thread::spawn(move || {
             let mut b = PmiClient::connect(addr, JOB, 1).unwrap();
-            b.writer.write_all(b"FENCE\n").unwrap();
+            lock_conn(&b.writer).write_all(b"FENCE\n").unwrap();
             b
         });
         assert_eq!(
@@ -2183,6 +2183,89 @@ mod tests {
             matches!(&err, PmiClientError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_watched_rank_answers_reports_and_its_requests_still_get_replies() {
+        let (server, events) = server_with_events(2);
+        let mut c = PmiClient::connect(server.addr(), JOB, 1).unwrap();
+        let wait = Duration::from_secs(5);
+        assert_eq!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::Joined { rank: 1 }
+        );
+        // Not watched yet: nobody to ask.
+        assert!(server.ask_reports().is_empty());
+        let asked = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&asked);
+        c.answer_reports(Box::new(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+            (
+                Some(Duration::from_millis(1500)),
+                "a receive\nfrom rank 0".into(),
+            )
+        }))
+        .unwrap();
+        assert_eq!(server.ask_reports(), vec![1]);
+        assert_eq!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::Report {
+                rank: 1,
+                waited: Some(Duration::from_millis(1500)),
+                text: "a receive from rank 0".into()
+            }
+        );
+        // Replies to the rank's own requests reach it through the reading thread.
+        c.put("k", "v").unwrap();
+        assert_eq!(c.get("k").unwrap().as_deref(), Some("v"));
+        assert_eq!(server.ask_reports(), vec![1]);
+        assert!(matches!(
+            events.recv_timeout(wait).unwrap(),
+            PmiEvent::Report { rank: 1, .. }
+        ));
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        c.request("FINALIZE").unwrap();
+        // A finalized rank is not asked.
+        assert!(server.ask_reports().is_empty());
+    }
+
+    #[test]
+    fn a_rank_that_does_not_read_is_asked_once() {
+        let (server, events) = server_with_events(1);
+        let mut conn = raw(server.addr());
+        assert_eq!(
+            say(&mut conn, format!("HELLO {JOB} 0\n").as_bytes()),
+            "OK\n"
+        );
+        assert_eq!(say(&mut conn, b"WATCH\n"), "OK\n");
+        assert_eq!(
+            events.recv_timeout(Duration::from_secs(5)).unwrap(),
+            PmiEvent::Joined { rank: 0 }
+        );
+        for _ in 0..3 {
+            assert_eq!(server.ask_reports(), vec![0]);
+        }
+        let mut line = String::new();
+        conn.0.read_line(&mut line).unwrap();
+        assert_eq!(line, "REPORT\n");
+        // The answer clears the debt; a malformed one gets an error and changes nothing.
+        assert_eq!(
+            say(&mut conn, b"STATE soon x\n"),
+            "ERR bad wait time `soon` (want milliseconds or `-`)\n"
+        );
+        conn.1.write_all(b"STATE - computing\n").unwrap();
+        assert_eq!(
+            events.recv_timeout(Duration::from_secs(5)).unwrap(),
+            PmiEvent::Report {
+                rank: 0,
+                waited: None,
+                text: "computing".into()
+            }
+        );
+        assert_eq!(server.ask_reports(), vec![0]);
+        line.clear();
+        conn.0.read_line(&mut line).unwrap();
+        assert_eq!(line, "REPORT\n");
     }
 
     #[test]
