@@ -684,3 +684,90 @@ fn info_prints_the_resolved_tuning() {
         assert!(s.contains(want), "no `{want}` in:\n{s}");
     }
 }
+
+/// `kill -USR1` to the launcher prints where each rank is and the job goes on: rank 0 waits
+/// for rank 1's message, rank 1 computes until the test lets it go.
+#[test]
+fn sigusr1_prints_where_each_rank_waits() {
+    const NAME: &str = "sigusr1_prints_where_each_rank_waits";
+    if let Some(go) = std::env::var_os("METAMPI_TEST_GO_FILE") {
+        // A rank of the job below.
+        use metampi::traits::*;
+        let universe = metampi::initialize().unwrap();
+        let world = universe.world();
+        if world.rank() == 1 {
+            println!("rank 1 computes");
+            while !PathBuf::from(&go).exists() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            world.process_at_rank(0).send_with_tag(&9u32, 3);
+        } else {
+            let _ = world.process_at_rank(1).receive_with_tag::<u32>(3);
+        }
+        return;
+    }
+    let go = temp_dir("usr1").join("go");
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["run", "-n", "2", "--timeout", "60", "-x"])
+        .arg(format!("METAMPI_TEST_GO_FILE={}", go.display()))
+        .arg(&exe)
+        .args([NAME, "--exact", "--nocapture", "-q", "--test-threads=1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let collect = |mut from: Box<dyn std::io::Read + Send>| {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let into = std::sync::Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = from.read(&mut buf) {
+                into.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        seen
+    };
+    let stdout = collect(Box::new(child.stdout.take().unwrap()));
+    let stderr = collect(Box::new(child.stderr.take().unwrap()));
+    let t0 = Instant::now();
+    // The launcher catches SIGUSR1 from before the ranks start; rank 1's line says they have.
+    while !stdout.lock().unwrap().contains("rank 1 computes") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the ranks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Until rank 0 has gone to sleep in its receive, the report says it is in no wait.
+    let mut report = String::new();
+    while !report.contains("a receive from rank 1, tag 3") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no report with rank 0's receive: {}",
+            stderr.lock().unwrap()
+        );
+        let kill = Command::new("kill")
+            .args(["-USR1", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        std::thread::sleep(Duration::from_millis(300));
+        report = stderr.lock().unwrap().clone();
+    }
+    assert!(
+        report.contains("where each rank is (asked with SIGUSR1)"),
+        "{report}"
+    );
+    let rank1 = report
+        .lines()
+        .rfind(|l| l.starts_with("  rank 1 ("))
+        .unwrap_or_default();
+    assert!(rank1.contains("running, in no MPI wait"), "{report}");
+    std::fs::write(&go, b"").unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", stderr.lock().unwrap());
+}
