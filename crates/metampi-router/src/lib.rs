@@ -631,7 +631,17 @@ struct Hello {
     /// A peer router's link (16-byte hello) rather than a local rank (4 bytes).
     link: bool,
     since: Instant,
+    /// Its socket was ready at the last poll (or it is new): worth a read this pass.
+    ready: bool,
 }
+
+/// Connections that have not introduced themselves kept at once: when another comes, the
+/// oldest is dropped. A rank or router proves itself within milliseconds of connecting, so
+/// only a stranger grows old here; this bounds what strangers cost a router in descriptors
+/// and in poll-set size, however many connections they hold open.
+const HELLOS_MAX: usize = 256;
+/// Least time between two log lines about refused connections.
+const REFUSAL_LOG_GAP: Duration = Duration::from_secs(10);
 
 /// Handshake context of a link between routers.
 const LINK_CTX: &str = "metampi router-router";
@@ -1000,7 +1010,7 @@ fn flush_queue(stream: &mut TcpStream, q: &mut VecDeque<Bytes>, off: &mut usize)
 enum Slot {
     Vertical,
     Listener,
-    Hello,
+    Hello(usize),
     Rank(usize),
     Link(bool, usize, usize),
     Waker,
@@ -1014,6 +1024,10 @@ struct Router {
     vertical: TcpListener,
     listeners: Vec<TcpListener>,
     hellos: Vec<Hello>,
+    /// Connections dropped before they proved the job secret (refused, timed out, or pushed
+    /// out by newer ones), and when that was last logged with the count then.
+    refusals: u64,
+    refusals_logged: Option<(Instant, u64)>,
     ranks: Vec<RankConn>,
     /// Outgoing connections, one per peer router.
     out: Vec<Peer>,
@@ -1160,6 +1174,8 @@ impl Router {
             vertical,
             listeners,
             hellos: Vec::new(),
+            refusals: 0,
+            refusals_logged: None,
             ranks: Vec::new(),
             out,
             inbound: HashMap::new(),
@@ -1286,6 +1302,19 @@ impl Router {
             }
         };
         let link = listener.is_some();
+        if self.hellos.len() >= HELLOS_MAX {
+            if let Some(oldest) = (0..self.hellos.len()).min_by_key(|&i| self.hellos[i].since) {
+                let h = self.hellos.swap_remove(oldest);
+                self.refused(
+                    &h.stream,
+                    &format!(
+                        "{HELLOS_MAX} connections that have not introduced themselves are \
+                         open; the oldest makes room"
+                    ),
+                    now,
+                );
+            }
+        }
         self.hellos.push(Hello {
             stream: s,
             tls,
@@ -1293,16 +1322,32 @@ impl Router {
             got: Vec::new(),
             link,
             since: now,
+            ready: true,
         });
     }
 
-    fn refused(&self, stream: &TcpStream, why: &str) {
+    /// Counts a connection dropped before it proved the secret, and logs it: the first at
+    /// once, then at most one line per [`REFUSAL_LOG_GAP`] with the count since the last, so
+    /// a stranger who hammers the ports cannot flood the log.
+    fn refused(&mut self, stream: &TcpStream, why: &str, now: Instant) {
+        self.refusals += 1;
+        let since_last = match self.refusals_logged {
+            Some((at, _)) if now.duration_since(at) < REFUSAL_LOG_GAP => return,
+            Some((_, count)) => self.refusals - count,
+            None => 1,
+        };
         let from = stream.peer_addr().map(|a| a.to_string());
+        let more = if since_last > 1 {
+            format!(" ({since_last} refused since the last report)")
+        } else {
+            String::new()
+        };
         eprintln!(
-            "metampi router {}: refused a connection from {}: {why}",
+            "metampi router {}: refused a connection from {}: {why}{more}",
             self.id,
             from.as_deref().unwrap_or("?")
         );
+        self.refusals_logged = Some((now, self.refusals));
     }
 
     fn read_hellos(&mut self, now: Instant) {
@@ -1312,6 +1357,12 @@ impl Router {
             let need = auth::NONCE + auth::TAG + if h.link { LINK_HELLO } else { 4 };
             let want = need - h.got.len();
             let timed_out = now.duration_since(h.since) > HELLO_TIMEOUT;
+            // A socket with nothing new is not read: thousands of silent connections would
+            // otherwise cost a system call each on every pass of the loop.
+            if !std::mem::take(&mut h.ready) && !timed_out {
+                i += 1;
+                continue;
+            }
             // `Some(None)`: drop quietly (gone, or silent as a port scan);
             // `Some(Some(why))`: refuse and log.
             let mut drop_it: Option<Option<String>> = None;
@@ -1352,8 +1403,10 @@ impl Router {
             }
             if let Some(why) = drop_it {
                 let h = self.hellos.swap_remove(i);
-                if let Some(why) = why {
-                    self.refused(&h.stream, &why);
+                match why {
+                    Some(why) => self.refused(&h.stream, &why, now),
+                    // Silent or gone: counted, logged only with the next refusal's count.
+                    None => self.refusals += 1,
                 }
                 continue;
             }
@@ -1366,7 +1419,7 @@ impl Router {
             let hello = match auth::check(&self.key, ctx, &h.nonce, &h.got) {
                 Ok(hello) => hello.to_vec(),
                 Err(e) => {
-                    self.refused(&h.stream, &e.to_string());
+                    self.refused(&h.stream, &e.to_string(), now);
                     continue;
                 }
             };
@@ -1855,6 +1908,14 @@ impl Router {
                 while self.waker.1.recv(&mut b).is_ok() {}
                 self.take_connected(now);
             }
+            // Before accepting, which may reorder the list (the oldest makes room).
+            for (fd, slot) in pfds.iter().zip(&slots) {
+                if let (Slot::Hello(i), true) = (slot, fd.revents != 0) {
+                    if let Some(h) = self.hellos.get_mut(*i) {
+                        h.ready = true;
+                    }
+                }
+            }
             if ready(|s| matches!(s, Slot::Vertical | Slot::Listener)) {
                 self.accept_all(now);
             }
@@ -1926,9 +1987,9 @@ impl Router {
             for l in &self.listeners {
                 add(&mut pfds, l.as_raw_fd(), false, Slot::Listener);
             }
-            for h in &self.hellos {
+            for (i, h) in self.hellos.iter().enumerate() {
                 let w = h.tls.as_ref().is_some_and(|t| t.wants_write());
-                add(&mut pfds, h.stream.as_raw_fd(), w, Slot::Hello);
+                add(&mut pfds, h.stream.as_raw_fd(), w, Slot::Hello(i));
             }
             let mut busy = false;
             for (i, r) in self.ranks.iter().enumerate() {

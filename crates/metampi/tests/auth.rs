@@ -88,3 +88,67 @@ fn strangers_wrong_secrets_and_replays_are_refused() {
             world.barrier();
         });
 }
+
+/// Processes of this test's job whose environment holds `var` (a router: its spec).
+fn routers_of(test: &str) -> Vec<u32> {
+    let marker = format!("METAMPI_TEST_RANK_OF={test}");
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        let has = |v: &str| env.split(|&b| b == 0).any(|x| x.starts_with(v.as_bytes()));
+        if has(&marker) && has("METAMPI_ROUTER_SPEC=") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// A stranger that holds 600 silent connections to a router costs it a bounded number of
+/// descriptors (the oldest unproven connections make room for new ones), and the job's own
+/// traffic across the sites goes on.
+#[test]
+fn silent_connections_held_open_cost_a_router_a_bounded_number_of_descriptors() {
+    const NAME: &str = "silent_connections_held_open_cost_a_router_a_bounded_number_of_descriptors";
+    // Its own ports: the tests of this file run at once.
+    let config = CONFIG.replace("PORTBASE 25900", "PORTBASE 25940");
+    Ranks::new(4).meta(&config).run(NAME, |world| {
+        world.barrier();
+        let mut held = Vec::new();
+        if world.rank() == 0 {
+            let addr = router_addr();
+            for _ in 0..600 {
+                held.push(TcpStream::connect(&addr).unwrap());
+            }
+        }
+        world.barrier();
+        let peer = (world.rank() + 2) % 4;
+        for round in 0..20u64 {
+            let (got, _) = metampi::point_to_point::send_receive::<u64, _, _, _>(
+                &(world.rank() as u64 * 1000 + round),
+                &world.process_at_rank(peer),
+                &world.process_at_rank(peer),
+            );
+            assert_eq!(got, peer as u64 * 1000 + round);
+        }
+        if world.rank() == 0 {
+            let routers = routers_of(NAME);
+            assert!(!routers.is_empty(), "no router found");
+            for pid in routers {
+                let fds = descriptors(pid);
+                // 256 unproven connections at most, beside its ranks, links and files.
+                assert!(fds < 256 + 64, "router {pid} holds {fds} descriptors");
+            }
+        }
+        world.barrier();
+        drop(held);
+    });
+}
