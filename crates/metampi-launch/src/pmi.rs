@@ -2070,7 +2070,7 @@ mod tests {
         // Rank 1 enters a fence that cannot complete (rank 2 never comes), then dies: its
         // departure is seen at once, not when the fence would have completed.
         let waiter = std::thread::spawn(move || {
-            let mut b = PmiClient::connect(addr, JOB, 1).unwrap();
+            let b = PmiClient::connect(addr, JOB, 1).unwrap();
             lock_conn(&b.writer).write_all(b"FENCE\n").unwrap();
             b
         });
