@@ -75,7 +75,9 @@ Examples:
 Hostfile lines: `host`, `host:N` or `host slots=N`; `#` starts a comment.
 
 mpiexec's spellings work too, with Hydra's meaning: -np N, -hosts A,B, -ppn N (N ranks on each
-of -hosts), -f/-hostfile/-machinefile FILE, -genv/-env VAR VALUE, -genvall. Programs built
+of -hosts), -f/-hostfile/-machinefile FILE, -genv/-env VAR VALUE, -genvall; and mpirun's
+--host A:2,B, -n4 and --version. An unknown option before the program is named (with the
+closest real one) instead of being taken for the program. Programs built
 against MPICH (mpicc.mpich) load metampi's C library: -v shows from where.";
 
 /// Arguments of `metampi run`.
@@ -813,6 +815,32 @@ mod hydra_tests {
     }
 
     #[test]
+    fn unknown_options_are_named_and_common_spellings_understood() {
+        let err = rewrite(&["metampi", "run", "--tag-ouptut", "-n", "2", "./p"]).unwrap_err();
+        assert!(err.contains("unknown option `--tag-ouptut`"), "{err}");
+        assert!(err.contains("did you mean `--tag-output`?"), "{err}");
+        let err = rewrite(&["metampi", "run", "-n", "2", "--wdir", "/tmp", "./p"]).unwrap_err();
+        assert!(err.contains("unknown option `--wdir`"), "{err}");
+        // After the program, everything is the program's.
+        assert_eq!(
+            rewrite(&["metampi", "run", "-n", "1", "./p", "--wdir", "-n9"]).unwrap(),
+            ["metampi", "run", "-n", "1", "./p", "--wdir", "-n9"]
+        );
+        assert_eq!(
+            rewrite(&["metampi", "run", "-n4", "--timeout=5", "./p"]).unwrap(),
+            ["metampi", "run", "-n", "4", "--timeout=5", "./p"]
+        );
+        assert_eq!(
+            rewrite(&["metampi", "run", "--host", "a:2,b", "-n", "3", "./p"]).unwrap(),
+            ["metampi", "run", "--hosts", "a:2,b", "-n", "3", "./p"]
+        );
+        assert_eq!(
+            rewrite(&["metampi", "run", "--version"]).unwrap(),
+            ["metampi", "--version"]
+        );
+    }
+
+    #[test]
     fn mpiexec_spellings_with_mistakes_are_named() {
         assert!(rewrite(&["metampi", "run", "-ppn", "2", "./p"])
             .unwrap_err()
@@ -973,8 +1001,9 @@ mod tests {
 /// Rewrites the `mpiexec` (Hydra) spellings users type after `metampi run` into metampi's
 /// options, with Hydra's meaning: `-np N`, `-hosts A,B`, `-ppn N` (N slots on each of
 /// `-hosts`), `-f`/`-hostfile`/`-machinefile FILE`, `-genv`/`-env VAR VALUE`,
-/// `-genvall`/`-envall`. Only options before the program are touched; the program's own
-/// arguments pass unchanged. Other commands' arguments are returned as they are.
+/// `-genvall`/`-envall`, and mpirun's `--host`, `-n4` and `--version`; an option before the
+/// program that is none of these nor metampi's is an error naming it. Only options before
+/// the program are touched; the program's own arguments pass unchanged. Other commands' arguments are returned as they are.
 pub fn hydra_spellings(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
     if argv.get(1).and_then(|a| a.to_str()) != Some("run") {
         return Ok(argv);
@@ -982,12 +1011,33 @@ pub fn hydra_spellings(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
     // metampi run's own options that take a value, from its definition.
     let cmd = <RunArgs as clap::Args>::augment_args(clap::Command::new("run"));
     let mut valued: Vec<String> = Vec::new();
-    for a in cmd.get_arguments() {
-        if a.get_action().takes_values() && !a.is_positional() {
-            valued.extend(a.get_short().map(|c| format!("-{c}")));
-            valued.extend(a.get_long().map(|l| format!("--{l}")));
+    let mut known: Vec<String> = vec!["-h".into(), "--help".into()];
+    for a in cmd.get_arguments().filter(|a| !a.is_positional()) {
+        let names: Vec<String> = a
+            .get_short()
+            .map(|c| format!("-{c}"))
+            .into_iter()
+            .chain(a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        if a.get_action().takes_values() {
+            valued.extend(names.iter().cloned());
         }
+        known.extend(names);
     }
+    let unknown = |a: &str| {
+        let longs: Vec<&str> = known.iter().map(String::as_str).collect();
+        let hint = match metampi_config::closest(a, &longs) {
+            Some(c) => format!("; did you mean `{c}`?"),
+            None if a == "--wdir" || a == "-wdir" => {
+                "; ranks start in this command's directory (cd there first)".into()
+            }
+            None => String::new(),
+        };
+        format!(
+            "unknown option `{a}`{hint} (options come before the program; see `metampi run \
+             --help`)"
+        )
+    };
     let mut out: Vec<OsString> = argv[..2].to_vec();
     let mut rest = argv[2..].iter();
     let mut ppn: Option<String> = None;
@@ -1003,6 +1053,16 @@ pub fn hydra_spellings(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
         match a {
             "-np" => {
                 out.push("-n".into());
+                out.push(value(a, rest.next())?);
+            }
+            // As mpiexec and mpirun answer it.
+            "--version" | "-version" | "-V" => {
+                return Ok(vec![argv[0].clone(), "--version".into()])
+            }
+            // Open MPI's spelling (and Hydra's short one), with the same `a:2,b` syntax.
+            "--host" | "-host" => {
+                out.push("--hosts".into());
+                hosts_at = Some(out.len());
                 out.push(value(a, rest.next())?);
             }
             "-ppn" => ppn = Some(value(a, rest.next())?.to_string_lossy().into_owned()),
@@ -1035,7 +1095,20 @@ pub fn hydra_spellings(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
                     out.push(v.clone());
                 }
             }
-            _ if a.starts_with('-') => out.push(arg.clone()),
+            // `--opt=value` of an option of ours.
+            _ if a.starts_with("--")
+                && a.split_once('=')
+                    .is_some_and(|(o, _)| known.iter().any(|k| k == o)) =>
+            {
+                out.push(arg.clone())
+            }
+            _ if known.iter().any(|k| k == a) => out.push(arg.clone()),
+            // A value stuck to a short option: `-n4`, `-xVAR=1`.
+            _ if a.len() > 2 && !a.starts_with("--") && valued.iter().any(|v| v == &a[..2]) => {
+                out.push(a[..2].into());
+                out.push(a[2..].into());
+            }
+            _ if a.starts_with('-') && a.len() > 1 => return Err(unknown(a)),
             _ => {
                 out.push(arg.clone());
                 break;

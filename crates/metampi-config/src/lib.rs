@@ -57,6 +57,7 @@ pub use model::{
     Launch, Link, LinkOptions, MetaConfig, MetaHost, Node, Pair, PairOrigin, PortOrigin, Router,
     Tls, DEFAULT_PORT_BASE,
 };
+pub use parser::closest;
 pub use process::{
     is_env_name, is_reserved_env, parse_env_file, split_args, EnvError, EnvLine, ProcessSettings,
     MPIROOT_ROUTER, RESERVED_ENV_PREFIX,

@@ -285,16 +285,22 @@ fn is_number(t: &Token) -> bool {
 
 /// `; did you mean 'X'?` when `word` is close to one of `choices`.
 pub(crate) fn suggestion(word: &str, choices: &[&str]) -> String {
+    closest(&word.to_ascii_uppercase(), choices)
+        .map_or_else(String::new, |c| format!("; did you mean '{c}'?"))
+}
+
+/// The choice within two edits of `word` (fewest first), for "did you mean" hints: in
+/// description files and on the command line.
+pub fn closest<'a>(word: &str, choices: &[&'a str]) -> Option<&'a str> {
     if word.len() > 64 {
-        return String::new();
+        return None;
     }
-    let upper = word.to_ascii_uppercase();
-    let best = choices
+    choices
         .iter()
-        .map(|c| (edit_distance(&upper, c), *c))
+        .map(|c| (edit_distance(word, c), *c))
         .filter(|(d, c)| *d <= 2 && *d < c.len())
-        .min_by_key(|(d, _)| *d);
-    best.map_or_else(String::new, |(_, c)| format!("; did you mean '{c}'?"))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
