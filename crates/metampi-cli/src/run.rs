@@ -155,8 +155,7 @@ pub struct RunArgs {
     timeout: Option<Duration>,
 
     /// End the job when nothing in it has moved for SECS seconds: every rank still running has
-    /// been in one MPI wait that long, or does not answer (a stopped process), or has not
-    /// finished MPI_Init. The reason printed is the hang report: for each rank the call it
+    /// been in one MPI wait that long, or does not answer (a stopped process). The reason printed is the hang report: for each rank the call it
     /// waits in, communicator, peer, tag, bytes and for how long; exit status 124. Ranks that
     /// compute are never ended by it. Without it, SIGUSR1 to this command prints the same
     /// report and the job goes on

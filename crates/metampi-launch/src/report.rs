@@ -115,18 +115,14 @@ pub(crate) struct Row {
 }
 
 /// Nothing moves: at least one rank has waited `limit` or longer in one wait, and every other
-/// rank that still runs has too, or does not answer, or has not finished start-up. A rank
-/// that answers and is in no wait (it computes) keeps the job alive, as does one whose wait
-/// is younger than `limit`.
+/// rank that still runs has too, or does not answer. A rank that answers and is in no wait
+/// (it computes) keeps the job alive, as does one whose wait is younger than `limit`, and one
+/// still in start-up (slow, not known to hang: a verdict waits for it).
 pub(crate) fn stalled(rows: &[Row], limit: Duration) -> bool {
     let long = |now: &Now| matches!(now, Now::Answered { waited: Some(w), .. } if *w >= limit);
     rows.iter().any(|r| long(&r.now))
         && rows.iter().all(|r| {
-            long(&r.now)
-                || matches!(
-                    r.now,
-                    Now::Exited | Now::Finalized | Now::NoAnswer { .. } | Now::Starting
-                )
+            long(&r.now) || matches!(r.now, Now::Exited | Now::Finalized | Now::NoAnswer { .. })
         })
 }
 
@@ -226,6 +222,12 @@ mod tests {
         ));
         // Nobody answered at all: no evidence of a wait, so no verdict.
         assert!(!stalled(&[no_answer], limit));
+        // A rank still starting holds the verdict back.
+        let starting = Row {
+            id: id(1),
+            now: Now::Starting,
+        };
+        assert!(!stalled(&[answered(0, Some(6000)), starting], limit));
     }
 
     #[test]

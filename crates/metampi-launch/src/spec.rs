@@ -264,8 +264,7 @@ impl JobSpec {
     }
 
     /// End the job when nothing in it has moved for `limit`: every rank that still runs has
-    /// been in one MPI wait for that long, or does not answer (a stopped process), or has not
-    /// finished start-up. The reason printed is the hang report: where each rank waits (the
+    /// been in one MPI wait for that long, or does not answer (a stopped process). The reason printed is the hang report: where each rank waits (the
     /// call, communicator, peer, tag, bytes) and since when. The ranks are asked every quarter
     /// of `limit` (at least every 250 ms); a job of ranks that compute is never ended by it.
     /// Without it, `SIGUSR1` to the launcher still prints the report and the job goes on.
