@@ -996,17 +996,15 @@ impl Monitor<'_> {
                 Known::Running
             }
         });
+        let table = report::table(&rows);
         if g.why == Why::Asked {
-            eprintln!(
-                "{WHO}: where each rank is (asked with SIGUSR1):\n{}",
-                report::table(&rows)
-            );
+            eprintln!("{WHO}: where each rank is (asked with SIGUSR1):\n{table}");
         }
         let limit = self.stall?;
         self.next_look = Some(Instant::now() + look_every(limit));
-        report::stalled(&rows, limit).then(|| JobFailure::Stalled {
+        report::stalled(&rows, limit).then_some(JobFailure::Stalled {
             after: limit,
-            report: report::table(&rows),
+            report: table,
         })
     }
 

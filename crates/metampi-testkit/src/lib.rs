@@ -287,6 +287,34 @@ impl Ranks {
     }
 }
 
+/// Processes (routers or ranks) of the test `name` started by [`Ranks`], found by the
+/// marker they carry in their environment; `with` narrows them to those whose environment
+/// also holds a variable starting so (`METAMPI_ROUTER_SPEC=` for routers).
+pub fn processes_of(name: &str, with: Option<&str>) -> Vec<u32> {
+    let marker = format!("{CHILD_ENV}={name}");
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+        let has = |v: &str| vars.iter().any(|x| x.starts_with(v.as_bytes()));
+        if has(&marker) && with.is_none_or(has) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// Whether this process is a rank started by [`Ranks`] (not the test that
 /// launches them), so set-up that belongs to the launching side can be skipped.
 pub fn is_rank() -> bool {

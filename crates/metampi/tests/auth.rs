@@ -10,7 +10,7 @@ use std::time::Duration;
 use metampi::auth::VERTICAL_CTX;
 use metampi::auth::{self, Secret};
 use metampi::traits::*;
-use metampi_testkit::Ranks;
+use metampi_testkit::{processes_of, Ranks};
 
 const CONFIG: &str = "PORTBASE 25900\n\
      METAHOST a { LAUNCH = local; NPROCS = 2; NODES = a0; }\n\
@@ -89,25 +89,6 @@ fn strangers_wrong_secrets_and_replays_are_refused() {
         });
 }
 
-/// Processes of this test's job whose environment holds `var` (a router: its spec).
-fn routers_of(test: &str) -> Vec<u32> {
-    let marker = format!("METAMPI_TEST_RANK_OF={test}");
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(env) = std::fs::read(e.path().join("environ")) else {
-            continue;
-        };
-        let has = |v: &str| env.split(|&b| b == 0).any(|x| x.starts_with(v.as_bytes()));
-        if has(&marker) && has("METAMPI_ROUTER_SPEC=") {
-            found.push(pid);
-        }
-    }
-    found
-}
-
 fn descriptors(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
@@ -140,7 +121,7 @@ fn silent_connections_held_open_cost_a_router_a_bounded_number_of_descriptors() 
             assert_eq!(got, peer as u64 * 1000 + round);
         }
         if world.rank() == 0 {
-            let routers = routers_of(NAME);
+            let routers = processes_of(NAME, Some("METAMPI_ROUTER_SPEC="));
             assert!(!routers.is_empty(), "no router found");
             for pid in routers {
                 let fds = descriptors(pid);

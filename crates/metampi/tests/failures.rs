@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use metampi::traits::*;
 use metampi_launch::JobFailure;
-use metampi_testkit::Ranks;
+use metampi_testkit::{processes_of, Ranks};
 
 fn expect_failure(
     n: usize,
@@ -158,33 +158,6 @@ fn fatal_truncation_names_rank_and_cause() {
     let text = f.to_string();
     assert!(text.contains("rank 1"), "{text}");
     assert!(text.contains("MPI_ERR_TRUNCATE"), "{text}");
-}
-
-/// Processes (routers or ranks) of the test `name`, found by the marker the
-/// test harness puts in their environment; `spec` narrows it to a router.
-fn processes_of(name: &str, spec: Option<&str>) -> Vec<u32> {
-    let marker = format!("METAMPI_TEST_RANK_OF={name}");
-    let mut found = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        let Ok(env) = std::fs::read(e.path().join("environ")) else {
-            continue;
-        };
-        let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
-        let has = |v: &str| vars.iter().any(|x| x.starts_with(v.as_bytes()));
-        if has(&marker) && spec.is_none_or(has) {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 const TWO_SITES: &str = "PORTBASE 24700\n\

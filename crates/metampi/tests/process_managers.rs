@@ -49,20 +49,25 @@ fn status_and_output(out: &std::process::Output) -> (Option<i32>, String, String
     )
 }
 
-/// Runs `n` ranks of this test binary's `child` under Hydra with `hydra_args` and `env`;
-/// exit status, stdout and stderr.
-fn hydra(n: usize, hydra_args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+/// Ends the process manager's command `c` with this test binary's `child` as the program,
+/// with `env` set.
+fn run_child(c: &mut Command, env: &[(&str, &str)]) {
     let exe = std::env::current_exe().expect("the test binary");
-    let mut c = Command::new(HYDRA);
-    c.args(hydra_args)
-        .args(["-n", &n.to_string()])
-        .arg(exe)
+    c.arg(exe)
         .args(["--exact", "child", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .env_remove("METAMPI_PMI");
     for (k, v) in env {
         c.env(k, v);
     }
+}
+
+/// Runs `n` ranks of this test binary's `child` under Hydra with `hydra_args` and `env`;
+/// exit status, stdout and stderr.
+fn hydra(n: usize, hydra_args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut c = Command::new(HYDRA);
+    c.args(hydra_args).args(["-n", &n.to_string()]);
+    run_child(&mut c, env);
     let start = Instant::now();
     let out = c.output().expect("mpiexec runs");
     assert!(
@@ -186,16 +191,9 @@ fn an_abort_ends_the_hydra_job_with_its_code() {
 /// `srun ARGS` of this test binary's `child` on `slurm`, `env` set: exit status, stdout,
 /// stderr.
 fn srun(slurm: &Slurm, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let exe = std::env::current_exe().expect("the test binary");
     let mut c = slurm.command("srun");
-    c.args(args)
-        .arg(exe)
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .env_remove("METAMPI_PMI");
-    for (k, v) in env {
-        c.env(k, v);
-    }
+    c.args(args);
+    run_child(&mut c, env);
     let out = c.output().expect("srun runs");
     status_and_output(&out)
 }

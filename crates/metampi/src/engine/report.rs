@@ -101,7 +101,7 @@ pub(crate) fn answer() -> (Option<Duration>, String) {
         if !text.is_empty() {
             text.push_str("; ");
         }
-        let _ = write!(text, "{what}");
+        text.push_str(what);
         if waits.len() > 1 {
             let _ = write!(text, " ({:.1} s)", (now - *since).as_secs_f64());
         }

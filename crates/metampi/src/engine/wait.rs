@@ -355,25 +355,28 @@ impl Shared {
         let me = Arc::clone(self);
         let _ = std::thread::Builder::new()
             .name("metampi-progress".into())
-            .spawn(move || loop {
+            .spawn(move || {
                 // It waits for others' futures, which the report names where they wait.
                 report::never_report();
-                {
-                    let mut e = me.lock();
-                    while e.core.async_waiters == 0 && !me.finalized.load(Ordering::SeqCst) {
-                        e = me
-                            .cond
-                            .wait_timeout(e, Duration::from_millis(50))
-                            .map(|r| r.0)
-                            .unwrap_or_else(|p| p.into_inner().0);
+                loop {
+                    {
+                        let mut e = me.lock();
+                        while e.core.async_waiters == 0 && !me.finalized.load(Ordering::SeqCst) {
+                            e = me
+                                .cond
+                                .wait_timeout(e, Duration::from_millis(50))
+                                .map(|r| r.0)
+                                .unwrap_or_else(|p| p.into_inner().0);
+                        }
                     }
+                    if me.finalized.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    me.wait_until(|e| {
+                        (e.core.async_waiters == 0 || me.finalized.load(Ordering::SeqCst))
+                            .then_some(())
+                    });
                 }
-                if me.finalized.load(Ordering::SeqCst) {
-                    return;
-                }
-                me.wait_until(|e| {
-                    (e.core.async_waiters == 0 || me.finalized.load(Ordering::SeqCst)).then_some(())
-                });
             });
     }
 }
