@@ -188,10 +188,16 @@ impl Snapshot {
                 .unwrap_or_else(|| format!("r{id}"));
             let _ = writeln!(
                 out,
-                "{name:<16} rss {:.1} MB (peak {:.1}), {} ranks ({} through pipes), {} loans, \
-                 {:.1} KB for ranks, {:.1} KB for links",
+                "{name:<16} rss {:.1} MB (peak {:.1}; private {:.1}, peak {:.1}), \
+                 messages {:.1} MB (peak {:.1} of {:.0}), \
+                 {} ranks ({} through pipes), {} loans, {:.1} KB for ranks, {:.1} KB for links",
                 n(v, "rss_kb") / 1e3,
                 n(v, "peak_rss_kb") / 1e3,
+                n(v, "anon_kb") / 1e3,
+                n(v, "peak_anon_kb") / 1e3,
+                n(v, "held_bytes") / 1e6,
+                n(v, "peak_held_bytes") / 1e6,
+                n(v, "budget_bytes") / 1e6,
                 n(v, "ranks"),
                 n(v, "pipe_ranks"),
                 n(v, "loans"),
@@ -324,7 +330,9 @@ mod tests {
         std::fs::write(
             dir.join("router-0.json"),
             "{\"rss_kb\":5000,\"peak_rss_kb\":6000,\"ranks\":2,\"pipe_ranks\":1,\"loans\":7,\
-             \"to_ranks_bytes\":0,\"send_buffered\":1500}",
+             \"to_ranks_bytes\":0,\"send_buffered\":1500,\"budget_bytes\":134217728,\
+             \"held_bytes\":2500000,\"peak_held_bytes\":70000000,\"anon_kb\":3000,\
+             \"peak_anon_kb\":4000}",
         )
         .unwrap();
         write(1_000_000);
@@ -341,7 +349,9 @@ mod tests {
         assert_eq!(lines.len(), 3, "{t}");
         assert_eq!(
             lines[2],
-            "r0 a -> b        rss 5.0 MB (peak 6.0), 2 ranks (1 through pipes), 7 loans, \
+            "r0 a -> b        rss 5.0 MB (peak 6.0; private 3.0, peak 4.0), \
+             messages 2.5 MB (peak 70.0 of 134), \
+             2 ranks (1 through pipes), 7 loans, \
              0.0 KB for ranks, 1.5 KB for links"
         );
         let row: Vec<&str> = lines[1].split_whitespace().collect();

@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use metampi_wire::frame::reserve_for_frames;
+use metampi_wire::frame::reserve_for_frames_within;
 use metampi_wire::Envelope as WireEnvelope;
 use metampi_wire::{
     AutoMode, Bundle, Compression, Config, Event, Message as WireMessage, SendError, Transmit,
@@ -75,8 +75,15 @@ fn parse_compression(s: &str) -> Option<Compression> {
 /// The wire configuration both ends of link `id` use. The transport is TCP,
 /// which already delivers every byte: resends are only for reconnects and
 /// corruption, so the retransmission timer is generous, and frames are kept
-/// small so that an emulated slow line stays pipelined.
-fn wire_config(id: u32, compression: Compression, slow: bool, checksum: bool) -> Config {
+/// small so that an emulated slow line stays pipelined. The receive window and the send
+/// buffer are the router's [`Budget`]'s.
+fn wire_config(
+    id: u32,
+    compression: Compression,
+    slow: bool,
+    checksum: bool,
+    budget: &Budget,
+) -> Config {
     Config::builder()
         .connection_id(id)
         .max_message_len(MAX_WIRE_MESSAGE)
@@ -86,8 +93,8 @@ fn wire_config(id: u32, compression: Compression, slow: bool, checksum: bool) ->
         // Bundle what piles up while a frame is out, never hold a lone message.
         .flush_delay(Duration::ZERO)
         .ack_delay(Duration::from_micros(ACK_DELAY_US))
-        .window(8 << 20)
-        .send_buffer(8 << 20)
+        .window(budget.window)
+        .send_buffer(budget.send_buffer)
         .initial_rto(Duration::from_secs(1))
         .min_rto(Duration::from_millis(500))
         // TCP itself pauses inside a frame while it recovers a lost segment (its
@@ -107,8 +114,8 @@ fn wire_config(id: u32, compression: Compression, slow: bool, checksum: bool) ->
                 .connection_id(id)
                 .max_message_len(MAX_WIRE_MESSAGE)
                 .flush_delay(Duration::ZERO)
-                .window(8 << 20)
-                .send_buffer(8 << 20)
+                .window(budget.window)
+                .send_buffer(budget.send_buffer)
                 .payload_checksum(checksum)
                 .build()
                 .expect("the default wire configuration is valid")
@@ -585,6 +592,11 @@ struct RankConn {
     /// The largest frame expected (the largest seen so far): reads into `rx`
     /// leave room for one.
     frame_hint: usize,
+    /// Bytes of the allocation `rx` reads into (what it holds of the budget).
+    rx_block: usize,
+    /// Its next read needs memory beyond the budget: not read (nor polled) until
+    /// there is room.
+    starved: bool,
     tx: VecDeque<Bytes>,
     /// Bytes of `tx`'s front already written.
     tx_off: usize,
@@ -654,9 +666,73 @@ const LINK_HELLO: usize = 16;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a dialling router waits for its peer during the handshakes.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bytes queued towards local ranks before the router stops taking messages
-/// from its links (the wire credit then holds the senders back).
-const DELIVER_LIMIT: usize = 32 << 20;
+/// A link's receive window holds the largest message whole, and more is not needed
+/// to keep a fast link busy.
+const WINDOW_LEAST: u64 = 2 << 20;
+const WINDOW_MOST: u64 = 8 << 20;
+
+/// What one router may hold for messages (`METAMPI_ROUTER_MEMORY`), however many ranks
+/// and links it serves. Each direction has a share of its own, so that neither waits for
+/// room the other holds (such a wait could close a cycle through the peer site):
+/// - an eighth for the shared-memory pipes of the ranks on its node (the ranks size them
+///   by how many share the router: `Tuning::router_pipe_bytes_among`);
+/// - three eighths for messages from local ranks until the peer router has acknowledged them:
+///   read buffers (whole allocations), frames waiting for link room, send buffers. A
+///   rank is not read while its next read would need memory beyond it, so its socket
+///   or pipe fills and holds the rank back;
+/// - a quarter for the receive windows of incoming links (the credit the peer routers'
+///   senders may use);
+/// - a quarter for messages queued or lent to local ranks; beyond it no message is
+///   taken from the links, whose credit then holds the peer routers back.
+#[derive(Debug)]
+struct Budget {
+    total: usize,
+    from_ranks: usize,
+    to_ranks: usize,
+    /// Each incoming link's receive window: the quarter shared by the links it expects.
+    window: u64,
+    /// Each outgoing connection's send buffer.
+    send_buffer: u64,
+    /// Most bytes held at once, everything together.
+    peak: usize,
+}
+
+impl Budget {
+    /// The budget `METAMPI_ROUTER_MEMORY` asks for (named in a warning when below the
+    /// least a router works with), for a router expecting `links_in` incoming links.
+    fn from_env(id: usize, links_in: usize) -> Budget {
+        let asked = metampi::tuning::router_memory();
+        if asked < metampi::tuning::ROUTER_MEMORY_LEAST {
+            eprintln!(
+                "metampi router {id}: METAMPI_ROUTER_MEMORY={asked} is below the least a \
+                 router works with; using {} MiB",
+                metampi::tuning::ROUTER_MEMORY_LEAST >> 20
+            );
+        }
+        Budget::new(asked.max(metampi::tuning::ROUTER_MEMORY_LEAST), links_in)
+    }
+
+    fn new(total: u64, links_in: usize) -> Budget {
+        let total = usize::try_from(total).unwrap_or(usize::MAX / 2);
+        let from_ranks = total / 8 * 3;
+        Budget {
+            total,
+            from_ranks,
+            to_ranks: total / 4,
+            window: (total as u64 / 4 / links_in.max(1) as u64).clamp(WINDOW_LEAST, WINDOW_MOST),
+            send_buffer: (from_ranks as u64 / 2).min(8 << 20),
+            peak: 0,
+        }
+    }
+}
+
+/// Bytes a rank's connection holds of the budget for messages from it: the allocation
+/// its read buffer fills (frames split off it keep it alive; they are also in a send
+/// buffer, a small overcount) and a frame waiting for link room.
+fn holding(rc: &RankConn) -> usize {
+    let block = if rc.rx.capacity() > 0 { rc.rx_block } else { 0 };
+    block + rc.held.as_ref().map_or(0, |(_, m)| m.data.len())
+}
 /// Bytes read from one connection per pass, so no sender starves the others.
 const READ_BUDGET: usize = 4 << 20;
 /// Read buffer of a rank's connection (one allocation) until the rank sends
@@ -678,7 +754,11 @@ fn link_hello(conn: u32, link: u16, links: u16, layout_id: u32) -> [u8; LINK_HEL
 /// `budget` bytes: as much as fits before the next frame would have to be split
 /// across two allocations (frames are split off `rx` and travel on as slices of
 /// it, so its allocation cannot grow in place). `Ok(0)` at the end of the stream.
-fn read_rank(rc: &mut RankConn, budget: usize) -> io::Result<usize> {
+///
+/// A new allocation is at most `memory` bytes (the router's budget left), and only
+/// about one frame when `tight`; `ErrorKind::OutOfMemory` when even the least that
+/// works is more (a frame the rank is in the middle of always finishes).
+fn read_rank(rc: &mut RankConn, budget: usize, memory: usize, tight: bool) -> io::Result<usize> {
     // An empty pipe is looked at on every pass: nothing may be reserved for it.
     if rc.vchan.as_ref().is_some_and(|v| v.peek_readable() == 0) {
         return match rc.bell_eof {
@@ -691,7 +771,23 @@ fn read_rank(rc: &mut RankConn, budget: usize) -> io::Result<usize> {
         None => ENV_LEN - rc.rx.len(),
         Some(n) => n.saturating_sub(rc.rx.len()),
     };
-    let max = reserve_for_frames(&mut rc.rx, rest, rc.frame_hint).min(budget);
+    // Under pressure a read fills its allocation to the end and the frame left unfinished
+    // there moves to the next (a copy): allocations then hold about one frame, and a
+    // frame's bytes do not keep a larger allocation alive after it is acknowledged.
+    let (hint, most) = match (tight, rest) {
+        (_, r) if r > 0 && !rc.rx.is_empty() => (rc.frame_hint, usize::MAX),
+        (true, _) => (0, memory),
+        (false, _) => (rc.frame_hint, memory),
+    };
+    let before = rc.rx.capacity();
+    let Some(max) = reserve_for_frames_within(&mut rc.rx, rest, hint, most) else {
+        return Err(io::ErrorKind::OutOfMemory.into());
+    };
+    if rc.rx.capacity() > before {
+        // A new allocation, or the whole of the old one reclaimed.
+        rc.rx_block = rc.rx.capacity();
+    }
+    let max = max.min(budget);
     let Some(v) = &mut rc.vchan else {
         return sys::read::read_append(&rc.stream, &mut rc.rx, max);
     };
@@ -1037,6 +1133,12 @@ struct Router {
     waiting: HashMap<u32, VecDeque<Bytes>>,
     /// Bytes queued towards local ranks (all of `tx` and `waiting`).
     to_ranks: usize,
+    /// What it may hold for messages, and the most it held.
+    budget: Budget,
+    /// The rank read first in the next pass.
+    rank_turn: usize,
+    /// Most private resident memory seen when the statistics were written.
+    peak_anon_kb: u64,
     connected_tx: std::sync::mpsc::Sender<Connected>,
     connected_rx: std::sync::mpsc::Receiver<Connected>,
     /// Per listener: its TLS end (`None`: plain).
@@ -1129,6 +1231,7 @@ impl Router {
         let now = Instant::now();
         let key = auth::secret_from_env()?;
         let (dialers, acceptors) = tls::setup(spec, &key)?;
+        let budget = Budget::from_env(spec.id, spec.listen.len());
         // One striped connection per peer router, links in spec order.
         type Links<'a> = (Vec<&'a OutLink>, Vec<Option<tls::Dialer>>);
         let mut peers: Vec<(usize, Links)> = Vec::new();
@@ -1146,7 +1249,7 @@ impl Router {
             let comp = parse_compression(&links[0].compression).unwrap_or(Compression::Lz4);
             let slow = links.iter().any(|l| l.bytes_per_sec.is_some());
             let checksum = links.iter().any(|l| l.checksum);
-            let cfg = wire_config(spec.id as u32, comp, slow, checksum);
+            let cfg = wire_config(spec.id as u32, comp, slow, checksum, &budget);
             let bundle = Bundle::new(now, cfg, links.len())
                 .map_err(|e| io::Error::other(format!("router {}: {e}", spec.id)))?;
             out.push(Peer {
@@ -1181,6 +1284,9 @@ impl Router {
             inbound: HashMap::new(),
             waiting: HashMap::new(),
             to_ranks: 0,
+            budget,
+            rank_turn: 0,
+            peak_anon_kb: 0,
             connected_tx,
             connected_rx,
             acceptors,
@@ -1456,6 +1562,8 @@ impl Router {
             rx: BytesMut::new(),
             held: None,
             frame_hint: RANK_READ_CHUNK / 4,
+            rx_block: 0,
+            starved: false,
             tx,
             tx_off: 0,
             lent: Loans::default(),
@@ -1476,9 +1584,10 @@ impl Router {
             return;
         }
         let id = self.id;
+        let budget = &self.budget;
         let p = self.inbound.entry(conn).or_insert_with(|| {
             // The receiving end accepts any frame size up to the largest a sender uses.
-            let cfg = wire_config(conn, Compression::Off, false, true);
+            let cfg = wire_config(conn, Compression::Off, false, true, budget);
             Peer {
                 bundle: Bundle::new(now, cfg, links).expect("1 <= links < 65536 checked"),
                 conns: (0..links).map(|_| None).collect(),
@@ -1517,7 +1626,8 @@ impl Router {
         // A plain one may have a reader (TLS decrypts in the loop).
         let reader = (tls.is_none() && reader::enabled())
             .then(|| {
-                let max = wire_config(conn, Compression::Off, false, true).max_frame_payload();
+                let max = wire_config(conn, Compression::Off, false, true, &self.budget)
+                    .max_frame_payload();
                 reader::Reader::spawn(&h.stream, max, Arc::clone(&self.waker.0)).ok()
             })
             .flatten();
@@ -1559,27 +1669,36 @@ impl Router {
         }
     }
 
-    /// Frames from local ranks onto the outgoing connections.
+    /// Frames from local ranks onto the outgoing connections, as far as the budget for
+    /// them goes. The ranks are served from a rotating start, so that no rank always
+    /// finds the room taken.
     fn read_ranks(&mut self, now: Instant, ready: &[bool]) {
-        let mut i = 0;
-        while i < self.ranks.len() {
-            let mut gone = false;
+        let n = self.ranks.len();
+        let limit = self.budget.from_ranks;
+        let sending = |out: &[Peer]| {
+            out.iter()
+                .map(|p| p.bundle.send_buffered() as usize)
+                .sum::<usize>()
+        };
+        let mut ranks_hold: usize = self.ranks.iter().map(holding).sum();
+        let mut gone_ranks = Vec::new();
+        self.rank_turn = if n == 0 { 0 } else { (self.rank_turn + 1) % n };
+        for i in (self.rank_turn..n).chain(0..self.rank_turn) {
             if self.ranks[i].offer_pending && ready.get(i).copied().unwrap_or(true) {
                 if let Err(e) = settle_offer(self.node, &mut self.ranks[i]) {
                     eprintln!(
                         "metampi router {}: dropping rank {}'s connection: {e}",
                         self.id, self.ranks[i].rank
                     );
-                    let rc = self.ranks.swap_remove(i);
-                    self.to_ranks -= rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
+                    gone_ranks.push(i);
                     continue;
                 }
             }
             let rc = &mut self.ranks[i];
             if rc.offer_pending {
-                i += 1;
                 continue;
             }
+            let others = ranks_hold - holding(rc);
             if let Some((p, m)) = rc.held.take() {
                 if let Err(SendError::WouldBlock(m)) = self.out[p].bundle.send_message(now, m) {
                     rc.held = Some((p, m));
@@ -1594,6 +1713,8 @@ impl Router {
                 readable = true;
             }
             let mut budget = READ_BUDGET;
+            let mut gone = false;
+            rc.starved = false;
             // Frames already read go first (they wait here after a full link,
             // whatever the socket says); then one read at a time, each followed by
             // taking the frames it completed, so that the buffer only ever holds the
@@ -1607,25 +1728,66 @@ impl Router {
                     gone = true;
                     break;
                 }
+                let used = others + holding(rc) + sending(&self.out);
+                let tight = used > limit / 2;
+                if tight && rc.rx.is_empty() && rc.rx.capacity() > 0 {
+                    // Room kept for this rank's next frames goes back to all ranks.
+                    rc.rx = BytesMut::new();
+                    rc.rx_block = 0;
+                }
                 if rc.held.is_some() || !readable || gone || budget == 0 {
                     break;
                 }
-                match read_rank(rc, budget) {
+                let memory = limit.saturating_sub(used);
+                match read_rank(rc, budget, memory, tight) {
                     Ok(0) => gone = true,
                     Ok(n) => budget -= n.min(budget),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => readable = false,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::OutOfMemory => {
+                        rc.starved = true;
+                        break;
+                    }
                     Err(_) => gone = true,
                 }
             }
             if gone && rc.held.is_none() {
-                let rc = self.ranks.swap_remove(i);
-                self.to_ranks -= rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
-                self.stats_due = true;
-                continue;
+                gone_ranks.push(i);
             }
-            i += 1;
+            ranks_hold = others + holding(rc);
         }
+        // Highest first, so that each index still names its rank when removed.
+        gone_ranks.sort_unstable_by(|a, b| b.cmp(a));
+        for i in gone_ranks {
+            let rc = self.ranks.swap_remove(i);
+            self.to_ranks -= rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
+            self.stats_due = true;
+        }
+    }
+
+    /// Bytes held for messages now, everything together (see [`Budget`]).
+    fn holding_now(&self) -> usize {
+        let bundles: u64 = (self.out.iter())
+            .map(|p| p.bundle.send_buffered())
+            .chain(self.inbound.values().map(|p| p.bundle.receive_buffered()))
+            .sum();
+        self.ranks.iter().map(holding).sum::<usize>()
+            + self.pipes()
+            + self.to_ranks
+            + self.lent()
+            + bundles as usize
+    }
+
+    /// Bytes of the ranks' pipes it maps.
+    fn pipes(&self) -> usize {
+        (self.ranks.iter())
+            .filter_map(|r| r.vchan.as_ref().map(VChan::mapped))
+            .sum()
+    }
+
+    /// Bytes on loan to local ranks.
+    fn lent(&self) -> usize {
+        self.ranks.iter().map(|r| r.lent.bytes).sum()
     }
 
     /// Feeds a link connection's bytes to its bundle; drives its transmit side.
@@ -1721,8 +1883,9 @@ impl Router {
     /// towards ranks has room (otherwise the wire credit stops the sender).
     fn take_events(&mut self, outgoing: bool, key: usize) {
         let id = self.id;
+        let lent = self.lent();
         loop {
-            if self.to_ranks >= DELIVER_LIMIT {
+            if self.to_ranks + lent >= self.budget.to_ranks {
                 return;
             }
             let Some(p) = self.peer_mut(outgoing, key) else {
@@ -1821,14 +1984,22 @@ impl Router {
                     .unwrap_or(0)
             };
             let queued: u64 = self.out.iter().map(|p| p.bundle.send_buffered()).sum();
+            // Its own memory, without the ranks' pipes it maps (shared memory the ranks
+            // made, counted in its resident size): sampled here, the peak of the samples.
+            self.peak_anon_kb = self.peak_anon_kb.max(kb("RssAnon:"));
             let text = format!(
-                "{{\"rss_kb\":{},\"peak_rss_kb\":{},\"ranks\":{},\"pipe_ranks\":{},\"loans\":{},\"to_ranks_bytes\":{},\"send_buffered\":{queued}}}\n",
+                "{{\"rss_kb\":{},\"peak_rss_kb\":{},\"ranks\":{},\"pipe_ranks\":{},\"loans\":{},\"to_ranks_bytes\":{},\"send_buffered\":{queued},\"budget_bytes\":{},\"held_bytes\":{},\"peak_held_bytes\":{},\"anon_kb\":{},\"peak_anon_kb\":{}}}\n",
                 kb("VmRSS:"),
                 kb("VmHWM:"),
                 self.ranks.len(),
                 self.ranks.iter().filter(|r| r.vchan.is_some()).count(),
                 self.ranks.iter().map(|r| r.lent.made).sum::<u64>(),
-                self.to_ranks
+                self.to_ranks,
+                self.budget.total,
+                self.holding_now(),
+                self.budget.peak,
+                kb("RssAnon:"),
+                self.peak_anon_kb,
             );
             let path = std::path::PathBuf::from(dir).join(format!("router-{}.json", self.id));
             let tmp = path.with_extension("tmp");
@@ -1968,6 +2139,7 @@ impl Router {
                 self.take_events(false, k as usize);
             }
             self.write_ranks();
+            self.budget.peak = self.budget.peak.max(self.holding_now());
             self.phase(4);
             self.write_stats(now);
 
@@ -1993,13 +2165,17 @@ impl Router {
             }
             let mut busy = false;
             for (i, r) in self.ranks.iter().enumerate() {
-                busy |= r.held.is_some();
+                // Held frames and ranks waiting for memory: retry soon (the links'
+                // acknowledgements also wake us).
+                let waits = r.held.is_some() || r.starved;
+                busy |= waits;
                 let (fd, w) = match &r.vchan {
                     // The socket only rings or ends; the pipes are looked at below.
                     Some(_) if r.bell_eof => (-1, false),
                     Some(_) => (r.stream.as_raw_fd(), false),
-                    // A rank whose frame waits for link room is not read until there is room.
-                    None if r.held.is_some() && r.tx.is_empty() => (-1, false),
+                    // A rank whose frame waits for link room, or whose next read for memory,
+                    // is not read until there is room.
+                    None if waits && r.tx.is_empty() => (-1, false),
                     None => (r.stream.as_raw_fd(), !r.tx.is_empty()),
                 };
                 add(&mut pfds, fd, w, Slot::Rank(i));
@@ -2032,7 +2208,6 @@ impl Router {
             }
             add(&mut pfds, self.waker.1.as_raw_fd(), false, Slot::Waker);
             if busy {
-                // Held frames: retry soon (the link's acknowledgements also wake us).
                 wake = wake.min(now + Duration::from_millis(1));
             }
             if let Some(p) = self.profile.as_mut() {
@@ -2045,7 +2220,7 @@ impl Router {
             let pipes_ready = || {
                 ranks.iter().any(|r| {
                     r.vchan.as_ref().is_some_and(|v| {
-                        (r.held.is_none() && v.peek_readable() > 0)
+                        (r.held.is_none() && !r.starved && v.peek_readable() > 0)
                             || (!r.tx.is_empty() && v.peek_writable() > 0)
                     })
                 })
@@ -2189,6 +2364,30 @@ fn report_to_launcher(id: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budget_splits_into_shares_that_fit_it() {
+        for (total, links) in [
+            (16u64 << 20, 1),
+            (128 << 20, 1),
+            (128 << 20, 4),
+            (1 << 30, 64),
+        ] {
+            let b = Budget::new(total, links);
+            let windows = b.window as usize * links;
+            let pipes = b.total / 8;
+            assert!(
+                b.from_ranks + b.to_ranks + pipes <= b.total - b.total / 4,
+                "{b:?}"
+            );
+            // The windows' quarter, except where each must hold the largest message.
+            assert!(windows <= b.total / 4 || b.window == WINDOW_LEAST, "{b:?}");
+            assert!(b.window >= MAX_WIRE_MESSAGE + (64 << 10), "{b:?}");
+            assert!(b.send_buffer as usize <= b.from_ranks, "{b:?}");
+        }
+        // The default keeps the windows a fast line needs.
+        assert_eq!(Budget::new(128 << 20, 4).window, WINDOW_MOST);
+    }
 
     #[test]
     fn a_port_in_use_is_named_with_the_way_out() {

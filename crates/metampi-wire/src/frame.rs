@@ -375,6 +375,19 @@ const MIN_READ: usize = 16 << 10;
 /// of the current frame is read. In steady streaming nothing is copied but the odd
 /// partial header.
 pub fn reserve_for_frames(buf: &mut BytesMut, rest: usize, frame_max: usize) -> usize {
+    reserve_for_frames_within(buf, rest, frame_max, usize::MAX).expect("no bound on memory")
+}
+
+/// [`reserve_for_frames`] where memory is rationed: a new allocation (or a reclaimed one)
+/// is at most `most` bytes, smaller than the usual four frames where that is all there
+/// is; `None`, with nothing allocated, when even the least that works (the frame in
+/// progress and one more) is larger.
+pub fn reserve_for_frames_within(
+    buf: &mut BytesMut,
+    rest: usize,
+    frame_max: usize,
+    most: usize,
+) -> Option<usize> {
     let spare = buf.capacity() - buf.len();
     let need = if buf.is_empty() {
         frame_max + MIN_READ
@@ -382,8 +395,12 @@ pub fn reserve_for_frames(buf: &mut BytesMut, rest: usize, frame_max: usize) -> 
         rest.max(1)
     };
     if spare < need {
-        let alloc = (4 * frame_max).clamp(64 << 10, 4 << 20);
-        let want = alloc.max(buf.len() + rest + frame_max + MIN_READ);
+        let least = buf.len() + rest + frame_max + MIN_READ;
+        if least > most {
+            return None;
+        }
+        let alloc = (4 * frame_max).clamp(64 << 10, 4 << 20).min(most);
+        let want = alloc.max(least);
         // An allocation no split-off frame uses any more is reused. Otherwise a new
         // one gets a copy of the unfinished frame only (nothing when empty):
         // `reserve` would carry the consumed bytes in front of it along.
@@ -394,11 +411,11 @@ pub fn reserve_for_frames(buf: &mut BytesMut, rest: usize, frame_max: usize) -> 
         }
     }
     let spare = buf.capacity() - buf.len();
-    if spare >= rest + frame_max + MIN_READ.min(frame_max) {
+    Some(if spare >= rest + frame_max + MIN_READ.min(frame_max) {
         spare - frame_max
     } else {
         rest.max(1).min(spare)
-    }
+    })
 }
 
 /// Reassembles frames from a byte stream that may be split anywhere and may contain
@@ -850,6 +867,23 @@ mod tests {
         // A frame that cannot finish here moves (with its 100 bytes) to a new one.
         let n = reserve_for_frames(&mut buf, 900, f);
         assert!(buf.capacity() >= 100 + 900 + f && n >= 900);
+    }
+
+    #[test]
+    fn rationed_reservations_shrink_to_what_is_left_or_allocate_nothing() {
+        let f = 256 << 10;
+        let least = f + MIN_READ;
+        // Too little left for one frame and the read after it: nothing is allocated.
+        let mut buf = BytesMut::new();
+        assert_eq!(reserve_for_frames_within(&mut buf, 0, f, least - 1), None);
+        assert_eq!(buf.capacity(), 0);
+        // Less than the usual four frames: an allocation of what is left.
+        let n = reserve_for_frames_within(&mut buf, 0, f, 2 * f).expect("room for one");
+        assert_eq!(buf.capacity(), 2 * f);
+        assert_eq!(n, f);
+        // Room already there costs nothing more, whatever is left.
+        buf.extend_from_slice(&vec![0u8; 100]);
+        assert!(reserve_for_frames_within(&mut buf, 50, f, 0).is_some());
     }
 
     #[test]

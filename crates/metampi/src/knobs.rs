@@ -27,6 +27,8 @@ pub enum Kind {
     Flag,
     /// A whole number (bytes, microseconds, a count).
     Number,
+    /// Bytes: a whole number with an optional binary suffix (`64K`, `128M`, `1G`).
+    Size,
     /// Seconds, fractions allowed.
     Seconds,
     /// Text the reader checks itself (a path, a list, an algorithm table).
@@ -50,7 +52,7 @@ const fn knob(name: &'static str, kind: Kind, help: &'static str) -> Knob {
     Knob { name, kind, help }
 }
 
-use Kind::{Flag, Launcher, Number, Seconds, Text};
+use Kind::{Flag, Launcher, Number, Seconds, Size, Text};
 
 /// Every `METAMPI_*` variable read anywhere in the project.
 pub const KNOBS: &[Knob] = &[
@@ -119,6 +121,11 @@ pub const KNOBS: &[Knob] = &[
         "METAMPI_NO_SHM_COLL",
         Flag,
         "1: no shared-memory collectives",
+    ),
+    knob(
+        "METAMPI_ROUTER_MEMORY",
+        Size,
+        "bytes one router may hold for messages, all ranks and links together (default 128M)",
     ),
     knob(
         "METAMPI_ROUTER_PIPE",
@@ -343,6 +350,26 @@ fn parse_seconds(v: &str) -> Option<f64> {
         .filter(|&s| s > 0.0 && s.is_finite())
 }
 
+/// What a [`Size`] value must be.
+const SIZE_WHAT: &str = "a size in bytes (such as 65536, 64K, 128M or 1G)";
+
+/// Bytes written as a whole number with an optional binary suffix: `K`, `M` or `G`
+/// (`KiB`, `MiB`, `GiB` and `KB`, `MB`, `GB` read the same; any case).
+pub fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(digits);
+    let n: u64 = n.parse().ok()?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
+}
+
 /// What a value of `kind` must be, where `value` is not that.
 fn refused(kind: Kind, value: &str) -> Option<&'static str> {
     match kind {
@@ -357,6 +384,7 @@ fn refused(kind: Kind, value: &str) -> Option<&'static str> {
         Seconds => parse_seconds(value)
             .is_none()
             .then_some("a number of seconds above 0"),
+        Size => parse_size(value).is_none().then_some(SIZE_WHAT),
         Text | Launcher => None,
     }
 }
@@ -378,6 +406,11 @@ fn parsed<T>(name: &str, what: &str, parse: impl FnOnce(&str) -> Option<T>) -> O
 /// Number `name`, `None` when unset or malformed (malformed is warned about).
 pub fn number<T: FromStr>(name: &str) -> Option<T> {
     parsed(name, "a whole number", |v| v.trim().parse().ok())
+}
+
+/// Bytes in `name` ([`parse_size`]); `None` when unset or malformed (warned about).
+pub fn size(name: &str) -> Option<u64> {
+    parsed(name, SIZE_WHAT, parse_size)
 }
 
 /// Seconds in `name`, above zero; `None` when unset or malformed (warned about).
@@ -488,6 +521,21 @@ mod tests {
         assert!(verdict("METAMPI_TEST_ANYTHING", "x").is_none());
         assert!(verdict("METAMPI_COMPLETELY_DIFFERENT_THING", "x")
             .is_some_and(|v| !v.contains("did you mean")));
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("65536"), Some(65536));
+        assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size(" 128m "), Some(128 << 20));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("2 MB"), Some(2 << 20));
+        for bad in ["", "M", "12T", "1.5M", "-4K", "99999999999999999999G"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+        let v = verdict("METAMPI_ROUTER_MEMORY", "lots").expect("refused");
+        assert!(v.contains("a size in bytes"), "{v}");
+        assert!(verdict("METAMPI_ROUTER_MEMORY", "64M").is_none());
     }
 
     #[test]

@@ -236,6 +236,20 @@ impl TuningBuilder {
     }
 }
 
+/// `METAMPI_ROUTER_MEMORY` unless set: what one router may hold for messages.
+pub const ROUTER_MEMORY_DEFAULT: u64 = 128 << 20;
+/// The least router budget taken: a few of the largest frames each way.
+pub const ROUTER_MEMORY_LEAST: u64 = 16 << 20;
+/// The least a rank-router pipe is given however many ranks share the router.
+const ROUTER_PIPE_LEAST: usize = 16 << 10;
+
+/// Bytes one router may hold for messages, all its ranks and links together
+/// (`METAMPI_ROUTER_MEMORY`), as asked for: a router uses at least
+/// [`ROUTER_MEMORY_LEAST`].
+pub fn router_memory() -> u64 {
+    crate::knobs::size("METAMPI_ROUTER_MEMORY").unwrap_or(ROUTER_MEMORY_DEFAULT)
+}
+
 impl Tuning {
     /// Bytes of each rank-router pipe: as set, else 256 KiB on a machine of under four CPUs
     /// and 1 MiB from four (decision 0023).
@@ -246,6 +260,18 @@ impl Tuning {
             } else {
                 256 << 10
             })
+    }
+
+    /// Bytes of each pipe (one each way) of a rank whose router serves `ranks` ranks: the
+    /// pipes of them all take at most an eighth of the router's budget ([`router_memory`]),
+    /// however many they are, unless `METAMPI_ROUTER_PIPE` sets the size.
+    pub fn router_pipe_bytes_among(&self, ranks: usize) -> usize {
+        let usual = self.router_pipe_bytes();
+        if self.router_pipe.is_some() {
+            return usual;
+        }
+        let budget = router_memory().max(ROUTER_MEMORY_LEAST) as usize;
+        (budget / 16 / ranks.max(1)).clamp(ROUTER_PIPE_LEAST, usual)
     }
 
     /// A builder starting from the defaults.

@@ -98,7 +98,8 @@ impl Shared {
         )?;
         boot.pmi.fence()?;
 
-        let router_end = RouterEnd::new(&boot.node, force_tcp);
+        let site_ranks = c.site_of.iter().filter(|&&s| s == my_site).count();
+        let router_end = RouterEnd::new(&boot.node, force_tcp, site_ranks);
         let mut links = Links::new(rank, std::mem::take(&mut mesh.peers), boot.wake);
         let native_big = cfg!(target_endian = "big");
         links.routed_big_endian = c.sites.order(my_site).is_big(native_big);
@@ -720,13 +721,15 @@ struct RouterEnd<'a> {
 }
 
 impl RouterEnd<'_> {
-    fn new(node: &str, force_tcp: bool) -> RouterEnd<'_> {
+    /// The end of a rank whose routers serve `site_ranks` ranks each.
+    fn new(node: &str, force_tcp: bool, site_ranks: usize) -> RouterEnd<'_> {
         let tuning = crate::tuning::current();
         RouterEnd {
             pipes: !force_tcp && tuning.router_pipes,
             node,
-            // Reserved at once (see `VChan::create`): as small as streaming allows.
-            pipe_bytes: tuning.router_pipe_bytes(),
+            // Reserved at once (see `VChan::create`): as small as streaming allows, and
+            // within the routers' memory budget.
+            pipe_bytes: tuning.router_pipe_bytes_among(site_ranks),
         }
     }
 

@@ -124,6 +124,11 @@ impl Segment {
     pub(crate) fn base(&self) -> *mut u8 {
         self.ptr
     }
+
+    /// Bytes mapped.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
 }
 
 impl Drop for Segment {

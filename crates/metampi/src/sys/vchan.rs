@@ -398,6 +398,11 @@ impl VChan {
         ok
     }
 
+    /// Bytes of the shared segment both pipes live in (what they cost each side).
+    pub fn mapped(&self) -> usize {
+        self.seg.len()
+    }
+
     /// The router's side: whether the rank takes loans.
     pub fn lending(&self) -> bool {
         self.word32(LOAN_OK).load(Ordering::Acquire) == 1
