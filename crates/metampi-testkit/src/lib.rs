@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 pub mod slurm;
+pub mod traffic;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -559,6 +560,9 @@ pub struct Faults {
     pub delay: f64,
     /// Cut the connection (both directions).
     pub cut: f64,
+    /// Cut each connection this long after it was made (its router dials again): a link
+    /// cut and restored on a schedule. Zero: never.
+    pub cut_every: Duration,
     /// After this many chunks (all connections together) the link goes down
     /// for good: connections are cut and new ones refused. 0: never.
     pub down_after: u64,
@@ -718,6 +722,7 @@ fn pump(
     let mut rng = Rng64::new(seed);
     let mut buf = vec![0u8; 16 << 10];
     let mut held: Option<Vec<u8>> = None;
+    let made = std::time::Instant::now();
     let cut = |a: &TcpStream, b: &TcpStream| {
         let _ = a.shutdown(std::net::Shutdown::Both);
         let _ = b.shutdown(std::net::Shutdown::Both);
@@ -751,7 +756,8 @@ fn pump(
         if n.down.load(AtomicOrdering::Relaxed) {
             return cut(&from, &to);
         }
-        if rng.chance(f.cut) {
+        let due = !f.cut_every.is_zero() && made.elapsed() >= f.cut_every;
+        if due || rng.chance(f.cut) {
             n.cut.fetch_add(1, AtomicOrdering::Relaxed);
             return cut(&from, &to);
         }

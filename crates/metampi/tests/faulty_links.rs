@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use metampi::traits::*;
+use metampi_testkit::traffic::{check, message};
 use metampi_testkit::{Faults, Ranks};
 
 const CONFIG: &str = "PORTBASE 25300\n\
@@ -18,41 +19,8 @@ const CONFIG: &str = "PORTBASE 25300\n\
      METAHOST c { LAUNCH = local; NPROCS = 2; NODES = c0; }\n\
      PAIR a b 1\na0 <-> b0\nPAIR a c 1\na0 <-> c0\nPAIR b c 1\nb0 <-> c0\n";
 
-fn splitmix(x: &mut u64) -> u64 {
-    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Length of message `seq` from `src` to `dst` (mostly small, some large).
-fn length(src: i32, dst: i32, seq: u32) -> usize {
-    let mut s = (src as u64) << 40 ^ (dst as u64) << 20 ^ seq as u64;
-    let r = splitmix(&mut s);
-    match r % 10 {
-        0 => 0,
-        1 => (r >> 8) as usize % (200 << 10),
-        _ => (r >> 8) as usize % 2000,
-    }
-}
-
-/// The message: source, sequence, length, FNV-1a checksum of the filler, filler.
-fn message(src: i32, dst: i32, seq: u32) -> Vec<u8> {
-    let n = length(src, dst, seq);
-    let mut s = (seq as u64) << 32 ^ (src as u64) << 8 ^ dst as u64;
-    let body: Vec<u8> = (0..n).map(|_| splitmix(&mut s) as u8).collect();
-    let sum = body.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
-    let mut m = Vec::with_capacity(n + 20);
-    m.extend_from_slice(&(src as u32).to_le_bytes());
-    m.extend_from_slice(&seq.to_le_bytes());
-    m.extend_from_slice(&sum.to_le_bytes());
-    m.extend_from_slice(&(n as u32).to_le_bytes());
-    m.extend_from_slice(&body);
-    m
-}
+/// The largest messages sent.
+const LARGE: usize = 200 << 10;
 
 /// Messages each rank sends to each other rank.
 fn per_pair() -> u32 {
@@ -68,26 +36,14 @@ fn traffic(world: &metampi::topology::SimpleCommunicator) {
         let mut sends = Vec::new();
         for seq in 0..per_pair {
             for dst in (0..size).filter(|&d| d != me) {
-                let m = message(me, dst, seq);
+                let m = message(me, dst, seq, LARGE);
                 sends.push(world.process_at_rank(dst).immediate_send_owned(m, 5));
             }
         }
         for _ in 0..per_pair * (size as u32 - 1) {
             let (m, st) = world.any_process().receive_vec_with_tag::<u8>(5);
             let src = st.source_rank();
-            let want = message(src, me, next[src as usize]);
-            assert_eq!(
-                m.len(),
-                want.len(),
-                "from {src}, expected sequence {} (got header {:?})",
-                next[src as usize],
-                &m[..m.len().min(20)]
-            );
-            assert!(
-                m == want,
-                "message {} from {src} corrupted, duplicated or out of order",
-                next[src as usize]
-            );
+            check(&m, src, me, next[src as usize], LARGE);
             next[src as usize] += 1;
         }
         for s in sends {
