@@ -882,7 +882,7 @@ mod tests {
         assert_eq!(buf.capacity(), 2 * f);
         assert_eq!(n, f);
         // Room already there costs nothing more, whatever is left.
-        buf.extend_from_slice(&vec![0u8; 100]);
+        buf.extend_from_slice(&[0u8; 100]);
         assert!(reserve_for_frames_within(&mut buf, 50, f, 0).is_some());
     }
 
