@@ -88,6 +88,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// No router has written anything yet.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty() && self.routers.is_empty()
+    }
+
     /// Reads `router-R-link-L-out.json` of `dir` (files being rewritten are skipped
     /// this time).
     pub fn read(dir: &Path) -> std::io::Result<Snapshot> {
@@ -206,6 +211,17 @@ impl Snapshot {
             );
         }
         out
+    }
+}
+
+/// The routers' and links' part of a hang report: the table of what `dir` holds now,
+/// empty where nothing can be read.
+pub fn report(dir: &Path, names: &Names) -> String {
+    match Snapshot::read(dir) {
+        Ok(now) if !now.is_empty() => {
+            format!("routers and links:\n{}", now.table(None, Some(names)))
+        }
+        _ => String::new(),
     }
 }
 

@@ -51,8 +51,9 @@ the key-value server without calling finalize, when a router of a --meta job end
 timeout expires or this command gets SIGINT/SIGTERM/SIGHUP, one line on stderr names the cause (rank, pid, host, code or signal),
 the other ranks get SIGTERM and, two seconds later, SIGKILL. When the reader of this command's
 stdout goes (`metampi run ... | head`), the ranks are stopped the same way, without a word.
-`kill -USR1` to this command prints where each rank waits (the hang report) while the job goes
-on; --stall-timeout ends a job that no longer moves with that report.
+`kill -USR1` to this command prints where each rank waits (the hang report; with --meta also
+the routers' queues and links) while the job goes on; --stall-timeout ends a job that no longer
+moves with that report.
 The launcher holds about 6 descriptors per rank: it raises its soft limit on open files to the
 hard one, and refuses a job the hard limit cannot hold before starting any rank.
 
@@ -211,6 +212,8 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
     let mut running_routers = None;
     let mut meta_plan = None;
     let mut monitor = None;
+    let mut report_dir = None;
+    let mut routers_report = None;
     if let Some(path) = args.meta.clone() {
         let cfg = match metampi_config::load(&path) {
             Ok(c) => c,
@@ -283,7 +286,20 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             }
             let every = Duration::from_secs_f64(secs);
             monitor = Some((dir, crate::links::link_names(&cfg), every));
+        } else {
+            // The routers' statistics serve the hang report (`SIGUSR1`, `--stall-timeout`).
+            let dir = crate::links::StatsDir::for_job()
+                .context("making a directory for the routers' statistics")?;
+            if dir.own() {
+                router_env.push(("METAMPI_ROUTER_STATS".into(), dir.path().into()));
+            }
+            report_dir = Some(dir);
         }
+        let names = crate::links::link_names(&cfg);
+        let path = (monitor.as_ref().map(|m| m.0.path()))
+            .or(report_dir.as_ref().map(|d| d.path()))
+            .map(Path::to_path_buf);
+        routers_report = path.map(|p| (p, names));
         let opts = metampi_launch::meta::StartOptions {
             secret_file: cfg.globals.secret_file.clone(),
             ..router_options(&cfg, &layout, &host_env, &exe)
@@ -392,12 +408,17 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
         eprintln!("metampi run: error: {e}");
         return Ok(USAGE_EXIT);
     }
+    let spec = match routers_report {
+        Some((dir, names)) => spec.report_also(move || crate::links::report(&dir, &names)),
+        None => spec,
+    };
     let monitor =
         monitor.map(|(dir, names, every)| crate::links::Monitor::start(dir, names, every));
     let outcome = metampi_launch::run(&spec);
     if let Some(m) = monitor {
         m.finish();
     }
+    drop(report_dir);
     let outcome = outcome?;
     // exit_code() is documented to be in 0..=255.
     Ok(u8::try_from(outcome.exit_code()).unwrap_or(1))

@@ -771,3 +771,44 @@ fn sigusr1_prints_where_each_rank_waits() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{}", stderr.lock().unwrap());
 }
+
+/// A meta job that deadlocks ends after `--stall-timeout` with a report that names what each
+/// rank waits for and adds the routers' queues and links.
+#[test]
+fn a_stalled_meta_job_reports_its_routers_too() {
+    const NAME: &str = "a_stalled_meta_job_reports_its_routers_too";
+    if std::env::var_os("METAMPI_TEST_DEADLOCK").is_some() {
+        // A rank of the job below: each waits for the other.
+        use metampi::traits::*;
+        let universe = metampi::initialize().unwrap();
+        let world = universe.world();
+        let other = 1 - world.rank();
+        let _ = world.process_at_rank(other).receive_with_tag::<u32>(4);
+        return;
+    }
+    let dir = temp_dir("stalled-meta");
+    let cfg = dir.join("two.meta");
+    std::fs::write(
+        &cfg,
+        "PORTBASE 28500\n\
+         METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\
+         METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }\n\
+         PAIR a b 1\na0 <-> b0\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["run", "--timeout", "60", "--stall-timeout", "2", "--meta"])
+        .arg(&cfg)
+        .args(["-x", "METAMPI_TEST_DEADLOCK=1"])
+        .arg(std::env::current_exe().unwrap())
+        .args([NAME, "--exact", "--nocapture", "-q", "--test-threads=1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{err}");
+    assert!(err.contains("a receive from rank 1, tag 4"), "{err}");
+    assert!(err.contains("routers and links:"), "{err}");
+    assert!(err.contains("r0 a -> b"), "{err}");
+    assert!(err.contains("messages"), "{err}");
+}

@@ -22,7 +22,7 @@ use crate::outcome::{HelperId, JobFailure, JobOutcome, RankId, RankResult};
 use crate::pmi::{JobId, JobKey, PmiEvent, PmiServer, HELPER_ENV};
 use crate::remote::{self, HostLaunch, ManualProcess, SecretSource};
 use crate::report::{self, Gathering, Known, Why};
-use crate::spec::{JobSpec, OutputMode, Plan, RankPlan, Start, StdinTarget};
+use crate::spec::{JobSpec, OutputMode, Plan, RankPlan, ReportAddition, Start, StdinTarget};
 use crate::stdio::{self, PumpTarget, Sink, StdinPump, Stream};
 use crate::sys::{self, SignalSubscription};
 
@@ -265,6 +265,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         events: &events,
         pmi: &pmi,
         stall: spec.stall_timeout,
+        also: spec.report_also.as_ref(),
         gathering: None,
         next_look: spec.stall_timeout.map(|s| Instant::now() + look_every(s)),
     };
@@ -813,6 +814,8 @@ struct Monitor<'a> {
     /// The stall timeout, and when the ranks are next asked where they are.
     stall: Option<Duration>,
     next_look: Option<Instant>,
+    /// What the report adds under the ranks' table.
+    also: Option<&'a ReportAddition>,
     /// A hang report being gathered.
     gathering: Option<Gathering>,
 }
@@ -996,14 +999,29 @@ impl Monitor<'_> {
                 Known::Running
             }
         });
-        let table = report::table(&rows);
+        let stalled = self
+            .stall
+            .is_some_and(|limit| report::stalled(&rows, limit));
+        if let Some(limit) = self.stall {
+            self.next_look = Some(Instant::now() + look_every(limit));
+        }
+        if g.why != Why::Asked && !stalled {
+            return None;
+        }
+        let mut table = report::table(&rows);
+        if let Some(also) = self.also {
+            let more = (also.0)();
+            if !more.is_empty() {
+                table.push('\n');
+                table.push_str(&more);
+            }
+        }
         if g.why == Why::Asked {
             eprintln!("{WHO}: where each rank is (asked with SIGUSR1):\n{table}");
         }
-        let limit = self.stall?;
-        self.next_look = Some(Instant::now() + look_every(limit));
-        report::stalled(&rows, limit).then_some(JobFailure::Stalled {
-            after: limit,
+        let after = self.stall.filter(|_| stalled)?;
+        Some(JobFailure::Stalled {
+            after,
             report: table,
         })
     }

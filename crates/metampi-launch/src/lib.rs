@@ -102,7 +102,8 @@ pub use pmi::{
 };
 pub use remote::{manual_command, spawn_remote, HostLaunch, ManualProcess, SecretSource};
 pub use spec::{
-    AppSpec, JobSpec, LaunchMethod, OutputMode, StdinTarget, DEFAULT_JOIN_TIMEOUT, RESERVED_ENV,
+    AppSpec, JobSpec, LaunchMethod, OutputMode, ReportAddition, StdinTarget, DEFAULT_JOIN_TIMEOUT,
+    RESERVED_ENV,
 };
 pub use stdio::{forward_lines, OUTPUT_DIR_ENV, OUTPUT_NAME_ENV, TAG_OUTPUT_ENV};
 pub use sys::affinity;

@@ -132,6 +132,17 @@ pub struct JobSpec {
     pub(crate) join_timeout: Duration,
     pub(crate) bind: Binding,
     pub(crate) watched: Vec<(u32, String)>,
+    pub(crate) report_also: Option<ReportAddition>,
+}
+
+/// Text a hang report adds under the ranks' table ([`JobSpec::report_also`]).
+#[derive(Clone)]
+pub struct ReportAddition(pub(crate) std::sync::Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for ReportAddition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReportAddition(..)")
+    }
 }
 
 /// How long ranks started by hand have to connect to the launcher by default: time to open a
@@ -166,6 +177,7 @@ impl Default for JobSpec {
             join_timeout: DEFAULT_JOIN_TIMEOUT,
             bind: Binding::None,
             watched: Vec::new(),
+            report_also: None,
         }
     }
 }
@@ -271,6 +283,15 @@ impl JobSpec {
     #[must_use]
     pub fn stall_timeout(mut self, limit: Duration) -> Self {
         self.stall_timeout = Some(limit);
+        self
+    }
+
+    /// Text added under the ranks' table whenever a hang report is made (`SIGUSR1`, a
+    /// stall): `metampi run --meta` adds its routers' queues and links. Called on the
+    /// launcher's thread while the report is printed; it should be quick.
+    #[must_use]
+    pub fn report_also(mut self, text: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        self.report_also = Some(ReportAddition(std::sync::Arc::new(text)));
         self
     }
 
