@@ -104,3 +104,37 @@ fn monitor_needs_a_meta_job_and_links_a_directory() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/metampi-stats"));
 }
+
+/// `METAMPI_ROUTER_STATS` naming a directory that is not there yet: the routers make it.
+#[test]
+fn routers_make_the_statistics_directory() {
+    let dir = scratch("make");
+    let stats = dir.join("not").join("yet");
+    let cfg = dir.join("sites.meta");
+    std::fs::write(
+        &cfg,
+        std::fs::read_to_string(description(&dir))
+            .unwrap()
+            .replace("PORTBASE 26930", "PORTBASE 26950"),
+    )
+    .unwrap();
+    let out = Command::new(EXE)
+        .args(["run", "--meta"])
+        .arg(&cfg)
+        .args([EXE, "bench", "--ops", "bw", "--sizes", "1K"])
+        .args(["--iters-scale", "0.002"])
+        .env("METAMPI_ROUTER_STATS", &stats)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stats.join("router-0.json").exists(),
+        "no statistics in {}",
+        stats.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1232,6 +1232,17 @@ impl Router {
         let key = auth::secret_from_env()?;
         let (dialers, acceptors) = tls::setup(spec, &key)?;
         let budget = Budget::from_env(spec.id, spec.listen.len());
+        if let Some(dir) = metampi::knobs::os("METAMPI_ROUTER_STATS") {
+            // Asked for statistics: a directory not there yet is made, one that cannot be is named.
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                eprintln!(
+                    "metampi router {}: METAMPI_ROUTER_STATS={}: cannot make the directory ({e}); \
+                     no statistics will be written",
+                    spec.id,
+                    std::path::Path::new(&dir).display()
+                );
+            }
+        }
         // One striped connection per peer router, links in spec order.
         type Links<'a> = (Vec<&'a OutLink>, Vec<Option<tls::Dialer>>);
         let mut peers: Vec<(usize, Links)> = Vec::new();
