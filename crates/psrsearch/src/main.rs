@@ -247,7 +247,20 @@ struct SearchOpts {
 impl SearchOpts {
     fn config(&self) -> Result<SearchConfig> {
         let dms = if self.dms.is_empty() {
-            dm_grid(self.dm_start, self.dm_end, self.dm_step)
+            let (start, end, step) = (self.dm_start, self.dm_end, self.dm_step);
+            if !(start.is_finite() && end.is_finite() && step.is_finite()) {
+                bail!("--dm-start, --dm-end and --dm-step must be numbers");
+            }
+            if end < start {
+                bail!(
+                    "--dm-end {end} is below --dm-start {start}: the DM range is inverted \
+                     (did you mean --dm-start {end} --dm-end {start}?)"
+                );
+            }
+            if step <= 0.0 {
+                bail!("--dm-step must be above 0, not {step}");
+            }
+            dm_grid(start, end, step)
         } else {
             self.dms.clone()
         };
@@ -683,4 +696,29 @@ fn bench_cmd(nsamples: usize, ndm: usize, fft_len: Option<usize>) -> Result<()> 
         t.ndm, t.many_dm_trials_per_s
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn search_config(args: &[&str]) -> Result<SearchConfig> {
+        let cli = Cli::try_parse_from(["psrsearch", "search", "in.dada"].iter().chain(args))
+            .expect("the options parse");
+        match cli.command {
+            Command::Search(a) => a.search.config(),
+            _ => unreachable!("a search command"),
+        }
+    }
+
+    #[test]
+    fn an_inverted_or_empty_dm_range_is_refused_by_name() {
+        let e = search_config(&["--dm-start", "50", "--dm-end", "10"]).unwrap_err();
+        assert!(e.to_string().contains("inverted"), "{e}");
+        assert!(e.to_string().contains("--dm-start 10 --dm-end 50"), "{e}");
+        let e = search_config(&["--dm-step", "0"]).unwrap_err();
+        assert!(e.to_string().contains("--dm-step"), "{e}");
+        let ok = search_config(&["--dm-start", "10", "--dm-end", "14", "--dm-step", "2"]).unwrap();
+        assert_eq!(ok.dms, vec![10.0, 12.0, 14.0]);
+    }
 }
