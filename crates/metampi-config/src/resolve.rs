@@ -1273,6 +1273,17 @@ fn resolve_endpoint(
                 let a = primary_address(h, i);
                 return Ok((i, a));
             }
+            // A word a letter or two from a node's name is a typo of it, not a host name
+            // (it would only fail later, when it is looked up at run time).
+            let names: Vec<&str> = h.nodes.iter().map(|n| n.name.as_str()).collect();
+            let known = (h.nodes.iter()).any(|n| n.addresses.iter().any(|a| a.to_string() == *w));
+            if let (false, Some(near)) = (known, crate::parser::closest(w, &names)) {
+                let d = format!(
+                    "no node named '{w}' (did you mean {near}?); a host name that is no node's \
+                     is written node(address)"
+                );
+                return Err(not_in(h, d));
+            }
         }
     }
     let addr = literal_address(addr_ast, nicdefs)?;
