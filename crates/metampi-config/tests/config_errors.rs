@@ -224,7 +224,11 @@ fn link_endpoint_errors() {
         "t.cfg:4:8: link endpoint 'bo' is not a node or node address of meta host 'B' (no node named 'bo' (did you mean b0?); a host name that is no node's is written node(address))"
     );
     // A real host name there still is the node's address.
-    assert!(parse_str("t.cfg", &format!("{one}PAIR A B 1 -\na0 <-> b0.example.org\n")).is_ok());
+    assert!(parse_str(
+        "t.cfg",
+        &format!("{one}PAIR A B 1 -\na0 <-> b0.example.org\n")
+    )
+    .is_ok());
     assert_eq!(
         err(&format!("{hosts}PAIR A B 1 -\na0 -> b0 \\\n a1 -> b1\nPAIR B A 1 -\nb0 -> a0\n")),
         "t.cfg:5:2: expected an endpoint on node 'a0' (all links of one router line start on the node the router runs on), found 'a1' on node 'a1'"
