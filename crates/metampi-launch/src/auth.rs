@@ -19,11 +19,11 @@
 
 //! The bootstrap exchange (`pmi`) runs the same steps as text lines (`AUTH`, `HELLO`,
 //! `OK`); ranks and routers run them as bytes on their connections ([`connect`],
-//! [`accept`], and [`check`] for a router's non-blocking accept).
+//! [`accept`]; [`Acceptance`] and [`check`] where one thread accepts many at once).
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -188,6 +188,79 @@ pub fn accept(s: &mut TcpStream, key: &Secret, ctx: &str, hello_len: usize) -> i
     Ok(hello.to_vec())
 }
 
+/// The acceptor's side of one handshake on a non-blocking stream, taken a step further
+/// whenever the stream is readable: one thread runs many at once, each costing its socket
+/// and a buffer of its answer.
+#[derive(Debug)]
+pub struct Acceptance {
+    stream: TcpStream,
+    na: [u8; NONCE],
+    got: Vec<u8>,
+    need: usize,
+    since: Instant,
+}
+
+impl Acceptance {
+    /// Starts on a fresh connection whose connector sends a `hello_len`-byte hello: makes
+    /// it non-blocking and sends the challenge (into an empty socket buffer).
+    ///
+    /// # Errors
+    /// The socket's.
+    pub fn start(stream: TcpStream, hello_len: usize) -> io::Result<Acceptance> {
+        stream.set_nonblocking(true)?;
+        let na = nonce()?;
+        (&stream).write_all(&na)?;
+        let need = NONCE + TAG + hello_len;
+        Ok(Acceptance {
+            stream,
+            na,
+            got: Vec::with_capacity(need),
+            need,
+            since: Instant::now(),
+        })
+    }
+
+    /// The connection.
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// The handshake has taken longer than a peer that knows the secret needs.
+    pub fn overdue(&self) -> bool {
+        self.since.elapsed() > HANDSHAKE_TIMEOUT
+    }
+
+    /// Reads what has arrived. `Ok(Some(hello))` once the answer is whole and right (the
+    /// proof is then sent back and the stream is the caller's: [`Acceptance::into_stream`]);
+    /// `Ok(None)` while more is to come.
+    ///
+    /// # Errors
+    /// `PermissionDenied` for a connector without the secret; `UnexpectedEof` when it
+    /// closed the connection; the socket's.
+    pub fn advance(&mut self, key: &Secret, ctx: &str) -> io::Result<Option<Vec<u8>>> {
+        let mut b = [0u8; 256];
+        while self.got.len() < self.need {
+            let want = (self.need - self.got.len()).min(b.len());
+            match (&self.stream).read(&mut b[..want]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => self.got.extend_from_slice(&b[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let hello = check(key, ctx, &self.na, &self.got)?.to_vec();
+        let proof = key.acceptor_tag(ctx, &self.got[..NONCE], &self.na);
+        (&self.stream).write_all(&proof)?;
+        Ok(Some(hello))
+    }
+
+    /// The stream of a finished handshake.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
+    }
+}
+
 /// Checks a connector's step 2 (`msg`) against challenge `na`; the hello on success.
 ///
 /// # Errors
@@ -222,6 +295,48 @@ mod tests {
         let a = accept(&mut s, &ka, "test", 5);
         drop(s);
         (a, t.join().unwrap())
+    }
+
+    /// Many handshakes on one thread: a silent connection stays pending while a peer that
+    /// knows the secret gets through, and a wrong answer is refused.
+    #[test]
+    fn acceptances_run_side_by_side_without_blocking() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let k = Secret::random().unwrap();
+        let _silent = TcpStream::connect(addr).unwrap();
+        let mut silent = Acceptance::start(l.accept().unwrap().0, 4).unwrap();
+        let kc = k.clone();
+        let good = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            connect(&mut s, &kc, "test", b"rank")
+        });
+        let mut a = Acceptance::start(l.accept().unwrap().0, 4).unwrap();
+        let hello = loop {
+            assert!(silent.advance(&k, "test").unwrap().is_none());
+            if let Some(h) = a.advance(&k, "test").unwrap() {
+                break h;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(hello, b"rank");
+        good.join().unwrap().unwrap();
+        assert!(!silent.overdue());
+        let bad = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            connect(&mut s, &Secret::random().unwrap(), "test", b"rank")
+        });
+        let mut a = Acceptance::start(l.accept().unwrap().0, 4).unwrap();
+        let e = loop {
+            match a.advance(&k, "test") {
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                Ok(Some(_)) => panic!("a wrong secret passed"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        drop(a);
+        assert!(bad.join().unwrap().is_err());
     }
 
     #[test]

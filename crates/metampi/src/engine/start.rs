@@ -794,8 +794,14 @@ fn offer_pipes(
     Ok(vchan)
 }
 
+/// Connections at most in the middle of their handshake at once while a rank accepts its
+/// peers (at least; twice the peers expected where that is more): a stranger holding more
+/// open pushes out its own oldest, and costs the rank a socket each, no thread.
+const PENDING_MIN: usize = 64;
+
 /// Accepts one authenticated connection (context `ctx`, a 4-byte hello
-/// naming the peer) from each of `expected`, refusing strangers.
+/// naming the peer) from each of `expected`, refusing strangers. The handshakes run side by
+/// side on this thread, so silent connections do not hold up the peers.
 pub(crate) fn accept_peers(
     rank: u32,
     listener: &TcpListener,
@@ -803,61 +809,75 @@ pub(crate) fn accept_peers(
     ctx: &'static str,
     mut expected: Vec<u32>,
 ) -> io::Result<Vec<(u32, TcpStream)>> {
+    use crate::auth::Acceptance;
     use std::os::fd::AsRawFd;
-    use std::sync::mpsc;
-    // Every handshake thread reports once: the peer, or `None` if refused.
-    let (tx, rx) = mpsc::channel::<Option<(u32, TcpStream)>>();
     let mut done = Vec::with_capacity(expected.len());
-    let mut pending = 0usize;
+    let mut pending: Vec<(Acceptance, std::net::SocketAddr)> = Vec::new();
+    let cap = PENDING_MIN.max(2 * expected.len());
+    // Connections dropped unproven (silent past the deadline, or pushed out).
+    let mut dropped = 0u64;
     listener.set_nonblocking(true)?;
     while !expected.is_empty() {
-        // Collect finished handshakes, then wait briefly for new connections.
-        while let Ok(got) = rx.try_recv() {
-            pending -= 1;
-            let Some((r, s)) = got else { continue };
-            let Some(i) = expected.iter().position(|&x| x == r) else {
-                return Err(other(format!("unexpected TCP hello from rank {r}")));
-            };
-            expected.swap_remove(i);
-            done.push((r, s));
+        loop {
+            match listener.accept() {
+                Ok((s, from)) => {
+                    if pending.len() >= cap {
+                        pending.remove(0);
+                        dropped += 1;
+                    }
+                    if let Ok(a) = Acceptance::start(s, 4) {
+                        pending.push((a, from));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            match pending[i].0.advance(key, ctx) {
+                Ok(Some(h)) => {
+                    let (a, _) = pending.swap_remove(i);
+                    let r = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+                    let Some(k) = expected.iter().position(|&x| x == r) else {
+                        return Err(other(format!("unexpected TCP hello from rank {r}")));
+                    };
+                    expected.swap_remove(k);
+                    let s = a.into_stream();
+                    s.set_nonblocking(false)?;
+                    done.push((r, s));
+                }
+                Ok(None) if pending[i].0.overdue() => {
+                    pending.swap_remove(i);
+                    dropped += 1;
+                }
+                Ok(None) => i += 1,
+                Err(e) => {
+                    let (_, from) = pending.swap_remove(i);
+                    // A connection that cannot prove the job secret is logged and dropped;
+                    // the job goes on waiting for its real peers.
+                    if e.kind() == io::ErrorKind::PermissionDenied {
+                        eprintln!("metampi: rank {rank}: refused a connection from {from}: {e}");
+                    } else {
+                        dropped += 1;
+                    }
+                }
+            }
         }
         if expected.is_empty() {
             break;
         }
-        match listener.accept() {
-            Ok((s, from)) => {
-                s.set_nonblocking(false)?;
-                let (tx, key) = (tx.clone(), key.clone());
-                pending += 1;
-                std::thread::Builder::new()
-                    .name("metampi-accept".into())
-                    .spawn(move || {
-                        let mut s = s;
-                        // A connection that cannot prove the job secret is
-                        // logged and dropped; the job goes on waiting for its
-                        // real peers.
-                        match crate::auth::accept(&mut s, &key, ctx, 4) {
-                            Ok(h) => {
-                                let r = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-                                let _ = tx.send(Some((r, s)));
-                            }
-                            Err(e) => {
-                                eprintln!(
-                                    "metampi: rank {rank}: refused a connection from {from}: {e}"
-                                );
-                                let _ = tx.send(None);
-                            }
-                        }
-                    })?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                // Short waits while handshakes run, so a finished one is
-                // taken promptly; longer ones while nobody is connecting.
-                let t = if pending > 0 { 1 } else { 50 };
-                poll::wait(&[(listener.as_raw_fd(), false)], Duration::from_millis(t))?;
-            }
-            Err(e) => return Err(e),
-        }
+        let mut fds = vec![(listener.as_raw_fd(), false)];
+        fds.extend(pending.iter().map(|(a, _)| (a.stream().as_raw_fd(), false)));
+        // Wakes for new connections and answers, and now and then for the deadlines.
+        poll::wait(&fds, Duration::from_millis(100))?;
+    }
+    if dropped > 0 {
+        eprintln!(
+            "metampi: rank {rank}: dropped {dropped} connections that did not prove the job \
+             secret in time"
+        );
     }
     listener.set_nonblocking(false)?;
     Ok(done)
@@ -927,6 +947,37 @@ mod tests {
         for p in peers {
             p.join().unwrap();
         }
+        drop(strangers);
+    }
+
+    /// A hundred silent connections, more than the rank keeps pending: the oldest make
+    /// room, the peer gets in, and none of them cost a thread.
+    #[test]
+    fn many_silent_strangers_cost_no_threads() {
+        let threads = || std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let key = Secret::random().unwrap();
+        let strangers: Vec<TcpStream> = (0..100)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let k = key.clone();
+        let peer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            let mut s = TcpStream::connect(addr).unwrap();
+            auth::connect(&mut s, &k, RANK_CTX, &0u32.to_le_bytes()).unwrap();
+            s
+        });
+        let before = threads();
+        let got = accept_peers(1, &listener, &key, RANK_CTX, vec![0]).unwrap();
+        assert_eq!(got[0].0, 0);
+        peer.join().unwrap();
+        // Other tests of this binary run beside it: a margin, far below one per stranger.
+        assert!(
+            threads() < before + 20,
+            "{} threads, {before} before",
+            threads()
+        );
         drop(strangers);
     }
 
