@@ -10,6 +10,7 @@
 //! - `Tcp`: one TCP connection per pair (other machine, or forced).
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
@@ -1240,6 +1241,29 @@ impl Links {
         let mut b = [0u8; 64];
         while self.wake.recv(&mut b).is_ok() {}
         self.drain_bells();
+    }
+
+    /// What stands between this rank and `peer` for a hang report: frames queued here for
+    /// it, its shared-memory ring's unread bytes each way, and copies of long messages left
+    /// for the next full pass.
+    pub(crate) fn describe_peer(&self, peer: u32) -> String {
+        let c = self.chan(peer);
+        let queued = self.outq.get(c).map_or(0, VecDeque::len);
+        let mut s = format!("{queued} frames queued for it here");
+        if let Some(Link::Shm(l)) = self.peers.get(c) {
+            let _ = write!(s, ", {} bytes of ours unread in its ring", l.prod.unread());
+        }
+        if let Some((_, cons)) = (self.in_at.get(peer as usize))
+            .and_then(|&i| self.shm_in.get(i as usize))
+        {
+            if cons.has_record() {
+                s.push_str(", records from it unread here");
+            }
+        }
+        if !self.deferred.is_empty() {
+            let _ = write!(s, ", {} copies due", self.deferred.len());
+        }
+        s
     }
 
     /// Whether frames are queued that a transport has not taken yet.

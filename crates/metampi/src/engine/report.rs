@@ -124,7 +124,8 @@ fn describe(e: &Engine, want: Option<ReqId>, call: Call) -> String {
             }
             Some(Waiting::Send { dst, bytes }) => {
                 return format!(
-                    "a send of {bytes} bytes to rank {dst}, not yet taken by its receiver"
+                    "a send of {bytes} bytes to rank {dst}, not yet taken by its receiver ({})",
+                    e.links.describe_peer(dst)
                 )
             }
             None => {}

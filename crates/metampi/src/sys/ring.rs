@@ -294,6 +294,11 @@ impl<M: Memory> Producer<M> {
         }
     }
 
+    /// Bytes written and not yet taken by the consumer (as of now).
+    pub(crate) fn unread(&self) -> u64 {
+        self.tail - self.mem.head(Ordering::Acquire)
+    }
+
     /// Largest payload one record may carry.
     pub(crate) fn max_payload(&self) -> usize {
         self.cap as usize / 2 - LINE
