@@ -4,7 +4,7 @@
 //! Every rank sends checked messages (`metampi_testkit::traffic`) to every other rank round
 //! after round, and broadcasts between rounds, for `METAMPI_TEST_SOAK_SECS` seconds; any
 //! lost, duplicated, reordered or corrupted message, any rank that loses its router and any
-//! hang (a stall report after 120 s) fails it. A second soak runs the same traffic between
+//! hang (a stall report after 120 s, `METAMPI_TEST_SOAK_STALL`) fails it. A second soak runs the same traffic between
 //! two network namespaces whose line the kernel shapes to 40 Mbit/s (`tc tbf`, which drops
 //! what overflows its queue: TCP's own recovery on the routers' links), the setting in which
 //! a job once lost a router after 127 s. Not in the default suite:
@@ -57,6 +57,12 @@ fn soak(ranks: Ranks, name: &str, secs: u64) {
             );
         }
     });
+}
+
+/// How long nothing may move before the job ends with a hang report
+/// (`METAMPI_TEST_SOAK_STALL`, seconds; default 120).
+fn stall() -> Duration {
+    Duration::from_secs(metampi::knobs::number("METAMPI_TEST_SOAK_STALL").unwrap_or(120))
 }
 
 fn soak_secs() -> Option<u64> {
@@ -112,7 +118,7 @@ fn long_links_soak() {
     };
     let (ranks, counts) = Ranks::new(6)
         .meta(CONFIG)
-        .stall_timeout(Duration::from_secs(120))
+        .stall_timeout(stall())
         .timeout(Duration::from_secs(secs + 300))
         .faulty_links(faults);
     let started = Instant::now();
@@ -166,7 +172,7 @@ fn soak_over_a_kernel_shaped_line() {
     };
     let ranks = Ranks::new(4)
         .meta(&cfg)
-        .stall_timeout(Duration::from_secs(120))
+        .stall_timeout(stall())
         .timeout(Duration::from_secs(secs + 300));
     let started = Instant::now();
     soak(ranks, TC_NAME, secs);

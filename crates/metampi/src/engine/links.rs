@@ -1266,6 +1266,27 @@ impl Links {
         s
     }
 
+    /// Frames waiting here for a transport, by peer, for a hang report: empty when none.
+    pub(crate) fn describe_queues(&self, core: &Core) -> String {
+        let mut waiting: Vec<String> = Vec::new();
+        let mut total = 0;
+        for (c, q) in self.outq.iter().enumerate().filter(|(_, q)| !q.is_empty()) {
+            total += q.len();
+            waiting.push(format!("channel {c}: {}", q.len()));
+        }
+        let mut s = String::new();
+        if total > 0 {
+            let _ = write!(s, "{total} frames wait to go out ({})", waiting.join(", "));
+        }
+        if total != self.pending {
+            let _ = write!(s, " [{} counted as pending]", self.pending);
+        }
+        if !core.out.is_empty() {
+            let _ = write!(s, " [{} actions not yet taken]", core.out.len());
+        }
+        s
+    }
+
     /// Whether frames are queued that a transport has not taken yet.
     /// This rank and its shared-memory peers that are not asleep in `poll`
     /// (their sleep flags), for whether spinning would take a core from them.

@@ -110,6 +110,15 @@ pub(crate) fn answer() -> (Option<Duration>, String) {
 }
 
 fn describe(e: &Engine, want: Option<ReqId>, call: Call) -> String {
+    let mut s = describe_wait(e, want, call);
+    let queues = e.links.describe_queues(&e.core);
+    if !queues.is_empty() {
+        let _ = write!(s, "; {}", queues.trim_start());
+    }
+    s
+}
+
+fn describe_wait(e: &Engine, want: Option<ReqId>, call: Call) -> String {
     if let Some(id) = want {
         if let Some((name, ctx)) = e.colls.describe(id) {
             return collective(e, name, ctx);
