@@ -127,3 +127,25 @@ fn ranks_that_compute_are_not_a_stall() {
     let (o, _) = run(2, "ranks_that_compute_are_not_a_stall", one_rank_computes);
     assert!(o.failure.is_none(), "{:?}", o.failure);
 }
+
+/// A receive that waits for a tag its peer did not send: the report shows what did come
+/// from that peer (the message with the other tag waits unmatched).
+#[test]
+fn a_mismatched_tag_shows_what_came_instead() {
+    let (o, _) = run(2, "a_mismatched_tag_shows_what_came_instead", |world| {
+        if world.rank() == 1 {
+            world.process_at_rank(0).send_with_tag(&7u32, 4);
+            world.barrier();
+        } else {
+            let _ = world.process_at_rank(1).receive_with_tag::<u32>(3);
+        }
+    });
+    let report = stalled(&o);
+    let l = line(&report, 0);
+    assert!(l.contains("a receive from rank 1, tag 3"), "{report}");
+    assert!(
+        l.contains("from rank 1 wait")
+            && l.contains("unmatched here (Eager context 0 tag 4 4 bytes"),
+        "{report}"
+    );
+}

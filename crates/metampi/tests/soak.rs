@@ -22,8 +22,13 @@ use metampi_testkit::{is_rank, Faults, NetnsPair, Ranks};
 const NAME: &str = "long_links_soak";
 /// The largest messages: several frames, and on the slowest line most of a second.
 const LARGE: usize = 600 << 10;
-/// Tag of the soak's messages.
-const TAG: i32 = 9;
+/// Tag of round `round`'s messages. The root of the broadcast between rounds runs a round
+/// ahead, so a receive from any source could take its next round's message in place of a
+/// late sender's, whose rendezvous send then waits for a receive posted only after our own
+/// sends complete: each round receives its own tag.
+fn tag(round: u32) -> i32 {
+    100 + (round % 1000) as i32
+}
 
 const CONFIG: &str = "PORTBASE 28400\n\
      METAHOST a { LAUNCH = local; NPROCS = 2; NODES = a0; }\n\
@@ -80,10 +85,14 @@ fn rounds(world: &metampi::topology::SimpleCommunicator, secs: u64) -> (u64, u64
         let mut sends = Vec::new();
         for dst in (0..size).filter(|&d| d != me) {
             let m = message(me, dst, round, LARGE);
-            sends.push(world.process_at_rank(dst).immediate_send_owned(m, TAG));
+            sends.push(
+                world
+                    .process_at_rank(dst)
+                    .immediate_send_owned(m, tag(round)),
+            );
         }
         for _ in 1..size {
-            let (m, st) = world.any_process().receive_vec_with_tag::<u8>(TAG);
+            let (m, st) = world.any_process().receive_vec_with_tag::<u8>(tag(round));
             let src = st.source_rank();
             check(&m, src, me, next[src as usize], LARGE);
             next[src as usize] += 1;

@@ -235,6 +235,11 @@ impl UnexpectedQueue {
         self.bytes[self.bucket(src)]
     }
 
+    /// The envelopes queued from `src`, oldest first.
+    fn from(&self, src: u32) -> impl Iterator<Item = &Envelope> {
+        self.by_src[self.bucket(src)].iter().map(|(_, u)| &u.env)
+    }
+
     #[inline]
     fn find(&self, pat: &Pattern) -> Option<&Unexpected> {
         let (s, i) = self.position(pat)?;
@@ -439,6 +444,32 @@ impl Core {
                 pat: *pat,
                 cap: buf.cap(),
             }),
+        }
+    }
+
+    /// The messages from `src` that arrived before a receive wanted them, for a hang
+    /// report: kind, context, tag and bytes of the first few, and how many in all.
+    pub(crate) fn unexpected_from(&self, src: u32) -> String {
+        let all: Vec<&Envelope> = self.unexpected.from(src).collect();
+        let first: Vec<String> = (all.iter().take(4))
+            .map(|e| {
+                format!(
+                    "{:?} context {} tag {} {} bytes",
+                    e.kind, e.context, e.tag, e.len
+                )
+            })
+            .collect();
+        match all.len() {
+            0 => String::new(),
+            1 => format!(
+                "1 message from rank {src} waits unmatched here ({})",
+                first.join("; ")
+            ),
+            n => format!(
+                "{n} messages from rank {src} wait unmatched here ({}{})",
+                first.join("; "),
+                if n > 4 { "; ..." } else { "" }
+            ),
         }
     }
 

@@ -1253,8 +1253,8 @@ impl Links {
         if let Some(Link::Shm(l)) = self.peers.get(c) {
             let _ = write!(s, ", {} bytes of ours unread in its ring", l.prod.unread());
         }
-        if let Some((_, cons)) = (self.in_at.get(peer as usize))
-            .and_then(|&i| self.shm_in.get(i as usize))
+        if let Some((_, cons)) =
+            (self.in_at.get(peer as usize)).and_then(|&i| self.shm_in.get(i as usize))
         {
             if cons.has_record() {
                 s.push_str(", records from it unread here");

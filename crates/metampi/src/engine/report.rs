@@ -129,6 +129,13 @@ fn describe_wait(e: &Engine, want: Option<ReqId>, call: Call) -> String {
                 if cap != usize::MAX {
                     let _ = write!(s, " into {cap} bytes");
                 }
+                // What did come from that rank: a tag or communicator that differs shows here.
+                if let Some(src) = pat.src {
+                    let u = e.core.unexpected_from(src);
+                    if !u.is_empty() {
+                        let _ = write!(s, "; {u}");
+                    }
+                }
                 return s;
             }
             Some(Waiting::Send { dst, bytes }) => {
@@ -160,6 +167,14 @@ fn collective(e: &Engine, name: &str, ctx: u32) -> String {
     from.dedup();
     if !from.is_empty() {
         let _ = write!(s, ", waiting for messages from rank {}", from.join(", "));
+    }
+    for p in e.core.posted_on(ctx) {
+        if let Some(src) = p.src {
+            let u = e.core.unexpected_from(src);
+            if !u.is_empty() {
+                let _ = write!(s, "; {u}");
+            }
+        }
     }
     s
 }

@@ -270,6 +270,9 @@ impl Shared {
                     self.set_sleeping(&e, false);
                     let wakers = std::mem::take(&mut e.core.wakers);
                     drop(e);
+                    // What it waits beside may have changed (a message moved from its ring
+                    // to the unexpected queue): the next sleep describes the wait afresh.
+                    entered = None;
                     self.after_progress(wakers);
                     match done {
                         Some(r) => break r,
