@@ -286,8 +286,14 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             }
             let every = Duration::from_secs_f64(secs);
             monitor = Some((dir, crate::links::link_names(&cfg), every));
-        } else {
-            // The routers' statistics serve the hang report (`SIGUSR1`, `--stall-timeout`).
+        } else if cfg.hosts.iter().all(|h| {
+            matches!(
+                h.launch,
+                metampi_config::Launch::Local | metampi_config::Launch::Netns(_)
+            )
+        }) {
+            // The routers' statistics serve the hang report (`SIGUSR1`, `--stall-timeout`),
+            // where they run on this machine and write where the launcher reads.
             let dir = crate::links::StatsDir::for_job()
                 .context("making a directory for the routers' statistics")?;
             if dir.own() {
