@@ -513,6 +513,10 @@ fn search_cmd(a: SearchArgs) -> Result<()> {
     if let Some(meta) = &a.meta {
         let text =
             std::fs::read_to_string(meta).with_context(|| format!("reading {}", meta.display()))?;
+        // Checked here, so that a mistake is named in the user's file (the job runs a copy
+        // in the output directory).
+        metampi_config::parse_auto(&meta.display().to_string(), &text)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let file = std::fs::canonicalize(&a.file)
             .with_context(|| format!("opening {}", a.file.display()))?;
         let r = dist_cli::run_job(&file, &config, a.mode, &text, &a.out_dir, !a.no_plots)?;

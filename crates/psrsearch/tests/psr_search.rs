@@ -290,3 +290,25 @@ fn sixteen_bit_dada_and_guppi_search_like_eight_bit() {
     loud.rms *= 40.0;
     assert_recovered(&run("loud16.dada", &loud, SimFormat::Dada16), &loud.pulsars);
 }
+
+/// A mistake in the description given to `search --meta` is named in that file, with its
+/// line and column, not in the copy the job runs.
+#[test]
+fn cli_meta_errors_name_the_users_file() {
+    let exe = env!("CARGO_BIN_EXE_psrsearch");
+    let dir = tmp("meta-errors");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.cfg");
+    std::fs::write(&cfg, "METAHOST a { NPROCS = two; }\n").unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["search", "missing.dada", "--meta"])
+        .arg(&cfg)
+        .arg("--out-dir")
+        .arg(dir.join("out"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(&format!("{}:1:", cfg.display())), "{err}");
+    assert!(!err.contains("metacomputer.cfg"), "{err}");
+}
