@@ -6,16 +6,19 @@ use std::process::Command;
 
 const EXE: &str = env!("CARGO_BIN_EXE_metampi");
 
-/// Two meta hosts of one rank each over an emulated 100 Mbit/s line (12.5 MB/s).
-fn description(dir: &std::path::Path) -> PathBuf {
+/// Two meta hosts of one rank each over an emulated 100 Mbit/s line (12.5 MB/s), their
+/// routers' ports from `portbase`.
+fn description(dir: &std::path::Path, portbase: u16) -> PathBuf {
     let path = dir.join("sites.meta");
     std::fs::write(
         &path,
-        "PORTBASE 26930\n\
-         METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\
-         METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }\n\
-         PAIR a b 1 - { BANDWIDTH = 100Mbit; LATENCY = 5ms; COMPRESSION = off; }\n\
-         a0 <-> b0\n",
+        format!(
+            "PORTBASE {portbase}\n\
+             METAHOST a {{ LAUNCH = local; NPROCS = 1; NODES = a0; }}\n\
+             METAHOST b {{ LAUNCH = local; NPROCS = 1; NODES = b0; }}\n\
+             PAIR a b 1 - {{ BANDWIDTH = 100Mbit; LATENCY = 5ms; COMPRESSION = off; }}\n\
+             a0 <-> b0\n"
+        ),
     )
     .unwrap();
     path
@@ -48,7 +51,7 @@ fn monitor_prints_link_tables_while_the_job_runs_and_at_its_end() {
     std::fs::create_dir_all(&stats).unwrap();
     let out = Command::new(EXE)
         .args(["run", "--meta"])
-        .arg(description(&dir))
+        .arg(description(&dir, 26930))
         .args([
             "--monitor",
             "0.2",
@@ -80,7 +83,7 @@ fn monitor_prints_link_tables_while_the_job_runs_and_at_its_end() {
         .args(["links"])
         .arg(&stats)
         .arg("--meta")
-        .arg(description(&dir))
+        .arg(description(&dir, 26930))
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
@@ -110,14 +113,7 @@ fn monitor_needs_a_meta_job_and_links_a_directory() {
 fn routers_make_the_statistics_directory() {
     let dir = scratch("make");
     let stats = dir.join("not").join("yet");
-    let cfg = dir.join("sites.meta");
-    std::fs::write(
-        &cfg,
-        std::fs::read_to_string(description(&dir))
-            .unwrap()
-            .replace("PORTBASE 26930", "PORTBASE 26950"),
-    )
-    .unwrap();
+    let cfg = description(&dir, 26950);
     let out = Command::new(EXE)
         .args(["run", "--meta"])
         .arg(&cfg)

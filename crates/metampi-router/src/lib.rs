@@ -1139,6 +1139,9 @@ struct Router {
     rank_turn: usize,
     /// Most private resident memory seen when the statistics were written.
     peak_anon_kb: u64,
+    /// Statistics are written (`METAMPI_ROUTER_STATS`): only then is the peak of what it
+    /// holds followed, a sum over its ranks on every pass.
+    stats: bool,
     connected_tx: std::sync::mpsc::Sender<Connected>,
     connected_rx: std::sync::mpsc::Receiver<Connected>,
     /// Per listener: its TLS end (`None`: plain).
@@ -1232,14 +1235,15 @@ impl Router {
         let key = auth::secret_from_env()?;
         let (dialers, acceptors) = tls::setup(spec, &key)?;
         let budget = Budget::from_env(spec.id, spec.listen.len());
-        if let Some(dir) = metampi::knobs::os("METAMPI_ROUTER_STATS") {
+        let stats_dir = metampi::knobs::os("METAMPI_ROUTER_STATS");
+        if let Some(dir) = &stats_dir {
             // Asked for statistics: a directory not there yet is made, one that cannot be is named.
-            if let Err(e) = std::fs::create_dir_all(&dir) {
+            if let Err(e) = std::fs::create_dir_all(dir) {
                 eprintln!(
                     "metampi router {}: METAMPI_ROUTER_STATS={}: cannot make the directory ({e}); \
                      no statistics will be written",
                     spec.id,
-                    std::path::Path::new(&dir).display()
+                    std::path::Path::new(dir).display()
                 );
             }
         }
@@ -1298,6 +1302,7 @@ impl Router {
             budget,
             rank_turn: 0,
             peak_anon_kb: 0,
+            stats: stats_dir.is_some(),
             connected_tx,
             connected_rx,
             acceptors,
@@ -2150,7 +2155,9 @@ impl Router {
                 self.take_events(false, k as usize);
             }
             self.write_ranks();
-            self.budget.peak = self.budget.peak.max(self.holding_now());
+            if self.stats {
+                self.budget.peak = self.budget.peak.max(self.holding_now());
+            }
             self.phase(4);
             self.write_stats(now);
 

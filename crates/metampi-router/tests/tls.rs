@@ -18,18 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metampi::traits::*;
+use metampi_testkit::traffic::splitmix;
 use metampi_testkit::{link_total, Faults, ProxyCounts, Ranks, StatsDir};
 
 /// What every message starts with; must never be seen on a TLS link.
 const MARKER: &[u8] = b"METAMPI-PLAINTEXT-MARKER";
-
-fn splitmix(x: &mut u64) -> u64 {
-    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// Message `seq` from `src` to `dst`: the marker, the triple, then seeded
 /// filler (mostly small, every tenth 20-200 KiB: several frames and records).

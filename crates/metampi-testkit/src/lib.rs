@@ -808,11 +808,7 @@ mod rand_core_lite {
         }
 
         pub fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
+            crate::traffic::splitmix(&mut self.0)
         }
 
         pub fn chance(&mut self, p: f64) -> bool {

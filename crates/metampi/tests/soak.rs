@@ -4,13 +4,14 @@
 //! Every rank sends checked messages (`metampi_testkit::traffic`) to every other rank round
 //! after round, and broadcasts between rounds, for `METAMPI_TEST_SOAK_SECS` seconds; any
 //! lost, duplicated, reordered or corrupted message, any rank that loses its router and any
-//! hang (a stall report after 120 s, `METAMPI_TEST_SOAK_STALL`) fails it. A second soak runs the same traffic between
-//! two network namespaces whose line the kernel shapes to 40 Mbit/s (`tc tbf`, which drops
-//! what overflows its queue: TCP's own recovery on the routers' links), the setting in which
-//! a job once lost a router after 127 s. Not in the default suite:
+//! hang (a stall report after 120 s, `METAMPI_TEST_SOAK_STALL`) fails it. A second soak
+//! runs the same traffic between two network namespaces whose line the kernel shapes to
+//! 40 Mbit/s (`tc tbf`, which drops what overflows its queue: TCP's own recovery on the
+//! routers' links), the setting in which a job once lost a router after 127 s. Not in the
+//! default suite:
 //!
 //! ```sh
-//! METAMPI_TEST_SOAK_SECS=600 cargo test --release -p metampi --test soak -- --nocapture
+//! METAMPI_TEST_SOAK_SECS=600 cargo test --release -p metampi --test soak -- --nocapture --test-threads=1
 //! ```
 
 use std::time::{Duration, Instant};

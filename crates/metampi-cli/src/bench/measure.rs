@@ -130,17 +130,9 @@ impl<T> std::ops::DerefMut for Placed<T> {
 }
 
 fn parse_size(s: &str) -> Result<usize> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&s[..i], 1usize << 10),
-        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
-        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: usize = num
-        .parse()
-        .map_err(|_| anyhow::anyhow!("`{s}` is not a size (bytes, with optional K, M or G)"))?;
-    Ok(n * mult)
+    metampi::knobs::parse_size(s)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| anyhow::anyhow!("`{s}` is not a size (bytes, with optional K, M or G)"))
 }
 
 impl Config {
