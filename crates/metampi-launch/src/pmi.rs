@@ -484,9 +484,11 @@ type EventSink = Box<dyn Fn(PmiEvent) + Send + Sync>;
 pub struct PmiServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    acceptor: Option<JoinHandle<()>>,
+    /// The thread that accepts connections and holds them until they introduce themselves.
+    gate: Option<JoinHandle<()>>,
+    /// Dropped to wake the gate when the server stops.
+    gate_wake: Option<UnixStream>,
     unix_path: Option<PathBuf>,
-    unix_acceptor: Option<JoinHandle<()>>,
     events: Option<Receiver<PmiEvent>>,
 }
 
@@ -613,35 +615,29 @@ impl PmiServer {
             strangers: AtomicUsize::new(0),
             handshake_ms: AtomicU64::new(HANDSHAKE_DEADLINE.as_millis() as u64),
         });
-        let acceptor = {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name("metampi-pmi-accept".into())
-                .stack_size(128 * 1024)
-                .spawn(move || {
-                    accept_loop(&shared, listener.incoming().map(|c| c.map(Conn::Tcp)));
-                })?
+        listener.set_nonblocking(true)?;
+        let unix_path = match unix_listener {
+            Some((l, path)) => {
+                l.set_nonblocking(true)?;
+                Some((l, path))
+            }
+            None => None,
         };
-        let mut unix_path = None;
-        let mut unix_acceptor = None;
-        if let Some((l, path)) = unix_listener {
+        let (wake_rx, wake_tx) = UnixStream::pair()?;
+        let gate = {
             let shared = Arc::clone(&shared);
-            unix_path = Some(path);
-            unix_acceptor = Some(
-                std::thread::Builder::new()
-                    .name("metampi-pmi-accept-unix".into())
-                    .stack_size(128 * 1024)
-                    .spawn(move || {
-                        accept_loop(&shared, l.incoming().map(|c| c.map(Conn::Unix)));
-                    })?,
-            );
-        }
+            let unix = unix_path.as_ref().map(|(l, _)| l.try_clone()).transpose()?;
+            std::thread::Builder::new()
+                .name("metampi-pmi-gate".into())
+                .stack_size(256 * 1024)
+                .spawn(move || Gate::new(shared, listener, unix, wake_rx).run())?
+        };
         Ok(PmiServer {
             addr,
             shared,
-            acceptor: Some(acceptor),
-            unix_path,
-            unix_acceptor,
+            gate: Some(gate),
+            gate_wake: Some(wake_tx),
+            unix_path: unix_path.map(|(_, path)| path),
             events: None,
         })
     }
@@ -714,26 +710,12 @@ impl PmiServer {
             self.shared.fence_done.notify_all();
             std::mem::take(&mut state.handlers)
         };
-        // accept() has no timeout; a connection of our own is what wakes it.
-        let mut wake_addr = self.addr;
-        if wake_addr.ip().is_unspecified() {
-            wake_addr.set_ip(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        }
-        let woke = TcpStream::connect_timeout(&wake_addr, Duration::from_secs(2)).is_ok();
-        if let Some(acceptor) = self.acceptor.take() {
-            // Without the wake-up connection the acceptor would never return; leave it be
-            // rather than hang the launcher.
-            if woke {
-                let _ = acceptor.join();
-            }
+        // The gate polls the other end of this socket pair.
+        drop(self.gate_wake.take());
+        if let Some(gate) = self.gate.take() {
+            let _ = gate.join();
         }
         if let Some(path) = self.unix_path.take() {
-            let woke = UnixStream::connect(&path).is_ok();
-            if let Some(acceptor) = self.unix_acceptor.take() {
-                if woke {
-                    let _ = acceptor.join();
-                }
-            }
             let _ = std::fs::remove_file(&path);
         }
         for handler in wake {
@@ -788,10 +770,10 @@ impl Conn {
         }
     }
 
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         match self {
-            Conn::Tcp(s) => s.set_read_timeout(t),
-            Conn::Unix(s) => s.set_read_timeout(t),
+            Conn::Tcp(s) => s.set_nonblocking(on),
+            Conn::Unix(s) => s.set_nonblocking(on),
         }
     }
 
@@ -803,26 +785,6 @@ impl Conn {
                 .map_or_else(|_| "an unknown address".into(), |a| a.to_string()),
             Conn::Unix(_) => "a local socket".into(),
         }
-    }
-}
-
-/// The read half of a connection, which must have introduced itself by `until` (reads after
-/// that fail with `TimedOut`); `None` once it has.
-struct Deadline {
-    conn: Conn,
-    until: Option<Instant>,
-}
-
-impl Read for Deadline {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Some(until) = self.until {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(io::ErrorKind::TimedOut.into());
-            }
-            self.conn.set_read_timeout(Some(left))?;
-        }
-        self.conn.read(buf)
     }
 }
 
@@ -857,51 +819,271 @@ impl Write for Conn {
     }
 }
 
-fn accept_loop(shared: &Arc<Shared>, incoming: impl Iterator<Item = io::Result<Conn>>) {
-    for stream in incoming {
-        let Ok(stream) = stream else {
-            // Transient (EMFILE, ECONNABORTED): the listener itself stays usable.
-            continue;
-        };
-        let mut state = shared.lock();
-        if state.shutdown {
+/// A connection accepted that has not introduced itself yet: held without a thread, read
+/// when it has bytes, closed at its deadline.
+struct Stranger {
+    conn: Conn,
+    /// Bytes read and not yet taken as lines.
+    got: Vec<u8>,
+    challenge: Option<[u8; 16]>,
+    until: Instant,
+}
+
+/// What became of a stranger after its bytes were read.
+enum Fate {
+    Waits,
+    Closed,
+    /// Introduced as this peer: the reply to its introduction, and the bytes it sent after it.
+    Introduced(Peer, String, Vec<u8>),
+}
+
+/// The one thread that accepts connections on the server's sockets and holds every one that
+/// has not introduced itself (`HELLO`, `HELPER`, with `AUTH` before them), non-blocking, in one
+/// `poll`. A stranger costs a descriptor and a buffer of at most [`MAX_LINE`] bytes, no thread,
+/// and at most [`Shared::strangers_cap`] are held; a connection gets its own thread once it has
+/// introduced itself, as ranks and helpers do at once.
+struct Gate {
+    shared: Arc<Shared>,
+    tcp: TcpListener,
+    unix: Option<UnixListener>,
+    wake: UnixStream,
+    strangers: Vec<Stranger>,
+}
+
+impl Gate {
+    fn new(
+        shared: Arc<Shared>,
+        tcp: TcpListener,
+        unix: Option<UnixListener>,
+        wake: UnixStream,
+    ) -> Gate {
+        Gate {
+            shared,
+            tcp,
+            unix,
+            wake,
+            strangers: Vec::new(),
+        }
+    }
+
+    fn run(mut self) {
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        loop {
+            let pollfd = |fd: RawFd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            fds.clear();
+            fds.push(pollfd(self.wake.as_raw_fd()));
+            fds.push(pollfd(self.tcp.as_raw_fd()));
+            fds.push(pollfd(self.unix.as_ref().map_or(-1, AsRawFd::as_raw_fd)));
+            fds.extend(self.strangers.iter().map(|s| pollfd(s.conn.as_raw_fd())));
+            let timeout = self
+                .strangers
+                .iter()
+                .map(|s| s.until)
+                .min()
+                .map(|t| t.saturating_duration_since(Instant::now()));
+            if crate::sys::poll_fds(&mut fds, timeout).is_err() {
+                // Only a bad argument makes poll fail; go on after a pause rather than spin.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            if fds[0].revents != 0 || self.shared.lock().shutdown {
+                return;
+            }
+            // Strangers first (their indices match `fds`), then the newcomers.
+            let now = Instant::now();
+            let mut k = self.strangers.len();
+            while k > 0 {
+                k -= 1;
+                let fate = if fds[3 + k].revents != 0 {
+                    self.read(k)
+                } else {
+                    Fate::Waits
+                };
+                match fate {
+                    Fate::Waits if self.strangers[k].until > now => {}
+                    Fate::Waits | Fate::Closed => {
+                        let _ = self.strangers.swap_remove(k).conn.shutdown(Shutdown::Both);
+                    }
+                    Fate::Introduced(peer, reply, rest) => {
+                        let s = self.strangers.swap_remove(k);
+                        admit(&self.shared, s.conn, peer, reply, rest);
+                    }
+                }
+            }
+            if fds[1].revents != 0 {
+                loop {
+                    match self.tcp.accept() {
+                        Ok((s, _)) => {
+                            let _ = s.set_nodelay(true);
+                            self.welcome(Conn::Tcp(s));
+                        }
+                        Err(e) => {
+                            pause_unless_drained(&e);
+                            break;
+                        }
+                    }
+                }
+            }
+            // Taken out while `welcome` borrows the gate, and put back.
+            let unix = self.unix.take();
+            if let Some(l) = unix.as_ref().filter(|_| fds[2].revents != 0) {
+                loop {
+                    match l.accept() {
+                        Ok((s, _)) => self.welcome(Conn::Unix(s)),
+                        Err(e) => {
+                            pause_unless_drained(&e);
+                            break;
+                        }
+                    }
+                }
+            }
+            self.unix = unix;
+            self.shared
+                .strangers
+                .store(self.strangers.len(), Ordering::SeqCst);
+        }
+    }
+
+    /// Holds a new connection, or refuses it when the cap is reached.
+    fn welcome(&mut self, conn: Conn) {
+        let cap = self.shared.strangers_cap();
+        if self.strangers.len() >= cap {
+            refuse(&mut self.shared.lock(), &conn, cap, self.shared.job);
             return;
         }
-        // Threads of connections that ended are joined here, so that a stranger who comes
-        // and goes leaves nothing behind.
-        let mut k = 0;
-        while k < state.handlers.len() {
-            if state.handlers[k].is_finished() {
-                let _ = state.handlers.swap_remove(k).join();
-                state.streams.swap_remove(k);
-            } else {
-                k += 1;
+        if conn.set_nonblocking(true).is_err() {
+            return;
+        }
+        let handshake = Duration::from_millis(self.shared.handshake_ms.load(Ordering::Relaxed));
+        self.strangers.push(Stranger {
+            conn,
+            got: Vec::new(),
+            challenge: None,
+            until: Instant::now() + handshake,
+        });
+    }
+
+    /// Reads what stranger `k` sent and answers its whole lines.
+    fn read(&mut self, k: usize) -> Fate {
+        let shared = Arc::clone(&self.shared);
+        let s = &mut self.strangers[k];
+        let mut buf = [0u8; 4096];
+        // At most a line's worth per pass: one that floods waits for the next (the poll is
+        // level-triggered), so the others are served meanwhile.
+        // Lines that came before the end are still answered.
+        let mut ended = false;
+        while s.got.len() <= MAX_LINE + 1 {
+            match s.conn.read(&mut buf) {
+                Ok(0) => {
+                    ended = true;
+                    break;
+                }
+                Ok(n) => s.got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Fate::Closed,
             }
         }
-        let cap = shared.strangers_cap();
-        if shared.strangers.load(Ordering::SeqCst) >= cap {
-            refuse(&mut state, &stream, cap, shared.job);
-            continue;
+        let mut me = None;
+        let mut start = 0;
+        while let Some(end) = s.got[start..].iter().position(|&b| b == b'\n') {
+            let mut line = &s.got[start..start + end];
+            start += end + 1;
+            if line.len() > MAX_LINE {
+                let _ = s
+                    .conn
+                    .write_all(format!("ERR line longer than {MAX_LINE} bytes\n").as_bytes());
+                return Fate::Closed;
+            }
+            if line.last() == Some(&b'\r') {
+                line = &line[..line.len() - 1];
+            }
+            let reply = match std::str::from_utf8(line) {
+                Ok(text) => match Request::parse(text) {
+                    Ok(request) => greet(&shared, &mut me, &mut s.challenge, request, &s.conn),
+                    Err(e) => Reply::Err(e.to_string()),
+                },
+                Err(_) => Reply::Err("request is not valid UTF-8".into()),
+            };
+            if let Some(peer) = me {
+                // Introduced: the rest of the conversation is its own thread's, which sends
+                // this reply first (blocking: it has proved it belongs to the job).
+                return Fate::Introduced(peer, reply.to_line(), s.got.split_off(start));
+            }
+            // A short line into a socket whose peer does not read would block: such a
+            // stranger is closed instead.
+            if !matches!(reply, Reply::Silent)
+                && s.conn.write_all(reply.to_line().as_bytes()).is_err()
+            {
+                return Fate::Closed;
+            }
         }
-        let Ok(clone) = stream.try_clone() else {
-            continue;
-        };
-        shared.strangers.fetch_add(1, Ordering::SeqCst);
-        let handler = {
-            let shared = Arc::clone(shared);
-            std::thread::Builder::new()
-                .name("metampi-pmi-conn".into())
-                .stack_size(128 * 1024)
-                .spawn(move || serve(&shared, stream))
-        };
-        match handler {
-            Ok(handler) => {
-                state.streams.push(clone);
-                state.handlers.push(handler);
-            }
-            Err(_) => {
-                shared.strangers.fetch_sub(1, Ordering::SeqCst);
-            }
+        s.got.drain(..start);
+        if ended {
+            return Fate::Closed;
+        }
+        if s.got.len() > MAX_LINE {
+            let _ = s
+                .conn
+                .write_all(format!("ERR line longer than {MAX_LINE} bytes\n").as_bytes());
+            return Fate::Closed;
+        }
+        Fate::Waits
+    }
+}
+
+/// Ends a round of accepts on `e`: `WouldBlock` means none is left; anything else (out of
+/// descriptors, above all) would leave the listener readable, so the gate pauses instead of
+/// spinning on it.
+fn pause_unless_drained(e: &io::Error) {
+    if e.kind() != io::ErrorKind::WouldBlock {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Gives an introduced connection its own thread, which first sends `reply` (to the
+/// introduction) and then serves the lines in `rest` and those that follow.
+fn admit(shared: &Arc<Shared>, conn: Conn, peer: Peer, reply: String, rest: Vec<u8>) {
+    let mut state = shared.lock();
+    if state.shutdown {
+        return;
+    }
+    // Threads of connections that ended are joined here, so that nothing piles up.
+    let mut k = 0;
+    while k < state.handlers.len() {
+        if state.handlers[k].is_finished() {
+            let _ = state.handlers.swap_remove(k).join();
+            state.streams.swap_remove(k);
+        } else {
+            k += 1;
+        }
+    }
+    let Ok(clone) = conn.try_clone() else {
+        drop(state);
+        let _ = conn.shutdown(Shutdown::Both);
+        depart(shared, peer);
+        return;
+    };
+    let handler = {
+        let shared = Arc::clone(shared);
+        std::thread::Builder::new()
+            .name("metampi-pmi-conn".into())
+            .stack_size(128 * 1024)
+            .spawn(move || serve(&shared, conn, peer, &reply, rest))
+    };
+    match handler {
+        Ok(handler) => {
+            state.streams.push(clone);
+            state.handlers.push(handler);
+        }
+        Err(_) => {
+            drop(state);
+            let _ = clone.shutdown(Shutdown::Both);
+            depart(shared, peer);
         }
     }
 }
@@ -927,33 +1109,33 @@ fn refuse(state: &mut State, stream: &Conn, cap: usize, job: JobId) {
     }
 }
 
-/// Serves one connection until it closes, errs, or the server shuts down; then reports the
-/// departure of the rank it belonged to, if it said `HELLO`.
-fn serve(shared: &Shared, stream: Conn) {
-    let mut me: Option<Peer> = None;
-    if let Conn::Tcp(s) = &stream {
-        let _ = s.set_nodelay(true);
+/// Serves an introduced connection until it closes, errs, or the server shuts down; then
+/// reports the departure of the rank or helper it belongs to.
+fn serve(shared: &Shared, stream: Conn, peer: Peer, reply: &str, rest: Vec<u8>) {
+    // Back to blocking: this thread waits in reads (and a fence polls it).
+    if stream.set_nonblocking(false).is_ok() {
+        if let Ok(read_half) = stream.try_clone() {
+            // Replies and `REPORT` lines (written by the launcher's thread) share the stream.
+            let writer = Arc::new(Mutex::new(stream));
+            if lock_conn(&writer).write_all(reply.as_bytes()).is_ok() {
+                serve_lines(shared, read_half, rest, &writer, peer);
+            }
+            // The server keeps a clone of every stream (for shutdown), so dropping ours would
+            // not close the connection: it is shut down here when serving it ends.
+            let _ = lock_conn(&writer).shutdown(Shutdown::Both);
+        }
     }
-    let read_half = stream.try_clone();
-    // Replies and `REPORT` lines (written by the launcher's thread) share the stream.
-    let writer = Arc::new(Mutex::new(stream));
-    if let Ok(read_half) = read_half {
-        serve_lines(shared, read_half, &writer, &mut me);
-    }
-    // The server keeps a clone of every stream (for shutdown), so dropping ours would not
-    // close the connection: it is shut down here when serving it ends.
-    let _ = lock_conn(&writer).shutdown(Shutdown::Both);
-    if me.is_none() {
-        // A stranger to the end (an introduction is counted where it happens).
-        shared.strangers.fetch_sub(1, Ordering::SeqCst);
-    }
-    match me {
-        Some(Peer::Rank(rank)) => {
+    depart(shared, peer);
+}
+
+/// Tells the launcher that `peer`'s connection has ended.
+fn depart(shared: &Shared, peer: Peer) {
+    match peer {
+        Peer::Rank(rank) => {
             shared.lock().watched.remove(&rank);
             (shared.sink)(PmiEvent::Left { rank })
         }
-        Some(Peer::Helper(helper)) => (shared.sink)(PmiEvent::HelperLeft { helper }),
-        None => {}
+        Peer::Helper(helper) => (shared.sink)(PmiEvent::HelperLeft { helper }),
     }
 }
 
@@ -961,12 +1143,33 @@ fn lock_conn(conn: &Mutex<Conn>) -> MutexGuard<'_, Conn> {
     conn.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn serve_lines(shared: &Shared, read_half: Conn, writer: &Arc<Mutex<Conn>>, me: &mut Option<Peer>) {
-    let handshake = Duration::from_millis(shared.handshake_ms.load(Ordering::Relaxed));
-    let mut reader = BufReader::new(Deadline {
+/// The reading side of an introduced connection: the bytes read with its introduction first.
+struct Rest {
+    first: io::Cursor<Vec<u8>>,
+    conn: Conn,
+}
+
+impl Read for Rest {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.first.read(buf)? {
+            0 => self.conn.read(buf),
+            n => Ok(n),
+        }
+    }
+}
+
+fn serve_lines(
+    shared: &Shared,
+    read_half: Conn,
+    rest: Vec<u8>,
+    writer: &Arc<Mutex<Conn>>,
+    peer: Peer,
+) {
+    let mut reader = BufReader::new(Rest {
+        first: io::Cursor::new(rest),
         conn: read_half,
-        until: Some(Instant::now() + handshake),
     });
+    let mut me = Some(peer);
     let mut challenge = None;
     let mut line = Vec::new();
     loop {
@@ -996,20 +1199,11 @@ fn serve_lines(shared: &Shared, read_half: Conn, writer: &Arc<Mutex<Conn>>, me: 
             write: writer,
         };
         let reply = match std::str::from_utf8(&line) {
-            Ok(text) => handle(shared, me, &mut challenge, text, conn),
+            Ok(text) => handle(shared, &mut me, &mut challenge, text, conn),
             Err(_) => Reply::Err("request is not valid UTF-8".into()),
         };
         if matches!(reply, Reply::Closed) {
             return;
-        }
-        if me.is_some() && reader.get_ref().until.is_some() {
-            // Introduced: no deadline from now on, and no longer a stranger.
-            shared.strangers.fetch_sub(1, Ordering::SeqCst);
-            let r = reader.get_mut();
-            r.until = None;
-            if r.conn.set_read_timeout(None).is_err() {
-                return;
-            }
         }
         if !matches!(reply, Reply::Silent)
             && lock_conn(writer)
@@ -1072,36 +1266,8 @@ fn handle(
         Ok(r) => r,
         Err(e) => return Reply::Err(e.to_string()),
     };
-    let rank = match (request.clone(), *me) {
-        (Request::Auth, None) => {
-            let Ok(n) = crate::auth::nonce() else {
-                return Reply::Err("no randomness for a challenge".into());
-            };
-            *challenge = Some(n);
-            return Reply::Challenge(hex(&n));
-        }
-        (Request::Hello { job, rank, proof }, None) => {
-            return introduce(
-                shared,
-                me,
-                challenge,
-                Peer::Rank(rank),
-                job,
-                proof,
-                conn.read,
-            )
-        }
-        (Request::Helper { job, index, proof }, None) => {
-            return introduce(
-                shared,
-                me,
-                challenge,
-                Peer::Helper(index),
-                job,
-                proof,
-                conn.read,
-            )
-        }
+    let rank = match (&request, *me) {
+        (_, None) => return greet(shared, me, challenge, request, conn.read),
         (Request::Auth, Some(_)) => return Reply::Err("AUTH comes before HELLO".into()),
         (Request::Hello { .. } | Request::Helper { .. }, Some(Peer::Rank(rank))) => {
             return Reply::Err(format!("this connection already said HELLO as rank {rank}"))
@@ -1111,7 +1277,6 @@ fn handle(
                 "this connection is helper {index}'s, which only waits for END"
             ))
         }
-        (_, None) => return Reply::Err("say HELLO first".into()),
         (_, Some(Peer::Rank(rank))) => rank,
     };
     match request {
@@ -1158,6 +1323,33 @@ fn handle(
         Request::Hello { .. } | Request::Helper { .. } | Request::Auth => {
             Reply::Err("HELLO handled above".into())
         }
+    }
+}
+
+/// Answers a request of a connection that has not introduced itself: `AUTH`, then `HELLO` or
+/// `HELPER`; nothing else.
+fn greet(
+    shared: &Shared,
+    me: &mut Option<Peer>,
+    challenge: &mut Option<[u8; 16]>,
+    request: Request<'_>,
+    conn: &Conn,
+) -> Reply {
+    match request {
+        Request::Auth => {
+            let Ok(n) = crate::auth::nonce() else {
+                return Reply::Err("no randomness for a challenge".into());
+            };
+            *challenge = Some(n);
+            Reply::Challenge(hex(&n))
+        }
+        Request::Hello { job, rank, proof } => {
+            introduce(shared, me, challenge, Peer::Rank(rank), job, proof, conn)
+        }
+        Request::Helper { job, index, proof } => {
+            introduce(shared, me, challenge, Peer::Helper(index), job, proof, conn)
+        }
+        _ => Reply::Err("say HELLO first".into()),
     }
 }
 
@@ -1984,9 +2176,9 @@ mod tests {
             .count();
         assert_eq!(refused, 8, "cap {cap}");
         assert!(server.shared.strangers.load(Ordering::SeqCst) <= cap);
-        // Threads and descriptors stay bounded: the server holds one thread per stranger
-        // it kept, none for those it refused.
-        assert!(server.shared.lock().handlers.len() <= cap);
+        // Threads and descriptors stay bounded: strangers are held by the one thread that
+        // accepts, none has a thread of its own.
+        assert!(server.shared.lock().handlers.is_empty());
         for c in &mut held {
             assert!(closed_within(c, Duration::from_secs(10)));
         }

@@ -221,6 +221,29 @@ pub(crate) fn peer_closed(fd: RawFd) -> io::Result<bool> {
     }
 }
 
+/// Waits until one of `fds` has one of its `events` (filled into `revents`), at most
+/// `timeout` (`None`: no limit); returns how many have. A signal counts as a timeout.
+pub(crate) fn poll_fds(
+    fds: &mut [libc::pollfd],
+    timeout: Option<std::time::Duration>,
+) -> io::Result<usize> {
+    // Rounded up, so a deadline a fraction of a millisecond away is not polled with 0 in a loop.
+    let ms = timeout.map_or(-1, |t| {
+        (t.as_micros().div_ceil(1000)).min(i32::MAX as u128) as i32
+    });
+    // SAFETY: `fds` is a valid slice of pollfd structs and its length is passed along.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if r < 0 {
+        let err = io::Error::last_os_error();
+        return if err.kind() == io::ErrorKind::Interrupted {
+            Ok(0)
+        } else {
+            Err(err)
+        };
+    }
+    Ok(r as usize)
+}
+
 /// Which of two fds became ready in [`poll_either`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ready {
