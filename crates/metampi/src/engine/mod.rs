@@ -13,7 +13,7 @@ pub(crate) mod coop;
 pub(crate) mod core;
 #[allow(unsafe_code)]
 pub(crate) mod join;
-#[allow(unsafe_code)]
+// Of the transports, only the shared-memory backend (`links::shm`) may use `unsafe`.
 pub(crate) mod links;
 pub(crate) mod report;
 #[allow(unsafe_code)]

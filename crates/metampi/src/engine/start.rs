@@ -546,7 +546,7 @@ fn tcp_mesh(
         }
     }
     for p in peers.iter() {
-        if let Link::Tcp(t) = p {
+        if let Link::Stream(t) = p {
             configure_stream(&t.stream)?;
         }
     }
