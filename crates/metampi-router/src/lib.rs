@@ -545,27 +545,20 @@ fn read_link(
     Ok((total, true))
 }
 
+/// A peer router as this one knows it: one it dials (by its place among the spec's
+/// peers), or one that dialled it (by that router's id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PeerKey {
+    Out(usize),
+    In(u32),
+}
+
 /// One logical connection to or from a peer router: a wire [`Bundle`] over
 /// one TCP connection per configured link (striping).
 struct Peer {
     bundle: Bundle,
-    /// The link's current connection; `None` while it is down.
-    conns: Vec<Option<WireConn>>,
-    /// Emulation of each link, applied to its sending side.
-    emulation: Vec<(Option<u64>, Option<Duration>)>,
-    /// Outgoing side: where each link connects, for reconnecting.
-    addrs: Vec<String>,
-    /// Outgoing side: each link's TLS end (`None`: plain).
-    dialers: Vec<Option<tls::Dialer>>,
-    /// Outgoing side: a connector thread is working on the link.
-    connecting: Vec<bool>,
-    /// The link has been connected before (a new connection is a reconnect).
-    seen: Vec<bool>,
-    /// Layout ids of the links.
-    layout_ids: Vec<u32>,
-    /// When each link's connection broke, while it is down.
-    lost_at: Vec<Option<std::time::SystemTime>>,
-    stats: Vec<Option<std::path::PathBuf>>,
+    /// Its links, by their index in the bundle.
+    links: Vec<PeerLink>,
     /// The compression setting of its sending side, for the statistics.
     compression: String,
     /// Its sending side's frames cover their payload, for the statistics.
@@ -573,6 +566,45 @@ struct Peer {
     label: String,
     /// Frames written and bytes read per link, with `METAMPI_TRACE`.
     trace: Option<metampi::for_router::LinkLog>,
+}
+
+/// One configured link to or from a peer router.
+struct PeerLink {
+    /// Its current connection; `None` while it is down.
+    conn: Option<WireConn>,
+    /// Emulation of a slow line, applied to its sending side.
+    emulation: (Option<u64>, Option<Duration>),
+    /// Outgoing side: where it connects, for reconnecting (empty on the incoming side).
+    addr: String,
+    /// Outgoing side: its TLS end (`None`: plain).
+    dialer: Option<tls::Dialer>,
+    /// Outgoing side: a connector thread is working on it.
+    connecting: bool,
+    /// It has been connected before (a new connection is a reconnect).
+    seen: bool,
+    /// Its id in the layout.
+    layout_id: u32,
+    /// When its connection broke, while it is down.
+    lost_at: Option<std::time::SystemTime>,
+    stats: Option<std::path::PathBuf>,
+}
+
+impl PeerLink {
+    /// A link not connected yet; the incoming side learns its layout id and statistics
+    /// path from its hello.
+    fn new(emulation: (Option<u64>, Option<Duration>), layout_id: u32) -> PeerLink {
+        PeerLink {
+            conn: None,
+            emulation,
+            addr: String::new(),
+            dialer: None,
+            connecting: false,
+            seen: false,
+            layout_id,
+            lost_at: None,
+            stats: None,
+        }
+    }
 }
 
 /// A local rank's connection (vertical traffic).
@@ -1108,7 +1140,7 @@ enum Slot {
     Listener,
     Hello(usize),
     Rank(usize),
-    Link(bool, usize, usize),
+    Link(PeerKey, usize),
     Waker,
 }
 
@@ -1267,20 +1299,19 @@ impl Router {
             let cfg = wire_config(spec.id as u32, comp, slow, checksum, &budget);
             let bundle = Bundle::new(now, cfg, links.len())
                 .map_err(|e| io::Error::other(format!("router {}: {e}", spec.id)))?;
+            let peer_links = links
+                .iter()
+                .zip(dialers)
+                .map(|(l, dialer)| PeerLink {
+                    addr: l.addr.clone(),
+                    dialer,
+                    stats: stats_path(spec.id, l.link_id, "out"),
+                    ..PeerLink::new((l.bytes_per_sec, l.latency), l.link_id)
+                })
+                .collect();
             out.push(Peer {
                 bundle,
-                conns: links.iter().map(|_| None).collect(),
-                emulation: links.iter().map(|l| (l.bytes_per_sec, l.latency)).collect(),
-                addrs: links.iter().map(|l| l.addr.clone()).collect(),
-                dialers,
-                connecting: vec![false; links.len()],
-                seen: vec![false; links.len()],
-                lost_at: vec![None; links.len()],
-                layout_ids: links.iter().map(|l| l.link_id).collect(),
-                stats: links
-                    .iter()
-                    .map(|l| stats_path(spec.id, l.link_id, "out"))
-                    .collect(),
+                links: peer_links,
                 compression: links[0].compression.clone(),
                 checksum,
                 label: format!("to router {peer}"),
@@ -1324,54 +1355,57 @@ impl Router {
 
     fn start_connectors(&mut self) {
         for p in 0..self.out.len() {
-            for l in 0..self.out[p].conns.len() {
+            for l in 0..self.out[p].links.len() {
                 self.connect(p, l);
             }
         }
     }
 
     fn connect(&mut self, p: usize, l: usize) {
-        let peer = &mut self.out[p];
-        if peer.connecting[l] {
+        let links = self.out[p].links.len();
+        let link = &mut self.out[p].links[l];
+        if link.connecting {
             return;
         }
-        peer.connecting[l] = true;
-        let hello = link_hello(
-            self.id as u32,
-            l as u16,
-            peer.conns.len() as u16,
-            peer.layout_ids[l],
-        );
-        let addr = peer.addrs[l].clone();
-        let dialer = peer.dialers[l].clone();
+        link.connecting = true;
+        let hello = link_hello(self.id as u32, l as u16, links as u16, link.layout_id);
+        let addr = link.addr.clone();
+        let dialer = link.dialer.clone();
         spawn_connector(self, p, l, addr, hello, dialer);
     }
 
-    fn peer_mut(&mut self, outgoing: bool, key: usize) -> Option<&mut Peer> {
-        if outgoing {
-            self.out.get_mut(key)
-        } else {
-            self.inbound.get_mut(&(key as u32))
+    fn peer_mut(&mut self, key: PeerKey) -> Option<&mut Peer> {
+        match key {
+            PeerKey::Out(k) => self.out.get_mut(k),
+            PeerKey::In(id) => self.inbound.get_mut(&id),
         }
+    }
+
+    /// Every peer router with its key: the ones this router dials, then those that dialled it.
+    fn peer_keys(&self) -> Vec<PeerKey> {
+        (0..self.out.len())
+            .map(PeerKey::Out)
+            .chain(self.inbound.keys().map(|&id| PeerKey::In(id)))
+            .collect()
     }
 
     /// A link's connection broke: the wire protocol resends what was not
     /// acknowledged once it is back (the outgoing side reconnects; the
     /// incoming side waits for the peer to).
-    fn link_lost(&mut self, now: Instant, outgoing: bool, key: usize, link: usize, why: &str) {
+    fn link_lost(&mut self, now: Instant, key: PeerKey, link: usize, why: &str) {
         let id = self.id;
-        if let Some(p) = self.peer_mut(outgoing, key) {
-            if p.conns[link].take().is_some() {
-                p.lost_at[link] = Some(std::time::SystemTime::now());
+        if let Some(p) = self.peer_mut(key) {
+            if p.links[link].conn.take().is_some() {
+                p.links[link].lost_at = Some(std::time::SystemTime::now());
                 if debug_enabled() {
                     eprintln!("metampi router {id}: link {link} {} lost ({why})", p.label);
                 }
                 p.bundle.handle_disconnect(now, link);
             }
         }
-        if outgoing {
-            self.out[key].connecting[link] = false;
-            self.connect(key, link);
+        if let PeerKey::Out(k) = key {
+            self.out[k].links[link].connecting = false;
+            self.connect(k, link);
         }
     }
 
@@ -1606,15 +1640,7 @@ impl Router {
             let cfg = wire_config(conn, Compression::Off, false, true, budget);
             Peer {
                 bundle: Bundle::new(now, cfg, links).expect("1 <= links < 65536 checked"),
-                conns: (0..links).map(|_| None).collect(),
-                emulation: vec![(None, None); links],
-                addrs: Vec::new(),
-                dialers: Vec::new(),
-                connecting: Vec::new(),
-                seen: vec![false; links],
-                lost_at: vec![None; links],
-                layout_ids: vec![0; links],
-                stats: vec![None; links],
+                links: (0..links).map(|_| PeerLink::new((None, None), 0)).collect(),
                 // Only acknowledgements go back on an incoming connection.
                 compression: "off".into(),
                 checksum: true,
@@ -1622,18 +1648,19 @@ impl Router {
                 trace: metampi::for_router::LinkLog::open(id, false, conn as usize),
             }
         });
-        if p.conns.len() != links {
+        if p.links.len() != links {
             eprintln!(
                 "metampi router {id}: refused link {link} from router {conn}: it announced {links} links, earlier {}",
-                p.conns.len()
+                p.links.len()
             );
             return;
         }
-        let again = p.seen[link];
-        p.seen[link] = true;
-        p.lost_at[link] = None;
-        p.layout_ids[link] = layout_id;
-        p.stats[link] = stats_path(id, layout_id, "in");
+        let l = &mut p.links[link];
+        let again = l.seen;
+        l.seen = true;
+        l.lost_at = None;
+        l.layout_id = layout_id;
+        l.stats = stats_path(id, layout_id, "in");
         let mut tls = h.tls;
         if let Some(t) = tls.as_mut() {
             t.set_link_buffers();
@@ -1647,7 +1674,7 @@ impl Router {
                 reader::Reader::spawn(&h.stream, max, Arc::clone(&self.waker.0)).ok()
             })
             .flatten();
-        p.conns[link] = Some(WireConn {
+        p.links[link].conn = Some(WireConn {
             stream: h.stream,
             shaper: Shaper::new(None, None),
             tls,
@@ -1662,17 +1689,18 @@ impl Router {
     fn take_connected(&mut self, now: Instant) {
         while let Ok((p, l, stream, tls)) = self.connected_rx.try_recv() {
             let peer = &mut self.out[p];
-            peer.connecting[l] = false;
-            let (bps, lat) = peer.emulation[l];
-            let first = !peer.seen[l];
-            peer.seen[l] = true;
-            peer.lost_at[l] = None;
+            let link = &mut peer.links[l];
+            link.connecting = false;
+            let (bps, lat) = link.emulation;
+            let first = !link.seen;
+            link.seen = true;
+            link.lost_at = None;
             // Emulated links are slow, and TLS encrypts in the loop: the
             // writer thread is for plain links at full speed.
             let writer = (tls.is_none() && bps.is_none() && lat.is_none() && writer::enabled())
                 .then(|| writer::Writer::spawn(&stream, Arc::clone(&self.waker.0)).ok())
                 .flatten();
-            peer.conns[l] = Some(WireConn {
+            link.conn = Some(WireConn {
                 stream,
                 shaper: Shaper::new(bps, lat),
                 tls,
@@ -1807,17 +1835,17 @@ impl Router {
     }
 
     /// Feeds a link connection's bytes to its bundle; drives its transmit side.
-    fn service_peer(&mut self, now: Instant, outgoing: bool, key: usize, readable: &[bool]) {
+    fn service_peer(&mut self, now: Instant, key: PeerKey, readable: &[bool]) {
         let mut lost = Vec::new();
         let timing = self.profile.is_some();
         let mut reads = (0u64, Duration::ZERO);
         let mut writes = (0u64, Duration::ZERO);
         {
-            let Some(p) = self.peer_mut(outgoing, key) else {
+            let Some(p) = self.peer_mut(key) else {
                 return;
             };
-            for l in 0..p.conns.len() {
-                let Some(c) = p.conns[l].as_mut() else {
+            for (l, link) in p.links.iter_mut().enumerate() {
+                let Some(c) = link.conn.as_mut() else {
                     continue;
                 };
                 if readable.get(l).copied().unwrap_or(true) || c.pending() {
@@ -1839,7 +1867,7 @@ impl Router {
                             reads.1 += t0.elapsed();
                         }
                         if let Some(t) = p.trace.as_mut() {
-                            t.record(now, p.layout_ids[l], n, true);
+                            t.record(now, link.layout_id, n, true);
                         }
                     }
                 }
@@ -1849,24 +1877,24 @@ impl Router {
                 // still in a link's socket, writer thread or delay line are
                 // late, not lost (a slow line's queue holds seconds of them).
                 // Asked only when a link's timer has expired (a system call).
-                for (l, c) in p.conns.iter().enumerate() {
+                for (l, link) in p.links.iter().enumerate() {
                     if p.bundle.retransmission_due(now, l)
-                        && c.as_ref().is_some_and(WireConn::delivering)
+                        && link.conn.as_ref().is_some_and(WireConn::delivering)
                     {
                         p.bundle.transport_busy(now, l);
                     }
                 }
                 p.bundle.handle_timeout(now);
             }
-            for l in 0..p.conns.len() {
-                let Some(c) = p.conns[l].as_mut() else {
+            for (l, link) in p.links.iter_mut().enumerate() {
+                let Some(c) = link.conn.as_mut() else {
                     continue;
                 };
                 while c.shaper.can_take(now) {
                     match p.bundle.poll_transmit_parts(now, l) {
                         Some(bytes) => {
                             if let Some(t) = p.trace.as_mut() {
-                                t.record(now, p.layout_ids[l], bytes.len(), false);
+                                t.record(now, link.layout_id, bytes.len(), false);
                             }
                             c.shaper.push(now, bytes)
                         }
@@ -1890,21 +1918,21 @@ impl Router {
             p.writes.1 += writes.1;
         }
         for (l, why) in lost {
-            self.link_lost(now, outgoing, key, l, &why);
+            self.link_lost(now, key, l, &why);
         }
-        self.take_events(outgoing, key);
+        self.take_events(key);
     }
 
     /// Messages the links delivered go to their ranks, while the queue
     /// towards ranks has room (otherwise the wire credit stops the sender).
-    fn take_events(&mut self, outgoing: bool, key: usize) {
+    fn take_events(&mut self, key: PeerKey) {
         let id = self.id;
         let lent = self.lent();
         loop {
             if self.to_ranks + lent >= self.budget.to_ranks {
                 return;
             }
-            let Some(p) = self.peer_mut(outgoing, key) else {
+            let Some(p) = self.peer_mut(key) else {
                 return;
             };
             // A message that came in several fragments is written as they are
@@ -1934,13 +1962,13 @@ impl Router {
                 Event::LinkDead { link, reason } => {
                     eprintln!(
                         "metampi router {id}: link l{} {} given up ({reason:?}){}",
-                        p.layout_ids.get(link).copied().unwrap_or(0),
+                        p.links.get(link).map_or(0, |l| l.layout_id),
                         p.label,
-                        lost_since(p.lost_at.get(link).copied().flatten())
+                        lost_since(p.links.get(link).and_then(|l| l.lost_at))
                     );
                 }
                 Event::Closed(reason) => {
-                    let since = p.lost_at.iter().flatten().min().copied();
+                    let since = p.links.iter().filter_map(|l| l.lost_at).min();
                     eprintln!(
                         "metampi router {id}: the connection {} is gone ({reason:?}){}; ending the job",
                         p.label,
@@ -2053,8 +2081,8 @@ impl Router {
             );
         }
         for p in self.out.iter().chain(self.inbound.values()) {
-            for (l, path) in p.stats.iter().enumerate() {
-                if let (Some(path), Some(mut st)) = (path, p.bundle.link_stats(l)) {
+            for (l, link) in p.links.iter().enumerate() {
+                if let (Some(path), Some(mut st)) = (&link.stats, p.bundle.link_stats(l)) {
                     let all = p.bundle.stats();
                     st.queued_messages = all.queued_messages;
                     st.queued_bytes = all.queued_bytes;
@@ -2076,7 +2104,7 @@ impl Router {
         let mut pfds: Vec<libc::pollfd> = Vec::new();
         let mut slots: Vec<Slot> = Vec::new();
         let mut rank_ready: Vec<bool> = Vec::new();
-        let mut link_ready: HashMap<(bool, usize), Vec<bool>> = HashMap::new();
+        let mut link_ready: HashMap<PeerKey, Vec<bool>> = HashMap::new();
         let mut first = true;
         loop {
             let now = Instant::now();
@@ -2120,8 +2148,8 @@ impl Router {
                             *r |= ready;
                         }
                     }
-                    Slot::Link(o, k, l) => {
-                        let v = link_ready.entry((o, k)).or_default();
+                    Slot::Link(key, l) => {
+                        let v = link_ready.entry(key).or_default();
                         if v.len() <= l {
                             v.resize(l + 1, false);
                         }
@@ -2135,24 +2163,20 @@ impl Router {
             self.read_ranks(now, &rank_ready);
             self.phase(1);
             for k in 0..self.out.len() {
-                let r = link_ready.remove(&(true, k)).unwrap_or_default();
-                self.service_peer(now, true, k, &r);
+                let r = link_ready.remove(&PeerKey::Out(k)).unwrap_or_default();
+                self.service_peer(now, PeerKey::Out(k), &r);
             }
             self.phase(2);
             let keys: Vec<u32> = self.inbound.keys().copied().collect();
             for k in keys {
-                let r = link_ready.remove(&(false, k as usize)).unwrap_or_default();
-                self.service_peer(now, false, k as usize, &r);
+                let r = link_ready.remove(&PeerKey::In(k)).unwrap_or_default();
+                self.service_peer(now, PeerKey::In(k), &r);
             }
             self.phase(3);
             // Delivery may have been waiting for room towards the ranks.
             self.write_ranks();
-            for k in 0..self.out.len() {
-                self.take_events(true, k);
-            }
-            let keys: Vec<u32> = self.inbound.keys().copied().collect();
-            for k in keys {
-                self.take_events(false, k as usize);
+            for key in self.peer_keys() {
+                self.take_events(key);
             }
             self.write_ranks();
             if self.stats {
@@ -2202,14 +2226,14 @@ impl Router {
                 .out
                 .iter()
                 .enumerate()
-                .map(|(k, p)| (true, k, p))
-                .chain(self.inbound.iter().map(|(k, p)| (false, *k as usize, p)));
-            for (o, k, p) in peers {
+                .map(|(k, p)| (PeerKey::Out(k), p))
+                .chain(self.inbound.iter().map(|(&k, p)| (PeerKey::In(k), p)));
+            for (key, p) in peers {
                 if let Some(t) = p.bundle.poll_timeout() {
                     wake = wake.min(t);
                 }
-                for (l, c) in p.conns.iter().enumerate() {
-                    let Some(c) = c else { continue };
+                for (l, link) in p.links.iter().enumerate() {
+                    let Some(c) = &link.conn else { continue };
                     if let Some(t) = c.shaper.due(now) {
                         wake = wake.min(t);
                     }
@@ -2220,7 +2244,7 @@ impl Router {
                         &mut pfds,
                         c.poll_fd(),
                         c.wants_write(now),
-                        Slot::Link(o, k, l),
+                        Slot::Link(key, l),
                     );
                 }
             }

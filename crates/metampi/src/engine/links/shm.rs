@@ -345,14 +345,14 @@ impl Links {
 impl ShmLink {
     /// The largest payload sent eagerly to this peer: the tuned limit, or
     /// what one ring record holds where that is less.
-    #[inline]
+    #[inline(always)]
     pub(super) fn eager(&self, tuned: usize) -> usize {
         tuned.min(self.prod.max_payload())
     }
 
     /// Writes one frame into the peer's ring if it has room, then publishes
     /// it and wakes the peer if it sleeps; false (nothing written) when full.
-    #[inline]
+    #[inline(always)]
     pub(super) fn write(
         &mut self,
         env: &[u8; ENV_LEN],
@@ -370,7 +370,7 @@ impl ShmLink {
     /// [`Links::try_send_now`] to this peer: an eager message written into its
     /// ring at once (inline in the envelope where small enough); false where it
     /// is too long for that or the ring is full.
-    #[inline]
+    #[inline(always)]
     pub(super) fn send_now(
         &mut self,
         env: &Envelope,
