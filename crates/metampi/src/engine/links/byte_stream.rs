@@ -393,7 +393,7 @@ impl Links {
     /// Queues a message on stream channel `d`: eager up to the stream's limit
     /// (a router connection's own, as routers refuse larger frames), else a
     /// rendezvous request; fails it at once where the stream is closed.
-    pub(super) fn post_stream(&mut self, core: &mut Core, d: usize, mut env: Envelope, sync: bool) {
+    pub(super) fn post_stream(&mut self, core: &mut Core, d: usize, env: Envelope, sync: bool) {
         let Link::Stream(t) = &self.peers[d] else {
             return;
         };
@@ -408,18 +408,7 @@ impl Links {
             );
             return;
         }
-        let len = env.len as usize;
-        if len <= self.stream_eager(d) {
-            self.queue(
-                d,
-                env.encode(None),
-                Some((id, 0, len)),
-                (!sync).then_some(id),
-            );
-        } else {
-            env.kind = Kind::Rts;
-            self.queue(d, env.encode(None), None, None);
-        }
+        self.queue_send(d, env, sync, self.stream_eager(d));
     }
 
     /// The eager limit on stream channel `d`.

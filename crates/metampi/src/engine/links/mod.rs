@@ -247,6 +247,24 @@ impl Links {
         self.pending += 1;
     }
 
+    /// Queues the message of send `env.sreq` on channel `d`: eagerly (its payload
+    /// follows the envelope) up to `eager` bytes, else as a rendezvous request.
+    /// A standard-mode eager send is complete once its frame is out.
+    fn queue_send(&mut self, d: usize, mut env: Envelope, sync: bool, eager: usize) {
+        let (id, len) = (env.sreq, env.len as usize);
+        if len <= eager {
+            self.queue(
+                d,
+                env.encode(None),
+                Some((id, 0, len)),
+                (!sync).then_some(id),
+            );
+        } else {
+            env.kind = Kind::Rts;
+            self.queue(d, env.encode(None), None, None);
+        }
+    }
+
     /// Turns the engine's queued actions into frames.
     fn drain_actions(&mut self, core: &mut Core) {
         while let Some(a) = core.out.pop_front() {

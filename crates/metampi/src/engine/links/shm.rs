@@ -404,19 +404,11 @@ impl Links {
             let bytes = core.send_bytes(id).unwrap_or(&[]);
             let frame = env.encode(Some(bytes));
             self.queue(d, frame, None, Some(id));
-        } else if len <= eager {
-            self.queue(
-                d,
-                env.encode(None),
-                Some((id, 0, len)),
-                (!sync).then_some(id),
-            );
         } else {
-            env.kind = Kind::Rts;
-            if self.cma {
+            if len > eager && self.cma {
                 env.addr = core.send_bytes(id).map_or(0, |b| b.as_ptr() as u64);
             }
-            self.queue(d, env.encode(None), None, None);
+            self.queue_send(d, env, sync, eager);
         }
     }
 }
