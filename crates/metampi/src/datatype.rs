@@ -128,16 +128,20 @@ impl TypeMap {
             _ if c > 0 => out.push((s, c)),
             _ => {}
         };
-        if let [one] = self.units[..] {
-            push((one.0, one.1 * times));
-        } else if self.units.iter().all(|u| u.0 == self.units[0].0) {
-            // Values of one size: one run, however many copies (2^31 of them from C).
-            let per: usize = self.units.iter().map(|u| u.1).sum();
-            push((self.units[0].0, per * times));
-        } else {
-            for _ in 0..times {
-                for &u in &self.units {
-                    push(u);
+        match self.units[..] {
+            // An empty struct has no values to repeat.
+            [] => {}
+            [one] => push((one.0, one.1 * times)),
+            [first, ..] if self.units.iter().all(|u| u.0 == first.0) => {
+                // Values of one size: one run, however many copies (2^31 of them from C).
+                let per: usize = self.units.iter().map(|u| u.1).sum();
+                push((first.0, per * times));
+            }
+            _ => {
+                for _ in 0..times {
+                    for &u in &self.units {
+                        push(u);
+                    }
                 }
             }
         }
