@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI gates before the tests: formatting, clippy with warnings as errors on every target,
 # and the API docs with warnings as errors (broken intra-doc links and the like).
-# The fuzz targets are not built here: they need nightly and cargo-fuzz (fuzz/Cargo.toml).
+# The fuzz targets are built and smoke-run by .ci/fuzz.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== cargo fmt --check"

@@ -44,7 +44,9 @@ edition = "2021"
 mpi = "=0.8.2"
 [workspace]
 T
-mkdir -p src && echo "" > src/lib.rs && cargo vendor -q "$W/vendor" >/dev/null 2>&1) || { echo "cannot download mpi 0.8.2 (no registry?)"; exit 0; }
+mkdir -p src && echo "" > src/lib.rs && cargo vendor -q "$W/vendor" >/dev/null 2>&1) || {
+    # Without crates.io there is nothing to run; CI (REQUIRE_REGISTRY=1) counts that as failing.
+    echo "cannot download mpi 0.8.2 (no registry?)"; exit "${REQUIRE_REGISTRY:-0}"; }
 cp "$W/vendor/mpi/examples/"*.rs "$W/compat/examples/"
 cat > "$W/compat/Cargo.toml" <<T
 [package]
