@@ -61,7 +61,8 @@ if [ "$PEER" = mpich ]; then
     peer_run=(mpiexec.mpich -n "$RANKS")
     [ "${TCP:-0}" = 0 ] || peer_run=(env MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_SHM_ENABLE=0 UCX_TLS=tcp,self "${peer_run[@]}")
 else
-    if ! command -v mpicc.openmpi >/dev/null; then
+    # openmpi-bin brings the wrapper without the header (libopenmpi-dev): try one.
+    if ! echo '#include <mpi.h>' | mpicc.openmpi -E -x c - >/dev/null 2>&1; then
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev) >/dev/null
     fi
     mpicc.openmpi -O2 -w -o "$out/osu_like_peer" bench/c/osu_like.c

@@ -34,7 +34,7 @@ use std::sync::{Arc, Condvar, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::{core, report, Engine, Shared};
-use crate::sys::poll;
+use crate::sys::{poll, sleep_flag};
 
 /// A thread asleep in [`Shared::wait_until`]: what it waits for, and how to wake it.
 pub(super) struct Sleeper {
@@ -110,14 +110,14 @@ impl Shared {
     }
 
     fn set_sleeping(&self, e: &Engine, on: bool) {
-        for f in &e.links.my_sleep {
-            f.get().store(on as u32, Ordering::SeqCst);
-        }
+        // The pipes are armed before the flags' fence, which orders both before the last look
+        // (writers to our rings and pipes may skip their barrier: `publish_fence`).
         e.links.arm_pipes(on);
-        if on {
-            // Writers to our rings and pipes skip their barrier (`publish_fence`).
-            crate::sys::sleep_fence();
-        }
+        sleep_flag::announce(
+            e.links.my_sleep.iter().map(|f| f.get()),
+            on,
+            crate::sys::sleep_fence,
+        );
     }
 
     /// Drives progress until `check` returns a value.

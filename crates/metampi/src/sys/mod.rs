@@ -12,6 +12,7 @@ pub(crate) mod rawbuf;
 pub mod read;
 pub(crate) mod ring;
 pub(crate) mod shm;
+pub(crate) mod sleep_flag;
 pub(crate) mod spin;
 pub mod vchan;
 

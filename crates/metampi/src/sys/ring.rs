@@ -250,7 +250,7 @@ impl Producer {
 impl<M: Memory> Producer<M> {
     /// The producer of the ring in `mem`, of `cap` data bytes (a power of two,
     /// at least two lines), zeroed.
-    fn in_memory(mem: M, cap: usize) -> Producer<M> {
+    pub(super) fn in_memory(mem: M, cap: usize) -> Producer<M> {
         debug_assert!(cap.is_power_of_two() && cap >= 2 * LINE);
         let head = mem.head(Ordering::Acquire);
         Producer {
@@ -388,7 +388,7 @@ impl Consumer {
 
 impl<M: Memory> Consumer<M> {
     /// The consumer of the ring in `mem` (as [`Producer::in_memory`]).
-    fn in_memory(mem: M, cap: usize) -> Consumer<M> {
+    pub(super) fn in_memory(mem: M, cap: usize) -> Consumer<M> {
         let head = mem.head(Ordering::Acquire);
         Consumer {
             mem,
@@ -617,9 +617,10 @@ mod tests {
 /// and every outcome the memory model allows. A payload read not ordered
 /// after its write, or a write into space the reader still holds, fails as
 /// a data race; a stale length taken for a record fails the checks.
-/// `bash scripts/loom.sh` runs them (docs/testing.md).
+/// `bash .ci/loom.sh` runs them (and the sleep-flag models of `sys::sleep_flag`, which
+/// use this memory).
 #[cfg(all(test, loom))]
-mod loom_model {
+pub(super) mod loom_model {
     use super::*;
     use loom::cell::UnsafeCell;
     use loom::sync::atomic::{AtomicU32 as LoomU32, AtomicU64 as LoomU64};
@@ -627,7 +628,7 @@ mod loom_model {
 
     /// A ring of `lines` lines: the head, a length word per line, and the
     /// other bytes of each line as a cell loom checks.
-    struct Model {
+    pub(crate) struct Model {
         head: LoomU64,
         lens: Vec<LoomU32>,
         lines: Vec<UnsafeCell<[u8; LINE]>>,
@@ -702,7 +703,7 @@ mod loom_model {
         }
     }
 
-    fn ring(lines: usize) -> Arc<Model> {
+    pub(crate) fn ring(lines: usize) -> Arc<Model> {
         Arc::new(Model {
             head: LoomU64::new(0),
             lens: (0..lines).map(|_| LoomU32::new(0)).collect(),

@@ -15,6 +15,7 @@ use super::{Link, Links};
 use crate::envelope::{Envelope, Kind, ENV_LEN, INLINE_MAX};
 use crate::sys::cma;
 use crate::sys::ring::{Consumer, HeadWatch, Producer};
+use crate::sys::sleep_flag;
 
 /// Records taken from one ring per progress pass, so one busy sender cannot starve others.
 const RING_BATCH: usize = 64;
@@ -48,17 +49,27 @@ impl SleepFlag {
 /// is all it needs. Sending one per message while the flag stayed up cost a
 /// `sendto` (1.5-4 µs) each: 1000 queued 8-byte messages taken by a
 /// receiver whose sender slept took 1.8 µs apiece.
-/// The caller has published first (`publish_fence`), so either the sleeper
-/// sees what was published before it sleeps or its flag is seen here.
+/// The caller has published and fenced first (`sys::sleep_flag`), so either
+/// the sleeper sees what was published before it sleeps or its flag is seen here.
 /// (A failed send needs no retry: a full queue wakes the sleeper anyway.)
 fn wake_if_asleep(wake: &UnixDatagram, flag: &AtomicU32, addr: &SocketAddr) {
-    if flag.load(Ordering::Relaxed) != 0
-        && flag
-            .compare_exchange(1, 0, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        WAKE_UPS.fetch_add(1, Ordering::Relaxed);
-        let _ = wake.send_to_addr(&[1], addr);
+    if sleep_flag::take(flag) {
+        send_wake(wake, addr);
+    }
+}
+
+/// The wake-up datagram to a sleeper whose flag this process took down.
+fn send_wake(wake: &UnixDatagram, addr: &SocketAddr) {
+    WAKE_UPS.fetch_add(1, Ordering::Relaxed);
+    let _ = wake.send_to_addr(&[1], addr);
+}
+
+/// After publishing to a peer's memory: the writer's fence, then the wake-up
+/// where the peer sleeps ([`sleep_flag::must_wake_after_publish`]).
+#[inline(always)]
+fn published(wake: &UnixDatagram, flag: &AtomicU32, addr: &SocketAddr) {
+    if sleep_flag::must_wake_after_publish(flag, crate::sys::publish_fence) {
+        send_wake(wake, addr);
     }
 }
 
@@ -188,8 +199,7 @@ impl Links {
     #[inline]
     fn ring_freed(&self, src: u32) {
         if let Some(Link::Shm(l)) = self.peers.get(src as usize) {
-            crate::sys::publish_fence();
-            wake_if_asleep(&self.wake, l.peer_sleep.get(), &l.peer_wake);
+            published(&self.wake, l.peer_sleep.get(), &l.peer_wake);
         }
     }
 
@@ -362,8 +372,7 @@ impl ShmLink {
         if !self.prod.try_write(env, payload) {
             return false;
         }
-        crate::sys::publish_fence();
-        wake_if_asleep(wake, self.peer_sleep.get(), &self.peer_wake);
+        published(wake, self.peer_sleep.get(), &self.peer_wake);
         true
     }
 
