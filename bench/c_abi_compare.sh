@@ -5,13 +5,13 @@
 #   2. bench/c/osu_like.c: latency, bandwidth, barrier, allreduce; ratios metampi/MPICH
 #      (< 1: metampi faster) and the C path against metampi's Rust API (`metampi bench`).
 # Usage: bench/c_abi_compare.sh [RANKS] [OPS] [SIZES]      (needs mpicc.mpich, mpiexec.mpich)
-# Raw output goes to bench/results/DATE/c-abi/.
+# Raw output goes to bench/results/DATE/c-abi/ (or OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RANKS=${1:-2}
 OPS=${2:-pingpong,bw,barrier,allreduce}
 SIZES=${3:-8,65536}
-out="bench/results/$(date +%F)/c-abi"
+out=${OUT:-bench/results/$(date +%F)/c-abi}
 mkdir -p "$out"
 cargo build --release -q -p metampi-abi -p metampi-cli
 tmp=$(mktemp -d)
