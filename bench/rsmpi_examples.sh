@@ -57,7 +57,7 @@ edition = "2021"
 default = ["user-operations"]
 user-operations = []
 [dependencies]
-mpi = { package = "metampi", path = "$ROOT/crates/metampi", features = ["complex"] }
+mpi = { package = "metampi", path = "$ROOT/crates/metampi", features = ["complex", "derive", "user-operations"] }
 num-complex = "0.4"
 [workspace]
 T
