@@ -38,7 +38,7 @@ mpi! {
     fn MPI_Abort / PMPI_Abort(comm: Handle, code: c_int) {
         state::check_init()?;
         let _ = comm;
-        eprintln!("metampi: MPI_Abort called with error code {code}");
+        // The message is said once, by the library's abort (or by `metampi run` for it).
         state::abort_job(code)
     }
     fn MPI_Get_processor_name / PMPI_Get_processor_name(name: *mut c_char, len: *mut c_int) {

@@ -131,6 +131,7 @@ pub fn abort_job(code: c_int) -> ! {
     if initialized() && !finalized() {
         SimpleCommunicator::world().abort(code)
     }
+    eprintln!("metampi: MPI_Abort called with error code {code}");
     std::process::exit(code.clamp(1, 255))
 }
 

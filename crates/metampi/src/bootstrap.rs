@@ -79,6 +79,11 @@ impl Pmi {
         }
     }
 
+    /// Whether the process manager prints an abort's message itself (`metampi run` does).
+    pub(crate) fn prints_aborts(&self) -> bool {
+        matches!(self, Pmi::Launcher(_))
+    }
+
     pub(crate) fn abort(&mut self, code: i32, msg: &str) -> io::Result<()> {
         match self {
             Pmi::Launcher(c) => c.abort(code, msg).map_err(io_err),

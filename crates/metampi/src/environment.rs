@@ -303,11 +303,9 @@ pub(crate) fn hostname() -> String {
 /// Ends every process of the job with `code` and a message naming this rank.
 pub(crate) fn abort_job(code: i32, msg: &str) -> ! {
     match try_shared() {
-        Some(s) => {
-            let full = format!("rank {}: {msg}", s.info.rank);
-            eprintln!("metampi: {full}");
-            s.abort(code, &full)
-        }
+        // Said once: by `metampi run`, which names the rank's process and host, or here
+        // where another process manager (or none) takes the abort.
+        Some(s) => s.abort(code, msg),
         None => {
             eprintln!("metampi: {msg}");
             std::process::exit(if code == 0 { 1 } else { code })

@@ -83,22 +83,49 @@ pub(crate) fn truncate(len: usize, cap: usize) -> Error {
     )
 }
 
-/// Ends the whole job the way MPI treats a fatal error: a message naming this
-/// rank and the cause, then `MPI_Abort`.
-pub(crate) fn fatal(err: &Error) -> ! {
-    crate::environment::abort_job(1, &err.to_string())
+/// [`truncate`] for a message whose envelope is at hand: its tag and sender named too.
+pub(crate) fn truncate_message(len: usize, cap: usize, tag: i32, world_src: u32) -> Error {
+    Error::new(
+        ErrorClass::Truncate,
+        format!(
+            "message of {len} bytes (tag {tag}, from world rank {world_src}) does not fit a \
+             receive buffer of {cap} bytes"
+        ),
+    )
+}
+
+/// Ends the whole job the way MPI treats a fatal error, for an error of API call `call` made
+/// at `at`: a message naming this rank, the call, the caller's line where that is the
+/// program's own (not a line of this library's, which a helper without `#[track_caller]`
+/// between would give) and the cause, then `MPI_Abort`.
+#[cold]
+fn fatal_in(err: &Error, call: &str, at: &std::panic::Location<'_>) -> ! {
+    let file = at.file().replace('\\', "/");
+    let ours = file.contains("metampi/src/");
+    let place = if ours {
+        String::new()
+    } else {
+        format!(" at {}:{}:{}", file, at.line(), at.column())
+    };
+    crate::environment::abort_job(
+        1,
+        &format!("{} in `{call}`{place}: {}", err.class, err.message),
+    )
 }
 
 /// Unwraps a fallible result for the infallible rsmpi-shaped API.
 pub(crate) trait OrAbort<T> {
-    fn or_abort(self) -> T;
+    /// The value, or the end of the job naming API call `call` and where the program made it.
+    fn or_abort_in(self, call: &'static str) -> T;
 }
 
 impl<T> OrAbort<T> for Result<T, Error> {
-    fn or_abort(self) -> T {
+    #[track_caller]
+    #[inline(always)]
+    fn or_abort_in(self, call: &'static str) -> T {
         match self {
             Ok(v) => v,
-            Err(e) => fatal(&e),
+            Err(e) => fatal_in(&e, call, std::panic::Location::caller()),
         }
     }
 }

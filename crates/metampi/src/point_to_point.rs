@@ -533,13 +533,16 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Blocks until a matching message is there; does not receive it.
+    #[track_caller]
     fn probe_with_tag(&self, tag: Tag) -> Status {
-        self.try_probe_with_tag(Some(tag)).or_abort()
+        self.try_probe_with_tag(Some(tag))
+            .or_abort_in("probe_with_tag")
     }
 
     /// [`Source::probe_with_tag`] for any tag.
+    #[track_caller]
     fn probe(&self) -> Status {
-        self.try_probe_with_tag(None).or_abort()
+        self.try_probe_with_tag(None).or_abort_in("probe")
     }
 
     /// Fallible probe; `None` tag is any tag.
@@ -551,13 +554,16 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Takes a matching message out of the queue, to be received with [`Message`].
+    #[track_caller]
     fn matched_probe_with_tag(&self, tag: Tag) -> (Message, Status) {
-        self.try_matched_probe(Some(tag)).or_abort()
+        self.try_matched_probe(Some(tag))
+            .or_abort_in("matched_probe_with_tag")
     }
 
     /// [`Source::matched_probe_with_tag`] for any tag.
+    #[track_caller]
     fn matched_probe(&self) -> (Message, Status) {
-        self.try_matched_probe(None).or_abort()
+        self.try_matched_probe(None).or_abort_in("matched_probe")
     }
 
     /// Fallible matched probe; `None` tag is any tag.
@@ -569,13 +575,16 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Receives one value with `tag`.
+    #[track_caller]
     fn receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> (Msg, Status) {
-        self.try_receive_with_tag(Some(tag)).or_abort()
+        self.try_receive_with_tag(Some(tag))
+            .or_abort_in("receive_with_tag")
     }
 
     /// Receives one value with any tag.
+    #[track_caller]
     fn receive<Msg: Equivalence>(&self) -> (Msg, Status) {
-        self.try_receive_with_tag(None).or_abort()
+        self.try_receive_with_tag(None).or_abort_in("receive")
     }
 
     /// Fallible receive of one value; `None` tag is any tag.
@@ -613,13 +622,17 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Receives into `buf` with `tag`.
+    #[track_caller]
     fn receive_into_with_tag<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf, tag: Tag) -> Status {
-        self.try_receive_into_with_tag(buf, Some(tag)).or_abort()
+        self.try_receive_into_with_tag(buf, Some(tag))
+            .or_abort_in("receive_into_with_tag")
     }
 
     /// Receives into `buf` with any tag.
+    #[track_caller]
     fn receive_into<Buf: BufferMut + ?Sized>(&self, buf: &mut Buf) -> Status {
-        self.try_receive_into_with_tag(buf, None).or_abort()
+        self.try_receive_into_with_tag(buf, None)
+            .or_abort_in("receive_into")
     }
 
     /// Fallible receive into `buf`: a longer message is `ErrorClass::Truncate`.
@@ -639,13 +652,17 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Receives a message of any length into a new vector.
+    #[track_caller]
     fn receive_vec_with_tag<Msg: Equivalence>(&self, tag: Tag) -> (Vec<Msg>, Status) {
-        self.try_receive_vec_with_tag(Some(tag)).or_abort()
+        self.try_receive_vec_with_tag(Some(tag))
+            .or_abort_in("receive_vec_with_tag")
     }
 
     /// [`Source::receive_vec_with_tag`] for any tag.
+    #[track_caller]
     fn receive_vec<Msg: Equivalence>(&self) -> (Vec<Msg>, Status) {
-        self.try_receive_vec_with_tag(None).or_abort()
+        self.try_receive_vec_with_tag(None)
+            .or_abort_in("receive_vec")
     }
 
     /// Fallible receive into a new vector.
@@ -659,6 +676,7 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Starts a receive into `buf` with `tag`; complete it before the scope ends.
+    #[track_caller]
     fn immediate_receive_into_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -670,10 +688,11 @@ pub unsafe trait Source: AsCommunicator {
         Sc: Scope<'a>,
     {
         self.try_immediate_receive_into(scope, buf, Some(tag))
-            .or_abort()
+            .or_abort_in("immediate_receive_into_with_tag")
     }
 
     /// [`Source::immediate_receive_into_with_tag`] for any tag.
+    #[track_caller]
     fn immediate_receive_into<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -683,7 +702,8 @@ pub unsafe trait Source: AsCommunicator {
         Buf: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
-        self.try_immediate_receive_into(scope, buf, None).or_abort()
+        self.try_immediate_receive_into(scope, buf, None)
+            .or_abort_in("immediate_receive_into")
     }
 
     /// Fallible nonblocking receive; `None` tag is any tag.
@@ -706,24 +726,29 @@ pub unsafe trait Source: AsCommunicator {
     }
 
     /// Starts a receive of one value with `tag`.
+    #[track_caller]
     fn immediate_receive_with_tag<Msg: Equivalence>(&self, tag: Tag) -> ReceiveFuture<Msg> {
         ReceiveFuture::post(
             &self.as_communicator().as_handle().0,
             self.source(),
             Some(tag),
         )
-        .or_abort()
+        .or_abort_in("immediate_receive_with_tag")
     }
 
     /// Starts a receive of one value with any tag.
+    #[track_caller]
     fn immediate_receive<Msg: Equivalence>(&self) -> ReceiveFuture<Msg> {
-        ReceiveFuture::post(&self.as_communicator().as_handle().0, self.source(), None).or_abort()
+        ReceiveFuture::post(&self.as_communicator().as_handle().0, self.source(), None)
+            .or_abort_in("immediate_receive")
     }
 
     /// Starts a receive of a message of any length into an owned vector
     /// (no scope needed); `.await` it or call `wait`.
+    #[track_caller]
     fn immediate_receive_vec<Msg: Equivalence>(&self) -> ReceiveVecFuture<Msg> {
-        self.try_immediate_receive_vec(None).or_abort()
+        self.try_immediate_receive_vec(None)
+            .or_abort_in("immediate_receive_vec")
     }
 
     /// Fallible [`Source::immediate_receive_vec`]; `None` tag is any tag.
@@ -782,9 +807,10 @@ fn probing<R>(pat: Pattern, f: impl FnOnce() -> R) -> R {
     r
 }
 
+#[track_caller]
 fn immediate_probe<S: Source + ?Sized>(s: &S, tag: Option<Tag>) -> Option<Status> {
     let comm = &s.as_communicator().as_handle().0;
-    let pat = pattern(comm, s.source(), tag).or_abort();
+    let pat = pattern(comm, s.source(), tag).or_abort_in("immediate_probe");
     probing(pat, || {
         shared().with(|e| {
             e.progress();
@@ -794,12 +820,13 @@ fn immediate_probe<S: Source + ?Sized>(s: &S, tag: Option<Tag>) -> Option<Status
     .map(|raw| Status::from_raw(comm, raw))
 }
 
+#[track_caller]
 fn immediate_matched_probe<S: Source + ?Sized>(
     s: &S,
     tag: Option<Tag>,
 ) -> Option<(Message, Status)> {
     let comm = &s.as_communicator().as_handle().0;
-    let pat = pattern(comm, s.source(), tag).or_abort();
+    let pat = pattern(comm, s.source(), tag).or_abort_in("immediate_matched_probe");
     probing(pat, || {
         shared().with(|e| {
             e.progress();
@@ -829,8 +856,10 @@ pub trait Destination: AsCommunicator {
     fn destination_rank(&self) -> Rank;
 
     /// Sends `buf` with `tag` (standard mode: may return before it is received).
+    #[track_caller]
     fn send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
-        self.try_send_with_mode(buf, tag, Mode::Standard).or_abort()
+        self.try_send_with_mode(buf, tag, Mode::Standard)
+            .or_abort_in("send_with_tag")
     }
 
     /// Sends `buf` with tag 0.
@@ -864,8 +893,10 @@ pub trait Destination: AsCommunicator {
     }
 
     /// Buffered send: returns at once, the library keeps a copy.
+    #[track_caller]
     fn buffered_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
-        self.try_send_with_mode(buf, tag, Mode::Buffered).or_abort()
+        self.try_send_with_mode(buf, tag, Mode::Buffered)
+            .or_abort_in("buffered_send_with_tag")
     }
 
     /// Buffered send with tag 0.
@@ -874,9 +905,10 @@ pub trait Destination: AsCommunicator {
     }
 
     /// Synchronous send: returns only after the receiver has matched it.
+    #[track_caller]
     fn synchronous_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         self.try_send_with_mode(buf, tag, Mode::Synchronous)
-            .or_abort()
+            .or_abort_in("synchronous_send_with_tag")
     }
 
     /// Synchronous send with tag 0.
@@ -889,8 +921,10 @@ pub trait Destination: AsCommunicator {
     /// # Safety
     /// The matching receive must already be posted (MPI's rule for ready mode);
     /// this library then behaves as a standard send.
+    #[track_caller]
     unsafe fn ready_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
-        self.try_send_with_mode(buf, tag, Mode::Ready).or_abort()
+        self.try_send_with_mode(buf, tag, Mode::Ready)
+            .or_abort_in("ready_send_with_tag")
     }
 
     /// Ready send with tag 0.
@@ -943,6 +977,7 @@ pub trait Destination: AsCommunicator {
     }
 
     /// Starts a standard send with `tag`.
+    #[track_caller]
     fn immediate_send_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -954,7 +989,7 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         self.immediate_with_mode(scope, buf, tag, Mode::Standard)
-            .or_abort()
+            .or_abort_in("immediate_send_with_tag")
     }
 
     /// Starts a standard send with tag 0.
@@ -967,6 +1002,7 @@ pub trait Destination: AsCommunicator {
     }
 
     /// Starts a buffered send with `tag`.
+    #[track_caller]
     fn immediate_buffered_send_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -978,7 +1014,7 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         self.immediate_with_mode(scope, buf, tag, Mode::Buffered)
-            .or_abort()
+            .or_abort_in("immediate_buffered_send_with_tag")
     }
 
     /// Starts a buffered send with tag 0.
@@ -991,6 +1027,7 @@ pub trait Destination: AsCommunicator {
     }
 
     /// Starts a synchronous send with `tag`.
+    #[track_caller]
     fn immediate_synchronous_send_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -1002,7 +1039,7 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         self.immediate_with_mode(scope, buf, tag, Mode::Synchronous)
-            .or_abort()
+            .or_abort_in("immediate_synchronous_send_with_tag")
     }
 
     /// Starts a synchronous send with tag 0.
@@ -1022,6 +1059,7 @@ pub trait Destination: AsCommunicator {
     ///
     /// # Safety
     /// See [`Destination::ready_send_with_tag`].
+    #[track_caller]
     unsafe fn immediate_ready_send_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -1033,7 +1071,7 @@ pub trait Destination: AsCommunicator {
         Sc: Scope<'a>,
     {
         self.immediate_with_mode(scope, buf, tag, Mode::Ready)
-            .or_abort()
+            .or_abort_in("immediate_ready_send_with_tag")
     }
 
     /// Starts a ready send with tag 0.
@@ -1055,8 +1093,10 @@ pub trait Destination: AsCommunicator {
 
     /// Starts a send of an owned vector (no scope needed). The vector comes
     /// back from `wait` or `.await`.
+    #[track_caller]
     fn immediate_send_owned<T: Equivalence>(&self, data: Vec<T>, tag: Tag) -> SendFuture<T> {
-        self.try_immediate_send_owned(data, tag).or_abort()
+        self.try_immediate_send_owned(data, tag)
+            .or_abort_in("immediate_send_owned")
     }
 
     /// Fallible [`Destination::immediate_send_owned`].
@@ -1071,13 +1111,14 @@ pub trait Destination: AsCommunicator {
     /// Starts a synchronous send of an owned vector: it completes once the receiver has
     /// matched it with a receive, whatever the message's length, so a sender that keeps
     /// a few in flight never runs ahead of the receives its peer has posted.
+    #[track_caller]
     fn immediate_synchronous_send_owned<T: Equivalence>(
         &self,
         data: Vec<T>,
         tag: Tag,
     ) -> SendFuture<T> {
         self.try_immediate_synchronous_send_owned(data, tag)
-            .or_abort()
+            .or_abort_in("immediate_synchronous_send_owned")
     }
 
     /// Fallible [`Destination::immediate_synchronous_send_owned`].
@@ -1159,24 +1200,26 @@ impl Message {
     }
 
     /// Receives the message as one value.
+    #[track_caller]
     pub fn matched_receive<Msg: Equivalence>(mut self) -> (Msg, Status) {
         let id = self.post(RecvBuf::Owned(Vec::new()));
         let c = shared().wait(id);
         let st = Status::from_raw(&self.comm, c.status);
-        c.result.or_abort();
+        c.result.or_abort_in("matched_receive");
         (
-            one_from_bytes(c.data.unwrap_or_default(), &st).or_abort(),
+            one_from_bytes(c.data.unwrap_or_default(), &st).or_abort_in("matched_receive"),
             st,
         )
     }
 
     /// Receives the message into `buf`.
+    #[track_caller]
     pub fn matched_receive_into<Buf: BufferMut + ?Sized>(mut self, buf: &mut Buf) -> Status {
         let (rb, post) = recv_target(buf);
         let id = self.post(rb);
         let c = shared().wait(id);
         let st = Status::from_raw(&self.comm, c.status);
-        finish(c, &st, &post).or_abort();
+        finish(c, &st, &post).or_abort_in("matched_receive_into");
         st
     }
 
@@ -1211,14 +1254,15 @@ pub trait MatchedReceiveVec {
 }
 
 impl MatchedReceiveVec for (Message, Status) {
+    #[track_caller]
     fn matched_receive_vec<Msg: Equivalence>(self) -> (Vec<Msg>, Status) {
         let (mut m, _) = self;
         let id = m.post(RecvBuf::Owned(Vec::new()));
         let c = shared().wait(id);
         let st = Status::from_raw(&m.comm, c.status);
-        c.result.or_abort();
+        c.result.or_abort_in("matched_receive_vec");
         (
-            vec_from_bytes(c.data.unwrap_or_default(), &st).or_abort(),
+            vec_from_bytes(c.data.unwrap_or_default(), &st).or_abort_in("matched_receive_vec"),
             st,
         )
     }
@@ -1260,17 +1304,19 @@ impl<T: Equivalence> ReceiveFuture<T> {
     }
 
     /// Waits for the value.
+    #[track_caller]
     pub fn get(self) -> (T, Status) {
-        let (v, st) = self.inner.wait().or_abort();
-        (into_one(v).or_abort(), st)
+        let (v, st) = self.inner.wait().or_abort_in("get");
+        (into_one(v).or_abort_in("get"), st)
     }
 
     /// The value if it has arrived, else the future back.
+    #[track_caller]
     pub fn r#try(mut self) -> Result<(T, Status), Self> {
         match self.inner.test() {
             Some(r) => {
-                let (v, st) = r.or_abort();
-                Ok((into_one(v).or_abort(), st))
+                let (v, st) = r.or_abort_in("r");
+                Ok((into_one(v).or_abort_in("r"), st))
             }
             None => Err(self),
         }
@@ -1524,6 +1570,7 @@ where
 
 /// Sends a copy of `buf` (converted for the destination's meta host like
 /// every typed send) and receives into `buf`.
+#[track_caller]
 fn replace<B, D, S>(
     buf: &mut B,
     destination: &D,
@@ -1550,8 +1597,10 @@ where
         Mode::Standard,
         false,
     )
-    .or_abort();
-    let st = source.try_receive_into_with_tag(buf, tag).or_abort();
-    shared().wait(id).result.or_abort();
+    .or_abort_in("replace");
+    let st = source
+        .try_receive_into_with_tag(buf, tag)
+        .or_abort_in("replace");
+    shared().wait(id).result.or_abort_in("replace");
     st
 }

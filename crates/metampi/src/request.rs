@@ -293,8 +293,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Waits for completion and returns the status; errors end the job.
+    #[track_caller]
     pub fn wait(self) -> Status {
-        self.try_wait().or_abort()
+        self.try_wait().or_abort_in("wait")
     }
 
     /// Waits for completion; errors (truncation, lost peer) come back as `Err`.
@@ -330,11 +331,12 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// Waits and returns the borrowed data.
+    #[track_caller]
     pub fn wait_for_data(mut self) -> &'a D {
         let i = self.take();
         let data = i.data;
         let c = i.outcome();
-        i.complete(c).or_abort();
+        i.complete(c).or_abort_in("wait_for_data");
         data
     }
 
@@ -344,13 +346,14 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     /// The status and data if complete, else the request back.
+    #[track_caller]
     pub fn test_with_data(mut self) -> Result<(Status, &'a D), Self> {
         let got = self.inner.as_ref().expect("a live request").try_outcome();
         match got {
             Some(c) => {
                 let i = self.take();
                 let data = i.data;
-                Ok((i.complete(c).or_abort(), data))
+                Ok((i.complete(c).or_abort_in("test_with_data"), data))
             }
             None => Err(self),
         }
@@ -501,10 +504,11 @@ impl<'a, D: ?Sized> RequestCollection<'a, D> {
         self.reqs.len() - 1
     }
 
+    #[track_caller]
     fn finish_at(&mut self, idx: usize, c: (Status, Completed)) -> Done<'a, D> {
         let i = self.reqs[idx].take().expect("a live slot");
         let data = i.data;
-        (idx, i.complete(c).or_abort(), data)
+        (idx, i.complete(c).or_abort_in("finish_at"), data)
     }
 
     fn done_ids(&self, e: &mut crate::engine::Engine) -> Vec<usize> {

@@ -17,8 +17,8 @@ fn expect_failure(
     (f, took)
 }
 
-/// As [`expect_failure`] on `ranks`, with what the ranks printed (when the ranks
-/// capture it).
+/// As [`expect_failure`] on `ranks`, with what the ranks printed on stdout and stderr
+/// (when the ranks capture it).
 fn run_failing(
     ranks: Ranks,
     name: &str,
@@ -29,7 +29,8 @@ fn run_failing(
     match outcome {
         None => std::process::exit(0), // in a rank that got this far: nothing to check
         Some(o) => {
-            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            let out = String::from_utf8_lossy(&o.stdout).into_owned()
+                + &String::from_utf8_lossy(&o.stderr);
             (o.failure.expect("the job must fail"), t0.elapsed(), out)
         }
     }
@@ -142,22 +143,35 @@ fn truncation_in_blocking_receive(world: &metampi::topology::SimpleCommunicator)
         world.process_at_rank(1).send(&[1u32; 8][..]);
     } else {
         let mut small = [0u32; 2];
-        world.process_at_rank(0).receive_into(&mut small[..]);
+        world.process_at_rank(0).receive_into(&mut small[..]); // TRUNCATED HERE
     }
     world.barrier();
 }
 
+/// Said once (by the launcher, not again by the rank), naming the call, the program's line
+/// that made it, the message's tag and sender, and the cause.
 #[test]
-fn fatal_truncation_names_rank_and_cause() {
-    let (f, _) = expect_failure(
-        2,
-        false,
-        "fatal_truncation_names_rank_and_cause",
+fn fatal_truncation_names_rank_call_line_and_cause() {
+    let (f, _, out) = run_failing(
+        Ranks::new(2).capture_tagged(),
+        "fatal_truncation_names_rank_call_line_and_cause",
         truncation_in_blocking_receive,
     );
+    assert!(!out.contains("MPI_ERR_TRUNCATE"), "said twice:\n{out}");
     let text = f.to_string();
     assert!(text.contains("rank 1"), "{text}");
-    assert!(text.contains("MPI_ERR_TRUNCATE"), "{text}");
+    assert!(
+        text.contains("MPI_ERR_TRUNCATE in `receive_into`"),
+        "{text}"
+    );
+    let line = include_str!("failures.rs")
+        .lines()
+        .position(|l| l.contains("// TRUNCATED HERE"))
+        .unwrap()
+        + 1;
+    assert!(text.contains(&format!("failures.rs:{line}:")), "{text}");
+    assert!(text.contains("(tag 0, from world rank 0)"), "{text}");
+    assert!(text.contains("of 32 bytes"), "{text}");
 }
 
 const TWO_SITES: &str = "PORTBASE 24700\n\

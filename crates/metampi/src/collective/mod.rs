@@ -1021,9 +1021,10 @@ pub(crate) fn barrier_impl<C: Communicator + ?Sized>(c: &C) -> Result<(), Error>
 }
 
 /// Agrees on a fresh context id among the members of `comm` (collective).
+#[track_caller]
 pub(crate) fn agree_context(comm: &CommInner) -> u32 {
     let sh = crate::environment::shared();
-    let ctx = max_u32(comm, sh.next_context.load(Ordering::SeqCst)).or_abort();
+    let ctx = max_u32(comm, sh.next_context.load(Ordering::SeqCst)).or_abort_in("agree_context");
     sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
     ctx
 }
@@ -1031,6 +1032,7 @@ pub(crate) fn agree_context(comm: &CommInner) -> u32 {
 /// Agrees on a context among `members` (world ranks) only, using point-to-point
 /// messages on the parent's collective context with a tag derived from `tag`
 /// (negative, so it never meets the positive tags of collectives).
+#[track_caller]
 pub(crate) fn agree_context_among(parent: &CommInner, members: &[u32], tag: i32) -> u32 {
     let sh = crate::environment::shared();
     let t = -(tag.rem_euclid(1 << 20) + 2);
@@ -1041,17 +1043,19 @@ pub(crate) fn agree_context_among(parent: &CommInner, members: &[u32], tag: i32)
         let mut best = mine;
         for &r in &ranks[1..] {
             let mut b = [0u8; 4];
-            recv_bytes(parent, Some(r), Some(t), &mut b, true).or_abort();
+            recv_bytes(parent, Some(r), Some(t), &mut b, true).or_abort_in("agree_context_among");
             best = best.max(u32::from_le_bytes(b));
         }
         for &r in &ranks[1..] {
-            send_bytes(parent, r, t, &best.to_le_bytes(), Mode::Standard, true).or_abort();
+            send_bytes(parent, r, t, &best.to_le_bytes(), Mode::Standard, true)
+                .or_abort_in("agree_context_among");
         }
         best
     } else {
-        send_bytes(parent, leader, t, &mine.to_le_bytes(), Mode::Standard, true).or_abort();
+        send_bytes(parent, leader, t, &mine.to_le_bytes(), Mode::Standard, true)
+            .or_abort_in("agree_context_among");
         let mut b = [0u8; 4];
-        recv_bytes(parent, Some(leader), Some(t), &mut b, true).or_abort();
+        recv_bytes(parent, Some(leader), Some(t), &mut b, true).or_abort_in("agree_context_among");
         u32::from_le_bytes(b)
     };
     sh.next_context.fetch_max(ctx + 2, Ordering::SeqCst);
@@ -1072,12 +1076,13 @@ pub(crate) fn bcast_bytes(comm: &CommInner, root: Rank, buf: &mut [u8]) -> Resul
     run(unsafe { plan_bcast(comm, root, buf) })
 }
 
+#[track_caller]
 pub(crate) fn all_gather_i32_pairs(comm: &CommInner, a: i32, b: i32) -> Vec<(i32, i32)> {
     let mine = [a, b];
     let mut all = vec![0i32; 2 * comm.size() as usize];
     // SAFETY: both buffers outlive `run`, which waits for the schedule.
     let s = unsafe { plan_all_gather(comm, &mine[..], &mut all[..]) };
-    run(s).or_abort();
+    run(s).or_abort_in("all_gather_i32_pairs");
     all.chunks_exact(2).map(|c| (c[0], c[1])).collect()
 }
 
@@ -1128,8 +1133,9 @@ fn only_root(what: &str) -> Error {
 /// use.
 pub trait CommunicatorCollectives: Communicator {
     /// Blocks until every member has called it (`MPI_Barrier`, MPI-1.2 §4.3).
+    #[track_caller]
     fn barrier(&self) {
-        self.try_barrier().or_abort()
+        self.try_barrier().or_abort_in("barrier")
     }
 
     /// Fallible [`barrier`](Self::barrier).
@@ -1143,12 +1149,14 @@ pub trait CommunicatorCollectives: Communicator {
     /// Every member's `sendbuf`, in rank order, into every member's
     /// `recvbuf` (`MPI_Allgather`, §4.7); the receive count per rank is
     /// `recvbuf.count() / size`.
+    #[track_caller]
     fn all_gather_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.try_all_gather_into(sendbuf, recvbuf).or_abort()
+        self.try_all_gather_into(sendbuf, recvbuf)
+            .or_abort_in("all_gather_into")
     }
 
     /// Fallible [`all_gather_into`](Self::all_gather_into).
@@ -1168,13 +1176,14 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// All-gather with a count and displacement per rank (`MPI_Allgatherv`).
+    #[track_caller]
     fn all_gather_varcount_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: Buffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
         self.try_all_gather_varcount_into(sendbuf, recvbuf)
-            .or_abort()
+            .or_abort_in("all_gather_varcount_into")
     }
 
     /// Fallible [`all_gather_varcount_into`](Self::all_gather_varcount_into).
@@ -1193,12 +1202,14 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Block `j` of member `i`'s `sendbuf` goes to block `i` of member `j`'s
     /// `recvbuf` (`MPI_Alltoall`, §4.8).
+    #[track_caller]
     fn all_to_all_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
-        self.try_all_to_all_into(sendbuf, recvbuf).or_abort()
+        self.try_all_to_all_into(sendbuf, recvbuf)
+            .or_abort_in("all_to_all_into")
     }
 
     /// Fallible [`all_to_all_into`](Self::all_to_all_into).
@@ -1220,13 +1231,14 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// All-to-all with a count and displacement per rank on both sides
     /// (`MPI_Alltoallv`). Hierarchical across meta hosts (module docs).
+    #[track_caller]
     fn all_to_all_varcount_into<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: PartitionedBuffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
         self.try_all_to_all_varcount_into(sendbuf, recvbuf)
-            .or_abort()
+            .or_abort_in("all_to_all_varcount_into")
     }
 
     /// Fallible [`all_to_all_varcount_into`](Self::all_to_all_varcount_into).
@@ -1244,13 +1256,15 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Reduction of every member's `sendbuf` into every member's `recvbuf`
     /// (`MPI_Allreduce`, §4.9.5).
+    #[track_caller]
     fn all_reduce_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.try_all_reduce_into(sendbuf, recvbuf, op).or_abort()
+        self.try_all_reduce_into(sendbuf, recvbuf, op)
+            .or_abort_in("all_reduce_into")
     }
 
     /// Fallible [`all_reduce_into`](Self::all_reduce_into).
@@ -1274,6 +1288,7 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Reduction, then block `i` of the result to member `i`
     /// (`MPI_Reduce_scatter_block`, MPI-2.2 §5.10.1).
+    #[track_caller]
     fn reduce_scatter_block_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
     where
         S: Buffer + ?Sized,
@@ -1281,7 +1296,7 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation,
     {
         self.try_reduce_scatter_block_into(sendbuf, recvbuf, op)
-            .or_abort()
+            .or_abort_in("reduce_scatter_block_into")
     }
 
     /// Fallible [`reduce_scatter_block_into`](Self::reduce_scatter_block_into).
@@ -1304,13 +1319,15 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Inclusive prefix reduction in rank order (`MPI_Scan`, §4.9.7).
+    #[track_caller]
     fn scan_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        self.try_scan_into(sendbuf, recvbuf, op).or_abort()
+        self.try_scan_into(sendbuf, recvbuf, op)
+            .or_abort_in("scan_into")
     }
 
     /// Fallible [`scan_into`](Self::scan_into).
@@ -1329,6 +1346,7 @@ pub trait CommunicatorCollectives: Communicator {
 
     /// Exclusive prefix reduction (`MPI_Exscan`, MPI-2.2 §5.11.2); rank 0's
     /// `recvbuf` is left unchanged.
+    #[track_caller]
     fn exclusive_scan_into<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
     where
         S: Buffer + ?Sized,
@@ -1336,7 +1354,7 @@ pub trait CommunicatorCollectives: Communicator {
         O: Operation,
     {
         self.try_exclusive_scan_into(sendbuf, recvbuf, op)
-            .or_abort()
+            .or_abort_in("exclusive_scan_into")
     }
 
     /// Fallible [`exclusive_scan_into`](Self::exclusive_scan_into).
@@ -1384,6 +1402,7 @@ pub trait CommunicatorCollectives: Communicator {
     }
 
     /// Starts a varcount all-gather (`MPI_Iallgatherv`).
+    #[track_caller]
     fn immediate_all_gather_varcount_into<'a, S, R, Sc>(
         &self,
         scope: Sc,
@@ -1397,7 +1416,8 @@ pub trait CommunicatorCollectives: Communicator {
     {
         let comm = comm_of(self);
         // SAFETY: as in `immediate_all_gather_into`.
-        let s = unsafe { plan_all_gather_varcount(comm, sendbuf, recvbuf) }.or_abort();
+        let s = unsafe { plan_all_gather_varcount(comm, sendbuf, recvbuf) }
+            .or_abort_in("immediate_all_gather_varcount_into");
         request(comm, s, recvbuf, scope)
     }
 
@@ -1578,11 +1598,13 @@ pub trait Root: AsCommunicator {
     }
 
     /// The root's `buffer` into every member's `buffer` (`MPI_Bcast`, §4.4).
+    #[track_caller]
     fn broadcast_into<Buf>(&self, buffer: &mut Buf)
     where
         Buf: BufferMut + ?Sized,
     {
-        self.try_broadcast_into(buffer).or_abort()
+        self.try_broadcast_into(buffer)
+            .or_abort_in("broadcast_into")
     }
 
     /// Fallible [`broadcast_into`](Self::broadcast_into).
@@ -1602,12 +1624,13 @@ pub trait Root: AsCommunicator {
     }
 
     /// Sends `sendbuf` to the root (non-root side of `MPI_Gather`, §4.5).
+    #[track_caller]
     fn gather_into<S>(&self, sendbuf: &S)
     where
         S: Buffer + ?Sized,
     {
         assert_ne!(self.as_communicator().rank(), self.root_rank());
-        self.try_gather_into(sendbuf).or_abort()
+        self.try_gather_into(sendbuf).or_abort_in("gather_into")
     }
 
     /// Fallible [`gather_into`](Self::gather_into).
@@ -1632,13 +1655,15 @@ pub trait Root: AsCommunicator {
 
     /// Collects every member's `sendbuf` in rank order (root side of
     /// `MPI_Gather`); the receive count per rank is `recvbuf.count() / size`.
+    #[track_caller]
     fn gather_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
         assert_eq!(self.as_communicator().rank(), self.root_rank());
-        self.try_gather_into_root(sendbuf, recvbuf).or_abort()
+        self.try_gather_into_root(sendbuf, recvbuf)
+            .or_abort_in("gather_into_root")
     }
 
     /// Fallible [`gather_into_root`](Self::gather_into_root).
@@ -1664,12 +1689,14 @@ pub trait Root: AsCommunicator {
 
     /// Sends `sendbuf` to the root (non-root side of `MPI_Gatherv`).
     /// Hierarchical across meta hosts (module docs).
+    #[track_caller]
     fn gather_varcount_into<S>(&self, sendbuf: &S)
     where
         S: Buffer + ?Sized,
     {
         assert_ne!(self.as_communicator().rank(), self.root_rank());
-        self.try_gather_varcount_into(sendbuf).or_abort()
+        self.try_gather_varcount_into(sendbuf)
+            .or_abort_in("gather_varcount_into")
     }
 
     /// Fallible [`gather_varcount_into`](Self::gather_varcount_into).
@@ -1698,6 +1725,7 @@ pub trait Root: AsCommunicator {
 
     /// Collects every member's `sendbuf` into the blocks of `recvbuf` (root
     /// side of `MPI_Gatherv`). Hierarchical across meta hosts (module docs).
+    #[track_caller]
     fn gather_varcount_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: Buffer + ?Sized,
@@ -1705,7 +1733,7 @@ pub trait Root: AsCommunicator {
     {
         assert_eq!(self.as_communicator().rank(), self.root_rank());
         self.try_gather_varcount_into_root(sendbuf, recvbuf)
-            .or_abort()
+            .or_abort_in("gather_varcount_into_root")
     }
 
     /// Fallible [`gather_varcount_into_root`](Self::gather_varcount_into_root).
@@ -1736,12 +1764,13 @@ pub trait Root: AsCommunicator {
 
     /// Receives this member's block from the root (non-root side of
     /// `MPI_Scatter`, §4.6).
+    #[track_caller]
     fn scatter_into<R>(&self, recvbuf: &mut R)
     where
         R: BufferMut + ?Sized,
     {
         assert_ne!(self.as_communicator().rank(), self.root_rank());
-        self.try_scatter_into(recvbuf).or_abort()
+        self.try_scatter_into(recvbuf).or_abort_in("scatter_into")
     }
 
     /// Fallible [`scatter_into`](Self::scatter_into).
@@ -1766,13 +1795,15 @@ pub trait Root: AsCommunicator {
 
     /// Sends block `i` of `sendbuf` to member `i` (root side of
     /// `MPI_Scatter`); the send count per rank is `sendbuf.count() / size`.
+    #[track_caller]
     fn scatter_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: Buffer + ?Sized,
         R: BufferMut + ?Sized,
     {
         assert_eq!(self.as_communicator().rank(), self.root_rank());
-        self.try_scatter_into_root(sendbuf, recvbuf).or_abort()
+        self.try_scatter_into_root(sendbuf, recvbuf)
+            .or_abort_in("scatter_into_root")
     }
 
     /// Fallible [`scatter_into_root`](Self::scatter_into_root).
@@ -1798,12 +1829,14 @@ pub trait Root: AsCommunicator {
 
     /// Receives this member's block from the root (non-root side of
     /// `MPI_Scatterv`). Hierarchical across meta hosts (module docs).
+    #[track_caller]
     fn scatter_varcount_into<R>(&self, recvbuf: &mut R)
     where
         R: BufferMut + ?Sized,
     {
         assert_ne!(self.as_communicator().rank(), self.root_rank());
-        self.try_scatter_varcount_into(recvbuf).or_abort()
+        self.try_scatter_varcount_into(recvbuf)
+            .or_abort_in("scatter_varcount_into")
     }
 
     /// Fallible [`scatter_varcount_into`](Self::scatter_varcount_into).
@@ -1832,6 +1865,7 @@ pub trait Root: AsCommunicator {
 
     /// Sends the blocks of `sendbuf` to the members (root side of
     /// `MPI_Scatterv`). Hierarchical across meta hosts (module docs).
+    #[track_caller]
     fn scatter_varcount_into_root<S, R>(&self, sendbuf: &S, recvbuf: &mut R)
     where
         S: PartitionedBuffer + ?Sized,
@@ -1839,7 +1873,7 @@ pub trait Root: AsCommunicator {
     {
         assert_eq!(self.as_communicator().rank(), self.root_rank());
         self.try_scatter_varcount_into_root(sendbuf, recvbuf)
-            .or_abort()
+            .or_abort_in("scatter_varcount_into_root")
     }
 
     /// Fallible [`scatter_varcount_into_root`](Self::scatter_varcount_into_root).
@@ -1874,13 +1908,14 @@ pub trait Root: AsCommunicator {
 
     /// Contributes `sendbuf` to a reduction at the root (non-root side of
     /// `MPI_Reduce`, §4.9.1).
+    #[track_caller]
     fn reduce_into<S, O>(&self, sendbuf: &S, op: O)
     where
         S: Buffer + ?Sized,
         O: Operation,
     {
         assert_ne!(self.as_communicator().rank(), self.root_rank());
-        self.try_reduce_into(sendbuf, op).or_abort()
+        self.try_reduce_into(sendbuf, op).or_abort_in("reduce_into")
     }
 
     /// Fallible [`reduce_into`](Self::reduce_into).
@@ -1906,6 +1941,7 @@ pub trait Root: AsCommunicator {
     }
 
     /// Reduces every member's `sendbuf` into the root's `recvbuf`.
+    #[track_caller]
     fn reduce_into_root<S, R, O>(&self, sendbuf: &S, recvbuf: &mut R, op: O)
     where
         S: Buffer + ?Sized,
@@ -1913,7 +1949,8 @@ pub trait Root: AsCommunicator {
         O: Operation,
     {
         assert_eq!(self.as_communicator().rank(), self.root_rank());
-        self.try_reduce_into_root(sendbuf, recvbuf, op).or_abort()
+        self.try_reduce_into_root(sendbuf, recvbuf, op)
+            .or_abort_in("reduce_into_root")
     }
 
     /// Fallible [`reduce_into_root`](Self::reduce_into_root).

@@ -979,13 +979,14 @@ impl Operation for UnsafeUserOperation {
 /// # Panics
 /// Ends the job (as MPI's fatal error handler) when the buffers differ in
 /// length or the operation is not defined on the datatype.
+#[track_caller]
 pub fn reduce_local_into<S, R, O>(inbuf: &S, inoutbuf: &mut R, op: O)
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
     O: Operation,
 {
-    try_reduce_local_into(inbuf, inoutbuf, op).or_abort()
+    try_reduce_local_into(inbuf, inoutbuf, op).or_abort_in("reduce_local_into")
 }
 
 /// Fallible [`reduce_local_into`].

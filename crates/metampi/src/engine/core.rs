@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::task::Waker;
 
 use crate::envelope::{Envelope, Kind, F_BIG_ENDIAN};
-use crate::error::{truncate, Error, ErrorClass};
+use crate::error::{truncate_message, Error, ErrorClass};
 use crate::sys::cma;
 use crate::sys::rawbuf::{RecvPtr, SendPtr};
 
@@ -832,7 +832,7 @@ impl Core {
         {
             *matched = true;
             if payload.len() > buf.cap() {
-                err = Some(truncate(payload.len(), buf.cap()));
+                err = Some(truncate_message(payload.len(), buf.cap(), env.tag, env.src));
             } else {
                 crate::sys::copy::copy(buf.prepare(payload.len()), payload);
             }
@@ -949,7 +949,7 @@ impl Core {
         *matched = true;
         if len > buf.cap() {
             // The sender must still finish: tell it the data will not be read.
-            let err = truncate(len, buf.cap());
+            let err = truncate_message(len, buf.cap(), env.tag, env.src);
             self.out.push_back(Action::Ctrl {
                 dst: env.src,
                 env: fin,

@@ -293,12 +293,24 @@ impl Shared {
         self.after_progress(wakers);
     }
 
-    /// Asks the launcher to end the job. Does not return.
+    /// Asks the launcher to end the job, saying why on stderr unless `metampi run` took the
+    /// message (it prints it with the rank's process and host). Does not return.
     pub(crate) fn abort(&self, code: i32, msg: &str) -> ! {
+        let full = format!("rank {}: {msg}", self.info.rank);
+        let mut said = false;
         if let Ok(mut g) = self.pmi.lock() {
             if let Some(p) = g.as_mut() {
-                let _ = p.abort(code, msg);
+                if p.prints_aborts() {
+                    said = p.abort(code, msg).is_ok();
+                } else {
+                    eprintln!("metampi: {full}");
+                    said = true;
+                    let _ = p.abort(code, &full);
+                }
             }
+        }
+        if !said {
+            eprintln!("metampi: {full}");
         }
         std::process::exit(if code == 0 { 1 } else { code })
     }
