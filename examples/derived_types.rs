@@ -59,7 +59,7 @@ fn main() {
         let view = unsafe { View::with_count_and_datatype(&matrix[2..], 1, &column) };
         peer.send(&view);
     } else {
-        let mut into = vec![0.0f64; ROWS * COLS];
+        let mut into = [0.0f64; ROWS * COLS];
         // SAFETY: as above, inside `into`.
         let mut view = unsafe { MutView::with_count_and_datatype(&mut into[2..], 1, &column) };
         peer.receive_into(&mut view);
