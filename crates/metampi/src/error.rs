@@ -100,12 +100,12 @@ pub(crate) fn truncate_message(len: usize, cap: usize, tag: i32, world_src: u32)
 /// between would give) and the cause, then `MPI_Abort`.
 #[cold]
 fn fatal_in(err: &Error, call: &str, at: &std::panic::Location<'_>) -> ! {
-    let file = at.file().replace('\\', "/");
-    let ours = file.contains("metampi/src/");
-    let place = if ours {
+    // This file's directory is the library's source, wherever cargo put it.
+    let src = file!().trim_end_matches("error.rs");
+    let place = if at.file().starts_with(src) {
         String::new()
     } else {
-        format!(" at {}:{}:{}", file, at.line(), at.column())
+        format!(" at {}:{}:{}", at.file(), at.line(), at.column())
     };
     crate::environment::abort_job(
         1,
