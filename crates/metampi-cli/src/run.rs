@@ -511,13 +511,44 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
             check_mpi_library(&program, &path, &dir)?;
         }
         spec = spec.env("LD_LIBRARY_PATH", path);
-    } else if args.verbose {
-        eprintln!(
-            "metampi run: metampi's C libraries are not built (cargo build --release); \
-             programs built against MPICH or the standard ABI would load another MPI's"
-        );
+    } else {
+        // Without metampi's C libraries a program built against MPICH's or the standard ABI
+        // would load another MPI's and start as separate worlds of one: refuse it.
+        for program in programs(&args.command) {
+            if let Some(lib) = mpi_library_of(&program) {
+                bail!(
+                    "{} is built against an MPI C library ({lib}), and metampi's C libraries \
+                     are not found (METAMPI_ABI_DIR, or mpi-abi/ beside this metampi): build \
+                     them (cargo build --release) or set METAMPI_ABI_DIR to \
+                     target/release/mpi-abi of the build",
+                    program.display()
+                );
+            }
+        }
+        if args.verbose {
+            eprintln!(
+                "metampi run: metampi's C libraries are not built (cargo build --release); \
+                 programs built against MPICH or the standard ABI would load another MPI's"
+            );
+        }
     }
     Ok(spec)
+}
+
+/// The MPI C library (`libmpi.so.12`, `libmpich.so.12` or `libmpi_abi.so.1`) that `program`
+/// links, by `ldd`; `None` for programs that link none, and where there is no `ldd`.
+fn mpi_library_of(program: &Path) -> Option<String> {
+    let out = std::process::Command::new("ldd")
+        .arg(program)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|line| {
+            let name = line.trim().split_whitespace().next()?;
+            matches!(name, "libmpi.so.12" | "libmpich.so.12" | "libmpi_abi.so.1")
+                .then(|| name.to_string())
+        })
 }
 
 /// The programs of a command line (`A args : -n 2 B args`), found through PATH as a shell

@@ -112,9 +112,10 @@ fn sites_reduce_across_two_meta_hosts() {
     );
 }
 
-#[test]
-fn hello_in_c_on_the_c_library() {
-    let dir = std::env::temp_dir().join(format!("metampi-example-c-{}", std::process::id()));
+/// `examples/hello.c` built with MPICH's wrapper into a fresh folder, or `None` (skipped,
+/// except under CI) where the wrapper or metampi's C library is missing.
+fn hello_c(tag: &str) -> Option<(PathBuf, PathBuf)> {
+    let dir = std::env::temp_dir().join(format!("metampi-example-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join("hello_c");
     let lib = PathBuf::from(env!("CARGO_BIN_EXE_metampi"))
@@ -126,7 +127,7 @@ fn hello_in_c_on_the_c_library() {
             "C example",
             "metampi's C library is not built (cargo build --release -p metampi-abi)",
         );
-        return;
+        return None;
     }
     match Command::new("mpicc.mpich")
         .arg("-o")
@@ -134,14 +135,50 @@ fn hello_in_c_on_the_c_library() {
         .arg(root().join("examples/hello.c"))
         .output()
     {
-        Ok(o) if o.status.success() => {}
+        Ok(o) if o.status.success() => Some((dir, exe)),
         Ok(o) => panic!("mpicc.mpich failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(_) => {
             common::skip("C example", "mpicc.mpich is not installed");
-            return;
+            None
         }
     }
+}
+
+#[test]
+fn hello_in_c_on_the_c_library() {
+    let Some((dir, exe)) = hello_c("c") else {
+        return;
+    };
     let out = run(&["-n", "3"], &exe);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.matches("ranks add up to 3").count(), 3, "{out}");
+}
+
+/// An installed `metampi` (no `mpi-abi/` beside it, no `METAMPI_ABI_DIR`) refuses a program
+/// built against MPICH's ABI, naming the library and the setting, instead of letting it load
+/// another MPI and start as separate worlds of one.
+#[test]
+fn a_c_program_without_metampis_c_library_is_refused() {
+    let Some((dir, exe)) = hello_c("refused") else {
+        return;
+    };
+    let installed = dir.join("metampi");
+    std::fs::copy(env!("CARGO_BIN_EXE_metampi"), &installed).unwrap();
+    let out = Command::new(&installed)
+        .args(["run", "-n", "2"])
+        .arg(&exe)
+        .env_remove("METAMPI_ABI_DIR")
+        .output()
+        .expect("metampi runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "ran:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        err.contains("libmpich.so.12") && err.contains("METAMPI_ABI_DIR"),
+        "{err}"
+    );
 }
