@@ -545,7 +545,7 @@ fn mpi_library_of(program: &Path) -> Option<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|line| {
-            let name = line.trim().split_whitespace().next()?;
+            let name = line.split_whitespace().next()?;
             matches!(name, "libmpi.so.12" | "libmpich.so.12" | "libmpi_abi.so.1")
                 .then(|| name.to_string())
         })
