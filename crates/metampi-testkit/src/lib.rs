@@ -183,7 +183,15 @@ impl Ranks {
         }
         if metampi::knobs::text(CHILD_ENV).as_deref() == Some(test_name) {
             let universe = metampi::initialize().expect("a test rank initializes once");
-            body(&universe.world());
+            let world = universe.world();
+            let body = std::panic::AssertUnwindSafe(|| body(&world));
+            if std::panic::catch_unwind(body).is_err() {
+                // The panic's message is on stderr already. The rank leaves as a panicking one
+                // does (no finalization, the panic's exit code) without libtest's `FAILED`
+                // report, which in the log of a test that expects the panic reads as a failure
+                // of the suite. The parent judges the job.
+                std::process::exit(101);
+            }
             drop(universe);
             return None;
         }
