@@ -117,31 +117,13 @@ fn sites_reduce_across_two_meta_hosts() {
 fn hello_c(tag: &str) -> Option<(PathBuf, PathBuf)> {
     let dir = std::env::temp_dir().join(format!("metampi-example-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("hello_c");
-    let lib = PathBuf::from(env!("CARGO_BIN_EXE_metampi"))
-        .parent()
-        .unwrap()
-        .join("mpi-abi/libmpi.so.12");
-    if !lib.is_file() {
-        common::skip(
-            "C example",
-            "metampi's C library is not built (cargo build --release -p metampi-abi)",
-        );
-        return None;
-    }
-    match Command::new("mpicc.mpich")
-        .arg("-o")
-        .arg(&exe)
-        .arg(root().join("examples/hello.c"))
-        .output()
-    {
-        Ok(o) if o.status.success() => Some((dir, exe)),
-        Ok(o) => panic!("mpicc.mpich failed: {}", String::from_utf8_lossy(&o.stderr)),
-        Err(_) => {
-            common::skip("C example", "mpicc.mpich is not installed");
-            None
-        }
-    }
+    let exe = common::build_c(
+        &dir,
+        &root().join("examples/hello.c"),
+        "hello_c",
+        "C example",
+    )?;
+    Some((dir, exe))
 }
 
 #[test]

@@ -538,8 +538,7 @@ fn other_load() -> f64 {
 /// machine (under 0.3 cores busy), passes at the first judged run within the tolerance and
 /// fails if every judged run misses it; with no judged run (the machine never idle) it says
 /// so and does not judge. A virtual machine's host can slow every core for minutes without
-/// any of it showing inside (3 judged runs at 40-44% in one full-suite run, 2026-11-29;
-/// the same test alone minutes later within tolerance): hence five, not three.
+/// any of it showing inside, hence five tries rather than three.
 #[test]
 fn three_sites_plan_matches_measured() {
     let _g = lock();

@@ -11,6 +11,13 @@ use std::process::{Command, Output};
 /// `tests/c/<name>.c` built into `dir`, or `None` (with the reason printed) to skip.
 /// `what` names the test in the message CI fails with.
 pub fn build_suite(dir: &Path, name: &str, what: &str) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    build_c(dir, &src, name, what)
+}
+
+/// C source `src` built with MPICH's `mpicc` into `dir/name`, or `None` (with the reason
+/// printed) to skip where the wrapper or metampi's C library is missing.
+pub fn build_c(dir: &Path, src: &Path, name: &str, what: &str) -> Option<PathBuf> {
     let lib = Path::new(env!("CARGO_BIN_EXE_metampi"))
         .parent()?
         .join("mpi-abi/libmpi.so.12");
@@ -22,11 +29,10 @@ pub fn build_suite(dir: &Path, name: &str, what: &str) -> Option<PathBuf> {
         return None;
     }
     let exe = dir.join(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     match Command::new("mpicc.mpich")
         .arg("-o")
         .arg(&exe)
-        .arg(&src)
+        .arg(src)
         .output()
     {
         Ok(o) if o.status.success() => Some(exe),
