@@ -30,9 +30,10 @@ pub fn build_c(dir: &Path, src: &Path, name: &str, what: &str) -> Option<PathBuf
     }
     let exe = dir.join(name);
     match Command::new("mpicc.mpich")
-        .arg("-o")
+        .args(["-O2", "-o"])
         .arg(&exe)
         .arg(src)
+        .arg("-lm")
         .output()
     {
         Ok(o) if o.status.success() => Some(exe),
