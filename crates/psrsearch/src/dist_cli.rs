@@ -188,15 +188,25 @@ fn host_table(hosts: &[distributed::HostReport]) -> String {
         "cpu (s)"
     );
     for h in hosts.iter().filter(|h| h.clients > 0) {
+        // A host planned no units has no time to compare with (its measured time is its
+        // clients' start and end alone).
+        let diff = if h.units > 0 && h.predicted_s > 0.0 {
+            format!(
+                "{:.0}%",
+                100.0 * (h.measured_s - h.predicted_s) / h.predicted_s
+            )
+        } else {
+            "-".to_string()
+        };
         s.push_str(&format!(
-            "{:<12} {:>7} {:>6} {:>5} {:>13.2} {:>12.2} {:>7.0}% {:>10.2} {:>10.2} {:>9.2}\n",
+            "{:<12} {:>7} {:>6} {:>5} {:>13.2} {:>12.2} {:>8} {:>10.2} {:>10.2} {:>9.2}\n",
             h.name,
             h.clients,
             h.units,
             h.done_units,
             h.predicted_s,
             h.measured_s,
-            100.0 * (h.measured_s - h.predicted_s) / h.predicted_s.max(1e-9),
+            diff,
             h.busy_s,
             h.idle_s,
             h.cpu_s
@@ -614,4 +624,32 @@ pub fn plan_main(a: PlanArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(name: &str, units: u64, predicted_s: f64, measured_s: f64) -> distributed::HostReport {
+        distributed::HostReport {
+            name: name.into(),
+            clients: 2,
+            pilot_units: 6,
+            units,
+            predicted_s,
+            measured_s,
+            busy_s: 0.0,
+            idle_s: 0.0,
+            done_units: units,
+            cpu_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_host_planned_nothing_has_no_difference_in_percent() {
+        let table = host_table(&[host("near", 130, 1.0, 0.9), host("far", 0, 0.0, 0.11)]);
+        let rows: Vec<&str> = table.lines().collect();
+        assert!(rows[1].contains("-10%"), "{table}");
+        assert!(rows[2].split_whitespace().nth(6) == Some("-"), "{table}");
+    }
 }
