@@ -285,6 +285,7 @@ int main(int argc, char **argv) {
             collisions += collide(&mine, xlo, xhi, step, seed, gmax);
         } else {
             MPI_Request sreq[4], creq[2];
+            MPI_Status st[4]; /* MPI_STATUSES_IGNORE draws a false gcc warning */
             for (int s = 0; s < 2; s++) {
                 MPI_Irecv(&n_in[s], 1, MPI_INT, nb[s], TAG_COUNT, MPI_COMM_WORLD, &creq[s]);
                 MPI_Isend(&n_out[s], 1, MPI_INT, nb[s], TAG_COUNT, MPI_COMM_WORLD, &sreq[2 * s]);
@@ -292,7 +293,7 @@ int main(int argc, char **argv) {
                           &sreq[2 * s + 1]);
             }
             collisions += collide(&mine, xlo, xhi, step, seed, gmax);
-            MPI_Waitall(2, creq, MPI_STATUSES_IGNORE);
+            MPI_Waitall(2, creq, st);
             for (int s = 0; s < 2; s++) {
                 in[s].n = 0;
                 for (int i = 0; i < n_in[s]; i++)
@@ -302,7 +303,7 @@ int main(int argc, char **argv) {
                 for (size_t i = 0; i < in[s].n; i++)
                     push(&mine, &in[s].p[i]);
             }
-            MPI_Waitall(4, sreq, MPI_STATUSES_IGNORE);
+            MPI_Waitall(4, sreq, st);
         }
     }
     double elapsed = MPI_Wtime() - t0;
