@@ -2,8 +2,8 @@
 # The four papers' experiments on this machine, with sites emulated by metampi's routers, and
 # docs/papers.md written with the papers' figures, ours and the ratios that matter:
 #   1. PACX-MPI's URANUS table: apps/uranus.c, 1 site of N ranks against 2 sites of N/2 over
-#      the SC97 line, three variants, then the same with compression and with both of SC97's
-#      2 Mbit/s lines striped;
+#      the SC97 line, three variants, then the same with compression, with both of SC97's
+#      2 Mbit/s lines striped, and with METAMPI_ASYNC_PROGRESS;
 #   2. PACX-MPI's P3T-DSMC table: apps/dsmc.c at the paper's particles per CPU;
 #   3. MetaMPICH's ping-pong per router interconnect (Fast Ethernet, ATM, Gigabit), PNG plots;
 #   4. ScaMPI's barrier and all-to-all tables over the rank counts this machine can run (more
@@ -92,6 +92,10 @@ echo "calibration uranus sweep(work=0)=$s0 sweep(work=100)=$s1 (2 iterations) wo
         echo "uranus-zstd where=two $(on "$zstd" "$work/uranus" --variant $variant --grid $grid --iters 10 --work "$uw")"
         echo "uranus-striped where=two $(on "$striped" "$work/uranus" --variant $variant --grid $grid --iters 10 --work "$uw")"
     done
+    # A progress thread moves the nonblocking transfers while the ranks compute.
+    for variant in overlap pipelined; do
+        echo "uranus-async where=two $(METAMPI_ASYNC_PROGRESS=1 on "$off" "$work/uranus" --variant $variant --grid $grid --iters 10 --work "$uw")"
+    done
     # Iterations to converge: the pipelined variant's extra sweeps (the paper: about 10%),
     # on a smaller grid with the same ratio of sweep time to line time.
     for variant in blocking pipelined; do
@@ -113,6 +117,7 @@ dsmc_cfg=$(two_sites "$half" 23860 "$line COMPRESSION = off;" "" dsmc)
         echo "dsmc-table where=one $(one_site "$work/dsmc" --particles $p --steps $steps --work "$dw")"
         echo "dsmc-table where=two $(on "$dsmc_cfg" "$work/dsmc" --particles $p --steps $steps --work "$dw")"
         echo "dsmc-blocking where=two $(on "$dsmc_cfg" "$work/dsmc" --particles $p --steps $steps --work "$dw" --exchange blocking)"
+        echo "dsmc-async where=two $(METAMPI_ASYNC_PROGRESS=1 on "$dsmc_cfg" "$work/dsmc" --particles $p --steps $steps --work "$dw")"
     done
 } | tee "$raw/dsmc.txt"
 

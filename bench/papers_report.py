@@ -89,7 +89,8 @@ for v, (name, p1, p2) in paper.items():
     w(f"| {name} (`--variant {v}`) | {p1 if p1 else '-'} | {p2} | {p_over} | "
       f"{one:.2f} ({one * scale:.1f}) | {two:.2f} ({two * scale:.1f}) | {pct(two, one)} |")
 w("")
-extra = rows("uranus.txt", "uranus-zstd") + rows("uranus.txt", "uranus-striped")
+extra = (rows("uranus.txt", "uranus-zstd") + rows("uranus.txt", "uranus-striped")
+         + rows("uranus.txt", "uranus-async"))
 if extra:
     w("What metampi adds, on the same two sites (overhead against the same variant on one "
       "site):")
@@ -97,7 +98,9 @@ if extra:
     w("| setting | variant | ours, 2 sites (as paper) | overhead |")
     w("|---|---|---|---|")
     for kind, label in (("uranus-zstd", "`COMPRESSION = zstd` on the line"),
-                        ("uranus-striped", "both of SC97's 2 Mbit/s lines, striped (two links)")):
+                        ("uranus-striped", "both of SC97's 2 Mbit/s lines, striped (two links)"),
+                        ("uranus-async", "`METAMPI_ASYNC_PROGRESS=1` (transfers move while ranks "
+                         "compute)")):
         for r in rows("uranus.txt", kind):
             t = float(r["time"])
             one = by.get((r["variant"], "one"))
@@ -117,7 +120,7 @@ if "blocking" in conv and "pipelined" in conv:
 paper_dsmc = {1935: (0.05, 0.28), 3906: (0.1, 0.31), 7812: (0.2, 0.31), 15625: (0.4, 0.4),
               31250: (0.81, 0.81)}
 d = {}
-for kind in ("dsmc-table", "dsmc-blocking"):
+for kind in ("dsmc-table", "dsmc-blocking", "dsmc-async"):
     for r in rows("dsmc.txt", kind):
         d[(kind, r["where"], int(r["per_rank"]))] = float(r["per_step"])
 w("## PACX-MPI: P3T-DSMC, seconds per time step")
@@ -127,17 +130,20 @@ w("`apps/dsmc.c`: particles move, migrate to the neighbouring slab and collide i
   "collides meanwhile; `blocking` exchanges them first (counts, then particles).")
 w("")
 w("| particles/CPU | paper, 60 nodes | paper, 2 x 30 | paper ratio | ours, 1 site (as paper) | "
-  "ours, 2 sites overlap (as paper) | ratio | ours, 2 sites blocking (as paper) | ratio |")
-w("|---|---|---|---|---|---|---|---|---|")
+  "ours, 2 sites overlap (as paper) | ratio | ours, 2 sites blocking (as paper) | ratio | "
+  "ours, 2 sites overlap, `METAMPI_ASYNC_PROGRESS=1` | ratio |")
+w("|---|---|---|---|---|---|---|---|---|---|---|")
 for p, (p1, p2) in paper_dsmc.items():
     one = d.get(("dsmc-table", "one", p))
     two = d.get(("dsmc-table", "two", p))
     blk = d.get(("dsmc-blocking", "two", p))
-    if one is None or two is None:
+    asy = d.get(("dsmc-async", "two", p))
+    if one is None or two is None or blk is None:
         continue
-    w(f"| {p} | {p1} | {p2} | {p2 / p1:.2f} | {one:.4f} ({one * scale:.3f}) | "
-      f"{two:.4f} ({two * scale:.3f}) | {two / one:.2f} | "
-      f"{blk:.4f} ({blk * scale:.3f}) | {blk / one:.2f} |" if blk else "")
+    cell = lambda t: "-" if t is None else f"{t:.4f} ({t * scale:.3f})"  # noqa: E731
+    w(f"| {p} | {p1} | {p2} | {p2 / p1:.2f} | {cell(one)} | {cell(two)} | {two / one:.2f} | "
+      f"{cell(blk)} | {blk / one:.2f} | {cell(asy)} | "
+      f"{'-' if asy is None else f'{asy / one:.2f}'} |")
 w("")
 
 # ---- MetaMPICH ping-pong ----

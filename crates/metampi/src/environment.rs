@@ -154,6 +154,9 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         }
     };
     crate::trace::init(shared.info.rank);
+    if shared.progress_all() {
+        shared.ensure_async_progress();
+    }
     let _ = ENGINE.set(Arc::clone(&shared));
     *st = State::Running(threading);
     drop(st);

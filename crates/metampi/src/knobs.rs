@@ -63,6 +63,11 @@ pub const KNOBS: &[Knob] = &[
         "0: a full fence per shared-memory message instead of membarrier",
     ),
     knob(
+        "METAMPI_ASYNC_PROGRESS",
+        Flag,
+        "1: a thread moves nonblocking transfers while the program computes",
+    ),
+    knob(
         "METAMPI_CMA_BOUNCE",
         Flag,
         "0: no bounce copy where single-copy transfer is refused",

@@ -186,6 +186,18 @@ fn series(reports: &[BenchReport]) -> (Vec<Series>, Vec<Series>) {
                         .collect(),
                 });
             } else if rows.len() > 1 {
+                // A ping-pong's bandwidth is its message over the one-way time (as NetPIPE and
+                // MetaMPICH's figures draw it): the only bandwidth a run across sites may have.
+                if op == "pingpong" {
+                    bw.push(Series {
+                        name: name.clone(),
+                        points: rows
+                            .iter()
+                            .filter(|x| x.bytes > 0 && x.median_us > 0.0)
+                            .map(|x| (x.bytes as f64, x.bytes as f64 / x.median_us))
+                            .collect(),
+                    });
+                }
                 lat.push(Series {
                     name,
                     points: rows.iter().map(|x| (x.bytes as f64, x.median_us)).collect(),
@@ -333,6 +345,11 @@ mod tests {
             {"op":"bw","bytes":1024,"iterations":10,"min_us":1.0,"median_us":1.5,"p90_us":2.0,
              "p99_us":2.0,"max_us":3.0,"mean_us":1.6,"mbps":600.0}]}"#;
         let r: BenchReport = serde_json::from_str(text).unwrap();
+        // Ping-pong draws latency and its bytes over one-way time; bw draws its own rate.
+        let (lat, bw) = series(std::slice::from_ref(&r));
+        assert_eq!(lat.len(), 1);
+        assert_eq!(bw.len(), 2);
+        assert_eq!(bw[0].points, vec![(8.0, 8.0 / 1.5), (1024.0, 1024.0 / 2.5)]);
         let dir = std::env::temp_dir().join(format!("metampi-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let png = dir.join("fig.png");

@@ -487,6 +487,14 @@ impl Core {
             .collect()
     }
 
+    /// Whether some send or receive is still under way (posted and not complete): what the
+    /// progress thread of `METAMPI_ASYNC_PROGRESS` works for.
+    pub(crate) fn any_incomplete(&self) -> bool {
+        self.slots
+            .iter()
+            .any(|s| !s.done && !matches!(s.state, State::Free))
+    }
+
     /// Whether request `id` is done, or no longer there to wait for (a thread waiting for
     /// it should look).
     pub(crate) fn done_or_gone(&self, id: ReqId) -> bool {

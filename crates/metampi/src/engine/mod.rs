@@ -162,6 +162,8 @@ pub(crate) struct Shared {
     pmi: Mutex<Option<Pmi>>,
     self_wake: Option<SocketAddr>,
     async_started: AtomicBool,
+    /// `METAMPI_ASYNC_PROGRESS`: the progress thread moves every request, not only futures.
+    progress_all: bool,
     pub finalized: AtomicBool,
     /// Next free context id (even numbers; +1 is the collective context).
     pub next_context: AtomicU32,
@@ -217,6 +219,7 @@ impl Shared {
             pmi: Mutex::new(p.pmi),
             self_wake: Some(self_wake),
             async_started: AtomicBool::new(false),
+            progress_all: crate::knobs::flag("METAMPI_ASYNC_PROGRESS", false),
             finalized: AtomicBool::new(false),
             next_context: AtomicU32::new(p.next_context),
             tcp_ip: p.tcp_ip,
@@ -233,6 +236,11 @@ fn other(msg: String) -> io::Error {
 
 impl Shared {
     /// The cores this machine's ranks were given together.
+    /// Whether `METAMPI_ASYNC_PROGRESS` asked for a thread that moves every request.
+    pub(crate) fn progress_all(&self) -> bool {
+        self.progress_all
+    }
+
     pub(crate) fn cores(&self) -> usize {
         self.cores
     }

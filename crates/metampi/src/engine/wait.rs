@@ -349,7 +349,15 @@ impl Shared {
         !timeout.timed_out()
     }
 
-    /// Starts (once) the thread that drives progress while futures wait.
+    /// Whether the progress thread has work: futures wait, or (with
+    /// `METAMPI_ASYNC_PROGRESS`) any send or receive is under way.
+    fn wants_progress(&self, e: &Engine) -> bool {
+        e.core.async_waiters > 0 || (self.progress_all && e.core.any_incomplete())
+    }
+
+    /// Starts (once) the thread that drives progress while futures wait, and with
+    /// `METAMPI_ASYNC_PROGRESS` while any nonblocking operation is under way, so that a
+    /// transfer goes on while the program computes between its start and its wait.
     pub(crate) fn ensure_async_progress(self: &Arc<Self>) {
         if self.async_started.swap(true, Ordering::SeqCst) {
             self.cond.notify_all();
@@ -364,10 +372,14 @@ impl Shared {
                 loop {
                     {
                         let mut e = me.lock();
-                        while e.core.async_waiters == 0 && !me.finalized.load(Ordering::SeqCst) {
+                        // Nothing tells this thread that a request was posted: it looks
+                        // every 2 ms when it moves every request, else every 50 ms (futures
+                        // notify it).
+                        let idle = Duration::from_millis(if me.progress_all { 2 } else { 50 });
+                        while !me.wants_progress(&e) && !me.finalized.load(Ordering::SeqCst) {
                             e = me
                                 .cond
-                                .wait_timeout(e, Duration::from_millis(50))
+                                .wait_timeout(e, idle)
                                 .map(|r| r.0)
                                 .unwrap_or_else(|p| p.into_inner().0);
                         }
@@ -376,8 +388,7 @@ impl Shared {
                         return;
                     }
                     me.wait_until(|e| {
-                        (e.core.async_waiters == 0 || me.finalized.load(Ordering::SeqCst))
-                            .then_some(())
+                        (!me.wants_progress(e) || me.finalized.load(Ordering::SeqCst)).then_some(())
                     });
                 }
             });
