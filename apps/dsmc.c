@@ -74,6 +74,26 @@ static void push(List *l, const Particle *p) {
     l->p[l->n++] = *p;
 }
 
+/* Makes room for exactly n particles, to be received into. */
+static void resize(List *l, size_t n) {
+    if (n > l->cap) {
+        l->cap = n;
+        l->p = realloc(l->p, n * sizeof(Particle));
+    }
+    l->n = n;
+}
+
+/* Specular reflection of one coordinate at the walls 0 and `wall` (the far wall excluded). */
+static void reflect(double *pos, double *vel, double wall) {
+    if (*pos < 0) {
+        *pos = -*pos;
+        *vel = -*vel;
+    } else if (*pos >= wall) {
+        *pos = nextafter(2.0 * wall - *pos, 0.0);
+        *vel = -*vel;
+    }
+}
+
 static int by_id(const void *a, const void *b) {
     long long x = ((const Particle *)a)->id, y = ((const Particle *)b)->id;
     return (x > y) - (x < y);
@@ -244,20 +264,8 @@ int main(int argc, char **argv) {
             Particle p = mine.p[i];
             p.x += p.vx * dt;
             p.y += p.vy * dt;
-            if (p.x < 0) {
-                p.x = -p.x;
-                p.vx = -p.vx;
-            } else if (p.x >= width) {
-                p.x = nextafter(2.0 * width - p.x, 0.0);
-                p.vx = -p.vx;
-            }
-            if (p.y < 0) {
-                p.y = -p.y;
-                p.vy = -p.vy;
-            } else if (p.y >= NCY) {
-                p.y = nextafter(2.0 * NCY - p.y, 0.0);
-                p.vy = -p.vy;
-            }
+            reflect(&p.x, &p.vx, width);
+            reflect(&p.y, &p.vy, NCY);
             if (p.x < xlo)
                 push(&out[0], &p);
             else if (p.x >= xhi)
@@ -272,9 +280,7 @@ int main(int argc, char **argv) {
             for (int s = 0; s < 2; s++) {
                 MPI_Sendrecv(&n_out[s], 1, MPI_INT, nb[s], TAG_COUNT, &n_in[1 - s], 1, MPI_INT,
                              nb[1 - s], TAG_COUNT, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                in[1 - s].n = 0;
-                for (int i = 0; i < n_in[1 - s]; i++)
-                    push(&in[1 - s], &(Particle){0});
+                resize(&in[1 - s], n_in[1 - s]);
                 MPI_Sendrecv(out[s].p, n_out[s], ptype, nb[s], TAG_DATA, in[1 - s].p,
                              n_in[1 - s], ptype, nb[1 - s], TAG_DATA, MPI_COMM_WORLD,
                              MPI_STATUS_IGNORE);
@@ -295,9 +301,7 @@ int main(int argc, char **argv) {
             collisions += collide(&mine, xlo, xhi, step, seed, gmax);
             MPI_Waitall(2, creq, st);
             for (int s = 0; s < 2; s++) {
-                in[s].n = 0;
-                for (int i = 0; i < n_in[s]; i++)
-                    push(&in[s], &(Particle){0});
+                resize(&in[s], n_in[s]);
                 MPI_Recv(in[s].p, n_in[s], ptype, nb[s], TAG_DATA, MPI_COMM_WORLD,
                          MPI_STATUS_IGNORE);
                 for (size_t i = 0; i < in[s].n; i++)

@@ -74,6 +74,32 @@ fn metampi(exe: &Path, meta: Option<&Path>, args: &[&str]) -> Command {
     cmd
 }
 
+/// `program ARGS`'s results on MPICH, on metampi on one site and over the sites of `cfg`.
+fn everywhere(
+    exe: &Path,
+    cfg: &Path,
+    args: &[&str],
+    program: &str,
+) -> [(&'static str, HashMap<String, String>); 3] {
+    [
+        (
+            "MPICH",
+            result(mpich(exe, args), &format!("{program} on MPICH")),
+        ),
+        (
+            "one site",
+            result(metampi(exe, None, args), &format!("{program} on metampi")),
+        ),
+        (
+            "two sites",
+            result(
+                metampi(exe, Some(cfg), args),
+                &format!("{program} over two sites"),
+            ),
+        ),
+    ]
+}
+
 fn number(r: &HashMap<String, String>, key: &str) -> f64 {
     r[key]
         .parse()
@@ -99,17 +125,7 @@ fn uranus_answers_alike_on_mpich_and_on_one_and_two_sites() {
     for variant in ["blocking", "overlap"] {
         let mut a = args.to_vec();
         a.extend(["--variant", variant]);
-        let runs = [
-            ("MPICH", result(mpich(&exe, &a), "uranus on MPICH")),
-            (
-                "one site",
-                result(metampi(&exe, None, &a), "uranus on metampi"),
-            ),
-            (
-                "two sites",
-                result(metampi(&exe, Some(&cfg), &a), "uranus over two sites"),
-            ),
-        ];
+        let runs = everywhere(&exe, &cfg, &a, "uranus");
         for (name, r) in &runs {
             assert_eq!(r["iters"], "15", "{variant} on {name}");
             assert_eq!(r["dims"], "2x2x1", "{variant} on {name}");
@@ -186,17 +202,7 @@ fn dsmc_answers_alike_on_mpich_and_on_one_and_two_sites() {
             "--exchange",
             exchange,
         ];
-        let runs = [
-            ("MPICH", result(mpich(&exe, &a), "dsmc on MPICH")),
-            (
-                "one site",
-                result(metampi(&exe, None, &a), "dsmc on metampi"),
-            ),
-            (
-                "two sites",
-                result(metampi(&exe, Some(&cfg), &a), "dsmc over two sites"),
-            ),
-        ];
+        let runs = everywhere(&exe, &cfg, &a, "dsmc");
         let first = &runs[0].1;
         assert_eq!(first["particles"], "4000", "{first:?}");
         assert!(number(first, "migrated") > 0.0, "{first:?}");

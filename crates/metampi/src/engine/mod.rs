@@ -235,12 +235,12 @@ fn other(msg: String) -> io::Error {
 }
 
 impl Shared {
-    /// The cores this machine's ranks were given together.
     /// Whether `METAMPI_ASYNC_PROGRESS` asked for a thread that moves every request.
     pub(crate) fn progress_all(&self) -> bool {
         self.progress_all
     }
 
+    /// The cores this machine's ranks were given together.
     pub(crate) fn cores(&self) -> usize {
         self.cores
     }
