@@ -73,6 +73,7 @@ pub struct PowerAssembler {
     nchan: usize,
     per_block: usize,
     nblocks: u64,
+    out_len: usize,
     lead_out: i64,
     shifts_out: Vec<i64>,
     downsample: usize,
@@ -82,7 +83,17 @@ pub struct PowerAssembler {
 }
 
 impl PowerAssembler {
-    /// An empty assembler for `nblocks` blocks of `plan`.
+    /// An empty assembler for all of `nsamples` input samples per channel, in
+    /// [`DedispersionPlan::num_blocks`] blocks: what the last, padded block yields beyond
+    /// [`DedispersionPlan::valid_end`] is cut off.
+    pub fn for_input(plan: &DedispersionPlan, nsamples: u64) -> Self {
+        let mut a = Self::new(plan, plan.num_blocks(nsamples));
+        a.out_len = plan.output_len(nsamples);
+        a
+    }
+
+    /// An empty assembler for `nblocks` whole blocks of `plan`, every output of which is
+    /// kept (a stream's blocks so far, for example).
     pub fn new(plan: &DedispersionPlan, nblocks: u64) -> Self {
         let nchan = plan.band().nchan();
         let per_block = plan.samples_per_block();
@@ -97,6 +108,7 @@ impl PowerAssembler {
             nchan,
             per_block,
             nblocks,
+            out_len: per_block * nblocks as usize,
             lead_out: plan.lead() as i64 / ds,
             shifts_out,
             downsample: plan.downsample(),
@@ -167,13 +179,13 @@ impl PowerAssembler {
     /// channel of every DM has data.
     fn common_range(&self) -> Result<(i64, i64), AssembleError> {
         let u0 = self.lead_out;
-        let u1 = u0 + self.series_len() as i64;
+        let u1 = u0 + self.out_len as i64;
         let lo = self.shifts_out.iter().copied().min().unwrap_or(0);
         let hi = self.shifts_out.iter().copied().max().unwrap_or(0);
         let (j0, j1) = (u0 - lo, u1 - hi);
         if j1 <= j0 {
             return Err(AssembleError::TooShort {
-                available: self.series_len() as u64,
+                available: self.out_len as u64,
             });
         }
         Ok((j0, j1))
@@ -245,13 +257,22 @@ pub struct VoltageAssembler {
     npol: usize,
     step: usize,
     nblocks: u64,
+    out_len: usize,
     lead: i64,
     shifts: Vec<i64>,
     data: Voltages,
 }
 
 impl VoltageAssembler {
-    /// An empty assembler for `nblocks` blocks of `plan` at DM index `dm`.
+    /// An empty assembler for all of `nsamples` input samples per channel at DM index
+    /// `dm`, as [`PowerAssembler::for_input`].
+    pub fn for_input(plan: &DedispersionPlan, dm: usize, nsamples: u64) -> Self {
+        let mut a = Self::new(plan, dm, plan.num_blocks(nsamples));
+        a.out_len = plan.output_len(nsamples) * plan.downsample();
+        a
+    }
+
+    /// An empty assembler for `nblocks` whole blocks of `plan` at DM index `dm`.
     pub fn new(plan: &DedispersionPlan, dm: usize, nblocks: u64) -> Self {
         let nchan = plan.band().nchan();
         let npol = plan.band().npol;
@@ -260,6 +281,7 @@ impl VoltageAssembler {
             npol,
             step: plan.step(),
             nblocks,
+            out_len: plan.step() * nblocks as usize,
             lead: plan.lead() as i64,
             shifts: (0..nchan).map(|c| plan.shift(dm, c)).collect(),
             data: Voltages::zeros(nchan, npol, plan.step() * nblocks as usize),
@@ -286,7 +308,7 @@ impl VoltageAssembler {
     /// # Errors
     /// Too little data for the spread of channel delays.
     pub fn finish(self) -> Result<(i64, Voltages), AssembleError> {
-        let len = self.data.nsamp() as i64;
+        let len = self.out_len as i64;
         let lo = self.shifts.iter().copied().min().unwrap_or(0);
         let hi = self.shifts.iter().copied().max().unwrap_or(0);
         let (j0, j1) = (self.lead - lo, self.lead + len - hi);

@@ -125,6 +125,10 @@ pub struct PlanConfig {
     /// of each block: the chirp's impulse response has tails (diffraction at the band edges)
     /// that decay only as 1/lag, worth about 1% RMS with none.
     pub extra_overlap: usize,
+    /// Samples per channel of the data to be dedispersed, where known: a default FFT length
+    /// is then no longer than the data need (one padded block covers a short file).
+    #[serde(default)]
+    pub data_len: Option<u64>,
 }
 
 impl Default for PlanConfig {
@@ -136,6 +140,7 @@ impl Default for PlanConfig {
             dispersion_constant: DEFAULT_DISPERSION_CONSTANT,
             downsample: 1,
             extra_overlap: 0,
+            data_len: None,
         }
     }
 }
@@ -171,6 +176,11 @@ impl PlanConfig {
         self.extra_overlap = n;
         self
     }
+    /// Say how many samples per channel the data hold (see [`PlanConfig::data_len`]).
+    pub fn data_len(mut self, n: u64) -> Self {
+        self.data_len = Some(n);
+        self
+    }
 }
 
 /// Everything fixed about dedispersing one band at a set of DMs: FFT plans, chirps,
@@ -183,6 +193,7 @@ pub struct DedispersionPlan {
     constant: f64,
     fft_len: usize,
     lead: usize,
+    tail: usize,
     step: usize,
     downsample: usize,
     chirps: Vec<Arc<[Complex32]>>,
@@ -292,9 +303,17 @@ impl DedispersionPlan {
         let tail = (-lag_min).ceil() as usize + config.extra_overlap - extra_lead;
         let overlap = lead + tail;
         let suggested = (4 * overlap).max(ds * 4).max(1024).next_power_of_two();
+        // Data shorter than the suggested FFT fit in one block (padded at the end) of the
+        // next power of two above their length, as long as that block has room for output.
+        let fitted = config
+            .data_len
+            .and_then(|n| usize::try_from(n).ok())
+            .map(|n| n.next_power_of_two())
+            .filter(|&n| n >= overlap + ds)
+            .map_or(suggested, |n| n.min(suggested));
         let fft_len = match config.fft_len {
             Some(n) => n,
-            None if suggested <= MAX_DEFAULT_FFT => suggested,
+            None if fitted <= MAX_DEFAULT_FFT => fitted,
             None => {
                 return Err(PlanError::FftTooShort {
                     fft_len: MAX_DEFAULT_FFT,
@@ -342,6 +361,7 @@ impl DedispersionPlan {
             constant: config.dispersion_constant,
             fft_len,
             lead,
+            tail,
             step,
             downsample: ds,
             chirps,
@@ -416,13 +436,43 @@ impl DedispersionPlan {
     pub fn chirp(&self, dm: usize, chan: usize) -> &[Complex32] {
         &self.chirps[dm * self.band.nchan() + chan]
     }
-    /// Number of whole blocks in `nsamples` input samples.
+    /// Samples discarded at the end of each inverse transform, at least: the largest
+    /// negative lag plus the rest of the extra overlap. The output of `nsamples` input
+    /// samples ends at [`valid_end`](Self::valid_end), this many samples before the end
+    /// (rounded down to whole output samples).
+    pub fn tail(&self) -> usize {
+        self.tail
+    }
+    /// End (exclusive, in input samples) of what `nsamples` input samples can be
+    /// dedispersed to: every later output would need samples after the end of the data.
+    pub fn valid_end(&self, nsamples: u64) -> u64 {
+        let ds = self.downsample as u64;
+        nsamples.saturating_sub(self.tail as u64) / ds * ds
+    }
+    /// Downsampled output samples per channel (before channels are aligned) that
+    /// `nsamples` input samples give: input samples `[lead, valid_end)`. That is the whole
+    /// input less the documented edges: `lead` at the start, `tail` (plus less than one
+    /// output sample) at the end.
+    pub fn output_len(&self, nsamples: u64) -> usize {
+        let end = self.valid_end(nsamples);
+        (end.saturating_sub(self.lead as u64) / self.downsample as u64) as usize
+    }
+    /// Complex input samples (all channels and polarisations) that reach the output when
+    /// `nsamples` per channel are dedispersed at one DM: the throughput figures' unit.
+    pub fn complex_samples(&self, nsamples: u64) -> u64 {
+        (self.output_len(nsamples) * self.downsample * self.band.nchan() * self.band.npol) as u64
+    }
+    /// Shortest input (samples per channel) that gives one output sample.
+    pub fn min_samples(&self) -> u64 {
+        (self.lead + self.tail + self.downsample) as u64
+    }
+    /// Number of blocks that cover `nsamples` input samples: the last one may reach past
+    /// the end of the data, which is then read as zeros (see
+    /// [`BasebandReader::read_padded_into`](crate::BasebandReader::read_padded_into)); what
+    /// those zeros touch lies beyond [`valid_end`](Self::valid_end) and is cut off by the
+    /// assemblers, so every input sample between the edges reaches the output.
     pub fn num_blocks(&self, nsamples: u64) -> u64 {
-        if nsamples < self.fft_len as u64 {
-            0
-        } else {
-            (nsamples - self.fft_len as u64) / self.step as u64 + 1
-        }
+        (self.output_len(nsamples) * self.downsample).div_ceil(self.step) as u64
     }
     /// First input sample of a block.
     pub fn block_start(&self, block: u64) -> u64 {
@@ -569,9 +619,28 @@ mod tests {
         assert_eq!(plan.lead() % 8, 0);
         assert!(plan.fft_len() >= 4 * plan.overlap() / 2);
         assert!(plan.fft_len().is_power_of_two());
-        assert_eq!(plan.num_blocks(plan.fft_len() as u64 - 1), 0);
+        // One output sample needs the edges plus one downsampled sample; past that, blocks
+        // cover the data, the last one padded.
+        let min = plan.min_samples();
+        assert_eq!(min, (plan.lead() + plan.tail() + 8) as u64);
+        assert_eq!(plan.num_blocks(min - 1), 0);
+        assert_eq!((plan.num_blocks(min), plan.output_len(min)), (1, 1));
         assert_eq!(plan.num_blocks(plan.fft_len() as u64), 1);
+        assert_eq!(plan.output_len(plan.fft_len() as u64), plan.samples_per_block());
+        assert_eq!(plan.num_blocks(plan.fft_len() as u64 + 8), 2);
         assert_eq!(plan.num_blocks((plan.fft_len() + plan.step()) as u64), 2);
+        // Every input sample between the edges is covered, for any length.
+        for n in [min, min + 7, min + 8, 3 * plan.fft_len() as u64 + 5] {
+            let end = plan.valid_end(n);
+            assert!(end <= n - plan.tail() as u64 && end + 8 > n - plan.tail() as u64);
+            let covered = plan.block_start(plan.num_blocks(n) - 1) + (plan.lead() + plan.step()) as u64;
+            assert!(covered >= end, "n {n}: blocks end at {covered}, data at {end}");
+            assert_eq!(
+                plan.output_len(n) as u64 * 8,
+                end - plan.lead() as u64,
+                "n {n}"
+            );
+        }
         // At DM 0 there is nothing to shift.
         assert_eq!(plan.shift(0, 0), 0);
         assert!(plan.shift(2, 0) > 0 && plan.shift(2, 1) < 0);

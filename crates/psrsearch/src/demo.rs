@@ -211,17 +211,10 @@ pub fn measure_throughput(
         let mut block = crate::Voltages::zeros(band.nchan(), band.npol, n);
         let start = Instant::now();
         for b in 0..nblocks {
-            let s = plan.block_start(b) as usize;
-            for c in 0..band.nchan() {
-                for p in 0..band.npol {
-                    block
-                        .series_mut(c, p)
-                        .copy_from_slice(&data.series(c, p)[s..s + n]);
-                }
-            }
+            block.fill_window(&data, plan.block_start(b) as usize);
             std::hint::black_box(plan.process_block(&mut ws, b, &block));
         }
-        let samples = nblocks * plan.step() as u64 * (band.nchan() * band.npol) as u64;
+        let samples = plan.complex_samples(nsamples as u64);
         Ok((n, start.elapsed().as_secs_f64(), samples))
     };
     let (n, t1, s1) = time(&[48.2]).map_err(SearchError::from)?;

@@ -30,15 +30,13 @@
 //!                                              amplitude: 1.0 }], ..SimConfig::default() };
 //! let (band, data) = simulate(&obs)?;
 //! let plan = DedispersionPlan::new(&band, &[0.0, 5.0], &PlanConfig::default().downsample(16))?;
-//! let nblocks = plan.num_blocks(obs.nsamples as u64);
-//! let mut assembler = PowerAssembler::new(&plan, nblocks);
+//! let nsamples = obs.nsamples as u64;
+//! let mut assembler = PowerAssembler::for_input(&plan, nsamples);
 //! let mut ws = plan.workspace();
-//! for b in 0..nblocks {
-//!     let start = plan.block_start(b) as usize;
-//!     let mut block = psrsearch::Voltages::zeros(2, 1, plan.fft_len());
-//!     for c in 0..2 {
-//!         block.series_mut(c, 0).copy_from_slice(&data.series(c, 0)[start..start + plan.fft_len()]);
-//!     }
+//! let mut block = psrsearch::Voltages::zeros(2, 1, plan.fft_len());
+//! for b in 0..plan.num_blocks(nsamples) {
+//!     // The last block reaches past the end of the data: zeros fill it.
+//!     block.fill_window(&data, plan.block_start(b) as usize);
 //!     assembler.insert(&plan.process_block(&mut ws, b, &block))?;
 //! }
 //! let series = assembler.finish()?;

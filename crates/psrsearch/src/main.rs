@@ -154,7 +154,7 @@ struct SimulateArgs {
 
 #[derive(Debug, Args)]
 struct DedispersionOpts {
-    /// FFT length (default: a power of two ≥ 4× the overlap the smear needs).
+    /// FFT length (default: a power of two ≥ 4× the overlap the smear needs, or the data's length rounded up to a power of two where that is shorter; the last block is padded with zeros so every sample between the edges reaches the output).
     #[arg(long)]
     fft_len: Option<usize>,
     /// Reference frequency, MHz (default: band centre).
@@ -180,6 +180,7 @@ impl DedispersionOpts {
             dispersion_constant: self.dispersion_constant,
             downsample: self.downsample.unwrap_or(default_downsample),
             extra_overlap: 0,
+            data_len: None,
         }
     }
 }

@@ -37,17 +37,15 @@ pub fn dedisperse_file(
     keep_voltages: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Dedispersed, SearchError> {
-    let plan = DedispersionPlan::new(reader.band(), &[dm], config)?;
-    let nblocks = plan.num_blocks(reader.nsamples());
+    let nsamples = reader.nsamples();
+    let plan = DedispersionPlan::new(reader.band(), &[dm], &config.clone().data_len(nsamples))?;
+    let nblocks = plan.num_blocks(nsamples);
     if nblocks == 0 {
-        return Err(SearchError::TooShort {
-            nsamples: reader.nsamples(),
-            fft_len: plan.fft_len(),
-        });
+        return Err(SearchError::too_short(&plan, nsamples));
     }
     let band = plan.band().clone();
-    let mut asm = PowerAssembler::new(&plan, nblocks);
-    let mut vasm = keep_voltages.then(|| VoltageAssembler::new(&plan, 0, nblocks));
+    let mut asm = PowerAssembler::for_input(&plan, nsamples);
+    let mut vasm = keep_voltages.then(|| VoltageAssembler::for_input(&plan, 0, nsamples));
     let mut ws = plan.workspace();
     let mut block = Voltages::zeros(band.nchan(), band.npol, plan.fft_len());
     let mut out = Voltages::zeros(band.nchan(), band.npol, plan.step());
@@ -56,7 +54,7 @@ pub fn dedisperse_file(
         data: vec![0.0; band.nchan() * plan.samples_per_block()],
     };
     for b in 0..nblocks {
-        reader.read_into(plan.block_start(b), &mut block)?;
+        reader.read_padded_into(plan.block_start(b), &mut block)?;
         // One forward transform serves both products.
         plan.forward(&mut ws, &block);
         power.block = b;

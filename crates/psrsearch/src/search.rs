@@ -31,14 +31,40 @@ pub enum SearchError {
     /// Putting blocks together.
     #[error(transparent)]
     Assemble(#[from] AssembleError),
-    /// Less data than one FFT.
-    #[error("the file holds {nsamples} samples per channel, fewer than one FFT of {fft_len}")]
+    /// Too little data for one dedispersed output sample at the largest DM.
+    #[error(
+        "the data hold {nsamples} samples per channel ({seconds:.3} s), fewer than the \
+         {needed} ({needed_s:.3} s) that dedispersing up to DM {max_dm} needs for one output \
+         sample (the dispersive sweep across the band plus the filter's edges), whatever the \
+         FFT length: use longer data or a lower DM range"
+    )]
     TooShort {
-        /// Samples in the file.
+        /// Samples in the data.
         nsamples: u64,
-        /// FFT length of the plan.
-        fft_len: usize,
+        /// Shortest input that works ([`DedispersionPlan::min_samples`]).
+        needed: u64,
+        /// The data's duration, s.
+        seconds: f64,
+        /// The duration needed, s.
+        needed_s: f64,
+        /// Largest trial DM.
+        max_dm: f64,
     },
+}
+
+impl SearchError {
+    /// The error for `nsamples` samples per channel, too few for `plan`.
+    pub fn too_short(plan: &DedispersionPlan, nsamples: u64) -> Self {
+        let tsamp = plan.band().tsamp_s();
+        let needed = plan.min_samples();
+        SearchError::TooShort {
+            nsamples,
+            needed,
+            seconds: nsamples as f64 * tsamp,
+            needed_s: needed as f64 * tsamp,
+            max_dm: plan.dms().iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
 }
 
 /// Settings of a search.
@@ -153,7 +179,7 @@ pub struct SearchOutcome {
 /// called after each block.
 ///
 /// # Errors
-/// Read errors, or a file shorter than one FFT.
+/// Read errors, or a file too short for one output sample.
 pub fn dedisperse_reader(
     reader: &mut BasebandReader,
     plan: &DedispersionPlan,
@@ -161,16 +187,13 @@ pub fn dedisperse_reader(
 ) -> Result<PowerAssembler, SearchError> {
     let nblocks = plan.num_blocks(reader.nsamples());
     if nblocks == 0 {
-        return Err(SearchError::TooShort {
-            nsamples: reader.nsamples(),
-            fft_len: plan.fft_len(),
-        });
+        return Err(SearchError::too_short(plan, reader.nsamples()));
     }
-    let mut assembler = PowerAssembler::new(plan, nblocks);
+    let mut assembler = PowerAssembler::for_input(plan, reader.nsamples());
     let mut ws = plan.workspace();
     let mut block = Voltages::zeros(plan.band().nchan(), plan.band().npol, plan.fft_len());
     for b in 0..nblocks {
-        reader.read_into(plan.block_start(b), &mut block)?;
+        reader.read_padded_into(plan.block_start(b), &mut block)?;
         let power = plan.process_block(&mut ws, b, &block);
         assembler.insert(&power)?;
         progress(b + 1, nblocks);
@@ -188,13 +211,12 @@ pub fn search_file(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SearchOutcome, SearchError> {
     let t0 = Instant::now();
-    let plan = DedispersionPlan::new(reader.band(), &config.dms, &config.plan)?;
+    let plan_config = config.plan.clone().data_len(reader.nsamples());
+    let plan = DedispersionPlan::new(reader.band(), &config.dms, &plan_config)?;
     let assembler = dedisperse_reader(reader, &plan, progress)?;
     let series = assembler.finish()?;
     let dedisperse_s = t0.elapsed().as_secs_f64();
-    let nblocks = plan.num_blocks(reader.nsamples());
-    let complex_samples =
-        nblocks * plan.step() as u64 * (plan.band().nchan() * plan.band().npol) as u64;
+    let complex_samples = plan.complex_samples(reader.nsamples());
     let mut outcome = search_series(&series, config);
     outcome.timings.dedisperse_s = dedisperse_s;
     outcome.complex_samples = complex_samples;

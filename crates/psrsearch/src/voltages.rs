@@ -83,4 +83,48 @@ impl Voltages {
     pub fn get(&self, chan: usize, pol: usize, t: usize) -> Complex32 {
         self.data[(chan * self.npol + pol) * self.nsamp + t]
     }
+
+    /// Fill this block with `src`'s samples `[start, start + nsamp)`, zeros where that
+    /// window reaches past the end of `src`: a block of a dedispersion read from memory.
+    ///
+    /// # Panics
+    /// If the channel or polarisation counts differ.
+    pub fn fill_window(&mut self, src: &Voltages, start: usize) {
+        assert_eq!(
+            (src.nchan, src.npol),
+            (self.nchan, self.npol),
+            "channels and polarisations must match"
+        );
+        let n = self.nsamp;
+        let have = src.nsamp.saturating_sub(start).min(n);
+        let from = start.min(src.nsamp);
+        for c in 0..self.nchan {
+            for p in 0..self.npol {
+                let dst = self.series_mut(c, p);
+                dst[..have].copy_from_slice(&src.series(c, p)[from..from + have]);
+                dst[have..].fill(Complex32::new(0.0, 0.0));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_past_the_end_are_zero_filled() {
+        let src = Voltages::from_vec(
+            1,
+            2,
+            3,
+            (0..6).map(|i| Complex32::new(i as f32, 0.0)).collect(),
+        );
+        let mut w = Voltages::zeros(1, 2, 2);
+        w.fill_window(&src, 2);
+        assert_eq!(w.series(0, 0), &[Complex32::new(2.0, 0.0), Complex32::new(0.0, 0.0)]);
+        assert_eq!(w.series(0, 1), &[Complex32::new(5.0, 0.0), Complex32::new(0.0, 0.0)]);
+        w.fill_window(&src, 9);
+        assert!(w.as_slice().iter().all(|z| z.norm() == 0.0));
+    }
 }

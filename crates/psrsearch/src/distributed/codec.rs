@@ -55,8 +55,10 @@ pub(crate) enum Msg {
         dm_index: u64,
         list: Vec<SpectralCandidate>,
     },
-    /// Streaming master → stage ranks: the input ended after `blocks` blocks.
-    StreamEnd { blocks: u64 },
+    /// Streaming master → stage ranks: the input ended after `blocks` blocks holding
+    /// `samples` input samples per channel (the last block padded with zeros where the
+    /// data did not fill it; 0 where not known).
+    StreamEnd { blocks: u64, samples: u64 },
     /// Streaming stage 2 → master: `block` is reassembled in order (its result is out).
     Ack { block: u64 },
     /// Client → server (dynamic mode): send me whichever unit you choose.
@@ -149,9 +151,10 @@ impl Msg {
                     w.f64(c.sigma);
                 }
             }
-            Msg::StreamEnd { blocks } => {
+            Msg::StreamEnd { blocks, samples } => {
                 w.u8(12);
                 w.u64(*blocks);
+                w.u64(*samples);
             }
             Msg::Ack { block } => {
                 w.u8(13);
@@ -240,7 +243,10 @@ impl Msg {
                 }
                 Msg::Detections { dm_index, list }
             }
-            12 => Msg::StreamEnd { blocks: r.u64()? },
+            12 => Msg::StreamEnd {
+                blocks: r.u64()?,
+                samples: r.u64()?,
+            },
             13 => Msg::Ack { block: r.u64()? },
             14 => Msg::Next,
             15 => Msg::Drained,
@@ -454,7 +460,10 @@ mod tests {
             voltages: f,
         });
         roundtrip(Msg::Request { block: 9 });
-        roundtrip(Msg::StreamEnd { blocks: 17 });
+        roundtrip(Msg::StreamEnd {
+            blocks: 17,
+            samples: 1 << 40,
+        });
         roundtrip(Msg::Ack { block: 5 });
         roundtrip(Msg::Result {
             block: 3,

@@ -397,7 +397,8 @@ pub fn search_distributed(
         let setup = BasebandReader::open(file)
             .map_err(SearchError::from)
             .and_then(|r| {
-                DedispersionPlan::new(r.band(), &config.search.dms, &config.search.plan)?;
+                let plan_config = config.search.plan.clone().data_len(r.nsamples());
+                DedispersionPlan::new(r.band(), &config.search.dms, &plan_config)?;
                 Ok(r)
             });
         blob = match setup {
@@ -409,9 +410,11 @@ pub fn search_distributed(
                         .find(|&&s| site_name(config.description.as_ref(), s) == *name)
                         .map(|&s| (s, *secs))
                 });
+                let mut search = config.search.clone();
+                search.plan.data_len = Some(r.nsamples());
                 let s = Setup {
                     band: r.band().clone(),
-                    config: config.search.clone(),
+                    config: search,
                     nsamples: r.nsamples(),
                     mode: config.mode,
                     slow,
@@ -440,11 +443,7 @@ pub fn search_distributed(
         .map_err(SearchError::from)?;
     let nblocks = plan.num_blocks(setup.nsamples);
     if nblocks == 0 {
-        return Err(SearchError::TooShort {
-            nsamples: setup.nsamples,
-            fft_len: plan.fft_len(),
-        }
-        .into());
+        return Err(SearchError::too_short(&plan, setup.nsamples).into());
     }
     let is_client = roles.server_of[me as usize].is_some();
 
@@ -708,7 +707,7 @@ pub fn search_distributed(
         }
         return Ok(None);
     };
-    let mut assembler = PowerAssembler::new(&plan, nblocks);
+    let mut assembler = PowerAssembler::for_input(&plan, setup.nsamples);
     let pilot_results = pilot.iter().flat_map(|(p, _)| &p.results);
     for b in pilot_results.chain(&served.results) {
         assembler.insert(b).map_err(SearchError::from)?;
@@ -727,8 +726,7 @@ pub fn search_distributed(
     });
     let mut outcome = outcome_from_detections(&series, detections, &setup.config, periodicity_s);
     outcome.timings.dedisperse_s = service_s;
-    outcome.complex_samples =
-        nblocks * plan.step() as u64 * (plan.band().nchan() * plan.band().npol) as u64;
+    outcome.complex_samples = plan.complex_samples(setup.nsamples);
     let allocation =
         allocation.ok_or_else(|| DistError::Protocol("root without its allocation".into()))?;
     let hosts = roles
@@ -1429,7 +1427,7 @@ fn measure_reads(
         let mut bytes = 0usize;
         for b in 0..n {
             reader
-                .read_into(plan.block_start(b), &mut block)
+                .read_padded_into(plan.block_start(b), &mut block)
                 .map_err(SearchError::from)?;
             bytes += Msg::Data {
                 block: b,

@@ -542,7 +542,7 @@ fn start_unit(
     reader
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .read_into(job.plan.block_start(b), &mut block)
+        .read_padded_into(job.plan.block_start(b), &mut block)
         .map_err(SearchError::from)?;
     let bytes = Msg::Data {
         block: b,
@@ -1199,7 +1199,9 @@ fn describe(m: &Msg) -> String {
         Msg::Series { dm_index, .. } => format!("series of DM {dm_index}"),
         Msg::SeriesEnd => "series end".into(),
         Msg::Detections { dm_index, .. } => format!("detections of DM {dm_index}"),
-        Msg::StreamEnd { blocks } => format!("end of stream after {blocks} blocks"),
+        Msg::StreamEnd { blocks, samples } => {
+            format!("end of stream after {blocks} blocks ({samples} samples)")
+        }
         Msg::Ack { block } => format!("acknowledgement of block {block}"),
         Msg::Next => "request for any unit".into(),
         Msg::Drained => "no more units".into(),

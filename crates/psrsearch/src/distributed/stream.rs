@@ -287,8 +287,9 @@ fn master<R: Read>(
         ended = t0.elapsed().as_secs_f64();
         // Whatever happened, tell the stages the stream is over so nobody waits forever.
         let blocks = arrivals.len() as u64;
+        let samples = *dealt.as_ref().unwrap_or(&0);
         for &r in stage1.iter().chain([&stage2]) {
-            send(comm, r, &Msg::StreamEnd { blocks })?;
+            send(comm, r, &Msg::StreamEnd { blocks, samples })?;
         }
         let acks = taker
             .join()
@@ -341,7 +342,7 @@ fn deal<R: Read>(
     arrivals: &mut Vec<f64>,
     t0: Instant,
     keep: usize,
-) -> Result<(), DistError> {
+) -> Result<u64, DistError> {
     let band = plan.band();
     let n = plan.fft_len();
     let mut block = Voltages::zeros(band.nchan(), band.npol, n);
@@ -349,13 +350,23 @@ fn deal<R: Read>(
         (0..stage1.len()).map(|_| VecDeque::new()).collect();
     let mut filled = 0;
     let mut b = 0u64;
-    loop {
+    let samples = loop {
         let got = stream
             .read_samples(&mut block, filled, n - filled)
             .map_err(SearchError::from)?;
         filled += got;
+        let mut end = None;
         if filled < n {
-            break;
+            // The end: a last block, padded with zeros, for the samples after the last
+            // whole one (as a file search covers them; see `DedispersionPlan::num_blocks`).
+            let samples = b * plan.step() as u64 + filled as u64;
+            if plan.num_blocks(samples) <= b {
+                break Ok(samples);
+            }
+            for series in block.as_mut_slice().chunks_exact_mut(n) {
+                series[filled..].fill(Default::default());
+            }
+            end = Some(samples);
         }
         arrivals.push(t0.elapsed().as_secs_f64());
         let k = (b % stage1.len() as u64) as usize;
@@ -373,19 +384,22 @@ fn deal<R: Read>(
             comm.try_process_at_rank(stage1[k])?
                 .try_immediate_send_owned(bytes, TAG)?,
         );
+        if let Some(samples) = end {
+            break Ok(samples);
+        }
         // The next block starts `step` samples on: keep the overlap.
         for series in block.as_mut_slice().chunks_exact_mut(n) {
             series.copy_within(n - keep.., 0);
         }
         filled = keep;
         b += 1;
-    }
+    };
     for q in sending {
         for f in q {
             f.wait()?;
         }
     }
-    Ok(())
+    samples
 }
 
 fn stage_one(
@@ -437,22 +451,29 @@ fn stage_one(
     Ok(done)
 }
 
-/// Search the first `blocks.len()` blocks as one observation.
+/// Search the first `blocks.len()` blocks as one observation; `samples`: they are the
+/// whole stream, which held that many input samples per channel.
 fn search_prefix(
     plan: &DedispersionPlan,
     blocks: &[Arc<BlockPower>],
     config: &SearchConfig,
+    samples: Option<u64>,
 ) -> Result<Interim, SearchError> {
     let n = blocks.len() as u64;
-    let mut asm = PowerAssembler::new(plan, n);
+    let mut asm = match samples {
+        Some(samples) => PowerAssembler::for_input(plan, samples),
+        None => PowerAssembler::new(plan, n),
+    };
     for b in blocks {
         asm.insert(b)?;
     }
     let series = asm.finish()?;
     let data_s = series[0].data.len() as f64 * series[0].tsamp_s;
     let mut outcome = search_series(&series, config);
-    outcome.complex_samples =
-        n * plan.step() as u64 * (plan.band().nchan() * plan.band().npol) as u64;
+    outcome.complex_samples = match samples {
+        Some(samples) => plan.complex_samples(samples),
+        None => n * plan.complex_samples(plan.fft_len() as u64),
+    };
     Ok(Interim {
         blocks: n,
         data_s,
@@ -471,6 +492,7 @@ fn stage_two(
     let mut ordered: Vec<Arc<BlockPower>> = Vec::new();
     let mut signed_off = 0;
     let mut total: Option<u64> = None;
+    let mut input_samples = 0;
     let mut interim = Vec::new();
     let search = &config.search;
     std::thread::scope(|s| -> Result<(), DistError> {
@@ -501,7 +523,10 @@ fn stage_two(
                     waiting.insert(block, Arc::new(BlockPower { block, data: power }));
                 }
                 Msg::SignOff { .. } => signed_off += 1,
-                Msg::StreamEnd { blocks } if st.source_rank() == 0 => total = Some(blocks),
+                Msg::StreamEnd { blocks, samples } if st.source_rank() == 0 => {
+                    total = Some(blocks);
+                    input_samples = samples;
+                }
                 m => return Err(DistError::Protocol(format!("stage 2 got {m:?}"))),
             }
             while let Some(next) = waiting.remove(&(ordered.len() as u64)) {
@@ -517,7 +542,7 @@ fn stage_two(
                 }
                 let snapshot = ordered.clone();
                 last_searched = snapshot.len() as u64;
-                running = Some(s.spawn(move || search_prefix(plan, &snapshot, search)));
+                running = Some(s.spawn(move || search_prefix(plan, &snapshot, search, None)));
             }
         }
         if let Some(h) = running.take() {
@@ -530,15 +555,15 @@ fn stage_two(
         0,
         &Msg::StreamEnd {
             blocks: ordered.len() as u64,
+            samples: input_samples,
         },
     )?;
     if ordered.is_empty() {
-        return Err(SearchError::TooShort {
-            nsamples: 0,
-            fft_len: plan.fft_len(),
-        }
-        .into());
+        return Err(SearchError::too_short(plan, input_samples).into());
     }
-    let last = search_prefix(plan, &ordered, search)?;
+    // The whole stream, its last block cut where the data ended, as a file search of the
+    // same samples does.
+    let whole = (plan.num_blocks(input_samples) == ordered.len() as u64).then_some(input_samples);
+    let last = search_prefix(plan, &ordered, search, whole)?;
     Ok(StageTwoReport { interim, last })
 }

@@ -335,6 +335,23 @@ impl BasebandReader {
         Ok(out)
     }
 
+    /// As [`read_into`](Self::read_into), but a block reaching past the end of the data
+    /// is filled up with zeros: the last block of a dedispersion (see
+    /// [`DedispersionPlan::num_blocks`](crate::DedispersionPlan::num_blocks)).
+    ///
+    /// # Errors
+    /// As [`read_into`](Self::read_into) for a block starting past the end of the data.
+    pub fn read_padded_into(&mut self, start: u64, out: &mut Voltages) -> Result<(), ReadError> {
+        let end = start + out.nsamp() as u64;
+        if end <= self.nsamples || start >= self.nsamples {
+            return self.read_into(start, out);
+        }
+        let have = (self.nsamples - start) as usize;
+        let part = self.read(start, have)?;
+        out.fill_window(&part, 0);
+        Ok(())
+    }
+
     /// As [`read`](Self::read), into an existing block whose shape gives the length.
     ///
     /// # Errors
