@@ -74,6 +74,8 @@ pub struct PowerAssembler {
     per_block: usize,
     nblocks: u64,
     out_len: usize,
+    /// Per block, leading outputs the block before already gave ([`DedispersionPlan::block_skip`]).
+    skip_out: Vec<usize>,
     lead_out: i64,
     shifts_out: Vec<i64>,
     downsample: usize,
@@ -84,8 +86,8 @@ pub struct PowerAssembler {
 
 impl PowerAssembler {
     /// An empty assembler for all of `nsamples` input samples per channel, in
-    /// [`DedispersionPlan::num_blocks`] blocks: what the last, padded block yields beyond
-    /// [`DedispersionPlan::valid_end`] is cut off.
+    /// [`DedispersionPlan::num_blocks`] blocks: a shifted last block gives only what the one
+    /// before did not, and whatever lies beyond [`DedispersionPlan::valid_end`] is cut off.
     pub fn for_input(plan: &DedispersionPlan, nsamples: u64) -> Self {
         let mut a = Self::new(plan, plan.num_blocks(nsamples));
         a.out_len = plan.output_len(nsamples);
@@ -109,6 +111,9 @@ impl PowerAssembler {
             per_block,
             nblocks,
             out_len: per_block * nblocks as usize,
+            skip_out: (0..nblocks)
+                .map(|b| plan.block_skip(b) / plan.downsample())
+                .collect(),
             lead_out: plan.lead() as i64 / ds,
             shifts_out,
             downsample: plan.downsample(),
@@ -143,9 +148,10 @@ impl PowerAssembler {
         }
         let len = self.series_len();
         let at = block.block as usize * self.per_block;
+        let skip = self.skip_out[block.block as usize];
         for (i, src) in block.data.chunks_exact(self.per_block).enumerate() {
             let dst = i * len + at;
-            self.data[dst..dst + self.per_block].copy_from_slice(src);
+            self.data[dst..dst + self.per_block - skip].copy_from_slice(&src[skip..]);
         }
         self.have[block.block as usize] = true;
         Ok(())
@@ -258,6 +264,7 @@ pub struct VoltageAssembler {
     step: usize,
     nblocks: u64,
     out_len: usize,
+    skip: Vec<usize>,
     lead: i64,
     shifts: Vec<i64>,
     data: Voltages,
@@ -282,6 +289,7 @@ impl VoltageAssembler {
             step: plan.step(),
             nblocks,
             out_len: plan.step() * nblocks as usize,
+            skip: (0..nblocks).map(|b| plan.block_skip(b)).collect(),
             lead: plan.lead() as i64,
             shifts: (0..nchan).map(|c| plan.shift(dm, c)).collect(),
             data: Voltages::zeros(nchan, npol, plan.step() * nblocks as usize),
@@ -296,9 +304,11 @@ impl VoltageAssembler {
         assert!(block < self.nblocks, "block out of range");
         assert_eq!(v.nsamp(), self.step, "block length");
         let at = block as usize * self.step;
+        let skip = self.skip[block as usize];
         for c in 0..self.nchan {
             for p in 0..self.npol {
-                self.data.series_mut(c, p)[at..at + self.step].copy_from_slice(v.series(c, p));
+                self.data.series_mut(c, p)[at..at + self.step - skip]
+                    .copy_from_slice(&v.series(c, p)[skip..]);
             }
         }
     }

@@ -196,6 +196,7 @@ pub struct DedispersionPlan {
     tail: usize,
     step: usize,
     downsample: usize,
+    data_len: Option<u64>,
     chirps: Vec<Arc<[Complex32]>>,
     shifts: Vec<i64>,
     forward: Arc<dyn Fft<f32>>,
@@ -364,6 +365,7 @@ impl DedispersionPlan {
             tail,
             step,
             downsample: ds,
+            data_len: config.data_len,
             chirps,
             shifts,
             forward,
@@ -437,22 +439,51 @@ impl DedispersionPlan {
         &self.chirps[dm * self.band.nchan() + chan]
     }
     /// Samples discarded at the end of each inverse transform, at least: the largest
-    /// negative lag plus the rest of the extra overlap. The output of `nsamples` input
-    /// samples ends at [`valid_end`](Self::valid_end), this many samples before the end
-    /// (rounded down to whole output samples).
+    /// negative lag plus the rest of the extra overlap.
     pub fn tail(&self) -> usize {
         self.tail
     }
-    /// End (exclusive, in input samples) of what `nsamples` input samples can be
-    /// dedispersed to: every later output would need samples after the end of the data.
+    /// The data length the plan was made for ([`PlanConfig::data_len`]), if any.
+    pub fn data_len(&self) -> Option<u64> {
+        self.data_len
+    }
+    /// The same plan for data of `nsamples` samples per channel (a stream, once it ended).
+    pub fn with_data_len(&self, nsamples: u64) -> DedispersionPlan {
+        let mut plan = self.clone();
+        plan.data_len = Some(nsamples);
+        plan
+    }
+    /// Whether `nsamples` is the data length the plan knows and holds at least one FFT: the
+    /// samples after the last whole block are then covered by one more block shifted back to
+    /// end within the data (as baseband-tasks does). Otherwise the last block reaches past
+    /// the end and is padded with zeros.
+    fn shifted_tail(&self, nsamples: u64) -> bool {
+        self.data_len == Some(nsamples) && nsamples >= self.fft_len as u64
+    }
+    /// Whole blocks in `nsamples`.
+    fn whole_blocks(&self, nsamples: u64) -> u64 {
+        match nsamples.checked_sub(self.fft_len as u64) {
+            Some(rest) => rest / self.step as u64 + 1,
+            None => 0,
+        }
+    }
+    /// End (exclusive, in input samples) of the dedispersed output of `nsamples` input
+    /// samples. With the data length known and at least one FFT of data, the last block
+    /// ends within the data: the output stops less than `tail` plus two output samples
+    /// before their end. Otherwise (a stream, or less than one FFT) the last block is padded
+    /// and the output stops where later outputs would need samples after the end: less
+    /// than `tail` plus one output sample before it.
     pub fn valid_end(&self, nsamples: u64) -> u64 {
         let ds = self.downsample as u64;
-        nsamples.saturating_sub(self.tail as u64) / ds * ds
+        if self.shifted_tail(nsamples) {
+            (nsamples - self.fft_len as u64) / ds * ds + (self.lead + self.step) as u64
+        } else {
+            nsamples.saturating_sub(self.tail as u64) / ds * ds
+        }
     }
     /// Downsampled output samples per channel (before channels are aligned) that
-    /// `nsamples` input samples give: input samples `[lead, valid_end)`. That is the whole
-    /// input less the documented edges: `lead` at the start, `tail` (plus less than one
-    /// output sample) at the end.
+    /// `nsamples` input samples give: input samples `[lead, valid_end)`, the whole input less
+    /// the documented edges.
     pub fn output_len(&self, nsamples: u64) -> usize {
         let end = self.valid_end(nsamples);
         (end.saturating_sub(self.lead as u64) / self.downsample as u64) as usize
@@ -466,17 +497,38 @@ impl DedispersionPlan {
     pub fn min_samples(&self) -> u64 {
         (self.lead + self.tail + self.downsample) as u64
     }
-    /// Number of blocks that cover `nsamples` input samples: the last one may reach past
-    /// the end of the data, which is then read as zeros (see
-    /// [`BasebandReader::read_padded_into`](crate::BasebandReader::read_padded_into)); what
-    /// those zeros touch lies beyond [`valid_end`](Self::valid_end) and is cut off by the
-    /// assemblers, so every input sample between the edges reaches the output.
+    /// Number of blocks that cover `nsamples` input samples between the edges: the whole
+    /// blocks and, where samples remain, one more (see [`valid_end`](Self::valid_end)):
+    /// shifted back ([`block_start`](Self::block_start)) or reaching past the end of the
+    /// data, which is then read as zeros (see
+    /// [`BasebandReader::read_padded_into`](crate::BasebandReader::read_padded_into)).
+    /// The assemblers keep each output sample once, so every input sample between the
+    /// edges reaches the output.
     pub fn num_blocks(&self, nsamples: u64) -> u64 {
-        (self.output_len(nsamples) * self.downsample).div_ceil(self.step) as u64
+        let covered = (self.output_len(nsamples) * self.downsample).div_ceil(self.step) as u64;
+        if self.shifted_tail(nsamples) {
+            covered.max(self.whole_blocks(nsamples))
+        } else {
+            covered
+        }
     }
-    /// First input sample of a block.
+    /// First input sample of a block: `block × step`, except for the last block of the data
+    /// length the plan knows, which is shifted back to end within the data.
     pub fn block_start(&self, block: u64) -> u64 {
-        block * self.step as u64
+        let plain = block * self.step as u64;
+        match self.data_len {
+            Some(n) if self.shifted_tail(n) && block > 0 && block + 1 == self.num_blocks(n) => {
+                let ds = self.downsample as u64;
+                plain.min((n - self.fft_len as u64) / ds * ds)
+            }
+            _ => plain,
+        }
+    }
+    /// Valid output samples (not downsampled) at the start of `block` that the block before
+    /// it already gave: non-zero only for a shifted last block. Assemblers skip them, so
+    /// every output comes from exactly one block whatever order blocks arrive in.
+    pub fn block_skip(&self, block: u64) -> usize {
+        (block * self.step as u64 - self.block_start(block)) as usize
     }
     /// Output samples (downsampled) each block yields per channel.
     pub fn samples_per_block(&self) -> usize {
@@ -626,15 +678,22 @@ mod tests {
         assert_eq!(plan.num_blocks(min - 1), 0);
         assert_eq!((plan.num_blocks(min), plan.output_len(min)), (1, 1));
         assert_eq!(plan.num_blocks(plan.fft_len() as u64), 1);
-        assert_eq!(plan.output_len(plan.fft_len() as u64), plan.samples_per_block());
+        assert_eq!(
+            plan.output_len(plan.fft_len() as u64),
+            plan.samples_per_block()
+        );
         assert_eq!(plan.num_blocks(plan.fft_len() as u64 + 8), 2);
         assert_eq!(plan.num_blocks((plan.fft_len() + plan.step()) as u64), 2);
         // Every input sample between the edges is covered, for any length.
         for n in [min, min + 7, min + 8, 3 * plan.fft_len() as u64 + 5] {
             let end = plan.valid_end(n);
             assert!(end <= n - plan.tail() as u64 && end + 8 > n - plan.tail() as u64);
-            let covered = plan.block_start(plan.num_blocks(n) - 1) + (plan.lead() + plan.step()) as u64;
-            assert!(covered >= end, "n {n}: blocks end at {covered}, data at {end}");
+            let covered =
+                plan.block_start(plan.num_blocks(n) - 1) + (plan.lead() + plan.step()) as u64;
+            assert!(
+                covered >= end,
+                "n {n}: blocks end at {covered}, data at {end}"
+            );
             assert_eq!(
                 plan.output_len(n) as u64 * 8,
                 end - plan.lead() as u64,

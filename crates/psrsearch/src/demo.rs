@@ -144,7 +144,7 @@ pub fn run_demo(
 pub fn format_table(cands: &[Candidate], injected: &[Pulsar], dm_step: f64) -> String {
     let mut s = format!(
         "{:>4}  {:>12}  {:>10}  {:>7}  {:>8}  {:>7}  {:>5}  {:>6}  {}\n",
-        "rank", "period (ms)", "freq (Hz)", "DM", "sigma", "S/N", "harm", "DMhits", "match"
+        "rank", "period (ms)", "freq (Hz)", "DM", "sigma", "S/N", "harm", "DMhits", "note"
     );
     for c in cands {
         let hit = injected
@@ -159,6 +159,11 @@ pub fn format_table(cands: &[Candidate], injected: &[Pulsar], dm_step: f64) -> S
                 )
             })
             .unwrap_or_default();
+        let hit = match (hit.is_empty(), c.flag.is_empty()) {
+            (_, true) => hit,
+            (true, false) => format!("probable interference: {}", c.flag),
+            (false, false) => format!("{hit}; flagged {}", c.flag),
+        };
         s.push_str(&format!(
             "{:>4}  {:>12.6}  {:>10.4}  {:>7.2}  {:>8.1}  {:>7.1}  {:>5}  {:>6}  {}\n",
             c.rank,

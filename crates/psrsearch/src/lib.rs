@@ -60,6 +60,7 @@ pub mod metajob;
 pub mod periodicity;
 pub mod plot;
 pub mod products;
+pub mod rfi;
 pub mod search;
 pub mod sift;
 pub mod simulate;

@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use psrsearch::demo;
 use psrsearch::distributed::ServiceMode;
 use psrsearch::format::candidates;
+use psrsearch::rfi::Birdie;
 use psrsearch::search::{dm_grid, search_file, Candidate, SearchConfig};
 use psrsearch::simulate::{write_simulation, Pulsar, SimConfig, SimFormat};
 use psrsearch::{BasebandReader, PlanConfig, Sideband, DEFAULT_DISPERSION_CONSTANT};
@@ -243,6 +244,22 @@ struct SearchOpts {
     /// Highest spin frequency searched, Hz.
     #[arg(long, default_value_t = 2000.0)]
     max_freq: f64,
+    /// Periodic interference removed from every spectrum (repeatable): FREQ[:WIDTH[:HARMONICS]]
+    /// in Hz (width 0.05 Hz, growing with the harmonic; 1 harmonic; 0: all), or `mains` for
+    /// 50 and 60 Hz with all harmonics.
+    #[arg(long = "birdie", value_name = "SPEC")]
+    birdies: Vec<String>,
+    /// File of birdies, one per line as FREQ [WIDTH [HARMONICS]] or `mains`; # comments.
+    #[arg(long, value_name = "FILE")]
+    birdie_file: Option<PathBuf>,
+    /// Flag candidates whose S/N at DM 0 is at least this fraction of their best as probable
+    /// interference, ranked after the rest (0: never).
+    #[arg(long, default_value_t = 0.85)]
+    zero_dm_fraction: f64,
+    /// Clip detected samples beyond this many robust standard deviations (median absolute
+    /// deviation) from each DM series' median, and report how many (0: no clipping).
+    #[arg(long, default_value_t = 0.0)]
+    clip: f64,
 }
 
 impl SearchOpts {
@@ -275,6 +292,32 @@ impl SearchOpts {
             max_candidates: self.max_candidates,
             ..SearchConfig::default()
         };
+        for spec in &self.birdies {
+            config
+                .periodicity
+                .birdies
+                .extend(Birdie::parse_list(spec).map_err(|e| anyhow::anyhow!("--birdie: {e}"))?);
+        }
+        if let Some(path) = &self.birdie_file {
+            config
+                .periodicity
+                .birdies
+                .extend(Birdie::read_file(path).map_err(|e| anyhow::anyhow!("{e}"))?);
+        }
+        if !(0.0..=1.0).contains(&self.zero_dm_fraction) {
+            bail!(
+                "--zero-dm-fraction must be between 0 (off) and 1, not {}",
+                self.zero_dm_fraction
+            );
+        }
+        if !(self.clip >= 0.0 && self.clip.is_finite()) {
+            bail!(
+                "--clip must be a number of sigma ≥ 0 (0: off), not {}",
+                self.clip
+            );
+        }
+        config.rfi.zero_dm_fraction = self.zero_dm_fraction;
+        config.rfi.clip_sigma = self.clip;
         config.periodicity.max_harmonics = self.nharm;
         config.periodicity.min_freq_hz = self.min_freq;
         config.periodicity.max_freq_hz = self.max_freq;
@@ -586,6 +629,9 @@ pub(crate) fn print_timings(o: &psrsearch::SearchOutcome) {
         t.periodicity_s,
         t.fold_s
     );
+    if o.masked.sigma > 0.0 {
+        println!("interference: {}", o.masked.describe());
+    }
 }
 
 fn demo_cmd(

@@ -21,6 +21,7 @@ use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftPlanner};
 use serde::{Deserialize, Serialize};
 
+use crate::rfi::{self, Birdie};
 use crate::stats;
 
 /// Settings of the periodicity search.
@@ -38,6 +39,9 @@ pub struct PeriodicityConfig {
     pub keep_sigma: f64,
     /// At most this many candidates are kept per DM (the most significant).
     pub max_per_dm: usize,
+    /// Interference frequencies zeroed in every whitened spectrum.
+    #[serde(default)]
+    pub birdies: Vec<Birdie>,
 }
 
 impl Default for PeriodicityConfig {
@@ -49,6 +53,7 @@ impl Default for PeriodicityConfig {
             max_harmonics: 16,
             keep_sigma: 2.0,
             max_per_dm: 200,
+            birdies: Vec::new(),
         }
     }
 }
@@ -170,6 +175,12 @@ impl PeriodicityPlan {
             .round()
             .max(2.0) as usize;
         whiten(&mut power[lo..hi], half_window);
+        rfi::zap(
+            &mut power,
+            self.df_hz(),
+            1.0 / self.tobs_s(),
+            &self.config.birdies,
+        );
         PowerSpectrum {
             df_hz: self.df_hz(),
             power,

@@ -15,6 +15,7 @@ use crate::dedisperse::{DedispersionPlan, PlanConfig, PlanError};
 use crate::fold::{self, Profile};
 use crate::format::{BasebandReader, ReadError};
 use crate::periodicity::{PeriodicityConfig, PeriodicityPlan, PowerSpectrum, SpectralCandidate};
+use crate::rfi::{self, MaskSummary, RfiConfig};
 use crate::sift;
 use crate::voltages::Voltages;
 
@@ -84,6 +85,9 @@ pub struct SearchConfig {
     pub fold_bins: usize,
     /// Detections closer than this many Fourier bins (`1/T`) are the same signal.
     pub freq_tolerance_bins: f64,
+    /// Interference flagging and clipping.
+    #[serde(default)]
+    pub rfi: RfiConfig,
 }
 
 impl Default for SearchConfig {
@@ -96,6 +100,7 @@ impl Default for SearchConfig {
             max_candidates: 10,
             fold_bins: 64,
             freq_tolerance_bins: 1.5,
+            rfi: RfiConfig::default(),
         }
     }
 }
@@ -130,6 +135,11 @@ pub struct Candidate {
     pub dm_hits: usize,
     /// Pulse width as a fraction of the period (best boxcar).
     pub duty: f64,
+    /// Why the candidate is probably not a pulsar (empty: no reason known), such as
+    /// `zero-DM(97%)`: as bright at DM 0 as at its best DM. Flagged candidates are ranked
+    /// after all unflagged ones.
+    #[serde(default)]
+    pub flag: String,
 }
 
 /// A candidate with what the plots need.
@@ -173,6 +183,8 @@ pub struct SearchOutcome {
     pub timings: Timings,
     /// Complex samples (all channels and polarisations) dedispersed per DM.
     pub complex_samples: u64,
+    /// What interference clipping removed from the series.
+    pub masked: MaskSummary,
 }
 
 /// Dedisperse every block of `reader` at every DM of `plan`. `progress(done, total)` is
@@ -214,13 +226,21 @@ pub fn search_file(
     let plan_config = config.plan.clone().data_len(reader.nsamples());
     let plan = DedispersionPlan::new(reader.band(), &config.dms, &plan_config)?;
     let assembler = dedisperse_reader(reader, &plan, progress)?;
-    let series = assembler.finish()?;
+    let mut series = assembler.finish()?;
+    let masked = clean_series(&mut series, config);
     let dedisperse_s = t0.elapsed().as_secs_f64();
     let complex_samples = plan.complex_samples(reader.nsamples());
     let mut outcome = search_series(&series, config);
+    outcome.masked = masked;
     outcome.timings.dedisperse_s = dedisperse_s;
     outcome.complex_samples = complex_samples;
     Ok(outcome)
+}
+
+/// Interference clipping of freshly assembled series, as every search mode does before its
+/// periodicity search (see [`rfi::clip`]).
+pub fn clean_series(series: &mut [DmSeries], config: &SearchConfig) -> MaskSummary {
+    rfi::clip(series, config.rfi.clip_sigma)
 }
 
 /// Periodicity search, sifting and folding of already dedispersed series (all of one length
@@ -290,6 +310,7 @@ pub fn outcome_from_detections(
             fold_s: t1.elapsed().as_secs_f64(),
         },
         complex_samples: 0,
+        masked: MaskSummary::default(),
     }
 }
 
@@ -324,6 +345,8 @@ pub fn rank_candidates(
             .map(|(s, sigma)| fold::profile(&s.data, tsamp, coarse.freq_hz, nbins, *sigma).snr)
             .collect();
         let best_dm = dm_peak(&snr_vs_dm).unwrap_or(best.dm_index);
+        let dms: Vec<f64> = series.iter().map(|s| s.dm).collect();
+        let flag = rfi::zero_dm_flag(&dms, &snr_vs_dm, &config.rfi);
         let profile = fold::refine(
             &series[best_dm].data,
             tsamp,
@@ -343,6 +366,7 @@ pub fn rank_candidates(
                     nharm: best.nharm,
                     dm_hits: cl.hits.len(),
                     duty: profile.width_bins as f64 / profile.means.len() as f64,
+                    flag,
                 },
                 profile,
                 snr_vs_dm,
@@ -383,6 +407,9 @@ pub fn rank_candidates(
             kept.push(c);
         }
     }
+    // Probable interference after every candidate without a flag (a stable sort keeps the
+    // order of significance within each group).
+    kept.sort_by_key(|c| !c.candidate.flag.is_empty());
     kept.truncate(config.max_candidates);
     for (i, c) in kept.iter_mut().enumerate() {
         c.candidate.rank = i + 1;

@@ -122,8 +122,14 @@ mod tests {
         );
         let mut w = Voltages::zeros(1, 2, 2);
         w.fill_window(&src, 2);
-        assert_eq!(w.series(0, 0), &[Complex32::new(2.0, 0.0), Complex32::new(0.0, 0.0)]);
-        assert_eq!(w.series(0, 1), &[Complex32::new(5.0, 0.0), Complex32::new(0.0, 0.0)]);
+        assert_eq!(
+            w.series(0, 0),
+            &[Complex32::new(2.0, 0.0), Complex32::new(0.0, 0.0)]
+        );
+        assert_eq!(
+            w.series(0, 1),
+            &[Complex32::new(5.0, 0.0), Complex32::new(0.0, 0.0)]
+        );
         w.fill_window(&src, 9);
         assert!(w.as_slice().iter().all(|z| z.norm() == 0.0));
     }

@@ -416,6 +416,7 @@ fn candidate_tables_roundtrip() {
             nharm: 16,
             dm_hits: 33,
             duty: 0.031_25,
+            flag: String::new(),
         },
         Candidate {
             rank: 2,
@@ -427,13 +428,18 @@ fn candidate_tables_roundtrip() {
             nharm: 1,
             dm_hits: 1,
             duty: 0.5,
+            flag: "zero-DM(97%)".into(),
         },
     ];
     let mut buf = Vec::new();
     candidates::write_csv(&mut buf, &cands).unwrap();
     assert!(String::from_utf8_lossy(&buf)
-        .starts_with("rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty\n"));
+        .starts_with("rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty,flag\n"));
     assert_eq!(candidates::read_csv(&mut buf.as_slice()).unwrap(), cands);
+    // Tables from before the flag column still read, unflagged.
+    let old = "rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty\n1,0.5,2,3,9,8,4,5,0.1\n";
+    let read = candidates::read_csv(&mut old.as_bytes()).unwrap();
+    assert_eq!((read[0].dm, read[0].flag.as_str()), (3.0, ""));
     let mut buf = Vec::new();
     candidates::write_json(&mut buf, &cands).unwrap();
     assert_eq!(candidates::read_json(&mut buf.as_slice()).unwrap(), cands);

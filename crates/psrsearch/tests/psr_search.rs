@@ -312,3 +312,77 @@ fn cli_meta_errors_name_the_users_file() {
     assert!(err.contains(&format!("{}:1:", cfg.display())), "{err}");
     assert!(!err.contains("metacomputer.cfg"), "{err}");
 }
+
+/// Mains-like interference: a broad 50 Hz modulation that is not dispersed.
+fn mains_hum() -> Pulsar {
+    Pulsar {
+        period_s: 0.02,
+        dm: 0.0,
+        duty_cycle: 0.3,
+        amplitude: 0.6,
+    }
+}
+
+/// A pulsar beside a brighter zero-DM periodic signal: the pulsar ranks first, and the
+/// interference is listed after it, flagged.
+#[test]
+fn zero_dm_interference_is_flagged_and_the_pulsar_ranks_first() {
+    let psr = two_pulsars()[1].clone();
+    let obs = observation(31, vec![psr.clone(), mains_hum()]);
+    let outcome = run("hum.dada", &obs, SimFormat::Dada8);
+    let table: Vec<_> = outcome.candidates.iter().map(|c| &c.candidate).collect();
+    assert!(recovers(&psr, table[0], 1.0), "{table:#?}");
+    assert!(table[0].flag.is_empty(), "{table:#?}");
+    let hum = table
+        .iter()
+        .find(|c| (c.freq_hz / 50.0 - (c.freq_hz / 50.0).round()).abs() < 0.01)
+        .unwrap_or_else(|| panic!("the 50 Hz signal is not listed: {table:#?}"));
+    assert!(hum.flag.starts_with("zero-DM"), "{hum:?}");
+    // Without flagging, the brighter interference ranks above the pulsar.
+    let mut config = search_config();
+    config.rfi.zero_dm_fraction = 0.0;
+    let mut reader = BasebandReader::open(tmp("hum.dada")).unwrap();
+    let plain = search_file(&mut reader, &config, &mut |_, _| {}).unwrap();
+    assert!(
+        !recovers(&psr, &plain.candidates[0].candidate, 1.0),
+        "the test's interference is too weak to matter: {:#?}",
+        plain.candidates[0].candidate
+    );
+}
+
+/// `--birdie mains` removes 50 Hz and its harmonics from the spectra; the pulsar stays.
+#[test]
+fn mains_birdies_remove_the_interference() {
+    let psr = two_pulsars()[1].clone();
+    let obs = observation(31, vec![psr.clone(), mains_hum()]);
+    let path = tmp("hum_zap.dada");
+    write_simulation(&obs, SimFormat::Dada8, &path).unwrap();
+    let mut config = search_config();
+    config.periodicity.birdies = psrsearch::rfi::Birdie::mains();
+    let mut reader = BasebandReader::open(&path).unwrap();
+    let outcome = search_file(&mut reader, &config, &mut |_, _| {}).unwrap();
+    let table: Vec<_> = outcome.candidates.iter().map(|c| &c.candidate).collect();
+    assert!(recovers(&psr, table[0], 1.0), "{table:#?}");
+    assert!(
+        table
+            .iter()
+            .all(|c| (c.freq_hz / 50.0 - (c.freq_hz / 50.0).round()).abs() > 0.01),
+        "{table:#?}"
+    );
+}
+
+/// Clipping at 6 robust sigma keeps the pulsar and reports what it looked at and removed.
+#[test]
+fn clipping_counts_what_it_removes() {
+    let obs = observation(32, vec![two_pulsars()[1].clone()]);
+    let path = tmp("clip.dada");
+    write_simulation(&obs, SimFormat::Dada8, &path).unwrap();
+    let mut config = search_config();
+    config.rfi.clip_sigma = 6.0;
+    let mut reader = BasebandReader::open(&path).unwrap();
+    let outcome = search_file(&mut reader, &config, &mut |_, _| {}).unwrap();
+    assert_recovered(&outcome, &obs.pulsars);
+    let m = &outcome.masked;
+    assert_eq!(m.sigma, 6.0);
+    assert!(m.total > 0 && m.clipped < m.total / 1000, "{m:?}");
+}

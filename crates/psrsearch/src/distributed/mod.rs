@@ -712,7 +712,8 @@ pub fn search_distributed(
     for b in pilot_results.chain(&served.results) {
         assembler.insert(b).map_err(SearchError::from)?;
     }
-    let series = assembler.finish().map_err(SearchError::from)?;
+    let mut series = assembler.finish().map_err(SearchError::from)?;
+    let masked = crate::search::clean_series(&mut series, &setup.config);
     let t_p = Instant::now();
     let detections =
         service::periodicity_root(&comm, &workers, &series, &setup.config, progress, t0)?;
@@ -727,6 +728,7 @@ pub fn search_distributed(
     let mut outcome = outcome_from_detections(&series, detections, &setup.config, periodicity_s);
     outcome.timings.dedisperse_s = service_s;
     outcome.complex_samples = plan.complex_samples(setup.nsamples);
+    outcome.masked = masked;
     let allocation =
         allocation.ok_or_else(|| DistError::Protocol("root without its allocation".into()))?;
     let hosts = roles

@@ -350,6 +350,8 @@ fn deal<R: Read>(
         (0..stage1.len()).map(|_| VecDeque::new()).collect();
     let mut filled = 0;
     let mut b = 0u64;
+    // The block sent last, whose samples a shifted last block may need.
+    let mut previous: Option<Voltages> = None;
     let samples = loop {
         let got = stream
             .read_samples(&mut block, filled, n - filled)
@@ -357,14 +359,30 @@ fn deal<R: Read>(
         filled += got;
         let mut end = None;
         if filled < n {
-            // The end: a last block, padded with zeros, for the samples after the last
-            // whole one (as a file search covers them; see `DedispersionPlan::num_blocks`).
+            // The end: one more block for the samples after the last whole one, as a file
+            // search of the same samples makes it (see `DedispersionPlan::num_blocks`):
+            // shifted back to end with the data, or padded with zeros when the whole
+            // stream is shorter than one FFT.
             let samples = b * plan.step() as u64 + filled as u64;
-            if plan.num_blocks(samples) <= b {
+            let whole = plan.with_data_len(samples);
+            if whole.num_blocks(samples) <= b {
                 break Ok(samples);
             }
-            for series in block.as_mut_slice().chunks_exact_mut(n) {
-                series[filled..].fill(Default::default());
+            let start = whole.block_start(b);
+            let here = b * plan.step() as u64;
+            for (k, series) in block.as_mut_slice().chunks_exact_mut(n).enumerate() {
+                // Samples before this block's start are in the block sent last, which began
+                // one step (n − keep) earlier.
+                let before = (here - start) as usize;
+                let kept: Vec<_> = series[..filled].to_vec();
+                if let Some(prev) = &previous {
+                    let from = (n - keep) - before;
+                    series[..before]
+                        .copy_from_slice(&prev.as_slice()[k * n..][from..from + before]);
+                }
+                let take = filled.min(n - before);
+                series[before..before + take].copy_from_slice(&kept[..take]);
+                series[before + take..].fill(Default::default());
             }
             end = Some(samples);
         }
@@ -380,6 +398,7 @@ fn deal<R: Read>(
             voltages: block.clone(),
         }
         .encode();
+        previous = Some(block.clone());
         sending[k].push_back(
             comm.try_process_at_rank(stage1[k])?
                 .try_immediate_send_owned(bytes, TAG)?,
@@ -467,9 +486,11 @@ fn search_prefix(
     for b in blocks {
         asm.insert(b)?;
     }
-    let series = asm.finish()?;
+    let mut series = asm.finish()?;
+    let masked = crate::search::clean_series(&mut series, config);
     let data_s = series[0].data.len() as f64 * series[0].tsamp_s;
     let mut outcome = search_series(&series, config);
+    outcome.masked = masked;
     outcome.complex_samples = match samples {
         Some(samples) => plan.complex_samples(samples),
         None => n * plan.complex_samples(plan.fft_len() as u64),
@@ -563,7 +584,9 @@ fn stage_two(
     }
     // The whole stream, its last block cut where the data ended, as a file search of the
     // same samples does.
-    let whole = (plan.num_blocks(input_samples) == ordered.len() as u64).then_some(input_samples);
-    let last = search_prefix(plan, &ordered, search, whole)?;
+    let whole_plan = plan.with_data_len(input_samples);
+    let whole =
+        (whole_plan.num_blocks(input_samples) == ordered.len() as u64).then_some(input_samples);
+    let last = search_prefix(&whole_plan, &ordered, search, whole)?;
     Ok(StageTwoReport { interim, last })
 }

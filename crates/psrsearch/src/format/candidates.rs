@@ -7,9 +7,11 @@ use super::HeaderError;
 use crate::search::Candidate;
 
 const FORMAT: &str = "candidate CSV";
-const COLUMNS: [&str; 9] = [
-    "rank", "period_s", "freq_hz", "dm", "sigma", "snr", "nharm", "dm_hits", "duty",
+const COLUMNS: [&str; 10] = [
+    "rank", "period_s", "freq_hz", "dm", "sigma", "snr", "nharm", "dm_hits", "duty", "flag",
 ];
+/// Tables written before candidates had a flag column are still read.
+const OLD_COLUMNS: usize = 9;
 
 /// Write the CSV table.
 ///
@@ -20,8 +22,18 @@ pub fn write_csv(w: &mut impl Write, cands: &[Candidate]) -> std::io::Result<()>
     for c in cands {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{}",
-            c.rank, c.period_s, c.freq_hz, c.dm, c.sigma, c.snr, c.nharm, c.dm_hits, c.duty
+            "{},{},{},{},{},{},{},{},{},{}",
+            c.rank,
+            c.period_s,
+            c.freq_hz,
+            c.dm,
+            c.sigma,
+            c.snr,
+            c.nharm,
+            c.dm_hits,
+            c.duty,
+            // A flag is a word with no comma, but nothing may break the table.
+            c.flag.replace(',', ";")
         )?;
     }
     Ok(())
@@ -41,14 +53,18 @@ pub fn read_csv(r: &mut impl BufRead) -> Result<Vec<Candidate>, HeaderError> {
         .next()
         .ok_or_else(|| HeaderError::missing(FORMAT, "header line"))?
         .map_err(io)?;
-    if head.trim() != COLUMNS.join(",") {
+    let width = if head.trim() == COLUMNS.join(",") {
+        COLUMNS.len()
+    } else if head.trim() == COLUMNS[..OLD_COLUMNS].join(",") {
+        OLD_COLUMNS
+    } else {
         return Err(HeaderError::invalid(
             FORMAT,
             "header line",
             head,
             COLUMNS.join(","),
         ));
-    }
+    };
     let mut out = Vec::new();
     for (i, line) in lines.enumerate() {
         let line = line.map_err(io)?;
@@ -61,10 +77,10 @@ pub fn read_csv(r: &mut impl BufRead) -> Result<Vec<Candidate>, HeaderError> {
                 FORMAT,
                 &format!("row {}", i + 1),
                 line.clone(),
-                "9 numeric columns",
+                "9 numeric columns and a flag",
             )
         };
-        if f.len() != COLUMNS.len() {
+        if f.len() != width {
             return Err(bad());
         }
         let u = |s: &str| s.parse::<usize>().map_err(|_| bad());
@@ -79,6 +95,7 @@ pub fn read_csv(r: &mut impl BufRead) -> Result<Vec<Candidate>, HeaderError> {
             nharm: u(f[6])?,
             dm_hits: u(f[7])?,
             duty: x(f[8])?,
+            flag: f.get(9).map_or_else(String::new, |s| s.to_string()),
         });
     }
     Ok(out)
