@@ -93,6 +93,20 @@ pub enum PlanError {
         /// Gigabytes of memory the machine has.
         have_gb: f64,
     },
+    /// The data are shorter than the dispersive smear at the largest DM plus one output.
+    #[error(
+        "the data hold {nsamples} samples per channel, fewer than the {needed} that \
+         dedispersing up to DM {max_dm} needs for one output sample (the dispersive sweep \
+         across the band), whatever the FFT length: use longer data or a lower DM range"
+    )]
+    DataTooShort {
+        /// Samples per channel in the data.
+        nsamples: u64,
+        /// Shortest length that gives one output sample.
+        needed: u64,
+        /// Largest trial DM.
+        max_dm: f64,
+    },
     /// The FFT cannot hold the dispersive smear plus one downsampled output.
     #[error(
         "FFT length {fft_len} is too short: the dispersive smear needs an overlap of {overlap} \
@@ -303,6 +317,16 @@ impl DedispersionPlan {
         let lead = (lag_max.ceil() as usize + extra_lead).div_ceil(ds) * ds;
         let tail = (-lag_min).ceil() as usize + config.extra_overlap - extra_lead;
         let overlap = lead + tail;
+        if let Some(n) = config.data_len {
+            let needed = (lead + tail + ds) as u64;
+            if n < needed {
+                return Err(PlanError::DataTooShort {
+                    nsamples: n,
+                    needed,
+                    max_dm: dms.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                });
+            }
+        }
         let suggested = (4 * overlap).max(ds * 4).max(1024).next_power_of_two();
         // Data shorter than the suggested FFT fit in one block (padded at the end) of the
         // next power of two above their length, as long as that block has room for output.
@@ -755,6 +779,25 @@ mod tests {
         let e = DedispersionPlan::new(&b, &[1.0], &PlanConfig::default().reference_mhz(-1.0))
             .unwrap_err();
         assert!(e.to_string().contains("reference"));
+    }
+
+    #[test]
+    fn data_too_short_for_the_dm_are_refused_before_any_table() {
+        let b = band();
+        let ok = DedispersionPlan::new(&b, &[0.0, 40.0], &PlanConfig::default()).unwrap();
+        let need = ok.min_samples();
+        let cfg = PlanConfig::default().data_len(need - 1);
+        let e = DedispersionPlan::new(&b, &[0.0, 40.0], &cfg).unwrap_err();
+        assert_eq!(
+            e,
+            PlanError::DataTooShort {
+                nsamples: need - 1,
+                needed: need,
+                max_dm: 40.0
+            }
+        );
+        assert!(e.to_string().contains("up to DM 40"), "{e}");
+        assert!(DedispersionPlan::new(&b, &[0.0, 40.0], &cfg.data_len(need)).is_ok());
     }
 
     #[test]

@@ -87,6 +87,49 @@ pub fn boxcar_snr(means: &[f64], counts: &[u64], sigma: f64) -> (f64, usize, usi
     best
 }
 
+/// S/N of harmonic `k` of a folded profile: the amplitude of its `k`-th Fourier component
+/// over that amplitude's noise, from `sigma`, the standard deviation of the series folded.
+/// 0 where the profile has too few bins to hold that harmonic.
+pub fn harmonic_snr(p: &Profile, sigma: f64, k: usize) -> f64 {
+    let n = p.means.len();
+    if k == 0 || 2 * k >= n || sigma <= 0.0 {
+        return 0.0;
+    }
+    let (mut re, mut im, mut var) = (0.0, 0.0, 0.0);
+    for (b, (m, c)) in p.means.iter().zip(&p.counts).enumerate() {
+        let a = std::f64::consts::TAU * (k * b) as f64 / n as f64;
+        re += m * a.cos();
+        im -= m * a.sin();
+        // Each component carries half the variance of the bin means.
+        var += 0.5 * sigma * sigma / (*c).max(1) as f64;
+    }
+    (re * re + im * im).sqrt() / var.sqrt()
+}
+
+impl Profile {
+    /// Equivalent width of the pulse in bins, not rounded to whole bins: the area of the
+    /// best boxcar's bins above the off-pulse mean over the height of the highest of them
+    /// (1.06 × the FWHM for a Gaussian pulse).
+    pub fn equivalent_width_bins(&self) -> f64 {
+        let n = self.means.len();
+        if n < 2 || self.width_bins >= n {
+            return self.width_bins as f64;
+        }
+        let on: Vec<f64> = (0..self.width_bins)
+            .map(|k| self.means[(self.peak_bin + k) % n])
+            .collect();
+        let off = (self.means.iter().sum::<f64>() - on.iter().sum::<f64>())
+            / (n - self.width_bins) as f64;
+        let area: f64 = on.iter().map(|m| m - off).sum();
+        let peak = on.iter().copied().fold(f64::NEG_INFINITY, f64::max) - off;
+        if peak > 0.0 && area > 0.0 {
+            (area / peak).clamp(1.0, self.width_bins as f64)
+        } else {
+            self.width_bins as f64
+        }
+    }
+}
+
 /// Fold and measure.
 pub fn profile(series: &[f32], tsamp_s: f64, freq_hz: f64, nbins: usize, sigma: f64) -> Profile {
     let (sums, counts) = fold(series, tsamp_s, freq_hz, nbins);

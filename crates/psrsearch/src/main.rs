@@ -244,6 +244,10 @@ struct SearchOpts {
     /// Highest spin frequency searched, Hz.
     #[arg(long, default_value_t = 2000.0)]
     max_freq: f64,
+    /// Most bins of a folded profile (a profile has one bin per sample of the period where
+    /// that is fewer).
+    #[arg(long, default_value_t = 256)]
+    nbins: usize,
     /// Periodic interference removed from every spectrum (repeatable): FREQ[:WIDTH[:HARMONICS]]
     /// in Hz (width 0.05 Hz, growing with the harmonic; 1 harmonic; 0: all), or `mains` for
     /// 50 and 60 Hz with all harmonics.
@@ -316,6 +320,10 @@ impl SearchOpts {
                 self.clip
             );
         }
+        if !(8..=4096).contains(&self.nbins) {
+            bail!("--nbins must be between 8 and 4096, not {}", self.nbins);
+        }
+        config.fold_bins = self.nbins;
         config.rfi.zero_dm_fraction = self.zero_dm_fraction;
         config.rfi.clip_sigma = self.clip;
         config.periodicity.max_harmonics = self.nharm;

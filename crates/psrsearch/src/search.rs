@@ -81,7 +81,8 @@ pub struct SearchConfig {
     pub threshold_sigma: f64,
     /// At most this many candidates are reported.
     pub max_candidates: usize,
-    /// Largest number of profile bins.
+    /// Largest number of profile bins: a profile has this many, or one per sample of the
+    /// period where that is fewer.
     pub fold_bins: usize,
     /// Detections closer than this many Fourier bins (`1/T`) are the same signal.
     pub freq_tolerance_bins: f64,
@@ -98,7 +99,7 @@ impl Default for SearchConfig {
             periodicity: PeriodicityConfig::default(),
             threshold_sigma: 6.0,
             max_candidates: 10,
-            fold_bins: 64,
+            fold_bins: 256,
             freq_tolerance_bins: 1.5,
             rfi: RfiConfig::default(),
         }
@@ -314,6 +315,15 @@ pub fn outcome_from_detections(
     }
 }
 
+/// A weaker candidate at up to this many times a stronger one's frequency is a harmonic of
+/// it where the stronger one's profile has power at that harmonic: a narrow pulse has strong
+/// harmonics far beyond the 16 summed.
+pub const MAX_HARMONIC_RATIO: usize = 64;
+
+/// Tolerance of that comparison, in parts of `1/T`: the resolution of folding at 64 bins,
+/// whatever the number of bins a profile has.
+const HARMONIC_TOLERANCE_BINS: f64 = 64.0;
+
 /// Sift detections from all DMs, fold the strongest, drop harmonics and weak ones, rank.
 pub fn rank_candidates(
     series: &[DmSeries],
@@ -325,7 +335,8 @@ pub fn rank_candidates(
     let tobs = len as f64 * tsamp;
     let clusters = sift::cluster(detections, config.freq_tolerance_bins / tobs);
     let sigmas: Vec<f64> = series.iter().map(|s| fold::std_dev(&s.data)).collect();
-    let mut refined: Vec<(CandidateDetail, f64)> = Vec::new();
+    // (candidate, spectral frequency, standard deviation of its best DM's series)
+    let mut refined: Vec<(CandidateDetail, f64, f64)> = Vec::new();
     let spectral_df = 1.0 / (crate::periodicity::padded_len(len) as f64 * tsamp);
     let budget = (3 * config.max_candidates).max(20);
     for cl in clusters
@@ -365,13 +376,14 @@ pub fn rank_candidates(
                     snr: profile.snr,
                     nharm: best.nharm,
                     dm_hits: cl.hits.len(),
-                    duty: profile.width_bins as f64 / profile.means.len() as f64,
+                    duty: profile.equivalent_width_bins() / profile.means.len() as f64,
                     flag,
                 },
                 profile,
                 snr_vs_dm,
             },
             best.freq_hz,
+            sigmas[best_dm],
         ));
     }
     // Drop what a stronger candidate explains: a duplicate or simple-ratio harmonic of its
@@ -380,10 +392,11 @@ pub fn rank_candidates(
     // (tolerance: the half-bin spectral grid) and which folding does not confirm. A strong
     // pulsar's harmonics make such peaks at many ratios k/h; a real, independent pulsar
     // folds to an S/N comparable to its spectral significance, they do not.
-    let fold_tol = 1.0 / (config.fold_bins as f64 * tobs);
+    let fold_tol = 1.0 / (HARMONIC_TOLERANCE_BINS * tobs);
     let mut kept: Vec<CandidateDetail> = Vec::new();
-    for (c, spectral_freq) in refined {
-        let explained = kept.iter().any(|k| {
+    let mut kept_sigma: Vec<f64> = Vec::new();
+    for (c, spectral_freq, sigma) in refined {
+        let explained = kept.iter().zip(&kept_sigma).any(|(k, ksigma)| {
             let fa = k.candidate.freq_hz;
             let simple = sift::harmonic_ratio(
                 c.candidate.freq_hz,
@@ -392,6 +405,11 @@ pub fn rank_candidates(
                 fold_tol,
             )
             .is_some();
+            // A high harmonic of the stronger pulsar's profile, where that profile still
+            // has power (a narrow pulse).
+            let high =
+                sift::integer_multiple(c.candidate.freq_hz, fa, MAX_HARMONIC_RATIO, fold_tol)
+                    .is_some_and(|h| fold::harmonic_snr(&k.profile, *ksigma, h) >= 3.0);
             // Low-order ratios (subharmonics, 2f, 3f/2…) within the spectral resolution,
             // judged on either frequency estimate of the weaker candidate.
             let low_order = [c.candidate.freq_hz, spectral_freq]
@@ -399,12 +417,14 @@ pub fn rank_candidates(
                 .any(|f| sift::harmonic_ratio(*f, fa, 4, 0.25 * spectral_df + fold_tol).is_some());
             let unconfirmed = c.candidate.snr < 0.8 * c.candidate.sigma;
             simple
+                || high
                 || low_order
                 || (unconfirmed
                     && sift::shares_harmonic(spectral_freq, fa, 16, 0.5 * spectral_df, fold_tol))
         });
         if !explained {
             kept.push(c);
+            kept_sigma.push(sigma);
         }
     }
     // Probable interference after every candidate without a flag (a stable sort keeps the

@@ -84,6 +84,13 @@ pub fn harmonic_ratio(f: f64, fundamental: f64, max: usize, tol_hz: f64) -> Opti
     best
 }
 
+/// The harmonic number `k ≤ max` for which `f` is `k·fundamental` within `(k + 1)·tol_hz`.
+pub fn integer_multiple(f: f64, fundamental: f64, max: usize, tol_hz: f64) -> Option<usize> {
+    let k = (f / fundamental).round();
+    (k >= 1.0 && k <= max as f64 && (f - k * fundamental).abs() <= (k + 1.0) * tol_hz)
+        .then_some(k as usize)
+}
+
 /// Whether some harmonic `h ≤ max_h` of `f` falls on a harmonic `k` of `fundamental`:
 /// `|h·f − k·fundamental| ≤ tol_hz + k·fundamental_tol_hz`.
 pub fn shares_harmonic(
@@ -155,5 +162,12 @@ mod tests {
         assert!(shares_harmonic(25.2806, 134.83, 16, 0.1, 0.0));
         assert!(!shares_harmonic(25.2806, 134.83, 8, 0.1, 0.0));
         assert!(!shares_harmonic(0.3, 134.83, 16, 0.1, 0.0));
+        assert_eq!(
+            integer_multiple(17.0 * 3.1 + 0.01, 3.1, 64, 0.001),
+            Some(17)
+        );
+        assert_eq!(integer_multiple(17.0 * 3.1 + 0.1, 3.1, 64, 0.001), None);
+        assert_eq!(integer_multiple(65.0 * 3.1, 3.1, 64, 0.001), None);
+        assert_eq!(integer_multiple(1.0, 3.1, 64, 0.001), None);
     }
 }

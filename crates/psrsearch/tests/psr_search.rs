@@ -386,3 +386,29 @@ fn clipping_counts_what_it_removes() {
     assert_eq!(m.sigma, 6.0);
     assert!(m.total > 0 && m.clipped < m.total / 1000, "{m:?}");
 }
+
+/// A bright, narrow pulse has strong harmonics far up the spectrum: they are all one
+/// candidate, whatever their ratio to the fundamental, and the width is measured finer than
+/// the 64 bins folding used to have.
+#[test]
+fn a_pulsar_with_strong_harmonics_gives_one_candidate() {
+    let psr = Pulsar {
+        period_s: 0.051_3,
+        dm: 15.3,
+        duty_cycle: 0.005,
+        amplitude: 8.0,
+    };
+    let obs = observation(33, vec![psr.clone()]);
+    let outcome = run("narrow.dada", &obs, SimFormat::Dada8);
+    let table: Vec<_> = outcome.candidates.iter().map(|c| &c.candidate).collect();
+    assert!(recovers(&psr, table[0], 1.0), "{table:#?}");
+    assert_eq!(table.len(), 1, "harmonics left as candidates: {table:#?}");
+    let p = &outcome.candidates[0].profile;
+    assert!(p.means.len() > 64, "{} bins", p.means.len());
+    let duty = table[0].duty;
+    assert!(
+        (duty / psr.duty_cycle - 1.0).abs() < 0.5,
+        "duty {duty} against FWHM {}",
+        psr.duty_cycle
+    );
+}
