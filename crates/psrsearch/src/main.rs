@@ -13,9 +13,9 @@ use psrsearch::demo;
 use psrsearch::distributed::ServiceMode;
 use psrsearch::format::candidates;
 use psrsearch::rfi::Birdie;
-use psrsearch::search::{dm_grid, search_file, Candidate, SearchConfig};
+use psrsearch::search::{dm_grid, dm_step_for, search_file, Candidate, DmStepPlan, SearchConfig};
 use psrsearch::simulate::{write_simulation, Pulsar, SimConfig, SimFormat};
-use psrsearch::{BasebandReader, PlanConfig, Sideband, DEFAULT_DISPERSION_CONSTANT};
+use psrsearch::{Band, BasebandReader, PlanConfig, Sideband, DEFAULT_DISPERSION_CONSTANT};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -216,21 +216,25 @@ struct DedisperseArgs {
 #[derive(Debug, Args)]
 struct SearchOpts {
     /// First trial DM.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     dm_start: f64,
     /// Last trial DM.
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 100.0)]
     dm_end: f64,
-    /// DM step.
-    #[arg(long, default_value_t = 2.0)]
-    dm_step: f64,
+    /// DM step (default: chosen from the band, as PRESTO's DDplan, so that half a step
+    /// smears the band by the time resolution; 2 where the band is not known beforehand).
+    #[arg(long)]
+    dm_step: Option<f64>,
+    /// Narrowest pulse searched for, ms: a wider one allows a coarser chosen DM step.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
+    min_width: f64,
     /// Explicit trial DMs (comma-separated), instead of the grid.
     #[arg(long, value_delimiter = ',')]
     dms: Vec<f64>,
     #[command(flatten)]
     opts: DedispersionOpts,
     /// Report candidates at or above this significance (Gaussian sigma, trials included).
-    #[arg(long, default_value_t = 6.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 6.0)]
     threshold: f64,
     /// Most candidates reported.
     #[arg(long, default_value_t = 10)]
@@ -239,10 +243,10 @@ struct SearchOpts {
     #[arg(long, default_value_t = 16)]
     nharm: usize,
     /// Lowest spin frequency searched, Hz.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     min_freq: f64,
     /// Highest spin frequency searched, Hz.
-    #[arg(long, default_value_t = 2000.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 2000.0)]
     max_freq: f64,
     /// Most bins of a folded profile (a profile has one bin per sample of the period where
     /// that is fewer).
@@ -258,18 +262,38 @@ struct SearchOpts {
     birdie_file: Option<PathBuf>,
     /// Flag candidates whose S/N at DM 0 is at least this fraction of their best as probable
     /// interference, ranked after the rest (0: never).
-    #[arg(long, default_value_t = 0.85)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.85)]
     zero_dm_fraction: f64,
     /// Clip detected samples beyond this many robust standard deviations (median absolute
     /// deviation) from each DM series' median, and report how many (0: no clipping).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     clip: f64,
 }
 
 impl SearchOpts {
-    fn config(&self) -> Result<SearchConfig> {
+    /// The search's settings, and the DM step plan where the step was chosen from `band`.
+    fn config(&self, band: Option<&Band>) -> Result<(SearchConfig, Option<DmStepPlan>)> {
+        let plan = self.opts.config(32);
+        if !(self.min_width >= 0.0 && self.min_width.is_finite()) {
+            bail!(
+                "--min-width must be a width in ms ≥ 0, not {}",
+                self.min_width
+            );
+        }
+        let step_plan = match (self.dm_step, band) {
+            (None, Some(b)) if self.dms.is_empty() => Some(dm_step_for(
+                b,
+                b.tsamp_s() * plan.downsample.max(1) as f64,
+                self.min_width * 1e-3,
+                plan.dispersion_constant,
+            )),
+            _ => None,
+        };
         let dms = if self.dms.is_empty() {
-            let (start, end, step) = (self.dm_start, self.dm_end, self.dm_step);
+            let step = step_plan
+                .as_ref()
+                .map_or(self.dm_step.unwrap_or(2.0), |p| p.step);
+            let (start, end) = (self.dm_start, self.dm_end);
             if !(start.is_finite() && end.is_finite() && step.is_finite()) {
                 bail!("--dm-start, --dm-end and --dm-step must be numbers");
             }
@@ -291,7 +315,7 @@ impl SearchOpts {
         }
         let mut config = SearchConfig {
             dms,
-            plan: self.opts.config(32),
+            plan,
             threshold_sigma: self.threshold,
             max_candidates: self.max_candidates,
             ..SearchConfig::default()
@@ -329,7 +353,7 @@ impl SearchOpts {
         config.periodicity.max_harmonics = self.nharm;
         config.periodicity.min_freq_hz = self.min_freq;
         config.periodicity.max_freq_hz = self.max_freq;
-        Ok(config)
+        Ok((config, step_plan))
     }
 }
 
@@ -561,14 +585,33 @@ fn dedisperse_cmd(a: DedisperseArgs) -> Result<()> {
 }
 
 fn search_cmd(a: SearchArgs) -> Result<()> {
-    let config = a.search.config()?;
-    if let Some(meta) = &a.meta {
-        let text =
-            std::fs::read_to_string(meta).with_context(|| format!("reading {}", meta.display()))?;
-        // Checked here, so that a mistake is named in the user's file (the job runs a copy
-        // in the output directory).
-        metampi_config::parse_auto(&meta.display().to_string(), &text)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The description is checked first, so that a mistake is named in the user's file (the
+    // job runs a copy in the output directory).
+    let meta_text = match &a.meta {
+        Some(meta) => {
+            let text = std::fs::read_to_string(meta)
+                .with_context(|| format!("reading {}", meta.display()))?;
+            metampi_config::parse_auto(&meta.display().to_string(), &text)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            Some(text)
+        }
+        None => None,
+    };
+    let band = BasebandReader::open(&a.file)
+        .with_context(|| format!("opening {}", a.file.display()))?
+        .band()
+        .clone();
+    let (config, step_plan) = a.search.config(Some(&band))?;
+    if let Some(p) = &step_plan {
+        println!(
+            "{}; {} trial DMs from {} to {}",
+            p.describe(),
+            config.dms.len(),
+            config.dms[0],
+            config.dms[config.dms.len() - 1]
+        );
+    }
+    if let Some(text) = meta_text {
         let file = std::fs::canonicalize(&a.file)
             .with_context(|| format!("opening {}", a.file.display()))?;
         let r = dist_cli::run_job(&file, &config, a.mode, &text, &a.out_dir, !a.no_plots)?;
@@ -765,9 +808,41 @@ mod tests {
         let cli = Cli::try_parse_from(["psrsearch", "search", "in.dada"].iter().chain(args))
             .expect("the options parse");
         match cli.command {
-            Command::Search(a) => a.search.config(),
+            Command::Search(a) => a.search.config(None).map(|(c, _)| c),
             _ => unreachable!("a search command"),
         }
+    }
+
+    #[test]
+    fn the_dm_step_is_chosen_from_the_band_unless_given() {
+        let parse = |args: &[&str]| -> SearchOpts {
+            let cli = Cli::try_parse_from(["psrsearch", "search", "in.dada"].iter().chain(args))
+                .expect("the options parse");
+            match cli.command {
+                Command::Search(a) => a.search,
+                _ => unreachable!("a search command"),
+            }
+        };
+        let band = Band::from_total(430.0, 2.0, 2, 1e6, true, 1);
+        let (c, p) = parse(&["--dm-end", "3", "--downsample", "16"])
+            .config(Some(&band))
+            .unwrap();
+        let p = p.expect("a chosen step");
+        assert_eq!(c.dms.len(), 21, "{:?}", c.dms);
+        assert!((c.dms[1] - p.step).abs() < 1e-12 && p.step < 0.2, "{p:?}");
+        let (c, p) = parse(&["--dm-end", "4", "--dm-step", "2"])
+            .config(Some(&band))
+            .unwrap();
+        assert_eq!((c.dms, p), (vec![0.0, 2.0, 4.0], None));
+        // Negative numbers are values, not options.
+        let (c, _) = parse(&["--threshold", "-10", "--dm-start", "-1", "--dm-end", "1"])
+            .config(Some(&band))
+            .unwrap();
+        assert_eq!((c.threshold_sigma, c.dms[0]), (-10.0, -1.0));
+        let e = parse(&["--min-width", "-1"])
+            .config(Some(&band))
+            .unwrap_err();
+        assert!(e.to_string().contains("--min-width"), "{e}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::assemble::{AssembleError, DmSeries, PowerAssembler};
+use crate::band::Band;
 use crate::dedisperse::{DedispersionPlan, PlanConfig, PlanError};
 use crate::fold::{self, Profile};
 use crate::format::{BasebandReader, ReadError};
@@ -103,6 +104,51 @@ impl Default for SearchConfig {
             freq_tolerance_bins: 1.5,
             rfi: RfiConfig::default(),
         }
+    }
+}
+
+/// A DM step chosen from the smearing it causes, as PRESTO's DDplan does for the band.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DmStepPlan {
+    /// DM step, pc cm⁻³.
+    pub step: f64,
+    /// Smearing across the whole band from a DM error of half a step, s: equal to
+    /// `resolution_s` (before the step is rounded down to two significant digits).
+    pub smear_s: f64,
+    /// The time resolution it is matched to: output sampling time and pulse width added
+    /// in quadrature, s.
+    pub resolution_s: f64,
+}
+
+impl DmStepPlan {
+    /// One line saying what was chosen and why.
+    pub fn describe(&self) -> String {
+        format!(
+            "DM step {} pc/cm³: a DM error of half a step smears the band by {:.1} µs, the \
+             time resolution (sampling and pulse width) of {:.1} µs",
+            self.step,
+            self.smear_s * 1e6,
+            self.resolution_s * 1e6
+        )
+    }
+}
+
+/// The DM step for `band` dedispersed coherently to series of `tsamp_out_s`, searching for
+/// pulses at least `width_s` wide: coherent dedispersion removes the smearing within each
+/// channel at the trial DM, so a trial off the true DM by `δ` smears the whole band by
+/// `k·δ·(f_lo⁻² − f_hi⁻²)`; the step makes that, at half a step, the time resolution.
+pub fn dm_step_for(band: &Band, tsamp_out_s: f64, width_s: f64, constant: f64) -> DmStepPlan {
+    let (lo, hi) = (band.lowest_mhz(), band.highest_mhz());
+    let per_dm = constant * (lo.powi(-2) - hi.powi(-2));
+    let resolution_s = tsamp_out_s.hypot(width_s);
+    let exact = 2.0 * resolution_s / per_dm;
+    // Two significant digits, rounded down so the smearing stays within the resolution.
+    let scale = 10f64.powf(exact.log10().floor() - 1.0);
+    let step = (exact / scale).floor() * scale;
+    DmStepPlan {
+        step,
+        smear_s: per_dm * step / 2.0,
+        resolution_s,
     }
 }
 
@@ -483,6 +529,26 @@ mod tests {
             Some(4)
         );
         assert_eq!(dm_peak(&[-1.0, -0.5]), Some(1));
+    }
+
+    #[test]
+    fn dm_step_matches_the_smearing_to_the_resolution() {
+        // 430 MHz, 2 MHz wide: one DM unit smears the band by k·(429⁻² − 431⁻²) = 209 µs.
+        let band = Band::from_total(430.0, 2.0, 2, 1e6, true, 1);
+        let k = crate::DEFAULT_DISPERSION_CONSTANT;
+        let plan = dm_step_for(&band, 16e-6, 0.0, k);
+        // 2 × 16 µs / 209 µs = 0.153…, rounded down to 0.15.
+        assert!((plan.step - 0.15).abs() < 1e-12, "{plan:?}");
+        assert!(plan.smear_s <= plan.resolution_s && plan.smear_s > 0.95 * plan.resolution_s);
+        // A wider pulse allows a coarser step; a wider band needs a finer one.
+        assert_eq!(dm_step_for(&band, 16e-6, 1e-3, k).step, 9.5);
+        let wide = Band::from_total(430.0, 20.0, 2, 1e7, true, 1);
+        assert!(dm_step_for(&wide, 16e-6, 0.0, k).step < plan.step / 5.0);
+        assert!(
+            plan.describe().contains("DM step 0.15"),
+            "{}",
+            plan.describe()
+        );
     }
 
     #[test]

@@ -127,7 +127,7 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
         bail!("--format vdif needs --vdif-header FILE (VDIF headers give no sky frequency)");
     }
     let config = StreamConfig {
-        search: a.search.config()?,
+        search: a.search.config(None)?.0,
         search_every: a.search_every,
         format: match a.format {
             InputFormat::Auto => StreamFormat::Auto,
