@@ -64,6 +64,7 @@ pub mod rfi;
 pub mod search;
 pub mod sift;
 pub mod simulate;
+pub mod single_pulse;
 pub mod stats;
 mod voltages;
 

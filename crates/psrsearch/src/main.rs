@@ -248,6 +248,13 @@ struct SearchOpts {
     /// Highest spin frequency searched, Hz.
     #[arg(long, allow_negative_numbers = true, default_value_t = 2000.0)]
     max_freq: f64,
+    /// Also search every DM for single pulses (boxcars of 1 to 64 samples) and write
+    /// single_pulses.csv and single_pulses.png.
+    #[arg(long)]
+    single_pulse: bool,
+    /// S/N threshold of the single-pulse search.
+    #[arg(long, default_value_t = 6.0, allow_negative_numbers = true)]
+    sp_threshold: f64,
     /// Most bins of a folded profile (a profile has one bin per sample of the period where
     /// that is fewer).
     #[arg(long, default_value_t = 256)]
@@ -348,6 +355,8 @@ impl SearchOpts {
             bail!("--nbins must be between 8 and 4096, not {}", self.nbins);
         }
         config.fold_bins = self.nbins;
+        config.single_pulse.enabled = self.single_pulse;
+        config.single_pulse.threshold_sigma = self.sp_threshold;
         config.rfi.zero_dm_fraction = self.zero_dm_fraction;
         config.rfi.clip_sigma = self.clip;
         config.periodicity.max_harmonics = self.nharm;
@@ -655,6 +664,27 @@ pub(crate) fn write_results(
     candidates::write_json(&mut std::fs::File::create(&json)?, table)
         .with_context(|| format!("writing {}", json.display()))?;
     println!("wrote {} and {}", csv.display(), json.display());
+    if let Some(events) = &outcome.single_pulses {
+        let path = dir.join("single_pulses.csv");
+        psrsearch::single_pulse::write_csv(&mut std::fs::File::create(&path)?, events)
+            .with_context(|| format!("writing {}", path.display()))?;
+        let pulses = psrsearch::single_pulse::group(events, &outcome.dms);
+        println!(
+            "single pulses: {} events at all DMs, {} pulses (all in {}); brightest:",
+            events.len(),
+            pulses.len(),
+            path.display()
+        );
+        for p in pulses.iter().take(5) {
+            println!(
+                "  t = {:.6} s  DM {:.2}  S/N {:.1}  width {:.3} ms",
+                p.time_s,
+                p.dm,
+                p.sigma,
+                p.width_s * 1e3
+            );
+        }
+    }
     if plots {
         let files = psrsearch::plot::plot_outcome(outcome, dir)?;
         println!(

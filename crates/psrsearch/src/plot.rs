@@ -1,4 +1,4 @@
-//! PNG plots of a search: S/N against DM, folded profiles, the periodogram.
+//! PNG plots of a search: S/N against DM, folded profiles, the periodogram, single pulses.
 //!
 //! Text uses a subset of DejaVu Sans (ASCII and a few symbols, 24 kB) compiled into the
 //! binary, so plotting needs no system fonts; its licence is in `assets/`.
@@ -62,6 +62,14 @@ pub fn plot_outcome(outcome: &SearchOutcome, dir: &Path) -> Result<Vec<PathBuf>,
         detail,
     })?;
     written.push(p);
+    if let Some(events) = &outcome.single_pulses {
+        let p = dir.join("single_pulses.png");
+        single_pulses(events, &outcome.dms, &p).map_err(|detail| PlotError {
+            path: p.clone(),
+            detail,
+        })?;
+        written.push(p);
+    }
     for c in outcome.candidates.iter().take(5) {
         let p = dir.join(format!("profile_{}.png", c.candidate.rank));
         profile(c, &p).map_err(|detail| PlotError {
@@ -141,6 +149,48 @@ fn snr_vs_dm(outcome: &SearchOutcome, path: &Path) -> Result<(), String> {
             .draw()
             .map_err(|e| e.to_string())?;
     }
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Single-pulse events as DM against time, each a circle whose size grows with its S/N.
+fn single_pulses(
+    events: &[crate::single_pulse::SinglePulse],
+    dms: &[f64],
+    path: &Path,
+) -> Result<(), String> {
+    let root = BitMapBackend::new(path, (1000, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (tlo, thi) = range(events.iter().map(|e| e.time_s).chain([0.0]));
+    let (dlo, dhi) = range(dms.iter().copied());
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("Single pulses ({} events)", events.len()),
+            ("sans-serif", 24),
+        )
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(tlo..thi, dlo..dhi)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("time at the reference frequency (s)")
+        .y_desc("DM (pc cm^-3)")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let floor = events.iter().map(|e| e.sigma).fold(f64::INFINITY, f64::min);
+    let top = events
+        .iter()
+        .map(|e| e.sigma)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let span = (top - floor).max(1e-9);
+    chart
+        .draw_series(events.iter().map(|e| {
+            let r = (2.0 + 18.0 * (e.sigma - floor) / span) as i32;
+            Circle::new((e.time_s, e.dm), r, COLOURS[0].mix(0.6).stroke_width(2))
+        }))
+        .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
 }
 

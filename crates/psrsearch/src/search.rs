@@ -18,6 +18,7 @@ use crate::format::{BasebandReader, ReadError};
 use crate::periodicity::{PeriodicityConfig, PeriodicityPlan, PowerSpectrum, SpectralCandidate};
 use crate::rfi::{self, MaskSummary, RfiConfig};
 use crate::sift;
+use crate::single_pulse::{self, SinglePulse, SinglePulseConfig};
 use crate::voltages::Voltages;
 
 /// Why a search failed.
@@ -90,6 +91,9 @@ pub struct SearchConfig {
     /// Interference flagging and clipping.
     #[serde(default)]
     pub rfi: RfiConfig,
+    /// Single-pulse search (off by default).
+    #[serde(default)]
+    pub single_pulse: SinglePulseConfig,
 }
 
 impl Default for SearchConfig {
@@ -103,6 +107,7 @@ impl Default for SearchConfig {
             fold_bins: 256,
             freq_tolerance_bins: 1.5,
             rfi: RfiConfig::default(),
+            single_pulse: SinglePulseConfig::default(),
         }
     }
 }
@@ -232,6 +237,8 @@ pub struct SearchOutcome {
     pub complex_samples: u64,
     /// What interference clipping removed from the series.
     pub masked: MaskSummary,
+    /// Single pulses at every DM, brightest first (`None`: the search was not asked for).
+    pub single_pulses: Option<Vec<SinglePulse>>,
 }
 
 /// Dedisperse every block of `reader` at every DM of `plan`. `progress(done, total)` is
@@ -344,6 +351,10 @@ pub fn outcome_from_detections(
         .and_then(|c| series.iter().position(|s| s.dm == c.candidate.dm))
         .unwrap_or(0);
     let spectrum = plan.spectrum(&series[spectrum_index].data);
+    let single_pulses = config.single_pulse.enabled.then(|| {
+        let input_tsamp = tsamp / config.plan.downsample.max(1) as f64;
+        single_pulse::search(series, input_tsamp, &config.single_pulse)
+    });
     SearchOutcome {
         candidates,
         dms: series.iter().map(|s| s.dm).collect(),
@@ -358,6 +369,7 @@ pub fn outcome_from_detections(
         },
         complex_samples: 0,
         masked: MaskSummary::default(),
+        single_pulses,
     }
 }
 
