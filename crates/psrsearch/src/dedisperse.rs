@@ -484,13 +484,6 @@ impl DedispersionPlan {
     fn shifted_tail(&self, nsamples: u64) -> bool {
         self.data_len == Some(nsamples) && nsamples >= self.fft_len as u64
     }
-    /// Whole blocks in `nsamples`.
-    fn whole_blocks(&self, nsamples: u64) -> u64 {
-        match nsamples.checked_sub(self.fft_len as u64) {
-            Some(rest) => rest / self.step as u64 + 1,
-            None => 0,
-        }
-    }
     /// End (exclusive, in input samples) of the dedispersed output of `nsamples` input
     /// samples. With the data length known and at least one FFT of data, the last block
     /// ends within the data: the output stops less than `tail` plus two output samples
@@ -529,12 +522,7 @@ impl DedispersionPlan {
     /// The assemblers keep each output sample once, so every input sample between the
     /// edges reaches the output.
     pub fn num_blocks(&self, nsamples: u64) -> u64 {
-        let covered = (self.output_len(nsamples) * self.downsample).div_ceil(self.step) as u64;
-        if self.shifted_tail(nsamples) {
-            covered.max(self.whole_blocks(nsamples))
-        } else {
-            covered
-        }
+        (self.output_len(nsamples) * self.downsample).div_ceil(self.step) as u64
     }
     /// First input sample of a block: `block × step`, except for the last block of the data
     /// length the plan knows, which is shifted back to end within the data.

@@ -211,6 +211,17 @@ fn median(x: &mut [f32]) -> f32 {
     *m
 }
 
+/// Median and robust standard deviation (1.4826 × the median absolute deviation) of `x`,
+/// which must not be empty.
+pub fn robust_stats(x: &[f32]) -> (f32, f64) {
+    let mut work = x.to_vec();
+    let m = median(&mut work);
+    for (w, v) in work.iter_mut().zip(x) {
+        *w = (v - m).abs();
+    }
+    (m, 1.4826 * f64::from(median(&mut work)))
+}
+
 /// Replace samples further than `sigma` robust standard deviations from each series' median
 /// by the median; `sigma ≤ 0` does nothing.
 pub fn clip(series: &mut [DmSeries], sigma: f64) -> MaskSummary {
@@ -224,12 +235,7 @@ pub fn clip(series: &mut [DmSeries], sigma: f64) -> MaskSummary {
         if s.data.len() < 3 {
             continue;
         }
-        let mut work = s.data.clone();
-        let m = median(&mut work);
-        for (w, v) in work.iter_mut().zip(&s.data) {
-            *w = (v - m).abs();
-        }
-        let robust = 1.4826 * f64::from(median(&mut work));
+        let (m, robust) = robust_stats(&s.data);
         if robust <= 0.0 {
             continue;
         }

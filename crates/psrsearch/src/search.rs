@@ -397,6 +397,7 @@ pub fn rank_candidates(
     let mut refined: Vec<(CandidateDetail, f64, f64)> = Vec::new();
     let spectral_df = 1.0 / (crate::periodicity::padded_len(len) as f64 * tsamp);
     let budget = (3 * config.max_candidates).max(20);
+    let dms: Vec<f64> = series.iter().map(|s| s.dm).collect();
     for cl in clusters
         .iter()
         .filter(|c| c.best.sigma >= config.threshold_sigma)
@@ -414,7 +415,6 @@ pub fn rank_candidates(
             .map(|(s, sigma)| fold::profile(&s.data, tsamp, coarse.freq_hz, nbins, *sigma).snr)
             .collect();
         let best_dm = dm_peak(&snr_vs_dm).unwrap_or(best.dm_index);
-        let dms: Vec<f64> = series.iter().map(|s| s.dm).collect();
         let flag = rfi::zero_dm_flag(&dms, &snr_vs_dm, &config.rfi);
         let profile = fold::refine(
             &series[best_dm].data,

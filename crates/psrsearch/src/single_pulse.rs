@@ -54,18 +54,6 @@ pub struct SinglePulse {
     pub width_s: f64,
 }
 
-/// Median and robust standard deviation of `x`.
-fn robust_stats(x: &[f32]) -> (f64, f64) {
-    let mut w = x.to_vec();
-    let mid = w.len() / 2;
-    let m = *w.select_nth_unstable_by(mid, f32::total_cmp).1;
-    for v in &mut w {
-        *v = (*v - m).abs();
-    }
-    let mad = *w.select_nth_unstable_by(mid, f32::total_cmp).1;
-    (f64::from(m), 1.4826 * f64::from(mad))
-}
-
 /// Events of one series; `input_tsamp_s` is the sampling time of the data before
 /// downsampling (the unit of `start_sample`).
 pub fn search_series(
@@ -77,7 +65,8 @@ pub fn search_series(
     if n < 4 {
         return Vec::new();
     }
-    let (median, sigma) = robust_stats(&s.data);
+    let (median, sigma) = crate::rfi::robust_stats(&s.data);
+    let median = f64::from(median);
     if sigma <= 0.0 {
         return Vec::new();
     }

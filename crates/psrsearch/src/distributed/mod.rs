@@ -397,12 +397,14 @@ pub fn search_distributed(
         let setup = BasebandReader::open(file)
             .map_err(SearchError::from)
             .and_then(|r| {
-                let plan_config = config.search.plan.clone().data_len(r.nsamples());
-                DedispersionPlan::new(r.band(), &config.search.dms, &plan_config)?;
-                Ok(r)
+                // Planned for this file's length, as every rank's copy of the plan will be.
+                let mut search = config.search.clone();
+                search.plan.data_len = Some(r.nsamples());
+                DedispersionPlan::new(r.band(), &search.dms, &search.plan)?;
+                Ok((r, search))
             });
         blob = match setup {
-            Ok(r) => {
+            Ok((r, search)) => {
                 let slow = config.slow_host.as_ref().and_then(|(name, secs)| {
                     roles
                         .site_list
@@ -410,8 +412,6 @@ pub fn search_distributed(
                         .find(|&&s| site_name(config.description.as_ref(), s) == *name)
                         .map(|&s| (s, *secs))
                 });
-                let mut search = config.search.clone();
-                search.plan.data_len = Some(r.nsamples());
                 let s = Setup {
                     band: r.band().clone(),
                     config: search,

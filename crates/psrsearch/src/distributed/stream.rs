@@ -374,14 +374,13 @@ fn deal<R: Read>(
                 // Samples before this block's start are in the block sent last, which began
                 // one step (n − keep) earlier.
                 let before = (here - start) as usize;
-                let kept: Vec<_> = series[..filled].to_vec();
+                let take = filled.min(n - before);
+                series.copy_within(..take, before);
                 if let Some(prev) = &previous {
                     let from = (n - keep) - before;
                     series[..before]
                         .copy_from_slice(&prev.as_slice()[k * n..][from..from + before]);
                 }
-                let take = filled.min(n - before);
-                series[before..before + take].copy_from_slice(&kept[..take]);
                 series[before + take..].fill(Default::default());
             }
             end = Some(samples);
