@@ -1339,7 +1339,9 @@ impl Router {
             acceptors,
             waker: (Arc::new(w0), w1),
             last_stats: now,
-            stats_due: false,
+            // Written on the first pass: a job shorter than the period still leaves its
+            // routers' files (the launcher kills routers of this machine at the job's end).
+            stats_due: stats_dir.is_some(),
             key,
             spinner: sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50),
             node: sys::vchan::node_hash(
