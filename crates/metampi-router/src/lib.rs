@@ -44,23 +44,26 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use metampi_wire::frame::reserve_for_frames_within;
-use metampi_wire::Envelope as WireEnvelope;
-use metampi_wire::{
-    AutoMode, Bundle, Compression, Config, Event, Message as WireMessage, SendError, Transmit,
-};
+use metampi_wire::{AutoMode, Bundle, Compression, Config, Event, Transmit};
 
 use metampi::auth;
 use metampi::auth::VERTICAL_CTX;
 use metampi::for_router::sys;
-use metampi::for_router::{Envelope, ENV_LEN};
+use metampi::for_router::ENV_LEN;
 pub use metampi_launch::router_spec::{
     read_ready, Identity, LinkTls, OutLink, PeerCheck, RouterSpec, COMPRESSIONS,
 };
 use sys::vchan::{Offer, VChan, OFFER_LEN};
 
 mod reader;
+mod switch;
 pub mod tls;
 mod writer;
+
+use switch::{
+    frame_size, Budget, Inlet, LinkHello, Outlet, PeerKey, Peers, Switch, LINK_HELLO,
+    MAX_WIRE_MESSAGE,
+};
 
 fn parse_compression(s: &str) -> Option<Compression> {
     Some(match s {
@@ -134,9 +137,6 @@ fn link_timeout() -> Duration {
 /// a ping-pong through two routers about 0.5 ms each way (measured with the
 /// wire crate's 1 ms default), so acknowledge at once.
 const ACK_DELAY_US: u64 = 2000;
-
-/// Largest frame a rank hands a router (an eager message or a rendezvous fragment).
-const MAX_WIRE_MESSAGE: u64 = 1 << 20;
 
 /// Emulated link: each chunk of bytes is serialised at the link rate after
 /// the previous one (virtual finish time) and then propagates for the
@@ -545,18 +545,9 @@ fn read_link(
     Ok((total, true))
 }
 
-/// A peer router as this one knows it: one it dials (by its place among the spec's
-/// peers), or one that dialled it (by that router's id).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum PeerKey {
-    Out(usize),
-    In(u32),
-}
-
-/// One logical connection to or from a peer router: a wire [`Bundle`] over
-/// one TCP connection per configured link (striping).
+/// One logical connection to or from a peer router, as the driver keeps it: one TCP
+/// connection per configured link (striping), under the switch's wire [`Bundle`].
 struct Peer {
-    bundle: Bundle,
     /// Its links, by their index in the bundle.
     links: Vec<PeerLink>,
     /// The compression setting of its sending side, for the statistics.
@@ -580,8 +571,6 @@ struct PeerLink {
     dialer: Option<tls::Dialer>,
     /// Outgoing side: a connector thread is working on it.
     connecting: bool,
-    /// It has been connected before (a new connection is a reconnect).
-    seen: bool,
     /// Its id in the layout.
     layout_id: u32,
     /// When its connection broke, while it is down.
@@ -599,7 +588,6 @@ impl PeerLink {
             addr: String::new(),
             dialer: None,
             connecting: false,
-            seen: false,
             layout_id,
             lost_at: None,
             stats: None,
@@ -618,20 +606,13 @@ struct RankConn {
     vchan: Option<VChan>,
     /// The rank closed its connection; its pipe is read to the end first.
     bell_eof: bool,
-    rx: BytesMut,
-    /// A frame the peer connection could not take yet; reading waits for it.
-    held: Option<(usize, WireMessage)>,
-    /// The largest frame expected (the largest seen so far): reads into `rx`
-    /// leave room for one.
-    frame_hint: usize,
-    /// Bytes of the allocation `rx` reads into (what it holds of the budget).
-    rx_block: usize,
+    /// What it sent that is not on a peer connection yet.
+    inlet: Inlet,
     /// Its next read needs memory beyond the budget: not read (nor polled) until
     /// there is room.
     starved: bool,
-    tx: VecDeque<Bytes>,
-    /// Bytes of `tx`'s front already written.
-    tx_off: usize,
+    /// Its outlet in the switch: what waits to be written to it.
+    port: usize,
     /// What its pipe has on loan (see `sys::vchan`).
     lent: Loans,
 }
@@ -690,81 +671,25 @@ const REFUSAL_LOG_GAP: Duration = Duration::from_secs(10);
 /// Handshake context of a link between routers.
 const LINK_CTX: &str = "metampi router-router";
 
-/// Hello of a link connection: magic, sending router (wire connection id),
-/// link index, number of links, the link's id in the layout.
-const LINK_MAGIC: &[u8; 4] = b"MPLK";
-const LINK_HELLO: usize = 16;
 /// A connection that has not identified itself in this time is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a dialling router waits for its peer during the handshakes.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// A link's receive window holds the largest message whole, and more is not needed
-/// to keep a fast link busy.
-const WINDOW_LEAST: u64 = 2 << 20;
-const WINDOW_MOST: u64 = 8 << 20;
 
-/// What one router may hold for messages (`METAMPI_ROUTER_MEMORY`), however many ranks
-/// and links it serves. Each direction has a share of its own, so that neither waits for
-/// room the other holds (such a wait could close a cycle through the peer site):
-/// - an eighth for the shared-memory pipes of the ranks on its node (the ranks size them
-///   by how many share the router: `Tuning::router_pipe_bytes_among`);
-/// - three eighths for messages from local ranks until the peer router has acknowledged them:
-///   read buffers (whole allocations), frames waiting for link room, send buffers. A
-///   rank is not read while its next read would need memory beyond it, so its socket
-///   or pipe fills and holds the rank back;
-/// - a quarter for the receive windows of incoming links (the credit the peer routers'
-///   senders may use);
-/// - a quarter for messages queued or lent to local ranks; beyond it no message is
-///   taken from the links, whose credit then holds the peer routers back.
-#[derive(Debug)]
-struct Budget {
-    total: usize,
-    from_ranks: usize,
-    to_ranks: usize,
-    /// Each incoming link's receive window: the quarter shared by the links it expects.
-    window: u64,
-    /// Each outgoing connection's send buffer.
-    send_buffer: u64,
-    /// Most bytes held at once, everything together.
-    peak: usize,
-}
-
-impl Budget {
-    /// The budget `METAMPI_ROUTER_MEMORY` asks for (named in a warning when below the
-    /// least a router works with), for a router expecting `links_in` incoming links.
-    fn from_env(id: usize, links_in: usize) -> Budget {
-        let asked = metampi::tuning::router_memory();
-        if asked < metampi::tuning::ROUTER_MEMORY_LEAST {
-            eprintln!(
-                "metampi router {id}: METAMPI_ROUTER_MEMORY={asked} is below the least a \
+/// The budget `METAMPI_ROUTER_MEMORY` asks for (named in a warning when below the
+/// least a router works with), for a router expecting `links_in` incoming links.
+fn budget_from_env(id: usize, links_in: usize) -> Budget {
+    let asked = metampi::tuning::router_memory();
+    if asked < metampi::tuning::ROUTER_MEMORY_LEAST {
+        eprintln!(
+            "metampi router {id}: METAMPI_ROUTER_MEMORY={asked} is below the least a \
                  router works with; using {} MiB",
-                metampi::tuning::ROUTER_MEMORY_LEAST >> 20
-            );
-        }
-        Budget::new(asked.max(metampi::tuning::ROUTER_MEMORY_LEAST), links_in)
+            metampi::tuning::ROUTER_MEMORY_LEAST >> 20
+        );
     }
-
-    fn new(total: u64, links_in: usize) -> Budget {
-        let total = usize::try_from(total).unwrap_or(usize::MAX / 2);
-        let from_ranks = total / 8 * 3;
-        Budget {
-            total,
-            from_ranks,
-            to_ranks: total / 4,
-            window: (total as u64 / 4 / links_in.max(1) as u64).clamp(WINDOW_LEAST, WINDOW_MOST),
-            send_buffer: (from_ranks as u64 / 2).min(8 << 20),
-            peak: 0,
-        }
-    }
+    Budget::new(asked.max(metampi::tuning::ROUTER_MEMORY_LEAST), links_in)
 }
 
-/// Bytes a rank's connection holds of the budget for messages from it: the allocation
-/// its read buffer fills (frames split off it keep it alive; they are also in a send
-/// buffer, a small overcount) and a frame waiting for link room.
-fn holding(rc: &RankConn) -> usize {
-    let block = if rc.rx.capacity() > 0 { rc.rx_block } else { 0 };
-    block + rc.held.as_ref().map_or(0, |(_, m)| m.data.len())
-}
 /// Bytes read from one connection per pass, so no sender starves the others.
 const READ_BUDGET: usize = 4 << 20;
 /// Read buffer of a rank's connection (one allocation) until the rank sends
@@ -772,17 +697,7 @@ const READ_BUDGET: usize = 4 << 20;
 /// hundreds of ranks (SC99: 256 clients on one site).
 const RANK_READ_CHUNK: usize = 64 << 10;
 
-fn link_hello(conn: u32, link: u16, links: u16, layout_id: u32) -> [u8; LINK_HELLO] {
-    let mut h = [0u8; LINK_HELLO];
-    h[..4].copy_from_slice(LINK_MAGIC);
-    h[4..8].copy_from_slice(&conn.to_le_bytes());
-    h[8..10].copy_from_slice(&link.to_le_bytes());
-    h[10..12].copy_from_slice(&links.to_le_bytes());
-    h[12..16].copy_from_slice(&layout_id.to_le_bytes());
-    h
-}
-
-/// Reads once from a rank's connection onto the end of `rc.rx`, at most
+/// Reads once from a rank's connection onto the end of `rc.inlet.rx`, at most
 /// `budget` bytes: as much as fits before the next frame would have to be split
 /// across two allocations (frames are split off `rx` and travel on as slices of
 /// it, so its allocation cannot grow in place). `Ok(0)` at the end of the stream.
@@ -798,32 +713,32 @@ fn read_rank(rc: &mut RankConn, budget: usize, memory: usize, tight: bool) -> io
             false => Err(io::ErrorKind::WouldBlock.into()),
         };
     }
-    let rest = match frame_size(&rc.rx)? {
-        _ if rc.rx.is_empty() => 0,
-        None => ENV_LEN - rc.rx.len(),
-        Some(n) => n.saturating_sub(rc.rx.len()),
+    let rest = match frame_size(&rc.inlet.rx)? {
+        _ if rc.inlet.rx.is_empty() => 0,
+        None => ENV_LEN - rc.inlet.rx.len(),
+        Some(n) => n.saturating_sub(rc.inlet.rx.len()),
     };
     // Under pressure a read fills its allocation to the end and the frame left unfinished
     // there moves to the next (a copy): allocations then hold about one frame, and a
     // frame's bytes do not keep a larger allocation alive after it is acknowledged.
     let (hint, most) = match (tight, rest) {
-        (_, r) if r > 0 && !rc.rx.is_empty() => (rc.frame_hint, usize::MAX),
+        (_, r) if r > 0 && !rc.inlet.rx.is_empty() => (rc.inlet.frame_hint, usize::MAX),
         (true, _) => (0, memory),
-        (false, _) => (rc.frame_hint, memory),
+        (false, _) => (rc.inlet.frame_hint, memory),
     };
-    let before = rc.rx.capacity();
-    let Some(max) = reserve_for_frames_within(&mut rc.rx, rest, hint, most) else {
+    let before = rc.inlet.rx.capacity();
+    let Some(max) = reserve_for_frames_within(&mut rc.inlet.rx, rest, hint, most) else {
         return Err(io::ErrorKind::OutOfMemory.into());
     };
-    if rc.rx.capacity() > before {
+    if rc.inlet.rx.capacity() > before {
         // A new allocation, or the whole of the old one reclaimed.
-        rc.rx_block = rc.rx.capacity();
+        rc.inlet.rx_block = rc.inlet.rx.capacity();
     }
     let max = max.min(budget);
     let Some(v) = &mut rc.vchan else {
-        return sys::read::read_append(&rc.stream, &mut rc.rx, max);
+        return sys::read::read_append(&rc.stream, &mut rc.inlet.rx, max);
     };
-    match v.read_append(&mut rc.rx, max)? {
+    match v.read_append(&mut rc.inlet.rx, max)? {
         0 if rc.bell_eof => Ok(0),
         0 => Err(io::ErrorKind::WouldBlock.into()),
         n => {
@@ -838,18 +753,18 @@ fn read_rank(rc: &mut RankConn, budget: usize, memory: usize, tight: bool) -> io
 /// `node` (this router's, hashed) and its segment can be mapped, else TCP.
 /// `Err` when the rank's connection must go.
 fn settle_offer(node: u64, rc: &mut RankConn) -> Result<(), String> {
-    let want = OFFER_LEN - rc.rx.len();
-    match sys::read::read_append(&rc.stream, &mut rc.rx, want) {
+    let want = OFFER_LEN - rc.inlet.rx.len();
+    match sys::read::read_append(&rc.stream, &mut rc.inlet.rx, want) {
         Ok(0) => return Err("it closed the connection".into()),
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
         Err(e) => return Err(e.to_string()),
     }
-    if rc.rx.len() < OFFER_LEN {
+    if rc.inlet.rx.len() < OFFER_LEN {
         return Ok(());
     }
-    let offer = Offer::decode(&rc.rx.split_to(OFFER_LEN))?;
+    let offer = Offer::decode(&rc.inlet.rx.split_to(OFFER_LEN))?;
     rc.vchan = offer
         .filter(|o| o.node == node)
         .and_then(|o| VChan::open(&o).ok());
@@ -862,13 +777,8 @@ fn settle_offer(node: u64, rc: &mut RankConn) -> Result<(), String> {
 /// Hands queued buffers to a rank's pipe, as [`flush_queue`] writes them to
 /// its socket: long ones on loan where the rank takes loans, the others
 /// copied.
-fn flush_pipe(
-    v: &mut VChan,
-    bell: &TcpStream,
-    q: &mut VecDeque<Bytes>,
-    off: &mut usize,
-    lent: &mut Loans,
-) {
+fn flush_pipe(v: &mut VChan, bell: &TcpStream, o: &mut Outlet, lent: &mut Loans) {
+    let (q, off) = (&mut o.q, &mut o.off);
     let lending = v.lending();
     if lending {
         lent.settle(v.returned());
@@ -907,71 +817,6 @@ fn flush_pipe(
     if wrote {
         v.notify(bell);
     }
-}
-
-/// Hands the whole frames at the front of `rc.rx` to the connection towards
-/// their destination, until one does not fit (it is held); the error says why
-/// the rank's connection must go.
-fn forward_frames(rc: &mut RankConn, out: &mut [Peer], now: Instant) -> Result<(), String> {
-    loop {
-        let frame = match take_frame(&mut rc.rx) {
-            Ok(Ok(frame)) => frame,
-            Ok(Err(_)) => return Ok(()),
-            Err(e) => return Err(e.to_string()),
-        };
-        rc.frame_hint = rc.frame_hint.max(frame.len());
-        let m = wire_message(frame);
-        let p = m.envelope.dst as usize % out.len();
-        match out[p].bundle.send_message(now, m) {
-            Ok(()) => {}
-            Err(SendError::WouldBlock(m)) => {
-                rc.held = Some((p, m));
-                return Ok(());
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-}
-
-/// The size of the frame (envelope and payload) at the front of `rx`, once its
-/// envelope is there.
-fn frame_size(rx: &[u8]) -> io::Result<Option<usize>> {
-    let Some(e) = metampi::for_router::decode_head(rx)? else {
-        return Ok(None);
-    };
-    let n = e.trailing_len();
-    if n as u64 > MAX_WIRE_MESSAGE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {n} bytes is larger than a router takes"),
-        ));
-    }
-    Ok(Some(ENV_LEN + n))
-}
-
-/// The next whole frame (envelope and payload) at the front of `rx`, or the
-/// number of bytes the frame in progress needs.
-fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
-    let Some(n) = frame_size(rx)? else {
-        return Ok(Err(ENV_LEN));
-    };
-    if rx.len() < n {
-        return Ok(Err(n));
-    }
-    if debug_enabled() {
-        if let Some(e) = Envelope::decode(&rx[..ENV_LEN]) {
-            eprintln!(
-                "router frame {:?} src {} dst {} len {} frag {} trailing {}",
-                e.kind,
-                e.src,
-                e.dst,
-                e.len,
-                e.frag,
-                n - ENV_LEN
-            );
-        }
-    }
-    Ok(Ok(rx.split_to(n).freeze()))
 }
 
 /// `METAMPI_ROUTER_DEBUG`, read once: a lookup per frame costs the
@@ -1080,21 +925,6 @@ impl Profile {
     }
 }
 
-fn wire_message(frame: Bytes) -> WireMessage {
-    let e = Envelope::decode(&frame[..ENV_LEN])
-        .map(|e| (e.src, e.dst, e.context, e.tag))
-        .unwrap_or_default();
-    WireMessage::new(
-        WireEnvelope {
-            src: e.0,
-            dst: e.1,
-            context: e.2,
-            tag: e.3,
-        },
-        frame,
-    )
-}
-
 /// The first buffers of `q` (at most 64), the front one from `off` on.
 fn front_slices<'a>(q: &'a VecDeque<Bytes>, off: usize) -> Vec<IoSlice<'a>> {
     q.iter()
@@ -1120,7 +950,8 @@ fn consume(q: &mut VecDeque<Bytes>, off: &mut usize, mut n: usize) {
 }
 
 /// Writes queued buffers with `writev`; an error when the peer is gone.
-fn flush_queue(stream: &mut TcpStream, q: &mut VecDeque<Bytes>, off: &mut usize) -> io::Result<()> {
+fn flush_queue(stream: &mut TcpStream, o: &mut Outlet) -> io::Result<()> {
+    let (q, off) = (&mut o.q, &mut o.off);
     while !q.is_empty() {
         match stream.write_vectored(&front_slices(q, *off)) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -1157,16 +988,10 @@ struct Router {
     refusals: u64,
     refusals_logged: Option<(Instant, u64)>,
     ranks: Vec<RankConn>,
-    /// Outgoing connections, one per peer router.
-    out: Vec<Peer>,
-    /// Incoming connections, by the sending router's id.
-    inbound: HashMap<u32, Peer>,
-    /// Messages for ranks that have not connected yet.
-    waiting: HashMap<u32, VecDeque<Bytes>>,
-    /// Bytes queued towards local ranks (all of `tx` and `waiting`).
-    to_ranks: usize,
-    /// What it may hold for messages, and the most it held.
-    budget: Budget,
+    /// The links of each peer connection (their protocol state is the switch's).
+    peers: Peers<Peer>,
+    /// Routing, the wire protocol's state, the queues towards ranks and the budget.
+    switch: Switch,
     /// The rank read first in the next pass.
     rank_turn: usize,
     /// Most private resident memory seen when the statistics were written.
@@ -1266,7 +1091,7 @@ impl Router {
         let now = Instant::now();
         let key = auth::secret_from_env()?;
         let (dialers, acceptors) = tls::setup(spec, &key)?;
-        let budget = Budget::from_env(spec.id, spec.listen.len());
+        let budget = budget_from_env(spec.id, spec.listen.len());
         let stats_dir = metampi::knobs::os("METAMPI_ROUTER_STATS");
         if let Some(dir) = &stats_dir {
             // Asked for statistics: a directory not there yet is made, one that cannot be is named.
@@ -1292,6 +1117,7 @@ impl Router {
             }
         }
         let mut out = Vec::new();
+        let mut bundles = Vec::new();
         for (peer, (links, dialers)) in peers {
             let comp = parse_compression(&links[0].compression).unwrap_or(Compression::Lz4);
             let slow = links.iter().any(|l| l.bytes_per_sec.is_some());
@@ -1309,8 +1135,8 @@ impl Router {
                     ..PeerLink::new((l.bytes_per_sec, l.latency), l.link_id)
                 })
                 .collect();
+            bundles.push(bundle);
             out.push(Peer {
-                bundle,
                 links: peer_links,
                 compression: links[0].compression.clone(),
                 checksum,
@@ -1326,11 +1152,8 @@ impl Router {
             refusals: 0,
             refusals_logged: None,
             ranks: Vec::new(),
-            out,
-            inbound: HashMap::new(),
-            waiting: HashMap::new(),
-            to_ranks: 0,
-            budget,
+            peers: Peers::new(out),
+            switch: Switch::new(bundles, budget),
             rank_turn: 0,
             peak_anon_kb: 0,
             stats: stats_dir.is_some(),
@@ -1356,39 +1179,30 @@ impl Router {
     }
 
     fn start_connectors(&mut self) {
-        for p in 0..self.out.len() {
-            for l in 0..self.out[p].links.len() {
+        for p in 0..self.peers.out.len() {
+            for l in 0..self.peers.out[p].links.len() {
                 self.connect(p, l);
             }
         }
     }
 
     fn connect(&mut self, p: usize, l: usize) {
-        let links = self.out[p].links.len();
-        let link = &mut self.out[p].links[l];
+        let links = self.peers.out[p].links.len();
+        let link = &mut self.peers.out[p].links[l];
         if link.connecting {
             return;
         }
         link.connecting = true;
-        let hello = link_hello(self.id as u32, l as u16, links as u16, link.layout_id);
+        let hello = LinkHello {
+            conn: self.id as u32,
+            link: l as u16,
+            links: links as u16,
+            layout_id: link.layout_id,
+        }
+        .encode();
         let addr = link.addr.clone();
         let dialer = link.dialer.clone();
         spawn_connector(self, p, l, addr, hello, dialer);
-    }
-
-    fn peer_mut(&mut self, key: PeerKey) -> Option<&mut Peer> {
-        match key {
-            PeerKey::Out(k) => self.out.get_mut(k),
-            PeerKey::In(id) => self.inbound.get_mut(&id),
-        }
-    }
-
-    /// Every peer router with its key: the ones this router dials, then those that dialled it.
-    fn peer_keys(&self) -> Vec<PeerKey> {
-        (0..self.out.len())
-            .map(PeerKey::Out)
-            .chain(self.inbound.keys().map(|&id| PeerKey::In(id)))
-            .collect()
     }
 
     /// A link's connection broke: the wire protocol resends what was not
@@ -1396,17 +1210,17 @@ impl Router {
     /// incoming side waits for the peer to).
     fn link_lost(&mut self, now: Instant, key: PeerKey, link: usize, why: &str) {
         let id = self.id;
-        if let Some(p) = self.peer_mut(key) {
+        if let Some(p) = self.peers.get_mut(key) {
             if p.links[link].conn.take().is_some() {
                 p.links[link].lost_at = Some(std::time::SystemTime::now());
                 if debug_enabled() {
                     eprintln!("metampi router {id}: link {link} {} lost ({why})", p.label);
                 }
-                p.bundle.handle_disconnect(now, link);
+                self.switch.link_down(now, key, link);
             }
         }
         if let PeerKey::Out(k) = key {
-            self.out[k].links[link].connecting = false;
+            self.peers.out[k].links[link].connecting = false;
             self.connect(k, link);
         }
     }
@@ -1604,62 +1418,53 @@ impl Router {
 
     fn attach_rank(&mut self, h: Hello) {
         let rank = u32::from_le_bytes([h.got[0], h.got[1], h.got[2], h.got[3]]);
-        let tx = self.waiting.remove(&rank).unwrap_or_default();
+        // Messages that came before the rank are waiting in its port.
+        let port = self.switch.port(rank);
         self.ranks.push(RankConn {
             rank,
             stream: h.stream,
             offer_pending: true,
             vchan: None,
             bell_eof: false,
-            rx: BytesMut::new(),
-            held: None,
-            frame_hint: RANK_READ_CHUNK / 4,
-            rx_block: 0,
+            inlet: Inlet::new(RANK_READ_CHUNK / 4),
             starved: false,
-            tx,
-            tx_off: 0,
+            port,
             lent: Loans::default(),
         });
     }
 
     fn attach_link(&mut self, now: Instant, h: Hello) {
-        let g = &h.got;
-        let conn = u32::from_le_bytes([g[4], g[5], g[6], g[7]]);
-        let link = u16::from_le_bytes([g[8], g[9]]) as usize;
-        let links = u16::from_le_bytes([g[10], g[11]]) as usize;
-        let layout_id = u32::from_le_bytes([g[12], g[13], g[14], g[15]]);
-        if &g[..4] != LINK_MAGIC || link >= links {
+        let Some(LinkHello {
+            conn,
+            link,
+            links,
+            layout_id,
+        }) = LinkHello::decode(&h.got)
+        else {
             eprintln!(
                 "metampi router {}: refused a connection with a bad link hello",
                 self.id
             );
             return;
-        }
+        };
+        let (link, links) = (link as usize, links as usize);
         let id = self.id;
-        let budget = &self.budget;
-        let p = self.inbound.entry(conn).or_insert_with(|| {
-            // The receiving end accepts any frame size up to the largest a sender uses.
-            let cfg = wire_config(conn, Compression::Off, false, true, budget);
-            Peer {
-                bundle: Bundle::new(now, cfg, links).expect("1 <= links < 65536 checked"),
-                links: (0..links).map(|_| PeerLink::new((None, None), 0)).collect(),
-                // Only acknowledgements go back on an incoming connection.
-                compression: "off".into(),
-                checksum: true,
-                label: format!("from router {conn}"),
-                trace: metampi::for_router::LinkLog::open(id, false, conn as usize),
-            }
-        });
-        if p.links.len() != links {
-            eprintln!(
-                "metampi router {id}: refused link {link} from router {conn}: it announced {links} links, earlier {}",
-                p.links.len()
-            );
+        let cfg = wire_config(conn, Compression::Off, false, true, self.switch.budget());
+        let max = cfg.max_frame_payload();
+        let make = || Bundle::new(now, cfg, links).expect("1 <= links < 65536 checked");
+        if let Err(why) = self.switch.inbound_link(now, conn, link, links, make) {
+            eprintln!("metampi router {id}: refused link {link} from router {conn}: {why}");
             return;
         }
+        let p = self.peers.inbound.entry(conn).or_insert_with(|| Peer {
+            links: (0..links).map(|_| PeerLink::new((None, None), 0)).collect(),
+            // Only acknowledgements go back on an incoming connection.
+            compression: "off".into(),
+            checksum: true,
+            label: format!("from router {conn}"),
+            trace: metampi::for_router::LinkLog::open(id, false, conn as usize),
+        });
         let l = &mut p.links[link];
-        let again = l.seen;
-        l.seen = true;
         l.lost_at = None;
         l.layout_id = layout_id;
         l.stats = stats_path(id, layout_id, "in");
@@ -1670,11 +1475,7 @@ impl Router {
         // Only acknowledgements go back on an incoming connection: no writer.
         // A plain one may have a reader (TLS decrypts in the loop).
         let reader = (tls.is_none() && reader::enabled())
-            .then(|| {
-                let max = wire_config(conn, Compression::Off, false, true, &self.budget)
-                    .max_frame_payload();
-                reader::Reader::spawn(&h.stream, max, Arc::clone(&self.waker.0)).ok()
-            })
+            .then(|| reader::Reader::spawn(&h.stream, max, Arc::clone(&self.waker.0)).ok())
             .flatten();
         p.links[link].conn = Some(WireConn {
             stream: h.stream,
@@ -1683,19 +1484,13 @@ impl Router {
             writer: None,
             reader,
         });
-        if again {
-            p.bundle.handle_reconnect(now, link);
-        }
     }
 
     fn take_connected(&mut self, now: Instant) {
         while let Ok((p, l, stream, tls)) = self.connected_rx.try_recv() {
-            let peer = &mut self.out[p];
-            let link = &mut peer.links[l];
+            let link = &mut self.peers.out[p].links[l];
             link.connecting = false;
             let (bps, lat) = link.emulation;
-            let first = !link.seen;
-            link.seen = true;
             link.lost_at = None;
             // Emulated links are slow, and TLS encrypts in the loop: the
             // writer thread is for plain links at full speed.
@@ -1709,9 +1504,8 @@ impl Router {
                 writer,
                 reader: None,
             });
-            if !first {
-                peer.bundle.handle_reconnect(now, l);
-            }
+            // Connectors dial only the links this router has.
+            let _ = self.switch.link_up(now, PeerKey::Out(p), l);
         }
     }
 
@@ -1720,13 +1514,8 @@ impl Router {
     /// finds the room taken.
     fn read_ranks(&mut self, now: Instant, ready: &[bool]) {
         let n = self.ranks.len();
-        let limit = self.budget.from_ranks;
-        let sending = |out: &[Peer]| {
-            out.iter()
-                .map(|p| p.bundle.send_buffered() as usize)
-                .sum::<usize>()
-        };
-        let mut ranks_hold: usize = self.ranks.iter().map(holding).sum();
+        let limit = self.switch.budget().from_ranks;
+        let mut ranks_hold: usize = self.ranks.iter().map(|r| r.inlet.holding()).sum();
         let mut gone_ranks = Vec::new();
         self.rank_turn = if n == 0 { 0 } else { (self.rank_turn + 1) % n };
         for i in (self.rank_turn..n).chain(0..self.rank_turn) {
@@ -1744,12 +1533,7 @@ impl Router {
             if rc.offer_pending {
                 continue;
             }
-            let others = ranks_hold - holding(rc);
-            if let Some((p, m)) = rc.held.take() {
-                if let Err(SendError::WouldBlock(m)) = self.out[p].bundle.send_message(now, m) {
-                    rc.held = Some((p, m));
-                }
-            }
+            let others = ranks_hold - rc.inlet.holding();
             let mut readable = ready.get(i).copied().unwrap_or(true);
             if rc.vchan.is_some() {
                 // The socket only rings (or ends); the pipe is always looked at.
@@ -1765,8 +1549,8 @@ impl Router {
             // whatever the socket says); then one read at a time, each followed by
             // taking the frames it completed, so that the buffer only ever holds the
             // frame in progress when it is read into (see `reserve_for_frames`).
-            while rc.held.is_none() {
-                if let Err(e) = forward_frames(rc, &mut self.out, now) {
+            loop {
+                if let Err(e) = self.switch.forward(now, &mut rc.inlet) {
                     eprintln!(
                         "metampi router {}: dropping rank {}'s connection: {e}",
                         self.id, rc.rank
@@ -1774,14 +1558,14 @@ impl Router {
                     gone = true;
                     break;
                 }
-                let used = others + holding(rc) + sending(&self.out);
+                let used = others + rc.inlet.holding() + self.switch.sending();
                 let tight = used > limit / 2;
-                if tight && rc.rx.is_empty() && rc.rx.capacity() > 0 {
+                if tight && rc.inlet.rx.is_empty() && rc.inlet.rx.capacity() > 0 {
                     // Room kept for this rank's next frames goes back to all ranks.
-                    rc.rx = BytesMut::new();
-                    rc.rx_block = 0;
+                    rc.inlet.rx = BytesMut::new();
+                    rc.inlet.rx_block = 0;
                 }
-                if rc.held.is_some() || !readable || gone || budget == 0 {
+                if rc.inlet.held.is_some() || !readable || gone || budget == 0 {
                     break;
                 }
                 let memory = limit.saturating_sub(used);
@@ -1797,31 +1581,27 @@ impl Router {
                     Err(_) => gone = true,
                 }
             }
-            if gone && rc.held.is_none() {
+            if gone && rc.inlet.held.is_none() {
                 gone_ranks.push(i);
             }
-            ranks_hold = others + holding(rc);
+            ranks_hold = others + rc.inlet.holding();
         }
         // Highest first, so that each index still names its rank when removed.
         gone_ranks.sort_unstable_by(|a, b| b.cmp(a));
         for i in gone_ranks {
             let rc = self.ranks.swap_remove(i);
-            self.to_ranks -= rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
+            self.switch.drop_outlet(rc.port);
             self.stats_due = true;
         }
     }
 
     /// Bytes held for messages now, everything together (see [`Budget`]).
     fn holding_now(&self) -> usize {
-        let bundles: u64 = (self.out.iter())
-            .map(|p| p.bundle.send_buffered())
-            .chain(self.inbound.values().map(|p| p.bundle.receive_buffered()))
-            .sum();
-        self.ranks.iter().map(holding).sum::<usize>()
+        self.ranks.iter().map(|r| r.inlet.holding()).sum::<usize>()
             + self.pipes()
-            + self.to_ranks
+            + self.switch.to_ranks()
             + self.lent()
-            + bundles as usize
+            + self.switch.in_bundles()
     }
 
     /// Bytes of the ranks' pipes it maps.
@@ -1843,7 +1623,8 @@ impl Router {
         let mut reads = (0u64, Duration::ZERO);
         let mut writes = (0u64, Duration::ZERO);
         {
-            let Some(p) = self.peer_mut(key) else {
+            let (Some(p), Some(bundle)) = (self.peers.get_mut(key), self.switch.bundle_mut(key))
+            else {
                 return;
             };
             for (l, link) in p.links.iter_mut().enumerate() {
@@ -1852,7 +1633,7 @@ impl Router {
                 };
                 if readable.get(l).copied().unwrap_or(true) || c.pending() {
                     let t0 = timing.then(Instant::now);
-                    let n = match c.read_into(&mut p.bundle, now, l) {
+                    let n = match c.read_into(bundle, now, l) {
                         Ok((n, true)) => n,
                         Ok((n, false)) => {
                             lost.push((l, "closed by the peer".to_string()));
@@ -1874,26 +1655,26 @@ impl Router {
                     }
                 }
             }
-            if p.bundle.poll_timeout().is_some_and(|t| t <= now) {
+            if bundle.poll_timeout().is_some_and(|t| t <= now) {
                 // TCP delivers what it holds or breaks the connection: frames
                 // still in a link's socket, writer thread or delay line are
                 // late, not lost (a slow line's queue holds seconds of them).
                 // Asked only when a link's timer has expired (a system call).
                 for (l, link) in p.links.iter().enumerate() {
-                    if p.bundle.retransmission_due(now, l)
+                    if bundle.retransmission_due(now, l)
                         && link.conn.as_ref().is_some_and(WireConn::delivering)
                     {
-                        p.bundle.transport_busy(now, l);
+                        bundle.transport_busy(now, l);
                     }
                 }
-                p.bundle.handle_timeout(now);
+                bundle.handle_timeout(now);
             }
             for (l, link) in p.links.iter_mut().enumerate() {
                 let Some(c) = link.conn.as_mut() else {
                     continue;
                 };
                 while c.shaper.can_take(now) {
-                    match p.bundle.poll_transmit_parts(now, l) {
+                    match bundle.poll_transmit_parts(now, l) {
                         Some(bytes) => {
                             if let Some(t) = p.trace.as_mut() {
                                 t.record(now, link.layout_id, bytes.len(), false);
@@ -1930,37 +1711,11 @@ impl Router {
     fn take_events(&mut self, key: PeerKey) {
         let id = self.id;
         let lent = self.lent();
-        loop {
-            if self.to_ranks + lent >= self.budget.to_ranks {
-                return;
-            }
-            let Some(p) = self.peer_mut(key) else {
-                return;
-            };
-            // A message that came in several fragments is written as they are
-            // (`writev`), not joined first.
-            if let Some(m) = p.bundle.poll_message_parts() {
-                let dst = m.envelope.dst;
-                self.to_ranks += m.len();
-                let tx = match self.ranks.iter_mut().find(|r| r.rank == dst) {
-                    Some(r) => &mut r.tx,
-                    None => self.waiting.entry(dst).or_default(),
-                };
-                tx.extend(m.parts);
-                continue;
-            }
-            let Some(ev) = p.bundle.poll_event() else {
+        while let Some(ev) = self.switch.deliver(key, lent) {
+            let Some(p) = self.peers.get(key) else {
                 return;
             };
             match ev {
-                Event::Delivered(m) => {
-                    let dst = m.envelope.dst;
-                    self.to_ranks += m.data.len();
-                    match self.ranks.iter_mut().find(|r| r.rank == dst) {
-                        Some(r) => r.tx.push_back(m.data),
-                        None => self.waiting.entry(dst).or_default().push_back(m.data),
-                    }
-                }
                 Event::LinkDead { link, reason } => {
                     eprintln!(
                         "metampi router {id}: link l{} {} given up ({reason:?}){}",
@@ -1992,23 +1747,16 @@ impl Router {
                 i += 1;
                 continue;
             }
-            let before = rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
-            let res = match &mut rc.vchan {
-                None => flush_queue(&mut rc.stream, &mut rc.tx, &mut rc.tx_off),
+            // An error: the rank is gone (its reader notices the end of stream too), and
+            // so is what was queued for it.
+            let _ = self.switch.flush(rc.port, |o| match &mut rc.vchan {
+                None => flush_queue(&mut rc.stream, o),
                 Some(_) if rc.bell_eof => Err(io::ErrorKind::BrokenPipe.into()),
                 Some(v) => {
-                    flush_pipe(v, &rc.stream, &mut rc.tx, &mut rc.tx_off, &mut rc.lent);
+                    flush_pipe(v, &rc.stream, o, &mut rc.lent);
                     Ok(())
                 }
-            };
-            let after = rc.tx.iter().map(Bytes::len).sum::<usize>() - rc.tx_off;
-            self.to_ranks -= before - after;
-            if res.is_err() {
-                // The rank is gone; its reader notices the end of stream too.
-                self.to_ranks -= after;
-                rc.tx.clear();
-                rc.tx_off = 0;
-            }
+            });
             i += 1;
         }
     }
@@ -2029,7 +1777,7 @@ impl Router {
                     .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
                     .unwrap_or(0)
             };
-            let queued: u64 = self.out.iter().map(|p| p.bundle.send_buffered()).sum();
+            let queued = self.switch.sending();
             // Its own memory, without the ranks' pipes it maps (shared memory the ranks
             // made, counted in its resident size): sampled here, the peak of the samples.
             self.peak_anon_kb = self.peak_anon_kb.max(kb("RssAnon:"));
@@ -2040,10 +1788,10 @@ impl Router {
                 self.ranks.len(),
                 self.ranks.iter().filter(|r| r.vchan.is_some()).count(),
                 self.ranks.iter().map(|r| r.lent.made).sum::<u64>(),
-                self.to_ranks,
-                self.budget.total,
+                self.switch.to_ranks(),
+                self.switch.budget().total,
                 self.holding_now(),
-                self.budget.peak,
+                self.switch.budget().peak,
                 kb("RssAnon:"),
                 self.peak_anon_kb,
             );
@@ -2061,31 +1809,31 @@ impl Router {
                     format!(
                         "rank {} tx {} held {} rx {}",
                         r.rank,
-                        r.tx.len(),
-                        r.held.is_some(),
-                        r.rx.len()
+                        self.switch.outlet(r.port).q.len(),
+                        r.inlet.held.is_some(),
+                        r.inlet.rx.len()
                     )
                 })
                 .collect();
             eprintln!(
                 "router {}: to_ranks {} waiting {:?} ranks [{}] recv held {:?}",
                 self.id,
-                self.to_ranks,
-                self.waiting
-                    .iter()
-                    .map(|(k, v)| (*k, v.len()))
-                    .collect::<Vec<_>>(),
+                self.switch.to_ranks(),
+                self.switch.queued(),
                 ranks.join("; "),
-                self.inbound
-                    .values()
-                    .map(|p| p.bundle.receive_buffered())
+                (self.switch.bundles())
+                    .filter(|(k, _)| matches!(k, PeerKey::In(_)))
+                    .map(|(_, b)| b.receive_buffered())
                     .collect::<Vec<_>>()
             );
         }
-        for p in self.out.iter().chain(self.inbound.values()) {
+        for (key, p) in self.peers.iter() {
+            let Some(bundle) = self.switch.bundle(key) else {
+                continue;
+            };
             for (l, link) in p.links.iter().enumerate() {
-                if let (Some(path), Some(mut st)) = (&link.stats, p.bundle.link_stats(l)) {
-                    let all = p.bundle.stats();
+                if let (Some(path), Some(mut st)) = (&link.stats, bundle.link_stats(l)) {
+                    let all = bundle.stats();
                     st.queued_messages = all.queued_messages;
                     st.queued_bytes = all.queued_bytes;
                     write_stats(path, &st, &p.compression, p.checksum);
@@ -2164,12 +1912,12 @@ impl Router {
             self.phase(0);
             self.read_ranks(now, &rank_ready);
             self.phase(1);
-            for k in 0..self.out.len() {
+            for k in 0..self.peers.out.len() {
                 let r = link_ready.remove(&PeerKey::Out(k)).unwrap_or_default();
                 self.service_peer(now, PeerKey::Out(k), &r);
             }
             self.phase(2);
-            let keys: Vec<u32> = self.inbound.keys().copied().collect();
+            let keys: Vec<u32> = self.peers.inbound.keys().copied().collect();
             for k in keys {
                 let r = link_ready.remove(&PeerKey::In(k)).unwrap_or_default();
                 self.service_peer(now, PeerKey::In(k), &r);
@@ -2177,12 +1925,14 @@ impl Router {
             self.phase(3);
             // Delivery may have been waiting for room towards the ranks.
             self.write_ranks();
-            for key in self.peer_keys() {
+            for key in self.peers.keys() {
                 self.take_events(key);
             }
             self.write_ranks();
             if self.stats {
-                self.budget.peak = self.budget.peak.max(self.holding_now());
+                let now_held = self.holding_now();
+                let b = self.switch.budget_mut();
+                b.peak = b.peak.max(now_held);
             }
             self.phase(4);
             self.write_stats(now);
@@ -2211,7 +1961,8 @@ impl Router {
             for (i, r) in self.ranks.iter().enumerate() {
                 // Held frames and ranks waiting for memory: retry soon (the links'
                 // acknowledgements also wake us).
-                let waits = r.held.is_some() || r.starved;
+                let waits = r.inlet.held.is_some() || r.starved;
+                let to_write = !self.switch.outlet(r.port).is_empty();
                 busy |= waits;
                 let (fd, w) = match &r.vchan {
                     // The socket only rings or ends; the pipes are looked at below.
@@ -2219,19 +1970,13 @@ impl Router {
                     Some(_) => (r.stream.as_raw_fd(), false),
                     // A rank whose frame waits for link room, or whose next read for memory,
                     // is not read until there is room.
-                    None if waits && r.tx.is_empty() => (-1, false),
-                    None => (r.stream.as_raw_fd(), !r.tx.is_empty()),
+                    None if waits && !to_write => (-1, false),
+                    None => (r.stream.as_raw_fd(), to_write),
                 };
                 add(&mut pfds, fd, w, Slot::Rank(i));
             }
-            let peers = self
-                .out
-                .iter()
-                .enumerate()
-                .map(|(k, p)| (PeerKey::Out(k), p))
-                .chain(self.inbound.iter().map(|(&k, p)| (PeerKey::In(k), p)));
-            for (key, p) in peers {
-                if let Some(t) = p.bundle.poll_timeout() {
+            for (key, p) in self.peers.iter() {
+                if let Some(t) = self.switch.bundle(key).and_then(Bundle::poll_timeout) {
                     wake = wake.min(t);
                 }
                 for (l, link) in p.links.iter().enumerate() {
@@ -2259,13 +2004,13 @@ impl Router {
                 p.pass(self.id, now, self.spinner.counts);
             }
             let timeout = wake.saturating_duration_since(Instant::now());
-            let ranks = &self.ranks;
+            let (ranks, switch) = (&self.ranks, &self.switch);
             // Pipes with work: data to forward, or room for what waits.
             let pipes_ready = || {
                 ranks.iter().any(|r| {
                     r.vchan.as_ref().is_some_and(|v| {
-                        (r.held.is_none() && !r.starved && v.peek_readable() > 0)
-                            || (!r.tx.is_empty() && v.peek_writable() > 0)
+                        (r.inlet.held.is_none() && !r.starved && v.peek_readable() > 0)
+                            || (!switch.outlet(r.port).is_empty() && v.peek_writable() > 0)
                     })
                 })
             };
@@ -2408,30 +2153,6 @@ fn report_to_launcher(id: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_budget_splits_into_shares_that_fit_it() {
-        for (total, links) in [
-            (16u64 << 20, 1),
-            (128 << 20, 1),
-            (128 << 20, 4),
-            (1 << 30, 64),
-        ] {
-            let b = Budget::new(total, links);
-            let windows = b.window as usize * links;
-            let pipes = b.total / 8;
-            assert!(
-                b.from_ranks + b.to_ranks + pipes <= b.total - b.total / 4,
-                "{b:?}"
-            );
-            // The windows' quarter, except where each must hold the largest message.
-            assert!(windows <= b.total / 4 || b.window == WINDOW_LEAST, "{b:?}");
-            assert!(b.window >= MAX_WIRE_MESSAGE + (64 << 10), "{b:?}");
-            assert!(b.send_buffer as usize <= b.from_ranks, "{b:?}");
-        }
-        // The default keeps the windows a fast line needs.
-        assert_eq!(Budget::new(128 << 20, 4).window, WINDOW_MOST);
-    }
 
     #[test]
     fn a_port_in_use_is_named_with_the_way_out() {

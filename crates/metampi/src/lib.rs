@@ -96,7 +96,7 @@ pub mod for_router {
         pub use crate::sys::store_load_fence;
     }
     pub use crate::engine::stream::decode_head;
-    pub use crate::envelope::{Envelope, ENV_LEN};
+    pub use crate::envelope::{Envelope, Kind, ENV_LEN};
     /// This machine's name (`gethostname`).
     pub fn hostname() -> String {
         crate::environment::hostname()
