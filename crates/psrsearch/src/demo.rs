@@ -45,12 +45,14 @@ pub fn demo_observation(seed: u64) -> SimConfig {
                 dm: 26.8,
                 duty_cycle: 0.02,
                 amplitude: 0.08,
+                orbit: None,
             },
             Pulsar {
                 period_s: 0.007_417,
                 dm: 48.2,
                 duty_cycle: 0.08,
                 amplitude: 0.04,
+                orbit: None,
             },
         ],
         source: "DEMO".into(),
@@ -163,6 +165,12 @@ pub fn format_table(cands: &[Candidate], injected: &[Pulsar], dm_step: f64) -> S
             (_, true) => hit,
             (true, false) => format!("probable interference: {}", c.flag),
             (false, false) => format!("{hit}; flagged {}", c.flag),
+        };
+        // An acceleration search's candidate: its drift, as the acceleration it means.
+        let hit = match (c.fdot_hz_s == 0.0, hit.is_empty()) {
+            (true, _) => hit,
+            (false, true) => format!("accel {:.3e} m/s²", c.accel_ms2),
+            (false, false) => format!("accel {:.3e} m/s²; {hit}", c.accel_ms2),
         };
         s.push_str(&format!(
             "{:>4}  {:>12.6}  {:>10.4}  {:>7.2}  {:>8.1}  {:>7.1}  {:>5}  {:>6}  {}\n",

@@ -149,6 +149,28 @@ pub fn profile(series: &[f32], tsamp_s: f64, freq_hz: f64, nbins: usize, sigma: 
     }
 }
 
+/// `series` resampled so that a pulse whose frequency is `f0_hz` at its start and drifts by
+/// `fdot_hz_s` keeps the constant frequency `f0_hz`: sample `i` of the result is the series
+/// (linearly interpolated) at the time `t` whose phase `f0·t + ḟ·t²/2` is `f0·(i + ½)·dt`.
+/// Folding the result at `f0` folds the drifting pulse coherently.
+pub fn dedrift(series: &[f32], tsamp_s: f64, f0_hz: f64, fdot_hz_s: f64) -> Vec<f32> {
+    let k = fdot_hz_s / f0_hz;
+    let last = series.len().saturating_sub(1);
+    (0..series.len())
+        .map(|i| {
+            let tau = (i as f64 + 0.5) * tsamp_s;
+            // The root of k/2·t² + t − τ = 0 near τ, in a form that stays exact as k → 0.
+            let disc = (1.0 + 2.0 * k * tau).max(0.0);
+            let t = 2.0 * tau / (1.0 + disc.sqrt());
+            let x = (t / tsamp_s - 0.5).clamp(0.0, last as f64);
+            let j = (x.floor() as usize).min(last);
+            let w = (x - j as f64) as f32;
+            let next = series[(j + 1).min(last)];
+            series[j] * (1.0 - w) + next * w
+        })
+        .collect()
+}
+
 /// Bins for folding at `freq_hz`: `max_bins`, or fewer when a period spans fewer samples.
 pub fn bins_for(freq_hz: f64, tsamp_s: f64, max_bins: usize) -> usize {
     let samples_per_period = 1.0 / (freq_hz * tsamp_s);

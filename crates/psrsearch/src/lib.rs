@@ -27,7 +27,8 @@
 //!                 PowerAssembler};
 //! let obs = SimConfig { nchan: 2, npol: 1, bandwidth_mhz: 2.0, nsamples: 1 << 16,
 //!                       pulsars: vec![Pulsar { period_s: 0.01, dm: 5.0, duty_cycle: 0.05,
-//!                                              amplitude: 1.0 }], ..SimConfig::default() };
+//!                                              amplitude: 1.0, orbit: None }],
+//!                       ..SimConfig::default() };
 //! let (band, data) = simulate(&obs)?;
 //! let plan = DedispersionPlan::new(&band, &[0.0, 5.0], &PlanConfig::default().downsample(16))?;
 //! let nsamples = obs.nsamples as u64;
@@ -46,6 +47,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod accel;
 pub mod assemble;
 pub mod balance;
 pub mod band;

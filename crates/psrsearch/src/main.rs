@@ -139,7 +139,8 @@ struct SimulateArgs {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Pulsar as period_ms:dm:duty:amplitude (repeatable), e.g. 33.1:26.8:0.05:0.05.
+    /// Pulsar as period_ms:dm:duty:amplitude[:orbit_s:asini_lts[:orbit_phase]] (repeatable),
+    /// e.g. 33.1:26.8:0.05:0.05, or 10:15.3:0.04:0.3:10:1:0.224 in a circular 10 s orbit.
     #[arg(long = "pulsar")]
     pulsars: Vec<Pulsar>,
     /// Noise RMS per component in output units (8-bit quantisation level).
@@ -275,6 +276,11 @@ struct SearchOpts {
     /// deviation) from each DM series' median, and report how many (0: no clipping).
     #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     clip: f64,
+    /// Acceleration search for binary pulsars: largest drift of the highest harmonic's
+    /// frequency over the observation, in Fourier bins (PRESTO's -zmax; planes every 2 bins
+    /// from -ZMAX to ZMAX; 0: none). Candidates then carry fdot_hz_s and accel_ms2.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
+    zmax: f64,
 }
 
 impl SearchOpts {
@@ -362,9 +368,21 @@ impl SearchOpts {
         config.periodicity.max_harmonics = self.nharm;
         config.periodicity.min_freq_hz = self.min_freq;
         config.periodicity.max_freq_hz = self.max_freq;
+        if !(0.0..=MAX_ZMAX).contains(&self.zmax) {
+            bail!(
+                "--zmax must be a drift in Fourier bins from 0 (no acceleration search) to \
+                 {MAX_ZMAX}, not {}",
+                self.zmax
+            );
+        }
+        config.periodicity.zmax = self.zmax;
         Ok((config, step_plan))
     }
 }
+
+/// Largest `--zmax` taken: PRESTO's own limit is of this order, and the planes of a longer
+/// drift would not fit in memory for usual series.
+const MAX_ZMAX: f64 = 1200.0;
 
 #[derive(Debug, Args)]
 struct SearchArgs {

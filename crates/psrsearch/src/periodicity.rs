@@ -42,6 +42,10 @@ pub struct PeriodicityConfig {
     /// Interference frequencies zeroed in every whitened spectrum.
     #[serde(default)]
     pub birdies: Vec<Birdie>,
+    /// Largest frequency drift searched, Fourier bins over the observation, of the highest
+    /// harmonic summed (PRESTO's `zmax`); 0: no acceleration search ([`crate::accel`]).
+    #[serde(default)]
+    pub zmax: f64,
 }
 
 impl Default for PeriodicityConfig {
@@ -54,6 +58,7 @@ impl Default for PeriodicityConfig {
             keep_sigma: 2.0,
             max_per_dm: 200,
             birdies: Vec::new(),
+            zmax: 0.0,
         }
     }
 }
@@ -71,6 +76,10 @@ pub struct SpectralCandidate {
     pub power: f64,
     /// Gaussian-equivalent significance, trials included.
     pub sigma: f64,
+    /// Drift of the fundamental's frequency over the observation, Fourier bins
+    /// (`ḟ·T²`; 0 without an acceleration search).
+    #[serde(default)]
+    pub z: f64,
 }
 
 /// A whitened power spectrum.
@@ -90,6 +99,8 @@ pub struct PeriodicityPlan {
     tsamp_s: f64,
     fft: Arc<dyn Fft<f32>>,
     padded: usize,
+    /// With `zmax` > 0: the acceleration search that [`PeriodicityPlan::search`] runs.
+    accel: Option<crate::accel::AccelPlan>,
 }
 
 impl std::fmt::Debug for PeriodicityPlan {
@@ -107,12 +118,15 @@ impl PeriodicityPlan {
     pub fn new(len: usize, tsamp_s: f64, config: PeriodicityConfig) -> Self {
         let padded = padded_len(len);
         let fft = FftPlanner::new().plan_fft_forward(padded);
+        let accel =
+            (config.zmax > 0.0).then(|| crate::accel::AccelPlan::new(len, tsamp_s, config.clone()));
         PeriodicityPlan {
             config,
             len,
             tsamp_s,
             fft,
             padded,
+            accel,
         }
     }
 
@@ -189,6 +203,9 @@ impl PeriodicityPlan {
 
     /// Search one series; `dm_index` is copied into the candidates.
     pub fn search(&self, series: &[f32], dm_index: usize) -> Vec<SpectralCandidate> {
+        if let Some(accel) = &self.accel {
+            return accel.search(series, dm_index);
+        }
         let spectrum = self.spectrum(series);
         self.search_spectrum(&spectrum, dm_index)
     }
@@ -220,6 +237,7 @@ impl PeriodicityPlan {
                         nharm: nh,
                         power: s as f64,
                         sigma: stats::harmonic_sigma(s as f64, nh, trials),
+                        z: 0.0,
                     });
                 }
             }

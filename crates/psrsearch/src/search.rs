@@ -192,6 +192,13 @@ pub struct Candidate {
     /// after all unflagged ones.
     #[serde(default)]
     pub flag: String,
+    /// Drift of the spin frequency, Hz/s (0 without an acceleration search);
+    /// `freq_hz` is the frequency at the middle of the observation.
+    #[serde(default)]
+    pub fdot_hz_s: f64,
+    /// The line-of-sight acceleration that drift means, m/s² (`ḟ·c/f`, PRESTO's sign).
+    #[serde(default)]
+    pub accel_ms2: f64,
 }
 
 /// A candidate with what the plots need.
@@ -373,6 +380,19 @@ pub fn outcome_from_detections(
     }
 }
 
+/// The samples of `s` as a pulse of frequency `f_start` at the start and drift `fdot` folds
+/// them at the constant `f_start` (the series itself without drift).
+fn without_drift(s: &DmSeries, f_start: f64, fdot: f64) -> std::borrow::Cow<'_, [f32]> {
+    if fdot == 0.0 {
+        std::borrow::Cow::Borrowed(&s.data[..])
+    } else {
+        std::borrow::Cow::Owned(fold::dedrift(&s.data, s.tsamp_s, f_start, fdot))
+    }
+}
+
+/// Speed of light, m/s.
+pub const SPEED_OF_LIGHT_M_S: f64 = 299_792_458.0;
+
 /// A weaker candidate at up to this many times a stronger one's frequency is a harmonic of
 /// it where the stronger one's profile has power at that harmonic: a narrow pulse has strong
 /// harmonics far beyond the 16 summed.
@@ -404,31 +424,39 @@ pub fn rank_candidates(
         .take(budget)
     {
         let best = &cl.best;
-        let first = &series[best.dm_index];
+        // An accelerated candidate is folded on series resampled to take its drift out,
+        // starting from its frequency at the start of the observation.
+        let fdot = best.z / (tobs * tobs);
+        let f_start = best.freq_hz - 0.5 * fdot * tobs;
+        let view = |s| without_drift(s, f_start, fdot);
+        let first = view(&series[best.dm_index]);
         // The harmonic sum pins the fundamental to about 1/(n·T).
         let half = 1.0 / (best.nharm as f64 * tobs);
-        let coarse = fold::refine(&first.data, tsamp, best.freq_hz, half, config.fold_bins);
+        let coarse = fold::refine(&first, tsamp, f_start, half, config.fold_bins);
         let nbins = coarse.means.len();
         let snr_vs_dm: Vec<f64> = series
             .iter()
             .zip(&sigmas)
-            .map(|(s, sigma)| fold::profile(&s.data, tsamp, coarse.freq_hz, nbins, *sigma).snr)
+            .map(|(s, sigma)| fold::profile(&view(s), tsamp, coarse.freq_hz, nbins, *sigma).snr)
             .collect();
         let best_dm = dm_peak(&snr_vs_dm).unwrap_or(best.dm_index);
         let flag = rfi::zero_dm_flag(&dms, &snr_vs_dm, &config.rfi);
         let profile = fold::refine(
-            &series[best_dm].data,
+            &view(&series[best_dm]),
             tsamp,
             coarse.freq_hz,
             1.0 / (nbins as f64 * tobs),
             config.fold_bins,
         );
+        // Folding moved the start frequency a little; the drift scales with it.
+        let fdot = fdot * profile.freq_hz / f_start;
+        let f_mid = profile.freq_hz + 0.5 * fdot * tobs;
         refined.push((
             CandidateDetail {
                 candidate: Candidate {
                     rank: 0,
-                    period_s: 1.0 / profile.freq_hz,
-                    freq_hz: profile.freq_hz,
+                    period_s: 1.0 / f_mid,
+                    freq_hz: f_mid,
                     dm: series[best_dm].dm,
                     sigma: best.sigma,
                     snr: profile.snr,
@@ -436,6 +464,8 @@ pub fn rank_candidates(
                     dm_hits: cl.hits.len(),
                     duty: profile.equivalent_width_bins() / profile.means.len() as f64,
                     flag,
+                    fdot_hz_s: fdot,
+                    accel_ms2: fdot * SPEED_OF_LIGHT_M_S / f_mid,
                 },
                 profile,
                 snr_vs_dm,

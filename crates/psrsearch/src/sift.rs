@@ -124,6 +124,7 @@ mod tests {
             nharm: 1,
             power: 0.0,
             sigma,
+            z: 0.0,
         }
     }
 

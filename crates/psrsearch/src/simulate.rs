@@ -39,17 +39,48 @@ pub struct Pulsar {
     pub duty_cycle: f64,
     /// Peak pulsed power relative to the system noise power.
     pub amplitude: f64,
+    /// A circular binary orbit (`None`: an isolated pulsar).
+    #[serde(default)]
+    pub orbit: Option<Orbit>,
+}
+
+/// A circular orbit, seen as the light-travel delay it puts on the pulses.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Orbit {
+    /// Orbital period, s.
+    pub period_s: f64,
+    /// Projected semi-major axis, light-seconds (`a·sin i / c`).
+    pub asini_lts: f64,
+    /// Orbital phase at time zero, cycles from the ascending node.
+    pub phase: f64,
+}
+
+impl Orbit {
+    /// Delay of pulses emitted at `t` (s): `asini·sin(2π(t/Pb + phase))`.
+    pub fn delay_s(&self, t: f64) -> f64 {
+        self.asini_lts * (std::f64::consts::TAU * (t / self.period_s + self.phase)).sin()
+    }
+
+    /// Line-of-sight acceleration at `t`, m/s² (positive away from the observer).
+    pub fn accel_ms2(&self, t: f64) -> f64 {
+        let w = std::f64::consts::TAU / self.period_s;
+        -self.asini_lts * 299_792_458.0 * w * w * (w * t + std::f64::consts::TAU * self.phase).sin()
+    }
 }
 
 impl FromStr for Pulsar {
     type Err = String;
-    /// `period_ms:dm:duty:amplitude`, e.g. `33.1:26.8:0.05:0.04`.
+    /// `period_ms:dm:duty:amplitude[:orbit_s:asini_lts[:orbit_phase]]`, e.g.
+    /// `33.1:26.8:0.05:0.04`, or `33.1:26.8:0.05:0.04:600:2.5:0.25` in a 10-minute orbit.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let parts: Vec<&str> = s.split(':').collect();
         let bad = || {
-            format!("pulsar {s:?}: expected period_ms:dm:duty:amplitude, e.g. 33.1:26.8:0.05:0.04")
+            format!(
+                "pulsar {s:?}: expected period_ms:dm:duty:amplitude[:orbit_s:asini_lts[:orbit_phase]], \
+                 e.g. 33.1:26.8:0.05:0.04 or 33.1:26.8:0.05:0.04:600:2.5:0.25"
+            )
         };
-        if parts.len() != 4 {
+        if ![4, 6, 7].contains(&parts.len()) {
             return Err(bad());
         }
         let v: Vec<f64> = parts
@@ -61,6 +92,11 @@ impl FromStr for Pulsar {
             dm: v[1],
             duty_cycle: v[2],
             amplitude: v[3],
+            orbit: (v.len() > 4).then(|| Orbit {
+                period_s: v[4],
+                asini_lts: v[5],
+                phase: v.get(6).copied().unwrap_or(0.0),
+            }),
         };
         p.validate()?;
         Ok(p)
@@ -73,10 +109,17 @@ impl Pulsar {
             && self.dm >= 0.0
             && self.duty_cycle > 0.0
             && self.duty_cycle < 1.0
-            && self.amplitude >= 0.0;
+            && self.amplitude >= 0.0
+            && self.orbit.is_none_or(|o| {
+                o.period_s > 0.0
+                    && o.asini_lts >= 0.0
+                    && o.phase.is_finite()
+                    && o.asini_lts.is_finite()
+            });
         if !ok {
             return Err(format!(
-                "pulsar {self:?}: need period > 0, DM ≥ 0, 0 < duty < 1, amplitude ≥ 0"
+                "pulsar {self:?}: need period > 0, DM ≥ 0, 0 < duty < 1, amplitude ≥ 0, \
+                 orbital period > 0 and asini ≥ 0"
             ));
         }
         Ok(())
@@ -281,7 +324,8 @@ pub fn simulate(config: &SimConfig) -> Result<(Band, Voltages), SimError> {
                 for (i, b) in buf.iter_mut().enumerate() {
                     // Intrinsic time of padded sample i at the reference frequency.
                     let t = (i as f64 - pad as f64) / rate;
-                    let env = (psr.amplitude * psr.profile(t / psr.period_s)).sqrt();
+                    let emitted = t - psr.orbit.map_or(0.0, |o| o.delay_s(t));
+                    let env = (psr.amplitude * psr.profile(emitted / psr.period_s)).sqrt();
                     *b = if env > 1e-6 {
                         let re: f32 = rng.sample(StandardNormal);
                         let im: f32 = if band.complex {

@@ -39,6 +39,7 @@ fn observation() -> SimConfig {
             dm: 5.0,
             duty_cycle: 0.05,
             amplitude: 1.0,
+            orbit: None,
         }],
         ..SimConfig::default()
     }

@@ -417,6 +417,8 @@ fn candidate_tables_roundtrip() {
             dm_hits: 33,
             duty: 0.031_25,
             flag: String::new(),
+            fdot_hz_s: 0.0,
+            accel_ms2: 0.0,
         },
         Candidate {
             rank: 2,
@@ -429,17 +431,25 @@ fn candidate_tables_roundtrip() {
             dm_hits: 1,
             duty: 0.5,
             flag: "zero-DM(97%)".into(),
+            fdot_hz_s: -1.25e-3,
+            accel_ms2: -124.9,
         },
     ];
     let mut buf = Vec::new();
     candidates::write_csv(&mut buf, &cands).unwrap();
-    assert!(String::from_utf8_lossy(&buf)
-        .starts_with("rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty,flag\n"));
+    assert!(String::from_utf8_lossy(&buf).starts_with(
+        "rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty,flag,fdot_hz_s,accel_ms2\n"
+    ));
     assert_eq!(candidates::read_csv(&mut buf.as_slice()).unwrap(), cands);
     // Tables from before the flag column still read, unflagged.
     let old = "rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty\n1,0.5,2,3,9,8,4,5,0.1\n";
     let read = candidates::read_csv(&mut old.as_bytes()).unwrap();
     assert_eq!((read[0].dm, read[0].flag.as_str()), (3.0, ""));
+    // And those from before the drift columns, without drift.
+    let flagged =
+        "rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty,flag\n1,0.5,2,3,9,8,4,5,0.1,x\n";
+    let read = candidates::read_csv(&mut flagged.as_bytes()).unwrap();
+    assert_eq!((read[0].flag.as_str(), read[0].fdot_hz_s), ("x", 0.0));
     let mut buf = Vec::new();
     candidates::write_json(&mut buf, &cands).unwrap();
     assert_eq!(candidates::read_json(&mut buf.as_slice()).unwrap(), cands);

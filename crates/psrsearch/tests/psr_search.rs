@@ -38,12 +38,14 @@ fn two_pulsars() -> Vec<Pulsar> {
             dm: 15.3,
             duty_cycle: 0.03,
             amplitude: 0.25,
+            orbit: None,
         },
         Pulsar {
             period_s: 0.006_113,
             dm: 33.6,
             duty_cycle: 0.06,
             amplitude: 0.15,
+            orbit: None,
         },
     ]
 }
@@ -320,6 +322,7 @@ fn mains_hum() -> Pulsar {
         dm: 0.0,
         duty_cycle: 0.3,
         amplitude: 0.6,
+        orbit: None,
     }
 }
 
@@ -397,6 +400,7 @@ fn a_pulsar_with_strong_harmonics_gives_one_candidate() {
         dm: 15.3,
         duty_cycle: 0.005,
         amplitude: 8.0,
+        orbit: None,
     };
     let obs = observation(33, vec![psr.clone()]);
     let outcome = run("narrow.dada", &obs, SimFormat::Dada8);
@@ -422,6 +426,7 @@ fn a_single_pulse_is_found_at_its_dm_and_time() {
         dm: 20.0,
         duty_cycle: 0.002,
         amplitude: 3.0,
+        orbit: None,
     };
     let obs = observation(34, vec![psr]);
     let path = tmp("single.dada");
@@ -444,5 +449,59 @@ fn a_single_pulse_is_found_at_its_dm_and_time() {
     assert!(
         pulses.iter().filter(|p| p.sigma >= 8.0).count() == 1,
         "{pulses:#?}"
+    );
+}
+
+/// A pulsar in a tight binary: its frequency drifts by about 8 Fourier bins over the
+/// observation (its 8th harmonic by 64), which smears it out of the plain search; the
+/// acceleration search finds it, with the drift and acceleration of its orbit.
+#[test]
+fn a_binary_pulsar_is_found_with_an_acceleration_search_and_not_without() {
+    // At mid-observation (0.26 s) the pulsar is at the orbit's far side: no Doppler shift,
+    // the largest acceleration (1.2e8 m/s², as an observation of 0.52 s needs to drift).
+    let orbit = psrsearch::simulate::Orbit {
+        period_s: 10.0,
+        asini_lts: 1.0,
+        phase: 0.25 - 0.262_144 / 10.0,
+    };
+    let psr = Pulsar {
+        period_s: 0.01,
+        dm: 15.3,
+        duty_cycle: 0.04,
+        amplitude: 0.3,
+        orbit: Some(orbit),
+    };
+    let obs = observation(21, vec![psr.clone()]);
+    let path = tmp("binary.dada");
+    write_simulation(&obs, SimFormat::Dada8, &path).unwrap();
+    let search = |zmax: f64| {
+        let mut config = search_config();
+        config.periodicity.max_harmonics = 8;
+        config.periodicity.zmax = zmax;
+        let mut reader = BasebandReader::open(&path).unwrap();
+        search_file(&mut reader, &config, &mut |_, _| {}).unwrap()
+    };
+    let near = |c: &&&psrsearch::search::Candidate| (c.freq_hz - 100.0).abs() < 2.0;
+    let plain = search(0.0);
+    let plain: Vec<_> = plain.candidates.iter().map(|c| &c.candidate).collect();
+    let accel = search(64.0);
+    let found: Vec<_> = accel.candidates.iter().map(|c| &c.candidate).collect();
+    // The truth at mid-observation: the delay's rate and acceleration there.
+    let t_mid = 0.5 * obs.nsamples as f64 / 1e6;
+    let a_true = orbit.accel_ms2(t_mid);
+    let c = found.iter().find(near).expect("found with --zmax");
+    assert_eq!(c.rank, 1, "{found:#?}");
+    assert!((c.dm - 15.3).abs() <= 1.0, "{c:?}");
+    // The drift's sign: moving away faster lowers the frequency.
+    assert!(
+        (c.accel_ms2 + a_true).abs() < 0.25 * a_true.abs(),
+        "{c:?} vs {a_true}"
+    );
+    assert!(
+        plain
+            .iter()
+            .find(near)
+            .is_none_or(|p| p.sigma < c.sigma - 5.0),
+        "{plain:#?}"
     );
 }

@@ -32,6 +32,7 @@ fn observation(nsamples: usize) -> SimConfig {
             dm: 5.0,
             duty_cycle: 0.05,
             amplitude: 1.0,
+            orbit: None,
         }],
         ..SimConfig::default()
     }

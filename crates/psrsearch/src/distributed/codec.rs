@@ -149,6 +149,7 @@ impl Msg {
                     w.u64(c.nharm as u64);
                     w.f64(c.power);
                     w.f64(c.sigma);
+                    w.f64(c.z);
                 }
             }
             Msg::StreamEnd { blocks, samples } => {
@@ -230,7 +231,7 @@ impl Msg {
             10 => Msg::SeriesEnd,
             11 => {
                 let dm_index = r.u64()?;
-                let n = r.len(40)?;
+                let n = r.len(48)?;
                 let mut list = Vec::with_capacity(n);
                 for _ in 0..n {
                     list.push(SpectralCandidate {
@@ -239,6 +240,7 @@ impl Msg {
                         nharm: r.u64()? as usize,
                         power: r.f64()?,
                         sigma: r.f64()?,
+                        z: r.f64()?,
                     });
                 }
                 Msg::Detections { dm_index, list }
@@ -506,6 +508,7 @@ mod tests {
                 nharm: 16,
                 power: 101.25,
                 sigma: 12.0,
+                z: -3.5,
             }],
         });
     }

@@ -7,11 +7,22 @@ use super::HeaderError;
 use crate::search::Candidate;
 
 const FORMAT: &str = "candidate CSV";
-const COLUMNS: [&str; 10] = [
-    "rank", "period_s", "freq_hz", "dm", "sigma", "snr", "nharm", "dm_hits", "duty", "flag",
+const COLUMNS: [&str; 12] = [
+    "rank",
+    "period_s",
+    "freq_hz",
+    "dm",
+    "sigma",
+    "snr",
+    "nharm",
+    "dm_hits",
+    "duty",
+    "flag",
+    "fdot_hz_s",
+    "accel_ms2",
 ];
-/// Tables written before candidates had a flag column are still read.
-const OLD_COLUMNS: usize = 9;
+/// Tables written before candidates had a flag column, or a drift, are still read.
+const OLD_WIDTHS: [usize; 2] = [9, 10];
 
 /// Write the CSV table.
 ///
@@ -22,7 +33,7 @@ pub fn write_csv(w: &mut impl Write, cands: &[Candidate]) -> std::io::Result<()>
     for c in cands {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
             c.rank,
             c.period_s,
             c.freq_hz,
@@ -33,7 +44,9 @@ pub fn write_csv(w: &mut impl Write, cands: &[Candidate]) -> std::io::Result<()>
             c.dm_hits,
             c.duty,
             // A flag is a word with no comma, but nothing may break the table.
-            c.flag.replace(',', ";")
+            c.flag.replace(',', ";"),
+            c.fdot_hz_s,
+            c.accel_ms2
         )?;
     }
     Ok(())
@@ -53,11 +66,9 @@ pub fn read_csv(r: &mut impl BufRead) -> Result<Vec<Candidate>, HeaderError> {
         .next()
         .ok_or_else(|| HeaderError::missing(FORMAT, "header line"))?
         .map_err(io)?;
-    let width = if head.trim() == COLUMNS.join(",") {
-        COLUMNS.len()
-    } else if head.trim() == COLUMNS[..OLD_COLUMNS].join(",") {
-        OLD_COLUMNS
-    } else {
+    let Some(width) = (OLD_WIDTHS.into_iter().chain([COLUMNS.len()]))
+        .find(|w| head.trim() == COLUMNS[..*w].join(","))
+    else {
         return Err(HeaderError::invalid(
             FORMAT,
             "header line",
@@ -77,7 +88,7 @@ pub fn read_csv(r: &mut impl BufRead) -> Result<Vec<Candidate>, HeaderError> {
                 FORMAT,
                 &format!("row {}", i + 1),
                 line.clone(),
-                "9 numeric columns and a flag",
+                "9 numeric columns, a flag and 2 numeric columns",
             )
         };
         if f.len() != width {
@@ -96,6 +107,8 @@ pub fn read_csv(r: &mut impl BufRead) -> Result<Vec<Candidate>, HeaderError> {
             dm_hits: u(f[7])?,
             duty: x(f[8])?,
             flag: f.get(9).map_or_else(String::new, |s| s.to_string()),
+            fdot_hz_s: f.get(10).map_or(Ok(0.0), |s| x(s))?,
+            accel_ms2: f.get(11).map_or(Ok(0.0), |s| x(s))?,
         });
     }
     Ok(out)
