@@ -1197,3 +1197,48 @@ pub mod abi {
         type_map(id).units.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A strided type (two elements of three blocks of two `i32`, at a stride
+    /// of five) packs exactly its blocks, in order, and unpacks into them
+    /// alone, leaving the gaps as they were; data that ends inside a block
+    /// fills only the whole blocks before it. This is the raw-pointer code of
+    /// `pack` and `RecvLayout::unpack` on plain vectors: Miri checks that
+    /// every offset stays inside the buffer (`.ci/miri.sh`).
+    #[test]
+    fn a_strided_type_packs_and_unpacks_only_its_blocks() {
+        let vt = UserDatatype::vector(3, 2, 5, &i32::equivalent_datatype());
+        // One element spans 12 `i32`, its blocks start at 0, 5 and 10.
+        assert_eq!(type_map(vt.type_id()).extent, 12 * 4);
+        let picked: Vec<usize> = (0..2)
+            .flat_map(|e| [0, 1, 5, 6, 10, 11].map(|j| e * 12 + j))
+            .collect();
+        let src: Vec<i32> = (0..24).map(|i| 100 + i).collect();
+        // SAFETY: 24 `i32` hold two elements of 12.
+        let view = unsafe { View::with_count_and_datatype(&src[..], 2, &vt) };
+        let want: Vec<u8> = picked.iter().flat_map(|&i| src[i].to_ne_bytes()).collect();
+        match pack(&view) {
+            Packed::Packed(bytes) => assert_eq!(bytes, want),
+            Packed::Dense(_) => panic!("a strided type is not dense"),
+        }
+        // All the data; all but the last 5 bytes (5 whole blocks of 8); 20 bytes (2).
+        for (data, values) in [(want.len(), 12), (want.len() - 5, 10), (20, 4)] {
+            let mut dst = [-1i32; 24];
+            // SAFETY: as above.
+            let mut view = unsafe { MutView::with_count_and_datatype(&mut dst[..], 2, &vt) };
+            let layout = RecvLayout::of(&mut view);
+            // SAFETY: `dst` is borrowed by nothing else until the layout's last use.
+            unsafe {
+                assert!(layout.dense().is_none());
+                layout.unpack(&want[..data]);
+            }
+            for (i, &v) in dst.iter().enumerate() {
+                let filled = picked[..values].contains(&i);
+                assert_eq!(v, if filled { src[i] } else { -1 }, "{data} bytes: i32 {i}");
+            }
+        }
+    }
+}

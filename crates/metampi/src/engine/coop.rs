@@ -263,17 +263,19 @@ mod tests {
     #[repr(C, align(64))]
     struct Mem([u8; TABLE_BYTES]);
 
-    /// The receiver's and a helper's view of one table in `mem`.
-    fn views(mem: &Mem) -> (Table, PeerSlots) {
-        let base = mem.0.as_ptr();
+    /// The receiver's and a helper's view of one table in `mem`. Taken from
+    /// `&mut`: the views write the slots' atomics, which a pointer from `&Mem`
+    /// (plain bytes, no `UnsafeCell`) may not do (Miri's Stacked Borrows says so).
+    fn views(mem: &mut Mem) -> (Table, PeerSlots) {
+        let base = mem.0.as_mut_ptr() as *const u8;
         // SAFETY: `mem` is 64-byte aligned and table-sized, and the tests keep
-        // it alive longer than both views.
+        // it alive longer than both views and do not touch it meanwhile.
         unsafe { (Table::new(base), PeerSlots::new(base)) }
     }
 
     /// One transfer opened on a fresh table: the table, the open transfer,
     /// and the helper's slot of it with its generation.
-    fn opened(mem: &Mem) -> (Table, PeerSlots, Open, usize, u32) {
+    fn opened(mem: &mut Mem) -> (Table, PeerSlots, Open, usize, u32) {
         let (mut table, peer) = views(mem);
         let o = table.open().unwrap();
         let (index, gen) = untag(o.tag());
@@ -301,8 +303,8 @@ mod tests {
     /// of an older generation copies nothing.
     #[test]
     fn two_copiers_share_one_message() {
-        let mem = Box::new(Mem([0; TABLE_BYTES]));
-        let (mut table, peer) = views(&mem);
+        let mut mem = Box::new(Mem([0; TABLE_BYTES]));
+        let (mut table, peer) = views(&mut mem);
         let len = (4 << 20) + 12345;
         let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4093) as u8).collect();
         for round in 0..20 {
@@ -340,8 +342,8 @@ mod tests {
     /// Chunks the helper reports as failed are copied by the receiver.
     #[test]
     fn failed_chunks_are_copied_again() {
-        let mem = Box::new(Mem([0; TABLE_BYTES]));
-        let (mut table, peer, o, index, gen) = opened(&mem);
+        let mut mem = Box::new(Mem([0; TABLE_BYTES]));
+        let (mut table, peer, o, index, gen) = opened(&mut mem);
         let len = 1 << 20;
         // The helper claims everything first and fails every other chunk.
         let slot = peer.slot(index).unwrap();
@@ -367,8 +369,8 @@ mod tests {
     /// copies the claimed chunks itself.
     #[test]
     fn a_vanished_helper_is_covered() {
-        let mem = Box::new(Mem([0; TABLE_BYTES]));
-        let (mut table, peer, o, index, gen) = opened(&mem);
+        let mut mem = Box::new(Mem([0; TABLE_BYTES]));
+        let (mut table, peer, o, index, gen) = opened(&mut mem);
         let len = 1 << 20;
         let slot = peer.slot(index).unwrap();
         assert_eq!(slot.claim(gen, chunks(len)), Some(0));
@@ -387,8 +389,8 @@ mod tests {
 
     #[test]
     fn the_table_fits_and_runs_out() {
-        let mem = Box::new(Mem([0; TABLE_BYTES]));
-        let (mut table, _) = views(&mem);
+        let mut mem = Box::new(Mem([0; TABLE_BYTES]));
+        let (mut table, _) = views(&mut mem);
         let open: Vec<Open> = (0..SLOTS).map(|_| table.open().unwrap()).collect();
         assert!(table.open().is_none());
         assert_eq!(open.iter().map(|o| o.index).max(), Some(SLOTS - 1));
