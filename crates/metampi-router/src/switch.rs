@@ -390,32 +390,25 @@ impl Switch {
     /// the error says why the rank's connection must go.
     pub fn forward(&mut self, now: Instant, inlet: &mut Inlet) -> Result<(), String> {
         let out = &mut self.peers.out;
-        if let Some((p, m)) = inlet.held.take() {
-            match out[p].bundle.send_message(now, m) {
-                Ok(()) => {}
-                Err(SendError::WouldBlock(m)) => {
-                    inlet.held = Some((p, m));
-                    return Ok(());
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        if out.is_empty() {
-            return match inlet.rx.is_empty() {
-                true => Ok(()),
-                false => Err("a frame for another site, and this router has no peer".into()),
-            };
-        }
+        let mut next = inlet.held.take();
         loop {
-            let frame = match take_frame(&mut inlet.rx) {
-                Ok(Ok(frame)) => frame,
-                Ok(Err(_)) => return Ok(()),
-                Err(e) => return Err(e.to_string()),
+            let (p, m) = match next.take() {
+                Some(held) => held,
+                None => {
+                    let frame = match take_frame(&mut inlet.rx) {
+                        Ok(Ok(frame)) => frame,
+                        Ok(Err(_)) => return Ok(()),
+                        Err(e) => return Err(e.to_string()),
+                    };
+                    if out.is_empty() {
+                        return Err("a frame for another site, and this router has no peer".into());
+                    }
+                    inlet.frame_hint = inlet.frame_hint.max(frame.len());
+                    let m = wire_message(frame);
+                    // All frames of one destination take one connection: their order holds.
+                    (m.envelope.dst as usize % out.len(), m)
+                }
             };
-            inlet.frame_hint = inlet.frame_hint.max(frame.len());
-            let m = wire_message(frame);
-            // All frames of one destination take one connection: their order holds.
-            let p = m.envelope.dst as usize % out.len();
             match out[p].bundle.send_message(now, m) {
                 Ok(()) => {}
                 Err(SendError::WouldBlock(m)) => {

@@ -27,7 +27,9 @@ use std::sync::Arc;
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftPlanner};
 
-use crate::periodicity::{running_median, PeriodicityConfig, SpectralCandidate};
+use crate::periodicity::{
+    keep_most_significant, running_median, PeriodicityConfig, SpectralCandidate,
+};
 use crate::{rfi, stats};
 
 /// Step between `z` planes, bins (PRESTO's): a drift mismatch of at most one bin.
@@ -250,12 +252,7 @@ impl AccelPlan {
                 }
             }
         }
-        out.sort_by(|a, b| {
-            b.sigma
-                .total_cmp(&a.sigma)
-                .then(a.freq_hz.total_cmp(&b.freq_hz))
-        });
-        out.truncate(self.config.max_per_dm);
+        keep_most_significant(&mut out, self.config.max_per_dm);
         out
     }
 }

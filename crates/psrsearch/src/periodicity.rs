@@ -242,14 +242,19 @@ impl PeriodicityPlan {
                 }
             }
         }
-        out.sort_by(|a, b| {
-            b.sigma
-                .total_cmp(&a.sigma)
-                .then(a.freq_hz.total_cmp(&b.freq_hz))
-        });
-        out.truncate(self.config.max_per_dm);
+        keep_most_significant(&mut out, self.config.max_per_dm);
         out
     }
+}
+
+/// Orders one DM's candidates by significance (then frequency) and keeps the first `max`.
+pub(crate) fn keep_most_significant(cands: &mut Vec<SpectralCandidate>, max: usize) {
+    cands.sort_by(|a, b| {
+        b.sigma
+            .total_cmp(&a.sigma)
+            .then(a.freq_hz.total_cmp(&b.freq_hz))
+    });
+    cands.truncate(max);
 }
 
 /// FFT length for a series of `len` samples: at least twice as long, a power of two.
