@@ -14,6 +14,7 @@ pub(crate) mod core;
 #[allow(unsafe_code)]
 pub(crate) mod join;
 // Of the transports, only the shared-memory backend (`links::shm`) may use `unsafe`.
+mod election;
 pub(crate) mod links;
 pub(crate) mod report;
 #[allow(unsafe_code)]
@@ -23,7 +24,6 @@ pub mod stream;
 mod wait;
 
 pub(crate) use start::{accept_peers, configure_stream, contract, ring_cap, SEG_CTL};
-use wait::Sleeper;
 #[cfg(feature = "test-counters")]
 pub(crate) use wait::{IDLE_WAKE_UPS, SPIN_RECEIVES, WAKE_UPS};
 
@@ -43,7 +43,7 @@ pub(crate) struct Engine {
     /// Collective schedules in flight (blocking and nonblocking).
     pub colls: crate::collective::schedule::Schedules,
     /// Threads asleep on a condition variable of their own in [`Shared::wait_until`].
-    sleepers: Vec<Sleeper>,
+    sleepers: election::Sleepers<core::ReqId>,
 }
 
 impl Engine {
@@ -203,7 +203,7 @@ impl Shared {
                 core: p.core,
                 links: p.links,
                 colls: Default::default(),
-                sleepers: Vec::new(),
+                sleepers: Default::default(),
             }),
             cond: Condvar::new(),
             poller: AtomicBool::new(false),

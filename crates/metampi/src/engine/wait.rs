@@ -27,21 +27,18 @@
 //! poller through its wake-up datagram when it is in `poll`. A woken sleeper looks at its own
 //! request first and does not repeat the waker's pass. A poller that leaves gives the role
 //! back and wakes the first sleeper, under the lock, so a thread that failed to take the role
-//! is listed as a sleeper by then.
+//! is listed as a sleeper by then. A woken thread whose wait is over while the role is vacant
+//! passes the wake-up on to the first sleeper (it may have been the one meant to take the
+//! role). These pieces are in `election.rs`, with a loom model that finds a lost hand-over
+//! when any of them is left out.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::election::{self, RoleFlag};
 use super::{core, report, Engine, Shared};
 use crate::sys::{poll, sleep_flag};
-
-/// A thread asleep in [`Shared::wait_until`]: what it waits for, and how to wake it.
-pub(super) struct Sleeper {
-    /// The request it waits for; `None`: anything may end its wait.
-    want: Option<core::ReqId>,
-    cv: Arc<Condvar>,
-}
 
 /// Blocking receives whose message [`Shared::recv_spin`] waited for and
 /// took (for tests, `counters::spin_receives`).
@@ -95,13 +92,8 @@ impl Shared {
             self.cond.notify_all();
         }
         let e = self.lock();
-        let mut to_poll = !self.poller.load(Ordering::SeqCst);
-        for s in &e.sleepers {
-            if to_poll || s.want.is_none_or(|id| e.core.done_or_gone(id)) {
-                s.cv.notify_one();
-                to_poll = false;
-            }
-        }
+        e.sleepers
+            .kick(!self.poller.held(), |id| e.core.done_or_gone(id));
         if self.in_poll.load(Ordering::SeqCst) {
             if let Some(a) = &self.self_wake {
                 let _ = e.links.wake.send_to_addr(&[1], a);
@@ -191,6 +183,7 @@ impl Shared {
                 // message (70 with one thread), and a pass that moved anything restarted
                 // the thread's spin.
                 if let Some(r) = check(&mut e) {
+                    election::pass_on(&self.poller, &e.sleepers);
                     break r;
                 }
                 IDLE_WAKE_UPS.fetch_add(1, Ordering::Relaxed);
@@ -248,13 +241,8 @@ impl Shared {
             if entered.is_none() {
                 entered = report::enter(&e, want, start.unwrap_or_else(Instant::now));
             }
-            if polls
-                || self
-                    .poller
-                    .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-            {
-                polls = true;
+            polls = election::bid(&self.poller, polls);
+            if polls {
                 // Announce sleep, then look once more: a writer that published
                 // before seeing the flag is caught here (Dekker-style). This
                 // pass also takes messages flow control held (`Core::hold`):
@@ -296,24 +284,15 @@ impl Shared {
                 self.set_sleeping(&e, false);
                 // Woken by another process, maybe for what a sleeper waiting for anything
                 // (a shared-memory collective's flags) looks at.
-                for s in e.sleepers.iter().filter(|s| s.want.is_none()) {
-                    s.cv.notify_one();
-                }
+                e.sleepers.wake_anything();
                 held = Some(e);
             } else {
                 woken = self.sleep_on_cond(&mut held, e, want, &mut cv);
             }
         };
         if polls {
-            // A sleeper takes the role over. Under the lock: a thread that failed to take the
-            // role from us is listed as a sleeper by then, and one that comes later takes it.
-            self.poller.store(false, Ordering::SeqCst);
-            let e = self.lock();
-            if !self.poller.load(Ordering::SeqCst) {
-                if let Some(s) = e.sleepers.first() {
-                    s.cv.notify_one();
-                }
-            }
+            // A sleeper takes the role over.
+            election::give_back(&self.poller, || self.lock(), |e: &Engine| &e.sleepers);
         }
         r
     }
@@ -324,15 +303,10 @@ impl Shared {
     fn sleep_on_cond<'a>(
         &'a self,
         held: &mut Option<MutexGuard<'a, Engine>>,
-        mut e: MutexGuard<'a, Engine>,
+        e: MutexGuard<'a, Engine>,
         want: Option<core::ReqId>,
         cv: &mut Option<Arc<Condvar>>,
     ) -> bool {
-        let cv = cv.get_or_insert_with(|| Arc::new(Condvar::new()));
-        e.sleepers.push(Sleeper {
-            want,
-            cv: Arc::clone(cv),
-        });
         self.blocked.fetch_add(1, Ordering::SeqCst);
         // A request completes in a progress pass, and whoever makes one wakes its waiter
         // (`kick`). Other waits may end with what other processes write to shared memory,
@@ -340,13 +314,10 @@ impl Shared {
         // threads asleep in receives, one message every 200 µs, took 90 µs of CPU per
         // message when each looked every 2 ms, 55-60 with 20 ms.
         let limit = Duration::from_millis(if want.is_some() { 20 } else { 2 });
-        let (mut e, timeout) = cv.wait_timeout(e, limit).unwrap_or_else(|p| p.into_inner());
+        let (e, woken) = election::sleep(e, |e: &mut Engine| &mut e.sleepers, want, cv, limit);
         self.blocked.fetch_sub(1, Ordering::SeqCst);
-        if let Some(k) = e.sleepers.iter().position(|s| Arc::ptr_eq(&s.cv, cv)) {
-            e.sleepers.swap_remove(k);
-        }
         *held = Some(e);
-        !timeout.timed_out()
+        woken
     }
 
     /// Whether the progress thread has work: futures wait, or (with
