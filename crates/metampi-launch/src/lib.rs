@@ -98,7 +98,7 @@ pub use outcome::{
 };
 pub use pmi::{
     JobId, JobKey, PmiClient, PmiClientError, PmiEvent, PmiServer, ProtocolError, RankPmiState,
-    Request, HELPER_ENV, MAX_LINE,
+    ReportFn, Request, HELPER_ENV, MAX_LINE,
 };
 pub use remote::{manual_command, spawn_remote, HostLaunch, ManualProcess, SecretSource};
 pub use spec::{

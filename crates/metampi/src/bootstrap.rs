@@ -9,7 +9,7 @@
 use std::io;
 
 use metampi_launch::pmi_wire::{WireClient, WireError};
-use metampi_launch::{JobId, PmiClient, PmiClientError};
+use metampi_launch::{JobId, PmiClient, PmiClientError, ReportFn};
 
 pub(crate) enum Pmi {
     /// `metampi run`'s server.
@@ -96,13 +96,11 @@ impl Pmi {
         }
     }
 
-    /// Has `metampi run`'s client answer the launcher's `REPORT` from now on with what this
-    /// rank waits in ([`crate::engine::report`]); other process managers do not ask.
-    pub(crate) fn answer_reports(&mut self) -> io::Result<()> {
+    /// Has `metampi run`'s client answer the launcher's `REPORT` from now on with `answer`
+    /// (what this rank waits in); other process managers do not ask.
+    pub(crate) fn answer_reports(&mut self, answer: ReportFn) -> io::Result<()> {
         match self {
-            Pmi::Launcher(c) => c
-                .answer_reports(Box::new(crate::engine::report::answer))
-                .map_err(io_err),
+            Pmi::Launcher(c) => c.answer_reports(answer).map_err(io_err),
             Pmi::Wire(_) => Ok(()),
         }
     }

@@ -4,6 +4,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use crate::engine::Shared;
+pub(crate) use crate::engine::{abort_job, shared, try_shared};
+pub(crate) use crate::sys::hostname;
 use crate::topology::SimpleCommunicator;
 
 /// Thread support levels (MPI-2 §8.7), ordered from least to most.
@@ -33,33 +35,6 @@ fn state() -> &'static Mutex<State> {
 fn epoch() -> Instant {
     static E: OnceLock<Instant> = OnceLock::new();
     *E.get_or_init(Instant::now)
-}
-
-/// The running job's engine; a clear error if the library is not initialized.
-/// The engine, set once at start-up: a single atomic load on every call.
-static ENGINE: OnceLock<Arc<Shared>> = OnceLock::new();
-
-#[inline]
-pub(crate) fn shared() -> &'static Arc<Shared> {
-    match ENGINE.get() {
-        Some(s) if !s.finalized.load(std::sync::atomic::Ordering::Relaxed) => s,
-        other => not_running(other.is_some()),
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn not_running(finalized: bool) -> ! {
-    if finalized {
-        panic!("metampi was finalized: the Universe has been dropped")
-    }
-    panic!("metampi is not initialized: call metampi::initialize() first")
-}
-
-pub(crate) fn try_shared() -> Option<&'static Arc<Shared>> {
-    ENGINE
-        .get()
-        .filter(|s| !s.finalized.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// The whole job: created by [`initialize`], finalizes when dropped.
@@ -157,7 +132,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     if shared.progress_all() {
         shared.ensure_async_progress();
     }
-    let _ = ENGINE.set(Arc::clone(&shared));
+    crate::engine::install(Arc::clone(&shared));
     *st = State::Running(threading);
     drop(st);
     if let Err(e) = crate::topology::spawn::greet_routed_parents() {
@@ -291,27 +266,38 @@ pub fn processor_name() -> Result<String, std::string::FromUtf8Error> {
     Ok(hostname())
 }
 
-pub(crate) fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: `buf` is writable for its length; gethostname NUL-terminates
-    // within it or truncates, and we stop at the first NUL or the end.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+/// Ends the whole job the way MPI treats a fatal error, for an error of API call `call` made
+/// at `at`: a message naming this rank, the call, the caller's line where that is the
+/// program's own (not a line of this library's, which a helper without `#[track_caller]`
+/// between would give) and the cause, then `MPI_Abort`.
+#[cold]
+fn fatal_in(err: &crate::Error, call: &str, at: &std::panic::Location<'_>) -> ! {
+    // This file's directory is the library's source, wherever cargo put it.
+    let src = file!().trim_end_matches("environment.rs");
+    let place = if at.file().starts_with(src) {
+        String::new()
+    } else {
+        format!(" at {}:{}:{}", at.file(), at.line(), at.column())
+    };
+    abort_job(
+        1,
+        &format!("{} in `{call}`{place}: {}", err.class(), err.message()),
+    )
 }
 
-/// Ends every process of the job with `code` and a message naming this rank.
-pub(crate) fn abort_job(code: i32, msg: &str) -> ! {
-    match try_shared() {
-        // Said once: by `metampi run`, which names the rank's process and host, or here
-        // where another process manager (or none) takes the abort.
-        Some(s) => s.abort(code, msg),
-        None => {
-            eprintln!("metampi: {msg}");
-            std::process::exit(if code == 0 { 1 } else { code })
+/// Unwraps a fallible result for the infallible rsmpi-shaped API.
+pub(crate) trait OrAbort<T> {
+    /// The value, or the end of the job naming API call `call` and where the program made it.
+    fn or_abort_in(self, call: &'static str) -> T;
+}
+
+impl<T> OrAbort<T> for Result<T, crate::Error> {
+    #[track_caller]
+    #[inline(always)]
+    fn or_abort_in(self, call: &'static str) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => fatal_in(&e, call, std::panic::Location::caller()),
         }
     }
 }

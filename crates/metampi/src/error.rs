@@ -93,39 +93,3 @@ pub(crate) fn truncate_message(len: usize, cap: usize, tag: i32, world_src: u32)
         ),
     )
 }
-
-/// Ends the whole job the way MPI treats a fatal error, for an error of API call `call` made
-/// at `at`: a message naming this rank, the call, the caller's line where that is the
-/// program's own (not a line of this library's, which a helper without `#[track_caller]`
-/// between would give) and the cause, then `MPI_Abort`.
-#[cold]
-fn fatal_in(err: &Error, call: &str, at: &std::panic::Location<'_>) -> ! {
-    // This file's directory is the library's source, wherever cargo put it.
-    let src = file!().trim_end_matches("error.rs");
-    let place = if at.file().starts_with(src) {
-        String::new()
-    } else {
-        format!(" at {}:{}:{}", at.file(), at.line(), at.column())
-    };
-    crate::environment::abort_job(
-        1,
-        &format!("{} in `{call}`{place}: {}", err.class, err.message),
-    )
-}
-
-/// Unwraps a fallible result for the infallible rsmpi-shaped API.
-pub(crate) trait OrAbort<T> {
-    /// The value, or the end of the job naming API call `call` and where the program made it.
-    fn or_abort_in(self, call: &'static str) -> T;
-}
-
-impl<T> OrAbort<T> for Result<T, Error> {
-    #[track_caller]
-    #[inline(always)]
-    fn or_abort_in(self, call: &'static str) -> T {
-        match self {
-            Ok(v) => v,
-            Err(e) => fatal_in(&e, call, std::panic::Location::caller()),
-        }
-    }
-}

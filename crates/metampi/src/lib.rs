@@ -99,7 +99,7 @@ pub mod for_router {
     pub use crate::envelope::{Envelope, Kind, ENV_LEN};
     /// This machine's name (`gethostname`).
     pub fn hostname() -> String {
-        crate::environment::hostname()
+        crate::sys::hostname()
     }
     pub use crate::trace::LinkLog;
 }

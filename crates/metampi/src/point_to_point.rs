@@ -15,7 +15,8 @@ use crate::engine::core::{
 };
 use crate::engine::Pass;
 use crate::environment::shared;
-use crate::error::{truncate, Error, ErrorClass, OrAbort};
+use crate::environment::OrAbort;
+use crate::error::{truncate, Error, ErrorClass};
 use crate::request::{Post, Request, Scope};
 use crate::sys::rawbuf::{RecvPtr, SendPtr};
 use crate::topology::sealed::AsHandle;

@@ -14,11 +14,7 @@ use crate::error::{Error, ErrorClass};
 pub use crate::Rank;
 use crate::{Count, Tag};
 
-/// The context pair of the library's finalization barrier ([`SimpleCommunicator::finalizer`]);
-/// the world has 0 and 1, `MPI_COMM_SELF` 2 and 3.
-const FINALIZE_CONTEXT: u32 = 4;
-/// The first context a communicator the program makes may get.
-pub(crate) const FIRST_FREE_CONTEXT: u32 = FINALIZE_CONTEXT + 2;
+use crate::engine::FINALIZE_CONTEXT;
 
 #[deny(unsafe_code)]
 mod cartesian;

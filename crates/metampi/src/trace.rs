@@ -372,7 +372,7 @@ pub(crate) fn flush() {
             s.rank,
             crate::topology::site_of_world(s.rank),
             s.epoch_unix_ns,
-            crate::environment::hostname().replace('"', ""),
+            crate::sys::hostname().replace('"', ""),
             DROPPED.load(Ordering::Relaxed)
         )?;
         for e in &events {

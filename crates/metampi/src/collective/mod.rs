@@ -91,7 +91,8 @@ use crate::datatype::{
     pack, type_map, Buffer, BufferMut, Packed, PartitionedBuffer, PartitionedBufferMut, RecvLayout,
     TypeMap, UncommittedDatatype,
 };
-use crate::error::{Error, ErrorClass, OrAbort};
+use crate::environment::OrAbort;
+use crate::error::{Error, ErrorClass};
 use crate::point_to_point::{recv_bytes, send_bytes, Mode};
 use crate::request::{Post, Request, Scope};
 use crate::topology::{AsCommunicator, CommInner, Communicator};

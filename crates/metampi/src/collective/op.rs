@@ -9,7 +9,8 @@ use crate::datatype::{
     pack, register_distinct, type_map, AsDatatype, Buffer, BufferMut, Collection, DatatypeRef,
     Equivalence, Pointer, PointerMut, Prim, RecvLayout, TypeMap, UncommittedDatatype,
 };
-use crate::error::{Error, ErrorClass, OrAbort};
+use crate::environment::OrAbort;
+use crate::error::{Error, ErrorClass};
 use crate::Count;
 
 #[doc(hidden)]

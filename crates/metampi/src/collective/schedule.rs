@@ -6,7 +6,7 @@
 //! - Steps of a round run in order: local steps (reduce, copy, unpack) at
 //!   once, sends and receives are posted. The next round starts when every
 //!   send and receive of this round has completed.
-//! - A schedule lives in the engine (`Engine::colls`) and advances on every
+//! - A schedule lives in the engine (`Engine::pass_work`) and advances on every
 //!   progress pass, whichever thread drives it (a blocking call of any kind, a
 //!   `wait`/`test`, or the futures progress thread). Blocking collectives
 //!   start a schedule and wait for its request, so both forms share one code
@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use crate::datatype::{swap_packed, type_map, Prim, RecvLayout, TypeMap};
 use crate::engine::core::{Core, Pattern, RecvBuf, ReqId, SendBuf};
 use crate::engine::links::Links;
+use crate::engine::PassWork;
 use crate::environment::shared;
 use crate::error::{Error, ErrorClass};
 use crate::sys::rawbuf::{RecvPtr, SendPtr};
@@ -879,7 +880,7 @@ impl Schedules {
     }
 
     /// The name and context of the schedule whose request is `id`, for a hang report.
-    pub(crate) fn describe(&self, id: ReqId) -> Option<(&'static str, u32)> {
+    fn describe(&self, id: ReqId) -> Option<(&'static str, u32)> {
         self.active
             .iter()
             .find(|s| s.req == id)
@@ -893,18 +894,6 @@ impl Schedules {
         let id = s.req;
         self.active.push(s);
         id
-    }
-
-    /// Advances every running schedule; called on each engine progress pass.
-    /// Inlined, so that a pass with none running (all point-to-point traffic)
-    /// costs a length check, not a call with a large frame (3% of a receiving
-    /// rank's cycles in an 8-byte message-rate run).
-    #[inline]
-    pub(crate) fn advance(&mut self, core: &mut Core, links: &mut Links) -> bool {
-        if self.active.is_empty() {
-            return false;
-        }
-        self.advance_active(core, links)
     }
 
     fn advance_active(&mut self, core: &mut Core, links: &mut Links) -> bool {
@@ -923,12 +912,22 @@ impl Schedules {
     }
 }
 
+/// The engine advances the running schedules on each of its progress passes.
+impl PassWork for Schedules {
+    fn advance(&mut self, core: &mut Core, links: &mut Links) -> (bool, bool) {
+        let moved = !self.active.is_empty() && self.advance_active(core, links);
+        (moved, !self.active.is_empty())
+    }
+
+    fn describe(&self, id: ReqId) -> Option<(&'static str, u32)> {
+        Schedules::describe(self, id)
+    }
+}
+
 /// Starts a schedule; the returned request completes with it.
 pub(crate) fn start(s: Schedule) -> ReqId {
     shared().with(|e| {
-        let crate::engine::Engine {
-            core, links, colls, ..
-        } = e;
+        let (colls, core, links) = e.pass_work::<Schedules>();
         colls.start(s, core, links)
     })
 }
@@ -950,13 +949,11 @@ pub(crate) fn run(mut s: Schedule) -> Result<(), Error> {
     // Without messages (a single rank) there is nothing to progress.
     let local = s.local_only();
     let go = |e: &mut crate::engine::Engine| {
-        let crate::engine::Engine {
-            core, links, colls, ..
-        } = e;
-        s.advance(core, links);
+        s.advance(&mut e.core, &mut e.links);
         if s.done() {
             Ok(s.error.take())
         } else {
+            let (colls, core, _) = e.pass_work::<Schedules>();
             Err(colls.adopt(s, core))
         }
     };

@@ -16,6 +16,7 @@ pub(crate) mod join;
 // Of the transports, only the shared-memory backend (`links::shm`) may use `unsafe`.
 mod election;
 pub(crate) mod links;
+pub(crate) mod parents;
 pub(crate) mod report;
 #[allow(unsafe_code)]
 mod start;
@@ -31,17 +32,38 @@ use std::io;
 use std::net::IpAddr;
 use std::os::unix::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use self::core::Core;
 use self::links::Links;
 use crate::bootstrap::Pmi;
 
+/// The context pair of the library's finalization barrier
+/// (`SimpleCommunicator::finalizer`); the world has 0 and 1, `MPI_COMM_SELF` 2 and 3.
+pub(crate) const FINALIZE_CONTEXT: u32 = 4;
+/// The first context a communicator the program makes may get.
+pub(crate) const FIRST_FREE_CONTEXT: u32 = FINALIZE_CONTEXT + 2;
+
+/// What advances on every progress pass besides point-to-point traffic: the collective
+/// schedules in flight. Defined above the engine (`collective::schedule::Schedules`), which
+/// adds to it through [`Engine::pass_work`]; the engine only drives it.
+pub(crate) trait PassWork: Send + std::any::Any {
+    /// Advances what runs; whether anything moved, and whether anything still runs.
+    fn advance(&mut self, core: &mut Core, links: &mut Links) -> (bool, bool);
+    /// The name and context of the work that request `id` completes with.
+    fn describe(&self, id: core::ReqId) -> Option<(&'static str, u32)>;
+}
+
 pub(crate) struct Engine {
     pub core: Core,
     pub links: Links,
-    /// Collective schedules in flight (blocking and nonblocking).
-    pub colls: crate::collective::schedule::Schedules,
+    /// Collective schedules in flight (blocking and nonblocking): made by the first
+    /// collective ([`Engine::pass_work`]).
+    colls: Option<Box<dyn PassWork>>,
+    /// Whether `colls` may have something running: a pass with nothing there costs a
+    /// load, not a call (3% of a receiving rank's cycles in an 8-byte message-rate run
+    /// went to a call that found nothing).
+    colls_running: bool,
     /// Threads asleep on a condition variable of their own in [`Shared::wait_until`].
     sleepers: election::Sleepers<core::ReqId>,
 }
@@ -55,10 +77,36 @@ impl Engine {
     pub(crate) fn progress_as(&mut self, lazy: bool) -> bool {
         let moved = self.links.progress_as(&mut self.core, lazy);
         if let Some(why) = self.links.fatal.take() {
-            crate::environment::abort_job(1, &why);
+            abort_job(1, &why);
         }
         // Collectives advance on every pass, whichever thread drives it.
-        self.colls.advance(&mut self.core, &mut self.links) || moved
+        if !self.colls_running {
+            return moved;
+        }
+        let Some(w) = self.colls.as_mut() else {
+            return moved;
+        };
+        let (advanced, running) = w.advance(&mut self.core, &mut self.links);
+        self.colls_running = running;
+        advanced || moved
+    }
+
+    /// The work of kind `W` that advances on every pass (the collective schedules), made
+    /// on first use, to add to; with the engine's queues and links. What is added advances
+    /// from the next pass on.
+    pub(crate) fn pass_work<W: PassWork + Default>(&mut self) -> (&mut W, &mut Core, &mut Links) {
+        self.colls_running = true;
+        let w: &mut dyn std::any::Any =
+            &mut **self.colls.get_or_insert_with(|| Box::<W>::default());
+        let w = w
+            .downcast_mut::<W>()
+            .expect("the engine holds one kind of pass work");
+        (w, &mut self.core, &mut self.links)
+    }
+
+    /// The name and context of the pass work (a collective) request `id` completes with.
+    pub(crate) fn describe_pass_work(&self, id: core::ReqId) -> Option<(&'static str, u32)> {
+        self.colls.as_ref()?.describe(id)
     }
 
     /// The pass after posting a receive from world rank `src`: its ring
@@ -202,7 +250,8 @@ impl Shared {
             engine: Mutex::new(Engine {
                 core: p.core,
                 links: p.links,
-                colls: Default::default(),
+                colls: None,
+                colls_running: false,
                 sleepers: Default::default(),
             }),
             cond: Condvar::new(),
@@ -333,5 +382,50 @@ impl Shared {
         }
         self.finalized.store(true, Ordering::SeqCst);
         self.cond.notify_all();
+    }
+}
+
+/// The running job's engine, set once at start-up: a single atomic load on every call.
+static ENGINE: std::sync::OnceLock<Arc<Shared>> = std::sync::OnceLock::new();
+
+/// Makes `s` the engine of this process (`initialize`, once).
+pub(crate) fn install(s: Arc<Shared>) {
+    let _ = ENGINE.set(s);
+}
+
+/// The running job's engine; a clear error if the library is not initialized.
+#[inline]
+pub(crate) fn shared() -> &'static Arc<Shared> {
+    match ENGINE.get() {
+        Some(s) if !s.finalized.load(std::sync::atomic::Ordering::Relaxed) => s,
+        other => not_running(other.is_some()),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_running(finalized: bool) -> ! {
+    if finalized {
+        panic!("metampi was finalized: the Universe has been dropped")
+    }
+    panic!("metampi is not initialized: call metampi::initialize() first")
+}
+
+pub(crate) fn try_shared() -> Option<&'static Arc<Shared>> {
+    ENGINE
+        .get()
+        .filter(|s| !s.finalized.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Ends every process of the job with `code` and a message naming this rank.
+pub(crate) fn abort_job(code: i32, msg: &str) -> ! {
+    match try_shared() {
+        // Said once: by `metampi run`, which names the rank's process and host, or here
+        // where another process manager (or none) takes the abort.
+        Some(s) => s.abort(code, msg),
+        None => {
+            eprintln!("metampi: {msg}");
+            std::process::exit(if code == 0 { 1 } else { code })
+        }
     }
 }

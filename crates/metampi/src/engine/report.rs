@@ -120,7 +120,7 @@ fn describe(e: &Engine, want: Option<ReqId>, call: Call) -> String {
 
 fn describe_wait(e: &Engine, want: Option<ReqId>, call: Call) -> String {
     if let Some(id) = want {
-        if let Some((name, ctx)) = e.colls.describe(id) {
+        if let Some((name, ctx)) = e.describe_pass_work(id) {
             return collective(e, name, ctx);
         }
         match e.core.describe(id) {

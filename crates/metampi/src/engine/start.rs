@@ -129,8 +129,8 @@ impl Shared {
         }
         // From here on the launcher may ask where this rank waits. A launcher that does not
         // know `WATCH` (another version) refuses it, and the job runs without reports.
-        let _ = boot.pmi.answer_reports();
-        let first = crate::topology::FIRST_FREE_CONTEXT;
+        let _ = boot.pmi.answer_reports(Box::new(super::report::answer));
+        let first = super::FIRST_FREE_CONTEXT;
         let next_context = parent.as_ref().map_or(first, |p| (p.0 + 2).max(first));
         Shared::new(Parts {
             core,
@@ -174,7 +174,7 @@ impl Shared {
             info: JobInfo {
                 rank: 0,
                 size: 1,
-                nodes: vec![crate::environment::hostname()],
+                nodes: vec![crate::sys::hostname()],
                 sites: vec![0],
                 appnum: 0,
                 job,
@@ -182,7 +182,7 @@ impl Shared {
                 orders_differ: false,
             },
             pmi: None,
-            next_context: crate::topology::FIRST_FREE_CONTEXT,
+            next_context: super::FIRST_FREE_CONTEXT,
             tcp_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             listen_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             parent: None,
@@ -274,11 +274,7 @@ impl Boot {
             listener,
             my_ip,
             listen_ip,
-            node: c
-                .rank
-                .node
-                .clone()
-                .unwrap_or_else(crate::environment::hostname),
+            node: c.rank.node.clone().unwrap_or_else(crate::sys::hostname),
             mask: crate::sys::cpus::affinity_hex().unwrap_or_default(),
         })
     }
@@ -289,7 +285,7 @@ impl Boot {
 /// network (`METAMPI_TCP_IP` names it where this guess is wrong).
 fn host_ip() -> IpAddr {
     use std::net::ToSocketAddrs;
-    let addrs: Vec<IpAddr> = (crate::environment::hostname(), 0)
+    let addrs: Vec<IpAddr> = (crate::sys::hostname(), 0)
         .to_socket_addrs()
         .map(|a| a.map(|a| a.ip()).collect())
         .unwrap_or_default();
@@ -594,7 +590,7 @@ fn meet_parents(
     force_tcp: bool,
     links: &mut Links,
 ) -> io::Result<Option<(u32, Vec<u32>)>> {
-    let Some(spec) = crate::topology::spawn::parent_spec()? else {
+    let Some(spec) = super::parents::parent_spec()? else {
         return Ok(None);
     };
     let (rank, job) = (c.rank.rank, c.rank.job.as_str());
@@ -609,7 +605,7 @@ fn meet_parents(
         }
         links.set_wire_self(me);
     }
-    let mut streams = crate::topology::spawn::connect_parents(&spec, rank)?;
+    let mut streams = super::parents::connect_parents(&spec, rank)?;
     let own = (!force_tcp)
         .then(|| join::JoinSegment::create(job, rank, streams.len()).ok())
         .flatten();
