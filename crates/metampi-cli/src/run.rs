@@ -76,8 +76,8 @@ Examples:
 Hostfile lines: `host`, `host:N` or `host slots=N`; `#` starts a comment.
 
 mpiexec's spellings work too, with Hydra's meaning: -np N, -hosts A,B, -ppn N (N ranks on each
-of -hosts), -f/-hostfile/-machinefile FILE, -genv/-env VAR VALUE, -genvall; and mpirun's
---host A:2,B, -n4 and --version. An unknown option before the program is named (with the
+of -hosts), -f/-hostfile/-machinefile FILE, -genv/-env VAR VALUE, -genvall, -wdir DIR; and
+mpirun's --host A:2,B, --map-by ppr:N:node, -wd DIR, -n4 and --version (table in README.md). An unknown option before the program is named (with the
 closest real one) instead of being taken for the program. Programs built
 against MPICH (mpicc.mpich) load metampi's C library: -v shows from where.";
 
@@ -150,6 +150,15 @@ pub struct RunArgs {
     /// Default: the METAMPI_BIND_TO variable, else none
     #[arg(long, value_name = "none|core|hwthread", value_parser = clap::builder::ValueParser::new(str::parse::<Binding>))]
     bind_to: Option<Binding>,
+
+    /// Print, as each rank starts, the CPUs it is bound to (or that it is not)
+    #[arg(long)]
+    report_bindings: bool,
+
+    /// Start every rank in DIR, on this machine and on other hosts (default: this command's
+    /// directory); a relative DIR is taken from this command's directory
+    #[arg(long, value_name = "DIR")]
+    wdir: Option<PathBuf>,
 
     /// Kill the job after SECS seconds (fractions allowed); exit status 124
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
@@ -459,6 +468,10 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
             Some(b) => b,
             None => Binding::from_env().map_err(anyhow::Error::msg)?,
         });
+    spec = spec.report_bindings(args.report_bindings);
+    if let Some(dir) = &args.wdir {
+        spec = spec.wdir(dir);
+    }
     if let Some(host) = args.pmi_host {
         spec = spec.pmi_host(host);
     }
@@ -876,8 +889,27 @@ mod hydra_tests {
         let err = rewrite(&["metampi", "run", "--tag-ouptut", "-n", "2", "./p"]).unwrap_err();
         assert!(err.contains("unknown option `--tag-ouptut`"), "{err}");
         assert!(err.contains("did you mean `--tag-output`?"), "{err}");
-        let err = rewrite(&["metampi", "run", "-n", "2", "--wdir", "/tmp", "./p"]).unwrap_err();
-        assert!(err.contains("unknown option `--wdir`"), "{err}");
+        let err = rewrite(&["metampi", "run", "-n", "2", "--no-such", "./p"]).unwrap_err();
+        assert!(err.contains("unknown option `--no-such`"), "{err}");
+        assert_eq!(
+            rewrite(&["metampi", "run", "-wdir", "/tmp", "-n", "2", "./p"]).unwrap(),
+            ["metampi", "run", "--wdir", "/tmp", "-n", "2", "./p"]
+        );
+        assert_eq!(
+            rewrite(&[
+                "metampi",
+                "run",
+                "--host",
+                "a,b",
+                "--map-by",
+                "ppr:2:node",
+                "./p"
+            ])
+            .unwrap(),
+            ["metampi", "run", "--hosts", "a:2,b:2", "./p"]
+        );
+        let err = rewrite(&["metampi", "run", "--map-by", "ppr:0:node", "./p"]).unwrap_err();
+        assert!(err.contains("only ppr:N:node"), "{err}");
         // After the program, everything is the program's.
         assert_eq!(
             rewrite(&["metampi", "run", "-n", "1", "./p", "--wdir", "-n9"]).unwrap(),
@@ -1085,9 +1117,6 @@ pub fn hydra_spellings(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
         let longs: Vec<&str> = known.iter().map(String::as_str).collect();
         let hint = match metampi_config::closest(a, &longs) {
             Some(c) => format!("; did you mean `{c}`?"),
-            None if a == "--wdir" || a == "-wdir" => {
-                "; ranks start in this command's directory (cd there first)".into()
-            }
             None => String::new(),
         };
         format!(
@@ -1142,6 +1171,29 @@ pub fn hydra_spellings(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
                 out.push(kv);
             }
             "-genvall" | "-envall" => out.push("--env-all".into()),
+            // Hydra's and Open MPI's spellings of the ranks' directory.
+            "-wdir" | "-wd" | "--wd" => {
+                out.push("--wdir".into());
+                out.push(value(a, rest.next())?);
+            }
+            // Open MPI's ranks per node; other mappings are refused with what to use instead.
+            "--map-by" | "-map-by" => {
+                let v = value(a, rest.next())?.to_string_lossy().into_owned();
+                let n = v
+                    .strip_prefix("ppr:")
+                    .and_then(|r| r.strip_suffix(":node"))
+                    .filter(|n| n.parse::<usize>().is_ok_and(|n| n > 0));
+                match n {
+                    Some(n) => ppn = Some(n.to_string()),
+                    None => {
+                        return Err(format!(
+                            "{a} {v}: only ppr:N:node is understood (N ranks on each of \
+                             --hosts); ranks fill hosts in order otherwise, and --bind-to \
+                             core|hwthread places them on CPUs"
+                        ))
+                    }
+                }
+            }
             "--" => {
                 out.push(arg.clone());
                 break;
@@ -1180,7 +1232,11 @@ pub fn hydra_spellings(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
             ));
         }
         let Some(at) = hosts_at else {
-            return Err("-ppn needs -hosts (the hosts that get that many ranks each)".into());
+            return Err(
+                "-ppn (or --map-by ppr:N:node) needs -hosts (the hosts that get that many ranks \
+                 each)"
+                    .into(),
+            );
         };
         let list = out[at].to_string_lossy().into_owned();
         let with: Vec<String> = list

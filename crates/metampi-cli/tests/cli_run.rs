@@ -812,3 +812,89 @@ fn a_stalled_meta_job_reports_its_routers_too() {
     assert!(err.contains("r0 a -> b"), "{err}");
     assert!(err.contains("messages"), "{err}");
 }
+
+#[test]
+fn ranks_start_in_the_directory_wdir_names_in_every_spelling() {
+    let dir = temp_dir("wdir");
+    let d = dir.to_str().unwrap();
+    for spelling in ["--wdir", "-wdir", "-wd", "--wd"] {
+        let out = metampi(&["run", "-n", "2", spelling, d, "pwd"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let real = std::fs::canonicalize(&dir).unwrap();
+        for line in sorted_lines(&out.stdout) {
+            assert_eq!(
+                std::fs::canonicalize(&line).unwrap(),
+                real,
+                "{spelling}: {line}"
+            );
+        }
+    }
+    let missing = dir.join("not-there");
+    let out = metampi(&[
+        "run",
+        "-n",
+        "1",
+        "--wdir",
+        missing.to_str().unwrap(),
+        "true",
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(err.contains("--wdir") && err.contains("not-there"), "{err}");
+}
+
+#[test]
+fn report_bindings_names_each_ranks_cpus() {
+    let out = metampi(&[
+        "run",
+        "--bind-to",
+        "hwthread",
+        "--report-bindings",
+        "-n",
+        "2",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    for r in 0..2 {
+        assert!(
+            err.contains(&format!("rank {r} on ")) && err.contains("bound to CPUs "),
+            "{err}"
+        );
+    }
+    let out = metampi(&["run", "--report-bindings", "-n", "1", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("rank 0 on ") && text(&out.stderr).contains("not bound"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn open_mpi_ranks_per_node_is_understood_and_other_mappings_named() {
+    // Two emulated machines with one rank each.
+    let out = metampi(&[
+        "run",
+        "--launch",
+        "local",
+        "--host",
+        "nodeA,nodeB",
+        "--map-by",
+        "ppr:1:node",
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        "echo $METAMPI_NODE",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(sorted_lines(&out.stdout), ["nodeA", "nodeB"]);
+    let out = metampi(&["run", "--map-by", "core", "-n", "2", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("ppr:N:node") && err.contains("--bind-to"),
+        "{err}"
+    );
+}

@@ -111,9 +111,40 @@ pub(crate) fn plan(binding: Binding) -> io::Result<Vec<Vec<usize>>> {
     Ok(units(&allowed_cpus()?, binding))
 }
 
+/// A CPU set as `taskset` and `lscpu` write it: runs of consecutive CPUs as `A-B`, commas
+/// between (`0,4` or `0-3`).
+pub(crate) fn cpu_list(cpus: &[usize]) -> String {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", sorted[i], sorted[j])
+        } else {
+            sorted[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_are_written_in_runs() {
+        assert_eq!(cpu_list(&[0, 4]), "0,4");
+        assert_eq!(cpu_list(&[3, 1, 2, 0, 8]), "0-3,8");
+        assert_eq!(cpu_list(&[5]), "5");
+        assert_eq!(cpu_list(&[]), "");
+    }
 
     /// 2 packages of 2 cores with 2 threads each, numbered as Linux often
     /// does: first threads 0-3, their siblings 4-7.

@@ -122,7 +122,7 @@ impl fmt::Display for Host {
 
 /// A malformed host list entry or hostfile line.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{}bad host entry `{entry}`: {kind}", line.map(|l| format!("hostfile line {l}: ")).unwrap_or_default())]
+#[error("{}", self.describe())]
 #[non_exhaustive]
 pub struct HostSpecError {
     /// 1-based hostfile line, `None` for `--hosts` lists.
@@ -134,6 +134,18 @@ pub struct HostSpecError {
 }
 
 impl HostSpecError {
+    fn describe(&self) -> String {
+        if self.kind == HostSpecErrorKind::NoHosts {
+            // Nothing to quote: the list is empty, or the file holds only blanks and comments.
+            return "no host named (an empty list, or only blank lines and comments)".into();
+        }
+        let at = self
+            .line
+            .map(|l| format!("hostfile line {l}: "))
+            .unwrap_or_default();
+        format!("{at}bad host entry `{}`: {}", self.entry, self.kind)
+    }
+
     pub(crate) fn new(line: Option<usize>, entry: &str, kind: HostSpecErrorKind) -> Self {
         HostSpecError {
             line,

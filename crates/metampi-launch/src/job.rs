@@ -151,14 +151,26 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         )),
         _ => None,
     };
-    let cwd = if plan.all_local {
-        None
-    } else {
-        Some(std::env::current_dir().map_err(|source| LaunchError::Io {
+    let here = || {
+        std::env::current_dir().map_err(|source| LaunchError::Io {
             what: "cannot determine the working directory for remote ranks",
             source,
-        })?)
+        })
     };
+    let cwd = match &spec.wdir {
+        Some(dir) if dir.is_absolute() => Some(dir.clone()),
+        Some(dir) => Some(here()?.join(dir)),
+        None if plan.all_local => None,
+        None => Some(here()?),
+    };
+    if let (Some(dir), true) = (&cwd, plan.all_local) {
+        if !dir.is_dir() {
+            return Err(LaunchError::Io {
+                what: "the ranks' working directory (--wdir) is not a directory here",
+                source: io::Error::new(io::ErrorKind::NotFound, dir.display().to_string()),
+            });
+        }
+    }
     // CPUs for the ranks started on this machine, in turn (`--bind-to`).
     let binding = crate::bind::plan(spec.bind).map_err(|source| LaunchError::Io {
         what: "cannot read the CPUs this process may use",
@@ -501,9 +513,29 @@ fn start_rank(ctx: &mut StartContext<'_>, rank_plan: &RankPlan) -> Result<Starte
         cmd.envs(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
     }
     sys::kill_when_parent_dies(&mut cmd);
+    if !remote {
+        if let Some(dir) = ctx.cwd {
+            cmd.current_dir(dir);
+        }
+    }
     if !remote && !ctx.binding.is_empty() {
-        sys::bind_to(&mut cmd, &ctx.binding[ctx.bound % ctx.binding.len()]);
+        let cpus = &ctx.binding[ctx.bound % ctx.binding.len()];
+        sys::bind_to(&mut cmd, cpus);
         ctx.bound += 1;
+        if ctx.spec.report_bindings {
+            eprintln!(
+                "{WHO}: rank {rank} on {} bound to CPUs {}",
+                placement.node,
+                crate::bind::cpu_list(cpus)
+            );
+        }
+    } else if ctx.spec.report_bindings {
+        let why = if remote {
+            "started on another host"
+        } else {
+            "--bind-to none"
+        };
+        eprintln!("{WHO}: rank {rank} on {} not bound ({why})", placement.node);
     }
     // A remote rank's stdin carries the job secret first, and then either the launcher's
     // stdin or nothing until the job ends.

@@ -131,6 +131,8 @@ pub struct JobSpec {
     pub(crate) forward_signals: bool,
     pub(crate) join_timeout: Duration,
     pub(crate) bind: Binding,
+    pub(crate) report_bindings: bool,
+    pub(crate) wdir: Option<std::path::PathBuf>,
     pub(crate) watched: Vec<(u32, String)>,
     pub(crate) report_also: Option<ReportAddition>,
 }
@@ -176,6 +178,8 @@ impl Default for JobSpec {
             forward_signals: true,
             join_timeout: DEFAULT_JOIN_TIMEOUT,
             bind: Binding::None,
+            report_bindings: false,
+            wdir: None,
             watched: Vec::new(),
             report_also: None,
         }
@@ -350,6 +354,21 @@ impl JobSpec {
     #[must_use]
     pub fn bind(mut self, binding: Binding) -> Self {
         self.bind = binding;
+        self
+    }
+
+    /// Says on stderr, as each rank starts, which CPUs it is bound to (or that it is not).
+    #[must_use]
+    pub fn report_bindings(mut self, on: bool) -> Self {
+        self.report_bindings = on;
+        self
+    }
+
+    /// The directory every rank starts in, here and on other hosts (default: the launcher's
+    /// own); a relative one is taken from the launcher's directory.
+    #[must_use]
+    pub fn wdir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.wdir = Some(dir.into());
         self
     }
 
