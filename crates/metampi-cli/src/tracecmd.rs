@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use metampi::trace::{LINK_HEADER, LINK_MAGIC, LINK_RECEIVED, LINK_RECORD};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Deserialize;
 
-use crate::png::Canvas;
 use crate::progress::Progress;
 
 /// Options of `metampi trace`.
@@ -418,13 +419,12 @@ pub fn execute(args: TraceArgs) -> Result<u8> {
     }
 
     let out_png = args.dir.join("timeline.png");
-    timeline(&ranks, &tracks, t0, t1).write(&out_png)?;
+    timeline(&ranks, &tracks, &sites.sites, (t0, t1), &out_png)?;
     println!(
         "\nwrote {} (open in ui.perfetto.dev or chrome://tracing) and {}",
         out_json.display(),
         out_png.display()
     );
-    println!("timeline colours: send red, recv blue, wait purple, collectives orange, user regions green; router link lanes (grey) mark bytes written red, read blue");
     Ok(0)
 }
 
@@ -491,52 +491,405 @@ fn perfetto_json(ranks: &[RankTrace], tracks: &[LinkTrack], t0: u64) -> String {
     json
 }
 
-/// Timeline picture: one lane per rank, colour by kind, then a thin lane per
-/// router link with a tick for each frame written or read.
-fn timeline(ranks: &[RankTrace], tracks: &[LinkTrack], t0: u64, t1: u64) -> Canvas {
-    let (w, lane, link_lane) = (1200usize, 24usize, 10usize);
-    let h = lane * ranks.len() + link_lane * tracks.len() + 8;
-    let mut c = Canvas::new(w, h, [255, 255, 255]);
-    let span = (t1 - t0).max(1) as f64;
-    let x_of = |t: u64| (t.saturating_sub(t0) as f64 / span * w as f64) as usize;
-    for (i, r) in ranks.iter().enumerate() {
-        let y = 4 + i * lane;
-        c.rect(0, y + lane / 2, w, y + lane / 2 + 1, [200, 200, 200]);
-        for e in &r.events {
-            let x0 = x_of(r.h.epoch_unix_ns + e.s);
-            let x1 = x_of(r.h.epoch_unix_ns + e.e).max(x0 + 1);
-            let col = match e.k.as_str() {
-                "send" | "isend" => [214, 39, 40],
-                "recv" => [31, 119, 180],
-                "wait" => [148, 103, 189],
-                "region" => [44, 160, 44],
-                "collective" => [255, 127, 14],
-                _ => [127, 127, 127],
-            };
-            let (ya, yb) = if e.k == "region" {
-                (y + 2, y + 6)
-            } else {
-                (y + 7, y + lane - 3)
-            };
-            c.rect(x0, ya, x1, yb, col);
-        }
+/// Width of the timeline picture; its height grows with the rows.
+const WIDTH: u32 = 1400;
+/// Heights of a rank's row and of a router link's row, in pixels, while the rows fit in
+/// [`MAX_ROWS_PX`]; past it every row shrinks alike (to 3 pixels at least) and only every
+/// few rows keep a label.
+const RANK_ROW: f64 = 28.0;
+const LINK_ROW: f64 = 18.0;
+const MAX_ROWS_PX: f64 = 2400.0;
+/// A row's label needs about this many pixels of height to be read.
+const LABEL_PX: f64 = 13.0;
+/// Caption above the rows; time axis and legend strip below them.
+const TOP_PX: f64 = 44.0;
+const BOTTOM_PX: f64 = 96.0;
+const LEGEND_PX: u32 = 34;
+
+const SEND: RGBColor = RGBColor(214, 39, 40);
+const RECV: RGBColor = RGBColor(31, 119, 180);
+const WAIT: RGBColor = RGBColor(148, 103, 189);
+const COLLECTIVE: RGBColor = RGBColor(255, 127, 14);
+const REGION: RGBColor = RGBColor(44, 160, 44);
+const OTHER: RGBColor = RGBColor(127, 127, 127);
+const LINK_LANE: RGBColor = RGBColor(232, 232, 232);
+const STRIPE: RGBColor = RGBColor(246, 246, 246);
+
+/// The colour of an event kind (the kinds of `metampi::trace`).
+fn kind_colour(kind: &str) -> RGBColor {
+    match kind {
+        "send" | "isend" => SEND,
+        "recv" => RECV,
+        "wait" => WAIT,
+        "collective" => COLLECTIVE,
+        "region" => REGION,
+        _ => OTHER,
     }
-    for (i, t) in tracks.iter().enumerate() {
-        let y = 4 + ranks.len() * lane + i * link_lane;
-        c.rect(0, y, w, y + link_lane - 2, [235, 235, 235]);
-        for x in &t.recs {
-            let at = t.epoch_unix_ns + x.t_ns;
-            if at < t0 || at > t1 {
-                continue;
+}
+
+/// The unit of the time axis, chosen from the span so that ticks read as short numbers.
+fn time_unit(span_ns: u64) -> (&'static str, f64) {
+    match span_ns {
+        s if s < 2_000_000 => ("µs", 1e3),
+        s if s < 20_000_000_000 => ("ms", 1e6),
+        _ => ("s", 1e9),
+    }
+}
+
+/// A tick label: at most three decimals, trailing zeros dropped, never `-0`.
+fn tick(v: f64) -> String {
+    let s = plotters::data::float::FloatPrettyPrinter {
+        allow_scientific: false,
+        min_decimal: 0,
+        max_decimal: 3,
+    }
+    .print(v);
+    match s.strip_prefix('-') {
+        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
+        _ => s,
+    }
+}
+
+/// One row of the picture.
+enum Row<'a> {
+    Rank(&'a RankTrace),
+    Link(&'a LinkTrack),
+}
+
+/// Timeline picture (PNG): one labelled row per rank with its calls coloured by kind and
+/// user regions as a thin band on top, then a row per router link end with a tick for each
+/// frame written or read; a time axis and a legend below.
+///
+/// `site_names` are the meta hosts' names by index (empty outside `--meta` jobs); `(t0, t1)`
+/// the span drawn, in nanoseconds since the Unix epoch.
+fn timeline(
+    ranks: &[RankTrace],
+    tracks: &[LinkTrack],
+    site_names: &[String],
+    (t0, t1): (u64, u64),
+    path: &Path,
+) -> Result<()> {
+    crate::font::register();
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
+    let rows: Vec<Row> = ranks
+        .iter()
+        .map(Row::Rank)
+        .chain(tracks.iter().map(Row::Link))
+        .collect();
+    let full_px = RANK_ROW * ranks.len() as f64 + LINK_ROW * tracks.len() as f64;
+    let scale = (MAX_ROWS_PX / full_px.max(1.0)).min(1.0);
+    let height_of = |r: &Row| match r {
+        Row::Rank(_) => (RANK_ROW * scale).max(3.0),
+        Row::Link(_) => (LINK_ROW * scale).max(3.0),
+    };
+    let rows_px: f64 = rows.iter().map(height_of).sum();
+    let height = (TOP_PX + rows_px.max(RANK_ROW) + BOTTOM_PX).ceil() as u32;
+
+    let label_of = |r: &Row| match r {
+        Row::Rank(t) => match t.h.site.and_then(|s| site_names.get(s)) {
+            Some(site) => format!("rank {} ({}, site {site})", t.h.rank, t.h.host),
+            None => format!("rank {} ({})", t.h.rank, t.h.host),
+        },
+        Row::Link(t) => t.name(),
+    };
+    let label_font = TextStyle::from(("sans-serif", 13).into_font());
+    let root = BitMapBackend::new(path, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let label_w = rows
+        .iter()
+        .filter_map(|r| root.estimate_text_size(&label_of(r), &label_font).ok())
+        .map(|(w, _)| w)
+        .max()
+        .unwrap_or(60)
+        + 16;
+    let (chart_area, legend_area) = root.split_vertically(height - LEGEND_PX);
+
+    let span_ns = t1.saturating_sub(t0).max(1);
+    let (unit, ns_per_unit) = time_unit(span_ns);
+    let span = span_ns as f64 / ns_per_unit;
+    let at = |t_ns: u64| t_ns.saturating_sub(t0) as f64 / ns_per_unit;
+    let mut chart = ChartBuilder::on(&chart_area)
+        .caption(
+            format!(
+                "metampi trace: {} rank{}{}, {} {unit}",
+                ranks.len(),
+                if ranks.len() == 1 { "" } else { "s" },
+                if tracks.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} router link ends", tracks.len())
+                },
+                tick(span)
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .margin_right(24)
+        .x_label_area_size(40)
+        .y_label_area_size(label_w)
+        .build_cartesian_2d(0.0..span, 0.0..rows_px.max(1.0))
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_labels(12)
+        .x_label_formatter(&|v| tick(*v))
+        .x_desc(format!("time since the first call ({unit})"))
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14))
+        .light_line_style(RGBColor(236, 236, 236))
+        .draw()
+        .map_err(|e| err(&e))?;
+
+    // Anything shorter than a pixel is drawn a pixel wide, or short calls would vanish.
+    let plot_w = chart.plotting_area().dim_in_pixel().0.max(1);
+    let pixel = span / plot_w as f64;
+    let mut top = rows_px.max(1.0);
+    for (i, row) in rows.iter().enumerate() {
+        let h = height_of(row);
+        let bottom = top - h;
+        let band = |from: f64, to: f64| (top - h * from, top - h * to);
+        let mut boxes: Vec<Rectangle<(f64, f64)>> = Vec::new();
+        match row {
+            Row::Rank(r) => {
+                if i % 2 == 1 {
+                    boxes.push(Rectangle::new(
+                        [(0.0, top), (span, bottom)],
+                        STRIPE.filled(),
+                    ));
+                }
+                for e in &r.events {
+                    let x0 = at(r.h.epoch_unix_ns + e.s);
+                    let x1 = at(r.h.epoch_unix_ns + e.e).max(x0 + pixel);
+                    let (ya, yb) = if e.k == "region" {
+                        band(0.08, 0.3)
+                    } else {
+                        band(0.35, 0.92)
+                    };
+                    boxes.push(Rectangle::new(
+                        [(x0, ya), (x1, yb)],
+                        kind_colour(&e.k).filled(),
+                    ));
+                }
             }
-            let x0 = x_of(at).min(w - 1);
-            let col = if x.received {
-                [31, 119, 180]
-            } else {
-                [214, 39, 40]
-            };
-            c.rect(x0, y + 1, x0 + 1, y + link_lane - 3, col);
+            Row::Link(t) => {
+                let (ya, yb) = band(0.1, 0.9);
+                boxes.push(Rectangle::new([(0.0, ya), (span, yb)], LINK_LANE.filled()));
+                for x in &t.recs {
+                    let t_ns = t.epoch_unix_ns + x.t_ns;
+                    if t_ns < t0 || t_ns > t1 {
+                        continue;
+                    }
+                    let x0 = at(t_ns);
+                    let colour = if x.received { RECV } else { SEND };
+                    boxes.push(Rectangle::new(
+                        [(x0, ya), (x0 + pixel, yb)],
+                        colour.filled(),
+                    ));
+                }
+            }
         }
+        chart.draw_series(boxes).map_err(|e| err(&e))?;
+        // Rows too thin for a label each get one every few rows, counted within ranks and
+        // within links.
+        let index = if i < ranks.len() { i } else { i - ranks.len() };
+        if index % (LABEL_PX / h).ceil().max(1.0) as usize == 0 {
+            let (px, py) = chart.backend_coord(&(0.0, top - h / 2.0));
+            let style = label_font
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Right, VPos::Center));
+            root.draw(&Text::new(label_of(row), (px - 8, py), style))
+                .map_err(|e| err(&e))?;
+        }
+        top = bottom;
     }
-    c
+
+    legend(&legend_area, ranks, !tracks.is_empty(), label_w).map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// The legend row under the time axis: a swatch and a name per colour in the picture.
+fn legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    ranks: &[RankTrace],
+    links: bool,
+    left: u32,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let mut entries: Vec<(&str, RGBColor, bool)> = vec![
+        ("send", SEND, false),
+        ("receive", RECV, false),
+        ("wait", WAIT, false),
+        ("collective", COLLECTIVE, false),
+        ("user region (top band)", REGION, false),
+    ];
+    let known = ["send", "isend", "recv", "wait", "collective", "region"];
+    if ranks
+        .iter()
+        .any(|r| r.events.iter().any(|e| !known.contains(&e.k.as_str())))
+    {
+        entries.push(("other", OTHER, false));
+    }
+    if links {
+        entries.push(("link: frame written", SEND, true));
+        entries.push(("link: bytes read", RECV, true));
+    }
+    let font = TextStyle::from(("sans-serif", 13).into_font());
+    let mut x = left as i32 + 10;
+    let y = 10;
+    for (name, colour, tick_mark) in entries {
+        if tick_mark {
+            area.draw(&Rectangle::new(
+                [(x, y), (x + 16, y + 12)],
+                LINK_LANE.filled(),
+            ))?;
+            area.draw(&Rectangle::new(
+                [(x + 7, y), (x + 9, y + 12)],
+                colour.filled(),
+            ))?;
+        } else {
+            area.draw(&Rectangle::new(
+                [(x, y + 2), (x + 16, y + 12)],
+                colour.filled(),
+            ))?;
+        }
+        area.draw(&Text::new(
+            name.to_string(),
+            (x + 22, y + 6),
+            font.color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
+        let w = area.estimate_text_size(name, &font).map_or(80, |(w, _)| w) as i32;
+        x += 22 + w + 22;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` ranks each with one call of every kind over 10 ms, and `links` router link ends
+    /// with a frame written and one read.
+    fn fake(n: u32, links: u32) -> (Vec<RankTrace>, Vec<LinkTrack>) {
+        let epoch = 1_700_000_000_000_000_000;
+        let ranks = (0..n)
+            .map(|rank| RankTrace {
+                h: Header {
+                    rank,
+                    site: Some(rank as usize % 2),
+                    epoch_unix_ns: epoch,
+                    host: "node".into(),
+                    dropped: 0,
+                },
+                events: ["send", "recv", "wait", "collective", "region"]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| Ev {
+                        k: k.to_string(),
+                        n: String::new(),
+                        p: 0,
+                        t: 0,
+                        b: 8,
+                        c: 0,
+                        s: i as u64 * 2_000_000,
+                        e: i as u64 * 2_000_000 + 1_500_000,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let tracks = (0..links)
+            .map(|link| LinkTrack {
+                router: 0,
+                peer: 1,
+                outgoing: link % 2 == 0,
+                link,
+                epoch_unix_ns: epoch,
+                recs: [false, true]
+                    .iter()
+                    .map(|&received| LinkRec {
+                        t_ns: 3_000_000,
+                        bytes: 128,
+                        link,
+                        received,
+                    })
+                    .collect(),
+            })
+            .collect();
+        (ranks, tracks)
+    }
+
+    /// Width, height and RGB pixels of a PNG file, decoded.
+    fn decode(path: &Path) -> (u32, u32, Vec<u8>) {
+        let decoder = png::Decoder::new(std::fs::File::open(path).unwrap());
+        let mut reader = decoder.read_info().unwrap();
+        let mut pixels = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut pixels).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        pixels.truncate(info.buffer_size());
+        (info.width, info.height, pixels)
+    }
+
+    fn has_colour(pixels: &[u8], c: RGBColor) -> bool {
+        pixels.chunks_exact(3).any(|p| p == [c.0, c.1, c.2])
+    }
+
+    #[test]
+    fn the_timeline_decodes_and_grows_with_its_rows() {
+        let dir = std::env::temp_dir().join(format!("metampi-timeline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sites = vec!["a".to_string(), "b".to_string()];
+        let mut sizes = Vec::new();
+        for (n, links) in [(1, 0), (2, 0), (8, 0), (8, 4)] {
+            let (ranks, tracks) = fake(n, links);
+            let path = dir.join(format!("t{n}-{links}.png"));
+            let span = (
+                ranks[0].h.epoch_unix_ns,
+                ranks[0].h.epoch_unix_ns + 10_000_000,
+            );
+            timeline(&ranks, &tracks, &sites, span, &path).unwrap();
+            let (w, h, pixels) = decode(&path);
+            for c in [SEND, RECV, WAIT, COLLECTIVE, REGION] {
+                assert!(has_colour(&pixels, c), "{n} ranks: {c:?} missing");
+            }
+            // Link lanes are wide grey bands; text and grid lines may have a grey pixel of
+            // that shade here and there.
+            let lane = pixels
+                .chunks_exact(3)
+                .filter(|p| *p == [LINK_LANE.0, LINK_LANE.1, LINK_LANE.2])
+                .count();
+            assert_eq!(lane > 10_000, links > 0, "{lane} lane pixels");
+            sizes.push((w, h));
+        }
+        assert!(sizes.iter().all(|&(w, _)| w == WIDTH), "{sizes:?}");
+        let heights: Vec<u32> = sizes.iter().map(|s| s.1).collect();
+        assert!(heights.windows(2).all(|p| p[0] < p[1]), "{heights:?}");
+        // Six more rank rows and four link rows add their height, nothing else.
+        assert_eq!(heights[2] - heights[1], 6 * RANK_ROW as u32);
+        assert_eq!(heights[3] - heights[2], 4 * LINK_ROW as u32);
+
+        // Thousands of ranks stay a picture one can open.
+        let (ranks, _) = fake(5000, 0);
+        let path = dir.join("many.png");
+        let span = (
+            ranks[0].h.epoch_unix_ns,
+            ranks[0].h.epoch_unix_ns + 10_000_000,
+        );
+        timeline(&ranks, &[], &[], span, &path).unwrap();
+        let (_, h, _) = decode(&path);
+        assert!(h <= (TOP_PX + 3.0 * 5000.0 + BOTTOM_PX) as u32, "{h}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_time_unit_follows_the_span_and_ticks_never_read_minus_zero() {
+        assert_eq!(time_unit(900_000).0, "µs");
+        assert_eq!(time_unit(400_000_000).0, "ms");
+        assert_eq!(time_unit(60_000_000_000).0, "s");
+        assert_eq!(tick(-0.0), "0");
+        assert_eq!(tick(-1e-9), "0");
+        assert_eq!(tick(0.25), "0.25");
+        assert_eq!(tick(-2.5), "-2.5");
+        assert_eq!(tick(400.0), "400");
+    }
 }

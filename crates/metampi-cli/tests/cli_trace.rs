@@ -1,6 +1,7 @@
 //! `metampi run --trace` + `metampi trace`: exact message counts and bytes
 //! per pair for a job with known traffic, and a valid trace-event file; with
-//! `--meta`, one track per router link and bytes per pair of meta hosts.
+//! `--meta`, one track per router link and bytes per pair of meta hosts; a timeline
+//! PNG that decodes, with a row per rank and per link.
 
 use std::process::Command;
 
@@ -38,6 +39,15 @@ fn traced_pingpong(run_args: &[&str], dir: &std::path::Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Width and height of the timeline PNG at `path`, decoded whole (so a broken file fails).
+fn timeline_size(path: &std::path::Path) -> (u32, u32) {
+    let decoder = png::Decoder::new(std::fs::File::open(path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    (info.width, info.height)
 }
 
 #[test]
@@ -89,8 +99,10 @@ fn traced_job_counts_messages_exactly() {
         !evs.iter().any(|e| e["pid"] == 1),
         "no routers, no link tracks"
     );
-    let png = std::fs::read(dir.join("timeline.png")).unwrap();
-    assert!(png.starts_with(b"\x89PNG"));
+    // A labelled row per rank: four rows of 28 pixels between the caption and the axis.
+    let (w, h) = timeline_size(&dir.join("timeline.png"));
+    assert_eq!(w, 1400);
+    assert!(h >= 4 * 28 + 100, "{h}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -182,7 +194,9 @@ fn traced_meta_job_has_router_link_tracks_and_site_pair_bytes() {
     let read = link_bytes("router 1 link 0 (from router 0)", "link-in");
     assert!(written >= 22 * 128, "{written}");
     assert!(read > 0 && read <= written, "{read} of {written}");
-    let png = std::fs::read(tdir.join("timeline.png")).unwrap();
-    assert!(png.starts_with(b"\x89PNG"));
+    // Two rank rows and a row per traced link end.
+    let (w, h) = timeline_size(&tdir.join("timeline.png"));
+    assert_eq!(w, 1400);
+    assert!(h >= 2 * 28 + 4 * 18 + 100, "{h}");
     let _ = std::fs::remove_dir_all(&dir);
 }

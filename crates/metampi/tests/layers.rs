@@ -111,7 +111,10 @@ fn the_check_finds_a_path_into_the_api() {
         names_any("use crate::topology::Foo;", API).as_deref(),
         Some("topology")
     );
-    assert_eq!(names_any("let x = crate::knobs::flag(\"A\", true);", API), None);
+    assert_eq!(
+        names_any("let x = crate::knobs::flag(\"A\", true);", API),
+        None
+    );
     assert_eq!(
         names_any("crate::sys::x(); crate::collective::y()", API).as_deref(),
         Some("collective")

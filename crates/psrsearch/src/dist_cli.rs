@@ -16,6 +16,8 @@ use psrsearch::metajob::{self, MetaJob};
 use psrsearch::search::{dm_grid, Candidate, SearchConfig};
 use psrsearch::{BasebandReader, DedispersionPlan, PlanConfig};
 
+use crate::progress::Phases;
+
 const PROGRESS_ENV: &str = "PSRSEARCH_PROGRESS";
 
 /// Arguments of the hidden `rank` subcommand (one rank of a distributed search).
@@ -232,53 +234,62 @@ fn host_table(hosts: &[distributed::HostReport]) -> String {
 }
 
 /// Where the root's progress goes: to the driver's display over loopback TCP when it gave
-/// an address, else a line on stderr now and then.
+/// an address, else to this rank's stderr (a pipe to the launcher, so plain lines).
 struct ProgressSink {
+    /// The driver's address, until the first report connects to it.
+    addr: Option<String>,
     stream: Option<TcpStream>,
-    last: Option<Instant>,
+    lines: Phases,
 }
 
 impl ProgressSink {
     fn from_env() -> Self {
-        let stream = std::env::var(PROGRESS_ENV)
-            .ok()
-            .and_then(|a| TcpStream::connect(a).ok());
-        ProgressSink { stream, last: None }
+        ProgressSink {
+            addr: std::env::var(PROGRESS_ENV).ok(),
+            stream: None,
+            lines: Phases::default(),
+        }
     }
 
     fn send(&mut self, p: &Progress) {
+        // Only the root reports, so only the root connects: the display reads the first
+        // connection it accepts, and when every rank connected at start-up another rank's
+        // silent one often came first (the display then stayed empty).
+        if let Some(addr) = self.addr.take() {
+            self.stream = TcpStream::connect(addr).ok();
+        }
         let hosts: Vec<String> = p
             .hosts
             .iter()
             .map(|(n, d, t)| format!("{n}={d}/{t}"))
             .collect();
-        let line = format!(
-            "{} {} {} {:.2} {}\n",
-            p.phase,
-            p.done,
-            p.total,
-            p.elapsed_s,
-            hosts.join(",")
-        );
+        let hosts = hosts.join(",");
         if let Some(s) = &mut self.stream {
+            let line = format!(
+                "{} {} {} {:.2} {hosts}\n",
+                p.phase, p.done, p.total, p.elapsed_s
+            );
             if s.write_all(line.as_bytes()).is_ok() {
                 return;
             }
             self.stream = None;
         }
-        if self
-            .last
-            .is_none_or(|t| t.elapsed() > Duration::from_secs(1))
-            || p.done == p.total
-        {
-            self.last = Some(Instant::now());
-            eprint!("progress: {line}");
-        }
+        self.lines
+            .update(p.phase, p.done, p.total, &detail(p.elapsed_s, &hosts));
     }
 
     fn finish(&mut self) {
         self.stream = None;
+        self.lines = Phases::default();
     }
+}
+
+/// What follows the count: the root's clock and, while units are dealt, each meta host's
+/// `name=done/allocated`.
+fn detail(elapsed_s: f64, hosts: &str) -> String {
+    format!("{elapsed_s:.2} s {}", hosts.replace(',', " "))
+        .trim_end()
+        .to_string()
 }
 
 /// The driver's live display of the root's progress lines, on stderr.
@@ -289,33 +300,21 @@ fn spawn_display() -> Result<(String, std::thread::JoinHandle<()>)> {
         let Ok((stream, _)) = listener.accept() else {
             return;
         };
-        let mut phase = String::new();
+        let mut phases = Phases::default();
         for line in BufReader::new(stream).lines().map_while(Result::ok) {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.len() < 4 {
                 continue;
             }
-            if f[0] != phase && !phase.is_empty() {
-                eprintln!();
-            }
-            phase = f[0].to_string();
             let (done, total): (u64, u64) = (f[1].parse().unwrap_or(0), f[2].parse().unwrap_or(1));
-            let width = 30;
-            let filled = (done * width / total.max(1)) as usize;
-            let hosts = f.get(4).map(|h| h.replace(',', " ")).unwrap_or_default();
-            eprint!(
-                "\r{:<13} [{}{}] {:>4}/{:<4} {:>6}s  {}   ",
+            let elapsed_s: f64 = f[3].parse().unwrap_or(0.0);
+            phases.update(
                 f[0],
-                "#".repeat(filled),
-                ".".repeat(width as usize - filled),
                 done,
                 total,
-                f[3],
-                hosts
+                &detail(elapsed_s, f.get(4).copied().unwrap_or("")),
             );
-            let _ = std::io::stderr().flush();
         }
-        eprintln!();
     });
     Ok((addr, handle))
 }
@@ -398,13 +397,17 @@ pub fn run_job(
         description_name: cfg_path.display().to_string(),
         description: description.to_string(),
         rank_args,
-        env: vec![(PROGRESS_ENV.into(), addr.into())],
+        env: vec![(PROGRESS_ENV.into(), addr.clone().into())],
         timeout: Duration::from_secs(600),
         stdin_to_root: false,
         slow_link,
     })?;
     let wall_s = t.elapsed().as_secs_f64();
-    // The root has closed its end (or the job is gone): the display thread ends.
+    // The root has closed its end, or never connected (a job that failed before its first
+    // report): a connection of our own then ends the display's wait in `accept`.
+    if !display.is_finished() {
+        let _ = TcpStream::connect(&addr);
+    }
     let _ = display.join();
     if let Some(f) = &outcome.failure {
         bail!("the distributed search failed: {f}");

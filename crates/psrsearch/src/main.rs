@@ -1,10 +1,10 @@
 //! `psrsearch`: simulate, dedisperse and search baseband pulsar data.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod dist_cli;
+mod progress;
 mod stream_cli;
 
 use anyhow::{bail, Context, Result};
@@ -447,16 +447,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn progress_bar(label: &'static str) -> impl FnMut(u64, u64) {
-    move |done, total| {
-        if done == total || done % 8 == 0 {
-            eprint!("\r{label}: block {done}/{total}");
-            if done == total {
-                eprintln!();
-            }
-            let _ = std::io::stderr().flush();
-        }
-    }
+/// Runs `work` with its count of blocks shown as `label` (see [`progress`]).
+fn with_progress<T>(label: &str, work: impl FnOnce(&mut dyn FnMut(u64, u64)) -> T) -> T {
+    let mut shown = progress::Progress::new(label, "blocks");
+    let out = work(&mut |done, total| shown.update(done, total, ""));
+    shown.finish();
+    out
 }
 
 fn simulate_cmd(a: SimulateArgs) -> Result<()> {
@@ -546,13 +542,15 @@ fn dedisperse_cmd(a: DedisperseArgs) -> Result<()> {
     let mut reader =
         BasebandReader::open(&a.file).with_context(|| format!("opening {}", a.file.display()))?;
     let cfg = a.opts.config(1);
-    let out = psrsearch::products::dedisperse_file(
-        &mut reader,
-        a.dm,
-        &cfg,
-        a.voltages.is_some(),
-        &mut progress_bar("dedispersing"),
-    )
+    let out = with_progress("dedispersing", |progress| {
+        psrsearch::products::dedisperse_file(
+            &mut reader,
+            a.dm,
+            &cfg,
+            a.voltages.is_some(),
+            progress,
+        )
+    })
     .with_context(|| format!("dedispersing {}", a.file.display()))?;
     let p = &out.plan;
     eprintln!(
@@ -647,8 +645,10 @@ fn search_cmd(a: SearchArgs) -> Result<()> {
     }
     let mut reader =
         BasebandReader::open(&a.file).with_context(|| format!("opening {}", a.file.display()))?;
-    let outcome = search_file(&mut reader, &config, &mut progress_bar("searching"))
-        .with_context(|| format!("searching {}", a.file.display()))?;
+    let outcome = with_progress("searching", |progress| {
+        search_file(&mut reader, &config, progress)
+    })
+    .with_context(|| format!("searching {}", a.file.display()))?;
     let table: Vec<Candidate> = outcome
         .candidates
         .iter()
@@ -758,8 +758,10 @@ fn demo_cmd(
     }
     let step = demo::demo_search().dms[1] - demo::demo_search().dms[0];
     let table: Vec<Candidate> = if single {
-        let report = demo::run_demo(&out_dir, seed, &mut progress_bar("searching"))
-            .context("running the demo")?;
+        let report = with_progress("searching", |progress| {
+            demo::run_demo(&out_dir, seed, progress)
+        })
+        .context("running the demo")?;
         println!(
             "simulated in {:.2} s; searched {} DMs in this process",
             report.simulate_s,

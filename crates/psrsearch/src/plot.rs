@@ -88,8 +88,28 @@ fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     if !lo.is_finite() || !hi.is_finite() {
         return (0.0, 1.0);
     }
-    let pad = ((hi - lo) * 0.05).max(1e-9);
+    if hi - lo <= 1e-9 * lo.abs().max(1.0) {
+        // One value (an empty plot's lone zero): a unit either side, so the ticks are
+        // distinct numbers rather than a column of the same rounded one.
+        return (lo - 1.0, hi + 1.0);
+    }
+    let pad = (hi - lo) * 0.05;
     (lo - pad, hi + pad)
+}
+
+/// An axis tick label as plotters writes it (one to five decimals), except that a value
+/// that rounds to zero is `0.0`, never `-0.0`.
+fn axis_label(v: f64) -> String {
+    let s = plotters::data::float::FloatPrettyPrinter {
+        allow_scientific: false,
+        min_decimal: 1,
+        max_decimal: 5,
+    }
+    .print(v);
+    match s.strip_prefix('-') {
+        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
+        _ => s,
+    }
 }
 
 fn snr_vs_dm(outcome: &SearchOutcome, path: &Path) -> Result<(), String> {
@@ -115,6 +135,8 @@ fn snr_vs_dm(outcome: &SearchOutcome, path: &Path) -> Result<(), String> {
         .x_desc("DM (pc cm^-3)")
         .y_desc("S/N")
         .label_style(("sans-serif", 15))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, c) in shown.iter().enumerate() {
@@ -177,6 +199,8 @@ fn single_pulses(
         .x_desc("time at the reference frequency (s)")
         .y_desc("DM (pc cm^-3)")
         .label_style(("sans-serif", 15))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
         .draw()
         .map_err(|e| e.to_string())?;
     let floor = events.iter().map(|e| e.sigma).fold(f64::INFINITY, f64::min);
@@ -237,6 +261,8 @@ fn periodogram(outcome: &SearchOutcome, path: &Path) -> Result<(), String> {
         .x_desc("Frequency (Hz)")
         .y_desc("Normalised power")
         .label_style(("sans-serif", 15))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
         .draw()
         .map_err(|e| e.to_string())?;
     chart
@@ -290,6 +316,8 @@ fn profile(c: &crate::search::CandidateDetail, path: &Path) -> Result<(), String
         .x_desc("Pulse phase (cycles)")
         .y_desc("Power above median")
         .label_style(("sans-serif", 15))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
         .draw()
         .map_err(|e| e.to_string())?;
     let step: Vec<(f64, f64)> = pts
@@ -303,4 +331,31 @@ fn profile(c: &crate::search::CandidateDetail, path: &Path) -> Result<(), String
         .draw_series(LineSeries::new(step, BLACK.stroke_width(2)))
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_labels_never_read_negative_zero() {
+        // plotters' own printer writes `-0.0` for -1e-9 and -5e-10, the lowest ticks of the
+        // ±1e-9 range an empty S/N plot had.
+        for zero in [0.0, -0.0, -1e-9, -4e-17, 1e-12] {
+            assert_eq!(axis_label(zero), "0.0", "{zero:e}");
+        }
+        assert_eq!(axis_label(-0.5), "-0.5");
+        assert_eq!(axis_label(-3.0), "-3.0");
+        assert_eq!(axis_label(2.25), "2.25");
+        assert_eq!(axis_label(12.0), "12.0");
+    }
+
+    #[test]
+    fn a_lone_value_gets_a_unit_either_side() {
+        assert_eq!(range([0.0].into_iter()), (-1.0, 1.0));
+        assert_eq!(range([5.0, 5.0].into_iter()), (4.0, 6.0));
+        assert_eq!(range(std::iter::empty()), (0.0, 1.0));
+        let (lo, hi) = range([0.0, 10.0].into_iter());
+        assert!((lo + 0.5).abs() < 1e-12 && (hi - 10.5).abs() < 1e-12);
+    }
 }

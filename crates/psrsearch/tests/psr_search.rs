@@ -293,6 +293,85 @@ fn sixteen_bit_dada_and_guppi_search_like_eight_bit() {
     assert_recovered(&run("loud16.dada", &loud, SimFormat::Dada16), &loud.pulsars);
 }
 
+/// Simulates the small observation of the command-line tests into `name`.
+fn cli_observation(name: &str) -> PathBuf {
+    let file = tmp(name);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_psrsearch"))
+        .args(["simulate", "--out"])
+        .arg(&file)
+        .args(["--freq", "430", "--bw", "2", "--nchan", "2", "--npol", "1"])
+        .args([
+            "--duration",
+            "0.3",
+            "--seed",
+            "5",
+            "--pulsar",
+            "20.31:15.3:0.03:0.3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    file
+}
+
+/// Runs `psrsearch search FILE ARGS` with stderr redirected to a file and returns that log.
+fn search_log(file: &std::path::Path, args: &[&str], name: &str) -> String {
+    let log = tmp(&format!("{name}.log"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_psrsearch"))
+        .arg("search")
+        .arg(file)
+        .args([
+            "--dm-end",
+            "20",
+            "--dm-step",
+            "2",
+            "--downsample",
+            "16",
+            "--no-plots",
+        ])
+        .args(args)
+        .arg("--out-dir")
+        .arg(tmp(name))
+        .stderr(std::fs::File::create(&log).unwrap())
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+/// Progress in a log (stderr not a terminal) comes as whole lines, never a `\r` redraw,
+/// and ends with the last count: for the search in this process and for the distributed one,
+/// whose root reports through the driver.
+#[test]
+fn cli_progress_in_a_log_is_plain_lines() {
+    let file = cli_observation("progress.dada");
+    let log = search_log(&file, &[], "progress");
+    assert!(!log.contains('\r'), "{log:?}");
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("searching: ") && l.ends_with(" blocks (100%)")),
+        "{log}"
+    );
+
+    let cfg = tmp("progress-one-site.cfg");
+    std::fs::write(
+        &cfg,
+        "METAHOST a { LAUNCH = local; NPROCS = 3; NODES = a0; }\n",
+    )
+    .unwrap();
+    let log = search_log(&file, &["--meta", cfg.to_str().unwrap()], "progress-meta");
+    assert!(!log.contains('\r'), "{log:?}");
+    let done = log
+        .lines()
+        .find(|l| l.starts_with("dedispersing: ") && l.contains("(100%)"));
+    assert!(done.is_some_and(|l| l.contains(" a=")), "{log}");
+}
+
 /// A mistake in the description given to `search --meta` is named in that file, with its
 /// line and column, not in the copy the job runs.
 #[test]

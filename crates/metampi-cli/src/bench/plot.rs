@@ -1,7 +1,7 @@
 //! Log-log figures of bench results: latency (median) and bandwidth against
 //! message size, one line per (run, operation), as in seed 001 Figs. 10–11.
 //! SVG is written as plain text (no fonts or graphics libraries); PNG is drawn
-//! with plotters' bitmap backend and a font compiled into the binary.
+//! with plotters' bitmap backend and the font of [`crate::font`].
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -234,19 +234,10 @@ pub fn write_svg(reports: &[BenchReport], path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Text in PNG figures uses a subset of DejaVu Sans compiled into the binary (the same as
-/// psrsearch's plots; licence in `assets/`), so drawing needs no system fonts.
-static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans-subset.ttf");
-
 /// The same two panels as [`write_svg`], drawn into a PNG with plotters.
 pub fn write_png(reports: &[BenchReport], path: &Path) -> Result<()> {
     use plotters::prelude::*;
-    static REGISTER: std::sync::Once = std::sync::Once::new();
-    REGISTER.call_once(|| {
-        // The font is compiled in and known to parse; a failure would only lose the labels.
-        let _ =
-            plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, FONT);
-    });
+    crate::font::register();
     let (lat, bw) = series(reports);
     let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
     let root = BitMapBackend::new(path, ((2.0 * W) as u32, H as u32)).into_drawing_area();
