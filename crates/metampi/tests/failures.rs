@@ -13,7 +13,9 @@ fn expect_failure(
     name: &str,
     body: impl FnOnce(&metampi::topology::SimpleCommunicator),
 ) -> (JobFailure, Duration) {
-    let (f, took, _) = run_failing(Ranks::new(n).force_tcp(tcp), name, body);
+    // The ranks' output is kept, not shown: a rank that panics on purpose would print a
+    // failed test and a backtrace into the suite's log.
+    let (f, took, _) = run_failing(Ranks::new(n).force_tcp(tcp).capture_tagged(), name, body);
     (f, took)
 }
 
