@@ -13,3 +13,16 @@ cargo clippy --workspace --all-targets --locked -q -- -D warnings
 cargo clippy -p metampi --lib --locked -q -- -D warnings
 echo "== cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
+# README's claim: the library compiles no C, and the launcher builds without its two C
+# libraries (ring for TLS, zstd) when asked.
+echo "== C in the build"
+if cargo tree -p metampi -e normal --prefix none --locked | grep -E '^(ring|zstd-sys|cc|openssl-sys) '; then
+    echo "the metampi library pulls in C code (above)" >&2
+    exit 1
+fi
+cargo clippy -p metampi-cli --no-default-features --locked -q -- -D warnings
+if cargo tree -p metampi-cli --no-default-features -e normal --prefix none --locked \
+    | grep -E '^(ring|zstd-sys) '; then
+    echo "metampi-cli --no-default-features still pulls in C code (above)" >&2
+    exit 1
+fi
