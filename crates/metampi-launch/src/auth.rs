@@ -101,9 +101,13 @@ pub fn nonce() -> io::Result<[u8; NONCE]> {
     random_bytes()
 }
 
-fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+/// `N` bytes from the operating system's random source.
+///
+/// # Errors
+/// The source cannot be read (no `getrandom` call and no `/dev/urandom`).
+pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
     let mut b = [0u8; N];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    getrandom::fill(&mut b).map_err(|e| io::Error::other(format!("random source: {e}")))?;
     Ok(b)
 }
 

@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -1181,9 +1181,7 @@ fn job_secret() -> io::Result<String> {
     if let Ok(s) = std::env::var("METAMPI_SECRET") {
         return Ok(s);
     }
-    let mut k = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut k)?;
-    Ok(k.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(crate::auth::hex(&crate::auth::random_bytes::<32>()?))
 }
 
 /// A count or index of ranks as the contract carries it (no job comes near 2^32 processes).

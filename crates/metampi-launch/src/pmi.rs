@@ -165,11 +165,7 @@ impl JobId {
     /// A fresh, unpredictable id: from the OS random source, or, failing that, from std's
     /// randomly keyed hasher over the time and pid.
     pub fn random() -> JobId {
-        let mut bytes = [0u8; 8];
-        if std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut bytes))
-            .is_ok()
-        {
+        if let Ok(bytes) = crate::auth::random_bytes::<8>() {
             return JobId(u64::from_ne_bytes(bytes));
         }
         use std::hash::{BuildHasher, Hasher};

@@ -99,18 +99,11 @@ fn decode(text: &str) -> Result<String, String> {
 }
 
 fn hex32(b: &[u8; 32]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    crate::auth::hex(b)
 }
 
 fn unhex32(text: &str) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    if text.len() != 64 {
-        return None;
-    }
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+    crate::auth::unhex(text)?.try_into().ok()
 }
 
 /// `IDENTITY|auto|ROUTER`, `IDENTITY|NAME|CA|PIN+PIN`, or `-` for a plain link.

@@ -4,7 +4,8 @@
 use std::io;
 
 pub use metampi_launch::auth::{
-    accept, check, connect, connect_on, nonce, same, Acceptance, Secret, NONCE, TAG, VERTICAL_CTX,
+    accept, check, connect, connect_on, hex, nonce, same, Acceptance, Secret, NONCE, TAG,
+    VERTICAL_CTX,
 };
 
 /// The job's secret from `METAMPI_SECRET` or the file `METAMPI_SECRET_FILE`.

@@ -111,7 +111,7 @@ impl Offer {
     }
 
     fn path(&self) -> PathBuf {
-        let hex: String = self.token.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::auth::hex(&self.token);
         super::shm::dir().join(format!("metampi-v-{hex}"))
     }
 }
