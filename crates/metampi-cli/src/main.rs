@@ -50,6 +50,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let argv = match run::hydra_spellings(std::env::args_os().collect()) {
+    // Diagnostics of the launcher and of routers started as `metampi router` (METAMPI_LOG).
+    metampi::log::init();
         Ok(a) => a,
         Err(e) => {
             eprintln!("metampi run: error: {e}");

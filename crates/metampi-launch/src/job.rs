@@ -188,7 +188,7 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
             (_, 1) => "hardware thread",
             _ => "hardware threads",
         };
-        eprintln!(
+        tracing::warn!(
             "{WHO}: {here} ranks bound to {} {units} here: several ranks share one",
             binding.len()
         );

@@ -1094,7 +1094,7 @@ fn refuse(state: &mut State, stream: &Conn, cap: usize, job: JobId) {
         .is_none_or(|(at, _)| at.elapsed() >= REFUSAL_LOG_GAP);
     if due {
         let before = state.refusals_logged.map_or(0, |(_, n)| n);
-        eprintln!(
+        tracing::warn!(
             "metampi: the key-value server of job {job} refused a connection from {}: {cap} \
              connections that have not introduced themselves are open ({} refused since the \
              last report)",

@@ -681,7 +681,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 fn budget_from_env(id: usize, links_in: usize) -> Budget {
     let asked = metampi::tuning::router_memory();
     if asked < metampi::tuning::ROUTER_MEMORY_LEAST {
-        eprintln!(
+        tracing::warn!(
             "metampi router {id}: METAMPI_ROUTER_MEMORY={asked} is below the least a \
                  router works with; using {} MiB",
             metampi::tuning::ROUTER_MEMORY_LEAST >> 20
@@ -895,7 +895,7 @@ impl Profile {
             .collect();
         let io = |(n, t): (u64, Duration)| (n, t.as_secs_f64() * 1e6 / n.max(1) as f64);
         let (reads, writes) = (io(self.reads), io(self.writes));
-        eprintln!(
+        tracing::info!(
             "metampi router {id} profile: {} passes, {:.2} us each (longest {} us; {}); \
              {} link reads of {:.2} us, {} link writes of {:.2} us; \
              {} waits: {} ended spinning, {} slept",
@@ -1065,7 +1065,7 @@ fn spawn_connector(
                     {
                         let why = tls::describe_error(&e);
                         if why != last_refusal {
-                            eprintln!("metampi router {id}: link {link} to {addr}: {why}");
+                            tracing::warn!("metampi router {id}: link {link} to {addr}: {why}");
                             last_refusal = why;
                         }
                     }
@@ -1096,7 +1096,7 @@ impl Router {
         if let Some(dir) = &stats_dir {
             // Asked for statistics: a directory not there yet is made, one that cannot be is named.
             if let Err(e) = std::fs::create_dir_all(dir) {
-                eprintln!(
+                tracing::warn!(
                     "metampi router {}: METAMPI_ROUTER_STATS={}: cannot make the directory ({e}); \
                      no statistics will be written",
                     spec.id,
@@ -1214,7 +1214,7 @@ impl Router {
             if p.links[link].conn.take().is_some() {
                 p.links[link].lost_at = Some(std::time::SystemTime::now());
                 if debug_enabled() {
-                    eprintln!("metampi router {id}: link {link} {} lost ({why})", p.label);
+                    tracing::warn!("metampi router {id}: link {link} {} lost ({why})", p.label);
                 }
                 self.switch.link_down(now, key, link);
             }
@@ -1260,7 +1260,7 @@ impl Router {
                 let mut t = match a.start() {
                     Ok(t) => t,
                     Err(e) => {
-                        eprintln!("metampi router {}: {e}", self.id);
+                        tracing::warn!("metampi router {}: {e}", self.id);
                         return;
                     }
                 };
@@ -1314,7 +1314,7 @@ impl Router {
         } else {
             String::new()
         };
-        eprintln!(
+        tracing::warn!(
             "metampi router {}: refused a connection from {}: {why}{more}",
             self.id,
             from.as_deref().unwrap_or("?")
@@ -1441,7 +1441,7 @@ impl Router {
             layout_id,
         }) = LinkHello::decode(&h.got)
         else {
-            eprintln!(
+            tracing::warn!(
                 "metampi router {}: refused a connection with a bad link hello",
                 self.id
             );
@@ -1453,7 +1453,7 @@ impl Router {
         let max = cfg.max_frame_payload();
         let make = || Bundle::new(now, cfg, links).expect("1 <= links < 65536 checked");
         if let Err(why) = self.switch.inbound_link(now, conn, link, links, make) {
-            eprintln!("metampi router {id}: refused link {link} from router {conn}: {why}");
+            tracing::warn!("metampi router {id}: refused link {link} from router {conn}: {why}");
             return;
         }
         let p = self.peers.inbound.entry(conn).or_insert_with(|| Peer {
@@ -1521,9 +1521,10 @@ impl Router {
         for i in (self.rank_turn..n).chain(0..self.rank_turn) {
             if self.ranks[i].offer_pending && ready.get(i).copied().unwrap_or(true) {
                 if let Err(e) = settle_offer(self.node, &mut self.ranks[i]) {
-                    eprintln!(
+                    tracing::warn!(
                         "metampi router {}: dropping rank {}'s connection: {e}",
-                        self.id, self.ranks[i].rank
+                        self.id,
+                        self.ranks[i].rank
                     );
                     gone_ranks.push(i);
                     continue;
@@ -1551,9 +1552,10 @@ impl Router {
             // frame in progress when it is read into (see `reserve_for_frames`).
             loop {
                 if let Err(e) = self.switch.forward(now, &mut rc.inlet) {
-                    eprintln!(
+                    tracing::warn!(
                         "metampi router {}: dropping rank {}'s connection: {e}",
-                        self.id, rc.rank
+                        self.id,
+                        rc.rank
                     );
                     gone = true;
                     break;
@@ -1717,7 +1719,7 @@ impl Router {
             };
             match ev {
                 Event::LinkDead { link, reason } => {
-                    eprintln!(
+                    tracing::warn!(
                         "metampi router {id}: link l{} {} given up ({reason:?}){}",
                         p.links.get(link).map_or(0, |l| l.layout_id),
                         p.label,
@@ -1815,7 +1817,7 @@ impl Router {
                     )
                 })
                 .collect();
-            eprintln!(
+            tracing::info!(
                 "router {}: to_ranks {} waiting {:?} ranks [{}] recv held {:?}",
                 self.id,
                 self.switch.to_ranks(),
@@ -2096,6 +2098,7 @@ pub fn run_from_env() -> bool {
     let Some(line) = metampi::knobs::os(metampi_launch::meta::ROUTER_SPEC_ENV) else {
         return false;
     };
+    metampi::log::init();
     let spec = match RouterSpec::parse(&line.to_string_lossy()) {
         Ok(s) => s,
         Err(e) => {

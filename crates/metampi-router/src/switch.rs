@@ -504,7 +504,7 @@ fn take_frame(rx: &mut BytesMut) -> io::Result<Result<Bytes, usize>> {
     }
     if crate::debug_enabled() {
         if let Some(e) = Envelope::decode(&rx[..ENV_LEN]) {
-            eprintln!(
+            tracing::info!(
                 "router frame {:?} src {} dst {} len {} frag {} trailing {}",
                 e.kind,
                 e.src,

@@ -121,6 +121,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
         return None;
     }
     epoch();
+    crate::log::init();
     let shared = match Shared::init() {
         Ok(s) => Arc::new(s),
         Err(e) => {

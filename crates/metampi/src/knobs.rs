@@ -194,6 +194,11 @@ pub const KNOBS: &[Knob] = &[
         Text,
         "directory where each rank writes its event trace",
     ),
+    knob(
+        "METAMPI_LOG",
+        Text,
+        "which diagnostics are printed: a level (`warn`) or per target (`metampi_router=off,info`)",
+    ),
     // Launcher and tools.
     knob(
         "METAMPI_ABI_DIR",
@@ -300,7 +305,7 @@ pub(crate) fn warn_once(name: &str, msg: String) {
         .get_or_insert_with(HashSet::new)
         .insert(name.to_string())
     {
-        eprintln!("metampi: {msg}");
+        tracing::warn!("metampi: {msg}");
     }
 }
 

@@ -57,6 +57,7 @@ mod envelope;
 #[allow(unsafe_code)]
 pub mod environment;
 pub mod knobs;
+pub mod log;
 /// C-interface names that rsmpi programs use; there is no C library behind them.
 pub mod ffi {
     /// The handle of a datatype, as [`crate::collective::UnsafeUserFunction`] receives it

@@ -228,7 +228,7 @@ pub(crate) fn init(rank: u32) {
 fn trace_dir() -> Option<PathBuf> {
     let dir = PathBuf::from(crate::knobs::os("METAMPI_TRACE")?);
     if let Err(e) = std::fs::create_dir_all(&dir) {
-        eprintln!(
+        tracing::warn!(
             "metampi: tracing disabled, cannot create {}: {e}",
             dir.display()
         );
@@ -245,7 +245,7 @@ fn unix_ns() -> u64 {
 
 fn open_store(dir: PathBuf, rank: u32) -> bool {
     let Some(arena) = Arena::new(MAX_EVENTS) else {
-        eprintln!("metampi: tracing disabled, cannot reserve memory for events");
+        tracing::warn!("metampi: tracing disabled, cannot reserve memory for events");
         return false;
     };
     STORE
@@ -396,7 +396,7 @@ pub(crate) fn flush() {
         f.flush()
     };
     if let Err(e) = write() {
-        eprintln!("metampi: could not write trace {}: {e}", path.display());
+        tracing::warn!("metampi: could not write trace {}: {e}", path.display());
     }
 }
 
@@ -437,7 +437,7 @@ impl LinkLog {
         let seg = match crate::sys::shm::Segment::create(&path, len) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!(
+                tracing::warn!(
                     "metampi router {router}: not tracing {}: {e}",
                     path.display()
                 );

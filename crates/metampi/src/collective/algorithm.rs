@@ -327,7 +327,7 @@ fn forced() -> &'static RwLock<Table> {
                     }
                 }
                 // A bad setting must not go unnoticed, nor stop the job.
-                Err(e) => eprintln!("metampi: ignoring METAMPI_COLL_ALG: {e}"),
+                Err(e) => tracing::warn!("metampi: ignoring METAMPI_COLL_ALG: {e}"),
             }
         }
         RwLock::new(t)

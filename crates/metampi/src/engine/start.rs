@@ -420,7 +420,7 @@ impl ShmMesh {
             if let Some(w) =
                 crate::sys::shm::free_bytes().and_then(|free| shm_space_warning(need as u64, free))
             {
-                eprintln!("metampi: rank {rank}: {w}");
+                tracing::warn!("metampi: rank {rank}: {w}");
             }
         }
         let mut own = None;
@@ -854,7 +854,9 @@ pub(crate) fn accept_peers(
                     // A connection that cannot prove the job secret is logged and dropped;
                     // the job goes on waiting for its real peers.
                     if e.kind() == io::ErrorKind::PermissionDenied {
-                        eprintln!("metampi: rank {rank}: refused a connection from {from}: {e}");
+                        tracing::warn!(
+                            "metampi: rank {rank}: refused a connection from {from}: {e}"
+                        );
                     } else {
                         dropped += 1;
                     }
@@ -870,7 +872,7 @@ pub(crate) fn accept_peers(
         poll::wait(&fds, Duration::from_millis(100))?;
     }
     if dropped > 0 {
-        eprintln!(
+        tracing::warn!(
             "metampi: rank {rank}: dropped {dropped} connections that did not prove the job \
              secret in time"
         );
