@@ -5,8 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::dedisperse::{DedispersionPlan, PlanConfig, PlanError};
-use crate::format::candidates;
-use crate::format::BasebandReader;
+use crate::format::{BasebandReader, Metadata};
 use crate::search::{dm_grid, search_file, Candidate, SearchConfig, SearchError, SearchOutcome};
 use crate::simulate::{simulate, write_simulation, Pulsar, SimConfig, SimError, SimFormat};
 
@@ -23,9 +22,9 @@ pub enum DemoError {
     /// Writing results.
     #[error("cannot write results: {0}")]
     Io(#[from] std::io::Error),
-    /// Drawing.
+    /// Writing the candidates and plots.
     #[error(transparent)]
-    Plot(#[from] crate::plot::PlotError),
+    Write(#[from] crate::products::WriteError),
 }
 
 /// The demo observation: 8 MHz at 820 MHz in four 2 MHz complex channels, two
@@ -55,7 +54,10 @@ pub fn demo_observation(seed: u64) -> SimConfig {
                 orbit: None,
             },
         ],
-        source: "DEMO".into(),
+        metadata: Metadata {
+            source: "DEMO".into(),
+            ..SimConfig::default_metadata()
+        },
         ..SimConfig::default()
     }
 }
@@ -121,17 +123,7 @@ pub fn run_demo(
                 .map(|c| c.candidate.rank)
         })
         .collect();
-    let table: Vec<Candidate> = outcome
-        .candidates
-        .iter()
-        .map(|c| c.candidate.clone())
-        .collect();
-    let csv = dir.join("candidates.csv");
-    candidates::write_csv(&mut std::fs::File::create(&csv)?, &table)?;
-    let json = dir.join("candidates.json");
-    candidates::write_json(&mut std::fs::File::create(&json)?, &table)?;
-    let mut written = vec![csv, json];
-    written.extend(crate::plot::plot_outcome(&outcome, dir)?);
+    let written = crate::products::write_search(&outcome, dir, true)?;
     Ok(DemoReport {
         observation,
         file,

@@ -101,13 +101,7 @@ pub fn rank_main(a: RankArgs) -> Result<()> {
     };
     if let Some(d) = report {
         sink.finish();
-        let table: Vec<Candidate> = d
-            .outcome
-            .candidates
-            .iter()
-            .map(|c| c.candidate.clone())
-            .collect();
-        crate::write_results(&d.outcome, &table, &a.out_dir, !a.no_plots)?;
+        crate::write_results(&d.outcome, &a.out_dir, !a.no_plots)?;
         println!(
             "{} over {} meta host(s): {} server(s), {} clients",
             d.mode,
@@ -415,8 +409,8 @@ pub fn run_job(
     let json = out_dir.join("candidates.json");
     let text = std::fs::read_to_string(&json)
         .with_context(|| format!("reading {} written by the root", json.display()))?;
-    let candidates: Vec<Candidate> =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))?;
+    let candidates = psrsearch::format::candidates::read_json(&mut text.as_bytes())
+        .with_context(|| format!("parsing {}", json.display()))?;
     Ok(JobResult { candidates, wall_s })
 }
 

@@ -46,6 +46,41 @@ pub fn fold(series: &[f32], tsamp_s: f64, freq_hz: f64, nbins: usize) -> (Vec<f6
     (sums, counts)
 }
 
+/// [`fold`] of `nsub` consecutive, nearly equal parts of `series` (sub-integrations), each
+/// part's samples in the bins the whole fold puts them in: summed over the parts, sums and
+/// counts are [`fold`]'s. Returns `(sums, counts, first sample)` per part; `nsub` is
+/// reduced to the number of samples where that is fewer.
+pub fn fold_subints(
+    series: &[f32],
+    tsamp_s: f64,
+    freq_hz: f64,
+    nbins: usize,
+    nsub: usize,
+) -> Vec<(Vec<f64>, Vec<u64>, usize)> {
+    let nsub = nsub.clamp(1, series.len().max(1));
+    let mut parts: Vec<(Vec<f64>, Vec<u64>, usize)> = (0..nsub)
+        .map(|k| (vec![0.0; nbins], vec![0; nbins], k * series.len() / nsub))
+        .collect();
+    // The same phase recurrence as `fold`, so that no sample changes bin between the two.
+    let dphi = freq_hz * tsamp_s;
+    let mut phase = (0.5 * dphi).fract();
+    let nb = nbins as f64;
+    let mut k = 0;
+    for (i, v) in series.iter().enumerate() {
+        while k + 1 < nsub && i >= parts[k + 1].2 {
+            k += 1;
+        }
+        let b = ((phase * nb) as usize).min(nbins - 1);
+        parts[k].0[b] += *v as f64;
+        parts[k].1[b] += 1;
+        phase += dphi;
+        if phase >= 1.0 {
+            phase -= phase.floor();
+        }
+    }
+    parts
+}
+
 /// Standard deviation of a series.
 pub fn std_dev(series: &[f32]) -> f64 {
     let n = series.len().max(1) as f64;
@@ -318,6 +353,36 @@ mod tests {
         for b in 0..nb {
             assert!((sums[b] - s2[b]).abs() <= 2.0);
         }
+    }
+
+    #[test]
+    fn sub_integrations_sum_to_the_whole_fold() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let x: Vec<f32> = (0..10_007).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let (tsamp, f, nb) = (1e-4, 13.37, 32);
+        let (sums, counts) = fold(&x, tsamp, f, nb);
+        for nsub in [1, 7, 32] {
+            let parts = fold_subints(&x, tsamp, f, nb, nsub);
+            assert_eq!(parts.len(), nsub);
+            assert_eq!(parts[0].2, 0);
+            let mut s2 = vec![0.0f64; nb];
+            let mut c2 = vec![0u64; nb];
+            for (s, c, _) in &parts {
+                for b in 0..nb {
+                    s2[b] += s[b];
+                    c2[b] += c[b];
+                }
+            }
+            assert_eq!(c2, counts, "{nsub} parts");
+            for b in 0..nb {
+                assert!((s2[b] - sums[b]).abs() < 1e-9, "{nsub} parts, bin {b}");
+            }
+            // Parts differ in length by at most one sample.
+            let lens: Vec<u64> = parts.iter().map(|p| p.1.iter().sum()).collect();
+            let (lo, hi) = (lens.iter().min().unwrap(), lens.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{lens:?}");
+        }
+        assert_eq!(fold_subints(&x[..3], tsamp, f, nb, 32).len(), 3);
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //! - [`PeriodicityPlan`] whitens, harmonic-sums and scores each series;
 //!   [`rank_candidates`](search::rank_candidates) sifts, folds and ranks;
 //! - [`simulate`](simulate::simulate) makes test data with injected pulsars;
-//! - [`format`](mod@format) writes SIGPROC, PRESTO, `.npy` and candidate tables, [`plot`] PNGs;
+//! - [`format`](mod@format) writes SIGPROC, PRESTO, `.npy`, candidate tables and ACCEL files,
+//!   each carrying the observation's [`Metadata`] (source, position, telescope, start);
+//!   [`diagnostics`] folds the top candidates as prepfold does and [`plot`] draws PNGs;
 //! - [`distributed::search_distributed`] runs the same search over a metampi job spanning
 //!   several meta hosts (servers on the data host, clients everywhere, the SC99 static
 //!   [`balance`], request/reply or scheduled service); [`metajob`] starts such a job.
@@ -54,6 +56,7 @@ pub mod band;
 pub mod chirp;
 pub mod dedisperse;
 pub mod demo;
+pub mod diagnostics;
 pub mod distributed;
 pub mod dm;
 pub mod fold;

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use psrsearch::demo;
 use psrsearch::distributed::ServiceMode;
-use psrsearch::format::candidates;
+use psrsearch::format::{Metadata, SkyPosition};
 use psrsearch::rfi::Birdie;
 use psrsearch::search::{dm_grid, dm_step_for, search_file, Candidate, DmStepPlan, SearchConfig};
 use psrsearch::simulate::{write_simulation, Pulsar, SimConfig, SimFormat};
@@ -32,7 +32,8 @@ struct Cli {
 enum Command {
     /// Write a DADA, GUPPI or VDIF file of Gaussian noise with injected, dispersed pulsars.
     Simulate(SimulateArgs),
-    /// Print the layout a baseband file's headers describe.
+    /// Print the layout a baseband file's headers describe, and the observation: source,
+    /// telescope, position, start.
     Info {
         /// DADA, GUPPI or VDIF file (VDIF needs FILE.hdr beside it: FREQ, and BW, NPOL, SAMPLE_RATE, THREADS where the headers lack them).
         file: PathBuf,
@@ -152,6 +153,24 @@ struct SimulateArgs {
     /// Dispersion constant, s MHz² cm³/pc.
     #[arg(long, default_value_t = DEFAULT_DISPERSION_CONSTANT)]
     dispersion_constant: f64,
+    /// Source name written into the headers (and so into every product).
+    #[arg(long, default_value = "SIMULATED")]
+    source: String,
+    /// Telescope written into the headers: a name SIGPROC knows (Effelsberg, Arecibo,
+    /// Parkes, Jodrell, GBT, GMRT, LOFAR, ...) gets its telescope_id in .fil/.tim files;
+    /// others become 0, SIGPROC's "Fake".
+    #[arg(long, default_value = "Fake")]
+    telescope: String,
+    /// J2000 right ascension, hh:mm:ss.s (the default position is arbitrary, there so that
+    /// products show one).
+    #[arg(long, default_value = "12:00:00.0", allow_hyphen_values = true)]
+    ra: String,
+    /// J2000 declination, [+-]dd:mm:ss.s.
+    #[arg(long, default_value = "+30:00:00.0", allow_hyphen_values = true)]
+    dec: String,
+    /// Start of the first sample, MJD (UTC); VDIF frames start on the whole second before.
+    #[arg(long, default_value_t = 51544.0)]
+    mjd: f64,
 }
 
 #[derive(Debug, Args)]
@@ -196,13 +215,15 @@ struct DedisperseArgs {
     dm: f64,
     #[command(flatten)]
     opts: DedispersionOpts,
-    /// Write a SIGPROC time series.
+    /// Write a SIGPROC time series (header: source_name, telescope_id, src_raj/src_dej,
+    /// tstart, as the input's headers give them).
     #[arg(long)]
     tim: Option<PathBuf>,
-    /// Write a SIGPROC filterbank of the aligned channels.
+    /// Write a SIGPROC filterbank of the aligned channels (header as for --tim).
     #[arg(long)]
     fil: Option<PathBuf>,
-    /// Write PRESTO BASE.dat and BASE.inf.
+    /// Write PRESTO BASE.dat and BASE.inf (telescope, object, RA/Dec and epoch from the
+    /// input's headers).
     #[arg(long)]
     dat: Option<PathBuf>,
     /// Write the time series as .npy (float32).
@@ -281,6 +302,11 @@ struct SearchOpts {
     /// from -ZMAX to ZMAX; 0: none). Candidates then carry fdot_hz_s and accel_ms2.
     #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
     zmax: f64,
+    /// Draw a prepfold-style plot, candidate_N.png, for each of the top N candidates:
+    /// profile, sub-integrations and channels against phase, S/N against DM, the P-Pdot
+    /// plane, and the observation and candidate in words (0: none).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    plots: usize,
 }
 
 impl SearchOpts {
@@ -376,6 +402,7 @@ impl SearchOpts {
             );
         }
         config.periodicity.zmax = self.zmax;
+        config.candidate_plots = self.plots;
         Ok((config, step_plan))
     }
 }
@@ -390,10 +417,13 @@ struct SearchArgs {
     file: PathBuf,
     #[command(flatten)]
     search: SearchOpts,
-    /// Directory for candidates.csv, candidates.json and PNG plots.
+    /// Directory for candidates.csv and candidates.json (the observation's source, telescope,
+    /// position and start, then the ranked candidates), PRESTO ACCEL files
+    /// (candidates_DM<dm>_ACCEL_<zmax>, one per DM with candidates, for PRESTO's sifting)
+    /// and PNG plots.
     #[arg(long, default_value = "psrsearch-out")]
     out_dir: PathBuf,
-    /// Skip the plots.
+    /// Skip the plots (and the folds behind the candidate plots).
     #[arg(long)]
     no_plots: bool,
     /// Search distributed over the meta computer this description defines (meta hosts with
@@ -408,6 +438,8 @@ struct SearchArgs {
 }
 
 fn main() -> ExitCode {
+    // Warnings and notes of the launcher and library it runs in-process (METAMPI_LOG).
+    metampi::log::init();
     // Routers of a meta job are this executable with their spec in the environment.
     if metampi_router::run_from_env() {
         return ExitCode::SUCCESS;
@@ -470,8 +502,19 @@ fn simulate_cmd(a: SimulateArgs) -> Result<()> {
         dispersion_constant: a.dispersion_constant,
         reference_mhz: None,
         rms: a.rms,
-        source: "SIMULATED".into(),
+        metadata: Metadata {
+            source: a.source,
+            telescope: a.telescope,
+            start_mjd: Some(a.mjd),
+            position: Some(
+                SkyPosition::parse(&a.ra, &a.dec)
+                    .map_err(|e| anyhow::anyhow!("--ra/--dec: {e}"))?,
+            ),
+        },
     };
+    if !(a.mjd.is_finite() && a.mjd >= 0.0) {
+        bail!("--mjd must be a date as an MJD ≥ 0, not {}", a.mjd);
+    }
     let format = match a.format {
         FormatArg::Dada => SimFormat::Dada8,
         FormatArg::Dada16 => SimFormat::Dada16,
@@ -505,8 +548,18 @@ fn info_cmd(file: PathBuf) -> Result<()> {
     println!("format      {:?}", r.format());
     println!("source      {}", r.metadata().source);
     println!("telescope   {}", r.metadata().telescope);
+    if let Some(p) = r.metadata().position {
+        println!(
+            "position    RA {}  Dec {} (J2000)",
+            p.ra_text(),
+            p.dec_text()
+        );
+    }
     if let Some(m) = r.metadata().start_mjd {
-        println!("start MJD   {m:.12}");
+        println!(
+            "start MJD   {m:.12} ({} UTC)",
+            psrsearch::format::metadata::utc_text(m)
+        );
     }
     println!(
         "samples     {} per channel in {} frame(s)",
@@ -626,7 +679,11 @@ fn search_cmd(a: SearchArgs) -> Result<()> {
         .with_context(|| format!("opening {}", a.file.display()))?
         .band()
         .clone();
-    let (config, step_plan) = a.search.config(Some(&band))?;
+    let (mut config, step_plan) = a.search.config(Some(&band))?;
+    if a.no_plots {
+        // Nothing will draw the candidates' folds.
+        config.candidate_plots = 0;
+    }
     if let Some(p) = &step_plan {
         println!(
             "{}; {} trial DMs from {} to {}",
@@ -663,29 +720,30 @@ fn search_cmd(a: SearchArgs) -> Result<()> {
     if table.is_empty() {
         println!("(no candidate at or above {} sigma)", a.search.threshold);
     }
-    write_results(&outcome, &table, &a.out_dir, !a.no_plots)?;
+    write_results(&outcome, &a.out_dir, !a.no_plots)?;
     print_timings(&outcome);
     Ok(())
 }
 
 pub(crate) fn write_results(
     outcome: &psrsearch::SearchOutcome,
-    table: &[Candidate],
     dir: &std::path::Path,
     plots: bool,
 ) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let csv = dir.join("candidates.csv");
-    candidates::write_csv(&mut std::fs::File::create(&csv)?, table)
-        .with_context(|| format!("writing {}", csv.display()))?;
-    let json = dir.join("candidates.json");
-    candidates::write_json(&mut std::fs::File::create(&json)?, table)
-        .with_context(|| format!("writing {}", json.display()))?;
-    println!("wrote {} and {}", csv.display(), json.display());
+    let files = psrsearch::products::write_search(outcome, dir, plots)?;
+    let (pngs, tables): (Vec<_>, Vec<_>) = files
+        .iter()
+        .partition(|f| f.extension().is_some_and(|e| e == "png"));
+    println!(
+        "wrote {}",
+        tables
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     if let Some(events) = &outcome.single_pulses {
         let path = dir.join("single_pulses.csv");
-        psrsearch::single_pulse::write_csv(&mut std::fs::File::create(&path)?, events)
-            .with_context(|| format!("writing {}", path.display()))?;
         let pulses = psrsearch::single_pulse::group(events, &outcome.dms);
         println!(
             "single pulses: {} events at all DMs, {} pulses (all in {}); brightest:",
@@ -703,12 +761,10 @@ pub(crate) fn write_results(
             );
         }
     }
-    if plots {
-        let files = psrsearch::plot::plot_outcome(outcome, dir)?;
+    if !pngs.is_empty() {
         println!(
             "plots: {}",
-            files
-                .iter()
+            pngs.iter()
                 .map(|f| f.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", ")

@@ -1,4 +1,5 @@
-//! PNG plots of a search: S/N against DM, folded profiles, the periodogram, single pulses.
+//! PNG plots of a search: S/N against DM, folded profiles, the periodogram, single pulses,
+//! and for each top candidate a prepfold-style page ([`candidate_plot`]).
 //!
 //! Text uses a subset of DejaVu Sans (ASCII and a few symbols, 24 kB) compiled into the
 //! binary, so plotting needs no system fonts; its licence is in `assets/`.
@@ -6,10 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use crate::search::SearchOutcome;
+use crate::diagnostics::FoldDiagnostics;
+use crate::format::metadata::utc_text;
+use crate::format::sigproc::{canonical_telescope, telescope_id};
+use crate::search::{CandidateDetail, SearchOutcome};
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans-subset.ttf");
 static REGISTER: Once = Once::new();
@@ -78,7 +83,510 @@ pub fn plot_outcome(outcome: &SearchOutcome, dir: &Path) -> Result<Vec<PathBuf>,
         })?;
         written.push(p);
     }
+    for d in &outcome.diagnostics {
+        let Some(c) = outcome
+            .candidates
+            .iter()
+            .find(|c| c.candidate.rank == d.rank)
+        else {
+            continue;
+        };
+        let p = dir.join(format!("candidate_{}.png", d.rank));
+        candidate_plot(outcome, c, d, &p)?;
+        written.push(p);
+    }
     Ok(written)
+}
+
+/// Size of a [`candidate_plot`], pixels.
+pub const CANDIDATE_PLOT_SIZE: (u32, u32) = (1500, 1000);
+
+/// One candidate on one page, as prepfold draws it: a header in words (the observation:
+/// source, telescope, position, start, length; the candidate: period, frequency, DM,
+/// sigma, S/N, drift and acceleration), the profile twice over phase, sub-integrations
+/// against phase, channel groups against phase (where there are several channels), S/N
+/// against DM, S/N against period at the best period derivative, and the P-Pdot plane.
+///
+/// # Errors
+/// If the file cannot be written.
+pub fn candidate_plot(
+    outcome: &SearchOutcome,
+    c: &CandidateDetail,
+    d: &FoldDiagnostics,
+    path: &Path,
+) -> Result<(), PlotError> {
+    register_font();
+    draw_candidate(outcome, c, d, path).map_err(|detail| PlotError {
+        path: path.to_path_buf(),
+        detail,
+    })
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+fn draw_candidate(
+    outcome: &SearchOutcome,
+    c: &CandidateDetail,
+    d: &FoldDiagnostics,
+    path: &Path,
+) -> Result<(), String> {
+    let root = BitMapBackend::new(path, CANDIDATE_PLOT_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (head, body) = root.split_vertically(165);
+    header(&head, outcome, c, d)?;
+    let columns = body.split_evenly((1, 3));
+    let (profile_area, time_area) = columns[0].split_vertically(280);
+    let (dm_area, freq_area) = columns[1].split_vertically(280);
+    let (period_area, ppdot_area) = columns[2].split_vertically(280);
+    profile_panel(&profile_area, &c.profile.means)?;
+    let tobs = d.subint_s * d.subints.len() as f64;
+    let rows: Vec<(f64, f64)> = (0..d.subints.len())
+        .map(|i| (i as f64 * d.subint_s, (i + 1) as f64 * d.subint_s))
+        .collect();
+    phase_image(
+        &time_area,
+        "Sub-integrations",
+        "Time (s)",
+        &d.subints,
+        &rows,
+        (0.0, tobs.max(1e-9)),
+        false,
+    )?;
+    snr_dm_panel(&dm_area, &outcome.dms, &c.snr_vs_dm, c.candidate.dm)?;
+    if d.subbands.len() > 1 {
+        let width = (d.subband_mhz[1] - d.subband_mhz[0]).abs();
+        let rows: Vec<(f64, f64)> = d
+            .subband_mhz
+            .iter()
+            .map(|f| (f - width / 2.0, f + width / 2.0))
+            .collect();
+        let lo = rows.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+        let hi = rows.iter().map(|r| r.1).fold(f64::NEG_INFINITY, f64::max);
+        phase_image(
+            &freq_area,
+            "Channels (each row normalised)",
+            "Frequency (MHz)",
+            &d.subbands,
+            &rows,
+            (lo, hi),
+            true,
+        )?;
+    } else {
+        let style = TextStyle::from(("sans-serif", 17).into_font()).color(&BLACK);
+        freq_area
+            .draw_text(
+                "One frequency channel: no frequency panel",
+                &style,
+                (40, 200),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    period_panel(&period_area, d, c.candidate.period_s)?;
+    ppdot_panel(&ppdot_area, d)?;
+    root.present().map_err(|e| e.to_string())
+}
+
+fn header(
+    area: &Area<'_>,
+    outcome: &SearchOutcome,
+    c: &CandidateDetail,
+    d: &FoldDiagnostics,
+) -> Result<(), String> {
+    let m = &outcome.metadata;
+    let k = &c.candidate;
+    let unknown = |s: &str| {
+        if s.is_empty() {
+            "unknown".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let position = m.position.map_or_else(
+        || "position unknown".to_string(),
+        |p| format!("RA {}  Dec {} (J2000)", p.ra_text(), p.dec_text()),
+    );
+    let start = outcome.series_start_mjd().map_or_else(
+        || "start unknown".to_string(),
+        |mjd| format!("epoch MJD {mjd:.9} ({} UTC)", utc_text(mjd)),
+    );
+    let tobs = outcome.nsamples as f64 * outcome.tsamp_s;
+    let band = outcome.band.as_ref().map_or_else(String::new, |b| {
+        format!(
+            ";  {:.3}-{:.3} MHz in {} channel(s)",
+            b.lowest_mhz(),
+            b.highest_mhz(),
+            b.nchan()
+        )
+    });
+    let pdot = -k.fdot_hz_s / (k.freq_hz * k.freq_hz);
+    let drift = if outcome.zmax > 0.0 {
+        format!(
+            "fdot {:.6e} Hz/s   Pdot {pdot:.4e} s/s   acceleration {:.3} m/s^2   (zmax {})",
+            k.fdot_hz_s, k.accel_ms2, outcome.zmax
+        )
+    } else {
+        "no acceleration search: fdot, Pdot and acceleration 0".to_string()
+    };
+    let (best_row, best_col, best) = d.ppdot.best();
+    let lines = [
+        (
+            format!(
+                "Candidate {}   P = {:.9} ms   f = {:.8} Hz   DM = {:.3} pc cm^-3",
+                k.rank,
+                k.period_s * 1e3,
+                k.freq_hz,
+                k.dm
+            ),
+            22,
+        ),
+        (
+            format!(
+                "sigma {:.2}   folded S/N {:.2}   {} harmonic(s)   duty cycle {:.3}   found at {} DM(s){}",
+                k.sigma,
+                k.snr,
+                k.nharm,
+                k.duty,
+                k.dm_hits,
+                if k.flag.is_empty() {
+                    String::new()
+                } else {
+                    format!("   flag {}", k.flag)
+                }
+            ),
+            18,
+        ),
+        (drift, 18),
+        (
+            format!(
+                "Source {}   telescope {} (SIGPROC id {})   {position}",
+                unknown(&m.source),
+                unknown(&canonical_telescope(&m.telescope)),
+                telescope_id(&m.telescope)
+            ),
+            18,
+        ),
+        (
+            format!(
+                "{start};  {tobs:.3} s of {} samples of {:.3} us{band};  best P-Pdot trial S/N {best:.2} at dP {:.4e} s, dPdot {:.3e}",
+                outcome.nsamples,
+                outcome.tsamp_s * 1e6,
+                d.ppdot.dp_s[best_col],
+                d.ppdot.dpdot[best_row]
+            ),
+            16,
+        ),
+    ];
+    let mut y = 12;
+    for (text, size) in lines {
+        let style = TextStyle::from(("sans-serif", size).into_font()).color(&BLACK);
+        area.draw_text(&text, &style, (16, y))
+            .map_err(|e| e.to_string())?;
+        y += size + 12;
+    }
+    Ok(())
+}
+
+fn profile_panel(area: &Area<'_>, means: &[f64]) -> Result<(), String> {
+    let nb = means.len();
+    let mut sorted = means.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let base = sorted[nb / 2];
+    let pts: Vec<(f64, f64)> = (0..2 * nb)
+        .flat_map(|i| {
+            let (x, y) = (i as f64 / nb as f64, means[i % nb] - base);
+            [(x, y), (x + 1.0 / nb as f64, y)]
+        })
+        .collect();
+    let (lo, hi) = range(pts.iter().map(|p| p.1));
+    let mut chart = ChartBuilder::on(area)
+        .caption("Profile", ("sans-serif", 18))
+        .margin(8)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..2.0, lo..hi)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("Phase (turns)")
+        .y_desc("Power above median")
+        .label_style(("sans-serif", 13))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(LineSeries::new(pts, BLACK.stroke_width(2)))
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Phase bins of an image at most: finer bins hold too few samples each for a pulse to
+/// stand out of the noise by eye.
+const IMAGE_BINS: usize = 64;
+
+/// `row` with adjacent bins averaged in groups, to at most `max` bins (the last group may
+/// be smaller).
+fn coarser(row: &[f64], max: usize) -> Vec<f64> {
+    let k = row.len().div_ceil(max.max(1)).max(1);
+    row.chunks(k)
+        .map(|g| g.iter().sum::<f64>() / g.len() as f64)
+        .collect()
+}
+
+/// Rows of a profile against phase as a greyscale image, two turns wide, darker for more
+/// power, in at most [`IMAGE_BINS`] bins a turn. Each row's median is taken off (a slow change of the baseline would hide the
+/// pulse); `own_scale` also divides each row by its spread (channels differ in gain).
+fn phase_image(
+    area: &Area<'_>,
+    title: &str,
+    y_desc: &str,
+    rows: &[Vec<f64>],
+    bounds: &[(f64, f64)],
+    y_range: (f64, f64),
+    own_scale: bool,
+) -> Result<(), String> {
+    let cleaned: Vec<Vec<f64>> = rows
+        .iter()
+        .map(|r| coarser(r, IMAGE_BINS))
+        .map(|r| {
+            let mut sorted = r.clone();
+            sorted.sort_by(f64::total_cmp);
+            let med = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+            let spread = if own_scale {
+                let var = r.iter().map(|v| (v - med).powi(2)).sum::<f64>() / r.len().max(1) as f64;
+                var.sqrt().max(1e-300)
+            } else {
+                1.0
+            };
+            r.iter().map(|v| (v - med) / spread).collect()
+        })
+        .collect();
+    let lo = cleaned
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    let hi = cleaned
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
+    let span = (hi - lo).max(1e-300);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(8)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..2.0, y_range.0..y_range.1)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("Phase (turns)")
+        .y_desc(y_desc)
+        .label_style(("sans-serif", 13))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let cells = cleaned.iter().zip(bounds).flat_map(|(row, &(y0, y1))| {
+        let nb = row.len();
+        (0..2 * nb).map(move |i| {
+            let x0 = i as f64 / nb as f64;
+            let level = 255.0 * (1.0 - (row[i % nb] - lo) / span);
+            let g = level.clamp(0.0, 255.0) as u8;
+            Rectangle::new(
+                [(x0, y0), (x0 + 1.0 / nb as f64, y1)],
+                RGBColor(g, g, g).filled(),
+            )
+        })
+    });
+    chart.draw_series(cells).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn snr_dm_panel(area: &Area<'_>, dms: &[f64], snr: &[f64], best_dm: f64) -> Result<(), String> {
+    let (dlo, dhi) = range(dms.iter().copied());
+    let (slo, shi) = range(snr.iter().copied().chain([0.0]));
+    let mut chart = ChartBuilder::on(area)
+        .caption("S/N against DM", ("sans-serif", 18))
+        .margin(8)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(dlo..dhi, slo..shi)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("DM (pc cm^-3)")
+        .y_desc("Folded S/N")
+        .label_style(("sans-serif", 13))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let pts: Vec<(f64, f64)> = dms.iter().copied().zip(snr.iter().copied()).collect();
+    chart
+        .draw_series(LineSeries::new(pts.clone(), COLOURS[0].stroke_width(2)))
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(pts.iter().map(|p| Circle::new(*p, 2, COLOURS[0].filled())))
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(LineSeries::new(
+            [(best_dm, slo), (best_dm, shi)],
+            COLOURS[1].stroke_width(1),
+        ))
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// A unit for period offsets (`µs` written `us`: the font has ASCII), and the factor to it.
+fn period_unit(max_abs_s: f64) -> (&'static str, f64) {
+    if max_abs_s >= 1e-3 {
+        ("ms", 1e3)
+    } else if max_abs_s >= 1e-6 {
+        ("us", 1e6)
+    } else {
+        ("ns", 1e9)
+    }
+}
+
+/// A power of ten that brings `max_abs` to between 1 and 1000, for an axis of tiny values.
+fn decade(max_abs: f64) -> i32 {
+    if max_abs > 0.0 && max_abs.is_finite() {
+        (max_abs.log10().floor() as i32).div_euclid(3) * 3
+    } else {
+        0
+    }
+}
+
+fn period_panel(area: &Area<'_>, d: &FoldDiagnostics, period_s: f64) -> Result<(), String> {
+    let (row, _, _) = d.ppdot.best();
+    let max = d.ppdot.dp_s.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let (unit, k) = period_unit(max);
+    let pts: Vec<(f64, f64)> = d
+        .ppdot
+        .dp_s
+        .iter()
+        .zip(&d.ppdot.snr[row])
+        .map(|(p, s)| (p * k, *s))
+        .collect();
+    let (xlo, xhi) = range(pts.iter().map(|p| p.0));
+    let (ylo, yhi) = range(pts.iter().map(|p| p.1).chain([0.0]));
+    let mut chart = ChartBuilder::on(area)
+        .caption("S/N against period", ("sans-serif", 18))
+        .margin(8)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(xlo..xhi, ylo..yhi)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("P - P0 ({unit}), P0 = {:.6} ms", period_s * 1e3))
+        .y_desc("Folded S/N")
+        .label_style(("sans-serif", 13))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(LineSeries::new(pts, COLOURS[0].stroke_width(2)))
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// S/N as a colour: dark blue through green to yellow, as viridis runs.
+fn heat(v: f64) -> RGBColor {
+    const STOPS: [(f64, f64, f64); 5] = [
+        (68.0, 1.0, 84.0),
+        (59.0, 82.0, 139.0),
+        (33.0, 145.0, 140.0),
+        (94.0, 201.0, 98.0),
+        (253.0, 231.0, 37.0),
+    ];
+    let x = v.clamp(0.0, 1.0) * (STOPS.len() - 1) as f64;
+    let i = (x.floor() as usize).min(STOPS.len() - 2);
+    let t = x - i as f64;
+    let (a, b) = (STOPS[i], STOPS[i + 1]);
+    let mix = |p: f64, q: f64| (p + (q - p) * t).round() as u8;
+    RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+fn ppdot_panel(area: &Area<'_>, d: &FoldDiagnostics) -> Result<(), String> {
+    let plane = &d.ppdot;
+    let pmax = plane.dp_s.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let (unit, k) = period_unit(pmax);
+    let dmax = plane.dpdot.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let exp = decade(dmax);
+    let kd = 10f64.powi(-exp);
+    let half_cell = |v: &[f64], scale: f64| {
+        v.get(1)
+            .map_or(1.0, |b| (b - v[0]).abs() * scale / 2.0)
+            .max(1e-300)
+    };
+    let (hx, hy) = (half_cell(&plane.dp_s, k), half_cell(&plane.dpdot, kd));
+    let xs: Vec<f64> = plane.dp_s.iter().map(|p| p * k).collect();
+    let ys: Vec<f64> = plane.dpdot.iter().map(|p| p * kd).collect();
+    let (xlo, xhi) = (
+        xs.iter().copied().fold(f64::INFINITY, f64::min) - hx,
+        xs.iter().copied().fold(f64::NEG_INFINITY, f64::max) + hx,
+    );
+    let (ylo, yhi) = (
+        ys.iter().copied().fold(f64::INFINITY, f64::min) - hy,
+        ys.iter().copied().fold(f64::NEG_INFINITY, f64::max) + hy,
+    );
+    let lo = plane
+        .snr
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    let hi = plane
+        .snr
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
+    let span = (hi - lo).max(1e-300);
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!("P-Pdot plane: S/N {lo:.1} (dark) to {hi:.1} (light)"),
+            ("sans-serif", 18),
+        )
+        .margin(8)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(xlo..xhi, ylo..yhi)
+        .map_err(|e| e.to_string())?;
+    let y_desc = if exp == 0 {
+        "Pdot - Pdot0 (s/s)".to_string()
+    } else {
+        format!("Pdot - Pdot0 (1e{exp} s/s)")
+    };
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc(format!("P - P0 ({unit})"))
+        .y_desc(y_desc)
+        .label_style(("sans-serif", 13))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let cells = ys.iter().zip(&plane.snr).flat_map(|(y, row)| {
+        xs.iter().zip(row).map(move |(x, v)| {
+            Rectangle::new(
+                [(x - hx, y - hy), (x + hx, y + hy)],
+                heat((v - lo) / span).filled(),
+            )
+        })
+    });
+    chart.draw_series(cells).map_err(|e| e.to_string())?;
+    // The candidate itself, at the centre.
+    chart
+        .draw_series([Cross::new((0.0, 0.0), 6, WHITE.stroke_width(2))])
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
@@ -348,6 +856,21 @@ mod tests {
         assert_eq!(axis_label(-3.0), "-3.0");
         assert_eq!(axis_label(2.25), "2.25");
         assert_eq!(axis_label(12.0), "12.0");
+    }
+
+    #[test]
+    fn images_average_bins_in_groups_and_scales_read_well() {
+        assert_eq!(coarser(&[1.0, 3.0, 5.0, 7.0, 9.0], 2), vec![3.0, 8.0]);
+        assert_eq!(coarser(&[1.0, 2.0], 64), vec![1.0, 2.0]);
+        assert_eq!(coarser(&vec![1.0; 256], 64).len(), 64);
+        assert_eq!(heat(0.0), RGBColor(68, 1, 84));
+        assert_eq!(heat(1.0), RGBColor(253, 231, 37));
+        assert_eq!(heat(2.0), heat(1.0));
+        assert_eq!(decade(3.6e-4), -6);
+        assert_eq!(decade(1.75e-3), -3);
+        assert_eq!(decade(0.0), 0);
+        assert_eq!(period_unit(4.5e-5), ("us", 1e6));
+        assert_eq!(period_unit(2e-3).0, "ms");
     }
 
     #[test]

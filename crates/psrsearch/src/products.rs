@@ -1,14 +1,18 @@
-//! Single-DM dedispersion of a whole file and writing its products in every format.
+//! Single-DM dedispersion of a whole file and writing its products in every format, and
+//! writing what a search found ([`write_search`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::assemble::{DmSeries, PowerAssembler, VoltageAssembler};
 use crate::dedisperse::{BlockPower, DedispersionPlan, PlanConfig};
+use crate::format::accel::{self, AccelCandidate};
+use crate::format::candidates;
 use crate::format::presto::{write_dat_inf, InfFile};
-use crate::format::sigproc::{write_fil, write_tim, SigprocHeader};
+use crate::format::sigproc::{telescope_id, write_fil, write_tim, SigprocHeader};
 use crate::format::{npy, BasebandReader, Metadata};
-use crate::search::SearchError;
+use crate::plot::PlotError;
+use crate::search::{SearchError, SearchOutcome};
 use crate::voltages::Voltages;
 
 /// What dedispersing a file at one DM gives.
@@ -91,13 +95,16 @@ impl Dedispersed {
     }
 
     fn sigproc_header(&self) -> SigprocHeader {
-        SigprocHeader::time_series(
+        let mut h = SigprocHeader::time_series(
             &self.metadata.source,
             self.start_mjd(),
             self.series.tsamp_s,
             self.plan.reference_mhz(),
             self.series.dm,
-        )
+        );
+        h.telescope_id = telescope_id(&self.metadata.telescope);
+        h.position = self.metadata.position;
+        h
     }
 
     /// Write a SIGPROC `.tim`.
@@ -139,32 +146,19 @@ impl Dedispersed {
     /// # Errors
     /// I/O errors.
     pub fn write_presto(&self, base: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
-        let band = self.plan.band();
-        let inf = InfFile {
-            name: String::new(),
-            telescope: self.metadata.telescope.clone(),
-            instrument: "psrsearch".into(),
-            object: self.metadata.source.clone(),
-            ra: "00:00:00.0000".into(),
-            dec: "00:00:00.0000".into(),
-            observer: "unknown".into(),
-            epoch_mjd: self.start_mjd(),
-            barycentred: false,
-            n: self.series.data.len() as u64,
-            dt: self.series.tsamp_s,
-            beam_diameter_arcsec: 0.0,
-            dm: self.series.dm,
-            low_channel_mhz: band.lowest_mhz() + band.channel_bandwidth_mhz() / 2.0,
-            total_bw_mhz: band.highest_mhz() - band.lowest_mhz(),
-            nchan: band.nchan() as u32,
-            chan_bw_mhz: band.channel_bandwidth_mhz(),
-            analyzer: "psrsearch".into(),
-            notes: format!(
+        let inf = InfFile::for_series(
+            &self.metadata,
+            Some(self.plan.band()),
+            self.series.data.len() as u64,
+            self.series.tsamp_s,
+            self.series.dm,
+            self.start_mjd(),
+            format!(
                 "Coherently dedispersed at DM {} with reference frequency {} MHz",
                 self.series.dm,
                 self.plan.reference_mhz()
             ),
-        };
+        );
         write_dat_inf(base, &inf, &self.series.data)
     }
 
@@ -190,4 +184,149 @@ impl Dedispersed {
         npy::write_c64(&mut w, &[v.nchan(), v.npol(), v.nsamp()], v.as_slice())?;
         w.flush()
     }
+}
+
+/// A search's results could not be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// Creating or writing a file.
+    #[error("cannot write {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Drawing a plot.
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+}
+
+/// The name ACCEL files of a search start with (`candidates_DM26.80_ACCEL_0`).
+pub const ACCEL_BASE: &str = "candidates";
+
+/// Write what a search found into `dir` (created if needed): `candidates.csv` and
+/// `candidates.json` (the observation's metadata, then the ranked candidates), one
+/// PRESTO ACCEL file per DM the candidates were found at (ACCEL files of an earlier
+/// search there are removed first, so that sifting does not mix the two),
+/// `single_pulses.csv` where the search looked for single pulses, and with `plots` the
+/// PNGs ([`crate::plot::plot_outcome`]). Returns the files written.
+///
+/// # Errors
+/// Files that cannot be written, plots that cannot be drawn.
+pub fn write_search(
+    outcome: &SearchOutcome,
+    dir: &Path,
+    plots: bool,
+) -> Result<Vec<PathBuf>, WriteError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| WriteError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let table: Vec<_> = outcome
+        .candidates
+        .iter()
+        .map(|c| c.candidate.clone())
+        .collect();
+    let mut written = Vec::new();
+    let csv = dir.join("candidates.csv");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&csv).map_err(io(&csv))?);
+    candidates::write_csv(&mut w, &outcome.metadata, &table)
+        .and_then(|()| w.flush())
+        .map_err(io(&csv))?;
+    written.push(csv);
+    let json = dir.join("candidates.json");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&json).map_err(io(&json))?);
+    candidates::write_json(&mut w, &outcome.metadata, &table)
+        .and_then(|()| w.flush())
+        .map_err(io(&json))?;
+    written.push(json);
+    written.extend(write_accel_files(outcome, dir)?);
+    if let Some(events) = &outcome.single_pulses {
+        let path = dir.join("single_pulses.csv");
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io(&path))?);
+        crate::single_pulse::write_csv(&mut w, &outcome.metadata, events)
+            .and_then(|()| w.flush())
+            .map_err(io(&path))?;
+        written.push(path);
+    }
+    if plots {
+        written.extend(crate::plot::plot_outcome(outcome, dir)?);
+    }
+    Ok(written)
+}
+
+/// One ACCEL file per DM with candidates, each holding those found at that DM.
+fn write_accel_files(outcome: &SearchOutcome, dir: &Path) -> Result<Vec<PathBuf>, WriteError> {
+    let stale = format!("{ACCEL_BASE}_DM");
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&stale) && name.contains("_ACCEL_") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let tobs = outcome.nsamples as f64 * outcome.tsamp_s;
+    let mut dms: Vec<f64> = outcome.candidates.iter().map(|c| c.candidate.dm).collect();
+    dms.sort_by(f64::total_cmp);
+    dms.dedup();
+    let mut written = Vec::new();
+    for dm in dms {
+        let name = accel::file_name(ACCEL_BASE, dm, outcome.zmax);
+        let cands: Vec<AccelCandidate> = outcome
+            .candidates
+            .iter()
+            .filter(|c| c.candidate.dm == dm)
+            .map(|d| {
+                let c = &d.candidate;
+                let summed: f64 = d.harmonic_powers.iter().sum();
+                AccelCandidate {
+                    number: c.rank,
+                    sigma: c.sigma,
+                    summed_power: summed,
+                    coherent_power: summed,
+                    nharm: d.harmonic_powers.len(),
+                    period_s: c.period_s,
+                    freq_hz: c.freq_hz,
+                    r: c.freq_hz * tobs,
+                    fdot_hz_s: c.fdot_hz_s,
+                    z: c.fdot_hz_s * tobs * tobs,
+                    accel_ms2: c.accel_ms2,
+                    note: c.flag.clone(),
+                    harmonic_powers: d.harmonic_powers.clone(),
+                }
+            })
+            .collect();
+        let mut inf = InfFile::for_series(
+            &outcome.metadata,
+            outcome.band.as_ref(),
+            outcome.nsamples as u64,
+            outcome.tsamp_s,
+            dm,
+            outcome.series_start_mjd().unwrap_or(0.0),
+            format!("psrsearch candidates at DM {dm}"),
+        );
+        inf.name = name
+            .rsplit_once("_ACCEL")
+            .map_or(name.as_str(), |(base, _)| base)
+            .to_string();
+        let path = dir.join(&name);
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(|source| {
+            WriteError::Io {
+                path: path.clone(),
+                source,
+            }
+        })?);
+        accel::write_accel(&mut w, &cands, &inf)
+            .and_then(|()| w.flush())
+            .map_err(|source| WriteError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        written.push(path);
+    }
+    Ok(written)
 }

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::assemble::{AssembleError, DmSeries, PowerAssembler};
 use crate::band::Band;
 use crate::dedisperse::{DedispersionPlan, PlanConfig, PlanError};
+use crate::diagnostics::{self, Channels, FoldDiagnostics};
 use crate::fold::{self, Profile};
-use crate::format::{BasebandReader, ReadError};
+use crate::format::{BasebandReader, Metadata, ReadError};
 use crate::periodicity::{PeriodicityConfig, PeriodicityPlan, PowerSpectrum, SpectralCandidate};
 use crate::rfi::{self, MaskSummary, RfiConfig};
 use crate::sift;
@@ -94,6 +95,13 @@ pub struct SearchConfig {
     /// Single-pulse search (off by default).
     #[serde(default)]
     pub single_pulse: SinglePulseConfig,
+    /// The top candidates folded for prepfold-style plots ([`crate::diagnostics`]).
+    #[serde(default = "default_candidate_plots")]
+    pub candidate_plots: usize,
+}
+
+fn default_candidate_plots() -> usize {
+    3
 }
 
 impl Default for SearchConfig {
@@ -108,6 +116,7 @@ impl Default for SearchConfig {
             freq_tolerance_bins: 1.5,
             rfi: RfiConfig::default(),
             single_pulse: SinglePulseConfig::default(),
+            candidate_plots: default_candidate_plots(),
         }
     }
 }
@@ -210,6 +219,11 @@ pub struct CandidateDetail {
     pub profile: Profile,
     /// Folded S/N at every trial DM.
     pub snr_vs_dm: Vec<f64>,
+    /// Whitened spectral power (unit mean for noise) at each of the first `nharm`
+    /// harmonics of the frequency, in the spectrum of the series at `dm` with any drift
+    /// taken out: what an ACCEL file lists per harmonic.
+    #[serde(default)]
+    pub harmonic_powers: Vec<f64>,
 }
 
 /// Wall-clock time spent in each stage, s.
@@ -246,6 +260,50 @@ pub struct SearchOutcome {
     pub masked: MaskSummary,
     /// Single pulses at every DM, brightest first (`None`: the search was not asked for).
     pub single_pulses: Option<Vec<SinglePulse>>,
+    /// What the input's headers say of the observation (empty where nothing does).
+    pub metadata: Metadata,
+    /// The input's band, where known.
+    pub band: Option<Band>,
+    /// Time from the input's first sample to the series' first, at the reference
+    /// frequency, s.
+    pub start_offset_s: f64,
+    /// Largest drift the acceleration search tried, Fourier bins (0: none).
+    pub zmax: f64,
+    /// The top candidates' folds for their plots, in rank order.
+    pub diagnostics: Vec<FoldDiagnostics>,
+}
+
+impl SearchOutcome {
+    /// MJD of the searched series' first sample, where the input gave a start time.
+    pub fn series_start_mjd(&self) -> Option<f64> {
+        self.metadata
+            .start_mjd
+            .map(|m| m + self.start_offset_s / 86_400.0)
+    }
+
+    /// Record what the input says of the observation, and fold the top
+    /// [`SearchConfig::candidate_plots`] candidates for their plots: what every search
+    /// mode does once its candidates are ranked. `channels` (the assembler the series
+    /// came from) adds the frequency panel.
+    pub fn describe(
+        &mut self,
+        series: &[DmSeries],
+        channels: Option<&PowerAssembler>,
+        band: &Band,
+        metadata: &Metadata,
+        config: &SearchConfig,
+    ) {
+        let t0 = Instant::now();
+        self.metadata = metadata.clone();
+        self.band = Some(band.clone());
+        let channels = channels.map(|assembler| Channels {
+            assembler,
+            centre_mhz: &band.centre_mhz,
+        });
+        self.diagnostics =
+            diagnostics::diagnose(series, channels, &self.candidates, config.candidate_plots);
+        self.timings.fold_s += t0.elapsed().as_secs_f64();
+    }
 }
 
 /// Dedisperse every block of `reader` at every DM of `plan`. `progress(done, total)` is
@@ -295,6 +353,13 @@ pub fn search_file(
     outcome.masked = masked;
     outcome.timings.dedisperse_s = dedisperse_s;
     outcome.complex_samples = complex_samples;
+    outcome.describe(
+        &series,
+        Some(&assembler),
+        plan.band(),
+        reader.metadata(),
+        config,
+    );
     Ok(outcome)
 }
 
@@ -352,16 +417,19 @@ pub fn outcome_from_detections(
     let len = series[0].data.len();
     let tsamp = series[0].tsamp_s;
     let t1 = Instant::now();
-    let candidates = rank_candidates(series, detections, config);
+    let mut candidates = rank_candidates(series, detections, config);
+    for c in &mut candidates {
+        c.harmonic_powers = harmonic_powers(series, &plan, c);
+    }
     let spectrum_index = candidates
         .first()
         .and_then(|c| series.iter().position(|s| s.dm == c.candidate.dm))
         .unwrap_or(0);
     let spectrum = plan.spectrum(&series[spectrum_index].data);
-    let single_pulses = config.single_pulse.enabled.then(|| {
-        let input_tsamp = tsamp / config.plan.downsample.max(1) as f64;
-        single_pulse::search(series, input_tsamp, &config.single_pulse)
-    });
+    let single_pulses = config
+        .single_pulse
+        .enabled
+        .then(|| single_pulse::search(series, input_tsamp(series, config), &config.single_pulse));
     SearchOutcome {
         candidates,
         dms: series.iter().map(|s| s.dm).collect(),
@@ -377,7 +445,37 @@ pub fn outcome_from_detections(
         complex_samples: 0,
         masked: MaskSummary::default(),
         single_pulses,
+        metadata: Metadata::default(),
+        band: None,
+        start_offset_s: series[0].start_sample as f64 * input_tsamp(series, config),
+        zmax: config.periodicity.zmax,
+        diagnostics: Vec::new(),
     }
+}
+
+/// Sample interval of the input the series were dedispersed from, s.
+fn input_tsamp(series: &[DmSeries], config: &SearchConfig) -> f64 {
+    series[0].tsamp_s / config.plan.downsample.max(1) as f64
+}
+
+/// The whitened power at each of `c`'s first `nharm` harmonics in the spectrum of its
+/// best DM's series (its drift taken out): the highest of the two half-bins either side
+/// of each harmonic and the one on it.
+fn harmonic_powers(series: &[DmSeries], plan: &PeriodicityPlan, c: &CandidateDetail) -> Vec<f64> {
+    let Some(s) = series.iter().find(|s| s.dm == c.candidate.dm) else {
+        return Vec::new();
+    };
+    let f0 = c.profile.freq_hz;
+    let spectrum = plan.spectrum(&without_drift(s, f0, c.candidate.fdot_hz_s));
+    let power = &spectrum.power;
+    (1..=c.candidate.nharm.max(1))
+        .map(|h| {
+            let at = (h as f64 * f0 / spectrum.df_hz).round() as usize;
+            (at.saturating_sub(1)..=at + 1)
+                .filter_map(|i| power.get(i))
+                .fold(0.0f64, |m, p| m.max(f64::from(*p)))
+        })
+        .collect()
 }
 
 /// The samples of `s` as a pulse of frequency `f_start` at the start and drift `fdot` folds
@@ -469,6 +567,7 @@ pub fn rank_candidates(
                 },
                 profile,
                 snr_vs_dm,
+                harmonic_powers: Vec::new(),
             },
             best.freq_hz,
             sigmas[best_dm],

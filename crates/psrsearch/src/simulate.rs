@@ -24,8 +24,10 @@ use crate::band::Band;
 use crate::dm::{Dispersion, DEFAULT_DISPERSION_CONSTANT};
 use crate::format::dada::{write_dada, DadaHeader};
 use crate::format::guppi::{write_guppi_as, GuppiHeader};
-use crate::format::vdif::{write_vdif, VdifSidecar};
+use crate::format::metadata::dada_utc;
+use crate::format::vdif::{write_vdif_at, VdifSidecar};
 use crate::format::SampleFormat;
+use crate::format::{Metadata, SkyPosition};
 use crate::voltages::Voltages;
 
 /// An injected pulsar.
@@ -181,8 +183,10 @@ pub struct SimConfig {
     pub reference_mhz: Option<f64>,
     /// Noise RMS of each component in output units (matters for 8-bit quantisation).
     pub rms: f32,
-    /// Source name for headers.
-    pub source: String,
+    /// Source, telescope, position and start time written into the headers (the start
+    /// time of a VDIF file is the whole second at or before it).
+    #[serde(default)]
+    pub metadata: Metadata,
 }
 
 impl Default for SimConfig {
@@ -199,7 +203,7 @@ impl Default for SimConfig {
             dispersion_constant: DEFAULT_DISPERSION_CONSTANT,
             reference_mhz: None,
             rms: 10.0,
-            source: "SIMULATED".into(),
+            metadata: SimConfig::default_metadata(),
         }
     }
 }
@@ -217,6 +221,19 @@ pub enum SimError {
 }
 
 impl SimConfig {
+    /// What a simulation's headers say unless told otherwise: source `SIMULATED` at
+    /// 12:00:00, +30:00:00 (an arbitrary position, so that products show one), telescope
+    /// `Fake` (SIGPROC's and PRESTO's name for simulated data), starting at MJD 51544
+    /// (2000-01-01 00:00 UTC).
+    pub fn default_metadata() -> Metadata {
+        Metadata {
+            source: "SIMULATED".into(),
+            telescope: "Fake".into(),
+            start_mjd: Some(51_544.0),
+            position: SkyPosition::new(12.0, 30.0),
+        }
+    }
+
     /// The band this configuration describes.
     pub fn band(&self) -> Band {
         let rate = self.bandwidth_mhz.abs() * 1e6 / self.nchan as f64
@@ -422,12 +439,19 @@ pub fn write_simulation(
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
     match format {
         SimFormat::Dada8 | SimFormat::Dada16 | SimFormat::Dada32 => {
+            let m = &config.metadata;
             let mut h = DadaHeader::with_defaults();
-            h.set("SOURCE", &config.source);
-            h.set("TELESCOPE", "psrsearch-simulator");
+            h.set("SOURCE", &m.source);
+            h.set("TELESCOPE", &m.telescope);
             h.set("INSTRUMENT", "psrsearch");
-            h.set("UTC_START", "2000-01-01-00:00:00");
-            h.set("MJD_START", "51544.0");
+            if let Some(mjd) = m.start_mjd {
+                h.set("UTC_START", dada_utc(mjd));
+                h.set("MJD_START", mjd);
+            }
+            if let Some(p) = m.position {
+                h.set("RA", p.ra_text());
+                h.set("DEC", p.dec_text());
+            }
             h.set("FREQ", config.centre_mhz);
             h.set("BW", config.bandwidth_mhz);
             h.set("TSAMP", 1e6 / band.sample_rate_hz);
@@ -465,31 +489,52 @@ pub fn write_simulation(
             // carry the same integer steps as 8-bit DADA.
             let mut scaled = data.clone();
             scaled.as_mut_slice().iter_mut().for_each(|z| *z /= 35.5);
-            write_vdif(&mut w, &scaled, config.complex, 8, spf, rate)?;
-            let car = format!(
+            let m = &config.metadata;
+            let start = m.start_mjd.unwrap_or(51_544.0);
+            write_vdif_at(&mut w, &scaled, config.complex, 8, spf, rate, start)?;
+            let mut car = format!(
                 "# side-car of {}: what VDIF headers do not say\nFREQ {}\nBW {}\nNPOL {}\n\
-                 SAMPLE_RATE {}\nSOURCE {}\nTELESCOPE psrsearch-simulator\n",
+                 SAMPLE_RATE {}\n",
                 path.display(),
                 config.centre_mhz,
                 config.bandwidth_mhz,
                 config.npol,
                 rate / 1e6,
-                config.source
             );
+            for (key, value) in [("SOURCE", &m.source), ("TELESCOPE", &m.telescope)] {
+                if !value.is_empty() {
+                    car.push_str(&format!("{key} {value}\n"));
+                }
+            }
+            if let Some(p) = m.position {
+                car.push_str(&format!("RA {}\nDEC {}\n", p.ra_text(), p.dec_text()));
+            }
             std::fs::write(VdifSidecar::path_of(path), car)?;
         }
         SimFormat::Guppi { block_samples } | SimFormat::Guppi16 { block_samples } => {
             let mut h = GuppiHeader::default();
             h.set_str("BACKEND", "GUPPI");
-            h.set_str("TELESCOP", "psrsearch-simulator");
-            h.set_str("SRC_NAME", &config.source);
+            let m = &config.metadata;
+            h.set_str("TELESCOP", &m.telescope);
+            h.set_str("SRC_NAME", &m.source);
+            if let Some(p) = m.position {
+                h.set_str("RA_STR", &p.ra_text());
+                h.set_str("DEC_STR", &p.dec_text());
+                h.set_num("RA", p.ra_hours() * 15.0);
+                h.set_num("DEC", p.dec_deg());
+            }
             h.set_num("OBSFREQ", config.centre_mhz);
             h.set_num("OBSBW", config.bandwidth_mhz);
             h.set_num("CHAN_BW", config.bandwidth_mhz / config.nchan as f64);
             h.set_num("TBIN", 1.0 / band.sample_rate_hz);
-            h.set_num("STT_IMJD", 51544.0);
-            h.set_num("STT_SMJD", 0.0);
-            h.set_num("STT_OFFS", 0.0);
+            if let Some(mjd) = m.start_mjd {
+                // Whole day, whole second and the fraction, as GUPPI splits them.
+                let day = mjd.floor();
+                let secs = (mjd - day) * 86_400.0;
+                h.set_num("STT_IMJD", day);
+                h.set_num("STT_SMJD", secs.floor());
+                h.set_num("STT_OFFS", secs - secs.floor());
+            }
             h.set_num("DIRECTIO", 0.0);
             let sample = match format {
                 SimFormat::Guppi16 { .. } => SampleFormat::Int16,

@@ -190,11 +190,19 @@ pub fn group(events: &[SinglePulse], dms: &[f64]) -> Vec<SinglePulse> {
 }
 
 /// Write events as CSV: `dm,sigma,time_s,sample,width` (as PRESTO's `.singlepulse` files,
-/// with the width in samples).
+/// with the width in samples), after the observation `metadata` describes as `# key = value`
+/// lines, as the candidate table has them.
 ///
 /// # Errors
 /// I/O errors.
-pub fn write_csv(w: &mut impl std::io::Write, events: &[SinglePulse]) -> std::io::Result<()> {
+pub fn write_csv(
+    w: &mut impl std::io::Write,
+    metadata: &crate::format::Metadata,
+    events: &[SinglePulse],
+) -> std::io::Result<()> {
+    for (key, value) in metadata.pairs() {
+        writeln!(w, "# {key} = {}", value.replace(['\n', '\r'], " "))?;
+    }
     writeln!(w, "dm,sigma,time_s,sample,width")?;
     for e in events {
         writeln!(
@@ -267,9 +275,18 @@ mod tests {
         assert_eq!((g[0].dm, g[0].sample), (11.0, 503));
         assert_eq!((g[1].sample, g[2].sample), (3000, 508));
         let mut out = Vec::new();
-        write_csv(&mut out, &g).unwrap();
+        write_csv(&mut out, &crate::format::Metadata::default(), &g).unwrap();
         assert!(String::from_utf8(out)
             .unwrap()
             .starts_with("dm,sigma,time_s,sample,width\n11,12,"));
+        let mut out = Vec::new();
+        let meta = crate::format::Metadata {
+            source: "FRB".into(),
+            ..Default::default()
+        };
+        write_csv(&mut out, &meta, &g).unwrap();
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with("# source = FRB\ndm,sigma,"));
     }
 }

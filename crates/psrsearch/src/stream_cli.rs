@@ -45,7 +45,8 @@ pub struct StreamArgs {
     pub search_every: u64,
     #[command(flatten)]
     pub search: crate::SearchOpts,
-    /// Directory for the candidates (of the whole stream), plots and stream_lag.json.
+    /// Directory for the candidates of the whole stream (candidates.csv and .json, ACCEL
+    /// files), plots and stream_lag.json.
     #[arg(long, default_value = "psrsearch-stream")]
     pub out_dir: PathBuf,
     /// Skip the plots.
@@ -55,7 +56,7 @@ pub struct StreamArgs {
     #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
     pub format: InputFormat,
     /// For VDIF: the side-car text file (FREQ and SAMPLE_RATE in MHz, optionally BW, NPOL,
-    /// THREADS, SOURCE, TELESCOPE), as the file reader takes from FILE.vdif.hdr.
+    /// THREADS, SOURCE, TELESCOPE, RA, DEC), as the file reader takes from FILE.vdif.hdr.
     #[arg(long, value_name = "FILE")]
     pub vdif_header: Option<PathBuf>,
 }
@@ -126,8 +127,13 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
     if matches!(a.format, InputFormat::Vdif) && vdif_sidecar.is_none() {
         bail!("--format vdif needs --vdif-header FILE (VDIF headers give no sky frequency)");
     }
+    let mut search = a.search.config(None)?.0;
+    if a.no_plots {
+        // Nothing will draw the candidates' folds.
+        search.candidate_plots = 0;
+    }
     let config = StreamConfig {
-        search: a.search.config(None)?.0,
+        search,
         search_every: a.search_every,
         format: match a.format {
             InputFormat::Auto => StreamFormat::Auto,
@@ -335,7 +341,7 @@ pub fn stream_rank_main(a: StreamRankArgs) -> Result<()> {
                 r.interim.len()
             );
             print!("{}", demo::format_table(&table, &[], step));
-            crate::write_results(&r.last.outcome, &table, &a.out_dir, !a.no_plots)?;
+            crate::write_results(&r.last.outcome, &a.out_dir, !a.no_plots)?;
         }
         StreamRole::StageOne(_) => {}
     }

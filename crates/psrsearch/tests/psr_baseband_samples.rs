@@ -72,6 +72,20 @@ fn effelsberg_dada_sample() {
     assert_eq!(b.sideband, Sideband::Upper);
     assert_eq!(r.nsamples(), 16000);
     assert_eq!(r.metadata().source, "2016+28");
+    // RA 20:16:00.20, DEC 28:30:30.0; MJD_START moved on by OBS_OFFSET, 6.4e9 bytes of 4
+    // per sample at 16 MHz: 100 s.
+    let m = r.metadata();
+    assert_eq!(m.telescope, "Effelsberg");
+    let p = m.position.expect("the header gives RA and DEC");
+    assert_eq!(
+        (p.ra_text(), p.dec_text()),
+        ("20:16:00.2000".into(), "28:30:30.0000".into())
+    );
+    let mjd = m.start_mjd.unwrap();
+    assert!(
+        (mjd - (56_475.067_824_074_074 + 100.0 / 86_400.0)).abs() < 1e-10,
+        "{mjd}"
+    );
     // baseband's test_dada.py: payload[:3] with shape (time, pol, chan).
     let v = r.read(0, 3).unwrap();
     let want = [
@@ -108,6 +122,11 @@ fn meerkat_dada_sample_is_real_and_truncated() {
     // baseband: data.shape == (16384 - 4096 // 2, 2): FILE_SIZE promises more than is there.
     assert_eq!(r.nsamples(), 16384 - 4096 / 2);
     assert!(!r.warnings().is_empty());
+    let p = r.metadata().position.unwrap();
+    assert_eq!(
+        (p.ra_text(), p.dec_text()),
+        ("09:57:54.7000".into(), "68:49:00.9000".into())
+    );
     let v = r.read(0, r.nsamples() as usize).unwrap();
     assert!(v.as_slice().iter().all(|z| z.im == 0.0));
     assert!(v.as_slice().iter().any(|z| z.re != 0.0));
@@ -126,6 +145,17 @@ fn puppi_guppi_sample() {
     // Four blocks of 1024 samples, each but the last giving 64 to the next as overlap.
     assert_eq!(r.nsamples(), 4 * 1024 - 3 * 64);
     assert_eq!(r.metadata().source, "J1810+1744");
+    // RA_STR and DEC_STR rather than the rounder RA and DEC in degrees; Arecibo is
+    // SIGPROC's telescope 1.
+    let p = r.metadata().position.unwrap();
+    assert_eq!(
+        (p.ra_text(), p.dec_text()),
+        ("18:10:37.2800".into(), "17:44:37.3801".into())
+    );
+    assert_eq!(
+        psrsearch::format::sigproc::telescope_id(&r.metadata().telescope),
+        1
+    );
     let mjd = r.metadata().start_mjd.unwrap();
     assert!((mjd - (58132.0 + 51093.0 / 86400.0)).abs() < 1e-9, "{mjd}");
     let v = r.read(0, 3).unwrap();
@@ -275,6 +305,33 @@ fn dedisperse_the_dada_sample() {
     assert!(
         (power / raw_power - 1.0).abs() < 0.01,
         "{power} vs {raw_power}"
+    );
+    // Its products say where and when: SIGPROC's Effelsberg is telescope 8, and RA/Dec
+    // are packed as hhmmss.s; PRESTO's .inf names the telescope and writes the position.
+    let base = dir.join("sample_dedispersed");
+    out.write_fil(&base.with_extension("fil")).unwrap();
+    let (h, _) = psrsearch::format::sigproc::read_sigproc(
+        &mut std::fs::File::open(base.with_extension("fil")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!((h.telescope_id, h.source_name.as_str()), (8, "2016+28"));
+    let p = h.position.expect("src_raj and src_dej");
+    assert_eq!(
+        (p.ra_text(), p.dec_text()),
+        ("20:16:00.2000".into(), "28:30:30.0000".into())
+    );
+    assert!(
+        (p.sigproc().0 - 201_600.2).abs() < 1e-6,
+        "{:?}",
+        p.sigproc()
+    );
+    assert!((h.tstart_mjd - out.start_mjd()).abs() < 1e-12);
+    assert!(h.tstart_mjd > 56_475.068_98, "{}", h.tstart_mjd);
+    out.write_presto(&base).unwrap();
+    let (inf, _) = psrsearch::format::presto::read_dat_inf(&base).unwrap();
+    assert_eq!(
+        (inf.telescope.as_str(), inf.ra.as_str(), inf.dec.as_str()),
+        ("Effelsberg", "20:16:00.2000", "28:30:30.0000")
     );
     // The detected series is that power, summed over polarisations, downsampled by one.
     let series_mean =

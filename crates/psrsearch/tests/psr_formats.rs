@@ -9,7 +9,7 @@ use psrsearch::format::guppi::{write_guppi, write_guppi_as, GuppiHeader};
 use psrsearch::format::presto::{read_dat_inf, write_dat_inf, InfFile};
 use psrsearch::format::sigproc::{read_sigproc, write_fil, write_tim, SigprocHeader};
 use psrsearch::format::stream::{BasebandStream, StreamFormat};
-use psrsearch::format::{candidates, npy, SampleFormat};
+use psrsearch::format::{candidates, npy, Metadata, SampleFormat, SkyPosition};
 use psrsearch::search::Candidate;
 use psrsearch::{BasebandReader, HeaderError, ReadError, Sideband, Voltages};
 use rand::rngs::StdRng;
@@ -319,11 +319,21 @@ fn broken_files_give_clear_errors() {
 #[test]
 fn sigproc_roundtrip() {
     let data: Vec<f32> = (0..777).map(|i| (i as f32 * 0.37).sin()).collect();
-    let h = SigprocHeader::time_series("J0534+2200", 58000.123456789, 6.4e-5, 1400.0, 56.7);
+    let mut h = SigprocHeader::time_series("J0534+2200", 58000.123456789, 6.4e-5, 1400.0, 56.7);
+    h.telescope_id = 5;
+    h.position = Some(SkyPosition::parse("05:34:31.973", "22:00:52.06").unwrap());
     let mut buf = Vec::new();
     write_tim(&mut buf, &h, &data).unwrap();
     let (h2, d2) = read_sigproc(&mut buf.as_slice()).unwrap();
-    assert_eq!(h2, h);
+    let (p, p2) = (h.position.unwrap(), h2.position.unwrap());
+    assert_eq!((p2.ra_text(), p2.dec_text()), (p.ra_text(), p.dec_text()));
+    assert_eq!(
+        SigprocHeader {
+            position: h.position,
+            ..h2
+        },
+        h
+    );
     assert_eq!(d2, data);
 
     let mut fh = h.clone();
@@ -436,11 +446,29 @@ fn candidate_tables_roundtrip() {
         },
     ];
     let mut buf = Vec::new();
-    candidates::write_csv(&mut buf, &cands).unwrap();
+    candidates::write_csv(&mut buf, &Metadata::default(), &cands).unwrap();
     assert!(String::from_utf8_lossy(&buf).starts_with(
         "rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty,flag,fdot_hz_s,accel_ms2\n"
     ));
     assert_eq!(candidates::read_csv(&mut buf.as_slice()).unwrap(), cands);
+    // With metadata: `# key = value` lines first.
+    let meta = Metadata {
+        source: "B1937+21".into(),
+        telescope: "Lovell".into(),
+        start_mjd: Some(51_500.123_456_789),
+        position: Some(SkyPosition::parse("19:39:38.5612", "21:34:59.1259").unwrap()),
+    };
+    let mut buf = Vec::new();
+    candidates::write_csv(&mut buf, &meta, &cands).unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    assert!(
+        text.starts_with("# source = B1937+21\n# telescope = Lovell\n# ra = 19:39:38.5612\n"),
+        "{text}"
+    );
+    assert_eq!(
+        candidates::read_csv_table(&mut buf.as_slice()).unwrap(),
+        (meta.clone(), cands.clone())
+    );
     // Tables from before the flag column still read, unflagged.
     let old = "rank,period_s,freq_hz,dm,sigma,snr,nharm,dm_hits,duty\n1,0.5,2,3,9,8,4,5,0.1\n";
     let read = candidates::read_csv(&mut old.as_bytes()).unwrap();
@@ -451,6 +479,155 @@ fn candidate_tables_roundtrip() {
     let read = candidates::read_csv(&mut flagged.as_bytes()).unwrap();
     assert_eq!((read[0].flag.as_str(), read[0].fdot_hz_s), ("x", 0.0));
     let mut buf = Vec::new();
-    candidates::write_json(&mut buf, &cands).unwrap();
-    assert_eq!(candidates::read_json(&mut buf.as_slice()).unwrap(), cands);
+    candidates::write_json(&mut buf, &meta, &cands).unwrap();
+    assert_eq!(
+        candidates::read_json_table(&mut buf.as_slice()).unwrap(),
+        (meta, cands.clone())
+    );
+    // A bare array, as written before the metadata was, still reads.
+    let bare = serde_json::to_vec(&cands).unwrap();
+    assert_eq!(candidates::read_json(&mut bare.as_slice()).unwrap(), cands);
+}
+
+/// The observation's metadata goes into every baseband format the simulator writes, comes
+/// out of every reader, and through every product: SIGPROC `.tim` and `.fil` (telescope
+/// id, packed position, start), PRESTO `.inf`, candidate CSV and JSON, and ACCEL files.
+#[test]
+fn metadata_round_trips_through_every_reader_and_writer() {
+    use psrsearch::format::accel;
+    use psrsearch::format::sigproc::telescope_id;
+    use psrsearch::search::{search_file, SearchConfig};
+    use psrsearch::simulate::{write_simulation, Pulsar, SimConfig, SimFormat};
+
+    let meta = Metadata {
+        source: "J0437-4715".into(),
+        telescope: "Parkes".into(),
+        start_mjd: Some(58_000.25),
+        position: Some(SkyPosition::parse("04:37:15.8961", "-47:15:09.1100").unwrap()),
+    };
+    let obs = SimConfig {
+        centre_mhz: 430.0,
+        bandwidth_mhz: 2.0,
+        nchan: 2,
+        npol: 1,
+        nsamples: 1 << 17,
+        pulsars: vec![Pulsar {
+            period_s: 0.01,
+            dm: 10.0,
+            duty_cycle: 0.05,
+            amplitude: 0.5,
+            orbit: None,
+        }],
+        metadata: meta.clone(),
+        ..SimConfig::default()
+    };
+    let texts = |m: &Metadata| {
+        let p = m.position.unwrap();
+        (
+            m.source.clone(),
+            m.telescope.clone(),
+            p.ra_text(),
+            p.dec_text(),
+        )
+    };
+    let want = texts(&meta);
+    for (name, format) in [
+        ("meta.dada", SimFormat::Dada8),
+        (
+            "meta.raw",
+            SimFormat::Guppi {
+                block_samples: 1 << 15,
+            },
+        ),
+        ("meta.vdif", SimFormat::Vdif8),
+    ] {
+        let path = tmp(name);
+        write_simulation(&obs, format, &path).unwrap();
+        let r = BasebandReader::open(&path).unwrap();
+        assert_eq!(texts(r.metadata()), want, "{name}");
+        let mjd = r.metadata().start_mjd.unwrap();
+        assert!((mjd - 58_000.25).abs() < 1e-9, "{name}: {mjd}");
+    }
+
+    let mut r = BasebandReader::open(tmp("meta.dada")).unwrap();
+    let cfg = psrsearch::PlanConfig::default().downsample(16);
+    let out =
+        psrsearch::products::dedisperse_file(&mut r, 10.0, &cfg, false, &mut |_, _| {}).unwrap();
+    for ext in ["tim", "fil"] {
+        let path = tmp("meta_products").with_extension(ext);
+        if ext == "tim" {
+            out.write_tim(&path).unwrap();
+        } else {
+            out.write_fil(&path).unwrap();
+        }
+        let (h, _) = read_sigproc(&mut std::fs::File::open(&path).unwrap()).unwrap();
+        assert_eq!(
+            (h.telescope_id, h.source_name.as_str()),
+            (4, "J0437-4715"),
+            "{ext}"
+        );
+        let p = h.position.unwrap();
+        assert_eq!(
+            (p.ra_text(), p.dec_text()),
+            (want.2.clone(), want.3.clone()),
+            "{ext}"
+        );
+        // The series starts `lead` input samples after the file does.
+        assert!((h.tstart_mjd - out.start_mjd()).abs() < 1e-12, "{ext}");
+        assert!(h.tstart_mjd > 58_000.25 && h.tstart_mjd < 58_000.25 + 1.0 / 86_400.0);
+        // SIGPROC packs the position as hhmmss.s: RA 43715.8961, Dec -471509.11.
+        let (raj, dej) = p.sigproc();
+        assert!((raj - 43_715.896_1).abs() < 1e-6 && (dej + 471_509.11).abs() < 1e-6);
+    }
+    let base = tmp("meta_products");
+    out.write_presto(&base).unwrap();
+    let (inf, _) = read_dat_inf(&base).unwrap();
+    let m = inf.metadata().unwrap();
+    assert_eq!(texts(&m), want);
+    assert!((m.start_mjd.unwrap() - out.start_mjd()).abs() < 1e-12);
+    let inf_text = std::fs::read_to_string(base.with_extension("inf")).unwrap();
+    assert!(inf_text.contains("=  -47:15:09.1100\n"), "{inf_text}");
+
+    let config = SearchConfig {
+        dms: vec![8.0, 10.0, 12.0],
+        plan: psrsearch::PlanConfig::default().downsample(16),
+        ..SearchConfig::default()
+    };
+    let outcome = search_file(&mut r, &config, &mut |_, _| {}).unwrap();
+    assert!(!outcome.candidates.is_empty());
+    let dir = tmp("meta_search");
+    let _ = std::fs::remove_dir_all(&dir);
+    psrsearch::products::write_search(&outcome, &dir, false).unwrap();
+    let (m, cands) = candidates::read_csv_table(&mut std::io::BufReader::new(
+        std::fs::File::open(dir.join("candidates.csv")).unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(m, meta);
+    let (m, json_cands) =
+        candidates::read_json_table(&mut std::fs::File::open(dir.join("candidates.json")).unwrap())
+            .unwrap();
+    assert_eq!((m, &json_cands), (meta.clone(), &cands));
+    let top = &outcome.candidates[0];
+    let name = accel::file_name("candidates", top.candidate.dm, 0.0);
+    let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+    let (accel_cands, inf) = accel::read_accel(&text).unwrap();
+    let inf = inf.expect("the .inf after the tables");
+    let m = inf.metadata().unwrap();
+    assert_eq!(texts(&m), want);
+    assert_eq!(telescope_id(&inf.telescope), 4);
+    assert!((m.start_mjd.unwrap() - outcome.series_start_mjd().unwrap()).abs() < 1e-12);
+    let a = accel_cands
+        .iter()
+        .find(|a| a.number == top.candidate.rank)
+        .unwrap();
+    let tobs = inf.n as f64 * inf.dt;
+    assert!(
+        ((a.r / tobs) / top.candidate.freq_hz - 1.0).abs() < 1e-7,
+        "{a:?}"
+    );
+    assert_eq!(a.nharm, top.candidate.nharm);
+    assert_eq!(a.harmonic_powers.len(), top.candidate.nharm);
+    assert!(a.harmonic_powers[0] > 5.0, "{a:?}");
+    let summed: f64 = a.harmonic_powers.iter().sum();
+    assert!((a.summed_power - summed).abs() < 0.01 * a.harmonic_powers.len() as f64);
 }

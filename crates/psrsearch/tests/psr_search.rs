@@ -50,6 +50,21 @@ fn two_pulsars() -> Vec<Pulsar> {
     ]
 }
 
+/// Width, height and grey level (0-255) of each pixel of a PNG.
+fn decode_png(path: &std::path::Path) -> (u32, u32, Vec<u8>) {
+    let decoder = png::Decoder::new(std::fs::File::open(path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    assert_eq!(info.bit_depth, png::BitDepth::Eight);
+    let grey = buf[..info.buffer_size()]
+        .chunks(channels)
+        .map(|p| ((p[0] as u32 + p[1 % channels] as u32 + p[2 % channels] as u32) / 3) as u8)
+        .collect();
+    (info.width, info.height, grey)
+}
+
 fn search_config() -> SearchConfig {
     SearchConfig {
         dms: dm_grid(0.0, 40.0, 1.0),
@@ -170,6 +185,15 @@ fn cli_simulate_dedisperse_search() {
             "0.3",
         ])
         .args(["--seed", "5", "--pulsar", "20.31:15.3:0.03:0.3"])
+        .args([
+            "--source",
+            "J2016+2830",
+            "--telescope",
+            "GBT",
+            "--mjd",
+            "60123.5",
+        ])
+        .args(["--ra", "20:16:00.2", "--dec", "-08:30:30"])
         .output()
         .unwrap();
     assert!(
@@ -202,9 +226,22 @@ fn cli_simulate_dedisperse_search() {
     .unwrap();
     assert_eq!(h.refdm, Some(15.3));
     assert!((h.tsamp_s - 16e-6).abs() < 1e-12);
+    // The simulator's --telescope, --ra, --dec and --mjd reach the products: GBT is
+    // SIGPROC's telescope 6.
+    assert_eq!((h.telescope_id, h.source_name.as_str()), (6, "J2016+2830"));
+    let p = h.position.unwrap();
+    assert_eq!(
+        (p.ra_text(), p.dec_text()),
+        ("20:16:00.2000".into(), "-08:30:30.0000".into())
+    );
+    assert!((h.tstart_mjd - 60_123.5).abs() < 1e-6, "{}", h.tstart_mjd);
     let (inf, dat) = psrsearch::format::presto::read_dat_inf(&dir).unwrap();
     assert_eq!(dat, data);
     assert_eq!(inf.dm, 15.3);
+    assert_eq!(
+        (inf.telescope.as_str(), inf.ra.as_str(), inf.dec.as_str()),
+        ("GBT", "20:16:00.2000", "-08:30:30.0000")
+    );
     let npy =
         psrsearch::format::npy::read(&mut std::fs::File::open(dir.with_extension("npy")).unwrap())
             .unwrap();
@@ -245,6 +282,31 @@ fn cli_simulate_dedisperse_search() {
         let bytes = std::fs::read(dir.join(png)).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{png}");
     }
+    let (meta, _) = psrsearch::format::candidates::read_csv_table(&mut std::io::BufReader::new(
+        std::fs::File::open(dir.join("candidates.csv")).unwrap(),
+    ))
+    .unwrap();
+    assert_eq!(
+        (meta.source.as_str(), meta.telescope.as_str()),
+        ("J2016+2830", "GBT")
+    );
+    // The candidate plot decodes, at its size, and has ink in each of its panels.
+    let (w, h, pixels) = decode_png(&dir.join("candidate_1.png"));
+    assert_eq!((w, h), psrsearch::plot::CANDIDATE_PLOT_SIZE);
+    let (cols, rows) = (3, 2);
+    for r in 0..rows {
+        for c in 0..cols {
+            let (x0, y0) = (c * w / cols + 80, 165 + r * (h - 165) / rows + 40);
+            let (x1, y1) = (x0 + w / cols - 120, y0 + (h - 165) / rows - 90);
+            let dark = (y0..y1)
+                .flat_map(|y| (x0..x1).map(move |x| (x, y)))
+                .filter(|&(x, y)| pixels[(y * w + x) as usize] < 128)
+                .count();
+            assert!(dark > 200, "panel {r},{c}: {dark} dark pixels");
+        }
+    }
+    // Only as many plots as asked for.
+    assert!(!dir.join("candidate_4.png").exists());
     // A bad header reaches the user as an error naming the key.
     let bad = tmp("bad.dada");
     let mut text = std::fs::read(&file).unwrap();

@@ -82,8 +82,8 @@ fn setup(name: &str, nsamples: usize) -> (PathBuf, PathBuf) {
 }
 
 fn candidates(dir: &Path) -> Vec<Candidate> {
-    let text = std::fs::read_to_string(dir.join("candidates.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    let text = std::fs::read(dir.join("candidates.json")).unwrap();
+    psrsearch::format::candidates::read_json(&mut text.as_slice()).unwrap()
 }
 
 fn single(file: &Path) -> Vec<Candidate> {

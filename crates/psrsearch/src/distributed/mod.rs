@@ -729,6 +729,17 @@ pub fn search_distributed(
     outcome.timings.dedisperse_s = service_s;
     outcome.complex_samples = plan.complex_samples(setup.nsamples);
     outcome.masked = masked;
+    let metadata = reader
+        .as_ref()
+        .map(|r| r.metadata().clone())
+        .unwrap_or_default();
+    outcome.describe(
+        &series,
+        Some(&assembler),
+        plan.band(),
+        &metadata,
+        &setup.config,
+    );
     let allocation =
         allocation.ok_or_else(|| DistError::Protocol("root without its allocation".into()))?;
     let hosts = roles

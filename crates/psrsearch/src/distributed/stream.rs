@@ -36,6 +36,7 @@ use crate::assemble::PowerAssembler;
 use crate::band::Band;
 use crate::dedisperse::{BlockPower, DedispersionPlan};
 use crate::format::stream::{BasebandStream, StreamFormat};
+use crate::format::Metadata;
 use crate::search::{search_series, SearchConfig, SearchError, SearchOutcome};
 use crate::voltages::Voltages;
 
@@ -156,6 +157,9 @@ pub enum StreamRole {
 struct Setup {
     band: Band,
     config: StreamConfig,
+    /// What the stream's first header says of the observation.
+    #[serde(default)]
+    metadata: Metadata,
 }
 
 /// The ranks' roles: the master is rank 0, stage 2 the lowest other rank on its meta host
@@ -215,6 +219,7 @@ pub fn stream_search<R: Read>(
                 let setup = Setup {
                     band: s.band().clone(),
                     config: config.clone(),
+                    metadata: s.metadata().clone(),
                 };
                 stream = Some(s);
                 let mut b = vec![1u8];
@@ -245,7 +250,14 @@ pub fn stream_search<R: Read>(
         let r = master(&comm, s, &plan, stage2, &stage1, t0)?;
         Ok(StreamRole::Master(r))
     } else if me == stage2 {
-        let r = stage_two(&comm, &plan, &setup.config, stage1.len(), report)?;
+        let r = stage_two(
+            &comm,
+            &plan,
+            &setup.config,
+            &setup.metadata,
+            stage1.len(),
+            report,
+        )?;
         Ok(StreamRole::StageTwo(Box::new(r)))
     } else {
         Ok(StreamRole::StageOne(stage_one(&comm, &plan, stage2)?))
@@ -470,12 +482,14 @@ fn stage_one(
 }
 
 /// Search the first `blocks.len()` blocks as one observation; `samples`: they are the
-/// whole stream, which held that many input samples per channel.
+/// whole stream, which held that many input samples per channel. With `metadata` (the
+/// final search), the outcome records it and folds the top candidates for their plots.
 fn search_prefix(
     plan: &DedispersionPlan,
     blocks: &[Arc<BlockPower>],
     config: &SearchConfig,
     samples: Option<u64>,
+    metadata: Option<&Metadata>,
 ) -> Result<Interim, SearchError> {
     let n = blocks.len() as u64;
     let mut asm = match samples {
@@ -490,6 +504,9 @@ fn search_prefix(
     let data_s = series[0].data.len() as f64 * series[0].tsamp_s;
     let mut outcome = search_series(&series, config);
     outcome.masked = masked;
+    if let Some(m) = metadata {
+        outcome.describe(&series, Some(&asm), plan.band(), m, config);
+    }
     outcome.complex_samples = match samples {
         Some(samples) => plan.complex_samples(samples),
         None => n * plan.complex_samples(plan.fft_len() as u64),
@@ -505,6 +522,7 @@ fn stage_two(
     comm: &SimpleCommunicator,
     plan: &DedispersionPlan,
     config: &StreamConfig,
+    metadata: &Metadata,
     nstage1: usize,
     report: &mut dyn FnMut(&Interim),
 ) -> Result<StageTwoReport, DistError> {
@@ -562,7 +580,7 @@ fn stage_two(
                 }
                 let snapshot = ordered.clone();
                 last_searched = snapshot.len() as u64;
-                running = Some(s.spawn(move || search_prefix(plan, &snapshot, search, None)));
+                running = Some(s.spawn(move || search_prefix(plan, &snapshot, search, None, None)));
             }
         }
         if let Some(h) = running.take() {
@@ -586,6 +604,6 @@ fn stage_two(
     let whole_plan = plan.with_data_len(input_samples);
     let whole =
         (whole_plan.num_blocks(input_samples) == ordered.len() as u64).then_some(input_samples);
-    let last = search_prefix(&whole_plan, &ordered, search, whole)?;
+    let last = search_prefix(&whole_plan, &ordered, search, whole, Some(metadata))?;
     Ok(StageTwoReport { interim, last })
 }

@@ -1,9 +1,12 @@
-//! Candidate tables as CSV (one header line, then one row per candidate, numbers in Rust's
-//! shortest round-trip form) and JSON (an array of objects, via serde).
+//! Candidate tables as CSV (`# key = value` lines describing the observation, one header
+//! line, then one row per candidate, numbers in Rust's shortest round-trip form) and JSON
+//! (`{"metadata": {...}, "candidates": [...]}`, via serde).
 
 use std::io::{BufRead, Write};
 
-use super::HeaderError;
+use serde::{Deserialize, Serialize};
+
+use super::{HeaderError, Metadata};
 use crate::search::Candidate;
 
 const FORMAT: &str = "candidate CSV";
@@ -24,11 +27,20 @@ const COLUMNS: [&str; 12] = [
 /// Tables written before candidates had a flag column, or a drift, are still read.
 const OLD_WIDTHS: [usize; 2] = [9, 10];
 
-/// Write the CSV table.
+/// Write the CSV table, the observation `metadata` describes first as `# key = value`
+/// lines (source, telescope, ra, dec, start_mjd; those known).
 ///
 /// # Errors
 /// I/O errors.
-pub fn write_csv(w: &mut impl Write, cands: &[Candidate]) -> std::io::Result<()> {
+pub fn write_csv(
+    w: &mut impl Write,
+    metadata: &Metadata,
+    cands: &[Candidate],
+) -> std::io::Result<()> {
+    for (key, value) in metadata.pairs() {
+        // A line break in a name would end the comment early.
+        writeln!(w, "# {key} = {}", value.replace(['\n', '\r'], " "))?;
+    }
     writeln!(w, "{}", COLUMNS.join(","))?;
     for c in cands {
         writeln!(
@@ -52,20 +64,40 @@ pub fn write_csv(w: &mut impl Write, cands: &[Candidate]) -> std::io::Result<()>
     Ok(())
 }
 
-/// Read a table written by [`write_csv`].
+/// Read the candidates of a table written by [`write_csv`] (or before it wrote metadata).
 ///
 /// # Errors
 /// A different header line, or a row that does not parse.
 pub fn read_csv(r: &mut impl BufRead) -> Result<Vec<Candidate>, HeaderError> {
+    read_csv_table(r).map(|(_, c)| c)
+}
+
+/// Read a table written by [`write_csv`]: the observation's metadata and the candidates.
+///
+/// # Errors
+/// A different header line, a metadata line that does not parse, or a row that does not.
+pub fn read_csv_table(r: &mut impl BufRead) -> Result<(Metadata, Vec<Candidate>), HeaderError> {
     let mut lines = r.lines();
     let io = |e: std::io::Error| HeaderError::Malformed {
         format: FORMAT,
         detail: e.to_string(),
     };
-    let head = lines
-        .next()
-        .ok_or_else(|| HeaderError::missing(FORMAT, "header line"))?
-        .map_err(io)?;
+    let mut comments = Vec::new();
+    let head = loop {
+        let line = lines
+            .next()
+            .ok_or_else(|| HeaderError::missing(FORMAT, "header line"))?
+            .map_err(io)?;
+        match line.strip_prefix('#') {
+            Some(c) => comments.push(c.to_string()),
+            None => break line,
+        }
+    };
+    let metadata = Metadata::parse_pairs(comments.iter().filter_map(|c| {
+        let (k, v) = c.split_once('=')?;
+        Some((k.trim(), v.trim()))
+    }))
+    .map_err(|e| HeaderError::invalid(FORMAT, "metadata", comments.join(";"), e))?;
     let Some(width) = (OLD_WIDTHS.into_iter().chain([COLUMNS.len()]))
         .find(|w| head.trim() == COLUMNS[..*w].join(","))
     else {
@@ -111,27 +143,64 @@ pub fn read_csv(r: &mut impl BufRead) -> Result<Vec<Candidate>, HeaderError> {
             accel_ms2: f.get(11).map_or(Ok(0.0), |s| x(s))?,
         });
     }
-    Ok(out)
+    Ok((metadata, out))
 }
 
-/// Write the candidates as a pretty-printed JSON array.
+/// The JSON file: the observation and its candidates.
+#[derive(Serialize, Deserialize)]
+struct JsonTable {
+    metadata: Metadata,
+    candidates: Vec<Candidate>,
+}
+
+/// Write the observation and the candidates as pretty-printed JSON,
+/// `{"metadata": {...}, "candidates": [...]}`.
 ///
 /// # Errors
 /// I/O errors.
-pub fn write_json(w: &mut impl Write, cands: &[Candidate]) -> std::io::Result<()> {
-    serde_json::to_writer_pretty(&mut *w, cands).map_err(std::io::Error::other)?;
+pub fn write_json(
+    w: &mut impl Write,
+    metadata: &Metadata,
+    cands: &[Candidate],
+) -> std::io::Result<()> {
+    let table = JsonTable {
+        metadata: metadata.clone(),
+        candidates: cands.to_vec(),
+    };
+    serde_json::to_writer_pretty(&mut *w, &table).map_err(std::io::Error::other)?;
     writeln!(w)
 }
 
-/// Read a JSON array of candidates.
+/// Read the candidates of a JSON file [`write_json`] wrote (or a bare array, as it wrote
+/// before).
 ///
 /// # Errors
 /// Invalid JSON or missing fields.
 pub fn read_json(r: &mut impl std::io::Read) -> Result<Vec<Candidate>, HeaderError> {
-    serde_json::from_reader(r).map_err(|e| HeaderError::Malformed {
+    read_json_table(r).map(|(_, c)| c)
+}
+
+/// Read the observation and the candidates of a JSON file [`write_json`] wrote.
+///
+/// # Errors
+/// Invalid JSON or missing fields.
+pub fn read_json_table(
+    r: &mut impl std::io::Read,
+) -> Result<(Metadata, Vec<Candidate>), HeaderError> {
+    let malformed = |e: serde_json::Error| HeaderError::Malformed {
         format: "candidate JSON",
         detail: e.to_string(),
-    })
+    };
+    let value: serde_json::Value = serde_json::from_reader(r).map_err(malformed)?;
+    // A bare array is what was written before the metadata was.
+    if value.is_array() {
+        return Ok((
+            Metadata::default(),
+            serde_json::from_value(value).map_err(malformed)?,
+        ));
+    }
+    let table: JsonTable = serde_json::from_value(value).map_err(malformed)?;
+    Ok((table.metadata, table.candidates))
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use super::layout::{Axis, Layout, SampleFormat};
-use super::{parse_f64, parse_i64, read_up_to, Frame, HeaderError, Index, Metadata, ReadError};
+use super::{
+    parse_f64, parse_i64, read_up_to, Frame, HeaderError, Index, Metadata, ReadError, SkyPosition,
+};
 use crate::band::Band;
 use crate::voltages::Voltages;
 
@@ -531,12 +533,8 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<Index, ReadError> {
             detail: "no complete sample after the header".into(),
         });
     }
-    let mut start_mjd = params.mjd_start;
-    if let Some(m) = start_mjd.as_mut() {
-        let seconds =
-            (params.obs_offset / params.bytes_per_time() as u64) as f64 * params.tsamp_us * 1e-6;
-        *m += seconds / 86400.0;
-    }
+    let (metadata, warning) = metadata_of(&header, &params);
+    warnings.extend(warning);
     let header_text = header
         .entries()
         .iter()
@@ -545,15 +543,37 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<Index, ReadError> {
         .join("\n");
     Ok(Index {
         band: params.band(),
-        metadata: Metadata {
-            source: header.get("SOURCE").unwrap_or("unknown").to_string(),
-            telescope: header.get("TELESCOPE").unwrap_or("unknown").to_string(),
-            start_mjd,
-        },
+        metadata,
         frames,
         header_text,
         warnings,
     })
+}
+
+/// Source, telescope, position and start of the first sample a header describes (`MJD_START`
+/// moved on by `OBS_OFFSET`), with a warning when `RA`/`DEC` are there but unreadable
+/// (the position is then unknown rather than the file refused).
+pub(crate) fn metadata_of(header: &DadaHeader, params: &DadaParams) -> (Metadata, Option<String>) {
+    let start_mjd = params.mjd_start.map(|m| {
+        let seconds =
+            (params.obs_offset / params.bytes_per_time() as u64) as f64 * params.tsamp_us * 1e-6;
+        m + seconds / 86400.0
+    });
+    let set = |key: &str| header.get(key).filter(|v| !v.is_empty() && *v != "unset");
+    let (position, warning) = match (set("RA"), set("DEC")) {
+        (Some(ra), Some(dec)) => match SkyPosition::parse(ra, dec) {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(format!("RA/DEC not used: {e}"))),
+        },
+        _ => (None, None),
+    };
+    let metadata = Metadata {
+        source: header.get("SOURCE").unwrap_or("unknown").to_string(),
+        telescope: header.get("TELESCOPE").unwrap_or("unknown").to_string(),
+        start_mjd,
+        position,
+    };
+    (metadata, warning)
 }
 
 /// Write one DADA frame: `header` (which must describe `data`) then the samples in `TPF`

@@ -14,7 +14,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use super::layout::{Axis, Layout, SampleFormat};
-use super::{parse_f64, parse_i64, read_up_to, Frame, HeaderError, Index, Metadata, ReadError};
+use super::{
+    parse_f64, parse_i64, read_up_to, Frame, HeaderError, Index, Metadata, ReadError, SkyPosition,
+};
 use crate::band::Band;
 use crate::voltages::Voltages;
 
@@ -512,6 +514,30 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<Index, ReadError> {
         f.first_sample = next;
         next += f.nsamples;
     }
+    let (metadata, warning) = metadata_of(&header, &params);
+    warnings.extend(warning);
+    let header_text = header
+        .cards
+        .iter()
+        .map(|(k, v)| format!("{k:<8}= {}", v.text()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(Index {
+        band: params.band(),
+        metadata,
+        frames,
+        header_text,
+        warnings,
+    })
+}
+
+/// Source, telescope, position and start of the first sample a header describes: the start
+/// from `STT_IMJD`, `STT_SMJD`, `STT_OFFS` and `PKTIDX`; the position from `RA_STR` and
+/// `DEC_STR`, else `RA` and `DEC` in degrees, with a warning when they are unreadable.
+pub(crate) fn metadata_of(
+    header: &GuppiHeader,
+    params: &GuppiParams,
+) -> (Metadata, Option<String>) {
     let start_mjd = match (header.get("STT_IMJD"), header.get("STT_SMJD")) {
         (Some(i), Some(s)) => {
             let imjd = parse_f64(i).unwrap_or(0.0);
@@ -531,23 +557,35 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<Index, ReadError> {
         }
         _ => None,
     };
-    let header_text = header
-        .cards
-        .iter()
-        .map(|(k, v)| format!("{k:<8}= {}", v.text()))
-        .collect::<Vec<_>>()
-        .join("\n");
-    Ok(Index {
-        band: params.band(),
-        metadata: Metadata {
-            source: header.get("SRC_NAME").unwrap_or("unknown").to_string(),
-            telescope: header.get("TELESCOP").unwrap_or("unknown").to_string(),
-            start_mjd,
+    let text = |key: &str| header.get(key).map(str::trim).filter(|v| !v.is_empty());
+    let (position, warning) = match (text("RA_STR"), text("DEC_STR")) {
+        (Some(ra), Some(dec)) => match SkyPosition::parse(ra, dec) {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(format!("RA_STR/DEC_STR not used: {e}"))),
         },
-        frames,
-        header_text,
-        warnings,
-    })
+        _ => match (
+            header.get("RA").and_then(parse_f64),
+            header.get("DEC").and_then(parse_f64),
+        ) {
+            (Some(ra), Some(dec)) => match SkyPosition::from_degrees(ra, dec) {
+                Some(p) => (Some(p), None),
+                None => (
+                    None,
+                    Some(format!(
+                        "RA/DEC not used: {ra} {dec} is not a position in degrees"
+                    )),
+                ),
+            },
+            _ => (None, None),
+        },
+    };
+    let metadata = Metadata {
+        source: text("SRC_NAME").unwrap_or("unknown").to_string(),
+        telescope: text("TELESCOP").unwrap_or("unknown").to_string(),
+        start_mjd,
+        position,
+    };
+    (metadata, warning)
 }
 
 /// Write `data` as GUPPI blocks of `block_samples` samples (the last block may be shorter),

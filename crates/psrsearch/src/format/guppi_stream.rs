@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use super::guppi::{GuppiHeader, GuppiParams, LAYOUT_CHANGED};
 use super::layout::Layout;
-use super::{read_up_to, HeaderError, ReadError};
+use super::{read_up_to, HeaderError, Metadata, ReadError};
 use crate::band::Band;
 use crate::voltages::Voltages;
 
@@ -24,6 +24,8 @@ const MAX_BLOCK: u64 = 1 << 30;
 /// One block read from the stream.
 struct Block {
     params: GuppiParams,
+    /// What the header says of the observation.
+    metadata: Metadata,
     /// Header and payload bytes.
     bytes: u64,
 }
@@ -53,6 +55,7 @@ pub struct GuppiStream<R> {
     samples: u64,
     /// A last block cut short and dropped, in words.
     dropped: Option<String>,
+    metadata: Metadata,
 }
 
 impl<R: Read> GuppiStream<R> {
@@ -89,12 +92,18 @@ impl<R: Read> GuppiStream<R> {
             samples: 0,
             dropped: None,
             params,
+            metadata: first.metadata,
         })
     }
 
     /// The band the first header describes.
     pub fn band(&self) -> &Band {
         &self.band
+    }
+
+    /// Source, telescope, position and start time the first header gives.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
     }
 
     /// The validated values of the first header.
@@ -257,6 +266,7 @@ fn read_block(
     *payload = data;
     Ok(Ok(Some(Block {
         bytes: cards as u64 + padding + params.blocsize,
+        metadata: super::guppi::metadata_of(&header, &params).0,
         params,
     })))
 }

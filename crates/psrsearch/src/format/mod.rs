@@ -1,15 +1,17 @@
 //! File formats: baseband input (PSRDADA, GUPPI RAW, VDIF) and products (SIGPROC, PRESTO,
-//! `.npy`).
+//! `.npy`, candidate tables and ACCEL files), all carrying the observation's [`Metadata`].
 //!
 //! [`BasebandReader`] opens any of the baseband formats, validates its headers and hands out
 //! blocks of [`Voltages`] by sample range, so a driver can give different
 //! workers different ranges of one file.
 
+pub mod accel;
 pub mod candidates;
 pub mod dada;
 pub mod guppi;
 pub mod guppi_stream;
 mod layout;
+pub mod metadata;
 pub mod npy;
 pub mod presto;
 pub mod sigproc;
@@ -25,6 +27,7 @@ use crate::band::Band;
 use crate::voltages::Voltages;
 
 pub use layout::{Layout, SampleFormat};
+pub use metadata::{Metadata, SkyPosition};
 
 /// A header that cannot be used, with the key at fault and what was expected.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -179,17 +182,6 @@ pub enum BasebandFormat {
     Guppi,
     /// VDIF: binary frame headers, one thread per frame; sky frequencies from `FILE.hdr`.
     Vdif,
-}
-
-/// Descriptive header values carried into products.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Metadata {
-    /// Source name.
-    pub source: String,
-    /// Telescope name.
-    pub telescope: String,
-    /// Start of the first sample as an MJD (UTC), when the header gives one.
-    pub start_mjd: Option<f64>,
 }
 
 /// One frame of a baseband file: where its payload is and which stream samples it holds.

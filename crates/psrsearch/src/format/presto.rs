@@ -4,7 +4,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::{parse_f64, HeaderError};
+use super::sigproc::canonical_telescope;
+use super::{parse_f64, HeaderError, Metadata, SkyPosition};
+use crate::band::Band;
 
 const FORMAT: &str = "PRESTO .inf";
 
@@ -73,7 +75,74 @@ const LABELS: [&str; 19] = [
     "Channel bandwidth (MHz)",
 ];
 
+/// What PRESTO writes for a position it does not know.
+const NO_POSITION: (&str, &str) = ("00:00:00.0000", "00:00:00.0000");
+
 impl InfFile {
+    /// The `.inf` of a dedispersed series of `n` samples of `dt` s at `dm`, starting at MJD
+    /// `epoch_mjd`, from an observation that `metadata` describes over `band` (`None`:
+    /// unknown, written as one channel of no width). The telescope is named as PRESTO
+    /// names it where it knows it (`Effelsberg`, `Jodrell`), an unknown position is
+    /// PRESTO's zeros.
+    pub fn for_series(
+        metadata: &Metadata,
+        band: Option<&Band>,
+        n: u64,
+        dt: f64,
+        dm: f64,
+        epoch_mjd: f64,
+        notes: String,
+    ) -> Self {
+        let (ra, dec) = metadata.position.map_or_else(
+            || (NO_POSITION.0.to_string(), NO_POSITION.1.to_string()),
+            |p| (p.ra_text(), p.dec_text()),
+        );
+        let telescope = match canonical_telescope(&metadata.telescope) {
+            t if t.is_empty() => "Unknown".to_string(),
+            t => t,
+        };
+        InfFile {
+            name: String::new(),
+            telescope,
+            instrument: "psrsearch".into(),
+            object: metadata.source.clone(),
+            ra,
+            dec,
+            observer: "unknown".into(),
+            epoch_mjd,
+            barycentred: false,
+            n,
+            dt,
+            beam_diameter_arcsec: 0.0,
+            dm,
+            low_channel_mhz: band.map_or(0.0, |b| b.lowest_mhz() + b.channel_bandwidth_mhz() / 2.0),
+            total_bw_mhz: band.map_or(0.0, |b| b.highest_mhz() - b.lowest_mhz()),
+            nchan: band.map_or(1, |b| b.nchan() as u32),
+            chan_bw_mhz: band.map_or(0.0, |b| b.channel_bandwidth_mhz()),
+            analyzer: "psrsearch".into(),
+            notes,
+        }
+    }
+
+    /// The observation this `.inf` describes: object, telescope, epoch and, unless it is
+    /// PRESTO's zeros, the position.
+    ///
+    /// # Errors
+    /// A position that does not parse, in words.
+    pub fn metadata(&self) -> Result<Metadata, String> {
+        let position = if (self.ra.as_str(), self.dec.as_str()) == NO_POSITION {
+            None
+        } else {
+            Some(SkyPosition::parse(&self.ra, &self.dec)?)
+        };
+        Ok(Metadata {
+            source: self.object.clone(),
+            telescope: self.telescope.clone(),
+            start_mjd: Some(self.epoch_mjd),
+            position,
+        })
+    }
+
     /// The `.inf` text.
     pub fn to_text(&self) -> String {
         let values = [

@@ -5,19 +5,74 @@
 //! counts and flags, `f64` for times and frequencies, length-prefixed bytes for strings.
 //! Data follow as 32-bit floats, time-major with channels fastest (channel `0` at `fch1`,
 //! `foff` apart).
+//!
+//! `telescope_id` is SIGPROC's number for the telescope ([`telescope_id`]), and the source's
+//! position is `src_raj`/`src_dej`, packed `hhmmss.s` doubles ([`SkyPosition::sigproc`]).
 
 use std::io::{Read, Write};
 
-use super::HeaderError;
+use super::{HeaderError, SkyPosition};
 
 const FORMAT: &str = "SIGPROC";
+
+/// SIGPROC's telescope ids (`aliases.c`, `telescope_name`) where SIGPROC and PRESTO
+/// (`sigproc_fb.c`, `get_telescope_name`) agree, or SIGPROC alone names one: 9 and 10 are
+/// left out, SIGPROC calling them 140ft and SRT, PRESTO ATA and UTR-2. The name is the one
+/// both write; the aliases (lower case) are other spellings headers use.
+const TELESCOPES: [(i32, &str, &[&str]); 13] = [
+    (
+        0,
+        "Fake",
+        &["fake", "psrsearch-simulator", "simulator", "simulated"],
+    ),
+    (1, "Arecibo", &["arecibo", "ao"]),
+    (2, "Ooty", &["ooty", "ort"]),
+    (3, "Nancay", &["nancay", "nrt"]),
+    (4, "Parkes", &["parkes", "pks", "murriyang"]),
+    (
+        5,
+        "Jodrell",
+        &["jodrell", "jodrell bank", "jb", "jbo", "lovell"],
+    ),
+    (6, "GBT", &["gbt", "green bank", "greenbank", "gb"]),
+    (7, "GMRT", &["gmrt"]),
+    (8, "Effelsberg", &["effelsberg", "eff", "ef"]),
+    (11, "LOFAR", &["lofar"]),
+    (64, "MeerKAT", &["meerkat", "mk", "mkt"]),
+    (65, "KAT-7", &["kat-7", "kat7"]),
+    (82, "eMerlin", &["emerlin", "e-merlin"]),
+];
+
+/// SIGPROC's `telescope_id` for a telescope name (any case, some other spellings: `Lovell`
+/// is Jodrell Bank's); 0, SIGPROC's "Fake", for a name it does not know.
+pub fn telescope_id(name: &str) -> i32 {
+    known_telescope(name).map_or(0, |t| t.0)
+}
+
+/// The name SIGPROC and PRESTO give `telescope_id`; `None` for an id they do not share.
+pub fn telescope_name(id: i32) -> Option<&'static str> {
+    TELESCOPES.iter().find(|t| t.0 == id).map(|t| t.1)
+}
+
+/// The name PRESTO and SIGPROC use for a telescope they know under another spelling
+/// (`EFFELSBERG`, `Lovell`), else `name` as given: PRESTO finds observatory codes by name.
+pub fn canonical_telescope(name: &str) -> String {
+    known_telescope(name).map_or_else(|| name.trim().to_string(), |t| t.1.to_string())
+}
+
+fn known_telescope(name: &str) -> Option<&'static (i32, &'static str, &'static [&'static str])> {
+    let name = name.trim().to_ascii_lowercase();
+    TELESCOPES.iter().find(|(_, canonical, aliases)| {
+        canonical.eq_ignore_ascii_case(&name) || aliases.contains(&name.as_str())
+    })
+}
 
 /// The SIGPROC keywords this crate writes and reads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SigprocHeader {
     /// `source_name`.
     pub source_name: String,
-    /// `telescope_id` (0 = fake).
+    /// `telescope_id`: SIGPROC's number for the telescope (0 = fake, [`telescope_id`]).
     pub telescope_id: i32,
     /// `machine_id` (0 = fake).
     pub machine_id: i32,
@@ -41,6 +96,8 @@ pub struct SigprocHeader {
     pub refdm: Option<f64>,
     /// 1 when barycentred.
     pub barycentric: i32,
+    /// `src_raj` and `src_dej`, when the position is known (written only then).
+    pub position: Option<SkyPosition>,
 }
 
 impl SigprocHeader {
@@ -60,6 +117,7 @@ impl SigprocHeader {
             foff_mhz: 0.0,
             refdm: Some(dm),
             barycentric: 0,
+            position: None,
         }
     }
 
@@ -87,6 +145,11 @@ impl SigprocHeader {
             ("fch1", self.fch1_mhz),
             ("foff", self.foff_mhz),
         ];
+        if let Some(p) = self.position {
+            let (raj, dej) = p.sigproc();
+            doubles.push(("src_raj", raj));
+            doubles.push(("src_dej", dej));
+        }
         if let Some(dm) = self.refdm {
             doubles.push(("refdm", dm));
         }
@@ -112,6 +175,7 @@ impl SigprocHeader {
         }
         let mut h = SigprocHeader::time_series("", 0.0, 0.0, 0.0, 0.0);
         h.refdm = None;
+        let (mut raj, mut dej) = (None, None);
         loop {
             let key = get_str(r)?;
             match key.as_str() {
@@ -149,6 +213,8 @@ impl SigprocHeader {
                         "fch1" => h.fch1_mhz = v,
                         "foff" => h.foff_mhz = v,
                         "refdm" => h.refdm = Some(v),
+                        "src_raj" => raj = Some(v),
+                        "src_dej" => dej = Some(v),
                         _ => {}
                     }
                 }
@@ -161,6 +227,16 @@ impl SigprocHeader {
                     ))
                 }
             }
+        }
+        if let (Some(raj), Some(dej)) = (raj, dej) {
+            h.position = Some(SkyPosition::from_sigproc(raj, dej).ok_or_else(|| {
+                HeaderError::invalid(
+                    FORMAT,
+                    "src_raj/src_dej",
+                    format!("{raj} {dej}"),
+                    "hhmmss.s and ddmmss.s with minutes and seconds below 60",
+                )
+            })?);
         }
         if h.nbits != 32 && h.nbits != 8 {
             return Err(HeaderError::invalid(
@@ -291,6 +367,29 @@ mod tests {
         assert_eq!(&b[..4], &12i32.to_le_bytes());
         assert_eq!(&b[4..16], b"HEADER_START");
         assert!(b.ends_with(b"HEADER_END"));
+    }
+
+    #[test]
+    fn telescope_ids_are_sigprocs() {
+        for (name, id) in [
+            ("Effelsberg", 8),
+            ("EFFELSBERG", 8),
+            ("Arecibo", 1),
+            ("Parkes", 4),
+            ("GBT", 6),
+            ("GMRT", 7),
+            ("LOFAR", 11),
+            ("Lovell", 5),
+            ("Fake", 0),
+            ("somewhere", 0),
+        ] {
+            assert_eq!(telescope_id(name), id, "{name}");
+        }
+        assert_eq!(telescope_name(8), Some("Effelsberg"));
+        assert_eq!(telescope_name(9), None);
+        assert_eq!(canonical_telescope("effelsberg"), "Effelsberg");
+        assert_eq!(canonical_telescope(" Kitt Peak "), "Kitt Peak");
+        assert_eq!(canonical_telescope("psrsearch-simulator"), "Fake");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::dada::{DadaHeader, DadaParams, DEFAULT_HDR_SIZE};
 use super::guppi_stream::GuppiStream;
 use super::layout::{Axis, Layout};
 use super::vdif_stream::VdifStream;
-use super::{read_up_to, BasebandFormat, HeaderError, ReadError};
+use super::{read_up_to, BasebandFormat, HeaderError, Metadata, ReadError};
 use crate::band::Band;
 use crate::voltages::Voltages;
 use serde::{Deserialize, Serialize};
@@ -25,6 +25,7 @@ pub struct DadaStream<R> {
     band: Band,
     layout: Layout,
     header_text: String,
+    metadata: Metadata,
     /// Payload bytes left in the current frame, when the header sets `FILE_SIZE`.
     left_in_frame: Option<u64>,
     /// Bytes consumed so far (headers included), for error offsets.
@@ -89,9 +90,11 @@ impl<R: Read> DadaStream<R> {
             params.complex,
             params.sample,
         );
+        let metadata = super::dada::metadata_of(&header, &params).0;
         Ok(DadaStream {
             input,
             name,
+            metadata,
             band: params.band(),
             left_in_frame: params.file_size,
             params,
@@ -106,6 +109,11 @@ impl<R: Read> DadaStream<R> {
     /// The band the first header describes.
     pub fn band(&self) -> &Band {
         &self.band
+    }
+
+    /// Source, telescope, position and start time the first header gives.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
     }
 
     /// The validated values of the first header.
@@ -325,6 +333,16 @@ impl<R: Read> BasebandStream<R> {
             BasebandStream::Dada(s) => s.band(),
             BasebandStream::Guppi(s) => s.band(),
             BasebandStream::Vdif(s) => s.band(),
+        }
+    }
+
+    /// Source, telescope, position and start time the first header (or the VDIF side-car
+    /// and first frame) gives.
+    pub fn metadata(&self) -> &Metadata {
+        match self {
+            BasebandStream::Dada(s) => s.metadata(),
+            BasebandStream::Guppi(s) => s.metadata(),
+            BasebandStream::Vdif(s) => s.metadata(),
         }
     }
 

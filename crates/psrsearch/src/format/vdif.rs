@@ -18,6 +18,8 @@
 //! THREADS      0,1,2,3    # which threads, in channel order (default: all, ascending)
 //! SOURCE       B0329+54   # optional
 //! TELESCOPE    Effelsberg # optional
+//! RA           03:32:59.4 # J2000, hh:mm:ss.s (optional, with DEC)
+//! DEC          +54:34:43  # J2000, dd:mm:ss.s (optional, with RA)
 //! ```
 
 use std::collections::BTreeSet;
@@ -28,7 +30,9 @@ use std::path::{Path, PathBuf};
 
 use rustfft::num_complex::Complex32;
 
-use super::{parse_f64, parse_i64, read_up_to, HeaderError, Index, Metadata, ReadError};
+use super::{
+    parse_f64, parse_i64, read_up_to, HeaderError, Index, Metadata, ReadError, SkyPosition,
+};
 use crate::band::Band;
 use crate::voltages::Voltages;
 
@@ -248,6 +252,8 @@ pub struct VdifSidecar {
     pub source: String,
     /// Telescope name.
     pub telescope: String,
+    /// Where the telescope pointed (`RA` and `DEC`).
+    pub position: Option<SkyPosition>,
 }
 
 impl VdifSidecar {
@@ -260,6 +266,7 @@ impl VdifSidecar {
             npol: 1,
             ..Default::default()
         };
+        let (mut ra, mut dec) = (None, None);
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             let Some((key, value)) = line.split_once(char::is_whitespace) else {
@@ -309,16 +316,32 @@ impl VdifSidecar {
                 }
                 "SOURCE" => s.source = value.to_string(),
                 "TELESCOPE" => s.telescope = value.to_string(),
+                "RA" => ra = Some((n, value.to_string())),
+                "DEC" => dec = Some((n, value.to_string())),
                 _ => {
                     return Err(HeaderError::invalid(
                         FORMAT,
                         &format!("line {}", n + 1),
                         key,
-                        "FREQ, BW, NPOL, SAMPLE_RATE, THREADS, SOURCE or TELESCOPE",
+                        "FREQ, BW, NPOL, SAMPLE_RATE, THREADS, SOURCE, TELESCOPE, RA or DEC",
                     ))
                 }
             }
         }
+        s.position = match (ra, dec) {
+            (Some((n, ra)), Some((_, dec))) => {
+                Some(SkyPosition::parse(&ra, &dec).map_err(|e| {
+                    HeaderError::invalid(FORMAT, &format!("RA (line {})", n + 1), ra, e)
+                })?)
+            }
+            (None, None) => None,
+            (Some((n, _)), None) | (None, Some((n, _))) => {
+                return Err(HeaderError::Malformed {
+                    format: FORMAT,
+                    detail: format!("line {}: RA and DEC go together", n + 1),
+                })
+            }
+        };
         Ok(s)
     }
 
@@ -775,6 +798,7 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<(Index, VdifIndex), 
             source: car.source,
             telescope: car.telescope,
             start_mjd: Some(start_mjd),
+            position: car.position,
         },
         frames: Vec::new(),
         header_text,
@@ -793,7 +817,7 @@ pub(crate) fn index(path: &Path, file: &mut File) -> Result<(Index, VdifIndex), 
 
 /// Write `data` as VDIF frames of `samples_per_frame` samples, one thread per (channel,
 /// polarisation) pair (thread `c * npol + p`), quantised to `bits` bits the way `baseband`
-/// encodes, with EDV 0 headers starting at `seconds` after epoch `ref_epoch`.
+/// encodes, with EDV 0 headers starting at 2000-01-01 00:00 UTC (epoch 0, second 0).
 /// `samples_per_frame` must divide the block's length and give whole 8-byte payloads.
 ///
 /// # Errors
@@ -806,7 +830,62 @@ pub fn write_vdif(
     samples_per_frame: usize,
     sample_rate_hz: f64,
 ) -> std::io::Result<()> {
+    write_vdif_at(
+        w,
+        data,
+        complex,
+        bits,
+        samples_per_frame,
+        sample_rate_hz,
+        51_544.0,
+    )
+}
+
+/// [`write_vdif`] with the first frame dated `start_mjd` (UTC) in the latest reference
+/// epoch at or before it. A frame set starts on a whole second, so the fraction of a
+/// second in `start_mjd` is dropped.
+///
+/// # Errors
+/// As [`write_vdif`], and a start before 2000 or beyond the 63 epochs VDIF counts.
+pub fn write_vdif_at(
+    w: &mut impl std::io::Write,
+    data: &Voltages,
+    complex: bool,
+    bits: u32,
+    samples_per_frame: usize,
+    sample_rate_hz: f64,
+    start_mjd: f64,
+) -> std::io::Result<()> {
     let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
+    let dated = |ref_epoch: u8| VdifHeader {
+        invalid: false,
+        legacy: false,
+        seconds: 0,
+        ref_epoch,
+        frame_nr: 0,
+        version: 1,
+        nchan: 1,
+        frame_bytes: 0,
+        complex,
+        bits,
+        thread: 0,
+        station: 0x4d50,
+        edv: Some(0),
+        sample_rate_hz: None,
+    };
+    let ref_epoch = (0..64u8)
+        .rev()
+        .find(|&e| dated(e).epoch_mjd() <= start_mjd)
+        .filter(|_| start_mjd.is_finite())
+        .ok_or_else(|| invalid(format!("VDIF cannot date MJD {start_mjd}, before 2000")))?;
+    // A hair above the whole second, so that an MJD meant to be on one is not a second early.
+    let start_s = ((start_mjd - dated(ref_epoch).epoch_mjd()) * 86_400.0 + 1e-6).floor() as u64;
+    // The header's seconds field has 30 bits.
+    if start_s + data.nsamp() as u64 / samples_per_frame.max(1) as u64 >= 1 << 30 {
+        return Err(invalid(format!(
+            "VDIF cannot date MJD {start_mjd}: beyond its last reference epoch"
+        )));
+    }
     let parts = if complex { 2 } else { 1 };
     let payload_bits = samples_per_frame * bits as usize * parts;
     if ![1, 2, 4, 8].contains(&bits) || payload_bits % 64 != 0 || samples_per_frame == 0 {
@@ -843,20 +922,11 @@ pub fn write_vdif(
         for c in 0..data.nchan() {
             for p in 0..data.npol() {
                 let h = VdifHeader {
-                    invalid: false,
-                    legacy: false,
-                    seconds: (set as u64 / fps) as u32,
-                    ref_epoch: 0,
+                    seconds: (start_s + set as u64 / fps) as u32,
                     frame_nr: (set as u64 % fps) as u32,
-                    version: 1,
-                    nchan: 1,
                     frame_bytes: 32 + payload_bits / 8,
-                    complex,
-                    bits,
                     thread: (c * data.npol() + p) as u16,
-                    station: 0x4d50,
-                    edv: Some(0),
-                    sample_rate_hz: None,
+                    ..dated(ref_epoch)
                 };
                 w.write_all(&h.to_bytes())?;
                 let mut payload = vec![0u8; payload_bits / 8];

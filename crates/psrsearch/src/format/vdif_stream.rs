@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use rustfft::num_complex::Complex32;
 
 use super::vdif::{band_of, decode_bits, frames_per_second, levels, VdifHeader, VdifSidecar};
-use super::{read_up_to, HeaderError, ReadError};
+use super::{read_up_to, HeaderError, Metadata, ReadError};
 use crate::band::Band;
 use crate::voltages::Voltages;
 
@@ -75,6 +75,7 @@ pub struct VdifStream<R> {
     band: Band,
     level: Vec<f32>,
     header_text: String,
+    metadata: Metadata,
     /// Time (frame sets since the epoch) of the next set to hand on.
     next: u64,
     pending: BTreeMap<u64, Set>,
@@ -129,6 +130,12 @@ impl<R: Read> VdifStream<R> {
             band: Band::from_total(1.0, 1.0, 1, 1.0, true, 1),
             level: levels(first.bits),
             header_text: String::new(),
+            metadata: Metadata {
+                source: car.source.clone(),
+                telescope: car.telescope.clone(),
+                start_mjd: None,
+                position: car.position,
+            },
             next: 0,
             pending: BTreeMap::new(),
             ready: VecDeque::new(),
@@ -151,6 +158,7 @@ impl<R: Read> VdifStream<R> {
         })?;
         s.fps = frames_per_second(rate, spf).map_err(header_err)?;
         s.next = s.when(&first);
+        s.metadata.start_mjd = Some(first.epoch_mjd() + s.next as f64 / s.fps as f64 / 86_400.0);
         s.held.push((first, payload));
         s.threads = match &car.threads {
             Some(t) => t.clone(),
@@ -236,6 +244,11 @@ impl<R: Read> VdifStream<R> {
     /// The band the first frame and the side-car describe.
     pub fn band(&self) -> &Band {
         &self.band
+    }
+
+    /// Source, telescope and position from the side-car, start time from the first frame.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
     }
 
     /// A description of the stream (first header and side-car).
