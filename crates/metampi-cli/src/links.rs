@@ -214,6 +214,61 @@ impl Snapshot {
     }
 }
 
+impl Snapshot {
+    /// The same as [`Snapshot::table`], as JSON for `metampi run --web`: `links` (the sending
+    /// side of each, with its rate since `before` in MB/s, `null` without one) and `routers`.
+    pub fn json(&self, before: Option<&Snapshot>, names: Option<&Names>) -> Value {
+        let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        let links: Vec<Value> = (self.links.iter())
+            .map(|(id, v)| {
+                let rate = before
+                    .and_then(|b| Some((b.links.get(id)?, self.at.duration_since(b.at))))
+                    .filter(|(_, dt)| !dt.is_zero())
+                    .map(|(b, dt)| {
+                        (n(v, "bytes_out") - n(b, "bytes_out")).max(0.0) / dt.as_secs_f64() / 1e6
+                    });
+                serde_json::json!({
+                    "id": id,
+                    "name": names.and_then(|m| m.links.get(id).cloned())
+                        .unwrap_or_else(|| format!("l{id}")),
+                    "bytes_out": n(v, "bytes_out"),
+                    "rate_mb_s": rate,
+                    "frames_out": n(v, "frames_out"),
+                    "compression_ratio": n(v, "compression_ratio_out"),
+                    "compression_mode": v.get("compression_mode").and_then(Value::as_str).unwrap_or("-"),
+                    "queued_bytes": n(v, "queued_bytes"),
+                    "unacked_bytes": n(v, "unacked_bytes"),
+                    "srtt_ms": n(v, "srtt_us") / 1e3,
+                    "retransmits": n(v, "retransmits"),
+                    "reconnects": n(v, "reconnects"),
+                })
+            })
+            .collect();
+        let routers: Vec<Value> = (self.routers.iter())
+            .map(|(id, v)| {
+                serde_json::json!({
+                    "id": id,
+                    "name": names.and_then(|m| m.routers.get(id).cloned())
+                        .unwrap_or_else(|| format!("r{id}")),
+                    "rss_mb": n(v, "rss_kb") / 1e3,
+                    "held_mb": n(v, "held_bytes") / 1e6,
+                    "budget_mb": n(v, "budget_bytes") / 1e6,
+                    "ranks": n(v, "ranks"),
+                    "loans": n(v, "loans"),
+                    "to_ranks_kb": n(v, "to_ranks_bytes") / 1e3,
+                    "for_links_kb": n(v, "send_buffered") / 1e3,
+                })
+            })
+            .collect();
+        serde_json::json!({ "links": links, "routers": routers })
+    }
+
+    /// When it was read.
+    pub fn at(&self) -> Instant {
+        self.at
+    }
+}
+
 /// The routers' and links' part of a hang report: the table of what `dir` holds now,
 /// empty where nothing can be read.
 pub fn report(dir: &Path, names: &Names) -> String {

@@ -13,6 +13,7 @@ mod links;
 mod progress;
 mod run;
 mod tracecmd;
+mod web;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -49,9 +50,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let argv = match run::hydra_spellings(std::env::args_os().collect()) {
     // Diagnostics of the launcher and of routers started as `metampi router` (METAMPI_LOG).
     metampi::log::init();
+    let argv = match run::hydra_spellings(std::env::args_os().collect()) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("metampi run: error: {e}");

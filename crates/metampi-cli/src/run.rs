@@ -53,7 +53,7 @@ the other ranks get SIGTERM and, two seconds later, SIGKILL. When the reader of 
 stdout goes (`metampi run ... | head`), the ranks are stopped the same way, without a word.
 `kill -USR1` to this command prints where each rank waits (the hang report; with --meta also
 the routers' queues and links) while the job goes on; --stall-timeout ends a job that no longer
-moves with that report.
+moves with that report. --web ADDR serves the same, live, as a page (and JSON) for a browser.
 The launcher holds about 6 descriptors per rank: it raises its soft limit on open files to the
 hard one, and refuses a job the hard limit cannot hold before starting any rank.
 
@@ -71,6 +71,7 @@ Examples:
     metampi run --launch local --hosts siteA:2,siteB:2 -n 4 ./app     # emulate two machines
     metampi run --launch 'ssh -p 2222 {host} {cmd}' --hostfile hosts.txt -n 8 ./app
     metampi run --debug 0 -n 2 ./app                                   # rank 0 under gdbserver
+    metampi run --web 127.0.0.1:8080 --meta sites.cfg ./app            # watch it at that URL
     salloc -N 2 -n 8 metampi run -n 8 ./app                            # srun steps on Slurm's nodes
 
 Hostfile lines: `host`, `host:N` or `host slots=N`; `#` starts a comment.
@@ -200,6 +201,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", requires = "meta")]
     monitor: Option<f64>,
 
+    /// Serve a live view of the job at ADDR (HOST:PORT or a port; port 0 picks a free one; the
+    /// URL is printed on stderr): a page with each rank's host, state and the MPI call it
+    /// waits in, and with --meta the routers' links (rate, queues, compression, resends,
+    /// round trip), polling the JSON at /api/job, /api/ranks and /api/routers. Ranks are asked
+    /// where they wait about once a second while a page is open. Only loopback addresses,
+    /// unless --web-public
+    #[arg(long, value_name = "ADDR")]
+    web: Option<String>,
+
+    /// Let --web listen on an address other machines can reach: the view has no password, and
+    /// shows the job's hosts, processes and calls to whoever reaches it
+    #[arg(long, requires = "web")]
+    web_public: bool,
+
     /// PROGRAM and its arguments; more programs after a lone `:`, each as `-n M PROGRAM ARGS...`
     #[arg(
         value_name = "PROGRAM [ARGS]... [: -n M PROGRAM2 [ARGS]...]",
@@ -217,6 +232,20 @@ pub struct RunArgs {
 /// Failures to start the job (spawning, sockets). Refused command lines are reported here and
 /// give [`USAGE_EXIT`] instead, so nothing is started for them.
 pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
+    // Bound before anything starts, so that a refused or busy address starts nothing.
+    let web = match args
+        .web
+        .as_deref()
+        .map(|a| crate::web::Web::start(a, args.web_public))
+    {
+        Some(Ok(web)) => Some(web),
+        Some(Err(e)) => {
+            eprintln!("metampi run: error: {e}");
+            return Ok(USAGE_EXIT);
+        }
+        None => None,
+    };
+    let mut web_meta = None;
     // A meta job starts its routers first; they live until the job has ended.
     let mut running_routers = None;
     let mut meta_plan = None;
@@ -295,14 +324,17 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             }
             let every = Duration::from_secs_f64(secs);
             monitor = Some((dir, crate::links::link_names(&cfg), every));
-        } else if cfg.hosts.iter().all(|h| {
-            matches!(
-                h.launch,
-                metampi_config::Launch::Local | metampi_config::Launch::Netns(_)
-            )
-        }) {
-            // The routers' statistics serve the hang report (`SIGUSR1`, `--stall-timeout`),
-            // where they run on this machine and write where the launcher reads.
+        } else if web.is_some()
+            || cfg.hosts.iter().all(|h| {
+                matches!(
+                    h.launch,
+                    metampi_config::Launch::Local | metampi_config::Launch::Netns(_)
+                )
+            })
+        {
+            // The routers' statistics serve the hang report (`SIGUSR1`, `--stall-timeout`)
+            // and the live view, where they run on this machine and write where the launcher
+            // reads.
             let dir = crate::links::StatsDir::for_job()
                 .context("making a directory for the routers' statistics")?;
             if dir.own() {
@@ -314,6 +346,17 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
         let path = (monitor.as_ref().map(|m| m.0.path()))
             .or(report_dir.as_ref().map(|d| d.path()))
             .map(Path::to_path_buf);
+        if let (Some(web), Some(dir)) = (&web, &path) {
+            web.set_routers(crate::web::RouterStats {
+                dir: dir.clone(),
+                names: names.clone(),
+            });
+        }
+        web_meta = Some(
+            (layout.hosts.iter())
+                .map(|h| (h.name.clone(), h.ranks.clone()))
+                .collect::<Vec<_>>(),
+        );
         routers_report = path.map(|p| (p, names));
         let opts = metampi_launch::meta::StartOptions {
             secret_file: cfg.globals.secret_file.clone(),
@@ -394,6 +437,22 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
             );
         }
     }
+    // As a shell would take it back, for the live view's title.
+    let command = (args.command.iter())
+        .map(|w| {
+            let w = w.to_string_lossy();
+            let plain = !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c));
+            if plain {
+                w.into_owned()
+            } else {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let meta_file = args.meta.clone();
     let spec = match build_spec(args).map(|mut spec| {
         if let (Some((_, _, plan)), Some(hosts)) = (&meta_plan, meta_hosts) {
             spec = spec.hosts(hosts).launch(LaunchMethod::Local);
@@ -425,6 +484,18 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
     }
     let spec = match routers_report {
         Some((dir, names)) => spec.report_also(move || crate::links::report(&dir, &names)),
+        None => spec,
+    };
+    let spec = match &web {
+        Some(web) => {
+            web.set_job(crate::web::JobInfo {
+                command,
+                world_size: spec.world_size(),
+                meta: meta_file.zip(web_meta),
+            });
+            eprintln!("metampi run: live view at {}", web.url());
+            spec.live(web.live())
+        }
         None => spec,
     };
     let monitor =

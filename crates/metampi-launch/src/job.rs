@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::command::{self, RemoteStdin};
 use crate::error::LaunchError;
+use crate::live::{LiveView, LIVE_EVERY};
 use crate::outcome::{HelperId, JobFailure, JobOutcome, RankId, RankResult};
 use crate::pmi::{JobId, JobKey, PmiEvent, PmiServer, HELPER_ENV};
 use crate::remote::{self, HostLaunch, ManualProcess, SecretSource};
@@ -280,7 +281,12 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
         also: spec.report_also.as_ref(),
         gathering: None,
         next_look: spec.stall_timeout.map(|s| Instant::now() + look_every(s)),
+        live: spec.live.as_ref(),
+        next_live: spec.live.as_ref().map(|_| Instant::now()),
     };
+    if let Some(live) = &spec.live {
+        live.begin(job.to_string(), &ids);
+    }
     let deadline = spec.timeout.map(|t| started_at + t);
     let join = (!by_hand.is_empty() || !helpers.is_empty())
         .then(|| (Instant::now() + spec.join_timeout, spec.join_timeout));
@@ -295,6 +301,10 @@ pub fn run(spec: &JobSpec) -> Result<JobOutcome, LaunchError> {
             _ => libc::SIGTERM,
         };
         monitor.stop_all(first);
+    }
+    monitor.refresh_live();
+    if let Some(live) = &spec.live {
+        live.end();
     }
 
     if let Some(pump) = stdin_pump {
@@ -850,6 +860,9 @@ struct Monitor<'a> {
     also: Option<&'a ReportAddition>,
     /// A hang report being gathered.
     gathering: Option<Gathering>,
+    /// The live view to keep up to date, and when it is next refreshed.
+    live: Option<&'a LiveView>,
+    next_live: Option<Instant>,
 }
 
 /// How often a job with stall timeout `limit` is looked at.
@@ -889,7 +902,10 @@ impl Monitor<'_> {
             // The report's own times: its answers' deadline, or the next look for a stall.
             let look = match &self.gathering {
                 Some(g) => Some(g.until),
-                None => self.next_look,
+                None => match (self.next_look, self.next_live) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                },
             };
             let limit = until;
             let until = match (until, look) {
@@ -934,6 +950,7 @@ impl Monitor<'_> {
                     if let Some(failure) = self.record_exit(rank, status) {
                         return Some(failure);
                     }
+                    self.refresh_live();
                 }
                 Event::Pmi(PmiEvent::Abort {
                     rank,
@@ -1009,13 +1026,37 @@ impl Monitor<'_> {
         self.gathering = Some(g);
     }
 
-    /// The report's deadline or the next look for a stall has come.
+    /// The report's deadline, the next look for a stall, or the live view's refresh has come.
     fn report_time(&mut self) -> Option<JobFailure> {
         if self.gathering.is_some() {
             return self.finish_report();
         }
-        self.ask(Why::Stall);
+        let now = Instant::now();
+        if self.next_live.is_some_and(|t| t <= now) {
+            self.next_live = Some(now + LIVE_EVERY);
+            self.refresh_live();
+            // The round also serves a stall look that falls due meanwhile: its rows are judged.
+            if self.live.is_some_and(LiveView::wanted) {
+                self.ask(Why::Live);
+                return None;
+            }
+        }
+        if self.next_look.is_some_and(|t| t <= now) {
+            self.ask(Why::Stall);
+        }
         None
+    }
+
+    /// Records in the live view what the launcher knows without asking the ranks.
+    fn refresh_live(&self) {
+        let Some(live) = self.live else {
+            return;
+        };
+        live.refresh(|rank| {
+            let pmi = self.pmi.rank_state(rank).unwrap_or_default();
+            let status = self.statuses.get(rank).copied().flatten();
+            (status, pmi.finalized, pmi.connected)
+        });
     }
 
     /// Ends a round: prints the report when it was asked for; with a stall timeout, judges
@@ -1031,6 +1072,9 @@ impl Monitor<'_> {
                 Known::Running
             }
         });
+        if let Some(live) = self.live {
+            live.answered(&rows);
+        }
         let stalled = self
             .stall
             .is_some_and(|limit| report::stalled(&rows, limit));

@@ -75,6 +75,7 @@ pub mod contract;
 mod error;
 mod host;
 mod job;
+mod live;
 pub mod meta;
 mod outcome;
 pub mod pmi;
@@ -92,6 +93,7 @@ pub use bind::{Binding, BIND_ENV};
 pub use error::LaunchError;
 pub use host::{place, Host, HostSpecError, HostSpecErrorKind, Placement};
 pub use job::{run, KILL_GRACE};
+pub use live::{LiveRank, LiveSnapshot, LiveView, RankState};
 pub use outcome::{
     describe_signal, signal_name, HelperId, JobFailure, JobOutcome, RankId, RankResult,
     TIMEOUT_EXIT_CODE,

@@ -23,6 +23,8 @@ pub(crate) enum Why {
     Asked,
     /// The stall timeout's periodic look.
     Stall,
+    /// A viewer of the live view looks ([`crate::LiveView::want`]).
+    Live,
 }
 
 /// One round of asking: who owes an answer, and the answers so far.

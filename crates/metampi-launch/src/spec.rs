@@ -135,6 +135,7 @@ pub struct JobSpec {
     pub(crate) wdir: Option<std::path::PathBuf>,
     pub(crate) watched: Vec<(u32, String)>,
     pub(crate) report_also: Option<ReportAddition>,
+    pub(crate) live: Option<crate::live::LiveView>,
 }
 
 /// Text a hang report adds under the ranks' table ([`JobSpec::report_also`]).
@@ -182,6 +183,7 @@ impl Default for JobSpec {
             wdir: None,
             watched: Vec::new(),
             report_also: None,
+            live: None,
         }
     }
 }
@@ -296,6 +298,15 @@ impl JobSpec {
     #[must_use]
     pub fn report_also(mut self, text: impl Fn() -> String + Send + Sync + 'static) -> Self {
         self.report_also = Some(ReportAddition(std::sync::Arc::new(text)));
+        self
+    }
+
+    /// Keep `view` up to date while the job runs: each rank's state, and, while a viewer
+    /// wants it ([`LiveView::want`](crate::LiveView::want)), where it waits, asked about once
+    /// a second (`metampi run --web`).
+    #[must_use]
+    pub fn live(mut self, view: crate::live::LiveView) -> Self {
+        self.live = Some(view);
         self
     }
 
