@@ -112,10 +112,7 @@ fn tls_warnings(cfg: &MetaConfig) -> Vec<String> {
         ];
         for (key, path) in files {
             let Some(path) = path else { continue };
-            let full = match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
-                (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
-                _ => PathBuf::from(path),
-            };
+            let full = metampi_config::home_path(path);
             if let Err(e) = std::fs::File::open(&full) {
                 out.push(format!(
                     "meta host '{}': {key} {path} cannot be read here: {e}",

@@ -275,12 +275,7 @@ pub fn execute(mut args: RunArgs) -> anyhow::Result<u8> {
         // SECRET_FILE: the job secret every site shares (a site started by hand
         // needs the same one); otherwise a fresh one is made for this job.
         if let Some(file) = &cfg.globals.secret_file {
-            let path = match file.strip_prefix("~/") {
-                Some(rest) => std::env::var_os("HOME")
-                    .map(|h| PathBuf::from(h).join(rest))
-                    .unwrap_or_else(|| PathBuf::from(file)),
-                None => PathBuf::from(file),
-            };
+            let path = metampi_config::home_path(file);
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("reading SECRET_FILE {}", path.display()))?;
             if metampi::auth::Secret::from_hex(&text).is_none() {

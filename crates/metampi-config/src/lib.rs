@@ -59,8 +59,8 @@ pub use model::{
 };
 pub use parser::closest;
 pub use process::{
-    is_env_name, is_reserved_env, parse_env_file, split_args, EnvError, EnvLine, ProcessSettings,
-    MPIROOT_ROUTER, RESERVED_ENV_PREFIX,
+    home_path, is_env_name, is_reserved_env, parse_env_file, split_args, EnvError, EnvLine,
+    ProcessSettings, MPIROOT_ROUTER, RESERVED_ENV_PREFIX,
 };
 pub use units::Bandwidth;
 

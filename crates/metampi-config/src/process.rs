@@ -384,8 +384,9 @@ impl MetaHost {
     }
 }
 
-/// `~/rest` as `$HOME/rest`; anything else as it is.
-fn home_path(path: &str) -> PathBuf {
+/// `~/rest` as `$HOME/rest`; anything else as it is (the description's file paths, and
+/// every tool that reads one).
+pub fn home_path(path: &str) -> PathBuf {
     match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
         (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
         _ => PathBuf::from(path),

@@ -230,10 +230,7 @@ mod imp {
 
     /// `~/x` is the home directory's `x`, as in `SECRET_FILE`.
     fn expand_home(path: &str) -> std::path::PathBuf {
-        match (path.strip_prefix("~/"), metampi::knobs::os("HOME")) {
-            (Some(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
-            _ => std::path::PathBuf::from(path),
-        }
+        metampi_config::home_path(path)
     }
 
     fn load_identity(id: &Identity, secret: &auth::Secret, router: usize) -> io::Result<Loaded> {
