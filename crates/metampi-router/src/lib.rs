@@ -344,38 +344,42 @@ fn write_stats(
         AutoMode::NotAuto => compression,
         m => m.as_str(),
     };
-    let text = format!(
-        "{{\"bytes_out\":{},\"bytes_in\":{},\"frames_out\":{},\"frames_in\":{},\"payload_raw_out\":{},\"payload_wire_out\":{},\"compression_ratio_out\":{:.4},\"retransmits\":{},\"timeouts\":{},\"nacks_in\":{},\"nacks_out\":{},\"duplicates_in\":{},\"out_of_order_in\":{},\"reconnects\":{},\"srtt_us\":{},\"queued_messages\":{},\"queued_bytes\":{},\"unacked_bytes\":{},\"corrupt_in\":{},\"stalled_frames_in\":{},\"compression\":\"{compression}\",\"compression_mode\":\"{mode}\",\"compressed_frames_out\":{},\"compression_skipped\":{},\"goodput_compressed_bps\":{},\"goodput_raw_bps\":{},\"auto_probes\":{},\"auto_switches\":{},\"auto_busy_percent\":{},\"payload_checksum_out\":{checksum},\"unchecked_frames_in\":{},\"reader_chunks_in\":{}}}\n",
-        st.bytes_out,
-        st.bytes_in,
-        st.frames_out,
-        st.frames_in,
-        st.payload_raw_out,
-        st.payload_wire_out,
-        st.compression_ratio_out(),
-        st.retransmits,
-        st.timeouts,
-        st.nacks_in,
-        st.nacks_out,
-        st.duplicates_in,
-        st.out_of_order_in,
-        st.reconnects,
-        st.srtt.map_or(0, |d| d.as_micros()),
-        st.queued_messages,
-        st.queued_bytes,
-        st.unacked_bytes,
-        st.corrupt_in,
-        st.stalled_frames_in,
-        st.compressed_frames_out,
-        st.compression_skipped,
-        st.auto_goodput_compressed,
-        st.auto_goodput_raw,
-        st.auto_probes,
-        st.auto_switches,
-        st.auto_busy_percent,
-        st.unchecked_frames_in,
-        st.chunks_handed_in
-    );
+    let text = serde_json::json!({
+        "bytes_out": st.bytes_out,
+        "bytes_in": st.bytes_in,
+        "frames_out": st.frames_out,
+        "frames_in": st.frames_in,
+        "payload_raw_out": st.payload_raw_out,
+        "payload_wire_out": st.payload_wire_out,
+        "compression_ratio_out": st.compression_ratio_out(),
+        "retransmits": st.retransmits,
+        "timeouts": st.timeouts,
+        "nacks_in": st.nacks_in,
+        "nacks_out": st.nacks_out,
+        "duplicates_in": st.duplicates_in,
+        "out_of_order_in": st.out_of_order_in,
+        "reconnects": st.reconnects,
+        "srtt_us": st.srtt.map_or(0, |d| d.as_micros() as u64),
+        "queued_messages": st.queued_messages,
+        "queued_bytes": st.queued_bytes,
+        "unacked_bytes": st.unacked_bytes,
+        "corrupt_in": st.corrupt_in,
+        "stalled_frames_in": st.stalled_frames_in,
+        "compression": compression,
+        "compression_mode": mode,
+        "compressed_frames_out": st.compressed_frames_out,
+        "compression_skipped": st.compression_skipped,
+        "goodput_compressed_bps": st.auto_goodput_compressed,
+        "goodput_raw_bps": st.auto_goodput_raw,
+        "auto_probes": st.auto_probes,
+        "auto_switches": st.auto_switches,
+        "auto_busy_percent": st.auto_busy_percent,
+        "payload_checksum_out": checksum,
+        "unchecked_frames_in": st.unchecked_frames_in,
+        "reader_chunks_in": st.chunks_handed_in,
+    })
+    .to_string()
+        + "\n";
     let tmp = path.with_extension("tmp");
     if std::fs::write(&tmp, text).is_ok() {
         let _ = std::fs::rename(&tmp, path);
@@ -1783,20 +1787,22 @@ impl Router {
             // Its own memory, without the ranks' pipes it maps (shared memory the ranks
             // made, counted in its resident size): sampled here, the peak of the samples.
             self.peak_anon_kb = self.peak_anon_kb.max(kb("RssAnon:"));
-            let text = format!(
-                "{{\"rss_kb\":{},\"peak_rss_kb\":{},\"ranks\":{},\"pipe_ranks\":{},\"loans\":{},\"to_ranks_bytes\":{},\"send_buffered\":{queued},\"budget_bytes\":{},\"held_bytes\":{},\"peak_held_bytes\":{},\"anon_kb\":{},\"peak_anon_kb\":{}}}\n",
-                kb("VmRSS:"),
-                kb("VmHWM:"),
-                self.ranks.len(),
-                self.ranks.iter().filter(|r| r.vchan.is_some()).count(),
-                self.ranks.iter().map(|r| r.lent.made).sum::<u64>(),
-                self.switch.to_ranks(),
-                self.switch.budget().total,
-                self.holding_now(),
-                self.switch.budget().peak,
-                kb("RssAnon:"),
-                self.peak_anon_kb,
-            );
+            let text = serde_json::json!({
+                "rss_kb": kb("VmRSS:"),
+                "peak_rss_kb": kb("VmHWM:"),
+                "ranks": self.ranks.len(),
+                "pipe_ranks": self.ranks.iter().filter(|r| r.vchan.is_some()).count(),
+                "loans": self.ranks.iter().map(|r| r.lent.made).sum::<u64>(),
+                "to_ranks_bytes": self.switch.to_ranks(),
+                "send_buffered": queued,
+                "budget_bytes": self.switch.budget().total,
+                "held_bytes": self.holding_now(),
+                "peak_held_bytes": self.switch.budget().peak,
+                "anon_kb": kb("RssAnon:"),
+                "peak_anon_kb": self.peak_anon_kb,
+            })
+            .to_string()
+                + "\n";
             let path = std::path::PathBuf::from(dir).join(format!("router-{}.json", self.id));
             let tmp = path.with_extension("tmp");
             if std::fs::write(&tmp, text).is_ok() {

@@ -392,14 +392,10 @@ pub fn link_stats(dir: &std::path::Path, side: &str) -> Vec<(String, String)> {
 
 /// A whole-number field (`"key":123`) of a statistics file's JSON text.
 pub fn stats_number(json: &str, key: &str) -> Option<u64> {
-    let key = format!("\"{key}\":");
-    let at = json.find(&key)? + key.len();
-    json[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .ok()
+    serde_json::from_str::<serde_json::Value>(json)
+        .ok()?
+        .get(key)?
+        .as_u64()
 }
 
 /// The sum of field `key` over the link statistics of one side (see
