@@ -162,7 +162,7 @@ fn client(world: &SimpleCommunicator, clients: &SimpleCommunicator, server: i32,
             1 => {
                 let mut s = 0u64;
                 clients.all_reduce_into(&(me as u64), &mut s, SystemOperation::sum());
-                assert_eq!(s, (0..k as u64).sum());
+                assert_eq!(s, (0..k as u64).sum::<u64>());
             }
             2 => {
                 let send: Vec<u64> = (0..k as u64).collect();
