@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
@@ -123,6 +124,68 @@ pub fn candidate_plot(
 }
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// A chart's text sizes and margins (pixels).
+#[derive(Clone, Copy)]
+struct Look {
+    caption: u32,
+    margin: u32,
+    x_area: u32,
+    y_area: u32,
+    labels: u32,
+}
+
+/// A panel of a candidate page.
+const PANEL: Look = Look {
+    caption: 18,
+    margin: 8,
+    x_area: 35,
+    y_area: 60,
+    labels: 13,
+};
+
+/// A picture of its own.
+const PAGE: Look = Look {
+    caption: 24,
+    margin: 12,
+    x_area: 45,
+    y_area: 60,
+    labels: 15,
+};
+
+type Chart<'a, 'b> =
+    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Axes over `range` (x, y) on `area`, captioned and described (`desc`: x, y), their labels
+/// through [`axis_label`]; `grid`: mesh lines, which an image panel leaves out.
+fn chart<'a, 'b>(
+    area: &'a Area<'b>,
+    look: Look,
+    caption: &str,
+    range: (std::ops::Range<f64>, std::ops::Range<f64>),
+    desc: (&str, &str),
+    grid: bool,
+) -> Result<Chart<'a, 'b>, String> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", look.caption))
+        .margin(look.margin)
+        .x_label_area_size(look.x_area)
+        .y_label_area_size(look.y_area)
+        .build_cartesian_2d(range.0, range.1)
+        .map_err(|e| e.to_string())?;
+    let mut mesh = chart.configure_mesh();
+    if !grid {
+        mesh.disable_mesh();
+    }
+    mesh.x_desc(desc.0)
+        .y_desc(desc.1)
+        .label_style(("sans-serif", look.labels))
+        .x_label_formatter(&|v| axis_label(*v))
+        .y_label_formatter(&|v| axis_label(*v))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(chart)
+}
 
 fn draw_candidate(
     outcome: &SearchOutcome,
@@ -298,22 +361,14 @@ fn profile_panel(area: &Area<'_>, means: &[f64]) -> Result<(), String> {
         })
         .collect();
     let (lo, hi) = range(pts.iter().map(|p| p.1));
-    let mut chart = ChartBuilder::on(area)
-        .caption("Profile", ("sans-serif", 18))
-        .margin(8)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..2.0, lo..hi)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("Phase (turns)")
-        .y_desc("Power above median")
-        .label_style(("sans-serif", 13))
-        .x_label_formatter(&|v| axis_label(*v))
-        .y_label_formatter(&|v| axis_label(*v))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = chart(
+        area,
+        PANEL,
+        "Profile",
+        (0.0..2.0, lo..hi),
+        ("Phase (turns)", "Power above median"),
+        true,
+    )?;
     chart
         .draw_series(LineSeries::new(pts, BLACK.stroke_width(2)))
         .map_err(|e| e.to_string())?;
@@ -372,23 +427,14 @@ fn phase_image(
         .copied()
         .fold(f64::NEG_INFINITY, f64::max);
     let span = (hi - lo).max(1e-300);
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 18))
-        .margin(8)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..2.0, y_range.0..y_range.1)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc("Phase (turns)")
-        .y_desc(y_desc)
-        .label_style(("sans-serif", 13))
-        .x_label_formatter(&|v| axis_label(*v))
-        .y_label_formatter(&|v| axis_label(*v))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = chart(
+        area,
+        PANEL,
+        title,
+        (0.0..2.0, y_range.0..y_range.1),
+        ("Phase (turns)", y_desc),
+        false,
+    )?;
     let cells = cleaned.iter().zip(bounds).flat_map(|(row, &(y0, y1))| {
         let nb = row.len();
         (0..2 * nb).map(move |i| {
@@ -408,22 +454,14 @@ fn phase_image(
 fn snr_dm_panel(area: &Area<'_>, dms: &[f64], snr: &[f64], best_dm: f64) -> Result<(), String> {
     let (dlo, dhi) = range(dms.iter().copied());
     let (slo, shi) = range(snr.iter().copied().chain([0.0]));
-    let mut chart = ChartBuilder::on(area)
-        .caption("S/N against DM", ("sans-serif", 18))
-        .margin(8)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(dlo..dhi, slo..shi)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("DM (pc cm^-3)")
-        .y_desc("Folded S/N")
-        .label_style(("sans-serif", 13))
-        .x_label_formatter(&|v| axis_label(*v))
-        .y_label_formatter(&|v| axis_label(*v))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = chart(
+        area,
+        PANEL,
+        "S/N against DM",
+        (dlo..dhi, slo..shi),
+        ("DM (pc cm^-3)", "Folded S/N"),
+        true,
+    )?;
     let pts: Vec<(f64, f64)> = dms.iter().copied().zip(snr.iter().copied()).collect();
     chart
         .draw_series(LineSeries::new(pts.clone(), COLOURS[0].stroke_width(2)))
@@ -473,22 +511,17 @@ fn period_panel(area: &Area<'_>, d: &FoldDiagnostics, period_s: f64) -> Result<(
         .collect();
     let (xlo, xhi) = range(pts.iter().map(|p| p.0));
     let (ylo, yhi) = range(pts.iter().map(|p| p.1).chain([0.0]));
-    let mut chart = ChartBuilder::on(area)
-        .caption("S/N against period", ("sans-serif", 18))
-        .margin(8)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(xlo..xhi, ylo..yhi)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc(format!("P - P0 ({unit}), P0 = {:.6} ms", period_s * 1e3))
-        .y_desc("Folded S/N")
-        .label_style(("sans-serif", 13))
-        .x_label_formatter(&|v| axis_label(*v))
-        .y_label_formatter(&|v| axis_label(*v))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = chart(
+        area,
+        PANEL,
+        "S/N against period",
+        (xlo..xhi, ylo..yhi),
+        (
+            &format!("P - P0 ({unit}), P0 = {:.6} ms", period_s * 1e3),
+            "Folded S/N",
+        ),
+        true,
+    )?;
     chart
         .draw_series(LineSeries::new(pts, COLOURS[0].stroke_width(2)))
         .map_err(|e| e.to_string())?;
@@ -548,31 +581,19 @@ fn ppdot_panel(area: &Area<'_>, d: &FoldDiagnostics) -> Result<(), String> {
         .copied()
         .fold(f64::NEG_INFINITY, f64::max);
     let span = (hi - lo).max(1e-300);
-    let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!("P-Pdot plane: S/N {lo:.1} (dark) to {hi:.1} (light)"),
-            ("sans-serif", 18),
-        )
-        .margin(8)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(xlo..xhi, ylo..yhi)
-        .map_err(|e| e.to_string())?;
     let y_desc = if exp == 0 {
         "Pdot - Pdot0 (s/s)".to_string()
     } else {
         format!("Pdot - Pdot0 (1e{exp} s/s)")
     };
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc(format!("P - P0 ({unit})"))
-        .y_desc(y_desc)
-        .label_style(("sans-serif", 13))
-        .x_label_formatter(&|v| axis_label(*v))
-        .y_label_formatter(&|v| axis_label(*v))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = chart(
+        area,
+        PANEL,
+        &format!("P-Pdot plane: S/N {lo:.1} (dark) to {hi:.1} (light)"),
+        (xlo..xhi, ylo..yhi),
+        (&format!("P - P0 ({unit})"), &y_desc),
+        false,
+    )?;
     let cells = ys.iter().zip(&plane.snr).flat_map(|(y, row)| {
         xs.iter().zip(row).map(move |(x, v)| {
             Rectangle::new(
@@ -631,22 +652,14 @@ fn snr_vs_dm(outcome: &SearchOutcome, path: &Path) -> Result<(), String> {
             .flat_map(|c| c.snr_vs_dm.iter().copied())
             .chain([0.0]),
     );
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Folded S/N against trial DM", ("sans-serif", 24))
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(dlo..dhi, slo..shi)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("DM (pc cm^-3)")
-        .y_desc("S/N")
-        .label_style(("sans-serif", 15))
-        .x_label_formatter(&|v| axis_label(*v))
-        .y_label_formatter(&|v| axis_label(*v))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = chart(
+        &root,
+        PAGE,
+        "Folded S/N against trial DM",
+        (dlo..dhi, slo..shi),
+        ("DM (pc cm^-3)", "S/N"),
+        true,
+    )?;
     for (i, c) in shown.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
         let pts: Vec<(f64, f64)> = outcome
@@ -692,25 +705,14 @@ fn single_pulses(
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (tlo, thi) = range(events.iter().map(|e| e.time_s).chain([0.0]));
     let (dlo, dhi) = range(dms.iter().copied());
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("Single pulses ({} events)", events.len()),
-            ("sans-serif", 24),
-        )
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(tlo..thi, dlo..dhi)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("time at the reference frequency (s)")
-        .y_desc("DM (pc cm^-3)")
-        .label_style(("sans-serif", 15))
-        .x_label_formatter(&|v| axis_label(*v))
-        .y_label_formatter(&|v| axis_label(*v))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = chart(
+        &root,
+        PAGE,
+        &format!("Single pulses ({} events)", events.len()),
+        (tlo..thi, dlo..dhi),
+        ("time at the reference frequency (s)", "DM (pc cm^-3)"),
+        true,
+    )?;
     let floor = events.iter().map(|e| e.sigma).fold(f64::INFINITY, f64::min);
     let top = events
         .iter()
@@ -754,25 +756,14 @@ fn periodogram(outcome: &SearchOutcome, path: &Path) -> Result<(), String> {
         })
         .collect();
     let pmax = pts.iter().map(|p| p.1).fold(1.0, f64::max) * 1.05;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("Whitened power spectrum at DM {:.2}", outcome.spectrum_dm),
-            ("sans-serif", 24),
-        )
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..fmax, 0.0..pmax)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("Frequency (Hz)")
-        .y_desc("Normalised power")
-        .label_style(("sans-serif", 15))
-        .x_label_formatter(&|v| axis_label(*v))
-        .y_label_formatter(&|v| axis_label(*v))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = chart(
+        &root,
+        PAGE,
+        &format!("Whitened power spectrum at DM {:.2}", outcome.spectrum_dm),
+        (0.0..fmax, 0.0..pmax),
+        ("Frequency (Hz)", "Normalised power"),
+        true,
+    )?;
     chart
         .draw_series(LineSeries::new(pts, COLOURS[0].stroke_width(1)))
         .map_err(|e| e.to_string())?;
@@ -803,31 +794,26 @@ fn profile(c: &crate::search::CandidateDetail, path: &Path) -> Result<(), String
         .map(|i| ((i as f64 + 0.5) / nb as f64, means[i % nb] - base))
         .collect();
     let (lo, hi) = range(pts.iter().map(|p| p.1));
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "#{}  P = {:.5} ms  DM = {:.2}  S/N = {:.1}",
-                c.candidate.rank,
-                c.candidate.period_s * 1e3,
-                c.candidate.dm,
-                c.candidate.snr
-            ),
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..2.0, lo..hi)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("Pulse phase (cycles)")
-        .y_desc("Power above median")
-        .label_style(("sans-serif", 15))
-        .x_label_formatter(&|v| axis_label(*v))
-        .y_label_formatter(&|v| axis_label(*v))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = chart(
+        &root,
+        Look {
+            caption: 22,
+            margin: 12,
+            x_area: 45,
+            y_area: 70,
+            labels: 15,
+        },
+        &format!(
+            "#{}  P = {:.5} ms  DM = {:.2}  S/N = {:.1}",
+            c.candidate.rank,
+            c.candidate.period_s * 1e3,
+            c.candidate.dm,
+            c.candidate.snr
+        ),
+        (0.0..2.0, lo..hi),
+        ("Pulse phase (cycles)", "Power above median"),
+        true,
+    )?;
     let step: Vec<(f64, f64)> = pts
         .iter()
         .flat_map(|(x, y)| {
