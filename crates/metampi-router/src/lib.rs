@@ -87,7 +87,7 @@ fn wire_config(
     checksum: bool,
     budget: &Budget,
 ) -> Config {
-    Config::builder()
+    let builder = Config::builder()
         .connection_id(id)
         .max_message_len(MAX_WIRE_MESSAGE)
         // A byte lost inside a frame is only found once the frame's announced
@@ -108,21 +108,19 @@ fn wire_config(
         .partial_frame_timeout(Duration::from_secs(1))
         .idle_timeout(link_timeout())
         .keepalive((link_timeout() / 3).min(Duration::from_secs(1)))
-        .compression(compression)
-        .payload_checksum(checksum)
-        .build()
-        .unwrap_or_else(|_| {
-            // zstd may be compiled out: fall back to lz4 rather than refuse to run.
-            Config::builder()
-                .connection_id(id)
-                .max_message_len(MAX_WIRE_MESSAGE)
-                .flush_delay(Duration::ZERO)
-                .window(budget.window)
-                .send_buffer(budget.send_buffer)
-                .payload_checksum(checksum)
-                .build()
-                .expect("the default wire configuration is valid")
-        })
+        // A TCP stream backing off after repeated losses on a congested line can stay
+        // silent past the link timeout without breaking; a new connection does not
+        // inherit its backoff (issue 43's abort over a shaped line).
+        .silent_reconnect(link_timeout() / 2)
+        .payload_checksum(checksum);
+    match builder.clone().compression(compression).build() {
+        Ok(config) => config,
+        // zstd may be compiled out: fall back to lz4 rather than refuse to run.
+        Err(_) => builder
+            .compression(Compression::Lz4)
+            .build()
+            .expect("the router's wire configuration is valid"),
+    }
 }
 
 /// How long a link may stay silent or disconnected before it is given up
@@ -359,6 +357,7 @@ fn write_stats(
         "duplicates_in": st.duplicates_in,
         "out_of_order_in": st.out_of_order_in,
         "reconnects": st.reconnects,
+        "silent_reconnects": st.silent_reconnects,
         "srtt_us": st.srtt.map_or(0, |d| d.as_micros() as u64),
         "queued_messages": st.queued_messages,
         "queued_bytes": st.queued_bytes,
@@ -1709,14 +1708,15 @@ impl Router {
         for (l, why) in lost {
             self.link_lost(now, key, l, &why);
         }
-        self.take_events(key);
+        self.take_events(now, key);
     }
 
     /// Messages the links delivered go to their ranks, while the queue
     /// towards ranks has room (otherwise the wire credit stops the sender).
-    fn take_events(&mut self, key: PeerKey) {
+    fn take_events(&mut self, now: Instant, key: PeerKey) {
         let id = self.id;
         let lent = self.lent();
+        let mut silent_links = Vec::new();
         while let Some(ev) = self.switch.deliver(key, lent) {
             let Some(p) = self.peers.get(key) else {
                 return;
@@ -1730,6 +1730,16 @@ impl Router {
                         lost_since(p.links.get(link).and_then(|l| l.lost_at))
                     );
                 }
+                Event::LinkSilent { link, silent } => {
+                    tracing::warn!(
+                        "metampi router {id}: link l{} {} silent for {:.1} s with its \
+                         connection open; connecting it again",
+                        p.links.get(link).map_or(0, |l| l.layout_id),
+                        p.label,
+                        silent.as_secs_f64()
+                    );
+                    silent_links.push(link);
+                }
                 Event::Closed(reason) => {
                     let since = p.links.iter().filter_map(|l| l.lost_at).min();
                     eprintln!(
@@ -1741,6 +1751,9 @@ impl Router {
                 }
                 _ => {}
             }
+        }
+        for link in silent_links {
+            self.link_lost(now, key, link, "silent with its connection open");
         }
     }
 
@@ -1934,7 +1947,7 @@ impl Router {
             // Delivery may have been waiting for room towards the ranks.
             self.write_ranks();
             for key in self.peers.keys() {
-                self.take_events(key);
+                self.take_events(now, key);
             }
             self.write_ranks();
             if self.stats {

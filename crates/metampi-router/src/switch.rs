@@ -444,7 +444,9 @@ impl Switch {
                     let port = self.port(m.envelope.dst);
                     self.outlets[port].q.push_back(m.data);
                 }
-                ev @ (Event::LinkDead { .. } | Event::Closed(_)) => return Some(ev),
+                ev @ (Event::LinkDead { .. } | Event::LinkSilent { .. } | Event::Closed(_)) => {
+                    return Some(ev)
+                }
                 _ => {}
             }
         }

@@ -570,6 +570,11 @@ pub struct Faults {
     /// After this many chunks (all connections together) the link goes down
     /// for good: connections are cut and new ones refused. 0: never.
     pub down_after: u64,
+    /// The first connection of each proxy forwards nothing, in either direction, for
+    /// `freeze.1` from `freeze.0` after it was made, and stays open: what the ends of a
+    /// TCP connection see while it backs off after repeated losses (a stream that neither
+    /// delivers nor breaks). Zero `freeze.1`: never.
+    pub freeze: (Duration, Duration),
     /// Seed of the proxy's random choices.
     pub seed: u64,
     /// Keep up to this many of the bytes forwarded in each direction (all
@@ -588,6 +593,8 @@ pub struct FaultCounts {
     pub swapped: AtomicU64,
     pub delayed: AtomicU64,
     pub cut: AtomicU64,
+    /// Directions of connections held frozen ([`Faults::freeze`]).
+    pub frozen: AtomicU64,
     /// The proxy went down for good ([`Faults::down_after`]).
     pub down: AtomicBool,
     /// The bytes forwarded towards the target (`[0]`) and back (`[1]`), as
@@ -622,6 +629,7 @@ impl FaultCounts {
             &self.duplicated,
             &self.swapped,
             &self.cut,
+            &self.frozen,
         ]
         .iter()
         .map(|c| c.load(AtomicOrdering::Relaxed))
@@ -669,7 +677,11 @@ impl FaultProxy {
                         };
                         let _ = client.set_nonblocking(false);
                         let seed = faults.seed ^ conn_no.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                        pump_pair(client, server, faults, seed, skip, &c, &s);
+                        let mut f = faults;
+                        if conn_no > 1 {
+                            f.freeze = (Duration::ZERO, Duration::ZERO);
+                        }
+                        pump_pair(client, server, f, seed, skip, &c, &s);
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
@@ -716,7 +728,7 @@ fn pump_pair(
 fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
-    f: Faults,
+    mut f: Faults,
     seed: u64,
     (dir, mut skip): (usize, usize),
     n: &FaultCounts,
@@ -759,6 +771,12 @@ fn pump(
         }
         if n.down.load(AtomicOrdering::Relaxed) {
             return cut(&from, &to);
+        }
+        if !f.freeze.1.is_zero() && made.elapsed() >= f.freeze.0 {
+            // Once per direction: the chunk in hand waits with the rest.
+            n.frozen.fetch_add(1, AtomicOrdering::Relaxed);
+            std::thread::sleep(f.freeze.1);
+            f.freeze.1 = Duration::ZERO;
         }
         let due = !f.cut_every.is_zero() && made.elapsed() >= f.cut_every;
         if due || rng.chance(f.cut) {

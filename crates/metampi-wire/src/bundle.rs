@@ -11,7 +11,7 @@
 //! the queue for the surviving links; the receiver drops whatever it already had.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
@@ -37,6 +37,17 @@ pub enum Event {
         link: usize,
         /// Why it stopped.
         reason: CloseReason,
+    },
+    /// Link `link` has been connected and silent for `silent` (not a byte from the
+    /// peer), the [`crate::ConfigBuilder::silent_reconnect`] limit: its transport may be
+    /// stuck without breaking. The driver drops it ([`Bundle::handle_disconnect`]) and
+    /// connects again; the link is given up only a whole idle timeout after this event
+    /// if nothing arrives meanwhile.
+    LinkSilent {
+        /// Index of the link.
+        link: usize,
+        /// How long it has been silent.
+        silent: Duration,
     },
     /// The connection is gone: no link is left, the peer broke the protocol, or
     /// [`Bundle::close`] was called. Messages still queued are lost; messages delivered
@@ -251,6 +262,8 @@ impl Bundle {
             }
             if let Some(reason) = self.links[i].handle_timeout(now) {
                 self.link_died(now, i, reason);
+            } else if let Some(silent) = self.links[i].handle_silence(now) {
+                self.events.push_back(Event::LinkSilent { link: i, silent });
             }
         }
     }

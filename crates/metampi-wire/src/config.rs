@@ -37,6 +37,7 @@ pub struct Config {
     pub(crate) max_rto: Duration,
     pub(crate) keepalive: Duration,
     pub(crate) idle_timeout: Duration,
+    pub(crate) silent_reconnect: Option<Duration>,
     pub(crate) partial_frame_timeout: Duration,
     pub(crate) payload_checksum: bool,
 }
@@ -86,6 +87,7 @@ impl Default for Config {
             max_rto: b.max_rto,
             keepalive: b.keepalive,
             idle_timeout: b.idle_timeout,
+            silent_reconnect: b.silent_reconnect,
             partial_frame_timeout: b.partial_frame_timeout,
             payload_checksum: b.payload_checksum,
         }
@@ -109,6 +111,7 @@ pub struct ConfigBuilder {
     max_rto: Duration,
     keepalive: Duration,
     idle_timeout: Duration,
+    silent_reconnect: Option<Duration>,
     partial_frame_timeout: Duration,
     payload_checksum: bool,
 }
@@ -130,6 +133,7 @@ impl Default for ConfigBuilder {
             max_rto: Duration::from_secs(5),
             keepalive: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(10),
+            silent_reconnect: None,
             partial_frame_timeout: Duration::from_millis(200),
             payload_checksum: true,
         }
@@ -210,6 +214,19 @@ impl ConfigBuilder {
         /// the link is declared dead. Default 10 s.
         idle_timeout: Duration
     );
+
+    /// Asks the driver to connect a link again once it has been connected and silent
+    /// (not a byte from the peer) for `after`: [`crate::Event::LinkSilent`]. A TCP
+    /// connection that backs off after repeated losses neither delivers nor breaks,
+    /// sometimes for longer than the idle timeout; a new connection starts afresh. The
+    /// link then gets a full idle timeout from that moment before it is given up, once
+    /// per silence (bytes must arrive before it is asked again). Must lie between the
+    /// keepalive and the idle timeout, so that a healthy idle link is never taken for
+    /// a silent one. Default: never (the driver cannot reconnect, or does not want to).
+    pub fn silent_reconnect(mut self, after: Duration) -> ConfigBuilder {
+        self.silent_reconnect = Some(after);
+        self
+    }
     setter!(
         /// How long a partly received frame may go without a single new byte before it
         /// is given up: bytes lost inside the stream leave a valid header waiting for
@@ -294,6 +311,14 @@ impl ConfigBuilder {
         if self.keepalive.is_zero() || self.keepalive >= self.idle_timeout {
             return invalid("keepalive", "need 0 < keepalive < idle_timeout".into());
         }
+        if let Some(after) = self.silent_reconnect {
+            if after <= self.keepalive || after >= self.idle_timeout {
+                return invalid(
+                    "silent_reconnect",
+                    "need keepalive < silent_reconnect < idle_timeout".into(),
+                );
+            }
+        }
         // Zero would give up every frame still arriving at the next timeout call.
         if self.partial_frame_timeout.is_zero() {
             return invalid("partial_frame_timeout", "must be above zero".into());
@@ -313,6 +338,7 @@ impl ConfigBuilder {
             max_rto: self.max_rto,
             keepalive: self.keepalive,
             idle_timeout: self.idle_timeout,
+            silent_reconnect: self.silent_reconnect,
             partial_frame_timeout: self.partial_frame_timeout,
             payload_checksum: self.payload_checksum,
         })
@@ -391,6 +417,16 @@ mod tests {
             field(Config::builder().partial_frame_timeout(Duration::ZERO)),
             "partial_frame_timeout"
         );
+        for after in [Duration::from_millis(500), Duration::from_secs(10)] {
+            assert_eq!(
+                field(Config::builder().silent_reconnect(after)),
+                "silent_reconnect"
+            );
+        }
+        assert!(Config::builder()
+            .silent_reconnect(Duration::from_secs(5))
+            .build()
+            .is_ok());
         assert_eq!(
             field(Config::builder().partial_frame_timeout(Duration::MAX)),
             "partial_frame_timeout"

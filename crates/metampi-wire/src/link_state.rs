@@ -217,6 +217,12 @@ pub(crate) struct LinkState {
     /// give-up, and a give-up needs a partial-frame timeout of silence.
     nack_forced: bool,
     last_recv: Instant,
+    /// Last time any byte arrived, or the transport was connected again.
+    last_bytes: Instant,
+    /// [`Event::LinkSilent`](crate::Event::LinkSilent) was raised and no byte has come
+    /// since; the link may be given up no earlier than `grace_until`.
+    silence_raised: bool,
+    grace_until: Option<Instant>,
     /// Last time bytes arrived that may belong to the frame being received.
     last_progress: Instant,
     /// Longest silence inside a frame since the last accepted one.
@@ -271,6 +277,9 @@ impl LinkState {
             last_nack: None,
             nack_forced: false,
             last_recv: now,
+            last_bytes: now,
+            silence_raised: false,
+            grace_until: None,
             last_progress: now,
             silence_max: Duration::ZERO,
             stall_backoff: 0,
@@ -337,6 +346,10 @@ impl LinkState {
         let mut out = Received::default();
         let bytes = self.decoder.buffered_from(before);
         // Nothing arriving is no progress either.
+        if !bytes.is_empty() {
+            self.last_bytes = now;
+            self.silence_raised = false;
+        }
         if bytes.is_empty() {
             return Ok(out);
         }
@@ -655,7 +668,7 @@ impl LinkState {
         if self.dead {
             return None;
         }
-        if now >= self.last_recv + self.cfg.idle_timeout {
+        if now >= self.give_up_at() {
             self.dead = true;
             return Some(CloseReason::IdleTimeout(self.cfg.idle_timeout));
         }
@@ -676,11 +689,39 @@ impl LinkState {
         None
     }
 
+    /// When the link is given up if no frame arrives before.
+    fn give_up_at(&self) -> Instant {
+        let idle = self.last_recv + self.cfg.idle_timeout;
+        self.grace_until.map_or(idle, |g| idle.max(g))
+    }
+
+    /// When a connected link counts as silent (see [`LinkState::handle_silence`]).
+    fn silence_deadline(&self) -> Option<Instant> {
+        let after = self.cfg.silent_reconnect?;
+        (self.connected && !self.silence_raised).then(|| self.last_bytes + after)
+    }
+
+    /// How long the link has been connected and silent, once it reaches the
+    /// `silent_reconnect` limit (then not again until bytes arrive): the driver is to
+    /// connect it again, and the link gets a whole idle timeout from now to show life.
+    pub(crate) fn handle_silence(&mut self, now: Instant) -> Option<Duration> {
+        if self.dead || self.silence_deadline().is_none_or(|d| now < d) {
+            return None;
+        }
+        self.silence_raised = true;
+        self.grace_until = Some(now + self.cfg.idle_timeout);
+        self.stats.silent_reconnects += 1;
+        Some(now.saturating_duration_since(self.last_bytes))
+    }
+
     pub(crate) fn poll_timeout(&self, queue: &SendQueue) -> Option<Instant> {
         if self.dead {
             return None;
         }
-        let mut t = self.last_recv + self.cfg.idle_timeout;
+        let mut t = self.give_up_at();
+        if let Some(s) = self.silence_deadline() {
+            t = t.min(s);
+        }
         // Deadlines whose work is already owed are left out: a driver that cannot write
         // yet must not be woken for them again and again.
         if self.connected {
@@ -711,6 +752,8 @@ impl LinkState {
             return;
         }
         self.connected = true;
+        // Silence is counted on the new stream from its start.
+        self.last_bytes = self.last_bytes.max(now);
         // The old stream's partial frame is gone with it; a cut is not a stall.
         self.decoder.reset();
         self.silence_max = Duration::ZERO;
@@ -1009,6 +1052,50 @@ mod tests {
         fn deliver_to_b(&mut self, frame: &[u8]) -> Received {
             self.b.handle_bytes(self.now, frame).unwrap()
         }
+    }
+
+    #[test]
+    fn a_silent_link_is_reported_once_and_given_a_grace_period() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let builder = || {
+            Config::builder()
+                .keepalive(ms(100))
+                .idle_timeout(ms(1000))
+                .compression(crate::Compression::Off)
+        };
+        let cfg = builder().silent_reconnect(ms(400)).build().unwrap();
+        let mut a = LinkState::new(t0, &cfg, 0);
+        let mut b = LinkState::new(t0, &cfg, 0);
+        let mut qb = SendQueue::default();
+        assert!(a.poll_timeout(&SendQueue::default()).unwrap() <= t0 + ms(400));
+        assert_eq!(a.handle_silence(t0 + ms(399)), None);
+        assert_eq!(a.handle_silence(t0 + ms(400)), Some(ms(400)));
+        assert_eq!(a.handle_silence(t0 + ms(900)), None, "once per silence");
+        // The driver drops the stream and connects again; the link is not given up at
+        // its idle timeout but a whole one after the report.
+        a.handle_disconnect();
+        a.handle_reconnect(t0 + ms(600));
+        assert_eq!(a.handle_timeout(t0 + ms(1000)), None);
+        assert_eq!(a.stats.silent_reconnects, 1);
+        // Bytes on the new stream end the silence; the next one is reported again.
+        let t1 = t0 + ms(700);
+        assert_eq!(b.handle_timeout(t1), None);
+        let keepalive = b.poll_transmit(t1, &mut qb).expect("a keepalive is due");
+        a.handle_bytes(t1, &keepalive.to_vec()).unwrap();
+        assert_eq!(a.handle_silence(t1 + ms(399)), None);
+        assert_eq!(a.handle_silence(t1 + ms(400)), Some(ms(400)));
+        assert_eq!(a.handle_timeout(t1 + ms(1399)), None);
+        assert!(matches!(
+            a.handle_timeout(t1 + ms(1400)),
+            Some(CloseReason::IdleTimeout(_))
+        ));
+
+        // Without the setting nothing is reported and the idle timeout stands.
+        let cfg = builder().build().unwrap();
+        let mut c = LinkState::new(t0, &cfg, 0);
+        assert_eq!(c.handle_silence(t0 + ms(999)), None);
+        assert!(c.handle_timeout(t0 + ms(1000)).is_some());
     }
 
     #[test]

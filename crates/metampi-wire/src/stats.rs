@@ -82,6 +82,9 @@ pub struct Stats {
     pub failed_over: u64,
     /// Times the transport reconnected.
     pub reconnects: u64,
+    /// Times the link was connected but silent for the `silent_reconnect` limit, and
+    /// the driver was asked to connect it again.
+    pub silent_reconnects: u64,
     /// Gauge: messages waiting to be framed (bundle-wide queue).
     pub queued_messages: u64,
     /// Gauge: bytes waiting to be framed (bundle-wide queue).
@@ -160,6 +163,7 @@ impl AddAssign<&Stats> for Stats {
         self.nacks_in = self.nacks_in.saturating_add(o.nacks_in);
         self.failed_over = self.failed_over.saturating_add(o.failed_over);
         self.reconnects = self.reconnects.saturating_add(o.reconnects);
+        self.silent_reconnects = self.silent_reconnects.saturating_add(o.silent_reconnects);
         self.queued_messages = self.queued_messages.saturating_add(o.queued_messages);
         self.queued_bytes = self.queued_bytes.saturating_add(o.queued_bytes);
         self.unacked_frames = self.unacked_frames.saturating_add(o.unacked_frames);

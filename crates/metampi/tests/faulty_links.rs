@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use metampi::traits::*;
 use metampi_testkit::traffic::{check, message};
-use metampi_testkit::{Faults, Ranks};
+use metampi_testkit::{Faults, Ranks, StatsDir};
 
 const CONFIG: &str = "PORTBASE 25300\n\
      METAHOST a { LAUNCH = local; NPROCS = 2; NODES = a0; }\n\
@@ -90,5 +90,67 @@ fn exactly_once_in_order_through_faulty_links() {
     assert!(
         injected > 10,
         "the proxies must actually have disturbed the links"
+    );
+}
+
+/// Round trips in the frozen-link test; rank 0 pauses between them, so that traffic
+/// runs on before, during and after the freeze.
+const FROZEN_ROUNDS: u32 = 60;
+
+/// A connected link that delivers nothing for longer than the link timeout (a TCP stream
+/// backing off after repeated losses, which neither delivers nor breaks) is connected
+/// again, not given up: the job goes on and nothing is lost. Before, the silent link was
+/// given up at the timeout and its router ended the job ("the connection ... is gone
+/// (IdleTimeout)"; the ranks then reported losing their router), the likely cause of
+/// issue 43's abort after 127 s over a shaped 40 Mbit/s line.
+#[test]
+fn a_frozen_link_is_connected_again_not_given_up() {
+    const CONFIG: &str = "PORTBASE 25360\n\
+         METAHOST a { LAUNCH = local; NPROCS = 1; NODES = a0; }\n\
+         METAHOST b { LAUNCH = local; NPROCS = 1; NODES = b0; }\n\
+         PAIR a b 1\na0 <-> b0\n";
+    let faults = Faults {
+        // Frozen for three link timeouts, a second into the job.
+        freeze: (Duration::from_secs(1), Duration::from_secs(6)),
+        ..Default::default()
+    };
+    let dir = StatsDir::new("a_frozen_link_is_connected_again_not_given_up");
+    let (ranks, counts) = Ranks::new(2)
+        .meta(CONFIG)
+        .env("METAMPI_LINK_TIMEOUT", "2")
+        .router_stats(&dir)
+        .timeout(Duration::from_secs(60))
+        .faulty_links(faults);
+    ranks.run("a_frozen_link_is_connected_again_not_given_up", |world| {
+        let me = world.rank();
+        let peer = world.process_at_rank(1 - me);
+        for seq in 0..FROZEN_ROUNDS {
+            if me == 0 {
+                std::thread::sleep(Duration::from_millis(50));
+                peer.send_with_tag(&message(0, 1, seq, 64 << 10)[..], 7);
+                let (m, _) = peer.receive_vec_with_tag::<u8>(7);
+                check(&m, 1, 0, seq, 64 << 10);
+            } else {
+                let (m, _) = peer.receive_vec_with_tag::<u8>(7);
+                check(&m, 0, 1, seq, 64 << 10);
+                peer.send_with_tag(&message(1, 0, seq, 64 << 10)[..], 7);
+            }
+        }
+    });
+    if metampi_testkit::is_rank() {
+        return;
+    }
+    let frozen: u64 = (counts.lock().unwrap().iter())
+        .map(|c| c.frozen.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    assert!(frozen > 0, "the proxies must have frozen a connection");
+    let total = |key| {
+        metampi_testkit::link_total(dir.path(), "out", key)
+            + metampi_testkit::link_total(dir.path(), "in", key)
+    };
+    assert!(
+        total("silent_reconnects") > 0 && total("reconnects") > 0,
+        "the frozen links must have been found silent and connected again: {:?}",
+        metampi_testkit::link_stats(dir.path(), "out")
     );
 }
