@@ -145,6 +145,10 @@ pub struct EnvLine {
 /// literally, one in `"..."` with `\"` and `\\` as escapes (quotes let a value keep blanks at
 /// its ends). A `#` inside a value is part of it. Nothing is expanded.
 ///
+/// Not `dotenvy` (decision 0058): it would expand `$VAR` from the launcher's environment, not
+/// the meta host's, read other syntax (a blank ends an unquoted value, `#` after it starts a
+/// comment), and reports no line number.
+///
 /// # Errors
 /// The first bad line: its 1-based number and what is wrong with it.
 pub fn parse_env_file(text: &str) -> Result<Vec<EnvLine>, (usize, String)> {

@@ -1,4 +1,4 @@
-//! Command lines for ranks started on other machines: POSIX shell quoting, the ssh command, and
+//! Command lines for ranks started on other machines: shell quoting, the ssh command, and
 //! user launch templates.
 //!
 //! A remote rank's environment cannot be passed through `execve`, so it travels inside the
@@ -13,8 +13,18 @@ use std::path::Path;
 
 use crate::spec::{AppSpec, Start};
 
-/// Quotes one word for a POSIX shell; words made only of safe characters stay bare so the
-/// command stays readable in `ps` and in error messages.
+/// Quotes one word so that a POSIX shell, csh/tcsh and fish all read it back as the same bytes;
+/// words made only of safe characters stay bare so the command stays readable in `ps` and in
+/// error messages.
+///
+/// The outer word of a remote command line is read by the remote user's login shell, which may
+/// be csh or fish (see [`remote_line`]), so only what the three read alike is used: single
+/// quotes, with `'`, `\` and `!` written outside them as `\'`, `\\` and `\!` (fish takes
+/// `\\` and `\'` inside single quotes as escapes; csh expands `!` even there). Not the `shlex`
+/// crate: it puts `'` and `\` inside double quotes with `\"` and `\\` escapes, which csh
+/// does not honour (decision 0058). A newline inside the word is read by sh and fish, not by
+/// csh, which has no quoting of it that sh shares. NUL bytes pass through; `Command::spawn`
+/// then refuses the argv with an error.
 pub(crate) fn shell_quote(word: &OsStr) -> Vec<u8> {
     let bytes = word.as_bytes();
     let safe = !bytes.is_empty()
@@ -31,12 +41,10 @@ pub(crate) fn shell_quote(word: &OsStr) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len() + 2);
     out.push(b'\'');
     for &b in bytes {
-        if b == b'\'' {
-            // Close the quote, emit an escaped quote, reopen: the only way to get `'` inside
-            // single quotes.
-            out.extend_from_slice(b"'\\''");
-        } else {
-            out.push(b);
+        match b {
+            // Close the quote, write the byte escaped, reopen.
+            b'\'' | b'\\' | b'!' => out.extend_from_slice(&[b'\'', b'\\', b, b'\'']),
+            _ => out.push(b),
         }
     }
     out.push(b'\'');
@@ -344,6 +352,8 @@ mod tests {
         assert_eq!(q("it's"), "'it'\\''s'");
         assert_eq!(q("$HOME"), "'$HOME'");
         assert_eq!(q("a;rm -rf /"), "'a;rm -rf /'");
+        // Outside the quotes, where fish and csh read them as sh does.
+        assert_eq!(q("a\\b!"), "'a'\\\\'b'\\!''");
     }
 
     #[test]
@@ -364,6 +374,71 @@ mod tests {
             .collect::<Vec<_>>()
             .join(&b' ');
         assert_eq!(sh_words(&line), nasty);
+    }
+
+    /// `name` (`bash`, `tcsh`, ...) found in `PATH`, for the tests of login shells besides sh;
+    /// a test skips a shell that is not installed, and says so.
+    fn installed_shell(name: &str) -> Option<PathBuf> {
+        let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file());
+        if found.is_none() {
+            eprintln!("{name} is not installed: its case is skipped");
+        }
+        found
+    }
+
+    /// sh always; bash, zsh, tcsh and fish where installed: the login shells a remote line
+    /// meets.
+    fn login_shells() -> Vec<PathBuf> {
+        let mut shells = vec![PathBuf::from("/bin/sh")];
+        shells.extend(
+            ["bash", "zsh", "tcsh", "fish"]
+                .into_iter()
+                .filter_map(installed_shell),
+        );
+        shells
+    }
+
+    #[test]
+    fn quoted_bytes_survive_every_login_shell() {
+        let words: [&[u8]; 12] = [
+            b"two words",
+            b"it's \"q\" and 'more'",
+            b"$HOME `id` $(id) ${x}",
+            b"line one\nline two",
+            b"not utf-8: \xff\xfe \xc3(",
+            b"\\ a\\b a\\\\b a\\'b x\\",
+            b"!x ^y {a,b} ~ * ? [a] # ; & | < >",
+            b"",
+            b"\t tab",
+            b"-n",
+            b"%s",
+            b"caf\xc3\xa9",
+        ];
+        for shell in login_shells() {
+            for word in words {
+                // csh has no way to quote a newline that sh reads alike (see shell_quote).
+                if word.contains(&b'\n') && shell.ends_with("tcsh") {
+                    continue;
+                }
+                let mut line = b"printf %s ".to_vec();
+                line.extend(shell_quote(OsStr::from_bytes(word)));
+                let out = Command::new(&shell)
+                    .arg("-c")
+                    .arg(OsStr::from_bytes(&line))
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success() && out.stdout == word,
+                    "{}: {:?} came back as {:?} ({})",
+                    shell.display(),
+                    String::from_utf8_lossy(&line),
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
     }
 
     #[test]
@@ -391,18 +466,19 @@ mod tests {
     /// Runs a remote command line here with `stdin` as its standard input, which stays open
     /// until the command has ended (as ssh keeps it) unless `close` says to close it at once.
     fn run_remote_line(line: &[u8], stdin: &[u8], close: bool) -> std::process::Output {
-        run_remote_line_in(None, line, stdin, close)
+        run_remote_line_in(Path::new("/bin/sh"), None, line, stdin, close)
     }
 
-    /// [`run_remote_line`] with `path` first in `PATH`.
+    /// [`run_remote_line`] with `shell` as the login shell and `path` first in `PATH`.
     fn run_remote_line_in(
+        shell: &Path,
         path: Option<&Path>,
         line: &[u8],
         stdin: &[u8],
         close: bool,
     ) -> std::process::Output {
         use std::io::{Read, Write};
-        let mut cmd = Command::new("/bin/sh");
+        let mut cmd = Command::new(shell);
         if let Some(dir) = path {
             let mut paths = vec![dir.to_path_buf()];
             paths.extend(std::env::split_paths(
@@ -482,6 +558,42 @@ mod tests {
             assert!(result.status.success(), "{result:?}");
             let expect = out.replace("DIR", &dir.canonicalize().unwrap().display().to_string());
             assert_eq!(String::from_utf8(result.stdout).unwrap(), expect);
+        }
+    }
+
+    #[test]
+    fn remote_line_reads_the_same_in_every_login_shell() {
+        // What the rank gets must not depend on the login shell that reads the line.
+        let env = vec![
+            (OsString::from("MSG"), OsString::from("it's \"q\" $HOME !x")),
+            (OsString::from("B"), OsString::from("a\\b \\' \\")),
+        ];
+        let args = [
+            "-c".into(),
+            "printf '%s|%s|%s|' \"$MSG\" \"$B\" \"$1\"; cat".into(),
+            "sh".into(),
+            OsString::from_vec(b"x \xff y".to_vec()),
+        ];
+        let mut input = b"k\n".to_vec();
+        stdin_frames(b"rest\n", &mut input);
+        input.extend_from_slice(STDIN_END);
+        let line = remote_line(
+            Path::new("/"),
+            &env,
+            OsStr::new("sh"),
+            &args,
+            RemoteStdin::Forward,
+        );
+        for shell in login_shells() {
+            let result = run_remote_line_in(&shell, None, &line, &input, false);
+            assert!(result.status.success(), "{}: {result:?}", shell.display());
+            assert_eq!(
+                result.stdout,
+                b"it's \"q\" $HOME !x|a\\b \\' \\|x \xff y|rest\n",
+                "{}: {}",
+                shell.display(),
+                String::from_utf8_lossy(&result.stdout)
+            );
         }
     }
 
@@ -592,7 +704,7 @@ mod tests {
         );
         let old_dd = dd_without_iflag();
         for path in [None, Some(old_dd.as_path())] {
-            let result = run_remote_line_in(path, &line, &input, false);
+            let result = run_remote_line_in(Path::new("/bin/sh"), path, &line, &input, false);
             assert!(result.status.success(), "{path:?}: {result:?}");
             assert!(
                 result.stdout == data,
@@ -676,7 +788,7 @@ mod tests {
         assert!(
             remote.contains("cd /w ||")
                 && remote.contains("env METAMPI_RANK=0 prog ")
-                && remote.contains("<\"$d/i\" & p=$!"),
+                && remote.contains("<\"$d/i\" & p=$'\\!'"),
             "{remote}"
         );
         let words = parse_template("rsh {host} {cmd}").unwrap();

@@ -1,6 +1,10 @@
 //! NumPy `.npy` version 1.0: magic `\x93NUMPY`, version bytes `1 0`, a little-endian `u16`
 //! header length, a Python dict literal (`descr`, `fortran_order`, `shape`) padded with
 //! spaces and a newline so the data start on a 64-byte boundary, then C-order data.
+//!
+//! The header is byte for byte the one NumPy writes. Not the `npyz` crate (decision 0058): its
+//! header parser brings 13 crates, among them a PEG parser generator and stack-switching
+//! assembly, for these two dtypes.
 
 use std::io::{Read, Write};
 
