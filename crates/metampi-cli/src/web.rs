@@ -1,16 +1,21 @@
 //! `metampi run --web ADDR`: a live view of the running job over HTTP.
 //!
-//! One page (`web/index.html`, embedded, no external scripts) polls three JSON endpoints:
+//! One page (`web/index.html`, embedded, no external scripts) polls four JSON endpoints:
 //! - `/api/job`: job id, command, size, how long it has run, its meta hosts;
 //! - `/api/ranks`: each rank's host, meta host, pid and state (starting, running, waiting in
-//!   an MPI call and for how long, not answering, finalized, exited with its status);
+//!   an MPI call and for how long, not answering, finalized, exited with its status), and the
+//!   messages and bytes it has sent and received, with rates between its last two answers;
+//! - `/api/trace`: with `--trace`, each rank's calls that ended in the last [`TIMELINE`]
+//!   (kind, name, peer, bytes, start and end in seconds since the ranks started), which the
+//!   page draws as a timeline; without, `"recording": false`;
 //! - `/api/routers`: with `--meta`, what the routers on this machine write to
 //!   `METAMPI_ROUTER_STATS`: each link's bytes, rate, frames, compression, queues, round trip
 //!   and resends, and each router's memory.
 //!
-//! Ranks are asked where they wait (the hang report's `REPORT`) only while someone polls
-//! `/api/ranks`: [`metampi_launch::LiveView::want`]. Requests are served one at a time on one
-//! thread; they are small and each is answered from memory or a directory of small files.
+//! Ranks are asked where they wait (the hang report's `REPORT`), their counters and recent
+//! calls only while someone polls `/api/ranks` or `/api/trace`:
+//! [`metampi_launch::LiveView::want`]. Requests are served one at a time on one thread; they
+//! are small and each is answered from memory or a directory of small files.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Range;
@@ -29,6 +34,10 @@ const PAGE: &str = include_str!("web/index.html");
 /// The shortest time between the two snapshots a link's rate is measured over: the routers
 /// rewrite their files twice a second, so closer reads would see no change.
 const RATE_SPAN: Duration = Duration::from_millis(900);
+
+/// How far back `/api/trace` goes unless asked (`?last=SECONDS`, up to
+/// [`metampi_launch::CALLS_KEPT_FOR`]): the last seconds of each rank's calls.
+const TIMELINE: Duration = Duration::from_secs(10);
 
 /// What the page shows of the job that does not change while it runs.
 #[derive(Debug, Default)]
@@ -167,13 +176,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn answer(state: &State, request: tiny_http::Request) {
-    let path = request.url().split('?').next().unwrap_or("/").to_string();
+    let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
+    let (path, query) = (path.to_string(), query.to_string());
     let (status, kind, body) = match path.as_str() {
         "/" | "/index.html" => (200, "text/html; charset=utf-8", PAGE.to_string()),
         "/api/job" => (200, "application/json", job_json(state).to_string()),
         "/api/ranks" => {
             state.live.want();
             (200, "application/json", ranks_json(state).to_string())
+        }
+        "/api/trace" => {
+            state.live.want();
+            (
+                200,
+                "application/json",
+                trace_json(state, &query).to_string(),
+            )
         }
         "/api/routers" => (200, "application/json", routers_json(state).to_string()),
         _ => (404, "text/plain", "not found\n".to_string()),
@@ -254,12 +272,67 @@ fn ranks_json(state: &State) -> Value {
             if let (Some(v), Value::Object(extra)) = (v.as_object_mut(), extra) {
                 v.extend(extra);
             }
+            if let Some(t) = &r.traffic {
+                let (out, into) = t.rates.unzip();
+                v["traffic"] = json!({
+                    "sent_messages": t.total.sent,
+                    "sent_bytes": t.total.sent_bytes,
+                    "received_messages": t.total.received,
+                    "received_bytes": t.total.received_bytes,
+                    "sent_bytes_per_s": out,
+                    "received_bytes_per_s": into,
+                    "age_s": snap.running_for.saturating_sub(t.at).as_secs_f64(),
+                });
+            }
             v
         })
         .collect();
     json!({
         "ranks": ranks,
         "answers_age_s": snap.answers_age.map(|d| d.as_secs_f64()),
+    })
+}
+
+/// How far back `/api/trace?QUERY` goes: `last=SECONDS`, at most what the view keeps, or
+/// [`TIMELINE`].
+fn window(query: &str) -> Duration {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("last=")?.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(TIMELINE, |s| {
+            Duration::from_secs_f64(s.min(metampi_launch::CALLS_KEPT_FOR.as_secs_f64()))
+        })
+}
+
+fn trace_json(state: &State, query: &str) -> Value {
+    let last = window(query);
+    let calls = state.live.calls(last);
+    let ranks: Vec<Value> = calls
+        .ranks
+        .iter()
+        .map(|(rank, calls, left_out)| {
+            let calls: Vec<Value> = calls
+                .iter()
+                .map(|c| {
+                    json!({
+                        "kind": c.kind,
+                        "name": c.name,
+                        "peer": c.peer,
+                        "bytes": c.bytes,
+                        "start_s": c.start.as_secs_f64(),
+                        "end_s": c.end.as_secs_f64(),
+                    })
+                })
+                .collect();
+            json!({ "rank": rank, "calls": calls, "left_out": left_out })
+        })
+        .collect();
+    json!({
+        "recording": calls.recording,
+        "now_s": calls.now.as_secs_f64(),
+        "window_s": last.as_secs_f64(),
+        "ranks": ranks,
     })
 }
 
@@ -309,5 +382,15 @@ mod tests {
         assert!(!web.url().ends_with(":0/"));
         let web = Web::start("0", false).unwrap();
         assert!(web.url().starts_with("http://127.0.0.1:"));
+    }
+
+    #[test]
+    fn the_timeline_window_is_asked_for_within_what_is_kept() {
+        assert_eq!(window(""), TIMELINE);
+        assert_eq!(window("x=1&last=2.5"), Duration::from_millis(2500));
+        assert_eq!(window("last=1e9"), metampi_launch::CALLS_KEPT_FOR);
+        for bad in ["last=-1", "last=0", "last=NaN", "last=inf", "last="] {
+            assert_eq!(window(bad), TIMELINE, "{bad}");
+        }
     }
 }

@@ -1,10 +1,13 @@
 //! `metampi run --web`: the live view of a running meta job, read over plain HTTP from the
 //! test and, where Chromium is installed, rendered by headless Chromium.
 //!
-//! The job is three meta hosts on this machine (four ranks, six routers). Its ranks are this
-//! test binary run again: rank 0 waits for a message from rank 1, rank 1 computes until the
-//! test lets it go, ranks 2 and 3 go straight to `MPI_Finalize`, whose barrier they wait in
-//! until ranks 0 and 1 get there.
+//! The job is three meta hosts on this machine (four ranks, six routers: a: 0, 1; b: 2;
+//! c: 3). Its ranks are this test binary run again. First they exchange messages whose sizes
+//! the tests know, through shared memory and through the routers: rank 1 sends 500 bytes to
+//! rank 0, rank 0 1000 bytes to rank 2, rank 2 3000 bytes to rank 3. Then rank 0 waits for a
+//! message from rank 1, rank 1 computes (in traced regions) until the test lets it go, and
+//! ranks 2 and 3 go to `MPI_Finalize`, whose barrier they wait in until ranks 0 and 1 get
+//! there.
 //!
 //! The Chromium test writes its screenshot to the test's temporary directory, and to
 //! `docs/img/web-view.png` when `METAMPI_SAVE_SCREENSHOT=1` (how the README's picture is
@@ -26,13 +29,27 @@ const PATIENCE: Duration = Duration::from_secs(40);
 /// whose appearance lets rank 1 go.
 const GO_ENV: &str = "METAMPI_TEST_WEB_GO";
 
+/// Bytes each message of the job's first exchange carries: rank 1 to 0, 0 to 2, 2 to 3.
+const ONE_TO_ZERO: usize = 500;
+const ZERO_TO_TWO: usize = 1000;
+const TWO_TO_THREE: usize = 3000;
+
+/// Bytes each rank has sent and received when the picture is taken (the finalization
+/// barrier's messages carry none).
+const BYTES: [(u64, u64); 4] = [
+    (ZERO_TO_TWO as u64, ONE_TO_ZERO as u64),
+    (ONE_TO_ZERO as u64, 0),
+    (TWO_TO_THREE as u64, ZERO_TO_TWO as u64),
+    (0, TWO_TO_THREE as u64),
+];
+
 #[test]
 fn the_json_endpoints_show_ranks_and_routers_of_a_running_meta_job() {
     const NAME: &str = "the_json_endpoints_show_ranks_and_routers_of_a_running_meta_job";
     if rank_of_the_job() {
         return;
     }
-    let job = Job::start(NAME, 28710);
+    let job = Job::start(NAME, 28710, false);
     let ranks = job.wait_for_the_picture();
     let state = |r: usize| ranks[r]["state"].as_str().unwrap_or_default().to_string();
     assert!(
@@ -51,6 +68,30 @@ fn the_json_endpoints_show_ranks_and_routers_of_a_running_meta_job() {
     for r in &ranks {
         assert!(r["pid"].as_u64().is_some_and(|p| p > 0), "{r}");
     }
+    // Every rank has counted what it sent and received, and the messages they took.
+    for r in job.wait_for_the_bytes() {
+        let t = &r["traffic"];
+        for (dir, bytes) in [
+            ("sent", &t["sent_bytes"]),
+            ("received", &t["received_bytes"]),
+        ] {
+            let least = u64::from(bytes.as_u64() > Some(0));
+            let messages = &t[format!("{dir}_messages").as_str()];
+            assert!(messages.as_u64().is_some_and(|m| m >= least), "{r}");
+        }
+        assert!(t["age_s"].is_number(), "{r}");
+    }
+    // Rates come with a rank's second answer; since then rank 1 has sent nothing.
+    wait_for(|| {
+        let r = get_json(job.port, "/api/ranks")["ranks"][1]["traffic"].clone();
+        (r["sent_bytes_per_s"] == 0.0 && r["received_bytes_per_s"] == 0.0).then_some(())
+    });
+    // Without --trace the ranks say they record no calls.
+    let trace = wait_for(|| {
+        let t = get_json(job.port, "/api/trace");
+        (!t["recording"].is_null()).then_some(t)
+    });
+    assert_eq!(trace["recording"], false, "{trace}");
 
     let info = get_json(job.port, "/api/job");
     assert_eq!(info["world_size"], 4, "{info}");
@@ -91,16 +132,56 @@ fn the_json_endpoints_show_ranks_and_routers_of_a_running_meta_job() {
 }
 
 #[test]
-fn headless_chromium_renders_the_ranks_and_routers() {
-    const NAME: &str = "headless_chromium_renders_the_ranks_and_routers";
+fn with_trace_the_calls_and_headless_chromium_renders_everything() {
+    const NAME: &str = "with_trace_the_calls_and_headless_chromium_renders_everything";
     if rank_of_the_job() {
         return;
     }
+    let job = Job::start(NAME, 28730, true);
+    job.wait_for_the_picture();
+    // The calls made so far, each on its rank's row of the timeline. They ended at the start
+    // of the job: ask for the longest window the view keeps.
+    let calls_of = |trace: &Value, rank: usize| -> Vec<(String, Option<u64>, u64)> {
+        (trace["ranks"][rank]["calls"]
+            .as_array()
+            .into_iter()
+            .flatten())
+        .map(|c| {
+            let name = c["name"].as_str().filter(|n| !n.is_empty());
+            let what = name.or(c["kind"].as_str()).unwrap_or_default().to_string();
+            (what, c["peer"].as_u64(), c["bytes"].as_u64().unwrap_or(0))
+        })
+        .collect()
+    };
+    let expected: [&[(&str, u64, usize)]; 4] = [
+        &[("recv", 1, ONE_TO_ZERO), ("send", 2, ZERO_TO_TWO)],
+        &[("send", 0, ONE_TO_ZERO)],
+        &[("recv", 0, ZERO_TO_TWO), ("send", 3, TWO_TO_THREE)],
+        &[("recv", 2, TWO_TO_THREE)],
+    ];
+    let trace = wait_for(|| {
+        let t = get_json(job.port, "/api/trace?last=30");
+        let all = (0..4).all(|r| {
+            let calls = calls_of(&t, r);
+            (expected[r].iter()).all(|&(what, peer, bytes)| {
+                calls.contains(&(what.to_string(), Some(peer), bytes as u64))
+            }) && (r != 1 || calls.iter().any(|c| c.0 == "compute"))
+        });
+        all.then_some(t)
+    });
+    assert_eq!(trace["recording"], true, "{trace}");
+    for r in trace["ranks"].as_array().unwrap() {
+        for c in r["calls"].as_array().unwrap() {
+            let (start, end) = (c["start_s"].as_f64().unwrap(), c["end_s"].as_f64().unwrap());
+            assert!(0.0 <= start && start <= end, "{c}");
+            assert!(end <= trace["now_s"].as_f64().unwrap(), "{c}");
+        }
+    }
+
     let Some(chromium) = chromium() else {
         return;
     };
-    let job = Job::start(NAME, 28730);
-    job.wait_for_the_picture();
+    job.wait_for_the_bytes();
     // The routers have written their files by the time the ranks are this far; give the page
     // what it would see a moment later too, so that the links have rates.
     wait_for(|| {
@@ -154,6 +235,28 @@ fn headless_chromium_renders_the_ranks_and_routers() {
         .filter(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
         .count();
     assert_eq!(drawn, 6, "{dom}");
+    // Bytes in and out on each rank's row.
+    for (rank, (sent, received)) in BYTES.iter().enumerate() {
+        let row = dom
+            .split(&format!("<tr class=\"rank\" data-rank=\"{rank}\""))
+            .nth(1)
+            .and_then(|rest| rest.split("</tr>").next())
+            .unwrap_or_default();
+        assert!(
+            row.contains(&format!("data-sent-bytes=\"{sent}\"")),
+            "{row}"
+        );
+        assert!(
+            row.contains(&format!("data-received-bytes=\"{received}\"")),
+            "{row}"
+        );
+    }
+    // The timeline: rank 1's regions at least (the others' calls may be older than it shows).
+    assert!(dom.contains("<svg"), "{dom}");
+    assert!(
+        dom.contains("<rect class=\"call\" data-rank=\"1\" data-kind=\"region\""),
+        "{dom}"
+    );
 
     let shot = job.dir.join("web-view.png");
     headless(&[
@@ -179,17 +282,35 @@ fn rank_of_the_job() -> bool {
     use metampi::traits::*;
     let universe = metampi::initialize().unwrap();
     let world = universe.world();
+    let receive = |from: i32| {
+        let (bytes, _) = world.process_at_rank(from).receive_vec_with_tag::<u8>(9);
+        bytes.len()
+    };
     match world.rank() {
         0 => {
+            assert_eq!(receive(1), ONE_TO_ZERO);
+            world
+                .process_at_rank(2)
+                .send_with_tag(&[0u8; ZERO_TO_TWO][..], 9);
             let _ = world.process_at_rank(1).receive_with_tag::<u32>(5);
         }
         1 => {
+            world
+                .process_at_rank(0)
+                .send_with_tag(&[1u8; ONE_TO_ZERO][..], 9);
             while !Path::new(&go).exists() {
+                let _compute = metampi::trace::region("compute");
                 std::thread::sleep(Duration::from_millis(20));
             }
             world.process_at_rank(0).send_with_tag(&7u32, 5);
         }
-        _ => {}
+        2 => {
+            assert_eq!(receive(0), ZERO_TO_TWO);
+            world
+                .process_at_rank(3)
+                .send_with_tag(&[2u8; TWO_TO_THREE][..], 9);
+        }
+        _ => assert_eq!(receive(2), TWO_TO_THREE),
     }
     true
 }
@@ -204,7 +325,8 @@ struct Job {
 }
 
 impl Job {
-    fn start(name: &str, portbase: u16) -> Job {
+    /// With `trace`, the job runs with `--trace` (into the test's directory).
+    fn start(name: &str, portbase: u16, trace: bool) -> Job {
         let dir =
             std::env::temp_dir().join(format!("metampi-web-{portbase}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -222,8 +344,13 @@ impl Job {
         )
         .unwrap();
         let go = dir.join("go");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_metampi"))
-            .args(["run", "--timeout", "90", "--web", "127.0.0.1:0", "--meta"])
+        let mut run = Command::new(env!("CARGO_BIN_EXE_metampi"));
+        run.args(["run", "--timeout", "90", "--web", "127.0.0.1:0"]);
+        if trace {
+            run.arg("--trace").arg(dir.join("trace"));
+        }
+        let mut child = run
+            .arg("--meta")
             .arg(&cfg)
             .arg("-x")
             .arg(format!("{GO_ENV}={}", go.display()))
@@ -286,6 +413,28 @@ impl Job {
                     return ranks.clone();
                 }
             }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until every rank's counters say what the job's first exchange sent and
+    /// received ([`BYTES`]: answers from before it may come first); returns `/api/ranks`'
+    /// ranks then.
+    fn wait_for_the_bytes(&self) -> Vec<Value> {
+        let t0 = Instant::now();
+        loop {
+            let last = get_json(self.port, "/api/ranks")["ranks"].clone();
+            let counted = |r: &Value| (r["sent_bytes"].as_u64(), r["received_bytes"].as_u64());
+            let all = (last.as_array().into_iter().flatten())
+                .map(|r| counted(&r["traffic"]))
+                .eq(BYTES.iter().map(|&(s, r)| (Some(s), Some(r))));
+            if all {
+                return last.as_array().unwrap().clone();
+            }
+            assert!(
+                t0.elapsed() < PATIENCE,
+                "the ranks never counted the bytes {BYTES:?} (sent, received): {last}"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }

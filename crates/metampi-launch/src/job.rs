@@ -16,6 +16,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::answer::Ask;
 use crate::command::{self, RemoteStdin};
 use crate::error::LaunchError;
 use crate::live::{LiveView, LIVE_EVERY};
@@ -973,7 +974,18 @@ impl Monitor<'_> {
                         return Some(failure);
                     }
                 }
-                Event::Pmi(PmiEvent::Report { rank, waited, text }) => {
+                Event::Pmi(PmiEvent::Report {
+                    rank,
+                    waited,
+                    text,
+                    traffic,
+                    calls,
+                }) => {
+                    // Counters and calls are news whenever they come, a round under way or
+                    // not (an answer after its round's deadline still carries them).
+                    if let Some(live) = self.live {
+                        live.heard(rank, traffic, calls);
+                    }
                     let Some(g) = &mut self.gathering else {
                         continue;
                     };
@@ -1018,7 +1030,12 @@ impl Monitor<'_> {
 
     /// Starts a round of asking the ranks where they are.
     fn ask(&mut self, why: Why) {
-        let mut g = Gathering::new(why, self.pmi.ask_reports());
+        // Only the live view draws the calls: other rounds do not make ranks gather them.
+        let ask = match why {
+            Why::Live => Ask::WaitAndCalls,
+            _ => Ask::Wait,
+        };
+        let mut g = Gathering::new(why, self.pmi.ask_reports(ask));
         if g.complete() {
             // Nobody to ask (all still starting, or finalized): report at once.
             g.until = Instant::now();

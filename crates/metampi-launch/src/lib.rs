@@ -68,6 +68,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod answer;
 pub mod auth;
 mod bind;
 mod command;
@@ -89,11 +90,15 @@ mod spec;
 mod stdio;
 mod sys;
 
+pub use answer::{Answer, Ask, CallSpan, RecentCalls, Traffic};
 pub use bind::{Binding, BIND_ENV};
 pub use error::LaunchError;
 pub use host::{place, Host, HostSpecError, HostSpecErrorKind, Placement};
 pub use job::{run, KILL_GRACE};
-pub use live::{LiveRank, LiveSnapshot, LiveView, RankState};
+pub use live::{
+    LiveCall, LiveCalls, LiveRank, LiveSnapshot, LiveTraffic, LiveView, RankState, CALLS_KEPT,
+    CALLS_KEPT_FOR,
+};
 pub use outcome::{
     describe_signal, signal_name, HelperId, JobFailure, JobOutcome, RankId, RankResult,
     TIMEOUT_EXIT_CODE,

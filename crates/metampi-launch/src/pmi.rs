@@ -15,7 +15,7 @@
 //! | `FINALIZE` | `OK`; the rank will exit cleanly |
 //! | `HELPER <job> <index>` | `OK`, or `ERR <msg>` as for `HELLO`; see below |
 //! | `WATCH` | `OK`; the rank answers `REPORT` from now on, see below |
-//! | `STATE <waited> <text>` | none: the rank's answer to `REPORT` |
+//! | `STATE <waited> <text>[<sections>]` | none: the rank's answer to `REPORT` |
 //!
 //! Every request but `HELLO` needs a successful `HELLO` on the same connection first, so a
 //! stray client that does not know the job id can change nothing. Anything malformed gets
@@ -39,10 +39,13 @@
 //! A rank that has said `WATCH` reads its connection on a thread of its own from then on: the
 //! server may write `REPORT` to it at any time, and the rank answers with one `STATE` line,
 //! which gets no reply: `<waited>` is how long its oldest current wait has lasted, in
-//! milliseconds (`-` when no thread of it waits), and `<text>` says what it waits in. The
-//! launcher asks ([`PmiServer::ask_reports`]) when the user wants a hang report and to find a
-//! job that no longer moves. At most one `REPORT` is outstanding per rank, so a rank that
-//! does not read (a stopped process) cannot block the server.
+//! milliseconds (`-` when no thread of it waits), and `<text>` says what it waits in; after
+//! a tab may follow its traffic counters and, asked with `REPORT CALLS`, the calls it made
+//! lately ([`crate::answer`] has the format, and how older ranks and launchers get along
+//! with it). The launcher asks ([`PmiServer::ask_reports`]) when the user wants a hang
+//! report, to find a job that no longer moves, and for the live view. At most one `REPORT` is
+//! outstanding per rank, so a rank that does not read (a stopped process) cannot block the
+//! server.
 //!
 //! With a job secret, `HELLO` and `HELPER` prove it: `AUTH` first, answered with
 //! `CHALLENGE <hex>`; then the request carries the client's nonce and an HMAC-SHA256 over both
@@ -64,6 +67,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::answer::{self, Answer, Ask, RecentCalls, Traffic};
 use crate::auth::{hex, same, unhex};
 use crate::sys;
 
@@ -239,12 +243,15 @@ pub enum Request<'a> {
     Finalize,
     /// `WATCH`: the rank answers `REPORT` from now on.
     Watch,
-    /// `STATE <waited> <text>`: a rank's answer to `REPORT`.
+    /// `STATE <waited> <text>[<sections>]`: a rank's answer to `REPORT`.
     State {
         /// Its oldest current wait, in milliseconds; `None` for `-` (it does not wait).
         waited_ms: Option<u64>,
         /// What it waits in, free text.
         text: &'a str,
+        /// What follows the text after its first tab (traffic counters, recent calls: see
+        /// [`crate::answer`]); empty where nothing does.
+        sections: &'a str,
     },
     /// `HELPER <job> <index> [<nonce> <proof>]`: a helper (not a rank) is up; see the
     /// [module docs](self).
@@ -327,6 +334,7 @@ impl<'a> Request<'a> {
                 expected: "a wait time and a text",
             })?;
             let (waited, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            let (text, sections) = text.split_once('\t').unwrap_or((text, ""));
             let waited_ms = match waited {
                 "-" => None,
                 ms => Some(
@@ -334,7 +342,11 @@ impl<'a> Request<'a> {
                         .map_err(|_| ProtocolError::BadWaited(excerpt(ms)))?,
                 ),
             };
-            return Ok(Request::State { waited_ms, text });
+            return Ok(Request::State {
+                waited_ms,
+                text,
+                sections,
+            });
         }
         let fields: Vec<&str> = line.split(' ').collect();
         if fields
@@ -447,6 +459,10 @@ pub enum PmiEvent {
         waited: Option<Duration>,
         /// What it waits in.
         text: String,
+        /// Its traffic counters; `None` from a rank that sends none.
+        traffic: Option<Traffic>,
+        /// The calls it made since it last said, when asked for them and it records them.
+        calls: Option<RecentCalls>,
     },
     /// A helper completed `HELPER`: it is up.
     HelperJoined {
@@ -511,6 +527,14 @@ impl Shared {
     }
 }
 
+/// A rank that said `WATCH`: the writing side of its connection, whether a `REPORT` to it
+/// is still unanswered, and whether its answers carry counters (so it knows `REPORT CALLS`).
+struct Watched {
+    writer: Arc<Mutex<Conn>>,
+    outstanding: bool,
+    counts: bool,
+}
+
 #[derive(Default)]
 struct State {
     kv: HashMap<String, String>,
@@ -527,9 +551,8 @@ struct State {
     streams: Vec<Conn>,
     /// Clones of the helpers' streams, which get `END` at shutdown.
     helper_streams: Vec<Conn>,
-    /// The writing side of each rank that said `WATCH`, and whether a `REPORT` to it is
-    /// still unanswered.
-    watched: HashMap<usize, (Arc<Mutex<Conn>>, bool)>,
+    /// Each rank that said `WATCH`.
+    watched: HashMap<usize, Watched>,
     handlers: Vec<JoinHandle<()>>,
     /// Connections refused because too many strangers were open, and when that was last logged
     /// (with how many had been refused by then).
@@ -660,24 +683,27 @@ impl PmiServer {
     }
 
     /// Writes `REPORT` to every rank that said `WATCH` and has not finalized, unless the
-    /// last one to it is still unanswered; answers come as [`PmiEvent::Report`]. Returns the
-    /// ranks that owe an answer now (asked now or before), in rank order.
-    pub fn ask_reports(&self) -> Vec<usize> {
+    /// last one to it is still unanswered; answers come as [`PmiEvent::Report`]. With
+    /// [`Ask::WaitAndCalls`], ranks whose answers have shown that they know it are asked
+    /// `REPORT CALLS` instead. Returns the ranks that owe an answer now (asked now or
+    /// before), in rank order.
+    pub fn ask_reports(&self, ask: Ask) -> Vec<usize> {
         let mut state = self.shared.lock();
         let State { watched, ranks, .. } = &mut *state;
         let mut owing = Vec::new();
-        for (&rank, (writer, outstanding)) in watched.iter_mut() {
+        for (&rank, w) in watched.iter_mut() {
             if ranks.get(rank).is_some_and(|r| r.finalized) {
                 continue;
             }
-            if !*outstanding {
-                // Seven bytes into a socket that has at most one other `REPORT` unread: this
-                // cannot block on a rank that stopped reading.
-                let mut w = writer.lock().unwrap_or_else(PoisonError::into_inner);
-                if w.write_all(b"REPORT\n").is_err() {
+            if !w.outstanding {
+                let ask = if w.counts { ask } else { Ask::Wait };
+                // A short line into a socket that has at most one other `REPORT` unread:
+                // this cannot block on a rank that stopped reading.
+                let mut conn = w.writer.lock().unwrap_or_else(PoisonError::into_inner);
+                if conn.write_all(ask.line()).is_err() {
                     continue;
                 }
-                *outstanding = true;
+                w.outstanding = true;
             }
             owing.push(rank);
         }
@@ -1299,20 +1325,30 @@ fn handle(
             Reply::Ok
         }
         Request::Watch => {
-            shared
-                .lock()
-                .watched
-                .insert(rank, (Arc::clone(conn.write), false));
+            let watched = Watched {
+                writer: Arc::clone(conn.write),
+                outstanding: false,
+                counts: false,
+            };
+            shared.lock().watched.insert(rank, watched);
             Reply::Ok
         }
-        Request::State { waited_ms, text } => {
-            if let Some((_, outstanding)) = shared.lock().watched.get_mut(&rank) {
-                *outstanding = false;
+        Request::State {
+            waited_ms,
+            text,
+            sections,
+        } => {
+            let (traffic, calls) = answer::read_sections(sections);
+            if let Some(w) = shared.lock().watched.get_mut(&rank) {
+                w.outstanding = false;
+                w.counts = traffic.is_some();
             }
             (shared.sink)(PmiEvent::Report {
                 rank,
                 waited: waited_ms.map(Duration::from_millis),
                 text: text.to_string(),
+                traffic,
+                calls,
             });
             Reply::Silent
         }
@@ -1551,9 +1587,9 @@ enum Replies {
     Relayed(Receiver<String>),
 }
 
-/// What a rank says when the launcher asks for a report: how long its oldest current wait has
-/// lasted (`None`: it does not wait) and what it waits in, on one line.
-pub type ReportFn = Box<dyn Fn() -> (Option<Duration>, String) + Send>;
+/// What a rank says when the launcher asks for a report ([`Ask`]): how long its oldest current
+/// wait has lasted, what it waits in, its counters and, if asked, its recent calls.
+pub type ReportFn = Box<dyn Fn(Ask) -> Answer + Send>;
 
 impl PmiClient {
     /// Connects and says `HELLO`.
@@ -1675,15 +1711,13 @@ impl PmiClient {
                     Ok(_) => {}
                 }
                 let line = line.trim_end_matches(['\n', '\r']);
-                if line != "REPORT" {
+                let Some(ask) = Ask::parse(line) else {
                     if tx.send(line.to_string()).is_err() {
                         return;
                     }
                     continue;
-                }
-                let (waited, text) = report();
-                let waited = waited.map_or_else(|| "-".into(), |w| w.as_millis().to_string());
-                let answer = format!("STATE {waited} {}\n", one_line(&text));
+                };
+                let answer = report(ask).line();
                 if lock_conn(&writer).write_all(answer.as_bytes()).is_err() {
                     return;
                 }
@@ -1929,6 +1963,22 @@ mod tests {
             Ok(Request::Abort {
                 code: -1,
                 message: ""
+            })
+        );
+        assert_eq!(
+            Request::parse("STATE 20 a receive from rank 1\tio 1 2 3 4\tcalls 0 "),
+            Ok(Request::State {
+                waited_ms: Some(20),
+                text: "a receive from rank 1",
+                sections: "io 1 2 3 4\tcalls 0 "
+            })
+        );
+        assert_eq!(
+            Request::parse("STATE - computing"),
+            Ok(Request::State {
+                waited_ms: None,
+                text: "computing",
+                sections: ""
             })
         );
     }
@@ -2383,38 +2433,53 @@ mod tests {
             PmiEvent::Joined { rank: 1 }
         );
         // Not watched yet: nobody to ask.
-        assert!(server.ask_reports().is_empty());
-        let asked = Arc::new(AtomicUsize::new(0));
-        let count = Arc::clone(&asked);
-        c.answer_reports(Box::new(move || {
-            count.fetch_add(1, Ordering::SeqCst);
-            (
-                Some(Duration::from_millis(1500)),
-                "a receive\nfrom rank 0".into(),
-            )
+        assert!(server.ask_reports(Ask::Wait).is_empty());
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&asked);
+        let traffic = Traffic {
+            sent: 1,
+            sent_bytes: 4,
+            received: 2,
+            received_bytes: 8,
+        };
+        c.answer_reports(Box::new(move |ask| {
+            log.lock().unwrap().push(ask);
+            Answer {
+                waited: Some(Duration::from_millis(1500)),
+                text: "a receive\nfrom rank 0".into(),
+                traffic: Some(traffic),
+                calls: (ask == Ask::WaitAndCalls).then(RecentCalls::not_recording),
+            }
         }))
         .unwrap();
-        assert_eq!(server.ask_reports(), vec![1]);
+        // Until it has answered with counters, a rank is not asked for its calls.
+        assert_eq!(server.ask_reports(Ask::WaitAndCalls), vec![1]);
         assert_eq!(
             events.recv_timeout(wait).unwrap(),
             PmiEvent::Report {
                 rank: 1,
                 waited: Some(Duration::from_millis(1500)),
-                text: "a receive from rank 0".into()
+                text: "a receive from rank 0".into(),
+                traffic: Some(traffic),
+                calls: None,
             }
         );
         // Replies to the rank's own requests reach it through the reading thread.
         c.put("k", "v").unwrap();
         assert_eq!(c.get("k").unwrap().as_deref(), Some("v"));
-        assert_eq!(server.ask_reports(), vec![1]);
+        assert_eq!(server.ask_reports(Ask::WaitAndCalls), vec![1]);
         assert!(matches!(
             events.recv_timeout(wait).unwrap(),
-            PmiEvent::Report { rank: 1, .. }
+            PmiEvent::Report {
+                rank: 1,
+                calls: Some(_),
+                ..
+            }
         ));
-        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        assert_eq!(*asked.lock().unwrap(), [Ask::Wait, Ask::WaitAndCalls]);
         c.request("FINALIZE").unwrap();
         // A finalized rank is not asked.
-        assert!(server.ask_reports().is_empty());
+        assert!(server.ask_reports(Ask::Wait).is_empty());
     }
 
     #[test]
@@ -2431,7 +2496,7 @@ mod tests {
             PmiEvent::Joined { rank: 0 }
         );
         for _ in 0..3 {
-            assert_eq!(server.ask_reports(), vec![0]);
+            assert_eq!(server.ask_reports(Ask::WaitAndCalls), vec![0]);
         }
         let mut line = String::new();
         conn.0.read_line(&mut line).unwrap();
@@ -2441,16 +2506,20 @@ mod tests {
             say(&mut conn, b"STATE soon x\n"),
             "ERR bad wait time `soon` (want milliseconds or `-`)\n"
         );
+        // An answer without counters (an older rank) is still an answer, and such a rank
+        // is never asked for its calls.
         conn.1.write_all(b"STATE - computing\n").unwrap();
         assert_eq!(
             events.recv_timeout(Duration::from_secs(5)).unwrap(),
             PmiEvent::Report {
                 rank: 0,
                 waited: None,
-                text: "computing".into()
+                text: "computing".into(),
+                traffic: None,
+                calls: None,
             }
         );
-        assert_eq!(server.ask_reports(), vec![0]);
+        assert_eq!(server.ask_reports(Ask::WaitAndCalls), vec![0]);
         line.clear();
         conn.0.read_line(&mut line).unwrap();
         assert_eq!(line, "REPORT\n");

@@ -14,16 +14,25 @@
 //! Memory is bounded: the arena holds [`MAX_EVENTS`] events and a router
 //! file [`LINK_RECORDS`] records; further events are counted as dropped.
 //!
+//! While the job runs, the launcher's live view (`metampi run --web`) asks a
+//! rank about once a second for the calls it completed since it last asked
+//! ([`recent`]): the report thread reads them out of the arena as the writers
+//! publish them, without stopping them, and keeps how far it has read.
+//!
 //! ```no_run
 //! let _fft = metampi::trace::region("fft"); // recorded until dropped
 //! ```
 
 use std::cell::Cell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use metampi_launch::CallSpan;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -156,19 +165,88 @@ impl Arena {
         })
     }
 
+    /// Chunks claimed so far.
+    fn used(&self) -> usize {
+        self.next.load(Ordering::Acquire).min(self.chunks)
+    }
+
+    /// The events of chunk `c` (below [`Arena::used`]) that its writer has published.
+    fn published(&self, c: usize) -> &[Event] {
+        let n = self.filled[c].load(Ordering::Acquire) as usize;
+        // SAFETY: chunk `c` lies inside the mapping; its first `n` slots
+        // (`n` is at most CHUNK) were written before `n` was published
+        // (release store in `Arena::put`), and nobody writes them again.
+        unsafe { std::slice::from_raw_parts(self.base.add(c * CHUNK), n) }
+    }
+
     /// The events of every chunk, as far as their writers have published them.
     fn events(&self) -> Vec<Event> {
-        let used = self.next.load(Ordering::Acquire).min(self.chunks);
         let mut out = Vec::new();
-        for c in 0..used {
-            let n = self.filled[c].load(Ordering::Acquire) as usize;
-            // SAFETY: chunk `c` lies inside the mapping; its first `n` slots
-            // were written before `n` was published (release store in
-            // `record`), and nobody writes them again.
-            let slots = unsafe { std::slice::from_raw_parts(self.base.add(c * CHUNK), n) };
-            out.extend_from_slice(slots);
+        for c in 0..self.used() {
+            out.extend_from_slice(self.published(c));
         }
         out
+    }
+
+    /// The `max` events that ended last among those published since `seen`
+    /// (per chunk, how many were read before; brought up to date), newest
+    /// first, and how many others were new.
+    ///
+    /// A chunk has one writer, which records each call as it ends, so its
+    /// events are in the order they ended: a chunk is read from its end
+    /// back, and no further once its events are older than all `max` kept.
+    fn newest_since(&self, seen: &mut Vec<u32>, max: usize) -> (Vec<Event>, u64) {
+        let used = self.used();
+        if seen.len() < used {
+            seen.resize(used, 0);
+        }
+        let mut kept: BinaryHeap<Reverse<ByEnd>> = BinaryHeap::with_capacity(max + 1);
+        let mut new = 0u64;
+        for (c, seen) in seen.iter_mut().enumerate().take(used) {
+            let events = self.published(c);
+            let Some(fresh) = events.get(*seen as usize..).filter(|f| !f.is_empty()) else {
+                continue;
+            };
+            new += fresh.len() as u64;
+            *seen = events.len() as u32;
+            for e in fresh.iter().rev() {
+                let older = kept.peek().is_some_and(|Reverse(k)| e.end <= k.0.end);
+                if kept.len() == max && older {
+                    break;
+                }
+                kept.push(Reverse(ByEnd(*e)));
+                if kept.len() > max {
+                    kept.pop();
+                }
+            }
+        }
+        // Ascending by `Reverse`: the newest first.
+        let kept: Vec<Event> = kept.into_sorted_vec().into_iter().map(|r| r.0 .0).collect();
+        let others = new - kept.len() as u64;
+        (kept, others)
+    }
+}
+
+/// An event ordered by when it ended.
+struct ByEnd(Event);
+
+impl PartialEq for ByEnd {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.end == other.0.end
+    }
+}
+
+impl Eq for ByEnd {}
+
+impl PartialOrd for ByEnd {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByEnd {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.end.cmp(&other.0.end)
     }
 }
 
@@ -221,6 +299,7 @@ pub(crate) fn init(rank: u32) {
     let Some(dir) = trace_dir() else { return };
     if open_store(dir, rank) {
         ENABLED.store(true, Ordering::Relaxed);
+        crate::engine::report::calls_from(recent);
     }
 }
 
@@ -299,21 +378,32 @@ pub(crate) fn record(
         name: if name.is_empty() { 0 } else { intern(name) },
     };
     let mut c = CURSOR.get();
-    if c.pos == c.end {
-        match claim(&s.arena) {
-            Some(fresh) => c = fresh,
-            None => {
-                DROPPED.fetch_add(1, Ordering::Relaxed);
-                return;
+    if s.arena.put(&mut c, ev) {
+        CURSOR.set(c);
+    } else {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Arena {
+    /// Writes `ev` at cursor `c`, the calling thread's (claiming a fresh chunk
+    /// first when its own is full), and publishes it; false when the arena is
+    /// used up.
+    #[inline(always)]
+    fn put(&self, c: &mut Cursor, ev: Event) -> bool {
+        if c.pos == c.end {
+            match claim(self) {
+                Some(fresh) => *c = fresh,
+                None => return false,
             }
         }
+        // SAFETY: `c.pos` is inside the chunk this thread claimed (`pos < end`,
+        // and `end` is within the arena), so no other thread touches the slot.
+        unsafe { self.base.add(c.pos).write(ev) };
+        self.filled[c.pos / CHUNK].store((c.pos % CHUNK + 1) as u32, Ordering::Release);
+        c.pos += 1;
+        true
     }
-    // SAFETY: `c.pos` is inside the chunk this thread claimed (`pos < end`,
-    // and `end` is within the arena), so no other thread touches the slot.
-    unsafe { s.arena.base.add(c.pos).write(ev) };
-    s.arena.filled[c.pos / CHUNK].store((c.pos % CHUNK + 1) as u32, Ordering::Release);
-    c.pos += 1;
-    CURSOR.set(c);
 }
 
 /// Gives this thread a fresh chunk; `None` when the arena is used up.
@@ -351,6 +441,41 @@ impl Drop for Region {
     fn drop(&mut self) {
         record(self.start, Kind::Region, self.name, -1, 0, 0, 0);
     }
+}
+
+/// Per chunk of the arena, how many of its events [`recent`] has handed out.
+static SEEN: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// The calls this process completed since the previous call of this
+/// function (the launcher's live view asks about once a second), newest
+/// first, at most `max`, timed back from now; and how many more there were.
+/// `None` when tracing is off. Once the trace is written (at finalize) there
+/// are no more, but the process still says that it records.
+pub(crate) fn recent(max: usize) -> Option<(Vec<CallSpan>, u64)> {
+    let s = STORE.get()?;
+    let (events, others) = {
+        let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+        s.arena.newest_since(&mut seen, max)
+    };
+    let now = ticks();
+    // The counter's rate over the run so far, as `flush` takes it.
+    let span_ns = s.epoch.elapsed().as_nanos().max(1) as f64;
+    let per_ns = (now.wrapping_sub(s.epoch_ticks) as f64 / span_ns).max(1e-9);
+    let span =
+        |from: u64, to: u64| Duration::from_nanos((to.saturating_sub(from) as f64 / per_ns) as u64);
+    let names = NAMES.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let calls = events
+        .iter()
+        .map(|e| CallSpan {
+            kind: e.kind.name().into(),
+            name: names.get(e.name as usize).copied().unwrap_or("").into(),
+            peer: u32::try_from(e.peer).ok(),
+            bytes: e.bytes,
+            ended_ago: span(e.end, now),
+            took: span(e.start, e.end),
+        })
+        .collect();
+    Some((calls, others))
 }
 
 /// Writes this rank's events (called at finalize).
@@ -537,6 +662,44 @@ mod tests {
         assert!(evs
             .iter()
             .any(|e| e.kind == Kind::Region && names[e.name as usize] == "work"));
+    }
+
+    #[test]
+    fn the_newest_calls_are_read_once_across_chunks() {
+        let arena = Arena::new(CHUNK * 4).unwrap();
+        let ev = |end: u64| Event {
+            start: end - 1,
+            end,
+            bytes: end,
+            peer: 1,
+            tag: 0,
+            ctx: 0,
+            kind: Kind::Send,
+            name: 0,
+        };
+        // Two threads' chunks, their calls interleaved in time.
+        let (mut a, mut b) = (Cursor { pos: 0, end: 0 }, Cursor { pos: 0, end: 0 });
+        for t in 1..=10 {
+            assert!(arena.put(if t % 2 == 0 { &mut a } else { &mut b }, ev(10 * t)));
+        }
+        let mut seen = Vec::new();
+        let (newest, others) = arena.newest_since(&mut seen, 3);
+        let ends: Vec<u64> = newest.iter().map(|e| e.end).collect();
+        assert_eq!((ends, others), (vec![100, 90, 80], 7));
+        // Nothing new: nothing read again.
+        let (none, others) = arena.newest_since(&mut seen, 3);
+        assert!(none.is_empty() && others == 0);
+        // A third thread's chunk and more of the first's: only those.
+        let mut c = Cursor { pos: 0, end: 0 };
+        assert!(arena.put(&mut c, ev(105)));
+        assert!(arena.put(&mut a, ev(110)));
+        let (newest, others) = arena.newest_since(&mut seen, 5);
+        let ends: Vec<u64> = newest.iter().map(|e| e.end).collect();
+        assert_eq!((ends, others), (vec![110, 105], 0));
+        // With none to keep, all are counted.
+        assert!(arena.put(&mut b, ev(120)));
+        let (none, others) = arena.newest_since(&mut seen, 0);
+        assert!(none.is_empty() && others == 1);
     }
 
     #[test]

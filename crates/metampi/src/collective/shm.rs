@@ -55,6 +55,7 @@ use super::schedule::run;
 use super::SystemOperation;
 use crate::datatype::{pack, type_map, Buffer, BufferMut, RecvLayout, UncommittedDatatype};
 use crate::engine::report::{in_call, Call};
+use crate::engine::traffic;
 use crate::environment::shared;
 use crate::error::{Error, ErrorClass};
 use crate::sys::shm::Segment;
@@ -253,6 +254,7 @@ impl Region {
         self.slot_epoch(self.me, turn)
             .store(epoch, Ordering::Release);
         crate::sys::publish_fence();
+        traffic::through_region(mine.len() - own.len(), 0, 0);
         for m in (0..self.n).filter(|&m| m != self.me) {
             self.nudge(m);
         }
@@ -766,6 +768,12 @@ where
                 r.exchange(mine, me * bs..(me + 1) * bs, Await::All)
             }
         };
+        let others = r.n - 1;
+        match part {
+            Part::Root | Part::Everyone => traffic::through_region(0, others, others * len),
+            Part::AllToAll => traffic::through_region(0, others, others * (len / r.n)),
+            Part::Contributor => {}
+        }
         body(r, Some(turn), mine)
     })
 }
@@ -845,6 +853,7 @@ pub(crate) fn bcast<B: BufferMut + ?Sized>(
         } else {
             let turn = r.exchange(&[], 0..0, Await::One(root));
             let data = r.part(root, turn);
+            traffic::through_region(0, 1, data.len());
             match data.len() == bytes {
                 // SAFETY: `buf` is exclusively borrowed for this call.
                 true => unsafe {
@@ -897,7 +906,11 @@ where
         let turn = match send {
             // Nobody else reads the root's own block.
             Some(_) => r.exchange(mine, me * bs..(me + 1) * bs, Await::Nothing),
-            None => r.exchange(&[], 0..0, Await::One(root)),
+            None => {
+                let turn = r.exchange(&[], 0..0, Await::One(root));
+                traffic::through_region(0, 1, bs);
+                turn
+            }
         };
         let all = r.part_or(root, turn, mine);
         let elems = all.len().checked_div(es).unwrap_or(0);

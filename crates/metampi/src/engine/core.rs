@@ -806,6 +806,7 @@ impl Core {
     }
 
     fn deliver_eager(&mut self, id: ReqId, env: &Envelope, payload: &[u8]) {
+        super::traffic::received(payload.len());
         // The commonest case in one look at the slot: a plain eager message
         // that fits, for a receive nobody awaits as a future.
         let quick = env.kind == Kind::Eager
@@ -901,6 +902,7 @@ impl Core {
             _ => return None,
         }
         let id = self.posted.remove(i)?;
+        super::traffic::received(len);
         let s = self.slot(id)?;
         s.status.len = len;
         if let State::Recv { buf, matched, .. } = &mut s.state {
@@ -982,6 +984,7 @@ impl Core {
                 return;
             }
         }
+        super::traffic::received(len);
         let dst = buf.prepare(len);
         let pulls = env.addr != 0 && pid > 0;
         if pulls && help {

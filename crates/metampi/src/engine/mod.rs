@@ -21,6 +21,7 @@ pub(crate) mod report;
 #[allow(unsafe_code)]
 mod start;
 pub mod stream;
+pub(crate) mod traffic;
 #[allow(unsafe_code)]
 mod wait;
 
@@ -136,10 +137,14 @@ impl Engine {
         pat: &core::Pattern,
         buf: &mut core::RecvBuf,
     ) -> Option<core::RawStatus> {
-        if let Some(found) = self.core.take_unexpected_eager(pat, buf) {
-            return found;
+        let got = match self.core.take_unexpected_eager(pat, buf) {
+            Some(found) => found,
+            None => self.links.take_ring_head(&self.core, pat.src?, pat, buf),
+        };
+        if let Some(st) = &got {
+            traffic::received(st.len);
         }
-        self.links.take_ring_head(&self.core, pat.src?, pat, buf)
+        got
     }
 }
 

@@ -7,18 +7,38 @@
 //! the wait ends or moves. The launcher's `REPORT` is answered from this list by the
 //! key-value client's thread ([`answer`]), without the engine's lock, so a rank whose threads
 //! hold or wait for that lock still answers. Only waits that sleep are entered: the fast path
-//! pays nothing.
+//! pays nothing. The answer also carries the rank's traffic counters ([`super::traffic`])
+//! and, for the live view's timeline, the calls the trace recorded since it was last asked
+//! (the trace, a layer above, registers where they come from: [`calls_from`]).
 //!
 //! [`Shared::wait_until_for`]: super::Shared::wait_until_for
 
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
+
+use metampi_launch::{Answer, Ask, CallSpan, RecentCalls};
 
 use super::core::{Pattern, ReqId, Waiting};
 use super::Engine;
+
+/// The most calls one answer carries: the live view asks about once a second and draws the
+/// last seconds, so a rank that makes more shows its newest.
+const RECENT_CALLS: usize = 200;
+
+/// The calls completed since the last look, newest first, at most the number given, and how
+/// many more there were; `None` when not recording.
+pub(crate) type RecentFn = fn(usize) -> Option<(Vec<CallSpan>, u64)>;
+
+/// Where the calls come from: set by the trace when it starts recording.
+static CALLS: OnceLock<RecentFn> = OnceLock::new();
+
+/// From now on, answers asked for calls take them from `recent`.
+pub(crate) fn calls_from(recent: RecentFn) {
+    let _ = CALLS.set(recent);
+}
 
 /// The threads of this process in a wait that has slept: an id, when the wait began, and
 /// what it waits for.
@@ -90,9 +110,28 @@ pub(super) fn enter(e: &Engine, want: Option<ReqId>, since: Instant) -> Option<E
     Some(Entered(id))
 }
 
-/// The answer to the launcher's `REPORT`: the oldest wait's age, and every waiting thread's
-/// description with its age; `None` and an empty text when no thread waits.
-pub(crate) fn answer() -> (Option<Duration>, String) {
+/// The answer to the launcher's `REPORT`: where this rank waits ([`waits`]), its traffic, and
+/// when asked, the calls it completed since it was last asked.
+pub(crate) fn answer(ask: Ask) -> Answer {
+    let (waited, text) = waits();
+    let calls = match ask {
+        Ask::Wait => None,
+        Ask::WaitAndCalls => Some(match CALLS.get().and_then(|recent| recent(RECENT_CALLS)) {
+            Some((calls, left_out)) => RecentCalls::recorded(calls, left_out),
+            None => RecentCalls::not_recording(),
+        }),
+    };
+    Answer {
+        waited,
+        text,
+        traffic: Some(super::traffic::total()),
+        calls,
+    }
+}
+
+/// The oldest wait's age, and every waiting thread's description with its age; `None` and an
+/// empty text when no thread waits.
+fn waits() -> (Option<Duration>, String) {
     let waits = lock();
     let now = Instant::now();
     let oldest = waits.iter().map(|(_, since, _)| now - *since).max();

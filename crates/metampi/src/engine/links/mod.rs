@@ -188,6 +188,7 @@ impl Links {
         sync: bool,
     ) {
         let len = core.send_bytes(id).map_or(0, |b| b.len());
+        super::traffic::sent(len);
         let kind = if sync { Kind::EagerSync } else { Kind::Eager };
         let d = self.chan(dst);
         let mut env = Envelope::new(kind, self.rank, ctx, tag, len as u64);
@@ -223,11 +224,15 @@ impl Links {
         let mut env = Envelope::new(Kind::Eager, self.rank, ctx, tag, bytes.len() as u64);
         env.flags |= self.order_flag(d);
         env.dst = dst;
-        match &mut self.peers[d] {
+        let took = match &mut self.peers[d] {
             Link::Shm(l) => l.send_now(&env, bytes, self.eager_shm, &self.wake),
             Link::Stream(_) => self.stream_send_now(core, d, &env, bytes),
             Link::Local | Link::Via(_) => false,
+        };
+        if took {
+            super::traffic::sent(bytes.len());
         }
+        took
     }
 
     fn queue(
