@@ -16,7 +16,7 @@
 //!
 //! While the job runs, the launcher's live view (`metampi run --web`) asks a
 //! rank about once a second for the calls it completed since it last asked
-//! ([`recent`]): the report thread reads them out of the arena as the writers
+//! (`recent`): the report thread reads them out of the arena as the writers
 //! publish them, without stopping them, and keeps how far it has read.
 //!
 //! ```no_run
