@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== loom models"
 RUSTFLAGS="--cfg loom" CARGO_PROFILE_DEV_DEBUG=0 \
-    cargo test --locked -q -p metampi --lib --target-dir target/loom -- loom_model
+    cargo test --locked -q -p metampi-sys -p metampi --lib --target-dir target/loom -- loom_model

@@ -48,11 +48,11 @@ use metampi_wire::{AutoMode, Bundle, Compression, Config, Event, Transmit};
 
 use metampi::auth;
 use metampi::auth::VERTICAL_CTX;
-use metampi::for_router::sys;
-use metampi::for_router::ENV_LEN;
 pub use metampi_launch::router_spec::{
     read_ready, Identity, LinkTls, OutLink, PeerCheck, RouterSpec, COMPRESSIONS,
 };
+use metampi_sys as sys;
+use metampi_sys::envelope::ENV_LEN;
 use sys::vchan::{Offer, VChan, OFFER_LEN};
 
 mod reader;
@@ -559,7 +559,7 @@ struct Peer {
     checksum: bool,
     label: String,
     /// Frames written and bytes read per link, with `METAMPI_TRACE`.
-    trace: Option<metampi::for_router::LinkLog>,
+    trace: Option<metampi_sys::linklog::LinkLog>,
 }
 
 /// One configured link to or from a peer router.
@@ -1144,7 +1144,7 @@ impl Router {
                 compression: links[0].compression.clone(),
                 checksum,
                 label: format!("to router {peer}"),
-                trace: metampi::for_router::LinkLog::open(spec.id, true, peer),
+                trace: metampi_sys::linklog::LinkLog::open(spec.id, true, peer),
             });
         }
         let r = Router {
@@ -1170,12 +1170,7 @@ impl Router {
             stats_due: stats_dir.is_some(),
             key,
             spinner: sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50),
-            node: sys::vchan::node_hash(
-                &spec
-                    .node
-                    .clone()
-                    .unwrap_or_else(metampi::for_router::hostname),
-            ),
+            node: sys::vchan::node_hash(&spec.node.clone().unwrap_or_else(metampi_sys::hostname)),
             profile: Profile::from_env(),
         };
         Ok(r)
@@ -1465,7 +1460,7 @@ impl Router {
             compression: "off".into(),
             checksum: true,
             label: format!("from router {conn}"),
-            trace: metampi::for_router::LinkLog::open(id, false, conn as usize),
+            trace: metampi_sys::linklog::LinkLog::open(id, false, conn as usize),
         });
         let l = &mut p.links[link];
         l.lost_at = None;

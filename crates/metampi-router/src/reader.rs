@@ -212,8 +212,7 @@ fn read_loop(s: &TcpStream, shared: &Shared, waker: &UnixDatagram, frame_max: us
     // Spins as the loop does before sleeping: a thread that slept in `poll` after
     // every small message made each one wait for its wake-up (routed 8-byte
     // ping-pong 41-52 µs against 28-35 without the thread, on 2 cores).
-    let mut spinner =
-        metampi::for_router::sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50);
+    let mut spinner = metampi_sys::poll::Spinner::from_env("METAMPI_ROUTER_SPIN_US", 50);
     loop {
         {
             let mut inbox = lock(&shared.inbox);
@@ -229,8 +228,7 @@ fn read_loop(s: &TcpStream, shared: &Shared, waker: &UnixDatagram, frame_max: us
         }
         let rest = c.rest();
         let limit = frame::reserve_for_frames(&mut c.buf, rest, frame_max).min(READ_BYTES);
-        let (drained, end) = match metampi::for_router::sys::read::read_append(s, &mut c.buf, limit)
-        {
+        let (drained, end) = match metampi_sys::read::read_append(s, &mut c.buf, limit) {
             Ok(0) => (true, Some(None)),
             Ok(n) => (n < limit, None),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => (true, None),

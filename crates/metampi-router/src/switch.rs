@@ -17,7 +17,7 @@ use std::io;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use metampi::for_router::{Envelope, ENV_LEN};
+use metampi_sys::envelope::{Envelope, ENV_LEN};
 use metampi_wire::{Bundle, Event, Message as WireMessage, SendError};
 
 /// Largest frame a rank hands a router (an eager message or a rendezvous fragment).
@@ -482,7 +482,7 @@ impl Switch {
 /// The size of the frame (envelope and payload) at the front of `rx`, once its
 /// envelope is there.
 pub(crate) fn frame_size(rx: &[u8]) -> io::Result<Option<usize>> {
-    let Some(e) = metampi::for_router::decode_head(rx)? else {
+    let Some(e) = metampi_sys::envelope::decode_head(rx)? else {
         return Ok(None);
     };
     let n = e.trailing_len();
@@ -544,7 +544,7 @@ mod tests {
     //! pieces of random size.
 
     use super::*;
-    use metampi::for_router::Kind;
+    use metampi_sys::envelope::Kind;
     use metampi_wire::Compression;
     use std::time::Duration;
 

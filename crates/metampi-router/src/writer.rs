@@ -187,10 +187,7 @@ fn write_frame(
             Ok(k) => done += k,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 // Room, or bytes to read, or a timeout to look again.
-                metampi::for_router::sys::poll::wait(
-                    &[(s.as_raw_fd(), true)],
-                    Duration::from_millis(100),
-                )?;
+                metampi_sys::poll::wait(&[(s.as_raw_fd(), true)], Duration::from_millis(100))?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

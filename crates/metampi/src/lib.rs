@@ -53,10 +53,8 @@ pub mod collective;
 #[allow(unsafe_code)]
 pub mod datatype;
 mod engine;
-mod envelope;
 #[allow(unsafe_code)]
 pub mod environment;
-pub mod knobs;
 pub mod log;
 /// C-interface names that rsmpi programs use; there is no C library behind them.
 pub mod ffi {
@@ -68,55 +66,23 @@ pub mod ffi {
 #[cfg(feature = "test-counters")]
 #[doc(hidden)]
 pub mod counters;
-/// Not an API: the pieces of the rank library that the router process
-/// (`metampi-router`) shares with it, so that both ends of a rank-router
-/// connection (shared-memory pipes, envelopes, waiting) have one
-/// implementation. Nothing here follows semver.
-#[doc(hidden)]
-pub mod for_router {
-    /// System calls and shared memory, as the router uses them.
-    pub mod sys {
-        /// Waiting on descriptors.
-        pub mod poll {
-            pub use crate::sys::poll::{
-                die_with_parent, keep_freed_memory, unacked_bytes, wait, Spinner, WaitCounts,
-            };
-        }
-        /// Cross-memory attach.
-        pub mod cma {
-            pub use crate::sys::cma::{let_peers_attach, turned_off};
-        }
-        /// Reading a descriptor into a growing buffer.
-        pub mod read {
-            pub use crate::sys::read::read_append;
-        }
-        /// Shared-memory byte pipes between ranks and their router.
-        pub mod vchan {
-            pub use crate::sys::vchan::{drain_bell, node_hash, Offer, VChan, OFFER_LEN};
-        }
-        pub use crate::sys::store_load_fence;
-    }
-    pub use crate::engine::stream::decode_head;
-    pub use crate::envelope::{Envelope, Kind, ENV_LEN};
-    /// This machine's name (`gethostname`).
-    pub fn hostname() -> String {
-        crate::sys::hostname()
-    }
-    pub use crate::trace::LinkLog;
-}
 mod error;
-mod hash;
 #[allow(unsafe_code)]
 pub mod point_to_point;
 #[allow(unsafe_code)]
 pub mod request;
 #[allow(unsafe_code)]
-mod sys;
-#[allow(unsafe_code)]
 pub mod topology;
 #[allow(unsafe_code)]
 pub mod trace;
 pub mod tuning;
+
+// The system layer (shared memory, rings, pipes, `poll`, fences; `metampi-sys`, shared with
+// the router) under the names the library's modules use.
+use metampi_sys as sys;
+/// The library's settings from the environment (`METAMPI_*`): how each is read and checked.
+pub use metampi_sys::knobs;
+use metampi_sys::{envelope, hash};
 
 pub use crate::environment::{
     initialize, initialize_with_threading, is_finalized, is_initialized, processor_name, time,

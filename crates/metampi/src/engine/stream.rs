@@ -14,7 +14,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::core::{Core, ReqId};
-use crate::envelope::{Envelope, Kind, ENV_LEN};
+use crate::envelope::{decode_head, Envelope, Kind, ENV_LEN};
 
 /// Payload bytes of messages read straight to their target (long eager ones
 /// and rendezvous data) that came through the staging buffer instead, and
@@ -86,21 +86,6 @@ impl FrameSink for Core {
     fn data_done(&mut self, env: &Envelope) {
         Core::data_done(self, env);
     }
-}
-
-/// The envelope at the front of a stream's bytes, once all of it is there. Streams carry no
-/// inline envelopes (those are for shared-memory rings).
-///
-/// # Errors
-/// `InvalidData` for bytes that are no envelope.
-pub fn decode_head(bytes: &[u8]) -> io::Result<Option<Envelope>> {
-    let Some(head) = bytes.get(..ENV_LEN) else {
-        return Ok(None);
-    };
-    Envelope::decode(head)
-        .filter(|e| !e.is_inline())
-        .map(Some)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))
 }
 
 /// The receive side of one stream: a staging buffer, so that one read usually brings in

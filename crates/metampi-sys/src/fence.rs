@@ -1,33 +1,4 @@
-//! The unsafe islands: shared memory, rings, cross-memory attach, `poll`
-//! and reads into uninitialised buffer space.
-//!
-//! Everything outside this module is safe code. Each item here documents the
-//! invariant its callers must keep.
-
-pub mod cma;
-pub(crate) mod copy;
-pub(crate) mod cpus;
-pub mod poll;
-pub(crate) mod rawbuf;
-pub mod read;
-pub(crate) mod ring;
-pub(crate) mod shm;
-pub(crate) mod sleep_flag;
-pub(crate) mod spin;
-pub mod vchan;
-
-/// This machine's name (`gethostname`); `localhost` where the call fails.
-pub(crate) fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: `buf` is writable for its length; gethostname NUL-terminates
-    // within it or truncates, and we stop at the first NUL or the end.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
+//! The fences between publishing to shared memory and looking at a peer's sleep flag.
 
 /// The barrier a writer needs between publishing to shared memory (a ring
 /// record, freed ring space, a collective flag) and loading the reader's
@@ -38,7 +9,7 @@ pub(crate) fn hostname() -> String {
 /// from reordering. Elsewhere it is [`store_load_fence`] and `sleep_fence`
 /// does nothing more than the flag's own sequentially consistent store.
 #[inline(always)]
-pub(crate) fn publish_fence() {
+pub fn publish_fence() {
     if asymmetric() {
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
     } else {
@@ -49,7 +20,7 @@ pub(crate) fn publish_fence() {
 /// The sleeper's half of [`publish_fence`]: call after raising the sleep
 /// flag and before looking for work a last time. Either a writer's publish
 /// is visible to that look, or the writer sees the flag.
-pub(crate) fn sleep_fence() {
+pub fn sleep_fence() {
     if asymmetric() {
         #[cfg(target_os = "linux")]
         // SAFETY: membarrier takes two integers and touches no memory of ours.
@@ -70,7 +41,7 @@ const MEMBARRIER_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
 /// process of the job on the machine (the launcher passes it to all).
 #[inline(always)]
 /// Whether [`publish_fence`] is the cheap half of an asymmetric pair here.
-pub(crate) fn asymmetric_fences() -> bool {
+pub fn asymmetric_fences() -> bool {
     asymmetric()
 }
 

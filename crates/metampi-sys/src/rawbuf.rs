@@ -7,14 +7,14 @@
 
 /// Read-only view of a send buffer.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct SendPtr {
+pub struct SendPtr {
     ptr: *const u8,
     len: usize,
 }
 
 /// Writable view of a receive buffer.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct RecvPtr {
+pub struct RecvPtr {
     ptr: *mut u8,
     len: usize,
 }
@@ -29,7 +29,7 @@ impl SendPtr {
     /// # Safety
     /// `bytes` must stay valid and unmodified until the request holding this
     /// pointer has completed.
-    pub(crate) unsafe fn new(bytes: &[u8]) -> SendPtr {
+    pub unsafe fn new(bytes: &[u8]) -> SendPtr {
         SendPtr {
             ptr: bytes.as_ptr(),
             len: bytes.len(),
@@ -37,7 +37,7 @@ impl SendPtr {
     }
 
     /// The bytes. Valid per the contract of [`SendPtr::new`].
-    pub(crate) fn bytes(&self) -> &[u8] {
+    pub fn bytes(&self) -> &[u8] {
         if self.len == 0 {
             return &[];
         }
@@ -50,20 +50,26 @@ impl RecvPtr {
     /// # Safety
     /// `bytes` must stay valid, and not be accessed by anyone else, until the
     /// request holding this pointer has completed.
-    pub(crate) unsafe fn new(bytes: &mut [u8]) -> RecvPtr {
+    pub unsafe fn new(bytes: &mut [u8]) -> RecvPtr {
         RecvPtr {
             ptr: bytes.as_mut_ptr(),
             len: bytes.len(),
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// Bytes in the buffer.
+    pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The whole buffer, writable. Valid per the contract of [`RecvPtr::new`];
     /// the engine hands it to one writer at a time.
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         if self.len == 0 {
             return &mut [];
         }

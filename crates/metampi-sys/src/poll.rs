@@ -418,7 +418,7 @@ mod tests {
             assert_eq!(n.unwrap(), 1);
             took
         };
-        let max = crate::sys::spin::LEARN_MAX;
+        let max = crate::spin::LEARN_MAX;
         let took = wait_for(&mut s, Duration::from_millis(1));
         // (A machine so loaded that the wait took longer halves it instead.)
         if s.counts.blocked == 1 && took < max {

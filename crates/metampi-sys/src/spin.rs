@@ -34,14 +34,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The longest a learnt budget gets.
-pub(crate) const LEARN_MAX: Duration = Duration::from_millis(5);
+pub const LEARN_MAX: Duration = Duration::from_millis(5);
 
 /// How often a learnt budget grew and how often the machine was too busy
 /// for it to (for tests, `counters::spin_budget`).
-pub(crate) static GROWN: AtomicU64 = AtomicU64::new(0);
-pub(crate) static BUSY: AtomicU64 = AtomicU64::new(0);
+pub static GROWN: AtomicU64 = AtomicU64::new(0);
+pub static BUSY: AtomicU64 = AtomicU64::new(0);
 
-pub(crate) struct SpinBudget {
+pub struct SpinBudget {
     base: Duration,
     now_ns: AtomicU64,
     learn: bool,
@@ -53,7 +53,7 @@ impl SpinBudget {
     /// A budget of `base`; `learn`: adapted by [`SpinBudget::learn`];
     /// `yields`: the rank yields its core while it spins among more awake
     /// processes than cores, so it may grow whatever the machine's load.
-    pub(crate) fn new(base: Duration, learn: bool, yields: bool) -> SpinBudget {
+    pub fn new(base: Duration, learn: bool, yields: bool) -> SpinBudget {
         SpinBudget {
             base,
             now_ns: AtomicU64::new(base.as_nanos() as u64),
@@ -62,23 +62,23 @@ impl SpinBudget {
         }
     }
 
-    pub(crate) fn get(&self) -> Duration {
+    pub fn get(&self) -> Duration {
         Duration::from_nanos(self.now_ns.load(Ordering::Relaxed))
     }
 
-    #[cfg(feature = "test-counters")]
-    pub(crate) fn learns(&self) -> bool {
+    /// Whether it learns from waits (see [`SpinBudget::new`]).
+    pub fn learns(&self) -> bool {
         self.learn
     }
 
-    #[cfg(feature = "test-counters")]
-    pub(crate) fn base(&self) -> Duration {
+    /// The budget it started from.
+    pub fn base(&self) -> Duration {
         self.base
     }
 
     /// After a sleep: `wait` is the whole wait, spinning and sleeping;
     /// `alone`: no two threads of this process have waited at once.
-    pub(crate) fn learn(&self, wait: Duration, alone: bool) {
+    pub fn learn(&self, wait: Duration, alone: bool) {
         if !self.learn {
             return;
         }
@@ -97,7 +97,7 @@ impl SpinBudget {
 
 /// The budget after a wait of `wait` that slept, from budget `now`; `room`:
 /// the machine has a core for every runnable thread.
-pub(crate) fn next_budget(now: Duration, base: Duration, wait: Duration, room: bool) -> Duration {
+pub fn next_budget(now: Duration, base: Duration, wait: Duration, room: bool) -> Duration {
     if !room {
         base
     } else if wait <= LEARN_MAX {
@@ -110,7 +110,7 @@ pub(crate) fn next_budget(now: Duration, base: Duration, wait: Duration, room: b
 /// Whether no more threads are runnable on this machine than it has online
 /// CPUs (the caller among them).
 fn machine_has_room() -> bool {
-    let cpus = crate::sys::cpus::online();
+    let cpus = crate::cpus::online();
     let runnable =
         super::cpus::runnable(&std::fs::read_to_string("/proc/loadavg").unwrap_or_default());
     matches!(runnable, Some(r) if r <= cpus)

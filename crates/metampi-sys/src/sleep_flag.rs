@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A sleep flag's word: shared memory in the library, a loom atomic in the model.
-pub(crate) trait SleepWord {
+pub trait SleepWord {
     fn load(&self, order: Ordering) -> u32;
     fn store(&self, v: u32, order: Ordering);
     fn compare_exchange(&self, current: u32, new: u32) -> bool;
@@ -44,10 +44,7 @@ impl SleepWord for AtomicU32 {
 /// The writer's half, after it published: `fence` (the writer's fence), then whether the
 /// flag's owner sleeps and this writer is the one to wake it (the flag is down again).
 #[inline(always)]
-pub(crate) fn must_wake_after_publish<W: SleepWord + ?Sized>(
-    flag: &W,
-    fence: impl FnOnce(),
-) -> bool {
+pub fn must_wake_after_publish<W: SleepWord + ?Sized>(flag: &W, fence: impl FnOnce()) -> bool {
     fence();
     take(flag)
 }
@@ -56,13 +53,13 @@ pub(crate) fn must_wake_after_publish<W: SleepWord + ?Sized>(
 /// already fenced: [`must_wake_after_publish`]). Looked at first with a plain load: a flag
 /// that is down costs no write to a line the sleeper owns.
 #[inline(always)]
-pub(crate) fn take<W: SleepWord + ?Sized>(flag: &W) -> bool {
+pub fn take<W: SleepWord + ?Sized>(flag: &W) -> bool {
     flag.load(Ordering::Relaxed) != 0 && flag.compare_exchange(1, 0)
 }
 
 /// The sleeper's half: raises (or lowers) its flags; raising ends with `fence` (the sleeper's
 /// fence), after which the caller looks for work once more before it sleeps.
-pub(crate) fn announce<'a, W: SleepWord + 'a>(
+pub fn announce<'a, W: SleepWord + 'a>(
     flags: impl IntoIterator<Item = &'a W>,
     asleep: bool,
     fence: impl FnOnce(),
@@ -81,8 +78,8 @@ pub(crate) fn announce<'a, W: SleepWord + 'a>(
 #[cfg(all(test, loom))]
 mod loom_model {
     use super::*;
-    use crate::sys::ring::loom_model::{ring, Model};
-    use crate::sys::ring::{Consumer, Producer, LINE};
+    use crate::ring::loom_model::{ring, Model};
+    use crate::ring::{Consumer, Producer, LINE};
     use loom::sync::atomic::{fence, AtomicBool, AtomicU32 as LoomU32};
     use loom::sync::Arc;
 

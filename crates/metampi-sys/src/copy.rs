@@ -22,7 +22,7 @@ const PIECE: usize = 1024;
 
 /// Whether copying to `dst` from `src` is the slow case (see the module docs).
 #[inline]
-pub(crate) fn aliased(dst: usize, src: usize) -> bool {
+pub fn aliased(dst: usize, src: usize) -> bool {
     let d = dst.wrapping_sub(src) & 4095;
     d != 0 && d < ALIAS_SPAN
 }
@@ -32,7 +32,7 @@ pub(crate) fn aliased(dst: usize, src: usize) -> bool {
 /// # Panics
 /// Where the lengths differ, as `copy_from_slice` does.
 #[inline]
-pub(crate) fn copy(dst: &mut [u8], src: &[u8]) {
+pub fn copy(dst: &mut [u8], src: &[u8]) {
     assert_eq!(
         dst.len(),
         src.len(),
@@ -49,7 +49,7 @@ pub(crate) fn copy(dst: &mut [u8], src: &[u8]) {
 /// As `std::ptr::copy_nonoverlapping`: `src` readable and `dst` writable for
 /// `len` bytes, the two not overlapping.
 #[inline]
-pub(crate) unsafe fn copy_raw(src: *const u8, dst: *mut u8, len: usize) {
+pub unsafe fn copy_raw(src: *const u8, dst: *mut u8, len: usize) {
     if len > PIECE && aliased(dst as usize, src as usize) {
         let mut done = 0;
         while done < len {
@@ -65,7 +65,7 @@ pub(crate) unsafe fn copy_raw(src: *const u8, dst: *mut u8, len: usize) {
 }
 
 /// `v.extend_from_slice(src)` through [`copy`].
-pub(crate) fn extend(v: &mut Vec<u8>, src: &[u8]) {
+pub fn extend(v: &mut Vec<u8>, src: &[u8]) {
     v.reserve(src.len());
     let at = v.len();
     // SAFETY: `reserve` made room for `src.len()` bytes past `at`, all of

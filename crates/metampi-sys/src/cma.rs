@@ -277,7 +277,7 @@ mod tests {
                     .wrapping_sub(dst.as_ptr() as usize))
                     & 4095;
                 let want = &src[s_off..s_off + len];
-                let slow = super::super::copy::aliased(d, 0);
+                let slow = crate::copy::aliased(d, 0);
 
                 let before = bounces();
                 let at = want.as_ptr() as u64;

@@ -35,34 +35,34 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of ring control at the start of each ring.
-pub(crate) const CTL_BYTES: usize = 128;
+pub const CTL_BYTES: usize = 128;
 /// Record alignment and envelope size.
-pub(crate) const LINE: usize = 64;
+pub const LINE: usize = 64;
 /// Envelope byte that marks a pad record.
 const PAD: u8 = 0xFF;
 /// Offset of the record length inside the envelope (owned by the ring).
-pub(crate) const REC_LEN_AT: usize = 20;
+pub const REC_LEN_AT: usize = 20;
 /// Records up to this size have every line's length word cleared by the
 /// reader; larger ones only the first (see the module comment). It covers
 /// the largest eager record (64 KiB and its envelope).
-pub(crate) const CLEAR_ALL_MAX: u64 = 128 * 1024;
+pub const CLEAR_ALL_MAX: u64 = 128 * 1024;
 
 /// A counter on a cache line of its own.
 #[repr(C, align(64))]
-pub(crate) struct Line(pub(crate) AtomicU64);
+pub struct Line(pub AtomicU64);
 
 /// Consumer position (`head`), then producer position (`tail`), each on its
 /// own line. The record ring publishes in band and uses `head` only (the
 /// producer reads it when its cached copy says the ring is full); the byte
 /// pipes of [`super::vchan`] use both.
 #[repr(C)]
-pub(crate) struct Ctl {
-    pub(crate) head: Line,
-    pub(crate) tail: Line,
+pub struct Ctl {
+    pub head: Line,
+    pub tail: Line,
 }
 
 /// Bytes a record of `payload` bytes takes in the ring.
-pub(crate) fn record_len(payload: usize) -> usize {
+pub fn record_len(payload: usize) -> usize {
     LINE + payload.div_ceil(LINE) * LINE
 }
 
@@ -70,7 +70,7 @@ pub(crate) fn record_len(payload: usize) -> usize {
 /// the mapping of a shared-memory segment in the library ([`Shm`]); loom's
 /// checked atomics and cells in the model tests (`loom_model` below), which so
 /// run this file's protocol code unchanged.
-pub(crate) trait Memory {
+pub trait Memory {
     /// Records up to this size have every line's length word cleared by the
     /// reader ([`CLEAR_ALL_MAX`]; the models make it one line, to reach the
     /// writer's clearing ahead with rings of a few lines).
@@ -110,7 +110,7 @@ pub(crate) trait Memory {
 
 /// A ring in a mapping: the control block, then the data area (the byte
 /// pipes of [`super::vchan`] use the same layout).
-pub(crate) struct Shm {
+pub struct Shm {
     pub(super) ctl: *const Ctl,
     pub(super) data: *mut u8,
 }
@@ -185,7 +185,7 @@ impl Memory for Shm {
     }
 }
 
-pub(crate) struct Producer<M: Memory = Shm> {
+pub struct Producer<M: Memory = Shm> {
     mem: M,
     cap: u64,
     tail: u64,
@@ -201,20 +201,20 @@ pub(crate) struct Producer<M: Memory = Shm> {
 /// writer stores) instead of taking the engine's lock for every look. Once
 /// the consumer has moved on, the word is a freed line's (zero, or a later
 /// record's length): a look then only sends the caller to the real consumer.
-pub(crate) struct HeadWatch(*const AtomicU32);
+pub struct HeadWatch(*const AtomicU32);
 
 impl HeadWatch {
     /// Whether something was published at the watched position.
     ///
     /// # Safety
     /// The ring's memory must still be mapped.
-    pub(crate) unsafe fn published(&self) -> bool {
+    pub unsafe fn published(&self) -> bool {
         // SAFETY: per the contract the word is mapped; it is only accessed atomically.
         unsafe { &*self.0 }.load(Ordering::Acquire) != 0
     }
 }
 
-pub(crate) struct Consumer<M: Memory = Shm> {
+pub struct Consumer<M: Memory = Shm> {
     mem: M,
     cap: u64,
     head: u64,
@@ -241,7 +241,7 @@ impl Producer {
     /// memory, 64-byte aligned, that outlives the producer; `cap` must be a
     /// power of two and a multiple of 64; there must be only one producer for
     /// this ring in the whole job.
-    pub(crate) unsafe fn new(base: *mut u8, cap: usize) -> Producer {
+    pub unsafe fn new(base: *mut u8, cap: usize) -> Producer {
         // SAFETY: per the contract.
         Producer::in_memory(unsafe { Shm::at(base) }, cap)
     }
@@ -295,19 +295,19 @@ impl<M: Memory> Producer<M> {
     }
 
     /// Bytes written and not yet taken by the consumer (as of now).
-    pub(crate) fn unread(&self) -> u64 {
+    pub fn unread(&self) -> u64 {
         self.tail - self.mem.head(Ordering::Acquire)
     }
 
     /// Largest payload one record may carry.
-    pub(crate) fn max_payload(&self) -> usize {
+    pub fn max_payload(&self) -> usize {
         self.cap as usize / 2 - LINE
     }
 
     /// Appends one record: `env` (the envelope) followed by `payload`. Returns
     /// false, writing nothing, when there is no room now.
     #[inline(always)]
-    pub(crate) fn try_write(&mut self, env: &[u8; LINE], payload: &[u8]) -> bool {
+    pub fn try_write(&mut self, env: &[u8; LINE], payload: &[u8]) -> bool {
         debug_assert!(payload.len() <= self.max_payload());
         let rec = record_len(payload.len()) as u64;
         let off = self.tail & (self.cap - 1);
@@ -372,14 +372,14 @@ impl<M: Memory> Producer<M> {
 impl Consumer {
     /// # Safety
     /// As for [`Producer::new`], with one consumer per ring.
-    pub(crate) unsafe fn new(base: *mut u8, cap: usize) -> Consumer {
+    pub unsafe fn new(base: *mut u8, cap: usize) -> Consumer {
         // SAFETY: per the contract.
         Consumer::in_memory(unsafe { Shm::at(base) }, cap)
     }
 
     /// The word the next record's publication sets, for polling without the
     /// consumer (see [`HeadWatch`]).
-    pub(crate) fn watch(&self) -> HeadWatch {
+    pub fn watch(&self) -> HeadWatch {
         // SAFETY: `head % cap` is a line inside the data area.
         let word = unsafe { len_word(self.mem.data, self.head & (self.cap - 1)) };
         HeadWatch(word as *const AtomicU32)
@@ -403,7 +403,7 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// Whether a record is published at the head (one shared load).
-    pub(crate) fn has_record(&self) -> bool {
+    pub fn has_record(&self) -> bool {
         self.head_len() != 0
     }
 
@@ -411,7 +411,7 @@ impl<M: Memory> Consumer<M> {
     /// `f` returns `false` to leave the record in place (it could not be taken
     /// now); the record is then offered again by the next call.
     #[inline]
-    pub(crate) fn read_one(&mut self, f: impl FnOnce(&[u8]) -> bool) -> Option<bool> {
+    pub fn read_one(&mut self, f: impl FnOnce(&[u8]) -> bool) -> Option<bool> {
         loop {
             let rec = self.head_len();
             if rec == 0 {
@@ -627,7 +627,7 @@ pub(super) mod loom_model {
 
     /// A ring of `lines` lines: the head, a length word per line, and the
     /// other bytes of each line as a cell loom checks.
-    pub(crate) struct Model {
+    pub struct Model {
         head: LoomU64,
         lens: Vec<LoomU32>,
         lines: Vec<UnsafeCell<[u8; LINE]>>,
@@ -702,7 +702,7 @@ pub(super) mod loom_model {
         }
     }
 
-    pub(crate) fn ring(lines: usize) -> Arc<Model> {
+    pub fn ring(lines: usize) -> Arc<Model> {
         Arc::new(Model {
             head: LoomU64::new(0),
             lens: (0..lines).map(|_| LoomU32::new(0)).collect(),

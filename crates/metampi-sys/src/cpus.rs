@@ -9,7 +9,7 @@
 
 /// This process's affinity mask as a bitmap in hexadecimal, lowest CPU in the
 /// last digit; `None` where the system does not say.
-pub(crate) fn affinity_hex() -> Option<String> {
+pub fn affinity_hex() -> Option<String> {
     metampi_launch::affinity().ok().map(|cpus| to_hex(&cpus))
 }
 
@@ -28,7 +28,7 @@ fn to_hex(cpus: &[usize]) -> String {
 
 /// CPUs in the union of hexadecimal masks; masks that do not parse are
 /// skipped (an older rank, a foreign value).
-pub(crate) fn union_count<'a>(masks: impl IntoIterator<Item = &'a str>) -> usize {
+pub fn union_count<'a>(masks: impl IntoIterator<Item = &'a str>) -> usize {
     let mut union: Vec<u8> = Vec::new();
     for m in masks {
         let Some(digits) = m
@@ -53,7 +53,7 @@ pub(crate) fn union_count<'a>(masks: impl IntoIterator<Item = &'a str>) -> usize
 /// than a CPU quota allows. `available_parallelism` is the smaller of this
 /// process's mask and the quota, so where it is below our own mask's size the
 /// quota is what binds.
-pub(crate) fn machine_cores(own_mask: usize, union: usize) -> usize {
+pub fn machine_cores(own_mask: usize, union: usize) -> usize {
     let ap = std::thread::available_parallelism().map_or(1, |n| n.get());
     let union = union.max(1);
     if ap < own_mask {
@@ -65,7 +65,7 @@ pub(crate) fn machine_cores(own_mask: usize, union: usize) -> usize {
 
 /// CPUs online on this machine, whatever this process's mask (1 where the
 /// system does not say).
-pub(crate) fn online() -> usize {
+pub fn online() -> usize {
     // SAFETY: sysconf only reads a system value.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     usize::try_from(n).unwrap_or(1).max(1)

@@ -9,7 +9,9 @@
 //!        or sreq u64 | rreq u64 | addr-or-offset u64 | fragment length u32
 //! ```
 
-use crate::sys::ring::LINE;
+use std::io;
+
+use crate::ring::LINE;
 
 pub const ENV_LEN: usize = LINE;
 /// Payload bytes that fit inside the envelope itself.
@@ -167,6 +169,21 @@ impl Envelope {
             _ => 0,
         }
     }
+}
+
+/// The envelope at the front of a stream's bytes, once all of it is there. Streams carry no
+/// inline envelopes (those are for shared-memory rings).
+///
+/// # Errors
+/// `InvalidData` for bytes that are no envelope.
+pub fn decode_head(bytes: &[u8]) -> io::Result<Option<Envelope>> {
+    let Some(head) = bytes.get(..ENV_LEN) else {
+        return Ok(None);
+    };
+    Envelope::decode(head)
+        .filter(|e| !e.is_inline())
+        .map(Some)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed envelope"))
 }
 
 #[cfg(test)]

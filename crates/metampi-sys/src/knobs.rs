@@ -292,8 +292,8 @@ pub fn known(name: &str) -> Option<&'static Knob> {
 
 /// Warns once per variable, and in a job only on rank 0: every rank sees the
 /// same environment. Also for values a reader accepted and another rule refused
-/// ([`crate::tuning`]'s).
-pub(crate) fn warn_once(name: &str, msg: String) {
+/// (`metampi::tuning`'s).
+pub fn warn_once(name: &str, msg: String) {
     // `PMI_RANK`: a rank started by Hydra or Slurm (`metampi_launch::pmi_wire`).
     let rank = std::env::var("METAMPI_RANK").or_else(|_| std::env::var("PMI_RANK"));
     if rank.is_ok_and(|r| r.trim() != "0") {

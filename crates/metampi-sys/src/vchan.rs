@@ -111,7 +111,7 @@ impl Offer {
     }
 
     fn path(&self) -> PathBuf {
-        let hex = crate::auth::hex(&self.token);
+        let hex = metampi_launch::auth::hex(&self.token);
         super::shm::dir().join(format!("metampi-v-{hex}"))
     }
 }
@@ -347,7 +347,7 @@ impl VChan {
         let cap = cap.clamp(MIN_CAP, MAX_CAP).next_power_of_two();
         let offer = Offer {
             node,
-            token: crate::auth::nonce()?,
+            token: metampi_launch::auth::nonce()?,
             cap,
         };
         let seg = Segment::create_reserved(&offer.path(), Self::len(cap))?;
@@ -930,7 +930,7 @@ mod tests {
         a.write_vectored(&[IoSlice::new(b"1")]);
         a.notify(&rank_bell);
         b.arm(true);
-        crate::sys::sleep_fence();
+        crate::sleep_fence();
         a.write_vectored(&[IoSlice::new(b"2")]);
         a.notify(&rank_bell);
         a.write_vectored(&[IoSlice::new(b"3")]);

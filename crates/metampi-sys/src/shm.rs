@@ -11,7 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Where shared segments go: `/dev/shm` (tmpfs), else the temporary directory.
-pub(crate) fn dir() -> PathBuf {
+pub fn dir() -> PathBuf {
     if Path::new("/dev/shm").is_dir() {
         PathBuf::from("/dev/shm")
     } else {
@@ -20,7 +20,7 @@ pub(crate) fn dir() -> PathBuf {
 }
 
 /// Bytes free for an unprivileged user on the file system of [`dir`].
-pub(crate) fn free_bytes() -> Option<u64> {
+pub fn free_bytes() -> Option<u64> {
     let path = std::ffi::CString::new(dir().into_os_string().into_encoded_bytes()).ok()?;
     // SAFETY: statvfs fills the zeroed struct we pass from a NUL-terminated path.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -32,7 +32,7 @@ pub(crate) fn free_bytes() -> Option<u64> {
 }
 
 /// A mapping of a whole shared file. Unmapped on drop.
-pub(crate) struct Segment {
+pub struct Segment {
     ptr: *mut u8,
     len: usize,
     path: PathBuf,
@@ -46,7 +46,7 @@ unsafe impl Sync for Segment {}
 
 impl Segment {
     /// Creates a new segment file of `len` bytes (fails if it exists) and maps it.
-    pub(crate) fn create(path: &Path, len: usize) -> io::Result<Segment> {
+    pub fn create(path: &Path, len: usize) -> io::Result<Segment> {
         let file = Self::new_file(path)?;
         file.set_len(len as u64)?;
         Self::map(file, path, len)
@@ -65,7 +65,7 @@ impl Segment {
     /// As [`Segment::create`], with every page reserved now: a full tmpfs
     /// (a container's small `/dev/shm`) then fails here, not with `SIGBUS`
     /// at the first touch of a page it cannot supply.
-    pub(crate) fn create_reserved(path: &Path, len: usize) -> io::Result<Segment> {
+    pub fn create_reserved(path: &Path, len: usize) -> io::Result<Segment> {
         let file = Self::new_file(path)?;
         // SAFETY: posix_fallocate only extends the file behind a descriptor we own.
         let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
@@ -77,7 +77,7 @@ impl Segment {
     }
 
     /// Maps an existing segment created by another process of the job.
-    pub(crate) fn open(path: &Path, len: usize) -> io::Result<Segment> {
+    pub fn open(path: &Path, len: usize) -> io::Result<Segment> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         if file.metadata()?.len() < len as u64 {
             return Err(io::Error::new(
@@ -112,22 +112,27 @@ impl Segment {
     }
 
     /// Removes the file name; the mappings stay valid until every process drops them.
-    pub(crate) fn unlink(&self) {
+    pub fn unlink(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
 
     /// The file it was made from or opened by.
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
-    pub(crate) fn base(&self) -> *mut u8 {
+    pub fn base(&self) -> *mut u8 {
         self.ptr
     }
 
     /// Bytes mapped.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether nothing is mapped (a segment of length zero).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
