@@ -391,10 +391,11 @@ impl<'a, D: ?Sized, S: Scope<'a>> Drop for Request<'a, D, S> {
     }
 }
 
-impl<'a, D: ?Sized + std::fmt::Debug, S: Scope<'a>> std::fmt::Debug for Request<'a, D, S> {
+/// The data is not shown: until the request completes, the library may be writing it.
+impl<'a, D: ?Sized, S: Scope<'a>> std::fmt::Debug for Request<'a, D, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
-            Some(i) => write!(f, "Request {{ id: {}, data: {:?} }}", i.id, i.data),
+            Some(i) => write!(f, "Request {{ id: {}, in flight }}", i.id),
             None => write!(f, "Request {{ completed }}"),
         }
     }

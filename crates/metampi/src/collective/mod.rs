@@ -101,14 +101,10 @@ use crate::{Count, Rank};
 // ---- buffers as schedule memory ------------------------------------------------------
 
 /// A send buffer as schedule memory: dense buffers are used in place.
-///
-/// # Safety
-/// `s` must stay valid and unmodified until the schedule completes.
-unsafe fn input<S: Buffer + ?Sized>(b: &mut Builder, s: &S) -> Reg {
+fn input<'a, S: Buffer + ?Sized>(b: &mut Builder<'_, 'a>, s: &'a S) -> Reg {
     b.elements(s.as_datatype().type_id());
     match pack(s) {
-        // SAFETY: the caller's contract.
-        Packed::Dense(d) => unsafe { b.user_read(d) },
+        Packed::Dense(d) => b.user_read(d),
         Packed::Packed(v) => b.owned_from(v),
     }
 }
@@ -131,18 +127,15 @@ struct Output {
     es: usize,
 }
 
-/// # Safety
-/// `r` must stay valid, and untouched by anyone else, until the schedule
-/// completes.
-unsafe fn output<R: BufferMut + ?Sized>(b: &mut Builder, r: &mut R, keep: bool) -> Output {
+fn output<'a, R: BufferMut + ?Sized>(b: &mut Builder<'_, 'a>, r: &'a mut R, keep: bool) -> Output {
+    b.elements(r.as_datatype().type_id());
     let layout = RecvLayout::of(r);
     let es = layout.tm.size;
-    b.elements(r.as_datatype().type_id());
-    // SAFETY: `r` is exclusively borrowed for the schedule (caller).
+    // SAFETY: `r` is borrowed exclusively for `'a`, as long as the schedule that views it
+    // (through this slice or, below, the layout), and nothing else reaches it meanwhile.
     match unsafe { layout.dense() } {
         Some(d) => Output {
-            // SAFETY: as above.
-            reg: unsafe { b.user_write(d) },
+            reg: b.user_write(d),
             unpack: None,
             es,
         },
@@ -152,7 +145,7 @@ unsafe fn output<R: BufferMut + ?Sized>(b: &mut Builder, r: &mut R, keep: bool) 
             } else {
                 b.owned(layout.capacity())
             };
-            // SAFETY: as above.
+            // SAFETY: as above: the layout points into `r`, borrowed for the schedule's life.
             let i = unsafe { b.out_layout(layout) };
             Output {
                 reg,
@@ -217,13 +210,9 @@ unsafe fn pack_elems(base: *const u8, tm: &TypeMap, first: usize, count: usize, 
 }
 
 /// The blocks of a partitioned send buffer, one region per rank.
-///
-/// # Safety
-/// The buffer must hold the partition's elements and stay valid and
-/// unmodified until the schedule completes.
-unsafe fn input_parts<S: PartitionedBuffer + ?Sized>(
-    b: &mut Builder,
-    s: &S,
+fn input_parts<'a, S: PartitionedBuffer + ?Sized>(
+    b: &mut Builder<'_, 'a>,
+    s: &'a S,
 ) -> Result<Vec<Reg>, Error> {
     let parts = partition(s.counts(), s.displs(), b.n)?;
     b.elements(s.as_datatype().type_id());
@@ -231,9 +220,10 @@ unsafe fn input_parts<S: PartitionedBuffer + ?Sized>(
     let base = s.pointer() as *const u8;
     if tm.is_dense() {
         let span = parts.iter().map(|&(c, d)| c + d).max().unwrap_or(0) * tm.extent;
-        // SAFETY: the partition lies inside the buffer (caller); `span` bytes
-        // from `base` are its elements.
-        let all = unsafe { b.user_read(std::slice::from_raw_parts(base, span)) };
+        // SAFETY: a partitioned buffer holds the elements its counts and displacements name
+        // (the contract of the unsafe trait `PartitionedBuffer`), so `span` bytes from `base`
+        // are its own, borrowed by `s` for `'a`.
+        let all = b.user_read(unsafe { std::slice::from_raw_parts::<'a, u8>(base, span) });
         return Ok(parts
             .iter()
             .map(|&(c, d)| all.at(d * tm.size, c * tm.size))
@@ -243,7 +233,7 @@ unsafe fn input_parts<S: PartitionedBuffer + ?Sized>(
     let mut at = Vec::with_capacity(parts.len());
     for &(c, d) in &parts {
         let start = v.len();
-        // SAFETY: the caller's contract.
+        // SAFETY: as above, the partition's elements are the buffer's.
         unsafe { pack_elems(base, &tm, d, c, &mut v) };
         at.push((start, v.len() - start));
     }
@@ -256,13 +246,9 @@ unsafe fn input_parts<S: PartitionedBuffer + ?Sized>(
 type RecvParts = (Vec<Reg>, Vec<(Reg, usize)>);
 
 /// The blocks of a partitioned receive buffer, and the unpacks it needs.
-///
-/// # Safety
-/// The buffer must hold the partition's elements and stay valid, and
-/// untouched by anyone else, until the schedule completes.
-unsafe fn output_parts<R: PartitionedBufferMut + ?Sized>(
-    b: &mut Builder,
-    r: &mut R,
+fn output_parts<'a, R: PartitionedBufferMut + ?Sized>(
+    b: &mut Builder<'_, 'a>,
+    r: &'a mut R,
 ) -> Result<RecvParts, Error> {
     let parts = partition(r.counts(), r.displs(), b.n)?;
     b.elements(r.as_datatype().type_id());
@@ -279,8 +265,9 @@ unsafe fn output_parts<R: PartitionedBufferMut + ?Sized>(
     let base = r.pointer_mut() as *mut u8;
     if tm.is_dense() {
         let span = parts.iter().map(|&(c, d)| c + d).max().unwrap_or(0) * tm.extent;
-        // SAFETY: the partition lies inside the exclusively borrowed buffer.
-        let all = unsafe { b.user_write(std::slice::from_raw_parts_mut(base, span)) };
+        // SAFETY: the partition lies inside the buffer (the contract of the unsafe trait
+        // `PartitionedBufferMut`), which `r` borrows exclusively for `'a`.
+        let all = b.user_write(unsafe { std::slice::from_raw_parts_mut::<'a, u8>(base, span) });
         let regs = parts
             .iter()
             .map(|&(c, d)| all.at(d * tm.size, c * tm.size))
@@ -299,7 +286,8 @@ unsafe fn output_parts<R: PartitionedBufferMut + ?Sized>(
             // SAFETY: element `d` lies inside the buffer (partition contract).
             base: unsafe { base.add(d * tm.extent) },
         };
-        // SAFETY: the caller's contract.
+        // SAFETY: the layout lies inside the buffer `r` borrows exclusively for `'a`, the
+        // schedule's life, and the partition's blocks do not overlap (checked above).
         unpacks.push((reg, unsafe { b.out_layout(layout) }));
         regs.push(reg);
     }
@@ -315,12 +303,8 @@ fn finish_parts(b: &mut Builder, unpacks: &[(Reg, usize)]) {
 }
 
 /// Installs `op` and returns (commutative, element size).
-///
-/// # Safety
-/// `op` must stay valid until the schedule completes (it is moved in, so
-/// only its borrows matter).
-unsafe fn set_op<'o, S: Buffer + ?Sized, O: Operation + 'o>(
-    b: &mut Builder,
+fn set_op<'a, S: Buffer + ?Sized, O: Operation + 'a>(
+    b: &mut Builder<'_, 'a>,
     s: &S,
     op: O,
 ) -> (bool, usize) {
@@ -331,8 +315,7 @@ unsafe fn set_op<'o, S: Buffer + ?Sized, O: Operation + 'o>(
     if let Err(e) = op.check(tm.prim, dt) {
         b.fail(e);
     }
-    // SAFETY: the caller's contract.
-    unsafe { b.reduction(Box::new(op), tm.prim, dt) };
+    b.reduction(Box::new(op), tm.prim, dt);
     (commutative, tm.size)
 }
 
@@ -402,9 +385,7 @@ fn exchange_counts(
     let mut all = vec![0u8; if leads { members.len() * row } else { 0 }];
     let mut c = Builder::new(comm, "varcount_counts");
     let m = c.owned_from(mine.iter().flat_map(|x| x.to_le_bytes()).collect());
-    // SAFETY: `all` outlives `run` below, which waits for the schedule, and
-    // nothing else touches it meanwhile.
-    let a = unsafe { c.user_write(&mut all) };
+    let a = c.user_write(&mut all);
     hier::collect_counts(&mut c, groups, skip, m, a);
     if let Err(e) = run(c.finish()) {
         b.fail(e);
@@ -486,7 +467,7 @@ fn tiers(comm: &CommInner, commutative: bool) -> hier::Tiers {
 // returned schedule completes. Blocking forms wait for it; immediate forms
 // tie the buffers to the request's scope.
 
-fn plan_barrier(comm: &CommInner) -> Schedule {
+fn plan_barrier(comm: &CommInner) -> Schedule<'static> {
     let mut b = Builder::new(comm, "barrier");
     match choose(comm, Collective::Barrier, 0, true) {
         Algorithm::Hierarchical => hier::barrier(&mut b, &tiers(comm, true)),
@@ -495,11 +476,14 @@ fn plan_barrier(comm: &CommInner) -> Schedule {
     b.finish()
 }
 
-unsafe fn plan_bcast<B: BufferMut + ?Sized>(comm: &CommInner, root: Rank, buf: &mut B) -> Schedule {
+fn plan_bcast<'a, B: BufferMut + ?Sized>(
+    comm: &CommInner,
+    root: Rank,
+    buf: &'a mut B,
+) -> Schedule<'a> {
     let mut b = Builder::new(comm, "bcast");
     let me = b.me;
-    // SAFETY: the plan contract.
-    let o = unsafe { output(&mut b, buf, me == root) };
+    let o = output(&mut b, buf, me == root);
     match choose(comm, Collective::Broadcast, o.reg.len, true) {
         Algorithm::ScatterAllGather => bcast::scatter_allgather(&mut b, root, o.reg, o.es),
         Algorithm::Linear => bcast::linear(&mut b, root, o.reg),
@@ -512,21 +496,20 @@ unsafe fn plan_bcast<B: BufferMut + ?Sized>(comm: &CommInner, root: Rank, buf: &
     b.finish()
 }
 
-unsafe fn plan_reduce<'o, S, R, O>(
+fn plan_reduce<'a, S, R, O>(
     comm: &CommInner,
     root: Rank,
-    send: &S,
-    recv: Option<&mut R>,
+    send: &'a S,
+    recv: Option<&'a mut R>,
     op: O,
-) -> Schedule
+) -> Schedule<'a>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
-    O: Operation + 'o,
+    O: Operation + 'a,
 {
     let mut b = Builder::new(comm, "reduce");
-    // SAFETY: the plan contract.
-    let (commutative, _) = unsafe { set_op(&mut b, send, op) };
+    let (commutative, _) = set_op(&mut b, send, op);
     let acc = copy_in(&mut b, send);
     let r = match choose(comm, Collective::Reduce, acc.len, commutative) {
         Algorithm::Linear => reduce::linear(&mut b, root, acc),
@@ -540,26 +523,27 @@ where
         }
     };
     if let Some(recv) = recv.filter(|_| b.me == root) {
-        // SAFETY: the plan contract.
-        let o = unsafe { output(&mut b, recv, false) };
+        let o = output(&mut b, recv, false);
         finish(&mut b, &o, r);
     }
     b.finish()
 }
 
-unsafe fn plan_all_reduce<'o, S, R, O>(comm: &CommInner, send: &S, recv: &mut R, op: O) -> Schedule
+fn plan_all_reduce<'a, S, R, O>(
+    comm: &CommInner,
+    send: &'a S,
+    recv: &'a mut R,
+    op: O,
+) -> Schedule<'a>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
-    O: Operation + 'o,
+    O: Operation + 'a,
 {
     let mut b = Builder::new(comm, "allreduce");
-    // SAFETY: the plan contract.
-    let (commutative, es) = unsafe { set_op(&mut b, send, op) };
-    // SAFETY: the plan contract.
-    let o = unsafe { output(&mut b, recv, false) };
-    // SAFETY: the plan contract.
-    let mine = unsafe { input(&mut b, send) };
+    let (commutative, es) = set_op(&mut b, send, op);
+    let o = output(&mut b, recv, false);
+    let mine = input(&mut b, send);
     let l = mine.len;
     // Work in the user's buffer when it can hold the vector as it is.
     let acc = if o.unpack.is_none() && o.reg.len == l {
@@ -579,22 +563,20 @@ where
     b.finish()
 }
 
-unsafe fn plan_reduce_scatter_block<'o, S, R, O>(
+fn plan_reduce_scatter_block<'a, S, R, O>(
     comm: &CommInner,
-    send: &S,
-    recv: &mut R,
+    send: &'a S,
+    recv: &'a mut R,
     op: O,
-) -> Schedule
+) -> Schedule<'a>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
-    O: Operation + 'o,
+    O: Operation + 'a,
 {
     let mut b = Builder::new(comm, "reduce_scatter_block");
-    // SAFETY: the plan contract.
-    let (commutative, _) = unsafe { set_op(&mut b, send, op) };
-    // SAFETY: the plan contract.
-    let o = unsafe { output(&mut b, recv, false) };
+    let (commutative, _) = set_op(&mut b, send, op);
+    let o = output(&mut b, recv, false);
     let n = b.n as usize;
     match choose(comm, Collective::ReduceScatterBlock, o.reg.len, commutative) {
         Algorithm::Hierarchical => {
@@ -616,8 +598,7 @@ where
             finish(&mut b, &o, out);
         }
         _ => {
-            // SAFETY: the plan contract.
-            let mine = unsafe { input(&mut b, send) };
+            let mine = input(&mut b, send);
             let bs = blocks_of(
                 &mut b,
                 mine.len,
@@ -631,25 +612,22 @@ where
     b.finish()
 }
 
-unsafe fn plan_scan<'o, S, R, O>(
+fn plan_scan<'a, S, R, O>(
     comm: &CommInner,
-    send: &S,
-    recv: &mut R,
+    send: &'a S,
+    recv: &'a mut R,
     op: O,
     exclusive: bool,
-) -> Schedule
+) -> Schedule<'a>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
-    O: Operation + 'o,
+    O: Operation + 'a,
 {
     let mut b = Builder::new(comm, if exclusive { "exscan" } else { "scan" });
-    // SAFETY: the plan contract.
-    let (commutative, _) = unsafe { set_op(&mut b, send, op) };
-    // SAFETY: the plan contract.
-    let o = unsafe { output(&mut b, recv, false) };
-    // SAFETY: the plan contract.
-    let mine = unsafe { input(&mut b, send) };
+    let (commutative, _) = set_op(&mut b, send, op);
+    let o = output(&mut b, recv, false);
+    let mine = input(&mut b, send);
     let l = mine.len;
     let kind = if exclusive {
         Collective::ExclusiveScan
@@ -699,22 +677,20 @@ where
     b.finish()
 }
 
-unsafe fn plan_gather<S, R>(
+fn plan_gather<'a, S, R>(
     comm: &CommInner,
     root: Rank,
-    send: &S,
-    recv: Option<&mut R>,
-) -> Schedule
+    send: &'a S,
+    recv: Option<&'a mut R>,
+) -> Schedule<'a>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "gather");
     let n = b.n as usize;
-    // SAFETY: the plan contract.
-    let mine = unsafe { input(&mut b, send) };
-    // SAFETY: the plan contract.
-    let o = recv.map(|r| unsafe { output(&mut b, r, false) });
+    let mine = input(&mut b, send);
+    let o = recv.map(|r| output(&mut b, r, false));
     let bs = match &o {
         Some(o) => blocks_of(&mut b, o.reg.len, o.es, "the gather receive buffer"),
         None => mine.len,
@@ -743,22 +719,20 @@ where
     b.finish()
 }
 
-unsafe fn plan_gather_varcount<S, R>(
+fn plan_gather_varcount<'a, S, R>(
     comm: &CommInner,
     root: Rank,
-    send: &S,
-    recv: Option<&mut R>,
+    send: &'a S,
+    recv: Option<&'a mut R>,
     call: Call,
-) -> Schedule
+) -> Schedule<'a>
 where
     S: Buffer + ?Sized,
     R: PartitionedBufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "gatherv");
-    // SAFETY: the plan contract.
-    let mine = unsafe { input(&mut b, send) };
-    // SAFETY: the plan contract.
-    let parts = recv.map(|r| unsafe { output_parts(&mut b, r) });
+    let mine = input(&mut b, send);
+    let parts = recv.map(|r| output_parts(&mut b, r));
     let (blocks, unpacks) = match parts {
         Some(p) => {
             let (blocks, unpacks) = recv_blocks_or_empty(&mut b, p);
@@ -786,22 +760,20 @@ where
     b.finish()
 }
 
-unsafe fn plan_scatter<S, R>(
+fn plan_scatter<'a, S, R>(
     comm: &CommInner,
     root: Rank,
-    send: Option<&S>,
-    recv: &mut R,
-) -> Schedule
+    send: Option<&'a S>,
+    recv: &'a mut R,
+) -> Schedule<'a>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "scatter");
     let n = b.n as usize;
-    // SAFETY: the plan contract.
-    let src = send.map(|s| unsafe { input(&mut b, s) });
-    // SAFETY: the plan contract.
-    let o = unsafe { output(&mut b, recv, false) };
+    let src = send.map(|s| input(&mut b, s));
+    let o = output(&mut b, recv, false);
     let bs = match src {
         Some(s) => blocks_of(
             &mut b,
@@ -842,23 +814,21 @@ where
     b.finish()
 }
 
-unsafe fn plan_scatter_varcount<S, R>(
+fn plan_scatter_varcount<'a, S, R>(
     comm: &CommInner,
     root: Rank,
-    send: Option<&S>,
-    recv: &mut R,
+    send: Option<&'a S>,
+    recv: &'a mut R,
     call: Call,
-) -> Schedule
+) -> Schedule<'a>
 where
     S: PartitionedBuffer + ?Sized,
     R: BufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "scatterv");
-    // SAFETY: the plan contract.
-    let parts = send.map(|s| unsafe { input_parts(&mut b, s) });
+    let parts = send.map(|s| input_parts(&mut b, s));
     let blocks = parts.map(|p| blocks_or_empty(&mut b, p));
-    // SAFETY: the plan contract.
-    let o = unsafe { output(&mut b, recv, false) };
+    let o = output(&mut b, recv, false);
     match varcount_tiers(comm, Collective::Scatter, call) {
         Some(t) => {
             let sizes = block_sizes(&mut b, comm, &t.groups, root, o.reg.len);
@@ -879,17 +849,15 @@ where
     b.finish()
 }
 
-unsafe fn plan_all_gather<S, R>(comm: &CommInner, send: &S, recv: &mut R) -> Schedule
+fn plan_all_gather<'a, S, R>(comm: &CommInner, send: &'a S, recv: &'a mut R) -> Schedule<'a>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "allgather");
     let n = b.n as usize;
-    // SAFETY: the plan contract.
-    let mine = unsafe { input(&mut b, send) };
-    // SAFETY: the plan contract.
-    let o = unsafe { output(&mut b, recv, false) };
+    let mine = input(&mut b, send);
+    let o = output(&mut b, recv, false);
     let bs = blocks_of(&mut b, o.reg.len, o.es, "the all-gather receive buffer");
     match choose(comm, Collective::AllGather, bs, true) {
         Algorithm::Ring => {
@@ -906,20 +874,18 @@ where
     b.finish()
 }
 
-unsafe fn plan_all_gather_varcount<S, R>(
+fn plan_all_gather_varcount<'a, S, R>(
     comm: &CommInner,
-    send: &S,
-    recv: &mut R,
-) -> Result<Schedule, Error>
+    send: &'a S,
+    recv: &'a mut R,
+) -> Result<Schedule<'a>, Error>
 where
     S: Buffer + ?Sized,
     R: PartitionedBufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "allgatherv");
-    // SAFETY: the plan contract.
-    let mine = unsafe { input(&mut b, send) };
-    // SAFETY: the plan contract.
-    let parts = unsafe { output_parts(&mut b, recv) };
+    let mine = input(&mut b, send);
+    let parts = output_parts(&mut b, recv);
     let alg = choose(comm, Collective::AllGather, 0, true);
     let (blocks, unpacks) = parts.map_err(|e| {
         // The hierarchical form takes three phases.
@@ -939,17 +905,15 @@ where
     Ok(b.finish())
 }
 
-unsafe fn plan_all_to_all<S, R>(comm: &CommInner, send: &S, recv: &mut R) -> Schedule
+fn plan_all_to_all<'a, S, R>(comm: &CommInner, send: &'a S, recv: &'a mut R) -> Schedule<'a>
 where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "alltoall");
     let n = b.n as usize;
-    // SAFETY: the plan contract.
-    let mine = unsafe { input(&mut b, send) };
-    // SAFETY: the plan contract.
-    let o = unsafe { output(&mut b, recv, false) };
+    let mine = input(&mut b, send);
+    let o = output(&mut b, recv, false);
     let sbs = blocks_of(
         &mut b,
         mine.len,
@@ -975,22 +939,20 @@ where
     b.finish()
 }
 
-unsafe fn plan_all_to_all_varcount<S, R>(
+fn plan_all_to_all_varcount<'a, S, R>(
     comm: &CommInner,
-    send: &S,
-    recv: &mut R,
+    send: &'a S,
+    recv: &'a mut R,
     call: Call,
-) -> Schedule
+) -> Schedule<'a>
 where
     S: PartitionedBuffer + ?Sized,
     R: PartitionedBufferMut + ?Sized,
 {
     let mut b = Builder::new(comm, "alltoallv");
-    // SAFETY: the plan contract.
-    let sends = unsafe { input_parts(&mut b, send) };
+    let sends = input_parts(&mut b, send);
     let sends = blocks_or_empty(&mut b, sends);
-    // SAFETY: the plan contract.
-    let parts = unsafe { output_parts(&mut b, recv) };
+    let parts = output_parts(&mut b, recv);
     let (recvs, unpacks) = recv_blocks_or_empty(&mut b, parts);
     match varcount_tiers(comm, Collective::AllToAll, call) {
         Some(t) => {
@@ -1066,23 +1028,20 @@ pub(crate) fn agree_context_among(parent: &CommInner, members: &[u32], tag: i32)
 /// The largest of the members' `v` (collective over `comm`).
 pub(crate) fn max_u32(comm: &CommInner, v: u32) -> Result<u32, Error> {
     let mut out = 0u32;
-    // SAFETY: both buffers outlive `run`, which waits for the schedule.
-    run(unsafe { plan_all_reduce(comm, &v, &mut out, SystemOperation::max()) })?;
+    run(plan_all_reduce(comm, &v, &mut out, SystemOperation::max()))?;
     Ok(out)
 }
 
 /// Broadcasts `buf` from comm rank `root` (collective over `comm`).
 pub(crate) fn bcast_bytes(comm: &CommInner, root: Rank, buf: &mut [u8]) -> Result<(), Error> {
-    // SAFETY: `buf` outlives `run`, which waits for the schedule.
-    run(unsafe { plan_bcast(comm, root, buf) })
+    run(plan_bcast(comm, root, buf))
 }
 
 #[track_caller]
 pub(crate) fn all_gather_i32_pairs(comm: &CommInner, a: i32, b: i32) -> Vec<(i32, i32)> {
     let mine = [a, b];
     let mut all = vec![0i32; 2 * comm.size() as usize];
-    // SAFETY: both buffers outlive `run`, which waits for the schedule.
-    let s = unsafe { plan_all_gather(comm, &mine[..], &mut all[..]) };
+    let s = plan_all_gather(comm, &mine[..], &mut all[..]);
     run(s).or_abort_in("all_gather_i32_pairs");
     all.chunks_exact(2).map(|c| (c[0], c[1])).collect()
 }
@@ -1102,12 +1061,34 @@ fn comm_of<C: Communicator + ?Sized>(c: &C) -> &Arc<CommInner> {
 /// Starts `s` and wraps it in a request over `data`.
 fn request<'a, D: ?Sized, Sc: Scope<'a>>(
     comm: &Arc<CommInner>,
-    s: Schedule,
+    s: Schedule<'a>,
     data: &'a D,
     scope: Sc,
 ) -> Request<'a, D, Sc> {
-    let id = start(s);
+    // SAFETY: the schedule views buffers borrowed for `'a`, and the request made here is
+    // registered with `scope`, which stops the process rather than let `'a` end before the
+    // request (and with it the schedule) has completed (`request::Scope`).
+    let id = unsafe { start(s) };
     Request::new(id, comm, data, scope, Post::None)
+}
+
+/// Plans a collective over `data`, which the schedule writes, and wraps it in a request that
+/// hands `data` back once complete (`Request::wait_for_data`).
+fn request_mut<'a, D: ?Sized, Sc: Scope<'a>>(
+    comm: &Arc<CommInner>,
+    data: &'a mut D,
+    scope: Sc,
+    plan: impl FnOnce(&'a mut D) -> Schedule<'a>,
+) -> Request<'a, D, Sc> {
+    let data: *mut D = data;
+    // SAFETY: `data` was borrowed exclusively for `'a`. The schedule gets that borrow; the
+    // request keeps a shared one that it gives back (or shows) only once it has completed,
+    // when the schedule has let go of the buffer, so the two are never used at once.
+    let s = plan(unsafe { &mut *data });
+    // SAFETY: as in `request`: the request's scope keeps `'a` from ending before it completes.
+    let id = unsafe { start(s) };
+    // SAFETY: see above.
+    Request::new(id, comm, unsafe { &*data }, scope, Post::None)
 }
 
 fn not_root(what: &str) -> Error {
@@ -1172,8 +1153,7 @@ pub trait CommunicatorCollectives: Communicator {
         if let Some(r) = shm::gather(comm_of(self), None, sendbuf, Some(&mut *recvbuf)) {
             return r;
         }
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_all_gather(comm_of(self), sendbuf, recvbuf) })
+        run(plan_all_gather(comm_of(self), sendbuf, recvbuf))
     }
 
     /// All-gather with a count and displacement per rank (`MPI_Allgatherv`).
@@ -1197,8 +1177,7 @@ pub trait CommunicatorCollectives: Communicator {
         S: Buffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_all_gather_varcount(comm_of(self), sendbuf, recvbuf)? })
+        run(plan_all_gather_varcount(comm_of(self), sendbuf, recvbuf)?)
     }
 
     /// Block `j` of member `i`'s `sendbuf` goes to block `i` of member `j`'s
@@ -1226,8 +1205,7 @@ pub trait CommunicatorCollectives: Communicator {
         if let Some(r) = shm::all_to_all(comm_of(self), sendbuf, &mut *recvbuf) {
             return r;
         }
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_all_to_all(comm_of(self), sendbuf, recvbuf) })
+        run(plan_all_to_all(comm_of(self), sendbuf, recvbuf))
     }
 
     /// All-to-all with a count and displacement per rank on both sides
@@ -1251,8 +1229,12 @@ pub trait CommunicatorCollectives: Communicator {
         S: PartitionedBuffer + ?Sized,
         R: PartitionedBufferMut + ?Sized,
     {
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_all_to_all_varcount(comm_of(self), sendbuf, recvbuf, Call::Blocking) })
+        run(plan_all_to_all_varcount(
+            comm_of(self),
+            sendbuf,
+            recvbuf,
+            Call::Blocking,
+        ))
     }
 
     /// Reduction of every member's `sendbuf` into every member's `recvbuf`
@@ -1283,8 +1265,7 @@ pub trait CommunicatorCollectives: Communicator {
             Ok(r) => return r,
             Err(op) => op,
         };
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_all_reduce(comm_of(self), sendbuf, recvbuf, op) })
+        run(plan_all_reduce(comm_of(self), sendbuf, recvbuf, op))
     }
 
     /// Reduction, then block `i` of the result to member `i`
@@ -1315,8 +1296,12 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_reduce_scatter_block(comm_of(self), sendbuf, recvbuf, op) })
+        run(plan_reduce_scatter_block(
+            comm_of(self),
+            sendbuf,
+            recvbuf,
+            op,
+        ))
     }
 
     /// Inclusive prefix reduction in rank order (`MPI_Scan`, §4.9.7).
@@ -1341,8 +1326,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_scan(comm_of(self), sendbuf, recvbuf, op, false) })
+        run(plan_scan(comm_of(self), sendbuf, recvbuf, op, false))
     }
 
     /// Exclusive prefix reduction (`MPI_Exscan`, MPI-2.2 §5.11.2); rank 0's
@@ -1373,8 +1357,7 @@ pub trait CommunicatorCollectives: Communicator {
         R: BufferMut + ?Sized,
         O: Operation,
     {
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_scan(comm_of(self), sendbuf, recvbuf, op, true) })
+        run(plan_scan(comm_of(self), sendbuf, recvbuf, op, true))
     }
 
     /// Starts a barrier (`MPI_Ibarrier`, MPI-3 §5.12.1).
@@ -1396,10 +1379,9 @@ pub trait CommunicatorCollectives: Communicator {
         Sc: Scope<'a>,
     {
         let comm = comm_of(self);
-        // SAFETY: the request borrows both buffers for 'a and its scope makes
-        // sure it completes before 'a ends.
-        let s = unsafe { plan_all_gather(comm, sendbuf, recvbuf) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_all_gather(comm, sendbuf, recvbuf)
+        })
     }
 
     /// Starts a varcount all-gather (`MPI_Iallgatherv`).
@@ -1416,10 +1398,10 @@ pub trait CommunicatorCollectives: Communicator {
         Sc: Scope<'a>,
     {
         let comm = comm_of(self);
-        // SAFETY: as in `immediate_all_gather_into`.
-        let s = unsafe { plan_all_gather_varcount(comm, sendbuf, recvbuf) }
-            .or_abort_in("immediate_all_gather_varcount_into");
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_all_gather_varcount(comm, sendbuf, recvbuf)
+                .or_abort_in("immediate_all_gather_varcount_into")
+        })
     }
 
     /// Starts an all-to-all (`MPI_Ialltoall`).
@@ -1435,9 +1417,9 @@ pub trait CommunicatorCollectives: Communicator {
         Sc: Scope<'a>,
     {
         let comm = comm_of(self);
-        // SAFETY: as in `immediate_all_gather_into`.
-        let s = unsafe { plan_all_to_all(comm, sendbuf, recvbuf) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_all_to_all(comm, sendbuf, recvbuf)
+        })
     }
 
     /// Starts a varcount all-to-all (`MPI_Ialltoallv`). Flat across meta
@@ -1454,9 +1436,9 @@ pub trait CommunicatorCollectives: Communicator {
         Sc: Scope<'a>,
     {
         let comm = comm_of(self);
-        // SAFETY: as in `immediate_all_gather_into`.
-        let s = unsafe { plan_all_to_all_varcount(comm, sendbuf, recvbuf, Call::Immediate) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_all_to_all_varcount(comm, sendbuf, recvbuf, Call::Immediate)
+        })
     }
 
     /// Starts an all-reduce (`MPI_Iallreduce`).
@@ -1474,9 +1456,9 @@ pub trait CommunicatorCollectives: Communicator {
         Sc: Scope<'a>,
     {
         let comm = comm_of(self);
-        // SAFETY: as in `immediate_all_gather_into`; `op` lives for 'a.
-        let s = unsafe { plan_all_reduce(comm, sendbuf, recvbuf, op) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_all_reduce(comm, sendbuf, recvbuf, op)
+        })
     }
 
     /// Starts a reduce-scatter-block (`MPI_Ireduce_scatter_block`).
@@ -1494,9 +1476,9 @@ pub trait CommunicatorCollectives: Communicator {
         Sc: Scope<'a>,
     {
         let comm = comm_of(self);
-        // SAFETY: as in `immediate_all_reduce_into`.
-        let s = unsafe { plan_reduce_scatter_block(comm, sendbuf, recvbuf, op) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_reduce_scatter_block(comm, sendbuf, recvbuf, op)
+        })
     }
 
     /// Starts an inclusive scan (`MPI_Iscan`).
@@ -1514,9 +1496,9 @@ pub trait CommunicatorCollectives: Communicator {
         Sc: Scope<'a>,
     {
         let comm = comm_of(self);
-        // SAFETY: as in `immediate_all_reduce_into`.
-        let s = unsafe { plan_scan(comm, sendbuf, recvbuf, op, false) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_scan(comm, sendbuf, recvbuf, op, false)
+        })
     }
 
     /// Starts an exclusive scan (`MPI_Iexscan`).
@@ -1534,9 +1516,9 @@ pub trait CommunicatorCollectives: Communicator {
         Sc: Scope<'a>,
     {
         let comm = comm_of(self);
-        // SAFETY: as in `immediate_all_reduce_into`.
-        let s = unsafe { plan_scan(comm, sendbuf, recvbuf, op, true) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_scan(comm, sendbuf, recvbuf, op, true)
+        })
     }
 }
 
@@ -1620,8 +1602,7 @@ pub trait Root: AsCommunicator {
         if let Some(r) = shm::bcast(comm, self.root_rank() as u32, &mut *buffer) {
             return r;
         }
-        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
-        run(unsafe { plan_bcast(comm, self.root_rank(), buffer) })
+        run(plan_bcast(comm, self.root_rank(), buffer))
     }
 
     /// Sends `sendbuf` to the root (non-root side of `MPI_Gather`, §4.5).
@@ -1650,8 +1631,12 @@ pub trait Root: AsCommunicator {
         if let Some(r) = shm::gather(comm, root, sendbuf, None::<&mut [u8]>) {
             return r;
         }
-        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
-        run(unsafe { plan_gather(comm, self.root_rank(), sendbuf, None::<&mut [u8]>) })
+        run(plan_gather(
+            comm,
+            self.root_rank(),
+            sendbuf,
+            None::<&mut [u8]>,
+        ))
     }
 
     /// Collects every member's `sendbuf` in rank order (root side of
@@ -1684,8 +1669,7 @@ pub trait Root: AsCommunicator {
         if let Some(r) = shm::gather(comm, root, sendbuf, Some(&mut *recvbuf)) {
             return r;
         }
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_gather(comm, self.root_rank(), sendbuf, Some(recvbuf)) })
+        run(plan_gather(comm, self.root_rank(), sendbuf, Some(recvbuf)))
     }
 
     /// Sends `sendbuf` to the root (non-root side of `MPI_Gatherv`).
@@ -1712,16 +1696,13 @@ pub trait Root: AsCommunicator {
         if comm.rank == self.root_rank() {
             return Err(not_root("gather_varcount_into"));
         }
-        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
-        run(unsafe {
-            plan_gather_varcount(
-                comm,
-                self.root_rank(),
-                sendbuf,
-                None::<&mut crate::datatype::PartitionMut<'_, [u8], Vec<Count>, Vec<Count>>>,
-                Call::Blocking,
-            )
-        })
+        run(plan_gather_varcount(
+            comm,
+            self.root_rank(),
+            sendbuf,
+            None::<&mut crate::datatype::PartitionMut<'_, [u8], Vec<Count>, Vec<Count>>>,
+            Call::Blocking,
+        ))
     }
 
     /// Collects every member's `sendbuf` into the blocks of `recvbuf` (root
@@ -1751,16 +1732,13 @@ pub trait Root: AsCommunicator {
         if comm.rank != self.root_rank() {
             return Err(only_root("gather_varcount_into_root"));
         }
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe {
-            plan_gather_varcount(
-                comm,
-                self.root_rank(),
-                sendbuf,
-                Some(recvbuf),
-                Call::Blocking,
-            )
-        })
+        run(plan_gather_varcount(
+            comm,
+            self.root_rank(),
+            sendbuf,
+            Some(recvbuf),
+            Call::Blocking,
+        ))
     }
 
     /// Receives this member's block from the root (non-root side of
@@ -1790,8 +1768,7 @@ pub trait Root: AsCommunicator {
         if let Some(r) = shm::scatter(comm, root, None::<&[u8]>, &mut *recvbuf) {
             return r;
         }
-        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
-        run(unsafe { plan_scatter(comm, self.root_rank(), None::<&[u8]>, recvbuf) })
+        run(plan_scatter(comm, self.root_rank(), None::<&[u8]>, recvbuf))
     }
 
     /// Sends block `i` of `sendbuf` to member `i` (root side of
@@ -1824,8 +1801,7 @@ pub trait Root: AsCommunicator {
         if let Some(r) = shm::scatter(comm, root, Some(sendbuf), &mut *recvbuf) {
             return r;
         }
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_scatter(comm, self.root_rank(), Some(sendbuf), recvbuf) })
+        run(plan_scatter(comm, self.root_rank(), Some(sendbuf), recvbuf))
     }
 
     /// Receives this member's block from the root (non-root side of
@@ -1852,16 +1828,13 @@ pub trait Root: AsCommunicator {
         if comm.rank == self.root_rank() {
             return Err(not_root("scatter_varcount_into"));
         }
-        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
-        run(unsafe {
-            plan_scatter_varcount(
-                comm,
-                self.root_rank(),
-                None::<&crate::datatype::Partition<'_, [u8], Vec<Count>, Vec<Count>>>,
-                recvbuf,
-                Call::Blocking,
-            )
-        })
+        run(plan_scatter_varcount(
+            comm,
+            self.root_rank(),
+            None::<&crate::datatype::Partition<'_, [u8], Vec<Count>, Vec<Count>>>,
+            recvbuf,
+            Call::Blocking,
+        ))
     }
 
     /// Sends the blocks of `sendbuf` to the members (root side of
@@ -1895,16 +1868,13 @@ pub trait Root: AsCommunicator {
         if comm.rank != self.root_rank() {
             return Err(only_root("scatter_varcount_into_root"));
         }
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe {
-            plan_scatter_varcount(
-                comm,
-                self.root_rank(),
-                Some(sendbuf),
-                recvbuf,
-                Call::Blocking,
-            )
-        })
+        run(plan_scatter_varcount(
+            comm,
+            self.root_rank(),
+            Some(sendbuf),
+            recvbuf,
+            Call::Blocking,
+        ))
     }
 
     /// Contributes `sendbuf` to a reduction at the root (non-root side of
@@ -1937,8 +1907,13 @@ pub trait Root: AsCommunicator {
             Ok(r) => return r,
             Err(op) => op,
         };
-        // SAFETY: `run` waits for the schedule while the buffer is borrowed.
-        run(unsafe { plan_reduce(comm, self.root_rank(), sendbuf, None::<&mut [u8]>, op) })
+        run(plan_reduce(
+            comm,
+            self.root_rank(),
+            sendbuf,
+            None::<&mut [u8]>,
+            op,
+        ))
     }
 
     /// Reduces every member's `sendbuf` into the root's `recvbuf`.
@@ -1978,8 +1953,13 @@ pub trait Root: AsCommunicator {
             Ok(r) => return r,
             Err(op) => op,
         };
-        // SAFETY: `run` waits for the schedule while both buffers are borrowed.
-        run(unsafe { plan_reduce(comm, self.root_rank(), sendbuf, Some(recvbuf), op) })
+        run(plan_reduce(
+            comm,
+            self.root_rank(),
+            sendbuf,
+            Some(recvbuf),
+            op,
+        ))
     }
 
     /// Starts a broadcast (`MPI_Ibcast`, MPI-3 §5.12.2).
@@ -1993,10 +1973,9 @@ pub trait Root: AsCommunicator {
         Sc: Scope<'a>,
     {
         let comm = comm_of(self.as_communicator());
-        // SAFETY: the request borrows the buffer for 'a and its scope makes
-        // sure it completes before 'a ends.
-        let s = unsafe { plan_bcast(comm, self.root_rank(), buf) };
-        request(comm, s, buf, scope)
+        request_mut(comm, buf, scope, |buf| {
+            plan_bcast(comm, self.root_rank(), buf)
+        })
     }
 
     /// Starts the non-root side of a gather (`MPI_Igather`); the request is
@@ -2008,8 +1987,7 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_ne!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_broadcast_into`.
-        let s = unsafe { plan_gather(comm, self.root_rank(), sendbuf, None::<&mut [u8]>) };
+        let s = plan_gather(comm, self.root_rank(), sendbuf, None::<&mut [u8]>);
         request(comm, s, sendbuf, scope)
     }
 
@@ -2027,9 +2005,9 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_eq!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_broadcast_into`.
-        let s = unsafe { plan_gather(comm, self.root_rank(), sendbuf, Some(&mut *recvbuf)) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_gather(comm, self.root_rank(), sendbuf, Some(recvbuf))
+        })
     }
 
     /// Starts the non-root side of a varcount gather (`MPI_Igatherv`). Flat
@@ -2045,16 +2023,13 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_ne!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_broadcast_into`.
-        let s = unsafe {
-            plan_gather_varcount(
-                comm,
-                self.root_rank(),
-                sendbuf,
-                None::<&mut crate::datatype::PartitionMut<'_, [u8], Vec<Count>, Vec<Count>>>,
-                Call::Immediate,
-            )
-        };
+        let s = plan_gather_varcount(
+            comm,
+            self.root_rank(),
+            sendbuf,
+            None::<&mut crate::datatype::PartitionMut<'_, [u8], Vec<Count>, Vec<Count>>>,
+            Call::Immediate,
+        );
         request(comm, s, sendbuf, scope)
     }
 
@@ -2073,17 +2048,15 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_eq!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_broadcast_into`.
-        let s = unsafe {
+        request_mut(comm, recvbuf, scope, |recvbuf| {
             plan_gather_varcount(
                 comm,
                 self.root_rank(),
                 sendbuf,
-                Some(&mut *recvbuf),
+                Some(recvbuf),
                 Call::Immediate,
             )
-        };
-        request(comm, s, recvbuf, scope)
+        })
     }
 
     /// Starts the non-root side of a scatter (`MPI_Iscatter`).
@@ -2094,9 +2067,9 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_ne!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_broadcast_into`.
-        let s = unsafe { plan_scatter(comm, self.root_rank(), None::<&[u8]>, recvbuf) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_scatter(comm, self.root_rank(), None::<&[u8]>, recvbuf)
+        })
     }
 
     /// Starts the root side of a scatter.
@@ -2113,9 +2086,9 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_eq!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_broadcast_into`.
-        let s = unsafe { plan_scatter(comm, self.root_rank(), Some(sendbuf), recvbuf) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_scatter(comm, self.root_rank(), Some(sendbuf), recvbuf)
+        })
     }
 
     /// Starts the non-root side of a varcount scatter (`MPI_Iscatterv`).
@@ -2131,8 +2104,7 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_ne!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_broadcast_into`.
-        let s = unsafe {
+        request_mut(comm, recvbuf, scope, |recvbuf| {
             plan_scatter_varcount(
                 comm,
                 self.root_rank(),
@@ -2140,8 +2112,7 @@ pub trait Root: AsCommunicator {
                 recvbuf,
                 Call::Immediate,
             )
-        };
-        request(comm, s, recvbuf, scope)
+        })
     }
 
     /// Starts the root side of a varcount scatter (flat, as the non-root
@@ -2159,8 +2130,7 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_eq!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_broadcast_into`.
-        let s = unsafe {
+        request_mut(comm, recvbuf, scope, |recvbuf| {
             plan_scatter_varcount(
                 comm,
                 self.root_rank(),
@@ -2168,8 +2138,7 @@ pub trait Root: AsCommunicator {
                 recvbuf,
                 Call::Immediate,
             )
-        };
-        request(comm, s, recvbuf, scope)
+        })
     }
 
     /// Starts the non-root side of a reduction (`MPI_Ireduce`); the request
@@ -2187,8 +2156,7 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_ne!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_broadcast_into`; `op` lives for 'a.
-        let s = unsafe { plan_reduce(comm, self.root_rank(), sendbuf, None::<&mut [u8]>, op) };
+        let s = plan_reduce(comm, self.root_rank(), sendbuf, None::<&mut [u8]>, op);
         request(comm, s, sendbuf, scope)
     }
 
@@ -2208,9 +2176,9 @@ pub trait Root: AsCommunicator {
     {
         let comm = comm_of(self.as_communicator());
         assert_eq!(comm.rank, self.root_rank());
-        // SAFETY: as in `immediate_reduce_into`.
-        let s = unsafe { plan_reduce(comm, self.root_rank(), sendbuf, Some(&mut *recvbuf), op) };
-        request(comm, s, recvbuf, scope)
+        request_mut(comm, recvbuf, scope, |recvbuf| {
+            plan_reduce(comm, self.root_rank(), sendbuf, Some(recvbuf), op)
+        })
     }
 }
 

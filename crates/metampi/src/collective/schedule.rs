@@ -32,6 +32,7 @@
 //! calls wait; nonblocking ones are tied to a `Scope`, as in rsmpi).
 
 use crate::collective::op::OpApply;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use crate::datatype::{swap_packed, type_map, Prim, RecvLayout, TypeMap};
@@ -328,8 +329,10 @@ fn give_spare(mut sp: Spare) {
 
 /// Builds a schedule: the algorithms in the sibling modules describe their
 /// communication pattern here, identically on every rank.
-pub(crate) struct Builder<'c> {
+pub(crate) struct Builder<'c, 'a> {
     comm: &'c CommInner,
+    /// The user buffers the schedule reads and writes, borrowed for `'a`.
+    user: PhantomData<&'a mut [u8]>,
     name: &'static str,
     pub n: Rank,
     pub me: Rank,
@@ -349,12 +352,13 @@ pub(crate) struct Builder<'c> {
     swap: Option<Arc<TypeMap>>,
 }
 
-impl<'c> Builder<'c> {
+impl<'c, 'a> Builder<'c, 'a> {
     /// A builder for collective `name` (as it appears in traces) on `comm`.
-    pub(crate) fn new(comm: &'c CommInner, name: &'static str) -> Builder<'c> {
+    pub(crate) fn new(comm: &'c CommInner, name: &'static str) -> Builder<'c, 'a> {
         let Spare { mem, steps, ends } = take_spare();
         Builder {
             comm,
+            user: PhantomData,
             name,
             n: comm.size(),
             me: comm.rank,
@@ -412,11 +416,8 @@ impl<'c> Builder<'c> {
         }
     }
 
-    /// A read-only view of user memory.
-    ///
-    /// # Safety
-    /// `bytes` must stay valid and unmodified until the schedule completes.
-    pub(crate) unsafe fn user_read(&mut self, bytes: &[u8]) -> Reg {
+    /// A read-only view of user memory, borrowed for as long as the schedule.
+    pub(crate) fn user_read(&mut self, bytes: &'a [u8]) -> Reg {
         self.mem.push(Mem {
             ptr: bytes.as_ptr() as *mut u8,
             len: bytes.len(),
@@ -431,12 +432,8 @@ impl<'c> Builder<'c> {
         }
     }
 
-    /// A writable view of user memory.
-    ///
-    /// # Safety
-    /// `bytes` must stay valid, and untouched by anyone else, until the
-    /// schedule completes.
-    pub(crate) unsafe fn user_write(&mut self, bytes: &mut [u8]) -> Reg {
+    /// A writable view of user memory, borrowed exclusively for as long as the schedule.
+    pub(crate) fn user_write(&mut self, bytes: &'a mut [u8]) -> Reg {
         self.mem.push(Mem {
             ptr: bytes.as_mut_ptr(),
             len: bytes.len(),
@@ -461,19 +458,16 @@ impl<'c> Builder<'c> {
         self.outs.len() - 1
     }
 
-    /// Installs the reduction operation.
-    ///
-    /// # Safety
-    /// `op` must stay valid until the schedule completes: its lifetime is
-    /// erased because the engine that runs the schedule is `'static`.
-    pub(crate) unsafe fn reduction<'o>(
+    /// Installs the reduction operation, whose borrows last as long as the schedule.
+    pub(crate) fn reduction(
         &mut self,
-        op: Box<dyn OpApply + Send + 'o>,
+        op: Box<dyn OpApply + Send + 'a>,
         prim: Option<Prim>,
         dt: u32,
     ) {
-        // SAFETY: only the lifetime bound of the trait object changes; the
-        // caller keeps the operation alive for the schedule's life.
+        // SAFETY: only the lifetime bound of the trait object changes: the schedule holds it,
+        // and a schedule lives no longer than `'a` (`Schedule<'a>`; `run` and `request`
+        // keep that when they hand it to the engine).
         let op: Box<dyn OpApply + Send + 'static> = unsafe { std::mem::transmute(op) };
         self.red = Some(Reduction { op, prim, dt });
     }
@@ -597,7 +591,7 @@ impl<'c> Builder<'c> {
         self.push(Step::Unpack { from, out });
     }
 
-    pub(crate) fn finish(mut self) -> Schedule {
+    pub(crate) fn finish(mut self) -> Schedule<'a> {
         self.round();
         if self.comm.is_inter() {
             // MPI-1 defines no collective on an intercommunicator: fail on
@@ -615,6 +609,7 @@ impl<'c> Builder<'c> {
             ));
         }
         Schedule {
+            user: PhantomData,
             name: self.name,
             ctx: self.comm.ctx + 1,
             ranks: std::sync::Arc::clone(&self.comm.ranks),
@@ -638,8 +633,9 @@ struct Pending {
     recv: Option<(Reg, Rank)>,
 }
 
-/// A compiled collective running in the engine.
-pub(crate) struct Schedule {
+/// A compiled collective running in the engine; it views user buffers borrowed for `'a`.
+pub(crate) struct Schedule<'a> {
+    user: PhantomData<&'a mut [u8]>,
     name: &'static str,
     ctx: u32,
     ranks: std::sync::Arc<Vec<u32>>,
@@ -657,7 +653,7 @@ pub(crate) struct Schedule {
     swap: Option<Arc<TypeMap>>,
 }
 
-impl Drop for Schedule {
+impl Drop for Schedule<'_> {
     fn drop(&mut self) {
         give_spare(Spare {
             mem: std::mem::take(&mut self.mem),
@@ -667,7 +663,18 @@ impl Drop for Schedule {
     }
 }
 
-impl Schedule {
+impl<'a> Schedule<'a> {
+    /// The same schedule, its borrow of user buffers no longer tracked by the compiler: for
+    /// the engine, which keeps running schedules beside every call.
+    ///
+    /// # Safety
+    /// The schedule must be done (completed, and dropped or no longer advanced) before `'a`
+    /// ends.
+    unsafe fn erase(self) -> Schedule<'static> {
+        // SAFETY: only the lifetime parameter, which is a marker, changes; the caller keeps
+        // the buffers alive for as long as the schedule is used.
+        unsafe { std::mem::transmute::<Schedule<'a>, Schedule<'static>>(self) }
+    }
     fn fail(&mut self, e: Error) {
         self.error.get_or_insert(e);
     }
@@ -862,12 +869,17 @@ impl Schedule {
 /// The schedules a process is running (a field of the engine).
 #[derive(Default)]
 pub(crate) struct Schedules {
-    active: Vec<Schedule>,
+    active: Vec<Schedule<'static>>,
 }
 
 impl Schedules {
     /// Starts `s` and returns the request that completes with it.
-    pub(crate) fn start(&mut self, mut s: Schedule, core: &mut Core, links: &mut Links) -> ReqId {
+    pub(crate) fn start(
+        &mut self,
+        mut s: Schedule<'static>,
+        core: &mut Core,
+        links: &mut Links,
+    ) -> ReqId {
         s.req = core.new_send(NO_PEER, SendBuf::Owned(Vec::new()));
         let id = s.req;
         s.advance(core, links);
@@ -889,7 +901,7 @@ impl Schedules {
 
     /// Takes over a schedule already started (and not finished) by the
     /// caller; returns the request that completes with it.
-    fn adopt(&mut self, mut s: Schedule, core: &mut Core) -> ReqId {
+    fn adopt(&mut self, mut s: Schedule<'static>, core: &mut Core) -> ReqId {
         s.req = core.new_send(NO_PEER, SendBuf::Owned(Vec::new()));
         let id = s.req;
         self.active.push(s);
@@ -925,7 +937,14 @@ impl PassWork for Schedules {
 }
 
 /// Starts a schedule; the returned request completes with it.
-pub(crate) fn start(s: Schedule) -> ReqId {
+///
+/// # Safety
+/// The buffers the schedule views (`'a`) must outlive the request: it must be waited for (or
+/// complete) before `'a` ends, as a [`crate::request::Scope`] makes sure.
+pub(crate) unsafe fn start(s: Schedule<'_>) -> ReqId {
+    // SAFETY: the caller's contract: the engine is done with the schedule once its request
+    // has completed, and that happens before the buffers go.
+    let s = unsafe { s.erase() };
     shared().with(|e| {
         let (colls, core, links) = e.pass_work::<Schedules>();
         colls.start(s, core, links)
@@ -942,7 +961,11 @@ pub(crate) fn start(s: Schedule) -> ReqId {
 /// stays where there are messages: without it, two ranks measured 0.3–0.5 µs slower per small
 /// barrier or all-reduce (a wait loop that starts the schedule itself after
 /// its first pass was tried).
-pub(crate) fn run(mut s: Schedule) -> Result<(), Error> {
+pub(crate) fn run(s: Schedule<'_>) -> Result<(), Error> {
+    // SAFETY: this call returns only when the schedule is done: it finishes here, or the
+    // engine adopts it and the wait below returns when its request completes, which is
+    // when the engine has let go of it. The borrowed buffers outlive the call.
+    let mut s = unsafe { s.erase() };
     let t = crate::trace::start();
     let (name, ctx) = (s.name, s.ctx);
     let sh = shared();

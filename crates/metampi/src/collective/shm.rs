@@ -466,15 +466,18 @@ fn setup(comm: &CommInner) -> Result<Option<Region>, Error> {
             1
         };
     }
-    // SAFETY: `run` waits for each schedule while the buffers are borrowed.
-    run(unsafe { super::plan_bcast(comm, 0, &mut ok) })?;
+    run(super::plan_bcast(comm, 0, &mut ok))?;
     if comm.rank != 0 && ok != 0 {
         seg = Segment::open(&path, n * BLOCK).ok();
     }
     let mine = u8::from(seg.is_some());
     let mut all = 0u8;
-    // SAFETY: as above.
-    run(unsafe { super::plan_all_reduce(comm, &mine, &mut all, SystemOperation::min()) })?;
+    run(super::plan_all_reduce(
+        comm,
+        &mine,
+        &mut all,
+        SystemOperation::min(),
+    ))?;
     if comm.rank == 0 {
         let _ = std::fs::remove_file(&path);
     }
