@@ -201,3 +201,42 @@ fn ranks_pinned_to_their_own_cores_are_not_oversubscribed() {
     let shared = pinned_header("0");
     assert!(shared.contains("waiting: yield"), "{shared}");
 }
+
+/// `--seconds-per-size` cuts the iterations of a slow point (here every point: a limit of a
+/// millisecond) down to what fits, never below three; without it the count asked for runs.
+#[test]
+fn a_time_limit_per_point_cuts_iterations() {
+    let dir = std::env::temp_dir().join(format!("metampi-bench-limit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let iterations = |limit: &str| {
+        let json = dir.join(format!("limit-{limit}.json"));
+        bench_ok(&[
+            "--ops".as_ref(),
+            "bw".as_ref(),
+            "--sizes".as_ref(),
+            "1M".as_ref(),
+            "--seconds-per-size".as_ref(),
+            limit.as_ref(),
+            "--json".as_ref(),
+            json.as_os_str(),
+        ]);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        v["results"][0]["iterations"].as_u64().unwrap()
+    };
+    // A window of 32 one-MiB messages takes more than a millisecond on any machine.
+    assert_eq!(iterations("0.001"), 3);
+    // The OSU-style count for 1 MiB: 64 MiB / 1 MiB.
+    assert_eq!(iterations("0"), 64);
+    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
+        .args(["bench", "--seconds-per-size=-1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--seconds-per-size"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -84,6 +84,8 @@ pub struct Config {
     pub sizes: Vec<usize>,
     pub pair: (i32, i32),
     pub iters_scale: f64,
+    /// Seconds one point may take (0: no limit); see [`fit_iterations`].
+    pub seconds_per_size: f64,
     /// Bytes past a page boundary where receive buffers start.
     pub misalign: usize,
     /// Thread pairs of `pingpong_mt`.
@@ -185,6 +187,9 @@ impl Config {
         if a.iters_scale <= 0.0 {
             bail!("--iters-scale must be positive");
         }
+        if !(a.seconds_per_size >= 0.0 && a.seconds_per_size.is_finite()) {
+            bail!("--seconds-per-size must be a number of seconds, 0 or more");
+        }
         if a.threads == 0 {
             bail!("--threads must be at least 1");
         }
@@ -193,6 +198,7 @@ impl Config {
             sizes,
             pair: (pair[0], pair[1]),
             iters_scale: a.iters_scale,
+            seconds_per_size: a.seconds_per_size,
             misalign: a.misalign.into(),
             threads: a.threads,
         })
@@ -205,6 +211,22 @@ fn iterations(size: usize, scale: f64) -> (usize, usize) {
     let base = ((64usize << 20) / size.max(1)).clamp(20, 2000);
     let n = ((base as f64 * scale) as usize).max(5);
     (n, (n / 10).max(2))
+}
+
+/// Fewest measured iterations a time limit leaves.
+const MIN_ITERS: usize = 3;
+
+/// Iterations and warm-up once a probe iteration took `probe` seconds on the slowest rank:
+/// as many as fit `budget` seconds (0: no limit), never more than `(iters, warm)` asked
+/// for, at least [`MIN_ITERS`]; the probe counts as one warm-up iteration.
+fn fit_iterations((iters, warm): (usize, usize), probe: f64, budget: f64) -> (usize, usize) {
+    let fit = if budget > 0.0 && probe > 0.0 {
+        ((budget / probe) as usize).max(MIN_ITERS)
+    } else {
+        usize::MAX
+    };
+    let iters = iters.min(fit);
+    (iters, warm.min(iters / 10).saturating_sub(1))
 }
 
 const WINDOW: usize = 32;
@@ -469,8 +491,16 @@ pub fn rank_main(cfg: &Config, args: &BenchArgs) -> Result<u8> {
                 p.begin(point, format!("{} {size}", op.name()));
             }
             point += 1;
-            let (iters, warm) = iterations(bytes, cfg.iters_scale);
             world.barrier();
+            // One timed iteration, the slowest rank's time known to all, so that every rank
+            // picks the same count.
+            let t0 = Instant::now();
+            let _ = run_op(&world, op, bytes, 1, cfg);
+            let mine = t0.elapsed().as_secs_f64();
+            let mut probe = 0f64;
+            world.all_reduce_into(&mine, &mut probe, SystemOperation::max());
+            let asked = iterations(bytes, cfg.iters_scale);
+            let (iters, warm) = fit_iterations(asked, probe, cfg.seconds_per_size);
             let _ = run_op(&world, op, bytes, warm, cfg);
             world.barrier();
             let mine = run_op(&world, op, bytes, iters, cfg);
@@ -596,6 +626,17 @@ impl Drop for Ticker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_limit_caps_iterations_and_keeps_a_floor() {
+        // Fast points run the count asked for, with its warm-up less the probe.
+        assert_eq!(fit_iterations((2000, 200), 1e-6, 2.0), (2000, 199));
+        // A slow point runs what fits the limit, at least three.
+        assert_eq!(fit_iterations((2000, 200), 0.01, 2.0), (200, 19));
+        assert_eq!(fit_iterations((20, 2), 10.0, 2.0), (3, 0));
+        // No limit.
+        assert_eq!(fit_iterations((20, 2), 10.0, 0.0), (20, 1));
+    }
 
     #[test]
     fn sizes_and_ops_parse() {

@@ -52,6 +52,11 @@ pub struct BenchArgs {
     /// Scale all iteration counts (e.g. 0.1 for a quick look).
     #[arg(long, default_value_t = 1.0)]
     iters_scale: f64,
+    /// Seconds a point (one operation at one size) may take: after one timed probe
+    /// iteration, fewer iterations are run where the default count would take longer (a
+    /// wide-area link, large messages); at least 3. `0` turns the limit off
+    #[arg(long, default_value_t = 2.0)]
+    seconds_per_size: f64,
     /// Start receive buffers this many bytes past a page boundary (send
     /// buffers start on one, as in the OSU benchmarks). 1-31 is the placement
     /// that makes `rep movsb` copies 5-15x slower on AMD Zen, which metampi
