@@ -219,14 +219,22 @@ const MIN_ITERS: usize = 3;
 /// Iterations and warm-up once a probe iteration took `probe` seconds on the slowest rank:
 /// as many as fit `budget` seconds (0: no limit), never more than `(iters, warm)` asked
 /// for, at least [`MIN_ITERS`]; the probe counts as one warm-up iteration.
+/// Warm-up and measured iterations then add up to what they did before the limit existed
+/// wherever it does not cut.
 fn fit_iterations((iters, warm): (usize, usize), probe: f64, budget: f64) -> (usize, usize) {
     let fit = if budget > 0.0 && probe > 0.0 {
         ((budget / probe) as usize).max(MIN_ITERS)
     } else {
         usize::MAX
     };
-    let iters = iters.min(fit);
-    (iters, warm.min(iters / 10).saturating_sub(1))
+    let fitted = iters.min(fit);
+    // A cut count gets a warm-up in proportion; the count asked for keeps its own.
+    let warm = if fitted < iters {
+        warm.min((fitted / 10).max(1))
+    } else {
+        warm
+    };
+    (fitted, warm.saturating_sub(1))
 }
 
 const WINDOW: usize = 32;
