@@ -61,6 +61,7 @@ pub mod distributed;
 pub mod dm;
 pub mod fold;
 pub mod format;
+pub mod fourier_props;
 pub mod metajob;
 pub mod periodicity;
 pub mod plot;

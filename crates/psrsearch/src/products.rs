@@ -297,6 +297,7 @@ fn write_accel_files(outcome: &SearchOutcome, dir: &Path) -> Result<Vec<PathBuf>
                     accel_ms2: c.accel_ms2,
                     note: c.flag.clone(),
                     harmonic_powers: d.harmonic_powers.clone(),
+                    harmonic_props: d.harmonic_props.clone(),
                 }
             })
             .collect();

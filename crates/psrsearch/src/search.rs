@@ -224,6 +224,10 @@ pub struct CandidateDetail {
     /// taken out: what an ACCEL file lists per harmonic.
     #[serde(default)]
     pub harmonic_powers: Vec<f64>,
+    /// Raw power, phase, centroid and purity at each of those harmonics, from the series
+    /// itself ([`crate::fourier_props`]).
+    #[serde(default)]
+    pub harmonic_props: Vec<crate::fourier_props::HarmonicProps>,
 }
 
 /// Wall-clock time spent in each stage, s.
@@ -419,7 +423,7 @@ pub fn outcome_from_detections(
     let t1 = Instant::now();
     let mut candidates = rank_candidates(series, detections, config);
     for c in &mut candidates {
-        c.harmonic_powers = harmonic_powers(series, &plan, c);
+        (c.harmonic_powers, c.harmonic_props) = harmonics(series, &plan, c);
     }
     let spectrum_index = candidates
         .first()
@@ -458,24 +462,34 @@ fn input_tsamp(series: &[DmSeries], config: &SearchConfig) -> f64 {
     series[0].tsamp_s / config.plan.downsample.max(1) as f64
 }
 
-/// The whitened power at each of `c`'s first `nharm` harmonics in the spectrum of its
-/// best DM's series (its drift taken out): the highest of the two half-bins either side
-/// of each harmonic and the one on it.
-fn harmonic_powers(series: &[DmSeries], plan: &PeriodicityPlan, c: &CandidateDetail) -> Vec<f64> {
+/// For each of `c`'s first `nharm` harmonics, in its best DM's series with its drift taken
+/// out: the whitened power in the spectrum (the highest of the two half-bins either side of
+/// the harmonic and the one on it), and its Fourier properties at the folded frequency.
+fn harmonics(
+    series: &[DmSeries],
+    plan: &PeriodicityPlan,
+    c: &CandidateDetail,
+) -> (Vec<f64>, Vec<crate::fourier_props::HarmonicProps>) {
     let Some(s) = series.iter().find(|s| s.dm == c.candidate.dm) else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     let f0 = c.profile.freq_hz;
-    let spectrum = plan.spectrum(&without_drift(s, f0, c.candidate.fdot_hz_s));
+    let x = without_drift(s, f0, c.candidate.fdot_hz_s);
+    let spectrum = plan.spectrum(&x);
     let power = &spectrum.power;
+    let tobs = x.len() as f64 * s.tsamp_s;
     (1..=c.candidate.nharm.max(1))
         .map(|h| {
             let at = (h as f64 * f0 / spectrum.df_hz).round() as usize;
-            (at.saturating_sub(1)..=at + 1)
+            let p = (at.saturating_sub(1)..=at + 1)
                 .filter_map(|i| power.get(i))
-                .fold(0.0f64, |m, p| m.max(f64::from(*p)))
+                .fold(0.0f64, |m, p| m.max(f64::from(*p)));
+            (
+                p,
+                crate::fourier_props::harmonic_props(&x, h as f64 * f0 * tobs),
+            )
         })
-        .collect()
+        .unzip()
 }
 
 /// The samples of `s` as a pulse of frequency `f_start` at the start and drift `fdot` folds
@@ -568,6 +582,7 @@ pub fn rank_candidates(
                 profile,
                 snr_vs_dm,
                 harmonic_powers: Vec::new(),
+                harmonic_props: Vec::new(),
             },
             best.freq_hz,
             sigmas[best_dm],

@@ -630,4 +630,15 @@ fn metadata_round_trips_through_every_reader_and_writer() {
     assert!(a.harmonic_powers[0] > 5.0, "{a:?}");
     let summed: f64 = a.harmonic_powers.iter().sum();
     assert!((a.summed_power - summed).abs() < 0.01 * a.harmonic_powers.len() as f64);
+    // The fundamental's properties are measured on the series, and round-trip: a pulsar
+    // steady through the observation has its power in the middle and evenly spread.
+    assert_eq!(a.harmonic_props.len(), top.candidate.nharm);
+    let (got, want) = (a.harmonic_props[0], top.harmonic_props[0]);
+    assert!(
+        (got.centroid - want.centroid).abs() < 1e-4,
+        "{got:?} {want:?}"
+    );
+    assert!((got.centroid - 0.5).abs() < 0.1, "{got:?}");
+    assert!((got.purity - 1.0).abs() < 0.2, "{got:?}");
+    assert!(got.raw_power > 0.0 && (got.raw_power / want.raw_power - 1.0).abs() < 1e-3);
 }

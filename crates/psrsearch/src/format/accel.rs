@@ -10,15 +10,24 @@
 //! length. Sifting reads columns by position, so no field holds a blank. The DM is in the
 //! file name (`DM` and two decimals), as sifting finds it.
 //!
-//! What psrsearch does not measure is written as PRESTO would for a perfect signal: raw
-//! power as the normalised one, phase 0, centroid 0.5, purity 1; the coherent power is the
-//! summed one. `r` and `z` are the frequency and drift at the middle of the observation in
-//! Fourier bins (`f·T`, `ḟ·T²`).
+//! Each harmonic's raw power, phase, centroid and purity are measured on the series itself
+//! (`crate::fourier_props`, with the drift taken out, at the power's peak nearest the folded
+//! frequency's harmonic, which is the `FFT 'r'` column; `Pred 'r'` is the harmonic number
+//! times the candidate's `r`). Centroid and purity mean something for harmonics well above the
+//! noise (a simulated steady pulsar: centroid 0.505-0.546 and purity 0.97-1.00 on its first
+//! three harmonics, whitened powers 72-3200); at a few times the mean power they scatter
+//! widely, and off a peak (no maximum within reach) purity reads 0. The coherent
+//! power column holds the summed power: psrsearch sums harmonics incoherently only. A
+//! candidate read back from a file, or made without the series, has no measured properties;
+//! its harmonics are then written as PRESTO would for a perfect signal (raw power as the
+//! normalised one, phase 0, centroid 0.5, purity 1). `r` and `z` are the frequency and drift
+//! at the middle of the observation in Fourier bins (`f·T`, `ḟ·T²`).
 
 use std::io::Write;
 
 use super::presto::InfFile;
 use super::HeaderError;
+use crate::fourier_props::HarmonicProps;
 use crate::stats::harmonic_sigma;
 
 const FORMAT: &str = "ACCEL";
@@ -52,6 +61,8 @@ pub struct AccelCandidate {
     pub note: String,
     /// Normalised power of each harmonic, fundamental first.
     pub harmonic_powers: Vec<f64>,
+    /// Measured properties of each harmonic, fundamental first (empty: not measured).
+    pub harmonic_props: Vec<HarmonicProps>,
 }
 
 /// The file name accelsearch gives candidates of `base` at `dm` searched up to `zmax`:
@@ -116,20 +127,24 @@ pub fn write_accel(
             } else {
                 "     ".to_string()
             };
+            let (r, raw, phase, centroid, purity) = match c.harmonic_props.get(k) {
+                Some(m) => (m.r, m.raw_power, m.phase_rad, m.centroid, m.purity),
+                None => (c.r * h, *p, 0.0, 0.5, 1.0),
+            };
             writeln!(
                 w,
-                "{number}  {:<4}  {:>6.2}  {:>10.4}  {:>10.4}  {:>14.4}  {:>14.4}  {:>10.4}  {:>10.4}  {:>8.4}  {:>8.4}  {:>8.4}",
+                "{number}  {:<4}  {:>6.2}  {:>10.4}  {:>10.4e}  {:>14.4}  {:>14.4}  {:>10.4}  {:>10.4}  {:>8.4}  {:>8.4}  {:>8.4}",
                 k + 1,
                 harmonic_sigma(*p, 1, 1.0).max(0.0),
                 p,
-                p,
-                c.r * h,
+                raw,
+                r,
                 c.r * h,
                 c.z * h,
                 c.z * h,
-                0.0,
-                0.5,
-                1.0
+                phase,
+                centroid,
+                purity
             )?;
         }
     }
@@ -138,8 +153,8 @@ pub fn write_accel(
 }
 
 /// Read an ACCEL file as PRESTO's sifting does: candidates from lines starting with a digit
-/// (columns by position), harmonic powers from the lines after, and the `.inf` at the end
-/// (`None` when the file has none).
+/// (columns by position), harmonic powers and properties from the lines after, and the
+/// `.inf` at the end (`None` when the file has none).
 ///
 /// # Errors
 /// A candidate or harmonic line whose columns do not parse, naming the line.
@@ -162,6 +177,17 @@ pub fn read_accel(text: &str) -> Result<(Vec<AccelCandidate>, Option<InfFile>), 
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(|| bad("numeric columns"))
         };
+        // A harmonic line's raw power, phase, centroid and purity, its columns shifted by
+        // `shift` (1 on a candidate's first line, which starts with its number).
+        let props = |shift: usize| -> Result<HarmonicProps, HeaderError> {
+            Ok(HarmonicProps {
+                r: num(4 + shift)?,
+                raw_power: num(3 + shift)?,
+                phase_rad: num(8 + shift)?,
+                centroid: num(9 + shift)?,
+                purity: num(10 + shift)?,
+            })
+        };
         let bytes = line.as_bytes();
         if line.starts_with(" Data file name without suffix") {
             inf_at = Some(here);
@@ -182,6 +208,7 @@ pub fn read_accel(text: &str) -> Result<(Vec<AccelCandidate>, Option<InfFile>), 
                 accel_ms2: num(10)?,
                 note: f.get(11..).map(|n| n.join(" ")).unwrap_or_default(),
                 harmonic_powers: Vec::new(),
+                harmonic_props: Vec::new(),
             });
         } else if bytes.len() > 1 && bytes[0] == b' ' && bytes[1].is_ascii_digit() {
             let number = num(0)? as usize;
@@ -190,9 +217,11 @@ pub fn read_accel(text: &str) -> Result<(Vec<AccelCandidate>, Option<InfFile>), 
                 .position(|c| c.number == number)
                 .ok_or_else(|| bad("harmonics of a candidate listed above"))?;
             cands[c].harmonic_powers = vec![num(3)?];
+            cands[c].harmonic_props = vec![props(1)?];
             reading = (cands[c].nharm > 1).then_some((c, cands[c].nharm - 1));
         } else if let Some((c, left)) = reading {
             cands[c].harmonic_powers.push(num(2)?);
+            cands[c].harmonic_props.push(props(0)?);
             reading = (left > 1).then_some((c, left - 1));
         }
     }
