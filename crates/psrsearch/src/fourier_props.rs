@@ -42,7 +42,7 @@ const RESYNC: usize = 1024;
 const PEAK_STEPS: usize = 3;
 
 /// The properties of `x` (its mean taken out) at the peak of its power nearest `r` Fourier
-/// bins: up to [`PEAK_STEPS`] Newton steps on the power's derivatives, each at most half a
+/// bins: up to three Newton steps on the power's derivatives, each at most half a
 /// bin, keep the measures from depending on how close to the peak `r` was given (off the
 /// peak, the power's curvature makes a steady signal look less pure than it is).
 pub fn harmonic_props(x: &[f32], r: f64) -> HarmonicProps {
