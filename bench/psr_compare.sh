@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# psrsearch against baseband-tasks (numpy FFTs) on one core: dedispersion throughput at one
+# psrsearch against baseband-tasks (with numpy's FFTs and with pyFFTW's) on one core: dedispersion throughput at one
 # DM and search throughput at 32 DMs, on the same input, with ratios and real-time factors.
 #
 #   bench/psr_compare.sh [NSAMPLES]        (default 524288 samples per channel)
@@ -38,6 +38,8 @@ if [ ! -x "$PYENV/bin/python" ] || ! "$PYENV/bin/python" -c 'import baseband_tas
     exit 0
   fi
 fi
+# pyFFTW (FFTW through Python) for the second peer column; the comparison runs without it.
+"$PYENV/bin/python" -c 'import pyfftw' 2>/dev/null || "$PYENV/bin/pip" install -q pyfftw >/dev/null 2>&1 || true
 cargo build --release -q -p psrsearch
 PSR="$CARGO_TARGET_DIR/release/psrsearch"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -48,8 +50,9 @@ echo "$PSR_OUT"
 PSR_ONE=$(echo "$PSR_OUT" | awk '/^one DM:/ {print $3}')
 PSR_MANY=$(echo "$PSR_OUT" | awk '/ DMs:/ {print $3}')
 
-echo "== baseband-tasks $("$PYENV/bin/python" -c 'import baseband_tasks; print(baseband_tasks.__version__)') with numpy (CPU 0)"
-BBT_OUT=$(taskset -c 0 "$PYENV/bin/python" - "$NSAMP" <<'PY'
+# baseband-tasks with its FFT from `$1` (numpy or pyfftw), on CPU 0: "one DM" and "32 DMs" lines.
+bbt() {
+taskset -c 0 "$PYENV/bin/python" - "$NSAMP" "$1" <<'PY'
 import sys, time
 import numpy as np
 import astropy.units as u
@@ -57,7 +60,15 @@ from astropy.time import Time
 from baseband_tasks.dispersion import Dedisperse
 from baseband_tasks.generators import StreamGenerator
 
-nsamp = int(sys.argv[1])
+nsamp, backend = int(sys.argv[1]), sys.argv[2]
+if backend == 'pyfftw':
+    import pyfftw.interfaces.numpy_fft as npfft
+    from baseband_tasks.fourier import fft_maker
+    fft_maker.set('pyfftw', threads=1, flags=('FFTW_ESTIMATE',))
+    pyfftw_cache = __import__('pyfftw').interfaces.cache
+    pyfftw_cache.enable()
+else:
+    npfft = np.fft
 nchan, npol, ds = 4, 2, 32
 rate = 2 * u.MHz
 freq = (820 - 4 + 2 * np.arange(nchan) + 1) * u.MHz   # channel centres, upper sideband
@@ -89,26 +100,46 @@ t = time.perf_counter()
 total = 0
 for dm in dms:
     series, nout, _ = detect(dm)
-    spec = np.abs(np.fft.rfft(series - series.mean())) ** 2
+    spec = np.abs(npfft.rfft(series - series.mean())) ** 2
     total += nout * nchan * npol
 many = total / (time.perf_counter() - t)
 print(f"32 DMs: {many:.3e} sample-DM trials/s")
 PY
-)
+}
+BBT_VERSION=$("$PYENV/bin/python" -c 'import baseband_tasks; print(baseband_tasks.__version__)')
+echo "== baseband-tasks $BBT_VERSION with numpy (CPU 0)"
+BBT_OUT=$(bbt numpy)
 echo "$BBT_OUT"
 BBT_ONE=$(echo "$BBT_OUT" | awk '/^one DM:/ {print $3}')
 BBT_MANY=$(echo "$BBT_OUT" | awk '/^32 DMs:/ {print $3}')
+if "$PYENV/bin/python" -c 'import pyfftw' 2>/dev/null; then
+    echo "== baseband-tasks $BBT_VERSION with pyFFTW $("$PYENV/bin/python" -c 'import pyfftw; print(pyfftw.__version__)') (CPU 0, FFTW_ESTIMATE plans: baseband-tasks plans anew for every DM)"
+    FFTW_OUT=$(bbt pyfftw)
+    echo "$FFTW_OUT"
+    FFTW_ONE=$(echo "$FFTW_OUT" | awk '/^one DM:/ {print $3}')
+    FFTW_MANY=$(echo "$FFTW_OUT" | awk '/^32 DMs:/ {print $3}')
+else
+    echo "== pyFFTW could not be installed: its column is left out"
+    FFTW_ONE=0 FFTW_MANY=0
+fi
 
-python3 - "$PSR_ONE" "$PSR_MANY" "$BBT_ONE" "$BBT_MANY" <<'PY'
+python3 - "$PSR_ONE" "$PSR_MANY" "$BBT_ONE" "$BBT_MANY" "$FFTW_ONE" "$FFTW_MANY" <<'PY'
 import sys
-p1, pn, b1, bn = map(float, sys.argv[1:])
+p1, pn, b1, bn, f1, fn = map(float, sys.argv[1:])
 band = 3.2e7  # 16 MHz, 2 polarisations, complex samples/s
+fftw = f1 > 0 and fn > 0
+# The peer is the faster of baseband-tasks' two FFT engines.
+q1, qn = max(b1, f1), max(bn, fn)
 print()
-print(f"{'one core':<34}{'psrsearch':>12}{'baseband-tasks':>16}{'ratio':>8}")
-print(f"{'dedispersion, 1 DM (samples/s)':<34}{p1:>12.3e}{b1:>16.3e}{p1 / b1:>7.1f}x")
-print(f"{'search, 32 DMs (sample-DM/s)':<34}{pn:>12.3e}{bn:>16.3e}{pn / bn:>7.1f}x")
-print(f"{'real time, 16 MHz 2 pol, 1 DM':<34}{p1 / band:>11.2f}x{b1 / band:>15.2f}x")
-print(f"{'real time, 16 MHz 2 pol, 32 DMs':<34}{pn / band / 32:>11.2f}x{bn / band / 32:>15.2f}x")
-ok = p1 / b1 >= 4 and pn / bn >= 4
-print("target (>= 4x in both):", "met" if ok else "NOT met")
+head = f"{'one core':<34}{'psrsearch':>12}{'bbt numpy':>12}" + (f"{'bbt pyFFTW':>12}" if fftw else "")
+print(head + f"{'ratio':>8}")
+def row(name, p, b, f, q):
+    print(f"{name:<34}{p:>12.3e}{b:>12.3e}" + (f"{f:>12.3e}" if fftw else "") + f"{p / q:>7.1f}x")
+row("dedispersion, 1 DM (samples/s)", p1, b1, f1, q1)
+row("search, 32 DMs (sample-DM/s)", pn, bn, fn, qn)
+print(f"{'real time, 16 MHz 2 pol, 1 DM':<34}{p1 / band:>11.2f}x{q1 / band:>11.2f}x")
+print(f"{'real time, 16 MHz 2 pol, 32 DMs':<34}{pn / band / 32:>11.2f}x{qn / band / 32:>11.2f}x")
+print(f"cores for real time, 32 DMs: psrsearch {band * 32 / pn:.1f}, baseband-tasks {band * 32 / qn:.1f}")
+ok = p1 / q1 >= 4 and pn / qn >= 4
+print("target (>= 4x the faster peer in both):", "met" if ok else "NOT met")
 PY
