@@ -260,6 +260,15 @@ struct Store {
     arena: Arena,
 }
 
+impl Store {
+    /// Counter ticks per nanosecond, the counter calibrated against the monotonic clock
+    /// over the run so far (`now` is a reading taken just before).
+    fn ticks_per_ns(&self, now: u64) -> f64 {
+        let span_ns = self.epoch.elapsed().as_nanos().max(1) as f64;
+        (now.wrapping_sub(self.epoch_ticks) as f64 / span_ns).max(1e-9)
+    }
+}
+
 /// A cheap monotonic clock: the time-stamp counter on x86-64 (constant rate
 /// on every CPU this runs on; converted to nanoseconds against `Instant` at
 /// flush; 14 ns here against 35-50 ns for `Instant::now` in a VM), `Instant`
@@ -439,9 +448,7 @@ pub(crate) fn recent(max: usize) -> Option<(Vec<CallSpan>, u64)> {
         s.arena.newest_since(&mut seen, max)
     };
     let now = ticks();
-    // The counter's rate over the run so far, as `flush` takes it.
-    let span_ns = s.epoch.elapsed().as_nanos().max(1) as f64;
-    let per_ns = (now.wrapping_sub(s.epoch_ticks) as f64 / span_ns).max(1e-9);
+    let per_ns = s.ticks_per_ns(now);
     let span =
         |from: u64, to: u64| Duration::from_nanos((to.saturating_sub(from) as f64 / per_ns) as u64);
     let names = NAMES.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -465,10 +472,8 @@ pub(crate) fn flush() {
     ENABLED.store(false, Ordering::Relaxed);
     let events = s.arena.events();
     let names = NAMES.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    // Calibrate the counter against the monotonic clock over the whole run.
-    let span_ns = s.epoch.elapsed().as_nanos().max(1) as f64;
-    let per_ns = (ticks().wrapping_sub(s.epoch_ticks)) as f64 / span_ns;
-    let to_ns = |t: u64| (t.saturating_sub(s.epoch_ticks) as f64 / per_ns.max(1e-9)) as u64;
+    let per_ns = s.ticks_per_ns(ticks());
+    let to_ns = |t: u64| (t.saturating_sub(s.epoch_ticks) as f64 / per_ns) as u64;
     let path = s.dir.join(format!("rank-{}.trace", s.rank));
     let write = || -> std::io::Result<()> {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);

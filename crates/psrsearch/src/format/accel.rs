@@ -14,8 +14,7 @@
 //! (`crate::fourier_props`, with the drift taken out, at the power's peak nearest the folded
 //! frequency's harmonic, which is the `FFT 'r'` column; `Pred 'r'` is the harmonic number
 //! times the candidate's `r`). Centroid and purity mean something for harmonics well above the
-//! noise (a simulated steady pulsar: centroid 0.505-0.546 and purity 0.97-1.00 on its first
-//! three harmonics, whitened powers 72-3200); at a few times the mean power they scatter
+//! noise (`docs/psrsearch.md` gives figures); at a few times the mean power they scatter
 //! widely, and off a peak (no maximum within reach) purity reads 0. The coherent
 //! power column holds the summed power: psrsearch sums harmonics incoherently only. A
 //! candidate read back from a file, or made without the series, has no measured properties;
