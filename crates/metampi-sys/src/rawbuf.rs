@@ -57,6 +57,15 @@ impl RecvPtr {
         }
     }
 
+    /// A view of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// As for [`RecvPtr::new`]: the `len` bytes at `ptr` must be writable, stay valid, and
+    /// not be accessed by anyone else, until the request holding this pointer has completed.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> RecvPtr {
+        RecvPtr { ptr, len }
+    }
+
     /// Bytes in the buffer.
     pub fn len(&self) -> usize {
         self.len

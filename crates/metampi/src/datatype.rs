@@ -832,20 +832,39 @@ pub(crate) fn type_map_ref(id: u32) -> TmRef {
     }
 }
 
-/// How a receive lands in a `BufferMut`.
-pub(crate) struct RecvLayout {
+/// How a receive lands in a `BufferMut`: a view of the buffer, borrowed exclusively for
+/// `'b`, that knows its element layout. Its methods are safe because the borrow lasts as
+/// long as the view; it holds a raw address only so that a request can keep it while the
+/// engine writes the buffer (see `crate::lend`).
+pub(crate) struct RecvLayout<'b> {
     pub tm: TmRef,
     pub count: usize,
-    pub base: *mut u8,
+    base: *mut u8,
+    buf: PhantomData<&'b mut [u8]>,
 }
 
-impl RecvLayout {
+impl<'b> RecvLayout<'b> {
     #[inline]
-    pub(crate) fn of<B: BufferMut + ?Sized>(buf: &mut B) -> RecvLayout {
+    pub(crate) fn of<B: BufferMut + ?Sized>(buf: &'b mut B) -> RecvLayout<'b> {
         RecvLayout {
             tm: type_map_ref(buf.as_datatype().type_id()),
             count: ucount(buf.count()),
             base: buf.pointer_mut() as *mut u8,
+            buf: PhantomData,
+        }
+    }
+
+    /// A view of `count` elements of `tm` at `base`.
+    ///
+    /// # Safety
+    /// The `count` elements (each `tm.extent` bytes, holding its blocks) from `base` must be
+    /// writable, and reached by nothing else, for `'b`.
+    pub(crate) unsafe fn from_raw(tm: TmRef, count: usize, base: *mut u8) -> RecvLayout<'b> {
+        RecvLayout {
+            tm,
+            count,
+            base,
+            buf: PhantomData,
         }
     }
 
@@ -854,26 +873,71 @@ impl RecvLayout {
         self.count * self.tm.size
     }
 
-    /// The buffer as one dense slice, when its type map allows.
-    ///
-    /// # Safety
-    /// The buffer this layout was made from must still be exclusively borrowed.
-    pub(crate) unsafe fn dense<'b>(&self) -> Option<&'b mut [u8]> {
-        if !self.tm.is_dense() {
-            return None;
-        }
-        if self.count * self.tm.extent == 0 {
-            return Some(&mut []);
-        }
-        // SAFETY: caller's contract; BufferMut guarantees the range is writable.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.base, self.count * self.tm.extent) })
+    /// Bytes the elements span where the type map is dense (no gaps): `None` otherwise.
+    fn dense_len(&self) -> Option<usize> {
+        self.tm.is_dense().then_some(self.count * self.tm.extent)
     }
 
-    /// Scatters signature bytes into the buffer.
-    ///
-    /// # Safety
-    /// As for [`RecvLayout::dense`].
-    pub(crate) unsafe fn unpack(&self, data: &[u8]) {
+    /// The buffer as one dense slice, when its type map allows.
+    pub(crate) fn dense(&mut self) -> Option<&mut [u8]> {
+        let n = self.dense_len()?;
+        if n == 0 {
+            return Some(&mut []);
+        }
+        // SAFETY: `of`/`from_raw`: `n` writable bytes at `base`, ours for `'b`; `&mut self`
+        // makes this the only view of them for the slice's life.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.base, n) })
+    }
+
+    /// [`RecvLayout::dense`] for the whole of `'b`, or the layout back where it is not dense.
+    pub(crate) fn into_dense(self) -> Result<&'b mut [u8], RecvLayout<'b>> {
+        match self.dense_len() {
+            Some(0) => Ok(&mut []),
+            // SAFETY: as in `dense`; the layout is consumed, so the slice is the only view.
+            Some(n) => Ok(unsafe { std::slice::from_raw_parts_mut(self.base, n) }),
+            None => Err(self),
+        }
+    }
+
+    /// The dense buffer's address and length, for a raw view that the engine writes while a
+    /// request is in flight (`crate::lend` only).
+    pub(crate) fn dense_raw(&self) -> Option<(*mut u8, usize)> {
+        self.dense_len().map(|n| (self.base, n))
+    }
+
+    /// Converts the first `len` received bytes of a dense buffer (at most its size) from the
+    /// other byte order, in place.
+    pub(crate) fn swap_received(&mut self, len: usize) {
+        let Some(n) = self.dense_len() else { return };
+        if n == 0 {
+            return;
+        }
+        // SAFETY: as in `dense`.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.base, n.min(len)) };
+        swap_packed(&self.tm, bytes);
+    }
+
+    /// The buffer's current contents as signature bytes (packed, gaps left out).
+    pub(crate) fn pack(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.capacity());
+        for i in 0..self.count {
+            for &(off, len) in &self.tm.blocks {
+                // SAFETY: `of`/`from_raw`: element `i` and its blocks lie in the buffer that
+                // is ours for `'b`; `&self` keeps it from being written meanwhile.
+                let s = unsafe {
+                    std::slice::from_raw_parts(
+                        self.base.offset(i as isize * self.tm.extent as isize + off),
+                        len,
+                    )
+                };
+                out.extend_from_slice(s);
+            }
+        }
+        out
+    }
+
+    /// Scatters signature bytes into the buffer (as many whole blocks as `data` holds).
+    pub(crate) fn unpack(&mut self, data: &[u8]) {
         if self.tm.is_dense() {
             // One copy of the whole elements `data` holds: element by element, a byte type
             // went one byte per call (0.36 GB/s for a received `Vec<u8>`).
@@ -881,7 +945,8 @@ impl RecvLayout {
                 .len()
                 .checked_div(self.tm.size)
                 .map_or(0, |whole| self.count.min(whole) * self.tm.size);
-            // SAFETY: caller's contract; a dense buffer of `count` elements holds `n` bytes.
+            // SAFETY: `of`/`from_raw`: a dense buffer of `count` elements holds `n` bytes,
+            // ours for `'b`, and `&mut self` excludes any other view of them.
             unsafe { crate::sys::copy::copy_raw(data.as_ptr(), self.base, n) };
             return;
         }
@@ -891,7 +956,7 @@ impl RecvLayout {
                 if pos + len > data.len() {
                     break 'outer;
                 }
-                // SAFETY: caller's contract; the datatype describes element `i`.
+                // SAFETY: as above; the datatype describes element `i`.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         data[pos..].as_ptr(),
@@ -903,6 +968,63 @@ impl RecvLayout {
             }
         }
     }
+}
+
+/// Received signature bytes as `n` values of `T` (the caller has converted their byte order
+/// and checked that `data` holds `n` whole elements of `T`'s datatype).
+pub(crate) fn vec_from_packed<T: Equivalence>(data: Vec<u8>, n: usize) -> Vec<T> {
+    let dt = T::equivalent_datatype().type_id();
+    if std::mem::size_of::<T>() == 1
+        && std::mem::align_of::<T>() == 1
+        && matches!(type_map_ref(dt).prim, Some(Prim::U8 | Prim::I8))
+    {
+        // Bytes are the values: hand the received vector over instead of copying it.
+        let mut data = std::mem::ManuallyDrop::new(data);
+        // SAFETY: `T` is a one-byte integer type (its datatype is `u8` or `i8`, and its size
+        // and alignment are 1), for which every byte is a valid value, so the allocation
+        // (same size and alignment) and its `len` initialised bytes are `len` values of `T`.
+        return unsafe {
+            Vec::from_raw_parts(data.as_mut_ptr().cast::<T>(), data.len(), data.capacity())
+        };
+    }
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    // SAFETY: the vector has room for `n` elements of `T`, and nothing else reaches its
+    // spare capacity while the layout lives.
+    let mut layout = unsafe { RecvLayout::from_raw(type_map_ref(dt), n, v.as_mut_ptr().cast()) };
+    layout.unpack(&data);
+    // SAFETY: `data` holds `n` whole elements, and the datatype describes every data byte of
+    // `T` (the `Equivalence` contract), so the unpack initialised all `n` of them.
+    unsafe { v.set_len(n) };
+    v
+}
+
+/// One value of `T`, received as its bytes by `fill` straight into its storage where `T`'s
+/// datatype covers it densely; `Ok(None)` where it does not (the caller receives packed
+/// bytes instead). `fill` returns how many bytes it wrote; fewer than `T` needs is a count
+/// error naming both.
+pub(crate) fn value_from<T: Equivalence, R>(
+    fill: impl FnOnce(&mut [u8]) -> Result<(usize, R), crate::Error>,
+) -> Result<Option<(T, R)>, crate::Error> {
+    let dt = T::equivalent_datatype().type_id();
+    let size = size_of_type(dt);
+    if !(type_map_ref(dt).is_dense() && size == std::mem::size_of::<T>()) {
+        return Ok(None);
+    }
+    // Zeroed, so that the bytes handed to `fill` are initialised whatever it writes.
+    let mut slot = std::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: `size` is `T`'s size, and the zeroed slot is `size` initialised bytes that
+    // only this slice reaches while it lives.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(slot.as_mut_ptr().cast::<u8>(), size) };
+    let (got, r) = fill(bytes)?;
+    if got != size {
+        return Err(crate::Error::new(
+            crate::ErrorClass::Count,
+            format!("expected one value of {size} bytes, received {got} bytes"),
+        ));
+    }
+    // SAFETY: a dense datatype of `T`'s size covers every byte of `T`, and all of them were
+    // received as a value of that datatype (the `Equivalence` contract makes it a valid `T`).
+    Ok(Some((unsafe { slot.assume_init() }, r)))
 }
 
 impl DatatypeRef<'_> {
@@ -1229,12 +1351,9 @@ mod tests {
             let mut dst = [-1i32; 24];
             // SAFETY: as above.
             let mut view = unsafe { MutView::with_count_and_datatype(&mut dst[..], 2, &vt) };
-            let layout = RecvLayout::of(&mut view);
-            // SAFETY: `dst` is borrowed by nothing else until the layout's last use.
-            unsafe {
-                assert!(layout.dense().is_none());
-                layout.unpack(&want[..data]);
-            }
+            let mut layout = RecvLayout::of(&mut view);
+            assert!(layout.dense().is_none());
+            layout.unpack(&want[..data]);
             for (i, &v) in dst.iter().enumerate() {
                 let filled = picked[..values].contains(&i);
                 assert_eq!(v, if filled { src[i] } else { -1 }, "{data} bytes: i32 {i}");

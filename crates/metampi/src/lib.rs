@@ -68,6 +68,7 @@ pub mod ffi {
 pub mod counters;
 mod error;
 #[allow(unsafe_code)]
+mod lend;
 pub mod point_to_point;
 #[allow(unsafe_code)]
 pub mod request;

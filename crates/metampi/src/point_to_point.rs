@@ -2,13 +2,12 @@
 //! fallible `try_*` forms and owned nonblocking operations with futures.
 
 use std::marker::PhantomData;
-use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::datatype::{
-    pack, Buffer, BufferMut, Datatype, Equivalence, Packed, Prim, RecvLayout, UncommittedDatatype,
+    pack, Buffer, BufferMut, Datatype, Equivalence, Packed, UncommittedDatatype,
 };
 use crate::engine::core::{
     Completed, Pattern, RawStatus, RecvBuf, ReqId, SendBuf, Unexpected, SENT,
@@ -17,8 +16,8 @@ use crate::engine::Pass;
 use crate::environment::shared;
 use crate::environment::OrAbort;
 use crate::error::{truncate, Error, ErrorClass};
+use crate::lend::{self, RecvInto};
 use crate::request::{Post, Request, Scope};
-use crate::sys::rawbuf::{RecvPtr, SendPtr};
 use crate::topology::sealed::AsHandle;
 use crate::topology::{AsCommunicator, CommInner};
 use crate::trace;
@@ -253,7 +252,7 @@ pub(crate) fn start_recv(
 /// Sends small standard-mode messages without a request when the transport
 /// can take them at once. Returns whether it did.
 #[inline]
-fn send_now(
+pub(crate) fn send_now(
     comm: &CommInner,
     dst: Rank,
     tag: Tag,
@@ -299,19 +298,7 @@ fn send_packed_slow(
     packed: Packed<'_>,
     mode: Mode,
 ) -> Result<(), Error> {
-    if mode == Mode::Buffered {
-        post_send(
-            comm,
-            dst,
-            tag,
-            SendBuf::Owned(packed.bytes().to_vec()),
-            mode,
-            false,
-        )?;
-        return Ok(());
-    }
-    let id = post_send(comm, dst, tag, send_buf(packed), mode, false)?;
-    shared().wait(id).result
+    lend::send_wait(comm, dst, tag, packed, mode, false)
 }
 
 /// Blocking send of raw bytes (collectives use it on the collective context).
@@ -326,13 +313,7 @@ pub(crate) fn send_bytes(
     if send_now(comm, dst, tag, bytes, mode, coll)? {
         return Ok(());
     }
-    // SAFETY: we wait for completion before returning, so `bytes` outlives the request.
-    let buf = SendBuf::Borrowed(unsafe { SendPtr::new(bytes) });
-    let id = post_send(comm, dst, tag, buf, mode, coll)?;
-    if mode == Mode::Buffered {
-        return Ok(());
-    }
-    shared().wait(id).result
+    lend::send_wait(comm, dst, tag, Packed::Dense(bytes), mode, coll)
 }
 
 /// Blocking receive of raw bytes into `buf`; the length received is in the status.
@@ -344,10 +325,7 @@ pub(crate) fn recv_bytes(
     coll: bool,
 ) -> Result<Status, Error> {
     let t = if coll { None } else { trace::start() };
-    // SAFETY: we wait for completion before returning, so `buf` outlives the request.
-    let rb = RecvBuf::Borrowed(unsafe { RecvPtr::new(buf) });
-    let c = start_recv(comm, src, tag, rb, coll, true)?.wait();
-    let st = c.result.map(|_| Status::from_raw(comm, c.status))?;
+    let st = lend::recv_wait(comm, src, tag, RecvInto::bytes(buf), coll)?;
     trace_recv(t, comm, &st);
     Ok(st)
 }
@@ -401,56 +379,21 @@ fn swapped_for<'b>(comm: &CommInner, dst: Rank, type_id: u32, p: Packed<'b>) -> 
     Packed::Packed(v)
 }
 
-/// Turns packed bytes into the engine's send buffer.
-pub(crate) fn send_buf(p: Packed<'_>) -> SendBuf {
-    match p {
-        // SAFETY: callers only use this for requests they complete while the
-        // user's buffer is borrowed (blocking calls, or scoped requests).
-        Packed::Dense(b) => SendBuf::Borrowed(unsafe { SendPtr::new(b) }),
-        Packed::Packed(v) => SendBuf::Owned(v),
-    }
-}
-
-/// How a receive into a `BufferMut` is posted, and what to do afterwards.
-#[inline]
-pub(crate) fn recv_target<B: BufferMut + ?Sized>(buf: &mut B) -> (RecvBuf, Post) {
-    let layout = RecvLayout::of(buf);
-    // SAFETY: `buf` is exclusively borrowed by the caller for the request's life.
-    match unsafe { layout.dense() } {
-        Some(d) => (
-            // SAFETY: as above: the buffer outlives the request.
-            RecvBuf::Borrowed(unsafe { RecvPtr::new(d) }),
-            Post::Dense(layout),
-        ),
-        None => {
-            let cap = layout.capacity();
-            (RecvBuf::Owned(Vec::new()), Post::Unpack(layout, cap))
-        }
-    }
-}
-
 /// Finishes a completed receive: truncation check and unpacking.
-pub(crate) fn finish(c: Completed, st: &Status, post: &Post) -> Result<(), Error> {
+pub(crate) fn finish(c: Completed, st: &Status, post: &mut Post<'_>) -> Result<(), Error> {
     c.result?;
-    let foreign = st.foreign;
     match post {
         Post::Unpack(layout, cap) => {
             let mut data = c.data.unwrap_or_default();
             if data.len() > *cap {
                 return Err(truncate(data.len(), *cap));
             }
-            if foreign {
+            if st.foreign {
                 crate::datatype::swap_packed(&layout.tm, &mut data);
             }
-            // SAFETY: the request that owned this layout kept the buffer borrowed until now.
-            unsafe { layout.unpack(&data) };
+            layout.unpack(&data);
         }
-        Post::Dense(layout) if foreign => {
-            // SAFETY: the dense buffer was borrowed by the request until now and the
-            // receive wrote its first `len` bytes (at most its capacity).
-            let bytes = unsafe { std::slice::from_raw_parts_mut(layout.base, st.bytes) };
-            crate::datatype::swap_packed(&layout.tm, bytes);
-        }
+        Post::Dense(layout) if st.foreign => layout.swap_received(st.bytes),
         _ => {}
     }
     Ok(())
@@ -476,36 +419,7 @@ fn vec_from_bytes<T: Equivalence>(mut data: Vec<u8>, st: &Status) -> Result<Vec<
         ));
     }
     let n = data.len() / size;
-    if std::mem::size_of::<T>() == 1
-        && std::mem::align_of::<T>() == 1
-        && matches!(
-            crate::datatype::type_map_ref(dt.type_id()).prim,
-            Some(Prim::U8 | Prim::I8)
-        )
-    {
-        // Bytes are the values: hand the received vector over instead of copying it.
-        let mut data = std::mem::ManuallyDrop::new(data);
-        // SAFETY: `T` is a one-byte integer type (its datatype is `u8` or `i8`, and its size
-        // and alignment are 1), for which every byte is a valid value, so the allocation
-        // (same size and alignment) and its `len` initialised bytes are `len` values of `T`.
-        return Ok(unsafe {
-            Vec::from_raw_parts(data.as_mut_ptr().cast::<T>(), data.len(), data.capacity())
-        });
-    }
-    let mut v: Vec<T> = Vec::with_capacity(n);
-    let layout = RecvLayout {
-        tm: crate::datatype::type_map_ref(dt.type_id()),
-        count: n,
-        base: v.as_mut_ptr() as *mut u8,
-    };
-    // SAFETY: the vector has room for `n` elements; the datatype describes all
-    // data bytes of `T` (Equivalence contract), and `data` holds all of them,
-    // so every element is fully initialised before `set_len`.
-    unsafe {
-        layout.unpack(&data);
-        v.set_len(n);
-    }
-    Ok(v)
+    Ok(crate::datatype::vec_from_packed(data, n))
 }
 
 fn one_from_bytes<T: Equivalence>(data: Vec<u8>, st: &Status) -> Result<T, Error> {
@@ -523,6 +437,7 @@ fn one_from_bytes<T: Equivalence>(data: Vec<u8>, st: &Status) -> Result<T, Error
 ///
 /// # Safety
 /// `source_rank` must be a rank of the communicator or the wildcard.
+#[allow(unsafe_code)] // rsmpi's API
 pub unsafe trait Source: AsCommunicator {
     /// Rank to receive from; `None` is the wildcard.
     #[doc(hidden)]
@@ -594,29 +509,16 @@ pub unsafe trait Source: AsCommunicator {
         tag: Option<Tag>,
     ) -> Result<(Msg, Status), Error> {
         let comm = &self.as_communicator().as_handle().0;
-        let mut slot = MaybeUninit::<Msg>::uninit();
-        let size = crate::datatype::size_of_type(Msg::equivalent_datatype().type_id());
-        let tm = crate::datatype::type_map(Msg::equivalent_datatype().type_id());
-        if tm.is_dense() && size == std::mem::size_of::<Msg>() {
-            // SAFETY: a dense type map covers every byte of `Msg`; the buffer is
-            // ours for the duration of the blocking receive.
-            let bytes =
-                unsafe { std::slice::from_raw_parts_mut(slot.as_mut_ptr() as *mut u8, size) };
+        let direct = crate::datatype::value_from::<Msg, Status>(|bytes| {
             let st = recv_bytes(comm, self.source(), tag, bytes, false)?;
             if st.foreign {
+                let tm = crate::datatype::type_map(Msg::equivalent_datatype().type_id());
                 crate::datatype::swap_packed(&tm, bytes);
             }
-            if st.bytes != size {
-                return Err(Error::new(
-                    ErrorClass::Count,
-                    format!(
-                        "expected one value of {size} bytes, received {} bytes",
-                        st.bytes
-                    ),
-                ));
-            }
-            // SAFETY: all `size` bytes were written by the receive.
-            return Ok((unsafe { slot.assume_init() }, st));
+            Ok((st.bytes, st))
+        })?;
+        if let Some(got) = direct {
+            return Ok(got);
         }
         let (data, st) = recv_vec_bytes(comm, self.source(), tag, false)?;
         Ok((one_from_bytes(data, &st)?, st))
@@ -644,10 +546,7 @@ pub unsafe trait Source: AsCommunicator {
     ) -> Result<Status, Error> {
         let t = trace::start();
         let comm = &self.as_communicator().as_handle().0;
-        let (rb, post) = recv_target(buf);
-        let c = start_recv(comm, self.source(), tag, rb, false, true)?.wait();
-        let st = Status::from_raw(comm, c.status);
-        finish(c, &st, &post)?;
+        let st = lend::recv_wait(comm, self.source(), tag, RecvInto::of(buf), false)?;
         trace_recv(t, comm, &st);
         Ok(st)
     }
@@ -720,10 +619,7 @@ pub unsafe trait Source: AsCommunicator {
         Sc: Scope<'a>,
     {
         let comm = &self.as_communicator().as_handle().0;
-        let (rb, post) = recv_target(buf);
-        let src = self.source();
-        let started = start_recv(comm, src, tag, rb, false, false)?;
-        Ok(Request::started(started, comm, src, &*buf, scope, post))
+        lend::recv_request(comm, self.source(), tag, buf, scope)
     }
 
     /// Starts a receive of one value with `tag`.
@@ -837,14 +733,16 @@ fn immediate_matched_probe<S: Source + ?Sized>(
     .map(|u| Message::new(comm, u))
 }
 
-// SAFETY: the wildcard is always valid.
+#[allow(unsafe_code)] // rsmpi's API
+                      // SAFETY: the wildcard is always valid.
 unsafe impl Source for crate::topology::AnyProcess<'_> {
     fn source(&self) -> Option<Rank> {
         None
     }
 }
 
-// SAFETY: a Process always holds a rank checked against its communicator.
+#[allow(unsafe_code)] // rsmpi's API
+                      // SAFETY: a Process always holds a rank checked against its communicator.
 unsafe impl Source for crate::topology::Process<'_> {
     fn source(&self) -> Option<Rank> {
         Some(self.rank())
@@ -923,6 +821,7 @@ pub trait Destination: AsCommunicator {
     /// The matching receive must already be posted (MPI's rule for ready mode);
     /// this library then behaves as a standard send.
     #[track_caller]
+    #[allow(unsafe_code)] // rsmpi's API
     unsafe fn ready_send_with_tag<Buf: Buffer + ?Sized>(&self, buf: &Buf, tag: Tag) {
         self.try_send_with_mode(buf, tag, Mode::Ready)
             .or_abort_in("ready_send_with_tag")
@@ -932,6 +831,7 @@ pub trait Destination: AsCommunicator {
     ///
     /// # Safety
     /// See [`Destination::ready_send_with_tag`].
+    #[allow(unsafe_code)] // rsmpi's API
     unsafe fn ready_send<Buf: Buffer + ?Sized>(&self, buf: &Buf) {
         // SAFETY: forwarded contract.
         unsafe { self.ready_send_with_tag(buf, 0) }
@@ -954,27 +854,12 @@ pub trait Destination: AsCommunicator {
         let dst = self.destination_rank();
         let packed = pack_for(comm, dst, buf);
         let len = packed.bytes().len();
-        // Buffered mode copies the bytes out before the call returns, which
-        // a standard send the transport takes at once does too.
-        let buffered = mode == Mode::Buffered;
-        let mode = if buffered { Mode::Standard } else { mode };
-        // A small message the transport takes at once needs no request slot:
-        // the request comes back complete (`SENT`), as a blocking send would
-        // have returned.
-        let id = if send_now(comm, dst, tag, packed.bytes(), mode, false)? {
-            SENT
-        } else {
-            let data = match (buffered, packed) {
-                (true, p) => SendBuf::Owned(p.bytes().to_vec()),
-                (false, p) => send_buf(p),
-            };
-            post_send(comm, dst, tag, data, mode, false)?
-        };
+        let request = lend::send_request(comm, dst, tag, packed, mode, buf, scope)?;
         if t.is_some() {
             let peer = comm.world_of(dst).map_or(-1, |w| w as i32);
             trace::record(t, trace::Kind::ISend, "", peer, tag, len, comm.ctx);
         }
-        Ok(Request::new(id, comm, buf, scope, Post::None))
+        Ok(request)
     }
 
     /// Starts a standard send with `tag`.
@@ -1061,6 +946,7 @@ pub trait Destination: AsCommunicator {
     /// # Safety
     /// See [`Destination::ready_send_with_tag`].
     #[track_caller]
+    #[allow(unsafe_code)] // rsmpi's API
     unsafe fn immediate_ready_send_with_tag<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -1079,6 +965,7 @@ pub trait Destination: AsCommunicator {
     ///
     /// # Safety
     /// See [`Destination::ready_send_with_tag`].
+    #[allow(unsafe_code)] // rsmpi's API
     unsafe fn immediate_ready_send<'a, Sc, Buf>(
         &self,
         scope: Sc,
@@ -1140,18 +1027,8 @@ fn owned_send<D: Destination + ?Sized, T: Equivalence>(
     mode: Mode,
 ) -> Result<SendFuture<T>, Error> {
     let comm = &dest.as_communicator().as_handle().0;
-    let buf = match pack_for(comm, dest.destination_rank(), &data[..]) {
-        // SAFETY: the vector's heap memory does not move when the vector
-        // does, and `SendFuture` keeps the vector until the send completes
-        // (its Drop waits).
-        Packed::Dense(b) => SendBuf::Borrowed(unsafe { SendPtr::new(b) }),
-        Packed::Packed(v) => SendBuf::Owned(v),
-    };
-    let id = post_send(comm, dest.destination_rank(), tag, buf, mode, false)?;
-    Ok(SendFuture {
-        id: Some(id),
-        data: Some(data),
-    })
+    let dst = dest.destination_rank();
+    lend::send_owned(comm, dst, tag, data, |d| pack_for(comm, dst, d), mode)
 }
 
 impl Destination for crate::topology::Process<'_> {
@@ -1195,8 +1072,13 @@ impl Message {
         false
     }
 
+    /// The message, taken out to be received (once).
+    fn take(&mut self) -> Unexpected {
+        self.msg.take().expect("a Message is received once")
+    }
+
     fn post(&mut self, rb: RecvBuf) -> ReqId {
-        let u = self.msg.take().expect("a Message is received once");
+        let u = self.take();
         shared().with(|e| e.core.post_recv_matched(u, rb))
     }
 
@@ -1216,12 +1098,8 @@ impl Message {
     /// Receives the message into `buf`.
     #[track_caller]
     pub fn matched_receive_into<Buf: BufferMut + ?Sized>(mut self, buf: &mut Buf) -> Status {
-        let (rb, post) = recv_target(buf);
-        let id = self.post(rb);
-        let c = shared().wait(id);
-        let st = Status::from_raw(&self.comm, c.status);
-        finish(c, &st, &post).or_abort_in("matched_receive_into");
-        st
+        let msg = self.take();
+        lend::matched_wait(&self.comm, msg, RecvInto::of(buf)).or_abort_in("matched_receive_into")
     }
 
     /// Starts receiving the message into `buf`.
@@ -1234,9 +1112,8 @@ impl Message {
         Buf: 'a + BufferMut + ?Sized,
         Sc: Scope<'a>,
     {
-        let (rb, post) = recv_target(buf);
-        let id = self.post(rb);
-        Request::new(id, &self.comm, &*buf, scope, post)
+        let msg = self.take();
+        lend::matched_request(&self.comm, msg, buf, scope)
     }
 }
 
@@ -1425,6 +1302,14 @@ pub struct SendFuture<T> {
 }
 
 impl<T> SendFuture<T> {
+    /// The future of send `id` over `data`, which it keeps until the send completes.
+    pub(crate) fn new(id: ReqId, data: Vec<T>) -> SendFuture<T> {
+        SendFuture {
+            id: Some(id),
+            data: Some(data),
+        }
+    }
+
     /// Blocks until the send is complete and returns the vector.
     pub fn wait(mut self) -> Result<Vec<T>, Error> {
         let id = self.id.take().expect("a live future");

@@ -17,19 +17,20 @@ use crate::point_to_point::{finish, Started, Status};
 use crate::topology::CommInner;
 use crate::Rank;
 
-/// What to do with a completed request's data.
-pub(crate) enum Post {
+/// What to do with a completed request's data, in the buffer it borrows for `'b`.
+pub(crate) enum Post<'b> {
     None,
     /// A dense receive: its bytes are converted in place if they arrived in
     /// the other byte order.
-    Dense(RecvLayout),
+    Dense(RecvLayout<'b>),
     /// Unpack a non-dense receive into the user's buffer (capacity in bytes).
-    Unpack(RecvLayout, usize),
+    Unpack(RecvLayout<'b>, usize),
 }
 
-// SAFETY: the layout's pointer refers to a buffer the request borrows for 'a;
-// it is only written when the request completes, by the thread completing it.
-unsafe impl Send for Post {}
+// SAFETY: the layout is an exclusive borrow of the user's buffer (`&mut [u8]` is `Send`),
+// held as an address only so that the engine may write the buffer meanwhile; it is used
+// once the request completes, by the thread completing it.
+unsafe impl Send for Post<'_> {}
 
 /// Keeps track of requests that borrow data for `'a`.
 ///
@@ -137,7 +138,7 @@ pub(crate) struct Inflight<'a, D: ?Sized> {
     /// The communicator's context (for the trace).
     ctx: u32,
     data: &'a D,
-    post: Post,
+    post: Post<'a>,
 }
 
 impl<D: ?Sized> Inflight<'_, D> {
@@ -161,7 +162,7 @@ impl<D: ?Sized> Inflight<'_, D> {
     /// [`Request::try_wait`] for a request that is still in flight, or whose
     /// bytes must be unpacked or converted.
     #[inline(never)]
-    fn wait_slow(self) -> Result<Status, Error> {
+    fn wait_slow(mut self) -> Result<Status, Error> {
         match (&self.end, &self.post) {
             // A send, or a receive into a dense buffer: the status is the
             // whole result (no `Completed` to build and take apart).
@@ -176,7 +177,7 @@ impl<D: ?Sized> Inflight<'_, D> {
                             data: None,
                         },
                         &st,
-                        &self.post,
+                        &mut self.post,
                     )?;
                 }
                 Ok(st)
@@ -211,8 +212,8 @@ impl<D: ?Sized> Inflight<'_, D> {
         }
     }
 
-    fn complete(self, (st, c): (Status, Completed)) -> Result<Status, Error> {
-        finish(c, &st, &self.post)?;
+    fn complete(mut self, (st, c): (Status, Completed)) -> Result<Status, Error> {
+        finish(c, &st, &mut self.post)?;
         Ok(st)
     }
 }
@@ -228,7 +229,13 @@ pub struct Request<'a, D: ?Sized, S: Scope<'a> = StaticScope> {
 impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     /// A request for engine request `id` on `comm`.
     #[inline]
-    pub(crate) fn new(id: ReqId, comm: &Arc<CommInner>, data: &'a D, scope: S, post: Post) -> Self {
+    pub(crate) fn new(
+        id: ReqId,
+        comm: &Arc<CommInner>,
+        data: &'a D,
+        scope: S,
+        post: Post<'a>,
+    ) -> Self {
         let end = if id == SENT {
             End::Ready(
                 Status::from_raw(comm, Completed::sent().status),
@@ -250,7 +257,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         src: Option<Rank>,
         data: &'a D,
         scope: S,
-        post: Post,
+        post: Post<'a>,
     ) -> Self {
         match started.done {
             // Completed at once, without error: into a borrowed buffer, or
@@ -270,7 +277,7 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
     }
 
     #[inline]
-    fn with_end(id: ReqId, end: End, ctx: u32, data: &'a D, scope: S, post: Post) -> Self {
+    fn with_end(id: ReqId, end: End, ctx: u32, data: &'a D, scope: S, post: Post<'a>) -> Self {
         scope.register();
         Request {
             inner: Some(Inflight {
@@ -628,7 +635,9 @@ pub mod abi {
                     end: i.end,
                     ctx: i.ctx,
                     data: &(),
-                    post: i.post,
+                    // SAFETY: only the lifetime changes: the caller keeps the buffer the
+                    // layout views until the request completes (this function's contract).
+                    post: unsafe { std::mem::transmute::<Post<'a>, Post<'static>>(i.post) },
                 }),
                 scope: StaticScope,
                 phantom: PhantomData,

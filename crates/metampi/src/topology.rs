@@ -610,11 +610,11 @@ pub trait Communicator: sealed::AsHandle {
     where
         Self: Sized,
     {
-        let layout = crate::datatype::RecvLayout::of(outbuf);
+        let mut layout = crate::datatype::RecvLayout::of(outbuf);
         let start = position.max(0) as usize;
         let n = layout.capacity().min(inbuf.len().saturating_sub(start));
-        // SAFETY: `outbuf` is exclusively borrowed; the caller vouches for the bytes.
-        unsafe { layout.unpack(&inbuf[start..start + n]) };
+        // The caller vouches that the bytes are valid values (this function's contract).
+        layout.unpack(&inbuf[start..start + n]);
         (start + n) as crate::Count
     }
 

@@ -131,22 +131,19 @@ fn output<'a, R: BufferMut + ?Sized>(b: &mut Builder<'_, 'a>, r: &'a mut R, keep
     b.elements(r.as_datatype().type_id());
     let layout = RecvLayout::of(r);
     let es = layout.tm.size;
-    // SAFETY: `r` is borrowed exclusively for `'a`, as long as the schedule that views it
-    // (through this slice or, below, the layout), and nothing else reaches it meanwhile.
-    match unsafe { layout.dense() } {
-        Some(d) => Output {
+    match layout.into_dense() {
+        Ok(d) => Output {
             reg: b.user_write(d),
             unpack: None,
             es,
         },
-        None => {
+        Err(layout) => {
             let reg = if keep {
-                b.owned_from(pack_layout(&layout))
+                b.owned_from(layout.pack())
             } else {
                 b.owned(layout.capacity())
             };
-            // SAFETY: as above: the layout points into `r`, borrowed for the schedule's life.
-            let i = unsafe { b.out_layout(layout) };
+            let i = b.out_layout(layout);
             Output {
                 reg,
                 unpack: Some(i),
@@ -280,15 +277,17 @@ fn output_parts<'a, R: PartitionedBufferMut + ?Sized>(
     for &(c, d) in &parts {
         let reg = all.at(at, c * tm.size);
         at += reg.len;
-        let layout = RecvLayout {
-            tm: crate::datatype::type_map_ref(dt),
-            count: c,
-            // SAFETY: element `d` lies inside the buffer (partition contract).
-            base: unsafe { base.add(d * tm.extent) },
+        // SAFETY: elements `d..d + c` lie inside the buffer (partition contract) that `r`
+        // borrows exclusively for `'a`, the schedule's life, and the partition's blocks do
+        // not overlap (checked above), so this layout is their only view.
+        let layout = unsafe {
+            RecvLayout::from_raw(
+                crate::datatype::type_map_ref(dt),
+                c,
+                base.add(d * tm.extent),
+            )
         };
-        // SAFETY: the layout lies inside the buffer `r` borrows exclusively for `'a`, the
-        // schedule's life, and the partition's blocks do not overlap (checked above).
-        unpacks.push((reg, unsafe { b.out_layout(layout) }));
+        unpacks.push((reg, b.out_layout(layout)));
         regs.push(reg);
     }
     Ok((regs, unpacks))
@@ -1044,14 +1043,6 @@ pub(crate) fn all_gather_i32_pairs(comm: &CommInner, a: i32, b: i32) -> Vec<(i32
     let s = plan_all_gather(comm, &mine[..], &mut all[..]);
     run(s).or_abort_in("all_gather_i32_pairs");
     all.chunks_exact(2).map(|c| (c[0], c[1])).collect()
-}
-
-/// Packs a (non-contiguous) receive buffer's current contents.
-pub(crate) fn pack_layout(l: &RecvLayout) -> Vec<u8> {
-    let mut out = Vec::with_capacity(l.capacity());
-    // SAFETY: the layout describes the caller's borrowed buffer.
-    unsafe { pack_elems(l.base, &l.tm, 0, l.count, &mut out) };
-    out
 }
 
 fn comm_of<C: Communicator + ?Sized>(c: &C) -> &Arc<CommInner> {

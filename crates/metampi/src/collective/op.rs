@@ -854,17 +854,17 @@ fn on_elements(
     let span = count * tm.extent;
     let mut lo = aligned(span);
     let mut up = aligned(span);
-    let layout = |v: &mut [u128]| RecvLayout {
-        tm: crate::datatype::type_map_ref(dt),
-        count,
-        base: v.as_mut_ptr() as *mut u8,
+    // SAFETY: the scratch holds `count` elements of `extent` bytes, every block lies inside
+    // its element (`has_element_storage`), and the layout is its only view while it lives.
+    let layout = |v: &mut [u128]| unsafe {
+        RecvLayout::from_raw(
+            crate::datatype::type_map_ref(dt),
+            count,
+            v.as_mut_ptr().cast(),
+        )
     };
-    // SAFETY: the scratch holds `count` elements of `extent` bytes and
-    // every block lies inside its element (`has_element_storage`).
-    unsafe {
-        layout(&mut lo).unpack(lower);
-        layout(&mut up).unpack(upper);
-    }
+    layout(&mut lo).unpack(lower);
+    layout(&mut up).unpack(upper);
     hand_over(&f, &lo, &mut up, span, count, datatype);
     let src = as_bytes(&up);
     let mut pos = 0;
@@ -1004,21 +1004,19 @@ where
     let lower = pack(inbuf).bytes().to_vec();
     let dt = inbuf.as_datatype().type_id();
     let prim = type_map(dt).prim;
-    let layout = RecvLayout::of(inoutbuf);
+    let mut layout = RecvLayout::of(inoutbuf);
     if layout.capacity() != lower.len() {
         return Err(Error::new(
             ErrorClass::Count,
             "reduce_local_into buffers differ in length",
         ));
     }
-    // SAFETY: `inoutbuf` is exclusively borrowed for this call.
-    match unsafe { layout.dense() } {
+    match layout.dense() {
         Some(upper) => op.apply(&lower, upper, prim, dt),
         None => {
-            let mut upper = crate::collective::pack_layout(&layout);
+            let mut upper = layout.pack();
             op.apply(&lower, &mut upper, prim, dt)?;
-            // SAFETY: as above.
-            unsafe { layout.unpack(&upper) };
+            layout.unpack(&upper);
             Ok(())
         }
     }

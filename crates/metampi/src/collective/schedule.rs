@@ -264,12 +264,13 @@ impl Drop for Mem {
     }
 }
 
-/// A user receive buffer that is written by unpacking at the end.
-struct Out(RecvLayout);
+/// A user receive buffer, borrowed for the schedule's life, that is written by unpacking
+/// at the end.
+struct Out<'a>(RecvLayout<'a>);
 
-// SAFETY: the layout points into a user buffer borrowed for the whole
-// collective (module docs); it is written once, under the engine lock.
-unsafe impl Send for Out {}
+// SAFETY: the layout is an exclusive borrow of a user buffer for the whole collective
+// (`&mut [u8]` is `Send`), held as an address; it is written once, under the engine lock.
+unsafe impl Send for Out<'_> {}
 
 /// The reduction a schedule applies, with the lifetime of the caller's
 /// operation erased (see `Builder::reduction`).
@@ -344,7 +345,7 @@ pub(crate) struct Builder<'c, 'a> {
     round_start: usize,
     /// End (exclusive index in `steps`) of every finished round.
     ends: Vec<usize>,
-    outs: Vec<Out>,
+    outs: Vec<Out<'a>>,
     red: Option<Reduction>,
     error: Option<Error>,
     /// The element layout of the data, where meta hosts differ in byte
@@ -449,11 +450,7 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     /// Registers a user receive buffer that must be unpacked into at the end.
-    ///
-    /// # Safety
-    /// The buffer behind `layout` must stay valid, and untouched by anyone
-    /// else, until the schedule completes.
-    pub(crate) unsafe fn out_layout(&mut self, layout: RecvLayout) -> usize {
+    pub(crate) fn out_layout(&mut self, layout: RecvLayout<'a>) -> usize {
         self.outs.push(Out(layout));
         self.outs.len() - 1
     }
@@ -646,7 +643,7 @@ pub(crate) struct Schedule<'a> {
     /// The next round to start.
     next: usize,
     pending: Vec<Pending>,
-    outs: Vec<Out>,
+    outs: Vec<Out<'a>>,
     red: Option<Reduction>,
     error: Option<Error>,
     req: ReqId,
@@ -835,14 +832,12 @@ impl<'a> Schedule<'a> {
             Step::Unpack { from, out } => {
                 // SAFETY: `from` is not in flight (builder checks).
                 let data = unsafe { self.mem[from.buf].bytes(from) };
-                let l = &self.outs[out].0;
-                if data.len() > l.capacity() {
-                    self.fail(crate::error::truncate(data.len(), l.capacity()));
+                let cap = self.outs[out].0.capacity();
+                if data.len() > cap {
+                    self.fail(crate::error::truncate(data.len(), cap));
                     return;
                 }
-                // SAFETY: the user buffer behind the layout is borrowed for
-                // the collective (`Builder::out_layout` contract).
-                unsafe { l.unpack(data) };
+                self.outs[out].0.unpack(data);
             }
             Step::Expect { got, want, what } => {
                 // SAFETY: neither region is in flight (builder checks).

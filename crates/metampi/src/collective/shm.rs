@@ -686,21 +686,16 @@ fn fold<O: Operation>(
 /// Hands `data` (signature bytes) to the user's buffer behind `layout`:
 /// straight into it when dense, else through `fill` on a staging vector and
 /// an unpack.
-///
-/// # Safety
-/// The buffer `layout` was made from must still be exclusively borrowed.
-unsafe fn deliver(
-    layout: &RecvLayout,
+fn deliver(
+    layout: &mut RecvLayout<'_>,
     fill: impl FnOnce(&mut [u8]) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    // SAFETY: the caller's contract.
-    match unsafe { layout.dense() } {
+    match layout.dense() {
         Some(d) => fill(d),
         None => {
             let mut staged = vec![0u8; layout.capacity()];
             fill(&mut staged)?;
-            // SAFETY: the caller's contract.
-            unsafe { layout.unpack(&staged) };
+            layout.unpack(&staged);
             Ok(())
         }
     }
@@ -809,7 +804,7 @@ where
         let Some(recv) = recv else {
             return Ok(());
         };
-        let layout = RecvLayout::of(recv);
+        let mut layout = RecvLayout::of(recv);
         let cap = layout.capacity();
         if let Some(turn) = turn {
             same_lengths(r, turn, mine.len(), what)?;
@@ -824,12 +819,9 @@ where
             return Ok(());
         };
         let plan = r.plan(root.map(|x| x as usize), op.is_commutative());
-        // SAFETY: `recv` is exclusively borrowed for this call.
-        unsafe {
-            deliver(&layout, |acc| {
-                fold(r, turn, mine, &op, prim, dt, &plan, acc)
-            })
-        }
+        deliver(&mut layout, |acc| {
+            fold(r, turn, mine, &op, prim, dt, &plan, acc)
+        })
     });
     result.ok_or(op)
 }
@@ -841,16 +833,15 @@ pub(crate) fn bcast<B: BufferMut + ?Sized>(
     root: u32,
     buf: &mut B,
 ) -> Option<Result<(), Error>> {
-    let layout = RecvLayout::of(buf);
+    let mut layout = RecvLayout::of(buf);
     let bytes = layout.capacity();
     let traced = ("bcast", root as i32);
     let root = root as usize;
     on_region(comm, Collective::Broadcast, traced, bytes, |r| {
         if r.me == root {
-            // SAFETY: `buf` is exclusively borrowed for this call.
-            match unsafe { layout.dense() } {
+            match layout.dense() {
                 Some(d) => r.exchange(d, 0..0, Await::Nothing),
-                None => r.exchange(&super::pack_layout(&layout), 0..0, Await::Nothing),
+                None => r.exchange(&layout.pack(), 0..0, Await::Nothing),
             };
             Ok(())
         } else {
@@ -858,13 +849,10 @@ pub(crate) fn bcast<B: BufferMut + ?Sized>(
             let data = r.part(root, turn);
             traffic::through_region(0, 1, data.len());
             match data.len() == bytes {
-                // SAFETY: `buf` is exclusively borrowed for this call.
-                true => unsafe {
-                    deliver(&layout, |d| {
-                        crate::sys::copy::copy(d, data);
-                        Ok(())
-                    })
-                },
+                true => deliver(&mut layout, |d| {
+                    crate::sys::copy::copy(d, data);
+                    Ok(())
+                }),
                 false => Err(count_error(format!(
                     "a broadcast of {} bytes does not match a buffer of {bytes} bytes",
                     data.len()
@@ -890,7 +878,7 @@ where
     S: Buffer + ?Sized,
     R: BufferMut + ?Sized,
 {
-    let layout = RecvLayout::of(recv);
+    let mut layout = RecvLayout::of(recv);
     let bs = layout.capacity();
     let n = comm.ranks.len();
     let (bytes, es) = match send {
@@ -927,13 +915,10 @@ where
                 all.len() / n
             )))
         } else {
-            // SAFETY: `recv` is exclusively borrowed for this call.
-            unsafe {
-                deliver(&layout, |d| {
-                    crate::sys::copy::copy(d, &all[me * bs..(me + 1) * bs]);
-                    Ok(())
-                })
-            }
+            deliver(&mut layout, |d| {
+                crate::sys::copy::copy(d, &all[me * bs..(me + 1) * bs]);
+                Ok(())
+            })
         }
     })
 }
@@ -959,7 +944,7 @@ where
         let Some(recv) = recv else {
             return Ok(());
         };
-        let layout = RecvLayout::of(recv);
+        let mut layout = RecvLayout::of(recv);
         let (cap, len, n) = (layout.capacity(), mine.len(), r.n);
         if let Some(turn) = turn {
             same_lengths(r, turn, len, "gathered blocks")?;
@@ -972,15 +957,12 @@ where
         let Some(turn) = turn else {
             return Ok(());
         };
-        // SAFETY: `recv` is exclusively borrowed for this call.
-        unsafe {
-            deliver(&layout, |all| {
-                for (m, block) in all.chunks_exact_mut(len.max(1)).take(n).enumerate() {
-                    crate::sys::copy::copy(block, r.part_or(m, turn, mine));
-                }
-                Ok(())
-            })
-        }
+        deliver(&mut layout, |all| {
+            for (m, block) in all.chunks_exact_mut(len.max(1)).take(n).enumerate() {
+                crate::sys::copy::copy(block, r.part_or(m, turn, mine));
+            }
+            Ok(())
+        })
     })
 }
 
@@ -1008,7 +990,7 @@ where
         |r, turn, mine| {
             let (n, me, len) = (r.n, r.me, mine.len());
             let bs = len / n;
-            let layout = RecvLayout::of(recv);
+            let mut layout = RecvLayout::of(recv);
             let cap = layout.capacity();
             if len % n != 0 || (es > 0 && bs % es != 0) {
                 return Err(count_error(format!(
@@ -1024,18 +1006,15 @@ where
                 return Ok(());
             };
             same_lengths(r, turn, len, "all-to-all send buffers")?;
-            // SAFETY: `recv` is exclusively borrowed for this call.
-            unsafe {
-                deliver(&layout, |all| {
-                    for (m, block) in all.chunks_exact_mut(bs.max(1)).take(n).enumerate() {
-                        crate::sys::copy::copy(
-                            block,
-                            &r.part_or(m, turn, mine)[me * bs..(me + 1) * bs],
-                        );
-                    }
-                    Ok(())
-                })
-            }
+            deliver(&mut layout, |all| {
+                for (m, block) in all.chunks_exact_mut(bs.max(1)).take(n).enumerate() {
+                    crate::sys::copy::copy(
+                        block,
+                        &r.part_or(m, turn, mine)[me * bs..(me + 1) * bs],
+                    );
+                }
+                Ok(())
+            })
         },
     )
 }
