@@ -21,6 +21,13 @@
 # as `psrsearch bench` does. The real-time factor is the rate over a 16 MHz, 2-polarisation
 # band's 3.2e7 complex samples/s (times 32 for the search).
 #
+# Then the wide channel (psrsearch only): one 16 MHz complex channel at 820 MHz, 2
+# polarisations, PSR_WIDE_NSAMPLES (default 4194304) samples, DMs 0-62 by 2, downsampled by
+# 32, as one channel (a 2^20-point FFT per DM: the smear within the channel is 2.4e5
+# samples) and split by the coherent filterbank (`--subchannels auto`: 32 sub-channels of
+# 0.5 MHz, 1024-point FFTs; the filterbank's time included): the 32-DM real-time factor on
+# one core and the cores real time needs. PSR_WIDE_ONLY=1 stops after it.
+#
 # Needs python3 with pip and PyPI (or an environment already at $PSR_PYENV); skips with a
 # message otherwise. The environment is made under /tmp, never in the repository.
 set -euo pipefail
@@ -48,7 +55,24 @@ echo "== psrsearch bench --nsamples $NSAMP (CPU 0)"
 PSR_OUT=$(taskset -c 0 "$PSR" bench --nsamples "$NSAMP" --ndm 32)
 echo "$PSR_OUT"
 PSR_ONE=$(echo "$PSR_OUT" | awk '/^one DM:/ {print $3}')
-PSR_MANY=$(echo "$PSR_OUT" | awk '/ DMs:/ {print $3}')
+PSR_MANY=$(echo "$PSR_OUT" | awk '/^[0-9]+ DMs:/ {print $3}')
+
+WIDE_N=${PSR_WIDE_NSAMPLES:-4194304}
+WIDE_SUMMARY=""
+for split in 1 auto; do
+    echo "== psrsearch bench --band wide16 --nsamples $WIDE_N --ndm 32 --subchannels $split (CPU 0)"
+    WIDE_OUT=$(taskset -c 0 "$PSR" bench --band wide16 --nsamples "$WIDE_N" --ndm 32 --subchannels "$split")
+    echo "$WIDE_OUT"
+    RT=$(echo "$WIDE_OUT" | awk '/^real time at/ {print $6}')
+    CORES=$(echo "$WIDE_OUT" | awk '/^real time at/ {print $NF}')
+    FFT=$(echo "$WIDE_OUT" | awk '/^FFT length/ {print $3}')
+    NSUB=$(echo "$WIDE_OUT" | awk '/^filterbank/ {print $2}')
+    WIDE_SUMMARY+=$(printf '%-34s%12s%10s%8s' "16 MHz 1 chan, ${NSUB:-no} sub-channels" "FFT $FFT" "$RT" "$CORES")$'\n'
+done
+echo
+printf '%-34s%12s%10s%8s\n' "one core, 32 DMs, 2 pol" "" "real time" "cores"
+printf '%s' "$WIDE_SUMMARY"
+[ "${PSR_WIDE_ONLY:-0}" = 1 ] && exit 0
 
 # baseband-tasks with its FFT from `$1` (numpy or pyfftw), on CPU 0: "one DM" and "32 DMs" lines.
 bbt() {

@@ -143,6 +143,21 @@ pub struct PlanConfig {
     /// is then no longer than the data need (one padded block covers a short file).
     #[serde(default)]
     pub data_len: Option<u64>,
+    /// Sub-channels each channel is split into by a coherent [`Filterbank`] before
+    /// dedispersion (dspsr's `-F`; 1: none). Drivers that take it ([`search_file`],
+    /// [`dedisperse_file`]) make the filterbank and a plan for its band with
+    /// [`Filterbank::plan_config`]; [`DedispersionPlan::new`] itself refuses anything but 1.
+    ///
+    /// [`Filterbank`]: crate::filterbank::Filterbank
+    /// [`Filterbank::plan_config`]: crate::filterbank::Filterbank::plan_config
+    /// [`search_file`]: crate::search_file
+    /// [`dedisperse_file`]: crate::products::dedisperse_file
+    #[serde(default = "one")]
+    pub subchannels: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Default for PlanConfig {
@@ -155,6 +170,7 @@ impl Default for PlanConfig {
             downsample: 1,
             extra_overlap: 0,
             data_len: None,
+            subchannels: 1,
         }
     }
 }
@@ -193,6 +209,11 @@ impl PlanConfig {
     /// Say how many samples per channel the data hold (see [`PlanConfig::data_len`]).
     pub fn data_len(mut self, n: u64) -> Self {
         self.data_len = Some(n);
+        self
+    }
+    /// Split each channel into `n` sub-channels first (see [`PlanConfig::subchannels`]).
+    pub fn subchannels(mut self, n: usize) -> Self {
+        self.subchannels = n;
         self
     }
 }
@@ -288,6 +309,14 @@ impl DedispersionPlan {
                 name: "downsample",
                 value: "0".into(),
                 expected: "an integer ≥ 1",
+            });
+        }
+        if config.subchannels != 1 {
+            return Err(PlanError::BadParameter {
+                name: "subchannels",
+                value: config.subchannels.to_string(),
+                expected: "1 here: a plan for sub-channels is made for the filterbank's band, \
+                           with Filterbank::plan_config",
             });
         }
         let nchan = band.nchan();
@@ -615,12 +644,30 @@ impl DedispersionPlan {
             out_c.fill(0.0);
             for pol in 0..self.band.npol {
                 let valid = self.invert(ws, dm, chan, pol);
-                for (o, run) in out_c.iter_mut().zip(valid.chunks_exact(ds)) {
-                    *o += if complex {
-                        run.iter().map(|z| z.norm_sqr()).sum::<f32>()
-                    } else {
-                        run.iter().map(|z| z.re * z.re).sum::<f32>()
-                    };
+                // Sub-channels are often downsampled by 1 or 2: there a loop per output
+                // sample costs more than the detection, so those get loops the compiler
+                // vectorises.
+                match (complex, ds) {
+                    (true, 1) => {
+                        for (o, z) in out_c.iter_mut().zip(valid) {
+                            *o += z.norm_sqr();
+                        }
+                    }
+                    (true, 2) => {
+                        for (o, run) in out_c.iter_mut().zip(valid.chunks_exact(2)) {
+                            *o += run[0].norm_sqr() + run[1].norm_sqr();
+                        }
+                    }
+                    (true, _) => {
+                        for (o, run) in out_c.iter_mut().zip(valid.chunks_exact(ds)) {
+                            *o += run.iter().map(|z| z.norm_sqr()).sum::<f32>();
+                        }
+                    }
+                    (false, _) => {
+                        for (o, run) in out_c.iter_mut().zip(valid.chunks_exact(ds)) {
+                            *o += run.iter().map(|z| z.re * z.re).sum::<f32>();
+                        }
+                    }
                 }
             }
         }

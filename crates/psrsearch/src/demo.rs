@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::dedisperse::{DedispersionPlan, PlanConfig, PlanError};
+use crate::dedisperse::{DedispersionPlan, PlanConfig};
 use crate::format::{BasebandReader, Metadata};
 use crate::search::{dm_grid, search_file, Candidate, SearchConfig, SearchError, SearchOutcome};
 use crate::simulate::{simulate, write_simulation, Pulsar, SimConfig, SimError, SimFormat};
@@ -183,52 +183,155 @@ pub fn format_table(cands: &[Candidate], injected: &[Pulsar], dm_step: f64) -> S
 /// Throughput of the dedispersion kernels on one core.
 #[derive(Clone, Debug)]
 pub struct Throughput {
-    /// FFT length used.
+    /// FFT length used (of the sub-channels where the band was split).
     pub fft_len: usize,
+    /// Overlap of each FFT at the largest DM (samples discarded, of the sub-channels where
+    /// split).
+    pub overlap: usize,
     /// Complex samples per second for one DM (forward FFT, chirp, inverse FFT, detection).
     pub one_dm_samples_per_s: f64,
     /// Sample-DM trials per second with `ndm` DMs sharing each forward FFT.
     pub many_dm_trials_per_s: f64,
     /// DMs in the second measurement.
     pub ndm: usize,
+    /// The band measured (the input's, before any split).
+    pub band: crate::Band,
+    /// The filterbank's geometry where the band was split: sub-channels, FFT length,
+    /// margin.
+    pub filterbank: Option<(usize, usize, usize)>,
 }
 
-/// Measure dedispersion throughput on `nsamples` simulated samples of the demo band.
+impl Throughput {
+    /// Complex samples per second the band delivers (all channels and polarisations).
+    pub fn band_rate(&self) -> f64 {
+        self.band.sample_rate_hz * (self.band.nchan() * self.band.npol) as f64
+    }
+}
+
+/// The band `psrsearch bench` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchBand {
+    /// The demo's: 8 MHz at 820 MHz in four 2 MHz complex channels, two polarisations.
+    Demo,
+    /// One 16 MHz complex channel at 820 MHz, two polarisations: the wide channel that needs
+    /// a huge FFT unless it is split.
+    Wide16,
+}
+
+impl BenchBand {
+    /// The simulated observation of this band (noise only, `nsamples` per channel).
+    pub fn observation(self, nsamples: usize) -> SimConfig {
+        let mut obs = demo_observation(3);
+        if self == BenchBand::Wide16 {
+            obs.bandwidth_mhz = 16.0;
+            obs.nchan = 1;
+        }
+        obs.nsamples = nsamples;
+        obs.pulsars.clear();
+        obs
+    }
+
+    /// The band's layout.
+    pub fn band(self) -> crate::Band {
+        self.observation(0).band()
+    }
+}
+
+/// What `psrsearch bench` measures; `Default` is the demo band at 32 DMs.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Samples per channel.
+    pub nsamples: usize,
+    /// DMs of the second measurement (0, 2, 4, …).
+    pub ndm: usize,
+    /// FFT length of the dedispersion (of the sub-channels where split).
+    pub fft_len: Option<usize>,
+    /// The band.
+    pub band: BenchBand,
+    /// Sub-channels per channel (1: no split).
+    pub subchannels: usize,
+    /// Detected input samples per output sample.
+    pub downsample: usize,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            nsamples: 1 << 20,
+            ndm: 32,
+            fft_len: None,
+            band: BenchBand::Demo,
+            subchannels: 1,
+            downsample: 32,
+        }
+    }
+}
+
+/// Measure dedispersion throughput of `config.nsamples` simulated samples (noise) of the
+/// chosen band; where it is split into sub-channels the filterbank's time is included.
 ///
 /// # Errors
-/// Simulation or planning failures.
-pub fn measure_throughput(
-    nsamples: usize,
-    ndm: usize,
-    fft_len: Option<usize>,
-) -> Result<Throughput, DemoError> {
-    let mut obs = demo_observation(3);
-    obs.nsamples = nsamples;
-    obs.pulsars.clear();
-    let (band, data) = simulate(&obs)?;
-    let time = |dms: &[f64]| -> Result<(usize, f64, u64), PlanError> {
-        let mut cfg = PlanConfig::default().downsample(32);
-        cfg.fft_len = fft_len;
-        let plan = DedispersionPlan::new(&band, dms, &cfg)?;
-        let n = plan.fft_len();
+/// Simulation, filterbank or planning failures.
+pub fn measure_throughput(config: &BenchConfig) -> Result<Throughput, DemoError> {
+    let (band, data) = simulate(&config.band.observation(config.nsamples))?;
+    let nsamples = config.nsamples as u64;
+    let plan_config = PlanConfig {
+        fft_len: config.fft_len,
+        downsample: config.downsample,
+        subchannels: config.subchannels,
+        ..PlanConfig::default()
+    }
+    .data_len(nsamples);
+    let filterbank = crate::filterbank::for_plan(&band, &plan_config).map_err(SearchError::from)?;
+    let time = |dms: &[f64]| -> Result<(usize, usize, f64, u64), SearchError> {
+        let Some(fb) = &filterbank else {
+            let plan = DedispersionPlan::new(&band, dms, &plan_config)?;
+            let mut ws = plan.workspace();
+            let mut block = crate::Voltages::zeros(band.nchan(), band.npol, plan.fft_len());
+            let start = Instant::now();
+            for b in 0..plan.num_blocks(nsamples) {
+                block.fill_window(&data, plan.block_start(b) as usize);
+                std::hint::black_box(plan.process_block(&mut ws, b, &block));
+            }
+            let samples = plan.complex_samples(nsamples);
+            let t = start.elapsed().as_secs_f64();
+            return Ok((plan.fft_len(), plan.overlap(), t, samples));
+        };
+        // The split as a search does it: block by block, through the filterbank.
+        let plan = DedispersionPlan::new(fb.band(), dms, &fb.plan_config(&plan_config)?)?;
+        let sub_n = fb.output_len(nsamples);
         let mut ws = plan.workspace();
-        let nblocks = plan.num_blocks(nsamples as u64);
-        let mut block = crate::Voltages::zeros(band.nchan(), band.npol, n);
+        let mut fws = fb.workspace();
+        let mut block = crate::Voltages::zeros(fb.band().nchan(), band.npol, plan.fft_len());
+        let mut read = |first: i64, b: &mut crate::Voltages| -> Result<(), SearchError> {
+            crate::filterbank::fill_signed(&data, first, b);
+            Ok(())
+        };
         let start = Instant::now();
-        for b in 0..nblocks {
-            block.fill_window(&data, plan.block_start(b) as usize);
+        for b in 0..plan.num_blocks(sub_n) {
+            fb.read_into(
+                &mut fws,
+                nsamples,
+                plan.block_start(b),
+                &mut block,
+                &mut read,
+            )?;
             std::hint::black_box(plan.process_block(&mut ws, b, &block));
         }
-        let samples = plan.complex_samples(nsamples as u64);
-        Ok((n, start.elapsed().as_secs_f64(), samples))
+        let samples = plan.complex_samples(sub_n);
+        let t = start.elapsed().as_secs_f64();
+        Ok((plan.fft_len(), plan.overlap(), t, samples))
     };
-    let (n, t1, s1) = time(&[48.2]).map_err(SearchError::from)?;
-    let dms = dm_grid(0.0, 2.0 * (ndm.max(1) - 1) as f64, 2.0);
-    let (_, tn, sn) = time(&dms).map_err(SearchError::from)?;
+    let (_, _, t1, s1) = time(&[48.2])?;
+    let dms = dm_grid(0.0, 2.0 * (config.ndm.max(1) - 1) as f64, 2.0);
+    let (n, overlap, tn, sn) = time(&dms)?;
     Ok(Throughput {
         fft_len: n,
+        overlap,
         one_dm_samples_per_s: s1 as f64 / t1,
         many_dm_trials_per_s: sn as f64 * dms.len() as f64 / tn,
         ndm: dms.len(),
+        band,
+        filterbank: filterbank.map(|f| (f.nsub(), f.fft_len(), f.margin())),
     })
 }

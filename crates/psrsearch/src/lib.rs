@@ -7,6 +7,8 @@
 //! - [`DedispersionPlan`] holds FFT plans and chirps for a set of trial DMs; each block is
 //!   forward-transformed once and inverse-transformed once per DM (overlap-save), then
 //!   detected and downsampled ([`DedispersionPlan::process_block`]);
+//! - [`Filterbank`] first splits wide channels into sub-channels where asked
+//!   ([`PlanConfig::subchannels`], dspsr's `-F`), so that every DM uses short FFTs;
 //! - [`PowerAssembler`] aligns channels and gives one [`DmSeries`] per DM;
 //! - [`PeriodicityPlan`] whitens, harmonic-sums and scores each series;
 //!   [`rank_candidates`](search::rank_candidates) sifts, folds and ranks;
@@ -59,6 +61,7 @@ pub mod demo;
 pub mod diagnostics;
 pub mod distributed;
 pub mod dm;
+pub mod filterbank;
 pub mod fold;
 pub mod format;
 pub mod fourier_props;
@@ -78,6 +81,7 @@ pub use assemble::{AssembleError, DmSeries, PowerAssembler, VoltageAssembler};
 pub use band::{Band, Sideband};
 pub use dedisperse::{BlockPower, DedispersionPlan, PlanConfig, PlanError, Workspace};
 pub use dm::{Dispersion, DEFAULT_DISPERSION_CONSTANT};
+pub use filterbank::{Filterbank, FilterbankConfig, FilterbankError};
 pub use format::{BasebandFormat, BasebandReader, HeaderError, Metadata, ReadError};
 pub use periodicity::{PeriodicityConfig, PeriodicityPlan, SpectralCandidate};
 pub use search::{

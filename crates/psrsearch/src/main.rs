@@ -89,10 +89,30 @@ enum Command {
         /// DMs sharing each forward FFT in the second measurement.
         #[arg(long, default_value_t = 32)]
         ndm: usize,
-        /// FFT length (default: chosen from the smear).
+        /// FFT length (default: chosen from the smear; of the sub-channels with
+        /// --subchannels).
         #[arg(long)]
         fft_len: Option<usize>,
+        /// Band: demo (4 × 2 MHz complex channels at 820 MHz, 2 pol) or wide16 (one 16 MHz
+        /// complex channel at 820 MHz, 2 pol).
+        #[arg(long, value_enum, default_value = "demo")]
+        band: BenchBandArg,
+        /// Split each channel into N sub-channels first (the filterbank's time included);
+        /// `auto` as for search, at the largest of the DMs.
+        #[arg(long, value_name = "N|auto", default_value = "1")]
+        subchannels: Subchannels,
+        /// Detected input samples per output sample (a multiple of --subchannels).
+        #[arg(long, default_value_t = 32)]
+        downsample: usize,
     },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BenchBandArg {
+    /// 4 × 2 MHz complex channels at 820 MHz, 2 polarisations.
+    Demo,
+    /// One 16 MHz complex channel at 820 MHz, 2 polarisations.
+    Wide16,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -190,9 +210,82 @@ struct DedispersionOpts {
     /// Detected samples summed per output sample.
     #[arg(long)]
     downsample: Option<usize>,
+    /// Split each channel into N sub-channels with a coherent filterbank before
+    /// dedispersing (dspsr's -F), so that the many-DM stage uses short FFTs; --fft-len then
+    /// counts sub-channel samples, and --downsample must be a multiple of N (2N for real
+    /// data; a default one is raised to that). `auto`: the smallest power of two whose
+    /// smear at the largest DM fits an FFT of 2048, the downsampling factor permitting
+    /// (printed). Not with --meta, stream or --voltages.
+    #[arg(long, value_name = "N|auto", default_value = "1")]
+    subchannels: Subchannels,
+}
+
+/// `--subchannels`: a count, or chosen from the band and DMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subchannels {
+    Count(usize),
+    Auto,
+}
+
+impl std::str::FromStr for Subchannels {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "auto" {
+            return Ok(Subchannels::Auto);
+        }
+        s.parse()
+            .map(Subchannels::Count)
+            .map_err(|_| format!("expected a number of sub-channels or `auto`, not {s:?}"))
+    }
+}
+
+impl Subchannels {
+    /// Whether channels are (or may be) split.
+    fn splits(self) -> bool {
+        self != Subchannels::Count(1)
+    }
+
+    /// The count for `band` dedispersed up to `max_dm` with `cfg`, saying what `auto` chose.
+    fn resolve(self, band: &Band, max_dm: f64, cfg: &PlanConfig) -> usize {
+        match self {
+            Subchannels::Count(n) => n,
+            Subchannels::Auto => {
+                let n = psrsearch::filterbank::choose_subchannels(band, max_dm, cfg);
+                println!(
+                    "--subchannels auto: {n} per channel (the smallest power of two whose \
+                     smear at DM {max_dm} fits an FFT of 2048 points, downsampling by {} \
+                     permitting)",
+                    cfg.downsample
+                );
+                n
+            }
+        }
+    }
 }
 
 impl DedispersionOpts {
+    /// The settings for `band` (where known): a default downsampling factor is raised to a
+    /// whole number of sub-channel samples, with a note saying so.
+    fn config_for(&self, default_downsample: usize, band: Option<&Band>) -> PlanConfig {
+        let mut cfg = self.config(default_downsample);
+        if let (None, Some(b), Subchannels::Count(n)) = (self.downsample, band, self.subchannels) {
+            if n > 1 {
+                let d = if b.complex { n } else { 2 * n };
+                let fitted = cfg.downsample.next_multiple_of(d);
+                if fitted != cfg.downsample {
+                    eprintln!(
+                        "--subchannels {n}: downsampling by {fitted} input samples, not the \
+                         default {}, so that an output sample is a whole number of \
+                         sub-channel samples",
+                        cfg.downsample
+                    );
+                    cfg.downsample = fitted;
+                }
+            }
+        }
+        cfg
+    }
+
     fn config(&self, default_downsample: usize) -> PlanConfig {
         PlanConfig {
             fft_len: self.fft_len,
@@ -202,6 +295,11 @@ impl DedispersionOpts {
             downsample: self.downsample.unwrap_or(default_downsample),
             extra_overlap: 0,
             data_len: None,
+            subchannels: match self.subchannels {
+                Subchannels::Count(n) => n,
+                // Chosen once the band and the DMs are known (`Subchannels::resolve`).
+                Subchannels::Auto => 1,
+            },
         }
     }
 }
@@ -312,7 +410,7 @@ struct SearchOpts {
 impl SearchOpts {
     /// The search's settings, and the DM step plan where the step was chosen from `band`.
     fn config(&self, band: Option<&Band>) -> Result<(SearchConfig, Option<DmStepPlan>)> {
-        let plan = self.opts.config(32);
+        let plan = self.opts.config_for(32, band);
         if !(self.min_width >= 0.0 && self.min_width.is_finite()) {
             bail!(
                 "--min-width must be a width in ms ≥ 0, not {}",
@@ -351,6 +449,11 @@ impl SearchOpts {
         };
         if ![1, 2, 4, 8, 16].contains(&self.nharm) {
             bail!("--nharm must be 1, 2, 4, 8 or 16, not {}", self.nharm);
+        }
+        let mut plan = plan;
+        if let Some(b) = band {
+            let max_dm = dms.iter().fold(0.0f64, |m, d| m.max(d.abs()));
+            plan.subchannels = self.opts.subchannels.resolve(b, max_dm, &plan);
         }
         let mut config = SearchConfig {
             dms,
@@ -468,7 +571,25 @@ fn main() -> ExitCode {
             nsamples,
             ndm,
             fft_len,
-        } => bench_cmd(nsamples, ndm, fft_len),
+            band,
+            subchannels,
+            downsample,
+        } => {
+            let band = match band {
+                BenchBandArg::Demo => demo::BenchBand::Demo,
+                BenchBandArg::Wide16 => demo::BenchBand::Wide16,
+            };
+            let cfg = PlanConfig::default().downsample(downsample);
+            let max_dm = 2.0 * (ndm.max(1) - 1) as f64;
+            bench_cmd(&demo::BenchConfig {
+                nsamples,
+                ndm,
+                fft_len,
+                band,
+                subchannels: subchannels.resolve(&band.band(), max_dm.max(48.2), &cfg),
+                downsample,
+            })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -594,7 +715,15 @@ fn info_cmd(file: PathBuf) -> Result<()> {
 fn dedisperse_cmd(a: DedisperseArgs) -> Result<()> {
     let mut reader =
         BasebandReader::open(&a.file).with_context(|| format!("opening {}", a.file.display()))?;
-    let cfg = a.opts.config(1);
+    if a.voltages.is_some() && a.opts.subchannels.splits() {
+        bail!(
+            "--voltages cannot be used with --subchannels: only detected products (--tim, \
+             --fil, --dat, --npy) are made from sub-channels"
+        );
+    }
+    let mut cfg = a.opts.config_for(1, Some(reader.band()));
+    cfg.subchannels = a.opts.subchannels.resolve(reader.band(), a.dm, &cfg);
+    print_split(reader.band(), &cfg)?;
     let out = with_progress("dedispersing", |progress| {
         psrsearch::products::dedisperse_file(
             &mut reader,
@@ -665,6 +794,12 @@ fn dedisperse_cmd(a: DedisperseArgs) -> Result<()> {
 fn search_cmd(a: SearchArgs) -> Result<()> {
     // The description is checked first, so that a mistake is named in the user's file (the
     // job runs a copy in the output directory).
+    if a.meta.is_some() && a.search.opts.subchannels.splits() {
+        bail!(
+            "--subchannels cannot be used with --meta: the distributed search does not split \
+             channels (leave out --subchannels, or search in this process)"
+        );
+    }
     let meta_text = match &a.meta {
         Some(meta) => {
             let text = std::fs::read_to_string(meta)
@@ -684,6 +819,7 @@ fn search_cmd(a: SearchArgs) -> Result<()> {
         // Nothing will draw the candidates' folds.
         config.candidate_plots = 0;
     }
+    print_split(&band, &config.plan)?;
     if let Some(p) = &step_plan {
         println!(
             "{}; {} trial DMs from {} to {}",
@@ -895,14 +1031,58 @@ fn demo_cmd(
     }
 }
 
-fn bench_cmd(nsamples: usize, ndm: usize, fft_len: Option<usize>) -> Result<()> {
-    let t = demo::measure_throughput(nsamples, ndm, fft_len)?;
-    println!("FFT length {}", t.fft_len);
+fn bench_cmd(config: &demo::BenchConfig) -> Result<()> {
+    let t = demo::measure_throughput(config)?;
+    let b = &t.band;
+    println!(
+        "band {} × {} MHz complex at {} MHz, {} pol ({:.3e} complex samples/s), downsample {}",
+        b.nchan(),
+        b.channel_bandwidth_mhz(),
+        b.band_centre_mhz(),
+        b.npol,
+        t.band_rate(),
+        config.downsample
+    );
+    if let Some((nsub, fft, margin)) = t.filterbank {
+        println!(
+            "filterbank {nsub} sub-channels per channel (FFT {fft}, margin {margin} each side), included in the times"
+        );
+    }
+    println!(
+        "FFT length {} (overlap {} at the largest of {} DMs)",
+        t.fft_len, t.overlap, t.ndm
+    );
     println!("one DM:   {:.3e} complex samples/s (forward FFT + chirp + inverse FFT + detection, one core)", t.one_dm_samples_per_s);
     println!(
         "{} DMs:  {:.3e} sample-DM trials/s (one forward FFT per block shared by all DMs)",
         t.ndm, t.many_dm_trials_per_s
     );
+    let realtime = t.many_dm_trials_per_s / t.ndm as f64 / t.band_rate();
+    println!(
+        "real time at {} DMs: {realtime:.3}x on one core; cores for real time {:.1}",
+        t.ndm,
+        1.0 / realtime
+    );
+    Ok(())
+}
+
+/// Say how channels are split, where they are: sub-channels, their width and the
+/// filterbank's FFT; errors of the split (a bad count) before any file is read.
+fn print_split(band: &Band, cfg: &PlanConfig) -> Result<()> {
+    if let Some(fb) = psrsearch::filterbank::for_plan(band, cfg)? {
+        fb.plan_config(cfg)?;
+        println!(
+            "filterbank: {} channel(s) split into {} sub-channels each ({} in all) of {} MHz, \
+             {} µs sampling; FFT {} with {} sub-channel samples discarded at each end of a block",
+            band.nchan(),
+            fb.nsub(),
+            fb.band().nchan(),
+            fb.band().channel_bandwidth_mhz(),
+            fb.band().tsamp_s() * 1e6,
+            fb.fft_len(),
+            fb.margin()
+        );
+    }
     Ok(())
 }
 

@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 
 use crate::assemble::{DmSeries, PowerAssembler, VoltageAssembler};
 use crate::dedisperse::{BlockPower, DedispersionPlan, PlanConfig};
+use crate::filterbank::{self, FilterbankError, SubchannelReader};
 use crate::format::accel::{self, AccelCandidate};
 use crate::format::candidates;
 use crate::format::presto::{write_dat_inf, InfFile};
 use crate::format::sigproc::{telescope_id, write_fil, write_tim, SigprocHeader};
 use crate::format::{npy, BasebandReader, Metadata};
 use crate::plot::PlotError;
-use crate::search::{SearchError, SearchOutcome};
+use crate::search::{BlockSource, SearchError, SearchOutcome};
 use crate::voltages::Voltages;
 
 /// What dedispersing a file at one DM gives.
@@ -30,10 +31,12 @@ pub struct Dedispersed {
     pub metadata: Metadata,
 }
 
-/// Dedisperse all of `reader` at `dm`.
+/// Dedisperse all of `reader` at `dm`. With [`PlanConfig::subchannels`] above 1 the
+/// channels are first split by a [`Filterbank`](crate::Filterbank): the plan, series and
+/// filterbank products are then the sub-channels' (detected products only).
 ///
 /// # Errors
-/// Plan, read and assembly errors.
+/// Plan, filterbank, read and assembly errors; voltages asked for with sub-channels.
 pub fn dedisperse_file(
     reader: &mut BasebandReader,
     dm: f64,
@@ -41,8 +44,33 @@ pub fn dedisperse_file(
     keep_voltages: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Dedispersed, SearchError> {
+    let config = config.clone().data_len(reader.nsamples());
+    let metadata = reader.metadata().clone();
+    match filterbank::for_plan(reader.band(), &config)? {
+        None => {
+            let plan = DedispersionPlan::new(reader.band(), &[dm], &config)?;
+            dedisperse_source(reader, plan, keep_voltages, metadata, progress)
+        }
+        Some(_) if keep_voltages => Err(FilterbankError::Unsupported(
+            "dedispersed voltages (--voltages): only detected products are made from sub-channels",
+        )
+        .into()),
+        Some(fb) => {
+            let plan = DedispersionPlan::new(fb.band(), &[dm], &fb.plan_config(&config)?)?;
+            let mut source = SubchannelReader::new(reader, fb);
+            dedisperse_source(&mut source, plan, false, metadata, progress)
+        }
+    }
+}
+
+fn dedisperse_source(
+    reader: &mut impl BlockSource,
+    plan: DedispersionPlan,
+    keep_voltages: bool,
+    metadata: Metadata,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Dedispersed, SearchError> {
     let nsamples = reader.nsamples();
-    let plan = DedispersionPlan::new(reader.band(), &[dm], &config.clone().data_len(nsamples))?;
     let nblocks = plan.num_blocks(nsamples);
     if nblocks == 0 {
         return Err(SearchError::too_short(&plan, nsamples));
@@ -83,7 +111,7 @@ pub fn dedisperse_file(
         series,
         filterbank,
         voltages,
-        metadata: reader.metadata().clone(),
+        metadata,
     })
 }
 

@@ -14,6 +14,7 @@ use crate::assemble::{AssembleError, DmSeries, PowerAssembler};
 use crate::band::Band;
 use crate::dedisperse::{DedispersionPlan, PlanConfig, PlanError};
 use crate::diagnostics::{self, Channels, FoldDiagnostics};
+use crate::filterbank::{self, FilterbankError, SubchannelReader};
 use crate::fold::{self, Profile};
 use crate::format::{BasebandReader, Metadata, ReadError};
 use crate::periodicity::{PeriodicityConfig, PeriodicityPlan, PowerSpectrum, SpectralCandidate};
@@ -35,6 +36,9 @@ pub enum SearchError {
     /// Putting blocks together.
     #[error(transparent)]
     Assemble(#[from] AssembleError),
+    /// Splitting channels into sub-channels.
+    #[error(transparent)]
+    Filterbank(#[from] FilterbankError),
     /// Too little data for one dedispersed output sample at the largest DM.
     #[error(
         "the data hold {nsamples} samples per channel ({seconds:.3} s), fewer than the \
@@ -266,7 +270,8 @@ pub struct SearchOutcome {
     pub single_pulses: Option<Vec<SinglePulse>>,
     /// What the input's headers say of the observation (empty where nothing does).
     pub metadata: Metadata,
-    /// The input's band, where known.
+    /// The band searched, where known: the input's, or its sub-channels' where channels were
+    /// split ([`PlanConfig::subchannels`]).
     pub band: Option<Band>,
     /// Time from the input's first sample to the series' first, at the reference
     /// frequency, s.
@@ -320,15 +325,50 @@ pub fn dedisperse_reader(
     plan: &DedispersionPlan,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PowerAssembler, SearchError> {
-    let nblocks = plan.num_blocks(reader.nsamples());
-    if nblocks == 0 {
-        return Err(SearchError::too_short(plan, reader.nsamples()));
+    dedisperse_source(reader, plan, progress)
+}
+
+/// Where a driver's blocks come from: a file, or a file through a filterbank.
+pub(crate) trait BlockSource {
+    /// Samples per series.
+    fn nsamples(&self) -> u64;
+    /// Samples `[start, start + out.nsamp())`, zeros past the end.
+    fn read_padded_into(&mut self, start: u64, out: &mut Voltages) -> Result<(), ReadError>;
+}
+
+impl BlockSource for BasebandReader {
+    fn nsamples(&self) -> u64 {
+        BasebandReader::nsamples(self)
     }
-    let mut assembler = PowerAssembler::for_input(plan, reader.nsamples());
+    fn read_padded_into(&mut self, start: u64, out: &mut Voltages) -> Result<(), ReadError> {
+        BasebandReader::read_padded_into(self, start, out)
+    }
+}
+
+impl BlockSource for SubchannelReader<'_> {
+    fn nsamples(&self) -> u64 {
+        SubchannelReader::nsamples(self)
+    }
+    fn read_padded_into(&mut self, start: u64, out: &mut Voltages) -> Result<(), ReadError> {
+        SubchannelReader::read_padded_into(self, start, out)
+    }
+}
+
+fn dedisperse_source(
+    source: &mut impl BlockSource,
+    plan: &DedispersionPlan,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<PowerAssembler, SearchError> {
+    let nsamples = source.nsamples();
+    let nblocks = plan.num_blocks(nsamples);
+    if nblocks == 0 {
+        return Err(SearchError::too_short(plan, nsamples));
+    }
+    let mut assembler = PowerAssembler::for_input(plan, nsamples);
     let mut ws = plan.workspace();
     let mut block = Voltages::zeros(plan.band().nchan(), plan.band().npol, plan.fft_len());
     for b in 0..nblocks {
-        reader.read_padded_into(plan.block_start(b), &mut block)?;
+        source.read_padded_into(plan.block_start(b), &mut block)?;
         let power = plan.process_block(&mut ws, b, &block);
         assembler.insert(&power)?;
         progress(b + 1, nblocks);
@@ -336,10 +376,12 @@ pub fn dedisperse_reader(
     Ok(assembler)
 }
 
-/// Search a file: plan, dedisperse, search each DM, rank.
+/// Search a file: plan, dedisperse, search each DM, rank. With
+/// [`PlanConfig::subchannels`] above 1 the channels are first split by a
+/// [`Filterbank`](crate::Filterbank) and the plan is made for its band.
 ///
 /// # Errors
-/// Read, plan and assembly errors.
+/// Read, plan, filterbank and assembly errors.
 pub fn search_file(
     reader: &mut BasebandReader,
     config: &SearchConfig,
@@ -347,12 +389,25 @@ pub fn search_file(
 ) -> Result<SearchOutcome, SearchError> {
     let t0 = Instant::now();
     let plan_config = config.plan.clone().data_len(reader.nsamples());
-    let plan = DedispersionPlan::new(reader.band(), &config.dms, &plan_config)?;
-    let assembler = dedisperse_reader(reader, &plan, progress)?;
+    let (plan, assembler, nsamples) = match filterbank::for_plan(reader.band(), &plan_config)? {
+        None => {
+            let plan = DedispersionPlan::new(reader.band(), &config.dms, &plan_config)?;
+            let assembler = dedisperse_source(reader, &plan, progress)?;
+            (plan, assembler, reader.nsamples())
+        }
+        Some(fb) => {
+            let sub_config = fb.plan_config(&plan_config)?;
+            let plan = DedispersionPlan::new(fb.band(), &config.dms, &sub_config)?;
+            let mut source = SubchannelReader::new(reader, fb);
+            let assembler = dedisperse_source(&mut source, &plan, progress)?;
+            let n = source.nsamples();
+            (plan, assembler, n)
+        }
+    };
     let mut series = assembler.finish()?;
     let masked = clean_series(&mut series, config);
     let dedisperse_s = t0.elapsed().as_secs_f64();
-    let complex_samples = plan.complex_samples(reader.nsamples());
+    let complex_samples = plan.complex_samples(nsamples);
     let mut outcome = search_series(&series, config);
     outcome.masked = masked;
     outcome.timings.dedisperse_s = dedisperse_s;

@@ -127,6 +127,12 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
     if matches!(a.format, InputFormat::Vdif) && vdif_sidecar.is_none() {
         bail!("--format vdif needs --vdif-header FILE (VDIF headers give no sky frequency)");
     }
+    if a.search.opts.subchannels.splits() {
+        bail!(
+            "--subchannels cannot be used with stream: the streaming search does not split \
+             channels (leave out --subchannels)"
+        );
+    }
     let mut search = a.search.config(None)?.0;
     if a.no_plots {
         // Nothing will draw the candidates' folds.
