@@ -2,6 +2,8 @@
 //! convolution per block, one giant FFT over the whole stream, and the recovery of a
 //! dispersed impulse; plus the guarantees a distributed driver relies on.
 
+mod common;
+use common::rel_rms;
 use psrsearch::chirp;
 use psrsearch::simulate::fast_len;
 use psrsearch::{
@@ -13,17 +15,6 @@ use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use rustfft::num_complex::{Complex32, Complex64};
 use rustfft::FftPlanner;
-
-/// Relative RMS difference of `a` from `b`.
-fn rel_rms(a: &[Complex32], b: &[Complex32]) -> f64 {
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).norm_sqr() as f64)
-        .sum();
-    let den: f64 = b.iter().map(|y| y.norm_sqr() as f64).sum();
-    (num / den).sqrt()
-}
 
 fn noise(n: usize, complex: bool, seed: u64) -> Vec<Complex32> {
     let mut rng = StdRng::seed_from_u64(seed);

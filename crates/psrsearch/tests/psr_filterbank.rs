@@ -3,6 +3,8 @@
 //! whole stream), a dispersed pulsar keeps its S/N and arrival time through the split and
 //! dedispersion, every input sample reaches the output, and bad settings are refused.
 
+mod common;
+use common::rel_rms;
 use psrsearch::filterbank::{Filterbank, FilterbankConfig, FilterbankError};
 use psrsearch::simulate::{simulate, write_simulation, Pulsar, SimConfig, SimFormat};
 use psrsearch::{
@@ -167,16 +169,6 @@ fn ideal_split(series: &[Complex32], nsub: usize) -> Vec<Vec<Complex32>> {
             sub.iter().map(|z| z / n as f32).collect()
         })
         .collect()
-}
-
-fn rel_rms(a: &[Complex32], b: &[Complex32]) -> f64 {
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).norm_sqr() as f64)
-        .sum();
-    let den: f64 = b.iter().map(|y| y.norm_sqr() as f64).sum();
-    (num / den).sqrt()
 }
 
 #[test]
