@@ -46,6 +46,27 @@ fn check_memory(
     }
 }
 
+/// Fails where `ndm` × `nchan` series of `samples` floats would need more than `memory`
+/// bytes (`None`: unknown, no check).
+fn series_fit(
+    ndm: usize,
+    nchan: usize,
+    samples: u64,
+    memory: Option<u64>,
+) -> Result<(), PlanError> {
+    let need = (ndm as u128) * (nchan as u128) * u128::from(samples) * 4;
+    match memory {
+        Some(have) if need > u128::from(have) => Err(PlanError::SeriesTooLarge {
+            ndm,
+            nchan,
+            samples,
+            need_gb: need as f64 / 1e9,
+            have_gb: have as f64 / 1e9,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), where it can be read.
 fn memory_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -73,6 +94,26 @@ pub enum PlanError {
         value: String,
         /// What is accepted.
         expected: &'static str,
+    },
+    /// The detected series held until assembly (every DM, every channel, the whole file)
+    /// would not fit in this machine's memory.
+    #[error(
+        "the search holds {need_gb:.1} GB of detected series until it sums the channels \
+         ({ndm} trial DMs × {nchan} channels × {samples} samples), more than this machine's \
+         {have_gb:.1} GB of memory: use fewer trial DMs (a larger --dm-step or --min-width), \
+         more downsampling, fewer sub-channels, or a shorter file"
+    )]
+    SeriesTooLarge {
+        /// Trial DMs.
+        ndm: usize,
+        /// Channels of the band (sub-channels where the band was split).
+        nchan: usize,
+        /// Output samples per channel and DM.
+        samples: u64,
+        /// Gigabytes the series need.
+        need_gb: f64,
+        /// Gigabytes of memory the machine has.
+        have_gb: f64,
     },
     /// The plan's tables would not fit in this machine's memory (a header may claim any
     /// number of channels: that must end in this error, not in a failed allocation).
@@ -576,6 +617,21 @@ impl DedispersionPlan {
         self.step / self.downsample
     }
 
+    /// Checks that the detected series a search of `nsamples` input samples holds until
+    /// assembly ([`crate::assemble::PowerAssembler::for_input`]: 4 bytes per DM, channel
+    /// and output sample) fit in this machine's memory, before they are allocated.
+    ///
+    /// # Errors
+    /// [`PlanError::SeriesTooLarge`] with the sizes.
+    pub fn check_series_memory(&self, nsamples: u64) -> Result<(), PlanError> {
+        series_fit(
+            self.dms.len(),
+            self.band.nchan(),
+            self.num_blocks(nsamples) * self.samples_per_block() as u64,
+            memory_bytes(),
+        )
+    }
+
     /// Fresh buffers for one worker.
     pub fn workspace(&self) -> Workspace {
         let n = self.fft_len;
@@ -782,6 +838,16 @@ mod tests {
         assert!(e.to_string().contains("fewer trial DMs"), "{e}");
         // No product overflows.
         assert!(check_memory(usize::MAX, usize::MAX, usize::MAX, Some(u64::MAX)).is_err());
+        // The held series: 3876 DMs × 32 sub-channels × 125000 samples, 62 GB.
+        assert!(series_fit(3876, 32, 125_000, None).is_ok());
+        assert!(series_fit(2, 4, 1024, Some(32 << 10)).is_ok());
+        let e = series_fit(3876, 32, 125_000, Some(24 << 30)).unwrap_err();
+        assert!(
+            e.to_string().contains("62.0 GB of detected series")
+                && e.to_string()
+                    .contains("3876 trial DMs × 32 channels × 125000 samples"),
+            "{e}"
+        );
         // A band of ten million channels, as a header may claim: an error before any table.
         if let Some(have) = memory_bytes() {
             let b = Band::from_total(1e7, 1e7, 10_000_000, 1e6, true, 1);

@@ -253,8 +253,9 @@ impl Subchannels {
                 let n = psrsearch::filterbank::choose_subchannels(band, max_dm, cfg);
                 println!(
                     "--subchannels auto: {n} per channel (the smallest power of two whose \
-                     smear at DM {max_dm} fits an FFT of 2048 points, downsampling by {} \
+                     smear at DM {} fits an FFT of 2048 points, downsampling by {} \
                      permitting)",
+                    psrsearch::search::dm_for_print(max_dm),
                     cfg.downsample
                 );
                 n
@@ -825,8 +826,8 @@ fn search_cmd(a: SearchArgs) -> Result<()> {
             "{}; {} trial DMs from {} to {}",
             p.describe(),
             config.dms.len(),
-            config.dms[0],
-            config.dms[config.dms.len() - 1]
+            psrsearch::search::dm_for_print(config.dms[0]),
+            psrsearch::search::dm_for_print(config.dms[config.dms.len() - 1])
         );
     }
     if let Some(text) = meta_text {

@@ -76,6 +76,7 @@ fn dedisperse_source(
         return Err(SearchError::too_short(&plan, nsamples));
     }
     let band = plan.band().clone();
+    plan.check_series_memory(nsamples)?;
     let mut asm = PowerAssembler::for_input(&plan, nsamples);
     let mut vasm = keep_voltages.then(|| VoltageAssembler::for_input(&plan, 0, nsamples));
     let mut ws = plan.workspace();

@@ -138,13 +138,19 @@ pub struct DmStepPlan {
     pub resolution_s: f64,
 }
 
+/// `dm` for printing: trial DMs are sums of steps, so `4.1` comes out as
+/// `4.1000000000000005`; a millionth of a pc/cm³ is far below any step.
+pub fn dm_for_print(dm: f64) -> f64 {
+    (dm * 1e6).round() / 1e6
+}
+
 impl DmStepPlan {
     /// One line saying what was chosen and why.
     pub fn describe(&self) -> String {
         format!(
             "DM step {} pc/cm³: a DM error of half a step smears the band by {:.1} µs, the \
              time resolution (sampling and pulse width) of {:.1} µs",
-            self.step,
+            dm_for_print(self.step),
             self.smear_s * 1e6,
             self.resolution_s * 1e6
         )
@@ -364,6 +370,7 @@ fn dedisperse_source(
     if nblocks == 0 {
         return Err(SearchError::too_short(plan, nsamples));
     }
+    plan.check_series_memory(nsamples)?;
     let mut assembler = PowerAssembler::for_input(plan, nsamples);
     let mut ws = plan.workspace();
     let mut block = Voltages::zeros(plan.band().nchan(), plan.band().npol, plan.fft_len());

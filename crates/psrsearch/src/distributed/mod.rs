@@ -400,7 +400,9 @@ pub fn search_distributed(
                 // Planned for this file's length, as every rank's copy of the plan will be.
                 let mut search = config.search.clone();
                 search.plan.data_len = Some(r.nsamples());
-                DedispersionPlan::new(r.band(), &search.dms, &search.plan)?;
+                // The root holds every DM's series until it assembles them.
+                DedispersionPlan::new(r.band(), &search.dms, &search.plan)?
+                    .check_series_memory(r.nsamples())?;
                 Ok((r, search))
             });
         blob = match setup {
