@@ -25,6 +25,13 @@ use crate::voltages::Voltages;
 /// Largest FFT a default plan will pick before declaring the DM range unreasonable.
 const MAX_DEFAULT_FFT: usize = 1 << 24;
 
+/// `(need, have)` in gigabytes where `need` bytes exceed `memory` (`None`: unknown, no
+/// check).
+fn over_memory(need: u128, memory: Option<u64>) -> Option<(f64, f64)> {
+    let have = memory?;
+    (need > u128::from(have)).then(|| (need as f64 / 1e9, have as f64 / 1e9))
+}
+
 /// Fails where the chirp tables of `ndm` DMs × `nchan` channels × `fft_len` complex
 /// samples (8 bytes each) would need more than `memory` bytes (`None`: unknown, no check).
 fn check_memory(
@@ -34,15 +41,15 @@ fn check_memory(
     memory: Option<u64>,
 ) -> Result<(), PlanError> {
     let need = (ndm as u128) * (nchan as u128) * (fft_len as u128) * 8;
-    match memory {
-        Some(have) if need > u128::from(have) => Err(PlanError::TooLarge {
+    match over_memory(need, memory) {
+        Some((need_gb, have_gb)) => Err(PlanError::TooLarge {
             ndm,
             nchan,
             fft_len,
-            need_gb: need as f64 / 1e9,
-            have_gb: have as f64 / 1e9,
+            need_gb,
+            have_gb,
         }),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -55,15 +62,15 @@ fn series_fit(
     memory: Option<u64>,
 ) -> Result<(), PlanError> {
     let need = (ndm as u128) * (nchan as u128) * u128::from(samples) * 4;
-    match memory {
-        Some(have) if need > u128::from(have) => Err(PlanError::SeriesTooLarge {
+    match over_memory(need, memory) {
+        Some((need_gb, have_gb)) => Err(PlanError::SeriesTooLarge {
             ndm,
             nchan,
             samples,
-            need_gb: need as f64 / 1e9,
-            have_gb: have as f64 / 1e9,
+            need_gb,
+            have_gb,
         }),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
