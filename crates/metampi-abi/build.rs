@@ -5,7 +5,8 @@
 //!   (MPICH) or `libmpi_abi.so.1` (standard);
 //! - a body for every function of that ABI that `src/` does not implement, reporting
 //!   `MPI_ERR_UNSUPPORTED_OPERATION` with the function's name (any binary loads, none crashes);
-//! - links under the ABI's library names (`libmpi.so.12`, `libmpich.so.12`, `libmpi_abi.so.1`)
+//! - links under the ABI's library names (`libmpi.so.12`, `libmpich.so.12`, `libmpi_abi.so.1`,
+//!   and `libmpi.so`, `libmpich.so` for programs that open it by that name)
 //!   in `target/<profile>/mpi-abi/`, the folder `metampi run` puts first on
 //!   `LD_LIBRARY_PATH`. They dangle until the link step has written the library.
 
@@ -107,7 +108,7 @@ fn implemented_names(src: &str) -> BTreeSet<&str> {
     set
 }
 
-/// `target/<profile>/mpi-abi/{libmpi.so.12,libmpich.so.12}` (MPICH's ABI) or
+/// `target/<profile>/mpi-abi/{libmpi.so.12,libmpich.so.12,libmpi.so,libmpich.so}` (MPICH's ABI) or
 /// `libmpi_abi.so.1` (the standard ABI) pointing at the built library in `deps/`: cargo writes
 /// the cdylib there under every command (`cargo test` included), but copies it up to
 /// `target/<profile>/` only under `cargo build`.
@@ -125,7 +126,10 @@ fn link_names(out: &Path, standard: bool) {
     } else {
         (
             "../deps/libmetampi_abi.so",
-            &["libmpi.so.12", "libmpich.so.12"],
+            // The unversioned names too: programs that open the library at run time look
+            // for those first (mpi4py tries `libmpi.so` before `libmpi.so.12`), and would
+            // otherwise find another MPI's development link on the system path.
+            &["libmpi.so.12", "libmpich.so.12", "libmpi.so", "libmpich.so"],
         )
     };
     for name in names {

@@ -101,7 +101,7 @@ fn predefined(key: c_int) -> Option<(isize, c_int)> {
         WTIME_IS_GLOBAL => (3, 0),
         UNIVERSE_SIZE => (4, metampi::topology::SimpleCommunicator::world().size()),
         LASTUSEDCODE => (5, crate::err::last_used_code()),
-        APPNUM => (6, 0),
+        APPNUM => (6, crate::state::appnum()),
         _ => return None,
     };
     PREDEF[slot].store(v, Ordering::Relaxed);

@@ -127,10 +127,8 @@ mpi! {
         raw::put(req, crate::req::done(crate::req::St::EMPTY))
     }
     fn MPI_Comm_get_parent / PMPI_Comm_get_parent(parent: *mut Handle) {
-        // No process of a metampi job is spawned by another (MPI_Comm_spawn is not offered
-        // from C): every one has no parent.
         state::check_init()?;
-        raw::put(parent, COMM_NULL)
+        raw::put(parent, state::parent())
     }
     fn MPI_Comm_split / PMPI_Comm_split(comm: Handle, color: c_int, key: c_int, new: *mut Handle) {
         let c = state::comm(comm)?;
@@ -237,14 +235,17 @@ mpi! {
         }
         state::comm(h)?;
         crate::attr::delete_all(h);
+        state::forget_parent(h);
         state::COMMS.remove(h);
         raw::put(comm, COMM_NULL)
     }
     fn MPI_Comm_disconnect / PMPI_Comm_disconnect(comm: *mut Handle) {
         let h = raw::get(comm)?;
-        let c = state::comm(h)?;
-        metampi::collective::CommunicatorCollectives::try_barrier(&c.comm)?;
-        drop(c);
+        // Every message on it is matched once all members have come here (a barrier
+        // over both groups where it is an intercommunicator).
+        crate::coll::barrier(h, std::ptr::null_mut())?;
+        crate::attr::delete_all(h);
+        state::forget_parent(h);
         state::COMMS.remove(h);
         raw::put(comm, COMM_NULL)
     }

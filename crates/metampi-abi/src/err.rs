@@ -104,20 +104,101 @@ static MESSAGES: Mutex<Messages> = Mutex::new(Messages {
     next: 0,
 });
 
-/// User error classes and codes (MPI_Add_error_class/code/string): (code, its class,
-/// its string). They are numbered from `USER_BASE`, above `MPI_ERR_LASTCODE` as MPI
-/// asks, classes and codes from one sequence.
+/// User error classes and codes (MPI_Add_error_class/code/string, MPI-4.1 §9.5): (code,
+/// its class, its string, empty while it has none), in increasing code order. They are
+/// numbered from `USER_BASE`, above `MPI_ERR_LASTCODE` as MPI asks, classes and codes from
+/// one sequence; a value removed (`MPI_Remove_error_class`/`_code`) is given out again.
 pub static USER_CLASSES: Mutex<Vec<(c_int, c_int, String)>> = Mutex::new(Vec::new());
 const USER_BASE: c_int = ERR_LASTCODE + 1;
 
-/// A new user error class (`None`) or code of `class`.
+/// A new user error class (`None`) or code of `class`: the lowest value not in use.
 pub fn add_user_code(class: Option<c_int>) -> R<c_int> {
     let mut user = USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
-    let code = USER_BASE
-        .checked_add(user.len() as c_int)
+    // The list is in code order from USER_BASE: the first gap is the lowest free value.
+    let k = (0..user.len())
+        .find(|&k| user[k].0 != USER_BASE + k as c_int)
+        .unwrap_or(user.len());
+    let code = c_int::try_from(k)
+        .ok()
+        .and_then(|k| USER_BASE.checked_add(k))
         .ok_or_else(|| Fail::new(ERR_OTHER, "no more user error classes and codes"))?;
-    user.push((code, class.unwrap_or(code), String::new()));
+    user.insert(k, (code, class.unwrap_or(code), String::new()));
     Ok(code)
+}
+
+/// What `MPI_Remove_error_*` takes away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    Class,
+    Code,
+    String,
+}
+
+/// `MPI_Remove_error_class`, `_code` and `_string` (MPI-4.1 §9.5): undoes an
+/// `MPI_Add_error_*`. A class goes only once its codes are gone, and a class or code only
+/// once its string is (removal runs in the reverse order of addition); the predefined
+/// classes and codes stay. Removing the string of a value that has none is allowed.
+///
+/// # Errors
+/// `MPI_ERR_ARG`, naming the value and what is still attached to it.
+pub fn remove_user(code: c_int, what: Removal) -> R {
+    let mut user = USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(k) = user.iter().position(|e| e.0 == code) else {
+        return Err(Fail::arg(if (0..USER_BASE).contains(&code) {
+            format!(
+                "{code} is a predefined error class or code: only values made by \
+                 MPI_Add_error_class or MPI_Add_error_code can be removed"
+            )
+        } else {
+            format!("{code} is not a user error class or code (removed already, or never added)")
+        }));
+    };
+    let class = user[k].1;
+    let is_class = class == code;
+    match what {
+        Removal::String => {
+            user[k].2.clear();
+            return Ok(());
+        }
+        Removal::Class if !is_class => {
+            return Err(Fail::arg(format!(
+                "{code} is an error code of class {class}, not a class \
+                 (MPI_Remove_error_code removes it)"
+            )));
+        }
+        Removal::Code if is_class => {
+            return Err(Fail::arg(format!(
+                "{code} is an error class, not a code (MPI_Remove_error_class removes it)"
+            )));
+        }
+        _ => {}
+    }
+    let codes = user.iter().filter(|e| e.1 == code && e.0 != code).count();
+    if codes > 0 {
+        return Err(Fail::arg(format!(
+            "error class {code} still has {codes} error code(s): remove them first \
+             (MPI_Remove_error_code)"
+        )));
+    }
+    if !user[k].2.is_empty() {
+        return Err(Fail::arg(format!(
+            "{code} still has its error string: remove that first (MPI_Remove_error_string)"
+        )));
+    }
+    user.remove(k);
+    Ok(())
+}
+
+mpi! {
+    fn MPI_Remove_error_class / PMPI_Remove_error_class(class: c_int) {
+        remove_user(class, Removal::Class)
+    }
+    fn MPI_Remove_error_code / PMPI_Remove_error_code(code: c_int) {
+        remove_user(code, Removal::Code)
+    }
+    fn MPI_Remove_error_string / PMPI_Remove_error_string(code: c_int) {
+        remove_user(code, Removal::String)
+    }
 }
 
 /// The class of a user error code or class.
@@ -169,13 +250,14 @@ pub fn string_of(code: c_int) -> String {
             return format!("{}: {s}", class_name(class));
         }
     }
-    if let Some(e) = USER_CLASSES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .find(|e| e.0 == code)
-    {
-        return e.2.clone();
+    if code >= USER_BASE {
+        let user = USER_CLASSES.lock().unwrap_or_else(|p| p.into_inner());
+        return match user.iter().find(|e| e.0 == code) {
+            Some(e) => e.2.clone(),
+            None => format!(
+                "MPI error: {code} is not an error code (a user class or code removed, or never added)"
+            ),
+        };
     }
     format!("{}: {}", class_name(class), class_text(class))
 }
@@ -379,4 +461,53 @@ pub fn unsupported(func: &str) -> c_int {
 /// status of a multi-request call, whose call then fails with MPI_ERR_IN_STATUS).
 pub fn raise_quiet(fail: Fail) -> c_int {
     make_code(fail.class, fail.msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // One test: the user classes are the process's, shared by every test thread.
+    #[test]
+    fn user_errors_are_removed_in_reverse_order_and_their_values_reused() {
+        let class = add_user_code(None).unwrap();
+        let code = add_user_code(Some(class)).unwrap();
+        let set_string = |c: c_int, s: &str| {
+            let mut user = USER_CLASSES.lock().unwrap();
+            user.iter_mut().find(|e| e.0 == c).unwrap().2 = s.into();
+        };
+        set_string(code, "mine");
+        assert_eq!((class, code), (USER_BASE, USER_BASE + 1));
+        assert_eq!(last_used_code(), code);
+        assert_eq!(string_of(code), "mine");
+
+        let refused = |c, what| remove_user(c, what).unwrap_err();
+        assert!(refused(class, Removal::Class)
+            .msg
+            .contains("still has 1 error code"));
+        assert!(refused(code, Removal::Code).msg.contains("error string"));
+        assert!(refused(code, Removal::Class).msg.contains("not a class"));
+        assert!(refused(class, Removal::Code).msg.contains("not a code"));
+        assert!(refused(ERR_TAG, Removal::Class).msg.contains("predefined"));
+        assert_eq!(refused(USER_BASE + 9, Removal::Code).class, ERR_ARG);
+
+        remove_user(code, Removal::String).unwrap();
+        remove_user(code, Removal::Code).unwrap();
+        assert_eq!(last_used_code(), class);
+        assert_eq!(user_class_of(code), None);
+        assert!(string_of(code).contains("not an error code"));
+        assert!(remove_user(code, Removal::Code).is_err());
+
+        // The freed value is the lowest free one: given again.
+        let again = add_user_code(Some(class)).unwrap();
+        assert_eq!(again, code);
+        remove_user(again, Removal::Code).unwrap();
+        // A class's own string goes first too.
+        set_string(class, "my class");
+        assert!(refused(class, Removal::Class).msg.contains("error string"));
+        remove_user(class, Removal::String).unwrap();
+        remove_user(class, Removal::Class).unwrap();
+        assert_eq!(last_used_code(), LAST_PREDEFINED_CLASS);
+        assert_eq!(add_user_code(None).unwrap(), USER_BASE);
+    }
 }

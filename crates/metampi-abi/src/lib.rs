@@ -54,6 +54,7 @@ pub mod persist;
 mod raw;
 pub mod req;
 pub mod session;
+pub mod spawn;
 #[cfg(std_abi)]
 pub mod standard;
 pub mod state;

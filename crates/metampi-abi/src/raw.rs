@@ -82,6 +82,58 @@ pub fn c_str(p: *const c_char) -> Result<String, Fail> {
     Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
+/// Longest argument vector read from a caller (a missing terminator stops here, not at a
+/// fault far beyond).
+const MAX_ARGV: usize = 1 << 16;
+
+/// A NULL-terminated array of C strings (a spawn's `argv`), as the bytes they hold;
+/// a null array (`MPI_ARGV_NULL`) is empty.
+pub fn argv(p: *const *const c_char) -> Result<Vec<std::ffi::OsString>, Fail> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    if p.is_null() {
+        return Ok(out);
+    }
+    loop {
+        // SAFETY: MPI's contract: `argv` is an array of string pointers ended by a null one;
+        // reading stops at that null entry.
+        let s = unsafe { p.add(out.len()).read_unaligned() };
+        if s.is_null() {
+            return Ok(out);
+        }
+        if out.len() == MAX_ARGV {
+            return Err(Fail::arg(format!(
+                "an argument vector has no null entry in its first {MAX_ARGV}"
+            )));
+        }
+        // SAFETY: each entry before the terminator is a NUL-terminated string.
+        let bytes = unsafe { CStr::from_ptr(s) }.to_bytes();
+        out.push(std::ffi::OsStr::from_bytes(bytes).to_os_string());
+    }
+}
+
+/// Entry `i` of an array of argument vectors (`MPI_Comm_spawn_multiple`), read as
+/// [`argv`]; a null array (`MPI_ARGVS_NULL`) gives empty vectors.
+pub fn argv_at(p: *const *const *const c_char, i: usize) -> Result<Vec<std::ffi::OsString>, Fail> {
+    if p.is_null() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: MPI's contract: the array holds one argument vector per command (the call's
+    // count, which callers check `i` against).
+    argv(unsafe { p.add(i).read_unaligned() })
+}
+
+/// A C string argument as the bytes it holds (a program's name, which need not be UTF-8).
+pub fn c_os_str(p: *const c_char) -> Result<std::ffi::OsString, Fail> {
+    use std::os::unix::ffi::OsStrExt;
+    if p.is_null() {
+        return Err(Fail::arg("a string argument is a null pointer"));
+    }
+    // SAFETY: MPI's contract: a string argument is NUL-terminated.
+    let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+    Ok(std::ffi::OsStr::from_bytes(bytes).to_os_string())
+}
+
 /// Copies `s` into the C buffer `p` of `cap` bytes (NUL included, cut to fit)
 /// and returns the length written without the NUL.
 pub fn put_str(p: *mut c_char, cap: usize, s: &str) -> Result<c_int, Fail> {

@@ -1068,21 +1068,90 @@ mpi! {
     }
     fn MPI_Request_get_status / PMPI_Request_get_status(h: Handle, flag: *mut c_int, status: *mut CStatus) {
         check_init()?;
+        known(&[h])?;
         if inactive(h) {
             St::NONE.write(status, SUCCESS);
             return raw::put(flag, 1);
         }
         let done = !done_now(&[h]).is_empty();
         if done {
-            // Peek: wait (it is complete) and keep the result as a finished request.
-            let r = take(h)?;
-            let (st, fail) = wait_req_keep(r, h);
+            let (st, fail) = peek_done(h)?;
             if let Some(f) = fail {
                 return Err(f);
             }
             st.write(status, SUCCESS);
         }
         raw::put(flag, done as c_int)
+    }
+    // MPI-4.1 §3.7: testall, testany and testsome that leave every request as it is (none
+    // freed, none made inactive); null and inactive requests count as complete and empty.
+    fn MPI_Request_get_status_all / PMPI_Request_get_status_all(n: c_int, reqs: *const Handle, flag: *mut c_int, sts: *mut CStatus) {
+        check_init()?;
+        let hs = raw::slice(reqs, n)?;
+        known(hs)?;
+        let mut complete: Vec<bool> = hs.iter().map(|&h| inactive(h)).collect();
+        for k in done_now(hs) {
+            complete[k] = true;
+        }
+        if complete.contains(&false) {
+            return raw::put(flag, 0);
+        }
+        let mut failed = false;
+        for (k, &h) in hs.iter().enumerate() {
+            let (st, fail) = match inactive(h) {
+                true => (St::NONE, None),
+                false => peek_done(h)?,
+            };
+            failed |= write_result(st, fail, sts, k);
+        }
+        raw::put(flag, 1)?;
+        if failed {
+            return Err(Fail::new(ERR_IN_STATUS, "a request failed; its status says how"));
+        }
+        Ok(())
+    }
+    fn MPI_Request_get_status_any / PMPI_Request_get_status_any(n: c_int, reqs: *const Handle, index: *mut c_int, flag: *mut c_int, status: *mut CStatus) {
+        check_init()?;
+        let hs = raw::slice(reqs, n)?;
+        known(hs)?;
+        if hs.iter().all(|&h| inactive(h)) {
+            raw::put(index, UNDEFINED)?;
+            St::NONE.write(status, SUCCESS);
+            return raw::put(flag, 1);
+        }
+        let Some(&k) = done_now(hs).first() else {
+            raw::put(index, UNDEFINED)?;
+            return raw::put(flag, 0);
+        };
+        let (st, fail) = peek_done(hs[k])?;
+        raw::put(index, k as c_int)?;
+        raw::put(flag, 1)?;
+        if let Some(f) = fail {
+            return Err(f);
+        }
+        st.write(status, SUCCESS);
+        Ok(())
+    }
+    fn MPI_Request_get_status_some / PMPI_Request_get_status_some(n: c_int, reqs: *const Handle, outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) {
+        check_init()?;
+        let hs = raw::slice(reqs, n)?;
+        known(hs)?;
+        if hs.iter().all(|&h| inactive(h)) {
+            return raw::put(outcount, UNDEFINED);
+        }
+        let done = done_now(hs);
+        let idx = raw::slice_mut(indices, done.len() as c_int)?;
+        let mut failed = false;
+        for (j, &k) in done.iter().enumerate() {
+            let (st, fail) = peek_done(hs[k])?;
+            failed |= write_result(st, fail, sts, j);
+            idx[j] = k as c_int;
+        }
+        raw::put(outcount, done.len() as c_int)?;
+        if failed {
+            return Err(Fail::new(ERR_IN_STATUS, "a request failed; its status says how"));
+        }
+        Ok(())
     }
     fn MPI_Cancel / PMPI_Cancel(req: *mut Handle) {
         let h = raw::get(req)?;
@@ -1091,6 +1160,26 @@ mpi! {
         put_back(h, r);
         out?;
         Ok(())
+    }
+    // MPI-4.1 §3.2: the fields of a status by function, for languages and tools that do
+    // not know its layout (which differs between MPICH's ABI and the standard's).
+    fn MPI_Status_get_source / PMPI_Status_get_source(status: *const CStatus, source: *mut c_int) {
+        raw::put(source, status_in(status)?.source)
+    }
+    fn MPI_Status_set_source / PMPI_Status_set_source(status: *mut CStatus, source: c_int) {
+        edit_status(status, |s| s.source = source)
+    }
+    fn MPI_Status_get_tag / PMPI_Status_get_tag(status: *const CStatus, tag: *mut c_int) {
+        raw::put(tag, status_in(status)?.tag)
+    }
+    fn MPI_Status_set_tag / PMPI_Status_set_tag(status: *mut CStatus, tag: c_int) {
+        edit_status(status, |s| s.tag = tag)
+    }
+    fn MPI_Status_get_error / PMPI_Status_get_error(status: *const CStatus, error: *mut c_int) {
+        raw::put(error, status_in(status)?.error)
+    }
+    fn MPI_Status_set_error / PMPI_Status_set_error(status: *mut CStatus, error: c_int) {
+        edit_status(status, |s| s.error = error)
     }
     fn MPI_Test_cancelled / PMPI_Test_cancelled(status: *const CStatus, flag: *mut c_int) {
         let s = raw::get(status)?;
@@ -1133,6 +1222,23 @@ mpi! {
     }
 }
 
+/// The status at `p`; `MPI_STATUS_IGNORE` holds none, so it is an argument error.
+fn status_in(p: *const CStatus) -> R<CStatus> {
+    if raw::status_ignored(p as *mut CStatus) {
+        return Err(Fail::arg(
+            "the status argument is MPI_STATUS_IGNORE (or null)",
+        ));
+    }
+    raw::get(p)
+}
+
+/// Changes the status at `p` with `f`.
+fn edit_status(p: *mut CStatus, f: impl FnOnce(&mut CStatus)) -> R {
+    let mut s = status_in(p)?;
+    f(&mut s);
+    raw::put(p, s)
+}
+
 fn some(hs: &mut [Handle], outcount: *mut c_int, indices: *mut c_int, sts: *mut CStatus) -> R {
     let done = done_now(hs);
     let idx = raw::slice_mut(indices, done.len() as c_int)?;
@@ -1149,6 +1255,40 @@ fn some(hs: &mut [Handle], outcount: *mut c_int, indices: *mut c_int, sts: *mut 
         ));
     }
     Ok(())
+}
+
+/// The result of request `h`, which [`done_now`] found complete, kept in its slot as a
+/// finished request: `MPI_Request_get_status` and kin look without completing it.
+fn peek_done(h: Handle) -> R<(St, Option<Fail>)> {
+    let r = take(h)?;
+    Ok(wait_req_keep(r, h))
+}
+
+/// Writes a completed operation's result to element `i` of `sts` (unless ignored), its
+/// error code in the status where it failed; returns whether it failed.
+fn write_result(st: St, fail: Option<Fail>, sts: *mut CStatus, i: usize) -> bool {
+    let p = raw::status_at(sts, i);
+    match fail {
+        None => {
+            st.write(p, SUCCESS);
+            false
+        }
+        Some(f) => {
+            st.write(p, crate::err::raise_quiet(f));
+            true
+        }
+    }
+}
+
+/// Refuses handles that name no request (freed, or never made); `MPI_REQUEST_NULL` is one.
+fn known(hs: &[Handle]) -> R {
+    match hs.iter().find(|&&h| h != REQUEST_NULL && !exists(h)) {
+        Some(h) => Err(Fail::new(
+            ERR_REQUEST,
+            format!("{h:#x} is not a request (freed, or never made)"),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn wait_req_keep(r: Req, h: Handle) -> (St, Option<Fail>) {
@@ -1268,5 +1408,37 @@ pub fn drain_freed() {
     for (r, k) in v {
         let _ = r.try_wait();
         drop(k);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields_are_set_and_read_where_mpichs_abi_has_them() {
+        // MPICH's 20-byte status: count_lo, count_hi_and_cancelled, MPI_SOURCE, MPI_TAG,
+        // MPI_ERROR (the unit tests build this crate for MPICH's ABI).
+        assert_eq!(std::mem::offset_of!(CStatus, source), 8);
+        assert_eq!(std::mem::offset_of!(CStatus, error), 16);
+        let mut st = CStatus::new(1, 2, SUCCESS, 12, true);
+        assert_eq!(PMPI_Status_set_source(&mut st, 7), SUCCESS);
+        assert_eq!(PMPI_Status_set_tag(&mut st, 8), SUCCESS);
+        assert_eq!(PMPI_Status_set_error(&mut st, ERR_TAG), SUCCESS);
+        let (mut source, mut tag, mut error) = (0, 0, 0);
+        assert_eq!(PMPI_Status_get_source(&st, &mut source), SUCCESS);
+        assert_eq!(PMPI_Status_get_tag(&st, &mut tag), SUCCESS);
+        assert_eq!(PMPI_Status_get_error(&st, &mut error), SUCCESS);
+        assert_eq!((source, tag, error), (7, 8, ERR_TAG));
+        assert_eq!((st.source, st.tag, st.error), (7, 8, ERR_TAG));
+        // The count and the cancelled bit are the library's, untouched.
+        assert_eq!(status_bytes(&st), 12);
+        assert_eq!(st.count_hi_and_cancelled & 1, 1);
+    }
+
+    #[test]
+    fn an_ignored_status_has_no_fields() {
+        assert!(status_in(STATUS_IGNORE as *const CStatus).is_err());
+        assert!(status_in(std::ptr::null()).is_err());
     }
 }

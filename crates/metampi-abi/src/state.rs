@@ -94,7 +94,37 @@ pub fn init(required: c_int) -> R<c_int> {
     let me = CommEntry::new(SimpleCommunicator::self_comm());
     let _ = PREDEFINED.set([world, me]);
     INITIALIZED.store(true, Ordering::Release);
+    // A spawned process makes its parent intercommunicator now, while the parents make
+    // theirs in MPI_Comm_spawn: `new_inter` is collective over both groups.
+    if let Some(p) = SimpleCommunicator::world().parent() {
+        PARENT.store(new_inter(p, ERRORS_ARE_FATAL), Ordering::Release);
+    }
     Ok(provided)
+}
+
+/// The handle of the intercommunicator to the parents (`MPI_Comm_get_parent`):
+/// `MPI_COMM_NULL` where this process was not spawned or has freed it.
+static PARENT: AtomicHandle = AtomicHandle::new(COMM_NULL);
+
+pub fn parent() -> Handle {
+    PARENT.load(Ordering::Acquire)
+}
+
+/// Forgets the parent handle when `h` is it (freed or disconnected): MPI_Comm_get_parent
+/// answers `MPI_COMM_NULL` from then on.
+pub fn forget_parent(h: Handle) {
+    let _ = PARENT.compare_exchange(h, COMM_NULL, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// This process's program among those started together (`MPI_APPNUM`): its index in
+/// the launcher's command line or in the parents' `MPI_Comm_spawn_multiple`.
+pub fn appnum() -> c_int {
+    UNIVERSE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(Universe::appnum)
+        .map_or(0, |n| n as c_int)
 }
 
 /// Ends the engine (`MPI_Finalize`): the universe's drop synchronizes the job.

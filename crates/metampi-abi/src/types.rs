@@ -149,10 +149,13 @@ fn predefined_index(h: Handle) -> Option<usize> {
 }
 
 /// The handle MPICH's ABI gives the predefined datatype at `idx` in [`predefined`], of
-/// `size` bytes.
+/// `size` bytes (a pair type's handle has no size in it).
 #[cfg(not(std_abi))]
 fn predefined_handle(idx: u32, size: c_int) -> Handle {
-    (0x4c00_0000 | ((size as u32) << 8) | idx) as Handle
+    match idx.checked_sub(PAIR_AT as u32) {
+        Some(n) => (0x8c00_0000 | n) as Handle,
+        None => (0x4c00_0000 | ((size as u32) << 8) | idx) as Handle,
+    }
 }
 
 /// The standard ABI's predefined datatypes (`0x2xx`) and their index in [`predefined`].
@@ -1165,11 +1168,101 @@ mpi! {
     }
 }
 
+/// The predefined pair types of `MPI_MINLOC`/`MPI_MAXLOC` (MPI-4.1 §6.9.4), by the indices
+/// in [`predefined`] of their value and index types: (value, index, pair, the bytes MPICH's
+/// handle of the pair names; 0 for the `0x8c00000n` ones, whose handles name none).
+const VALUE_INDEX: [(usize, usize, usize, c_int); 9] = [
+    (0x0a, 0x05, PAIR_AT, 0),     // MPI_FLOAT, MPI_INT: MPI_FLOAT_INT
+    (0x0b, 0x05, PAIR_AT + 1, 0), // MPI_DOUBLE_INT
+    (0x07, 0x05, PAIR_AT + 2, 0), // MPI_LONG_INT
+    (0x03, 0x05, PAIR_AT + 3, 0), // MPI_SHORT_INT
+    (0x0c, 0x05, PAIR_AT + 4, 0), // MPI_LONG_DOUBLE_INT
+    (0x05, 0x05, 0x16, 8),        // MPI_INT, MPI_INT: MPI_2INT
+    (0x1c, 0x1c, 0x21, 8),        // MPI_REAL, MPI_REAL: MPI_2REAL
+    (0x1f, 0x1f, 0x23, 16),       // MPI_2DOUBLE_PRECISION
+    (0x1b, 0x1b, 0x20, 8),        // MPI_INTEGER, MPI_INTEGER: MPI_2INTEGER
+];
+
+/// `MPI_Type_get_value_index` (MPI-4.1 §6.9.4): the predefined pair type of a value of
+/// type `value` and an index of type `index`, or `MPI_DATATYPE_NULL` where there is none
+/// (derived types included, even one that duplicates a type with a pair).
+///
+/// # Errors
+/// `MPI_ERR_TYPE` where either argument is not a datatype.
+pub fn value_index(value: Handle, index: Handle) -> R<Handle> {
+    for (h, what) in [(value, "value_type"), (index, "index_type")] {
+        type_id_any(h).map_err(|f| Fail::new(f.class, format!("{what}: {}", f.msg)))?;
+    }
+    let (Some(v), Some(i)) = (predefined_index(value), predefined_index(index)) else {
+        return Ok(DATATYPE_NULL);
+    };
+    Ok(VALUE_INDEX
+        .iter()
+        .find(|e| (e.0, e.1) == (v, i))
+        .map_or(DATATYPE_NULL, |e| predefined_handle(e.2 as u32, e.3)))
+}
+
 mpi! {
+    fn MPI_Type_get_value_index / PMPI_Type_get_value_index(value: Handle, index: Handle, pair: *mut Handle) {
+        raw::put(pair, value_index(value, index)?)
+    }
     fn MPI_Type_match_size / PMPI_Type_match_size(class: c_int, size: c_int, dt: *mut Handle) {
         let t = matching_type(class, size).ok_or_else(|| {
             Fail::arg(format!("no predefined type of type class {class} has {size} bytes"))
         })?;
         raw::put(dt, t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // MPICH's numbers (the unit tests build this crate for MPICH's ABI), from its mpi.h.
+    const INT: Handle = 0x4c00_0405;
+    const FLOAT: Handle = 0x4c00_040a;
+    const CHAR: Handle = 0x4c00_0101;
+
+    #[test]
+    fn value_index_names_the_predefined_pairs() {
+        let cases: [((Handle, Handle), u32); 9] = [
+            ((FLOAT, INT), 0x8c00_0000),               // MPI_FLOAT_INT
+            ((0x4c00_080b, INT), 0x8c00_0001),         // MPI_DOUBLE, MPI_INT: MPI_DOUBLE_INT
+            ((0x4c00_0807, INT), 0x8c00_0002),         // MPI_LONG_INT
+            ((0x4c00_0203, INT), 0x8c00_0003),         // MPI_SHORT_INT
+            ((0x4c00_100c, INT), 0x8c00_0004),         // MPI_LONG_DOUBLE_INT
+            ((INT, INT), 0x4c00_0816),                 // MPI_2INT
+            ((0x4c00_041c, 0x4c00_041c), 0x4c00_0821), // MPI_2REAL
+            ((0x4c00_081f, 0x4c00_081f), 0x4c00_1023), // MPI_2DOUBLE_PRECISION
+            ((0x4c00_041b, 0x4c00_041b), 0x4c00_0820), // MPI_2INTEGER
+        ];
+        for ((v, i), pair) in cases {
+            let pair = pair as Handle;
+            assert_eq!(value_index(v, i).unwrap(), pair, "{v:#x}, {i:#x}");
+            // The pair is a datatype this library knows.
+            assert!(type_id_any(pair).is_ok(), "{pair:#x}");
+        }
+    }
+
+    #[test]
+    fn value_index_is_null_without_a_pair_and_refuses_non_types() {
+        assert_eq!(value_index(CHAR, INT).unwrap(), DATATYPE_NULL);
+        assert_eq!(value_index(INT, FLOAT).unwrap(), DATATYPE_NULL);
+        // MPI_REAL with a C int index: the Fortran pairs are of one type twice.
+        assert_eq!(value_index(0x4c00_041c, INT).unwrap(), DATATYPE_NULL);
+        let e = value_index(DATATYPE_NULL, INT).unwrap_err();
+        assert_eq!(e.class, ERR_TYPE);
+        assert!(e.msg.starts_with("value_type"), "{}", e.msg);
+        let e = value_index(FLOAT, 0x1234).unwrap_err();
+        assert_eq!(e.class, ERR_TYPE);
+        assert!(e.msg.starts_with("index_type"), "{}", e.msg);
+    }
+
+    #[test]
+    fn every_predefined_handle_maps_back_to_its_index() {
+        for &(_, _, pair, size) in &VALUE_INDEX {
+            let h = predefined_handle(pair as u32, size);
+            assert_eq!(predefined_index(h), Some(pair), "{h:#x}");
+        }
     }
 }
