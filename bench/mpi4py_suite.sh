@@ -3,8 +3,7 @@
 # Installs mpi4py's PyPI wheel and its source distribution (for test/) under /tmp; prints
 # SKIP and exits 0 where PyPI cannot be reached. Not part of `cargo test` (minutes, network).
 #   bench/mpi4py_suite.sh [RANKS...]      (default: 1 2)
-# Excluded on both: ports and names (test_dynproc: MPI_Open_port and MPI_Comm_accept are not
-# implemented yet) and ULFM (test_ulfm: MPIX fault tolerance).
+# Excluded on both: ULFM (test_ulfm: MPIX fault tolerance).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ver=4.1.2
@@ -25,7 +24,7 @@ cargo build --release -q -p metampi-abi -p metampi-cli
 mpich_lib=$(mktemp -d)
 ln -s "$(mpicc.mpich -print-file-name=libmpich.so.12)" "$mpich_lib/libmpi.so.12"
 ln -s "$(mpicc.mpich -print-file-name=libmpich.so.12)" "$mpich_lib/libmpi.so"
-exclude=(-e test_dynproc -e test_ulfm)
+exclude=(-e test_ulfm)
 root=$(pwd)
 cd "$src/mpi4py-$ver"
 for n in "${@:-1 2}"; do

@@ -195,6 +195,9 @@ mod mpich {
     pub const ERR_INFO_NOKEY: c_int = 31;
     pub const ERR_NO_MEM: c_int = 34;
     pub const ERR_SPAWN: c_int = 42;
+    pub const ERR_NAME: c_int = 33;
+    pub const ERR_PORT: c_int = 38;
+    pub const ERR_SERVICE: c_int = 41;
     pub const ERR_UNSUPPORTED_OPERATION: c_int = 44;
     pub const ERR_KEYVAL: c_int = 48;
     pub const ERR_SIZE: c_int = 51;
@@ -422,6 +425,9 @@ mod standard {
     pub const ERR_NO_MEM: c_int = 39;
     pub const ERR_SIZE: c_int = 52;
     pub const ERR_SPAWN: c_int = 53;
+    pub const ERR_NAME: c_int = 38;
+    pub const ERR_PORT: c_int = 43;
+    pub const ERR_SERVICE: c_int = 51;
     pub const ERR_UNSUPPORTED_OPERATION: c_int = 55;
     pub const ERR_PROC_ABORTED: c_int = 58;
     pub const ERR_SESSION: c_int = 60;

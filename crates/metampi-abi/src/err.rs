@@ -52,6 +52,9 @@ impl From<metampi::Error> for Fail {
             ErrorClass::Dims => ERR_DIMS,
             ErrorClass::WouldBlock => ERR_PENDING,
             ErrorClass::Spawn => ERR_SPAWN,
+            ErrorClass::Port => ERR_PORT,
+            ErrorClass::Name => ERR_NAME,
+            ErrorClass::Service => ERR_SERVICE,
             _ => ERR_OTHER,
         };
         Fail::new(class, e.message())

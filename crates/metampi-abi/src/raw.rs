@@ -123,6 +123,19 @@ pub fn argv_at(p: *const *const *const c_char, i: usize) -> Result<Vec<std::ffi:
     argv(unsafe { p.add(i).read_unaligned() })
 }
 
+/// Runs `f` on the connected socket `fd` of the caller (`MPI_Comm_join`), which keeps it:
+/// it is not closed here.
+pub fn with_socket<T>(fd: c_int, f: impl FnOnce(&mut std::net::TcpStream) -> T) -> Result<T, Fail> {
+    use std::os::fd::FromRawFd;
+    if fd < 0 {
+        return Err(Fail::arg(format!("{fd} is not a file descriptor")));
+    }
+    // SAFETY: MPI's contract: `fd` is an open socket connected to the other process for
+    // the length of the call; ManuallyDrop leaves it open, as the caller owns it.
+    let mut s = std::mem::ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
+    Ok(f(&mut s))
+}
+
 /// A C string argument as the bytes it holds (a program's name, which need not be UTF-8).
 pub fn c_os_str(p: *const c_char) -> Result<std::ffi::OsString, Fail> {
     use std::os::unix::ffi::OsStrExt;

@@ -1,4 +1,4 @@
-//! Dynamic processes from C (MPI-4 §11.8.2): `MPI_Comm_spawn` and
+//! Dynamic processes from C (MPI-4 §11.8): `MPI_Comm_spawn` and
 //! `MPI_Comm_spawn_multiple` start children through the engine's spawn (`Root::spawn`),
 //! which runs them on the root's machine as a world of their own; the children find the
 //! intercommunicator with `MPI_Comm_get_parent` (made in their `MPI_Init`, see `state`).
@@ -8,6 +8,11 @@
 //! `NAME=VALUE` added to the children's environment, Open MPI's key). Other keys are hints
 //! MPI lets a library ignore (`host`, `soft`, ...): the children start on the root's
 //! machine, all `maxprocs` of them or none.
+//!
+//! Ports and names (§11.8.4-5) are the engine's (`metampi::topology::open_port` and
+//! `Root::accept`/`connect`): a port name is `metampi-port/ADDRESS/TOKEN`, names are
+//! published as files in `METAMPI_NAME_DIR` (default: a folder per user in the temporary
+//! directory), so jobs that share that folder find each other.
 
 use std::ffi::{c_char, c_int, OsString};
 use std::path::{Path, PathBuf};
@@ -15,7 +20,7 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 
 use metampi::collective::Root;
-use metampi::topology::{Communicator, InterCommunicator};
+use metampi::topology::{self as topo, Communicator, InterCommunicator};
 
 use crate::consts::*;
 use crate::err::{Fail, R};
@@ -194,6 +199,80 @@ mpi! {
             Ok(Vec::new())
         };
         raw::put(intercomm, spawn(apps, root, comm, errcodes)?)
+    }
+}
+
+/// The port name argument of a call (cut at `MPI_MAX_PORT_NAME`, as C would).
+fn port_arg(p: *const c_char) -> R<String> {
+    let name = raw::c_str(p)?;
+    match name.len() > topo::MAX_PORT_NAME {
+        true => Err(Fail::new(
+            ERR_PORT,
+            "a port name is longer than MPI_MAX_PORT_NAME",
+        )),
+        false => Ok(name),
+    }
+}
+
+/// `MPI_Comm_accept` or `MPI_Comm_connect` over `comm`: the port is read at `root` only.
+fn meet(port: *const c_char, root: c_int, comm: Handle, accept: bool) -> R<Handle> {
+    let c = state::intra(comm)?;
+    if root < 0 || root >= c.comm.size() {
+        return Err(Fail::new(
+            ERR_ROOT,
+            format!(
+                "root {root} is not a rank of a communicator of {}",
+                c.comm.size()
+            ),
+        ));
+    }
+    // A root whose port argument is unreadable still takes part, with a name that fails,
+    // so that the other members hear of it instead of waiting.
+    let name = match c.comm.rank() == root {
+        true => port_arg(port).unwrap_or_default(),
+        false => String::new(),
+    };
+    let proc = c.comm.process_at_rank(root);
+    let inter = match accept {
+        true => proc.accept(&name)?,
+        false => proc.connect(&name)?,
+    };
+    Ok(state::new_inter(inter, c.errh.load(Ordering::Relaxed)))
+}
+
+mpi! {
+    fn MPI_Open_port / PMPI_Open_port(_info: Handle, port_name: *mut c_char) {
+        state::check_init()?;
+        let name = topo::open_port()?;
+        raw::put_str(port_name, topo::MAX_PORT_NAME, &name).map(drop)
+    }
+    fn MPI_Close_port / PMPI_Close_port(port_name: *const c_char) {
+        state::check_init()?;
+        Ok(topo::close_port(&port_arg(port_name)?)?)
+    }
+    fn MPI_Comm_accept / PMPI_Comm_accept(port_name: *const c_char, _info: Handle, root: c_int, comm: Handle, newcomm: *mut Handle) {
+        raw::put(newcomm, meet(port_name, root, comm, true)?)
+    }
+    fn MPI_Comm_connect / PMPI_Comm_connect(port_name: *const c_char, _info: Handle, root: c_int, comm: Handle, newcomm: *mut Handle) {
+        raw::put(newcomm, meet(port_name, root, comm, false)?)
+    }
+    fn MPI_Comm_join / PMPI_Comm_join(fd: c_int, intercomm: *mut Handle) {
+        state::check_init()?;
+        let inter = raw::with_socket(fd, topo::join_socket)??;
+        raw::put(intercomm, state::new_inter(inter, ERRORS_ARE_FATAL))
+    }
+    fn MPI_Publish_name / PMPI_Publish_name(service: *const c_char, _info: Handle, port_name: *const c_char) {
+        state::check_init()?;
+        Ok(topo::publish_name(&raw::c_str(service)?, &port_arg(port_name)?)?)
+    }
+    fn MPI_Lookup_name / PMPI_Lookup_name(service: *const c_char, _info: Handle, port_name: *mut c_char) {
+        state::check_init()?;
+        let port = topo::lookup_name(&raw::c_str(service)?)?;
+        raw::put_str(port_name, topo::MAX_PORT_NAME, &port).map(drop)
+    }
+    fn MPI_Unpublish_name / PMPI_Unpublish_name(service: *const c_char, _info: Handle, port_name: *const c_char) {
+        state::check_init()?;
+        Ok(topo::unpublish_name(&raw::c_str(service)?, &port_arg(port_name)?)?)
     }
 }
 

@@ -2,8 +2,10 @@
 //! itself through metampi's C library (`MPI_Comm_spawn`, `MPI_Comm_spawn_multiple`,
 //! `MPI_Comm_get_parent`, `MPI_APPNUM`, the `wdir` and `env` info keys, a failed spawn) on
 //! one machine and from a world over two emulated sites; the same source built with
-//! `mpicc_abi` does it on the standard-ABI library. Skips as `c_abi.rs` does where MPICH's
-//! wrappers or the built library are missing (fails under CI).
+//! `mpicc_abi` does it on the standard-ABI library. `tests/c/ports.c` meets through ports
+//! and published names: two halves of one job, two jobs started apart, `MPI_Comm_join`.
+//! Skips as `c_abi.rs` does where MPICH's wrappers or the built library are missing (fails
+//! under CI).
 
 mod common;
 
@@ -18,25 +20,35 @@ fn dir(tag: &str) -> PathBuf {
     d
 }
 
-/// `metampi run ARGS` in `dir`; asserts the program's verdict line and a clean exit.
-fn run_ok(dir: &Path, args: &[&str], parents: usize) {
-    let out = Command::new(env!("CARGO_BIN_EXE_metampi"))
-        .current_dir(dir)
+/// `metampi run ARGS` in `dir`, published names kept in `dir/names`.
+fn metampi(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_metampi"));
+    c.current_dir(dir)
+        .env("METAMPI_NAME_DIR", dir.join("names"))
         .args(["run", "--timeout", "120"])
-        .args(args)
-        .output()
-        .expect("metampi runs");
+        .args(args);
+    c
+}
+
+/// Asserts a clean exit and the program's verdict line `verdict`.
+fn assert_ok(out: &std::process::Output, args: &[&str], verdict: &str) {
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(
-        out.status.success() && stdout.contains(&format!("spawn: ok, {parents} parents")),
+        out.status.success() && stdout.contains(verdict),
         "{args:?}: {:?}\n{stdout}\n{stderr}",
         out.status
     );
     assert!(!stdout.contains("FAIL"), "{stdout}");
     assert!(!stderr.contains("not a metampi setting"), "{stderr}");
+}
+
+/// `metampi run ARGS` of `spawn.c` in `dir`: a clean exit, `parents` parents.
+fn run_ok(dir: &Path, args: &[&str], parents: usize) {
+    let out = metampi(dir, args).output().expect("metampi runs");
+    assert_ok(&out, args, &format!("spawn: ok, {parents} parents"));
 }
 
 #[test]
@@ -98,5 +110,42 @@ fn a_standard_abi_program_spawns_children() {
         .expect("mpicc_abi runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     run_ok(&d, &["-n", "2", "./spawn_std"], 2);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn two_halves_of_a_job_meet_through_a_published_port_and_a_socket() {
+    let d = dir("ports");
+    if common::build_suite(&d, "ports", WHAT).is_none() {
+        return;
+    }
+    for n in ["2", "3"] {
+        let args = ["-n", n, "./ports", "split"];
+        assert_ok(&metampi(&d, &args).output().unwrap(), &args, "ports: ok");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn two_jobs_started_apart_meet_through_a_published_name() {
+    let d = dir("jobs");
+    if common::build_suite(&d, "ports", WHAT).is_none() {
+        return;
+    }
+    let server_args = ["-n", "2", "./ports", "server", "metampi-test-service"];
+    let server = metampi(&d, &server_args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("metampi runs");
+    // The client looks the name up until the server has published it.
+    let client_args = ["-n", "3", "./ports", "client", "metampi-test-service"];
+    let client = metampi(&d, &client_args).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    assert_ok(&client, &client_args, "client: ok");
+    assert_ok(&server, &server_args, "server: ok");
+    // The server withdrew its name.
+    let left: Vec<_> = std::fs::read_dir(d.join("names")).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&d);
 }

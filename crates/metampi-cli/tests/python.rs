@@ -20,7 +20,10 @@ fn mpi4py() -> Option<PathBuf> {
         .join("mpi-abi/libmpi.so");
     let site = std::env::temp_dir().join(format!("metampi-mpi4py-{MPI4PY}"));
     if !lib.exists() {
-        common::skip(WHAT, "metampi's C library is not built (cargo build --release)");
+        common::skip(
+            WHAT,
+            "metampi's C library is not built (cargo build --release)",
+        );
         return None;
     }
     if !site.join("mpi4py/__init__.py").is_file() {

@@ -218,6 +218,11 @@ pub const KNOBS: &[Knob] = &[
     ),
     knob("METAMPI_SECRET_FILE", Text, "file holding the job secret"),
     knob(
+        "METAMPI_NAME_DIR",
+        Text,
+        "folder of published service names (MPI_Publish_name); jobs that share it find each other",
+    ),
+    knob(
         "METAMPI_PMI_VERSION",
         Text,
         "1 or 2: the PMI protocol spoken with Hydra or Slurm (unset: 2 where offered)",

@@ -26,6 +26,12 @@ pub enum ErrorClass {
     WouldBlock,
     /// `MPI_ERR_SPAWN`: processes could not be started (MPI-2 §5.3).
     Spawn,
+    /// `MPI_ERR_PORT`: a port name that names no open port (MPI-2 §5.4).
+    Port,
+    /// `MPI_ERR_NAME`: a service name that is not published.
+    Name,
+    /// `MPI_ERR_SERVICE`: a service name that cannot be published or unpublished.
+    Service,
     /// `MPI_ERR_OTHER`: transport failure, lost peer, internal error.
     Other,
 }
@@ -43,6 +49,9 @@ impl fmt::Display for ErrorClass {
             ErrorClass::Dims => "MPI_ERR_DIMS",
             ErrorClass::WouldBlock => "MPI_ERR_PENDING",
             ErrorClass::Spawn => "MPI_ERR_SPAWN",
+            ErrorClass::Port => "MPI_ERR_PORT",
+            ErrorClass::Name => "MPI_ERR_NAME",
+            ErrorClass::Service => "MPI_ERR_SERVICE",
             ErrorClass::Other => "MPI_ERR_OTHER",
         };
         f.write_str(s)

@@ -21,9 +21,16 @@ mod cartesian;
 #[deny(unsafe_code)]
 mod inter;
 #[deny(unsafe_code)]
+mod ports;
+#[deny(unsafe_code)]
 pub(crate) mod spawn;
 pub use cartesian::{dims_create, CartesianCommunicator, CartesianLayout};
 pub use inter::{InterCommunicator, MergeOrder};
+pub(crate) use ports::{accept as accept_on_port, connect as connect_to_port};
+pub use ports::{
+    close_port, join as join_socket, lookup_name, open_port, publish_name, unpublish_name,
+    MAX_PORT_NAME,
+};
 
 /// A key for ordering ranks in `split_by_color_with_key`.
 pub type Key = i32;

@@ -1571,6 +1571,30 @@ pub trait Root: AsCommunicator {
         crate::topology::spawn::spawn(comm, self.root_rank(), &apps)
     }
 
+    /// Waits for a group to connect to `port` and returns the intercommunicator to it
+    /// (`MPI_Comm_accept`, MPI-2 §5.4.2; collective, the port read at the root, which
+    /// opened it with [`open_port`](crate::topology::open_port)). The other group may be
+    /// of this job or of another one; its members must reach this group's over TCP.
+    ///
+    /// # Errors
+    /// `ErrorClass::Port` for a port the root did not open, or a meeting that failed;
+    /// `ErrorClass::Comm` on an intercommunicator. Every member returns the same error.
+    fn accept(&self, port: &str) -> Result<crate::topology::InterCommunicator, Error> {
+        let comm = comm_of(self.as_communicator());
+        crate::topology::accept_on_port(comm, self.root_rank(), port)
+    }
+
+    /// Connects this group to the group accepting on `port` (`MPI_Comm_connect`;
+    /// collective, the port read at the root) and returns the intercommunicator.
+    ///
+    /// # Errors
+    /// `ErrorClass::Port` for a malformed name, a port nobody listens on or whose token
+    /// is refused, or a meeting that failed; `ErrorClass::Comm` on an intercommunicator.
+    fn connect(&self, port: &str) -> Result<crate::topology::InterCommunicator, Error> {
+        let comm = comm_of(self.as_communicator());
+        crate::topology::connect_to_port(comm, self.root_rank(), port)
+    }
+
     /// The root's `buffer` into every member's `buffer` (`MPI_Bcast`, §4.4).
     #[track_caller]
     fn broadcast_into<Buf>(&self, buffer: &mut Buf)

@@ -39,12 +39,13 @@ const SPLIT_TAG: Tag = -(1 << 21) - 9;
 /// A header count that says the leader found an error.
 const FAILED: u32 = u32::MAX;
 /// The classes a failing leader can report, by index.
-const CLASSES: [ErrorClass; 5] = [
+const CLASSES: [ErrorClass; 6] = [
     ErrorClass::Other,
     ErrorClass::Rank,
     ErrorClass::Comm,
     ErrorClass::Spawn,
     ErrorClass::Arg,
+    ErrorClass::Port,
 ];
 
 /// The remote side of an intercommunicator.
