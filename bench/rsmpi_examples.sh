@@ -89,5 +89,7 @@ for e in "${notbuilt[@]}" "${failed[@]}"; do
         echo "  REGRESSION: $e (log: $W/$e.log, build: $W/build.log)"; bad=1
     fi
 done
+# The examples' build folder is about 3 GB: gone unless WORK named the folder, logs kept.
+[ -z "${WORK:-}" ] && rm -rf "$W/target"
 echo "(logs in $W)"
 exit $bad

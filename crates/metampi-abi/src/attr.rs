@@ -5,8 +5,6 @@
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use metampi::topology::Communicator;
-
 use crate::consts::*;
 use crate::err::{Fail, R};
 use crate::raw;
@@ -99,7 +97,7 @@ fn predefined(key: c_int) -> Option<(isize, c_int)> {
         HOST => (1, PROC_NULL),
         IO => (2, ANY_SOURCE),
         WTIME_IS_GLOBAL => (3, 0),
-        UNIVERSE_SIZE => (4, metampi::topology::SimpleCommunicator::world().size()),
+        UNIVERSE_SIZE => (4, crate::state::universe_size()),
         LASTUSEDCODE => (5, crate::err::last_used_code()),
         APPNUM => (6, crate::state::appnum()),
         _ => return None,

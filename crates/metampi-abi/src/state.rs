@@ -116,6 +116,16 @@ pub fn forget_parent(h: Handle) {
     let _ = PARENT.compare_exchange(h, COMM_NULL, Ordering::AcqRel, Ordering::Acquire);
 }
 
+/// The processes the job may grow to (`MPI_UNIVERSE_SIZE`, see `Universe::size`).
+pub fn universe_size() -> c_int {
+    UNIVERSE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .and_then(Universe::size)
+        .map_or(1, |n| n.min(c_int::MAX as usize) as c_int)
+}
+
 /// This process's program among those started together (`MPI_APPNUM`): its index in
 /// the launcher's command line or in the parents' `MPI_Comm_spawn_multiple`.
 pub fn appnum() -> c_int {

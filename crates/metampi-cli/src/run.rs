@@ -38,6 +38,7 @@ Every rank gets these environment variables:
     METAMPI_PROGRESS     1 when this command's stderr is a terminal (tools may draw progress
                          on /dev/tty, since rank output reaches the terminal through pipes)
     METAMPI_TAG_OUTPUT   1 under --tag-output (processes a rank spawns get `[spawn N.R] `)
+    METAMPI_UNIVERSE_SIZE  N under --universe-size N (MPI_UNIVERSE_SIZE)
 
 Placement: --hosts a,b:4 gives a one slot and b four; ranks fill the slots in order and, if
 there are more ranks than slots, wrap round-robin over the hosts. Without --hosts or
@@ -160,6 +161,11 @@ pub struct RunArgs {
     /// directory); a relative DIR is taken from this command's directory
     #[arg(long, value_name = "DIR")]
     wdir: Option<PathBuf>,
+
+    /// How many processes the job may grow to by spawning: what MPI_UNIVERSE_SIZE says
+    /// (mpi4py.futures starts that many minus the world's size as workers); default: -n
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    universe_size: Option<u32>,
 
     /// Kill the job after SECS seconds (fractions allowed); exit status 124
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
@@ -555,6 +561,9 @@ fn build_spec(args: RunArgs) -> anyhow::Result<JobSpec> {
     }
     if let Some(dir) = args.output_dir {
         spec = spec.output(OutputMode::Directory(dir));
+    }
+    if let Some(n) = args.universe_size {
+        spec = spec.env("METAMPI_UNIVERSE_SIZE", n.to_string());
     }
     if let Some(timeout) = args.timeout {
         spec = spec.timeout(timeout);
@@ -958,6 +967,10 @@ mod hydra_tests {
         let err = rewrite(&["metampi", "run", "-n", "2", "--no-such", "./p"]).unwrap_err();
         assert!(err.contains("unknown option `--no-such`"), "{err}");
         assert_eq!(
+            rewrite(&["metampi", "run", "-usize", "5", "-n", "1", "./p"]).unwrap(),
+            ["metampi", "run", "--universe-size", "5", "-n", "1", "./p"]
+        );
+        assert_eq!(
             rewrite(&["metampi", "run", "-wdir", "/tmp", "-n", "2", "./p"]).unwrap(),
             ["metampi", "run", "--wdir", "/tmp", "-n", "2", "./p"]
         );
@@ -1237,6 +1250,11 @@ pub fn hydra_spellings(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
                 out.push(kv);
             }
             "-genvall" | "-envall" => out.push("--env-all".into()),
+            // Hydra's spelling of the universe size.
+            "-usize" => {
+                out.push("--universe-size".into());
+                out.push(value(a, rest.next())?);
+            }
             // Hydra's and Open MPI's spellings of the ranks' directory.
             "-wdir" | "-wd" | "--wd" => {
                 out.push("--wdir".into());

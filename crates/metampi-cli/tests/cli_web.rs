@@ -495,7 +495,7 @@ fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 /// The Chromium to run, or `None` with a line saying the test is skipped; where CI requires
-/// it (`CI=true` and `METAMPI_REQUIRE_CHROMIUM=1`), its absence fails the test.
+/// it (`CI=true` and `METAMPI_TEST_REQUIRE_CHROMIUM=1`), its absence fails the test.
 fn chromium() -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
@@ -504,10 +504,10 @@ fn chromium() -> Option<PathBuf> {
     });
     if found.is_none() {
         let required = std::env::var("CI").is_ok_and(|v| v == "true")
-            && std::env::var("METAMPI_REQUIRE_CHROMIUM").is_ok_and(|v| v == "1");
+            && std::env::var("METAMPI_TEST_REQUIRE_CHROMIUM").is_ok_and(|v| v == "1");
         assert!(
             !required,
-            "chromium is not installed and METAMPI_REQUIRE_CHROMIUM=1"
+            "chromium is not installed and METAMPI_TEST_REQUIRE_CHROMIUM=1"
         );
         println!("skipped: chromium not installed (apt-get install chromium)");
     }

@@ -103,3 +103,24 @@ if __name__ == "__main__":
         "{stdout}\n{stderr}"
     );
 }
+
+#[test]
+fn the_universe_size_sets_how_many_workers_mpi4py_futures_starts() {
+    let Some(site) = mpi4py() else { return };
+    let script = r#"
+import os
+from mpi4py import MPI
+from mpi4py.futures import MPIPoolExecutor
+if __name__ == "__main__":
+    usize = MPI.COMM_WORLD.Get_attr(MPI.UNIVERSE_SIZE)
+    with MPIPoolExecutor() as ex:
+        ex.submit(os.getpid).result()
+        print("universe", usize, "workers", ex.num_workers, flush=True)
+"#;
+    // Hydra's spelling, as mpi4py's documentation writes it.
+    let (ok, stdout, stderr) = run_python(&site, &["-usize", "4", "-n", "1"], script, "usize");
+    assert!(
+        ok && stdout.contains("universe 4 workers 3"),
+        "{stdout}\n{stderr}"
+    );
+}

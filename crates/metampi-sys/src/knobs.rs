@@ -218,6 +218,11 @@ pub const KNOBS: &[Knob] = &[
     ),
     knob("METAMPI_SECRET_FILE", Text, "file holding the job secret"),
     knob(
+        "METAMPI_UNIVERSE_SIZE",
+        Number,
+        "processes the job may grow to by spawning (MPI_UNIVERSE_SIZE; default: the world's size)",
+    ),
+    knob(
         "METAMPI_NAME_DIR",
         Text,
         "folder of published service names (MPI_Publish_name); jobs that share it find each other",

@@ -49,9 +49,23 @@ impl Universe {
         SimpleCommunicator::world()
     }
 
-    /// Number of processes the job was started with.
+    /// Number of processes the job may usefully have, spawned ones included
+    /// (`MPI_UNIVERSE_SIZE`): `METAMPI_UNIVERSE_SIZE` (`metampi run --universe-size`),
+    /// else the number the job was started with.
     pub fn size(&self) -> Option<usize> {
-        Some(self.shared.info.size as usize)
+        let started = self.shared.info.size as usize;
+        match crate::knobs::number::<usize>("METAMPI_UNIVERSE_SIZE") {
+            Some(0) => {
+                crate::knobs::warn_once(
+                    "METAMPI_UNIVERSE_SIZE",
+                    "ignoring METAMPI_UNIVERSE_SIZE=0: a universe holds at least one process"
+                        .into(),
+                );
+                Some(started)
+            }
+            Some(n) => Some(n),
+            None => Some(started),
+        }
     }
 
     /// Index of this process's program in a MIMD launch (`MPI_APPNUM`).
