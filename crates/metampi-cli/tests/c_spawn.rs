@@ -1,7 +1,7 @@
 //! Dynamic processes from C: `tests/c/spawn.c`, built with MPICH's `mpicc`, spawns copies of
 //! itself through metampi's C library (`MPI_Comm_spawn`, `MPI_Comm_spawn_multiple`,
 //! `MPI_Comm_get_parent`, `MPI_APPNUM`, the `wdir` and `env` info keys, a failed spawn) on
-//! one machine and from a world over two emulated sites; the same source built with
+//! one machine, under MPICH's `mpiexec`, and from a world over two emulated sites; the same source built with
 //! `mpicc_abi` does it on the standard-ABI library. `tests/c/ports.c` meets through ports
 //! and published names: two halves of one job, two jobs started apart, `MPI_Comm_join`.
 //! Skips as `c_abi.rs` does where MPICH's wrappers or the built library are missing (fails
@@ -60,6 +60,29 @@ fn a_c_program_spawns_children_on_one_machine() {
     run_ok(&d, &["-n", "1", exe.to_str().unwrap()], 1);
     // A relative program name: the children find it although one of them runs in `/`.
     run_ok(&d, &["-n", "3", "./spawn"], 3);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_c_program_started_by_hydra_spawns_children() {
+    // MPICH's launcher gives the job no secret: every parent must prove the root's to the
+    // children, not one of its own.
+    let d = dir("hydra");
+    if common::build_suite(&d, "spawn", WHAT).is_none() {
+        return;
+    }
+    let abi = Path::new(env!("CARGO_BIN_EXE_metampi"))
+        .parent()
+        .unwrap()
+        .join("mpi-abi");
+    let args = ["-n", "3", "./spawn"];
+    let out = Command::new("mpiexec.mpich")
+        .current_dir(&d)
+        .args(args)
+        .env("LD_LIBRARY_PATH", &abi)
+        .output()
+        .expect("mpiexec.mpich runs (installed with libmpich-dev)");
+    assert_ok(&out, &args, "spawn: ok, 3 parents");
     let _ = std::fs::remove_dir_all(&d);
 }
 

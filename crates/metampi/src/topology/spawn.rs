@@ -200,7 +200,18 @@ pub(crate) fn spawn(
         collective::bcast_bytes(comm, root, &mut b)?;
         base = u32::from_le_bytes(b);
     }
-    let got = match (&listener, secret()) {
+    // Every member proves the root's secret, the one the children got: where no launcher
+    // gave the job one (Hydra, Slurm), each process would otherwise draw its own.
+    let mut hex = [0u8; 64];
+    if comm.rank == root {
+        if let Ok(s) = secret() {
+            hex.copy_from_slice(s.to_hex().as_bytes());
+        }
+    }
+    collective::bcast_bytes(comm, root, &mut hex)?;
+    let key = Secret::from_hex(std::str::from_utf8(&hex).unwrap_or_default())
+        .ok_or_else(|| spawn_error("the root has no secret for the children".into()));
+    let got = match (&listener, key) {
         (None, _) => Ok(Vec::new()),
         (Some(Ok(l)), Ok(key)) => {
             crate::engine::accept_peers(sh.info.rank, l, &key, SPAWN_CTX, (0..total).collect())
