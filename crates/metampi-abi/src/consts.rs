@@ -203,6 +203,23 @@ mod mpich {
     pub const ERR_SIZE: c_int = 51;
     pub const ERR_PROC_ABORTED: c_int = 76;
     pub const ERR_SESSION: c_int = 75;
+    // The tool interface (MPI_T): its error codes, verbosities, binding, scope, classes.
+    pub const T_ERR_NOT_INITIALIZED: c_int = 60;
+    pub const T_ERR_INVALID_INDEX: c_int = 62;
+    pub const T_ERR_INVALID_HANDLE: c_int = 64;
+    pub const T_ERR_INVALID_SESSION: c_int = 67;
+    pub const T_ERR_CVAR_SET_NEVER: c_int = 69;
+    pub const T_ERR_PVAR_NO_STARTSTOP: c_int = 70;
+    pub const T_ERR_PVAR_NO_WRITE: c_int = 71;
+    pub const T_ERR_INVALID_NAME: c_int = 73;
+    pub const T_ERR_INVALID: c_int = 74;
+    pub const T_VERBOSITY_USER_DETAIL: c_int = 222;
+    pub const T_VERBOSITY_TUNER_BASIC: c_int = 224;
+    pub const T_VERBOSITY_TUNER_DETAIL: c_int = 225;
+    pub const T_BIND_NO_OBJECT: c_int = 9700;
+    pub const T_SCOPE_READONLY: c_int = 60439;
+    pub const T_PVAR_CLASS_COUNTER: c_int = 246;
+    pub const T_SOURCE_ORDERED: c_int = 0;
     /// The last predefined class; user classes (`MPI_Add_error_class`) follow.
     pub const LAST_PREDEFINED_CLASS: c_int = 78;
 
@@ -431,6 +448,23 @@ mod standard {
     pub const ERR_UNSUPPORTED_OPERATION: c_int = 55;
     pub const ERR_PROC_ABORTED: c_int = 58;
     pub const ERR_SESSION: c_int = 60;
+    // The tool interface (MPI_T): its error codes, verbosities, binding, scope, classes.
+    pub const T_ERR_NOT_INITIALIZED: c_int = 1003;
+    pub const T_ERR_INVALID_INDEX: c_int = 1007;
+    pub const T_ERR_INVALID_HANDLE: c_int = 1010;
+    pub const T_ERR_INVALID_SESSION: c_int = 1009;
+    pub const T_ERR_CVAR_SET_NEVER: c_int = 1015;
+    pub const T_ERR_PVAR_NO_STARTSTOP: c_int = 1017;
+    pub const T_ERR_PVAR_NO_WRITE: c_int = 1016;
+    pub const T_ERR_INVALID_NAME: c_int = 1011;
+    pub const T_ERR_INVALID: c_int = 1006;
+    pub const T_VERBOSITY_USER_DETAIL: c_int = 0x0a;
+    pub const T_VERBOSITY_TUNER_BASIC: c_int = 0x11;
+    pub const T_VERBOSITY_TUNER_DETAIL: c_int = 0x12;
+    pub const T_BIND_NO_OBJECT: c_int = 1;
+    pub const T_SCOPE_READONLY: c_int = 2;
+    pub const T_PVAR_CLASS_COUNTER: c_int = 7;
+    pub const T_SOURCE_ORDERED: c_int = 1;
     /// The last predefined class (`MPI_ERR_ABI`); user classes (`MPI_Add_error_class`) follow.
     pub const LAST_PREDEFINED_CLASS: c_int = 62;
 

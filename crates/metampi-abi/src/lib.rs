@@ -58,6 +58,7 @@ pub mod spawn;
 #[cfg(std_abi)]
 pub mod standard;
 pub mod state;
+pub mod tool;
 pub mod topo;
 pub mod types;
 pub mod win;

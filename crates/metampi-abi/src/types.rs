@@ -252,6 +252,16 @@ fn predefined_handle(idx: u32, _size: c_int) -> Handle {
         .map_or(DATATYPE_NULL, |i| 0x200 + i)
 }
 
+/// `MPI_CHAR`'s handle in this library's ABI.
+pub fn predefined_char() -> Handle {
+    predefined_handle(0x01, 1)
+}
+
+/// `MPI_UNSIGNED_LONG_LONG`'s handle in this library's ABI.
+pub fn predefined_ull() -> Handle {
+    predefined_handle(0x19, 8)
+}
+
 fn predefined_of(h: Handle) -> Option<Named> {
     predefined().get(predefined_index(h)?).copied().flatten()
 }

@@ -249,6 +249,41 @@ fn standard_abi_program_runs_on_metampi_and_on_mpich() {
 }
 
 #[test]
+fn the_tool_interface_lists_settings_and_counters_in_both_abis() {
+    // tests/c/tool.c, built for MPICH's ABI and (where the wheel is here) the standard one.
+    let Some(exe) = build("tool", "mpicc.mpich", "tests/c/tool.c", "libmpich-dev") else {
+        return;
+    };
+    let mut programs = vec![exe.clone()];
+    if let Some(wheel) = mpich_wheel() {
+        let std_exe = exe.with_file_name("tool_std");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/tool.c");
+        compile(wheel.join("bin/mpicc_abi"), &[], &std_exe, &src).expect("mpicc_abi runs");
+        programs.push(std_exe);
+    }
+    for p in &programs {
+        let (code, stdout, stderr) = run(&[
+            "run",
+            "--timeout",
+            "60",
+            "-x",
+            "METAMPI_FORCE_TCP=1",
+            "-x",
+            "METAMPI_EAGER_LIMIT=12345",
+            "-n",
+            "2",
+            p.to_str().unwrap(),
+        ]);
+        assert!(
+            code == 0 && stdout.contains("tool: ok, rank 0") && stdout.contains("tool: ok, rank 1"),
+            "{}: {code}\n{stdout}\n{stderr}",
+            p.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
+}
+
+#[test]
 fn a_c_program_learns_it_runs_on_metampi() {
     let Some(exe) = suite("version") else { return };
     let src = exe.with_file_name("version.c");

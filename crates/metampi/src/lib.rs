@@ -70,6 +70,8 @@ mod error;
 #[allow(unsafe_code)]
 mod lend;
 pub mod point_to_point;
+#[doc(hidden)]
+pub mod pvars;
 #[allow(unsafe_code)]
 pub mod request;
 #[allow(unsafe_code)]

@@ -26,7 +26,6 @@ pub(crate) mod traffic;
 mod wait;
 
 pub(crate) use start::{accept_peers, configure_stream, contract, ring_cap, SEG_CTL};
-#[cfg(feature = "test-counters")]
 pub(crate) use wait::{IDLE_WAKE_UPS, SPIN_RECEIVES, WAKE_UPS};
 
 use std::io;

@@ -38,10 +38,8 @@ mod shm;
 
 pub(crate) use byte_stream::StreamLink;
 use byte_stream::{TcpWatch, TCP_FRAGMENT};
-#[cfg(feature = "test-counters")]
 pub(crate) use byte_stream::{SOCKET_LOOKS, SOCKET_SKIPS};
 use routed::{WireIds, ROUTER_FRAGMENT};
-#[cfg(feature = "test-counters")]
 pub(crate) use shm::WAKE_UPS;
 pub(crate) use shm::{ShmLink, SleepFlag};
 
