@@ -12,7 +12,37 @@ use crate::err::{self, Fail, HandlerFn, R};
 use crate::raw;
 use crate::state::{self, Table};
 
+/// MPICH's questions whether device memory may be passed as a buffer. They answer with a
+/// truth value, not an error code: metampi reads and writes host memory only, so no.
+#[no_mangle]
+pub extern "C" fn PMPIX_Query_cuda_support() -> c_int {
+    0
+}
+#[no_mangle]
+pub extern "C" fn MPIX_Query_cuda_support() -> c_int {
+    0
+}
+#[no_mangle]
+pub extern "C" fn PMPIX_Query_hip_support() -> c_int {
+    0
+}
+#[no_mangle]
+pub extern "C" fn MPIX_Query_hip_support() -> c_int {
+    0
+}
+#[no_mangle]
+pub extern "C" fn PMPIX_Query_ze_support() -> c_int {
+    0
+}
+#[no_mangle]
+pub extern "C" fn MPIX_Query_ze_support() -> c_int {
+    0
+}
+
 mpi! {
+    fn MPIX_GPU_query_support / PMPIX_GPU_query_support(_gpu_type: c_int, is_supported: *mut c_int) {
+        raw::put(is_supported, 0)
+    }
     fn MPI_Init / PMPI_Init(_argc: *mut c_int, _argv: *mut c_void) {
         state::init(THREAD_SINGLE).map(|_| ())
     }

@@ -202,6 +202,16 @@ mpi! {
     fn MPI_Remove_error_string / PMPI_Remove_error_string(code: c_int) {
         remove_user(code, Removal::String)
     }
+    // MPICH's names for the same before MPI-4.1 (its `mpi.h` 4.0 declares these).
+    fn MPIX_Delete_error_class / PMPIX_Delete_error_class(class: c_int) {
+        remove_user(class, Removal::Class)
+    }
+    fn MPIX_Delete_error_code / PMPIX_Delete_error_code(code: c_int) {
+        remove_user(code, Removal::Code)
+    }
+    fn MPIX_Delete_error_string / PMPIX_Delete_error_string(code: c_int) {
+        remove_user(code, Removal::String)
+    }
 }
 
 /// The class of a user error code or class.

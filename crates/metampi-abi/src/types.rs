@@ -634,6 +634,22 @@ mpi! {
     fn MPI_Get_address / PMPI_Get_address(location: *const c_void, address: *mut isize) {
         raw::put(address, raw::address(location))
     }
+    // MPI-1's names, removed from the standard in MPI-3 and still exported by MPICH: old
+    // programs call them. Each is its successor under another name.
+    fn MPI_Address / PMPI_Address(location: *const c_void, address: *mut isize) {
+        raw::put(address, raw::address(location))
+    }
+    fn MPI_Type_extent / PMPI_Type_extent(dt: Handle, extent: *mut isize) {
+        raw::put(extent, layout(dt)?.extent as isize)
+    }
+    fn MPI_Type_lb / PMPI_Type_lb(dt: Handle, lb: *mut isize) {
+        raw::put(lb, layout(dt)?.lb)
+    }
+    fn MPI_Type_ub / PMPI_Type_ub(dt: Handle, ub: *mut isize) {
+        let l = layout(dt)?;
+        raw::put(ub, l.lb + l.extent as isize)
+    }
+
     fn MPI_Pack_size / PMPI_Pack_size(count: c_int, dt: Handle, _comm: Handle, size: *mut c_int) {
         let n = count_ok(count, "count")? * size_of(dt)?;
         raw::put(size, c_int::try_from(n).map_err(|_| Fail::new(ERR_COUNT, "the packed size exceeds an int"))?)
@@ -1275,4 +1291,25 @@ mod tests {
             assert_eq!(predefined_index(h), Some(pair), "{h:#x}");
         }
     }
+}
+
+/// Defines MPI-1 functions that MPI-2 renamed (same arguments) as calls of their successors,
+/// whose errors name the successor.
+macro_rules! renamed {
+    ($(fn $name:ident / $pname:ident ($($a:ident : $t:ty),*) => $target:ident;)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $pname($($a: $t),*) -> c_int {
+            $target($($a),*)
+        }
+        #[no_mangle]
+        pub extern "C" fn $name($($a: $t),*) -> c_int {
+            $pname($($a),*)
+        }
+    )*};
+}
+
+renamed! {
+    fn MPI_Type_hvector / PMPI_Type_hvector(count: c_int, bl: c_int, stride: isize, old: Handle, new: *mut Handle) => PMPI_Type_create_hvector;
+    fn MPI_Type_hindexed / PMPI_Type_hindexed(count: c_int, bls: *const c_int, displs: *const isize, old: Handle, new: *mut Handle) => PMPI_Type_create_hindexed;
+    fn MPI_Type_struct / PMPI_Type_struct(count: c_int, bls: *const c_int, displs: *const isize, types: *const Handle, new: *mut Handle) => PMPI_Type_create_struct;
 }

@@ -889,6 +889,45 @@ static void mpi41(void) {
 }
 #endif
 
+/* ---- MPICH's ABI only: MPI-1's names that MPI-3 removed (old programs still call them),
+ * and MPICH's MPIX_ extensions that programs ask before passing device memory. ---- */
+#ifndef MPI_ABI_VERSION
+static void mpich_only(void) {
+    struct { int i; double d; } s;
+    MPI_Aint a0, a1, g0, ext = 0, lb = -1, ub = 0;
+    MPI_Address(&s.i, &a0);
+    MPI_Address(&s.d, &a1);
+    MPI_Get_address(&s.i, &g0);
+    CHECK(a0 == g0, "MPI_Address and MPI_Get_address differ");
+    int bls[2] = {1, 1};
+    MPI_Aint ds[2] = {0, a1 - a0};
+    MPI_Datatype ts[2] = {MPI_INT, MPI_DOUBLE}, st, hv, hi;
+    CHECK(MPI_Type_struct(2, bls, ds, ts, &st) == MPI_SUCCESS, "MPI_Type_struct");
+    MPI_Type_commit(&st);
+    MPI_Type_extent(st, &ext);
+    MPI_Type_lb(st, &lb);
+    MPI_Type_ub(st, &ub);
+    CHECK(ext == (MPI_Aint)sizeof s && lb == 0 && ub == ext, "struct extent %ld lb %ld ub %ld", (long)ext, (long)lb, (long)ub);
+    MPI_Type_hvector(3, 1, 2 * sizeof(int), MPI_INT, &hv);
+    MPI_Type_extent(hv, &ext);
+    CHECK(ext == 5 * (MPI_Aint)sizeof(int), "hvector extent %ld", (long)ext);
+    MPI_Aint hd[2] = {0, 3 * sizeof(int)};
+    MPI_Type_hindexed(2, bls, hd, MPI_INT, &hi);
+    MPI_Type_extent(hi, &ext);
+    CHECK(ext == 4 * (MPI_Aint)sizeof(int), "hindexed extent %ld", (long)ext);
+    MPI_Type_free(&st); MPI_Type_free(&hv); MPI_Type_free(&hi);
+    int cls, code, cuda = -1;
+    MPI_Add_error_class(&cls);
+    MPI_Add_error_code(cls, &code);
+    CHECK(MPIX_Delete_error_code(code) == MPI_SUCCESS && MPIX_Delete_error_class(cls) == MPI_SUCCESS,
+          "MPIX_Delete_error_code/class");
+    if (on_metampi) { /* host memory only: the answers are no, not an error code */
+        CHECK(MPIX_Query_cuda_support() == 0, "MPIX_Query_cuda_support says yes");
+        CHECK(MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &cuda) == MPI_SUCCESS && cuda == 0, "GPU query %d", cuda);
+    }
+}
+#endif
+
 int main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -914,6 +953,8 @@ int main(int argc, char **argv) {
 #endif
 #ifdef MPI_ABI_VERSION
     standard_abi();
+#else
+    mpich_only();
 #endif
     MPI_Buffer_detach(&bbuf, &bufsize);
     free(bbuf);
