@@ -206,6 +206,43 @@ mpi! {
         raw::put(size, n)
     }
 
+    // Buffered sends are under way once they return, their bytes in the library's memory:
+    // every attached buffer is always flushed.
+    fn MPI_Buffer_flush / PMPI_Buffer_flush() {
+        state::check_init()
+    }
+    fn MPI_Buffer_iflush / PMPI_Buffer_iflush(req: *mut Handle) {
+        state::check_init()?;
+        raw::put(req, crate::req::done(crate::req::St::EMPTY))
+    }
+    fn MPI_Comm_attach_buffer / PMPI_Comm_attach_buffer(comm: Handle, buffer: *mut c_void, size: c_int) {
+        state::comm(comm)?;
+        attach_to(comm, buffer, size as i64)
+    }
+    fn MPI_Comm_attach_buffer_c / PMPI_Comm_attach_buffer_c(comm: Handle, buffer: *mut c_void, size: i64) {
+        state::comm(comm)?;
+        attach_to(comm, buffer, size)
+    }
+    fn MPI_Comm_detach_buffer / PMPI_Comm_detach_buffer(comm: Handle, buffer: *mut *mut c_void, size: *mut c_int) {
+        state::comm(comm)?;
+        let (p, n) = detach_from(comm)?;
+        raw::put(buffer, p as *mut c_void)?;
+        raw::put(size, c_int::try_from(n).unwrap_or(c_int::MAX))
+    }
+    fn MPI_Comm_detach_buffer_c / PMPI_Comm_detach_buffer_c(comm: Handle, buffer: *mut *mut c_void, size: *mut i64) {
+        state::comm(comm)?;
+        let (p, n) = detach_from(comm)?;
+        raw::put(buffer, p as *mut c_void)?;
+        raw::put(size, n)
+    }
+    fn MPI_Comm_flush_buffer / PMPI_Comm_flush_buffer(comm: Handle) {
+        state::comm(comm).map(drop)
+    }
+    fn MPI_Comm_iflush_buffer / PMPI_Comm_iflush_buffer(comm: Handle, req: *mut Handle) {
+        state::comm(comm)?;
+        raw::put(req, crate::req::done(crate::req::St::EMPTY))
+    }
+
     // ---- info objects -----------------------------------------------------------
     fn MPI_Info_create_env / PMPI_Info_create_env(_argc: c_int, _argv: *mut *mut c_char, info: *mut Handle) {
         raw::put(info, INFOS.insert(env_info()))
@@ -302,6 +339,34 @@ mpi! {
 const STATUS_INTS: c_int = (std::mem::size_of::<crate::req::CStatus>() / 4) as c_int;
 
 static BSEND: Mutex<Option<(usize, c_int)>> = Mutex::new(None);
+
+/// Buffers attached to a communicator or a session (MPI-4.1 §3.6.1), by its handle. As for
+/// the process's buffer, buffered sends never use them (they copy into the library's own
+/// memory); they are kept to be handed back by the detach.
+static ATTACHED: Mutex<BTreeMap<usize, (usize, i64)>> = Mutex::new(BTreeMap::new());
+
+/// Attaches `buffer` of `size` bytes to communicator or session `owner` (checked valid).
+pub(crate) fn attach_to(owner: Handle, buffer: *mut c_void, size: i64) -> R {
+    if size < 0 {
+        return Err(Fail::new(ERR_ARG, format!("size {size} is negative")));
+    }
+    let mut all = ATTACHED.lock().unwrap_or_else(|p| p.into_inner());
+    if all.contains_key(&(owner as usize)) {
+        return Err(Fail::new(ERR_BUFFER, "a buffer is already attached to it"));
+    }
+    all.insert(owner as usize, (buffer as usize, size));
+    Ok(())
+}
+
+/// Takes back the buffer attached to `owner`: null and 0 where none is (as
+/// `MPI_Buffer_detach` here, and MPICH).
+pub(crate) fn detach_from(owner: Handle) -> R<(usize, i64)> {
+    Ok(ATTACHED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&(owner as usize))
+        .unwrap_or((0, 0)))
+}
 
 /// An info object: keys in order.
 #[derive(Clone, Default)]

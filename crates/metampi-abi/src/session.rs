@@ -7,7 +7,7 @@
 //! and the engine ends with `MPI_Finalize` or, when sessions alone started it,
 //! with the last `MPI_Session_finalize` (metampi's engine starts once per process).
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
@@ -158,5 +158,36 @@ mpi! {
         session(h)?;
         err::raise_through("MPI_Session_call_errhandler", h, code);
         Ok(())
+    }
+}
+
+mpi! {
+    // Buffers attached to a session (MPI-4.1), kept beside the communicators' (`env`).
+    fn MPI_Session_attach_buffer / PMPI_Session_attach_buffer(s: Handle, buffer: *mut c_void, size: c_int) {
+        session(s)?;
+        crate::env::attach_to(s, buffer, size as i64)
+    }
+    fn MPI_Session_attach_buffer_c / PMPI_Session_attach_buffer_c(s: Handle, buffer: *mut c_void, size: i64) {
+        session(s)?;
+        crate::env::attach_to(s, buffer, size)
+    }
+    fn MPI_Session_detach_buffer / PMPI_Session_detach_buffer(s: Handle, buffer: *mut *mut c_void, size: *mut c_int) {
+        session(s)?;
+        let (p, n) = crate::env::detach_from(s)?;
+        raw::put(buffer, p as *mut c_void)?;
+        raw::put(size, c_int::try_from(n).unwrap_or(c_int::MAX))
+    }
+    fn MPI_Session_detach_buffer_c / PMPI_Session_detach_buffer_c(s: Handle, buffer: *mut *mut c_void, size: *mut i64) {
+        session(s)?;
+        let (p, n) = crate::env::detach_from(s)?;
+        raw::put(buffer, p as *mut c_void)?;
+        raw::put(size, n)
+    }
+    fn MPI_Session_flush_buffer / PMPI_Session_flush_buffer(s: Handle) {
+        session(s).map(drop)
+    }
+    fn MPI_Session_iflush_buffer / PMPI_Session_iflush_buffer(s: Handle, req: *mut Handle) {
+        session(s)?;
+        raw::put(req, crate::req::done(crate::req::St::EMPTY))
     }
 }

@@ -886,6 +886,28 @@ static void mpi41(void) {
     struct { float v; int i; } mine = {(float)((rank + 1) % size), rank}, least = {-1, -1};
     MPI_Allreduce(&mine, &least, 1, pt[0], MPI_MINLOC, MPI_COMM_WORLD);
     CHECK(least.v == 0 && least.i == (size - 1) % size, "minloc over the pair type: %g at %d", least.v, least.i);
+
+    /* Buffers attached to a communicator, flushed, handed back. */
+    char cbuf[4096];
+    void *back = NULL;
+    int bsize = 0, brc, bcls = 0;
+    MPI_Request fr;
+    CHECK(MPI_Comm_attach_buffer(MPI_COMM_WORLD, cbuf, sizeof cbuf) == MPI_SUCCESS, "comm attach");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    brc = MPI_Comm_attach_buffer(MPI_COMM_WORLD, cbuf, sizeof cbuf);
+    MPI_Error_class(brc, &bcls);
+    CHECK(brc != MPI_SUCCESS && (bcls == MPI_ERR_BUFFER || !on_metampi), "a second attach gave class %d", bcls);
+    int bv = rank + 500, bw = -1;
+    MPI_Bsend(&bv, 1, MPI_INT, next, 71, MPI_COMM_WORLD);
+    MPI_Recv(&bw, 1, MPI_INT, prev, 71, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    CHECK(bw == prev + 500, "bsend over the communicator's buffer gave %d", bw);
+    CHECK(MPI_Comm_flush_buffer(MPI_COMM_WORLD) == MPI_SUCCESS && MPI_Buffer_flush() == MPI_SUCCESS, "flush");
+    CHECK(MPI_Comm_iflush_buffer(MPI_COMM_WORLD, &fr) == MPI_SUCCESS && MPI_Wait(&fr, MPI_STATUS_IGNORE) == MPI_SUCCESS, "iflush");
+    CHECK(MPI_Comm_detach_buffer(MPI_COMM_WORLD, &back, &bsize) == MPI_SUCCESS && back == cbuf && bsize == (int)sizeof cbuf,
+          "detach gave %p of %d", back, bsize);
+    brc = MPI_Comm_detach_buffer(MPI_COMM_WORLD, &back, &bsize);
+    CHECK(brc == MPI_SUCCESS && back == NULL && bsize == 0, "detaching nothing gave %d, %p of %d", brc, back, bsize);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 #endif
 
