@@ -343,7 +343,7 @@ static BSEND: Mutex<Option<(usize, c_int)>> = Mutex::new(None);
 /// Buffers attached to a communicator or a session (MPI-4.1 §3.6.1), by its handle. As for
 /// the process's buffer, buffered sends never use them (they copy into the library's own
 /// memory); they are kept to be handed back by the detach.
-static ATTACHED: Mutex<BTreeMap<usize, (usize, i64)>> = Mutex::new(BTreeMap::new());
+static ATTACHED: Mutex<BTreeMap<Handle, (usize, i64)>> = Mutex::new(BTreeMap::new());
 
 /// Attaches `buffer` of `size` bytes to communicator or session `owner` (checked valid).
 pub(crate) fn attach_to(owner: Handle, buffer: *mut c_void, size: i64) -> R {
@@ -351,10 +351,10 @@ pub(crate) fn attach_to(owner: Handle, buffer: *mut c_void, size: i64) -> R {
         return Err(Fail::new(ERR_ARG, format!("size {size} is negative")));
     }
     let mut all = ATTACHED.lock().unwrap_or_else(|p| p.into_inner());
-    if all.contains_key(&(owner as usize)) {
+    if all.contains_key(&owner) {
         return Err(Fail::new(ERR_BUFFER, "a buffer is already attached to it"));
     }
-    all.insert(owner as usize, (buffer as usize, size));
+    all.insert(owner, (buffer as usize, size));
     Ok(())
 }
 
@@ -364,7 +364,7 @@ pub(crate) fn detach_from(owner: Handle) -> R<(usize, i64)> {
     Ok(ATTACHED
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(&(owner as usize))
+        .remove(&owner)
         .unwrap_or((0, 0)))
 }
 
