@@ -5,8 +5,10 @@
 //! How it is built:
 //! - A view (§14.3) is the displacement plus the filetype tiled from it; the data a call
 //!   moves is a stream of bytes that `View::segments` maps onto byte ranges of the file,
-//!   from the filetype's blocks (`datatype::abi::blocks`). Only the `native` (and the
-//!   equivalent `internal`) data representation is offered.
+//!   from the filetype's blocks (`datatype::abi::blocks`). Data representations: `native`
+//!   (and the same `internal`), `external32` (each value big-endian, sizes as in memory, as
+//!   `MPI_Pack_external`), and those the program registers whose values keep their size
+//!   (`MPI_Register_datarep`: its conversion functions run on the whole access at once).
 //! - Each member opens the file itself; collective calls (open, close, set_view, set_size,
 //!   ordered accesses, seek_shared) agree over a duplicate of the communicator, so that a
 //!   failure on one member fails the call on every member instead of leaving them waiting.
@@ -182,6 +184,95 @@ struct View {
     /// The filetype is one block filling its extent: the stream is the file from `disp`.
     contiguous: bool,
     datarep: String,
+    rep: Rep,
+}
+
+/// How the file holds the values a view moves (MPI-4 §14.5).
+#[derive(Clone, Copy)]
+enum Rep {
+    /// As memory holds them (`native`, `internal`).
+    Native,
+    /// Each value big-endian, sizes as in memory (as `MPI_Pack_external` here).
+    External32,
+    /// Converted by the program's functions (`MPI_Register_datarep`).
+    User(UserRep),
+}
+
+/// A data representation the program registered.
+#[derive(Clone, Copy)]
+struct UserRep {
+    read: Option<raw::Conversion>,
+    write: Option<raw::Conversion>,
+    extent: raw::DatarepExtentFn,
+    extra: usize,
+}
+
+/// The registered representations, by name (never removed, as MPI has no call for it).
+static DATAREPS: Mutex<Vec<(String, UserRep)>> = Mutex::new(Vec::new());
+
+fn register_datarep(
+    name: *const c_char,
+    read: Option<raw::Conversion>,
+    write: Option<raw::Conversion>,
+    extent: Option<raw::DatarepExtentFn>,
+    extra: *mut c_void,
+) -> R {
+    let name = raw::c_str(name)?;
+    if name.is_empty() || name.len() >= MAX_DATAREP_STRING {
+        return Err(Fail::arg(format!(
+            "a data representation's name has 1 to {} bytes",
+            MAX_DATAREP_STRING - 1
+        )));
+    }
+    let extent = extent.ok_or_else(|| {
+        Fail::arg("the file-extent function of a data representation may not be null")
+    })?;
+    let mut all = DATAREPS.lock().unwrap_or_else(|p| p.into_inner());
+    if matches!(name.as_str(), "native" | "internal" | "external32")
+        || all.iter().any(|(n, _)| *n == name)
+    {
+        return Err(Fail::new(
+            ERR_DUP_DATAREP,
+            format!("data representation `{name}` exists already"),
+        ));
+    }
+    all.push((
+        name,
+        UserRep {
+            read,
+            write,
+            extent,
+            extra: extra as usize,
+        },
+    ));
+    Ok(())
+}
+
+/// A registered representation keeps every value's size (its conversions work in place,
+/// byte order for instance): the file extent it gives a predefined etype must be the
+/// memory's, since views are laid out with memory's sizes.
+fn check_file_extent(u: &UserRep, etype: Handle, name: &str) -> R {
+    if TYPES.get(etype).is_some() {
+        return Ok(());
+    }
+    let (rc, ext) = raw::call_datarep_extent(u.extent, etype, u.extra);
+    if rc != SUCCESS {
+        return Err(Fail::new(
+            ERR_CONVERSION,
+            format!("the extent function of `{name}` returned error {rc}"),
+        ));
+    }
+    let native = types::layout(etype)?.extent as isize;
+    if ext != native {
+        return Err(Fail::new(
+            ERR_UNSUPPORTED_DATAREP,
+            format!(
+                "`{name}` gives the etype {ext} bytes in the file, memory {native}: metampi \
+                 takes representations that keep each value's size"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl View {
@@ -197,19 +288,34 @@ impl View {
             fextent: 1,
             contiguous: true,
             datarep: "native".into(),
+            rep: Rep::Native,
         }
     }
 
     fn new(disp: i64, etype: Handle, ftype: Handle, datarep: &str) -> R<View> {
-        if !matches!(datarep, "native" | "internal") {
-            return Err(Fail::new(
-                ERR_UNSUPPORTED_DATAREP,
-                format!(
-                    "data representation `{datarep}`: metampi offers `native` (and `internal`, \
-                     the same)"
-                ),
-            ));
-        }
+        let rep = match datarep {
+            "native" | "internal" => Rep::Native,
+            "external32" => Rep::External32,
+            _ => {
+                let found = DATAREPS
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .find(|(n, _)| n == datarep)
+                    .map(|(_, u)| *u);
+                let u = found.ok_or_else(|| {
+                    Fail::new(
+                        ERR_UNSUPPORTED_DATAREP,
+                        format!(
+                            "data representation `{datarep}`: metampi offers `native`, \
+                             `internal`, `external32` and those MPI_Register_datarep made"
+                        ),
+                    )
+                })?;
+                check_file_extent(&u, etype, datarep)?;
+                Rep::User(u)
+            }
+        };
         let disp = u64::try_from(disp)
             .map_err(|_| Fail::arg(format!("displacement {disp} is negative")))?;
         let el = types::layout(etype)?;
@@ -255,6 +361,7 @@ impl View {
             fextent: fl.extent.max(1) as u64,
             contiguous,
             datarep: datarep.into(),
+            rep,
         })
     }
 
@@ -683,6 +790,8 @@ struct Mem {
     ptr: *mut c_void,
     n: usize,
     id: u32,
+    /// The datatype's handle (what a registered conversion function is given).
+    dt: Handle,
     /// Data bytes in all.
     bytes: u64,
 }
@@ -698,6 +807,7 @@ fn mem(buf: *const c_void, count: i64, dt: Handle) -> R<Mem> {
         ptr: buf as *mut c_void,
         n,
         id,
+        dt,
         bytes,
     })
 }
@@ -786,11 +896,43 @@ fn transfer(f: &FileObj, view: &View, atomic: bool, pos: i64, m: &Mem, dir: Dir)
                 None
             };
             let got = read_segments(&f.os, &segs, &mut data)?;
-            scatter(m, &data[..got]);
+            let size = dtabi::layout(m.id).size.max(1);
+            let full = got / size;
+            match view.rep {
+                Rep::Native => scatter(m, &data[..got]),
+                Rep::External32 => {
+                    types::swap_external32(&mut data[..full * size], full, m.id);
+                    scatter(m, &data[..got]);
+                }
+                Rep::User(u) => match u.read {
+                    Some(read) => {
+                        let fb = data.as_mut_ptr() as *mut c_void;
+                        converted(raw::call_conversion(
+                            read, m.ptr, m.dt, full, fb, 0, u.extra,
+                        ))?;
+                    }
+                    None => scatter(m, &data[..got]),
+                },
+            }
             Ok(got as u64)
         }
         Dir::Write => {
-            types::pack_into(m.ptr, m.n, m.id, &mut data);
+            match view.rep {
+                Rep::User(UserRep {
+                    write: Some(write),
+                    extra,
+                    ..
+                }) => {
+                    let fb = data.as_mut_ptr() as *mut c_void;
+                    converted(raw::call_conversion(write, m.ptr, m.dt, m.n, fb, 0, extra))?;
+                }
+                rep => {
+                    types::pack_into(m.ptr, m.n, m.id, &mut data);
+                    if let Rep::External32 = rep {
+                        types::swap_external32(&mut data, m.n, m.id);
+                    }
+                }
+            }
             let _l = if atomic {
                 Some(flock(&f.os, true)?)
             } else {
@@ -804,6 +946,17 @@ fn transfer(f: &FileObj, view: &View, atomic: bool, pos: i64, m: &Mem, dir: Dir)
             }
             Ok(m.bytes)
         }
+    }
+}
+
+/// A registered conversion function's return code as an error.
+fn converted(rc: c_int) -> R {
+    match rc {
+        SUCCESS => Ok(()),
+        rc => Err(Fail::new(
+            ERR_CONVERSION,
+            format!("a data conversion function returned error {rc}"),
+        )),
     }
 }
 
@@ -1117,6 +1270,12 @@ io_mpi! {
     }
     fn MPI_File_set_view / PMPI_File_set_view(fh: FileHandle, disp: i64, etype: Handle, ftype: Handle, datarep: *const c_char, info: Handle) {
         set_view(fh, disp, etype, ftype, datarep, info)
+    }
+    fn MPI_Register_datarep / PMPI_Register_datarep(name: *const c_char, read: Option<raw::DatarepFn>, write: Option<raw::DatarepFn>, extent: Option<raw::DatarepExtentFn>, extra: *mut c_void) {
+        register_datarep(name, read.map(raw::Conversion::Int), write.map(raw::Conversion::Int), extent, extra)
+    }
+    fn MPI_Register_datarep_c / PMPI_Register_datarep_c(name: *const c_char, read: Option<raw::DatarepFnC>, write: Option<raw::DatarepFnC>, extent: Option<raw::DatarepExtentFn>, extra: *mut c_void) {
+        register_datarep(name, read.map(raw::Conversion::Count), write.map(raw::Conversion::Count), extent, extra)
     }
     fn MPI_File_get_view / PMPI_File_get_view(fh: FileHandle, disp: *mut i64, etype: *mut Handle, ftype: *mut Handle, datarep: *mut c_char) {
         let v = lock(&file(fh)?.st).view.clone();

@@ -291,6 +291,81 @@ pub fn detach<'a, D: ?Sized>(r: Request<'a, D, CScope>) -> RawRequest {
     unsafe { r.into_raw() }
 }
 
+/// A data conversion function of `MPI_Register_datarep` (`count` an `int`).
+pub type DatarepFn = unsafe extern "C" fn(
+    *mut c_void,
+    crate::consts::Handle,
+    c_int,
+    *mut c_void,
+    i64,
+    *mut c_void,
+) -> c_int;
+/// A data conversion function of `MPI_Register_datarep_c` (`count` an `MPI_Count`).
+pub type DatarepFnC = unsafe extern "C" fn(
+    *mut c_void,
+    crate::consts::Handle,
+    i64,
+    *mut c_void,
+    i64,
+    *mut c_void,
+) -> c_int;
+/// The file-extent function of a registered data representation.
+pub type DatarepExtentFn =
+    unsafe extern "C" fn(crate::consts::Handle, *mut isize, *mut c_void) -> c_int;
+
+/// One of a data representation's conversion functions.
+#[derive(Clone, Copy)]
+pub enum Conversion {
+    Int(DatarepFn),
+    Count(DatarepFnC),
+}
+
+/// Calls conversion `f` on `count` elements of `dt` at `userbuf` and the file
+/// representation at `filebuf` (starting at element `position`); its return code.
+pub fn call_conversion(
+    f: Conversion,
+    userbuf: *mut c_void,
+    dt: crate::consts::Handle,
+    count: usize,
+    filebuf: *mut c_void,
+    position: i64,
+    extra: usize,
+) -> c_int {
+    match f {
+        Conversion::Int(f) => {
+            let Ok(n) = c_int::try_from(count) else {
+                return crate::consts::ERR_COUNT;
+            };
+            // SAFETY: `f` is the function the program registered for this representation;
+            // the buffers hold `count` elements of `dt` in memory and in the file's form.
+            unsafe { f(userbuf, dt, n, filebuf, position, extra as *mut c_void) }
+        }
+        // SAFETY: as above.
+        Conversion::Count(f) => unsafe {
+            f(
+                userbuf,
+                dt,
+                count as i64,
+                filebuf,
+                position,
+                extra as *mut c_void,
+            )
+        },
+    }
+}
+
+/// Calls a representation's extent function on `dt`: its return code and the extent.
+pub fn call_datarep_extent(
+    f: DatarepExtentFn,
+    dt: crate::consts::Handle,
+    extra: usize,
+) -> (c_int, isize) {
+    let mut ext: isize = 0;
+    // SAFETY: `f` is the extent function the program registered; it writes one MPI_Aint.
+    let rc = unsafe { f(dt, &mut ext, extra as *mut c_void) };
+    (rc, ext)
+}
+
 /// Calls a C reduction function `f(invec, inoutvec, len, datatype)`.
 pub fn call_user_op(
     f: crate::types::UserFn,

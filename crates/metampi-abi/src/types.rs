@@ -680,7 +680,7 @@ fn check_external32(datarep: *const c_char) -> R {
 }
 
 /// Turns `n` packed elements of `id` between this machine's byte order and big-endian.
-fn swap_external32(buf: &mut [u8], n: usize, id: u32) {
+pub(crate) fn swap_external32(buf: &mut [u8], n: usize, id: u32) {
     if cfg!(target_endian = "big") {
         return;
     }

@@ -201,9 +201,82 @@ static void views(void) {
     MPI_File_get_view(fh, &disp, &et, &ft, rep);
     CHECK(disp == (MPI_Offset)rank * sizeof(int) && et == MPI_INT && strcmp(rep, "native") == 0, "get_view");
     MPI_Type_free(&ft);
-    int rc = MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "external32", MPI_INFO_NULL);
-    CHECK(error_class(rc) == MPI_ERR_UNSUPPORTED_DATAREP, "external32: class %d", error_class(rc));
+    int rc = MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "no-such-representation", MPI_INFO_NULL);
+    CHECK(error_class(rc) == MPI_ERR_UNSUPPORTED_DATAREP, "unknown representation: class %d", error_class(rc));
     MPI_Type_free(&ftype);
+    MPI_File_close(&fh);
+}
+
+/* A registered representation for MPI_INT: every byte XORed with 0x5a in the file. */
+static int xor_ints(void *userbuf, MPI_Datatype dt, int count, void *filebuf, MPI_Offset pos, void *extra) {
+    (void)pos; (void)extra;
+    if (dt != MPI_INT) return MPI_ERR_TYPE;
+    unsigned char *u = userbuf, *f = filebuf;
+    for (int i = 0; i < count * (int)sizeof(int); i++) f[i] = u[i] ^ 0x5a;
+    return MPI_SUCCESS;
+}
+static int unxor_ints(void *userbuf, MPI_Datatype dt, int count, void *filebuf, MPI_Offset pos, void *extra) {
+    (void)pos; (void)extra;
+    if (dt != MPI_INT) return MPI_ERR_TYPE;
+    unsigned char *u = userbuf, *f = filebuf;
+    for (int i = 0; i < count * (int)sizeof(int); i++) u[i] = f[i] ^ 0x5a;
+    return MPI_SUCCESS;
+}
+static int same_extent(MPI_Datatype dt, MPI_Aint *ext, void *extra) {
+    (void)extra;
+    MPI_Aint lb;
+    return MPI_Type_get_extent(dt, &lb, ext);
+}
+static int double_extent(MPI_Datatype dt, MPI_Aint *ext, void *extra) {
+    (void)extra;
+    MPI_Aint lb;
+    MPI_Type_get_extent(dt, &lb, ext);
+    *ext *= 2;
+    return MPI_SUCCESS;
+}
+
+/* Data representations: external32 (big-endian in the file) and registered ones. */
+static void datareps(void) {
+    char name[600];
+    path(name, "datareps");
+    MPI_File fh;
+    MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL, &fh);
+    int out[2] = {0x01020304, 0x0a0b0c00 + rank}, in[2] = {0, 0};
+    unsigned char raw[8];
+    MPI_Status st;
+    CHECK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "external32", MPI_INFO_NULL) == MPI_SUCCESS, "external32 view");
+    MPI_File_write_at(fh, 2 * rank, out, 2, MPI_INT, &st);
+    MPI_File_read_at(fh, 2 * rank, in, 2, MPI_INT, &st);
+    CHECK(in[0] == out[0] && in[1] == out[1], "external32 round trip %x %x", in[0], in[1]);
+    MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL);
+    MPI_File_read_at(fh, 8 * rank, raw, 8, MPI_BYTE, &st);
+    CHECK(raw[0] == 1 && raw[3] == 4 && raw[4] == 0x0a && raw[7] == rank, "external32 bytes %02x %02x %02x %02x",
+          raw[0], raw[3], raw[4], raw[7]);
+    /* Registered (by every process, for itself): duplicates refused, a size change
+     * refused, the functions applied. */
+    int rc = MPI_Register_datarep("metampi-xor", unxor_ints, xor_ints, same_extent, NULL);
+    CHECK(rc == MPI_SUCCESS, "register: %d", rc);
+    rc = MPI_Register_datarep("metampi-xor", unxor_ints, xor_ints, same_extent, NULL);
+    CHECK(error_class(rc) == MPI_ERR_DUP_DATAREP, "registered twice: class %d", error_class(rc));
+    rc = MPI_Register_datarep("external32", unxor_ints, xor_ints, same_extent, NULL);
+    CHECK(error_class(rc) == MPI_ERR_DUP_DATAREP, "registered external32: class %d", error_class(rc));
+    MPI_Register_datarep("metampi-wide", unxor_ints, xor_ints, double_extent, NULL);
+    rc = MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "metampi-wide", MPI_INFO_NULL);
+    CHECK(rc != MPI_SUCCESS, "a representation that doubles sizes was taken");
+    CHECK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "metampi-xor", MPI_INFO_NULL) == MPI_SUCCESS, "xor view");
+    char rep[MPI_MAX_DATAREP_STRING];
+    MPI_Offset disp;
+    MPI_Datatype et, ft;
+    MPI_File_get_view(fh, &disp, &et, &ft, rep);
+    CHECK(strcmp(rep, "metampi-xor") == 0, "get_view datarep %s", rep);
+    MPI_File_write_at(fh, 2 * rank, out, 2, MPI_INT, &st);
+    in[0] = in[1] = 0;
+    MPI_File_read_at(fh, 2 * rank, in, 2, MPI_INT, &st);
+    CHECK(in[0] == out[0] && in[1] == out[1], "xor round trip %x %x", in[0], in[1]);
+    MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL);
+    MPI_File_read_at(fh, 8 * rank, raw, 8, MPI_BYTE, &st);
+    unsigned char *o = (unsigned char *)out;
+    CHECK(raw[0] == (o[0] ^ 0x5a) && raw[7] == (o[7] ^ 0x5a), "xor bytes in the file %02x", raw[0]);
     MPI_File_close(&fh);
 }
 
@@ -297,6 +370,7 @@ int main(int argc, char **argv) {
     basics();
     handlers();
     views();
+    datareps();
     shared();
     self_files();
     int all_failed = 0, all_checks = 0;
