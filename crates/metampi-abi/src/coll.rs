@@ -290,6 +290,14 @@ pub(crate) fn reduce_scatter_block(
     comm: Handle,
     rq: *mut Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        let counts = vec![count; c.comm.size() as usize];
+        crate::inter::reduce_scatter(&c, sbuf, rbuf, &counts, dt, op)?;
+        return match rq.is_null() {
+            true => Ok(()),
+            false => deliver(rq, None),
+        };
+    }
     let c = state::intra(comm)?;
     let n = ucount(count, "count")?;
     let size = c.comm.size() as usize;
@@ -306,7 +314,8 @@ pub(crate) fn reduce_scatter_block(
     deliver(rq, Some((h, keep)))
 }
 
-/// `MPI_Reduce_scatter`: a reduction to rank 0 and a scatter of the blocks.
+/// `MPI_Reduce_scatter`: a reduction to rank 0 and a scatter of the blocks (on an
+/// intercommunicator, `inter::reduce_scatter`).
 pub(crate) fn reduce_scatter(
     sbuf: *const c_void,
     rbuf: *mut c_void,
@@ -315,6 +324,10 @@ pub(crate) fn reduce_scatter(
     op: Handle,
     comm: Handle,
 ) -> R {
+    if let Some(c) = state::as_inter(comm)? {
+        let cs = raw::slice(counts, c.comm.size())?.to_vec();
+        return crate::inter::reduce_scatter(&c, sbuf, rbuf, &cs, dt, op);
+    }
     let c = state::intra(comm)?;
     let size = c.comm.size();
     let cs = raw::slice(counts, size)?.to_vec();

@@ -223,6 +223,51 @@ fn reduce_from_all(
     Ok(Vec::new())
 }
 
+/// `MPI_Reduce_scatter` and `_block` on an intercommunicator (MPI-4 §6.9): the other group's
+/// vectors, reduced, are split among this group's members by `counts` (one per member, the
+/// same on all); this group's are split by the other's, which its rank 0 sends first.
+pub(crate) fn reduce_scatter(
+    c: &CommEntry,
+    s: *const c_void,
+    r: *mut c_void,
+    counts: &[c_int],
+    dt: Handle,
+    op: Handle,
+) -> R {
+    let (nc, n) = hidden(c)?;
+    if raw::in_place(s) {
+        return Err(Fail::arg(
+            "MPI_IN_PLACE is not allowed on an intercommunicator",
+        ));
+    }
+    let me = c.comm.rank() as usize;
+    let int = std::mem::size_of::<c_int>() as c_int;
+    let mut sends = Vec::new();
+    if me == 0 {
+        for j in 0..n {
+            let p = counts.as_ptr() as *const c_void;
+            sends.push(send(nc, j, p, counts.len() as c_int * int, DATATYPE_BYTE)?);
+        }
+    }
+    let mut theirs: Vec<c_int> = vec![0; n as usize];
+    let p = theirs.as_mut_ptr() as *mut c_void;
+    req::wait_now(recv(nc, 0, p, n * int, DATATYPE_BYTE)?)?;
+    if let Some(bad) = theirs.iter().find(|&&k| k < 0) {
+        return Err(Fail::new(
+            ERR_COUNT,
+            format!("the other group's counts include {bad}"),
+        ));
+    }
+    let ext = crate::coll::extent(dt)?;
+    let mut at = 0isize;
+    for (j, &k) in theirs.iter().enumerate() {
+        sends.push(send(nc, j as c_int, raw::offset(s, at * ext), k, dt)?);
+        at += k as isize;
+    }
+    reduce_from_all(nc, n, r, counts[me], dt, op)?;
+    finish(sends, std::ptr::null_mut())
+}
+
 pub(crate) fn reduce(
     c: &CommEntry,
     s: *const c_void,

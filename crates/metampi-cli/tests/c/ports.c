@@ -29,7 +29,7 @@ static int fails = 0;
     } while (0)
 
 /* Traffic both ways over `inter` (each side's rank r sends to the other's r % remote),
- * a broadcast from side `accepting`'s rank 0, and a merge. */
+ * a broadcast from side `accepting`'s rank 0, reduce-scatters, and a merge. */
 static void exercise(MPI_Comm inter, int accepting) {
     int rank, size, rsize;
     MPI_Comm_rank(inter, &rank);
@@ -47,6 +47,25 @@ static void exercise(MPI_Comm inter, int accepting) {
     int b = accepting ? 777 : 0;
     MPI_Bcast(&b, 1, MPI_INT, accepting ? (rank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0, inter);
     CHECK(b == 777 || accepting, "broadcast over the port's intercommunicator gave %d", b);
+    /* Reduce-scatter: each group's 6-element vectors, summed, split among the other group. */
+    int vec[6], counts[8], displ = 0, got[6];
+    for (int k = 0; k < 6; k++) vec[k] = (100 * accepting + rank) * 1000 + k;
+    for (int i = 0; i < size; i++) {
+        counts[i] = 6 / size + (i < 6 % size);
+        if (i < rank) displ += counts[i];
+    }
+    MPI_Reduce_scatter(vec, got, counts, MPI_INT, MPI_SUM, inter);
+    for (int k = 0; k < counts[rank]; k++) {
+        int want = 0;
+        for (int q = 0; q < rsize; q++) want += (100 * !accepting + q) * 1000 + displ + k;
+        CHECK(got[k] == want, "reduce_scatter element %d: %d, not %d", displ + k, got[k], want);
+    }
+    MPI_Reduce_scatter_block(vec, got, 6 / size, MPI_INT, MPI_SUM, inter);
+    for (int k = 0; k < 6 / size; k++) {
+        int want = 0;
+        for (int q = 0; q < rsize; q++) want += (100 * !accepting + q) * 1000 + rank * (6 / size) + k;
+        CHECK(got[k] == want, "reduce_scatter_block element %d: %d, not %d", k, got[k], want);
+    }
     MPI_Comm merged;
     int msize, sum = 0, one = 1;
     MPI_Intercomm_merge(inter, !accepting, &merged);
