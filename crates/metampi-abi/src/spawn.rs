@@ -6,8 +6,8 @@
 //! The root's info keys: `wdir` (the children's working directory), `path` (directories,
 //! `:`-separated, searched for a command without `/` before `PATH`) and `env` (lines of
 //! `NAME=VALUE` added to the children's environment, Open MPI's key). Other keys are hints
-//! MPI lets a library ignore (`host`, `soft`, ...): the children start on the root's
-//! machine, all `maxprocs` of them or none.
+//! MPI lets a library ignore (`host`, ...; stderr says so once): the children start on the
+//! root's machine, all `maxprocs` of them or none (a `soft` range is not read).
 //!
 //! Ports and names (§11.8.4-5) are the engine's (`metampi::topology::open_port` and
 //! `Root::accept`/`connect`): a port name is `metampi-port/ADDRESS/TOKEN`, names are
@@ -41,6 +41,12 @@ fn command(app: &App) -> R<Command> {
     } else {
         crate::env::with_info(app.info, |i| i.0.clone())?
     };
+    // A placement the program asked for and does not get is said once per key.
+    for key in keys.keys() {
+        if !matches!(key.as_str(), "wdir" | "path" | "env" | "soft") {
+            warn_ignored(key);
+        }
+    }
     let wdir = keys.get("wdir").map(PathBuf::from);
     if let Some(d) = &wdir {
         if !d.is_dir() {
@@ -76,6 +82,19 @@ fn command(app: &App) -> R<Command> {
         }
     }
     Ok(cmd)
+}
+
+/// Says on stderr, once per key and process, that the spawn info key `key` is not applied.
+fn warn_ignored(key: &str) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if !said.iter().any(|k| k == key) {
+        said.push(key.to_string());
+        eprintln!(
+            "metampi: MPI_Comm_spawn: info key `{key}` is not applied (children start on the \
+             root's machine; metampi reads wdir, path, env and soft)"
+        );
+    }
 }
 
 /// Where the program `command` is: a relative path with `/` names a program in `wdir`
