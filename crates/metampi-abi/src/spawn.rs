@@ -92,7 +92,7 @@ fn warn_ignored(key: &str) {
         said.push(key.to_string());
         eprintln!(
             "metampi: MPI_Comm_spawn: info key `{key}` is not applied (children start on the \
-             root's machine; metampi reads wdir, path, env and soft)"
+             root's machine; metampi applies wdir, path and env)"
         );
     }
 }
