@@ -28,9 +28,12 @@
 //! link is the smallest `n` with `n·t_wait(i) ≥ t_proc(i)`; more than that only wait.
 //!
 //! Beyond the paper: its system assumes no host is link-bound. When a share would need more
-//! link time than the balanced run lasts (`v_i·t_wait(i) + t_proc(i) + c_i > t`), the system
+//! link time than the balanced run lasts (`v_i·t_link(i) + t_proc(i) + c_i > t`), the system
 //! is solved again with each host's time the larger of the two, so link-bound hosts get what
-//! their link can carry and the others take the rest.
+//! their link can carry and the others take the rest. `t_link(i)` is the larger of `t_wait(i)`
+//! and a result's time on the link back (`result/β_back`): the two directions carry units and
+//! results at once, and a result can be far larger than its unit (per-channel power of many
+//! sub-channels, decision 0065).
 //!
 //! Also beyond the paper: hosts that share a machine's cores ([`MachineModel`]). The T3Es of
 //! SC99 gave every process a processor of its own; emulated meta hosts on one computer (and
@@ -283,6 +286,12 @@ fn allocate_with(input: &BalanceInput, unit: &[f64]) -> Allocation {
     let n = input.hosts.len();
     let wait: Vec<f64> = input.hosts.iter().map(|h| wait_s(input, h)).collect();
     let fixed: Vec<f64> = input.hosts.iter().map(|h| fixed_s(input, h)).collect();
+    let link: Vec<f64> = input
+        .hosts
+        .iter()
+        .zip(&wait)
+        .map(|(h, &w)| w.max(back_s(input, h)))
+        .collect();
     let mut active: Vec<bool> = input.hosts.iter().map(|h| h.clients > 0).collect();
     let mut warnings = Vec::new();
     // Solve; drop the most negative share and solve again until every share is ≥ 0.
@@ -305,18 +314,25 @@ fn allocate_with(input: &BalanceInput, unit: &[f64]) -> Allocation {
     };
     // The paper's system assumes every link keeps its clients busy. Where a share would need
     // more than the link can carry in the balanced time, the host is link-bound: its time is
-    // `v_i·t_wait(i) + t_proc(i) + c_i`. Solve again with each host's time the larger of the
+    // `v_i·t_link(i) + t_proc(i) + c_i`. Solve again with each host's time the larger of the
     // two (monotone in v_i, so bisection on the common time).
     let link_bound = (0..n)
-        .any(|i| active[i] && shares[i] * wait[i] + unit[i] + fixed[i] > balanced * (1.0 + 1e-9));
+        .any(|i| active[i] && shares[i] * link[i] + unit[i] + fixed[i] > balanced * (1.0 + 1e-9));
     let (shares, balanced) = if link_bound {
-        let limited = solve_link_aware(input, unit, &wait, &fixed, &active);
+        let limited = solve_link_aware(input, unit, &wait, &link, &fixed, &active);
         for (i, h) in input.hosts.iter().enumerate() {
             if active[i] && limited.0[i] + 1e-9 < shares[i] {
                 warnings.push(format!(
                     "{}: link-bound; its share is cut from {:.1} to {:.1} units so that the link \
-                     can carry them in time",
-                    h.name, shares[i], limited.0[i]
+                     can carry them{} in time",
+                    h.name,
+                    shares[i],
+                    limited.0[i],
+                    if link[i] > wait[i] {
+                        " (their results back)"
+                    } else {
+                        ""
+                    }
                 ));
             }
         }
@@ -333,7 +349,7 @@ fn allocate_with(input: &BalanceInput, unit: &[f64]) -> Allocation {
         let dead = dead_time(h.clients, unit[i], wait[i]);
         let compute = max_units as f64 * unit[i] + h.clients as f64 * wait[i] + fixed[i];
         let link_bound = if units[i] > 0 {
-            units[i] as f64 * wait[i] + unit[i] + fixed[i]
+            units[i] as f64 * link[i] + unit[i] + fixed[i]
         } else {
             0.0
         };
@@ -622,6 +638,13 @@ fn wait_s(input: &BalanceInput, h: &HostModel) -> f64 {
     input.unit_bytes / input.disk_rate + h.bandwidth.map_or(0.0, |b| input.unit_bytes / b)
 }
 
+/// Seconds one unit's result takes on the link back (0 on the data host).
+fn back_s(input: &BalanceInput, h: &HostModel) -> f64 {
+    h.bandwidth
+        .and(h.return_bandwidth.or(h.bandwidth))
+        .map_or(0.0, |b| input.result_bytes / b)
+}
+
 fn fixed_s(input: &BalanceInput, h: &HostModel) -> f64 {
     let back = h
         .return_bandwidth
@@ -666,12 +689,13 @@ fn solve(
 }
 
 /// Common finish time `t` with each host's share the largest whose compute-model time and
-/// link time both fit in `t`: `v_i(t) = min((t − b_i)/a_i, (t − t_proc(i) − c_i)/t_wait(i))`,
+/// link time both fit in `t`: `v_i(t) = min((t − b_i)/a_i, (t − t_proc(i) − c_i)/t_link(i))`,
 /// clamped at 0, with `Σ v_i(t) = v`.
 fn solve_link_aware(
     input: &BalanceInput,
     unit: &[f64],
     wait: &[f64],
+    link: &[f64],
     fixed: &[f64],
     active: &[bool],
 ) -> (Vec<f64>, f64) {
@@ -683,12 +707,12 @@ fn solve_link_aware(
         let a = unit[i] / h.clients.max(1) as f64;
         let b = h.clients as f64 * wait[i] + fixed[i];
         let compute = (t - b) / a;
-        let link = if wait[i] > 0.0 {
-            (t - unit[i] - fixed[i]) / wait[i]
+        let carried = if link[i] > 0.0 {
+            (t - unit[i] - fixed[i]) / link[i]
         } else {
             f64::INFINITY
         };
-        compute.min(link).max(0.0)
+        compute.min(carried).max(0.0)
     };
     let total = |t: f64| (0..input.hosts.len()).map(|i| share(i, t)).sum::<f64>();
     let v = input.units as f64;
@@ -943,6 +967,34 @@ mod tests {
         // Whole-unit predictions of the two hosts are within one unit's time of each other.
         let d = (a.hosts[0].predicted_s - slow.predicted_s).abs();
         assert!(d < 1.01 + 0.1, "{a}");
+    }
+
+    #[test]
+    fn results_larger_than_units_bind_the_link_back() {
+        // 1 MB units out at 10 MB/s, 8 MB results back at the same rate (sub-channels' power):
+        // the far host's link carries a result in 0.8 s, so in the balanced time t it can
+        // return about t/0.8 units, whatever the link out could take.
+        let mut inp = input(
+            vec![host("a", 4, 0.1, None), host("far", 4, 0.1, Some(1e7))],
+            100,
+        );
+        inp.result_bytes = 8e6;
+        let a = allocate(&inp).unwrap();
+        let far = &a.hosts[1];
+        assert!(
+            a.warnings
+                .iter()
+                .any(|w| w.starts_with("far: link-bound") && w.contains("results back")),
+            "{a}"
+        );
+        // Its share's results, its last unit and the last result's return fit the run.
+        assert!(far.share * 0.8 + 0.1 + 0.8 <= a.balanced_s + 1e-6, "{a}");
+        assert!(far.predicted_s >= far.units as f64 * 0.8, "{a}");
+        // Results the size of units leave the link out the binding direction, as before.
+        inp.result_bytes = 1e6;
+        let before = allocate(&inp).unwrap();
+        assert!(before.hosts[1].units > far.units, "{before}");
+        assert!(!before.warnings.iter().any(|w| w.contains("results back")));
     }
 
     #[test]

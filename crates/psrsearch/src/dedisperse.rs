@@ -193,13 +193,16 @@ pub struct PlanConfig {
     pub data_len: Option<u64>,
     /// Sub-channels each channel is split into by a coherent [`Filterbank`] before
     /// dedispersion (dspsr's `-F`; 1: none). Drivers that take it ([`search_file`],
-    /// [`dedisperse_file`]) make the filterbank and a plan for its band with
-    /// [`Filterbank::plan_config`]; [`DedispersionPlan::new`] itself refuses anything but 1.
+    /// [`dedisperse_file`], [`search_distributed`], [`stream_search`]) make the filterbank
+    /// and a plan for its band with [`Filterbank::plan_config`]; [`DedispersionPlan::new`]
+    /// itself refuses anything but 1.
     ///
     /// [`Filterbank`]: crate::filterbank::Filterbank
     /// [`Filterbank::plan_config`]: crate::filterbank::Filterbank::plan_config
     /// [`search_file`]: crate::search_file
     /// [`dedisperse_file`]: crate::products::dedisperse_file
+    /// [`search_distributed`]: crate::distributed::search_distributed
+    /// [`stream_search`]: crate::distributed::stream::stream_search
     #[serde(default = "one")]
     pub subchannels: usize,
 }

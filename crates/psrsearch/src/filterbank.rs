@@ -589,8 +589,180 @@ impl<'r> SubchannelReader<'r> {
     }
 }
 
+/// Input samples in time order, as a stream delivers them.
+pub trait SampleStream {
+    /// Read `n` time samples of every channel and polarisation into `out` from sample `at`
+    /// on. Returns how many were read: fewer than `n` only where the stream ended.
+    ///
+    /// # Errors
+    /// The stream's read errors.
+    fn read_samples(&mut self, out: &mut Voltages, at: usize, n: usize)
+        -> Result<usize, ReadError>;
+}
+
+/// A [`SampleStream`] seen through a [`Filterbank`]: reads give sub-channel samples, bit for
+/// bit those a [`SubchannelReader`] gives for a file of the same samples, and the stream ends
+/// after `⌈N/D⌉` of them for `N` input samples.
+///
+/// The input is read only as far as the filterbank blocks of the samples asked for need it
+/// (up to a block's step and margin beyond them, `(step + margin)·D` input samples), and kept
+/// only from the first of those blocks on.
+pub struct SubchannelStream<'s, S: SampleStream> {
+    input: &'s mut S,
+    filterbank: Filterbank,
+    ws: FilterbankWorkspace,
+    /// Input samples `[base, base + held)`; `base + held` were read.
+    buffer: Voltages,
+    base: u64,
+    held: usize,
+    /// Input samples in the stream, once it has ended.
+    total: Option<u64>,
+    /// The next sub-channel sample to deliver.
+    next: u64,
+}
+
+impl<'s, S: SampleStream> SubchannelStream<'s, S> {
+    /// Split `input`'s channels (the band `filterbank` was made for).
+    pub fn new(input: &'s mut S, filterbank: Filterbank) -> Self {
+        let ws = filterbank.workspace();
+        let band = filterbank.input_band();
+        let buffer = Voltages::zeros(band.nchan(), band.npol, filterbank.fft_len());
+        SubchannelStream {
+            input,
+            filterbank,
+            ws,
+            buffer,
+            base: 0,
+            held: 0,
+            total: None,
+            next: 0,
+        }
+    }
+
+    /// The filterbank.
+    pub fn filterbank(&self) -> &Filterbank {
+        &self.filterbank
+    }
+
+    /// Read the input up to sample `to` (or its end), keeping it from `from` on.
+    fn buffer_input(&mut self, from: u64, to: u64) -> Result<(), ReadError> {
+        let drop = from.saturating_sub(self.base).min(self.held as u64) as usize;
+        if drop > 0 {
+            let (c, p) = (self.buffer.nchan(), self.buffer.npol());
+            for ch in 0..c {
+                for pol in 0..p {
+                    self.buffer
+                        .series_mut(ch, pol)
+                        .copy_within(drop..self.held, 0);
+                }
+            }
+            self.held -= drop;
+            self.base += drop as u64;
+        }
+        let read = self.base + self.held as u64;
+        if self.total.is_some() || read >= to {
+            return Ok(());
+        }
+        let want = (to - read) as usize;
+        if self.held + want > self.buffer.nsamp() {
+            let mut bigger = Voltages::zeros(
+                self.buffer.nchan(),
+                self.buffer.npol(),
+                (self.held + want).next_power_of_two(),
+            );
+            for ch in 0..bigger.nchan() {
+                for pol in 0..bigger.npol() {
+                    bigger.series_mut(ch, pol)[..self.held]
+                        .copy_from_slice(&self.buffer.series(ch, pol)[..self.held]);
+                }
+            }
+            self.buffer = bigger;
+        }
+        let got = self.input.read_samples(&mut self.buffer, self.held, want)?;
+        self.held += got;
+        if got < want {
+            self.total = Some(self.base + self.held as u64);
+        }
+        Ok(())
+    }
+}
+
+impl<S: SampleStream> SampleStream for SubchannelStream<'_, S> {
+    fn read_samples(
+        &mut self,
+        out: &mut Voltages,
+        at: usize,
+        n: usize,
+    ) -> Result<usize, ReadError> {
+        let fb = &self.filterbank;
+        assert_eq!(
+            (out.nchan(), out.npol()),
+            (fb.band().nchan(), fb.band().npol),
+            "sub-channel block shape"
+        );
+        assert!(
+            at + n <= out.nsamp(),
+            "sub-channel samples beyond the block"
+        );
+        if n == 0 {
+            return Ok(0);
+        }
+        // Filterbank block k gives sub-channel samples [k·step, (k + 1)·step) from input
+        // samples [(k·step − margin)·D, … + fft_len) (see `Filterbank::read_into`).
+        let (step, margin, d) = (fb.step() as i64, fb.margin() as i64, fb.decimation() as i64);
+        let input_of = |block: i64| (block * step - margin) * d;
+        let first = (self.next as i64) / step;
+        let last = (self.next as i64 + n as i64 - 1) / step;
+        let to = input_of(last) + fb.fft_len() as i64;
+        self.buffer_input(input_of(first).max(0) as u64, to.max(0) as u64)?;
+        let fb = &self.filterbank;
+        let n = match self.total {
+            Some(t) => (fb.output_len(t).saturating_sub(self.next) as usize).min(n),
+            None => n,
+        };
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut part = Voltages::zeros(fb.band().nchan(), fb.band().npol, n);
+        let (buffer, base, held) = (&self.buffer, self.base as i64, self.held as i64);
+        // Zeros outside the stream, as a file's reader gives them: before its start, and
+        // after its end once that is known.
+        let end = self.total.map_or(i64::MAX, |t| t as i64);
+        let mut read = |first: i64, block: &mut Voltages| -> Result<(), ReadError> {
+            let len = block.nsamp() as i64;
+            let (lo, hi) = (first.max(0), (first + len).min(end));
+            assert!(
+                lo >= hi || (lo >= base && hi <= base + held),
+                "input samples {lo}..{hi} are not buffered ({base}..{})",
+                base + held
+            );
+            for ch in 0..block.nchan() {
+                for pol in 0..block.npol() {
+                    let dst = block.series_mut(ch, pol);
+                    dst.fill(Complex32::new(0.0, 0.0));
+                    if lo < hi {
+                        dst[(lo - first) as usize..(hi - first) as usize].copy_from_slice(
+                            &buffer.series(ch, pol)[(lo - base) as usize..(hi - base) as usize],
+                        );
+                    }
+                }
+            }
+            Ok(())
+        };
+        let nsamples = self.total.unwrap_or(u64::MAX);
+        fb.read_into(&mut self.ws, nsamples, self.next, &mut part, &mut read)?;
+        for ch in 0..out.nchan() {
+            for pol in 0..out.npol() {
+                out.series_mut(ch, pol)[at..at + n].copy_from_slice(part.series(ch, pol));
+            }
+        }
+        self.next += n as u64;
+        Ok(n)
+    }
+}
+
 /// Read input samples from `first` (which may be negative) on, zeros outside the data.
-fn read_signed(
+pub(crate) fn read_signed(
     reader: &mut BasebandReader,
     nsamples: u64,
     first: i64,
@@ -685,6 +857,73 @@ mod tests {
                         .all(|z| z.norm() == 0.0));
                 }
             }
+        }
+    }
+
+    /// Samples of a block in memory, delivered as a stream.
+    struct Memory<'a> {
+        data: &'a Voltages,
+        at: usize,
+    }
+
+    impl SampleStream for Memory<'_> {
+        fn read_samples(
+            &mut self,
+            out: &mut Voltages,
+            at: usize,
+            n: usize,
+        ) -> Result<usize, ReadError> {
+            let k = n.min(self.data.nsamp() - self.at);
+            for c in 0..out.nchan() {
+                for p in 0..out.npol() {
+                    out.series_mut(c, p)[at..at + k]
+                        .copy_from_slice(&self.data.series(c, p)[self.at..self.at + k]);
+                }
+            }
+            self.at += k;
+            Ok(k)
+        }
+    }
+
+    #[test]
+    fn a_stream_split_in_any_chunks_equals_the_whole() {
+        let band = Band::from_total(820.0, 4.0, 1, 4e6, true, 2);
+        let fb = Filterbank::new(&band, 4, &FilterbankConfig::default().fft_len(4 * 64)).unwrap();
+        // A whole number of sub-channel samples and not; shorter than one filterbank block.
+        for n in [4000, 4001, 3999, 100] {
+            let data = Voltages::from_vec(
+                1,
+                2,
+                n,
+                (0..2 * n)
+                    .map(|i| Complex32::new((i as f32 * 0.37).sin(), (i as f32 * 0.11).cos()))
+                    .collect(),
+            );
+            let whole = fb.channelise(&data);
+            let mut input = Memory { data: &data, at: 0 };
+            let mut stream = SubchannelStream::new(&mut input, fb.clone());
+            let mut got = Voltages::zeros(4, 2, whole.nsamp() + 100);
+            let mut at = 0;
+            for chunk in [300, 37, 1, 0, 500].into_iter().cycle() {
+                let k = chunk.min(got.nsamp() - at);
+                let read = stream.read_samples(&mut got, at, k).unwrap();
+                at += read;
+                if read < k {
+                    break;
+                }
+            }
+            assert_eq!(
+                at,
+                whole.nsamp(),
+                "{n}: the stream ends after ⌈n/D⌉ samples"
+            );
+            for c in 0..4 {
+                for p in 0..2 {
+                    assert_eq!(&got.series(c, p)[..at], whole.series(c, p), "{n}");
+                }
+            }
+            // The input is kept from the current filterbank block on, not from its start.
+            assert!(stream.buffer.nsamp() <= 4096, "{}", stream.buffer.nsamp());
         }
     }
 

@@ -213,9 +213,10 @@ struct DedispersionOpts {
     /// Split each channel into N sub-channels with a coherent filterbank before
     /// dedispersing (dspsr's -F), so that the many-DM stage uses short FFTs; --fft-len then
     /// counts sub-channel samples, and --downsample must be a multiple of N (2N for real
-    /// data; a default one is raised to that). `auto`: the smallest power of two whose
-    /// smear at the largest DM fits an FFT of 2048, the downsampling factor permitting
-    /// (printed). Not with --meta, stream or --voltages.
+    /// data; search and dedisperse raise a default one to that). `auto`: the smallest power
+    /// of two whose smear at the largest DM fits an FFT of 2048, the downsampling factor
+    /// permitting (printed; by stream's master, which reads the band, at the end). Not
+    /// with --voltages.
     #[arg(long, value_name = "N|auto", default_value = "1")]
     subchannels: Subchannels,
 }
@@ -251,16 +252,19 @@ impl Subchannels {
             Subchannels::Count(n) => n,
             Subchannels::Auto => {
                 let n = psrsearch::filterbank::choose_subchannels(band, max_dm, cfg);
-                println!(
-                    "--subchannels auto: {n} per channel (the smallest power of two whose \
-                     smear at DM {} fits an FFT of 2048 points, downsampling by {} \
-                     permitting)",
-                    psrsearch::search::dm_for_print(max_dm),
-                    cfg.downsample
-                );
+                println!("{}", Self::describe_choice(n, max_dm, cfg.downsample));
                 n
             }
         }
+    }
+
+    /// What `auto` chose, in words.
+    fn describe_choice(n: usize, max_dm: f64, downsample: usize) -> String {
+        format!(
+            "--subchannels auto: {n} per channel (the smallest power of two whose smear at DM \
+             {} fits an FFT of 2048 points, downsampling by {downsample} permitting)",
+            psrsearch::search::dm_for_print(max_dm),
+        )
     }
 }
 
@@ -795,12 +799,6 @@ fn dedisperse_cmd(a: DedisperseArgs) -> Result<()> {
 fn search_cmd(a: SearchArgs) -> Result<()> {
     // The description is checked first, so that a mistake is named in the user's file (the
     // job runs a copy in the output directory).
-    if a.meta.is_some() && a.search.opts.subchannels.splits() {
-        bail!(
-            "--subchannels cannot be used with --meta: the distributed search does not split \
-             channels (leave out --subchannels, or search in this process)"
-        );
-    }
     let meta_text = match &a.meta {
         Some(meta) => {
             let text = std::fs::read_to_string(meta)

@@ -383,6 +383,62 @@ fn dedisperse_source(
     Ok(assembler)
 }
 
+/// What a search of a file dedisperses: the plan, made for the file's length, and where
+/// [`PlanConfig::subchannels`] splits channels, the filterbank and a plan for its band. Every
+/// search mode over a file makes it here, so the distributed search's blocks are the
+/// single-process search's.
+pub(crate) struct SearchPlan {
+    /// The dedispersion plan (for the sub-channels' band where channels are split).
+    pub plan: DedispersionPlan,
+    /// The filterbank the plan's blocks are read through, if any.
+    pub filterbank: Option<filterbank::Filterbank>,
+    /// Samples per series the plan dedisperses (sub-channel samples where split).
+    pub nsamples: u64,
+}
+
+impl SearchPlan {
+    /// The plan for `nsamples` input samples of `band` searched with `config`.
+    ///
+    /// # Errors
+    /// Plan and filterbank errors (a bad count of sub-channels, a downsampling factor that
+    /// is not a whole number of sub-channel samples).
+    pub(crate) fn new(
+        band: &Band,
+        nsamples: u64,
+        config: &SearchConfig,
+    ) -> Result<SearchPlan, SearchError> {
+        let (plan, filterbank) =
+            split_plan(band, &config.dms, &config.plan.clone().data_len(nsamples))?;
+        Ok(SearchPlan {
+            plan,
+            nsamples: filterbank
+                .as_ref()
+                .map_or(nsamples, |fb| fb.output_len(nsamples)),
+            filterbank,
+        })
+    }
+}
+
+/// The plan for `band` at `dms` with `config`, and where [`PlanConfig::subchannels`] splits
+/// channels, the filterbank whose band the plan is made for
+/// ([`Filterbank::plan_config`](filterbank::Filterbank::plan_config)).
+///
+/// # Errors
+/// Plan and filterbank errors.
+pub(crate) fn split_plan(
+    band: &Band,
+    dms: &[f64],
+    config: &PlanConfig,
+) -> Result<(DedispersionPlan, Option<filterbank::Filterbank>), SearchError> {
+    Ok(match filterbank::for_plan(band, config)? {
+        None => (DedispersionPlan::new(band, dms, config)?, None),
+        Some(fb) => (
+            DedispersionPlan::new(fb.band(), dms, &fb.plan_config(config)?)?,
+            Some(fb),
+        ),
+    })
+}
+
 /// Search a file: plan, dedisperse, search each DM, rank. With
 /// [`PlanConfig::subchannels`] above 1 the channels are first split by a
 /// [`Filterbank`](crate::Filterbank) and the plan is made for its band.
@@ -395,21 +451,14 @@ pub fn search_file(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<SearchOutcome, SearchError> {
     let t0 = Instant::now();
-    let plan_config = config.plan.clone().data_len(reader.nsamples());
-    let (plan, assembler, nsamples) = match filterbank::for_plan(reader.band(), &plan_config)? {
-        None => {
-            let plan = DedispersionPlan::new(reader.band(), &config.dms, &plan_config)?;
-            let assembler = dedisperse_source(reader, &plan, progress)?;
-            (plan, assembler, reader.nsamples())
-        }
-        Some(fb) => {
-            let sub_config = fb.plan_config(&plan_config)?;
-            let plan = DedispersionPlan::new(fb.band(), &config.dms, &sub_config)?;
-            let mut source = SubchannelReader::new(reader, fb);
-            let assembler = dedisperse_source(&mut source, &plan, progress)?;
-            let n = source.nsamples();
-            (plan, assembler, n)
-        }
+    let SearchPlan {
+        plan,
+        filterbank,
+        nsamples,
+    } = SearchPlan::new(reader.band(), reader.nsamples(), config)?;
+    let assembler = match filterbank {
+        None => dedisperse_source(reader, &plan, progress)?,
+        Some(fb) => dedisperse_source(&mut SubchannelReader::new(reader, fb), &plan, progress)?,
     };
     let mut series = assembler.finish()?;
     let masked = clean_series(&mut series, config);

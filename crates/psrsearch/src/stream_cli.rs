@@ -127,12 +127,6 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
     if matches!(a.format, InputFormat::Vdif) && vdif_sidecar.is_none() {
         bail!("--format vdif needs --vdif-header FILE (VDIF headers give no sky frequency)");
     }
-    if a.search.opts.subchannels.splits() {
-        bail!(
-            "--subchannels cannot be used with stream: the streaming search does not split \
-             channels (leave out --subchannels)"
-        );
-    }
     let mut search = a.search.config(None)?.0;
     if a.no_plots {
         // Nothing will draw the candidates' folds.
@@ -148,6 +142,8 @@ pub fn stream_main(a: StreamArgs) -> Result<()> {
             InputFormat::Vdif => StreamFormat::Vdif,
         },
         vdif_sidecar,
+        // The band is known once the master has the stream's header: it chooses.
+        subchannels_auto: a.search.opts.subchannels == crate::Subchannels::Auto,
     };
     let (name, description) = match &a.meta {
         Some(p) => (
@@ -283,6 +279,13 @@ pub fn stream_rank_main(a: StreamRankArgs) -> Result<()> {
     };
     match role {
         StreamRole::Master(r) => {
+            if let Some(n) = r.subchannels_chosen {
+                let max_dm = config.search.dms.iter().fold(0.0f64, |m, d| m.max(d.abs()));
+                println!(
+                    "{}",
+                    crate::Subchannels::describe_choice(n, max_dm, config.search.plan.downsample)
+                );
+            }
             let lags: Vec<f64> = r.blocks.iter().map(|b| b.lag_s()).collect();
             let max = lags.iter().copied().fold(0.0, f64::max);
             let mean = lags.iter().sum::<f64>() / lags.len().max(1) as f64;

@@ -3,7 +3,10 @@
 //! (links probed at start-up), in request/reply, scheduled-service and dynamic mode; with
 //! one host, or one link, slower than the plan believes, the dynamic mode moves units off it
 //! (across servers too) and finishes sooner than the static plan; and on three emulated sites
-//! the plan's predicted finish time of every host matches the measured one.
+//! the plan's predicted finish time of every host matches the measured one. With channels
+//! split into sub-channels (`--subchannels`), the distributed search (in this process's API
+//! and from the command line, `auto` included) still gives the single-process search's
+//! candidates.
 //!
 //! Each test is a multi-rank job run by `metampi_testkit::Ranks` (the ranks are this test
 //! executable again); the jobs of this file run one at a time.
@@ -71,14 +74,19 @@ fn write_observation(world: &SimpleCommunicator) -> PathBuf {
 
 /// Rank 0 writes the observation with `nsamples` samples; everyone learns its path.
 fn write_observation_of(world: &SimpleCommunicator, nsamples: usize) -> PathBuf {
+    let mut obs = observation();
+    obs.nsamples = nsamples;
+    write_simulated(world, &obs)
+}
+
+/// Rank 0 writes `obs`; everyone learns its path.
+fn write_simulated(world: &SimpleCommunicator, obs: &SimConfig) -> PathBuf {
     let mut path = Vec::new();
     if world.rank() == 0 {
         let dir = std::env::temp_dir().join(format!("psr-dist-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("obs.dada");
-        let mut obs = observation();
-        obs.nsamples = nsamples;
-        write_simulation(&obs, SimFormat::Dada8, &file).unwrap();
+        write_simulation(obs, SimFormat::Dada8, &file).unwrap();
         path = file.to_string_lossy().into_owned().into_bytes();
     }
     let mut len = path.len() as u64;
@@ -649,4 +657,185 @@ fn three_sites_plan_matches_measured() {
                 let _ = std::fs::remove_dir_all(file.parent().unwrap());
             }
         });
+}
+
+/// One 4 MHz channel at 820 MHz with a pulsar at DM 20: the smear within the channel at DM 40
+/// is about 9600 samples, within each of 4 sub-channels 300 sub-channel samples.
+fn wide_channel() -> SimConfig {
+    SimConfig {
+        nchan: 1,
+        npol: 1,
+        bandwidth_mhz: 4.0,
+        nsamples: 1 << 19,
+        seed: 23,
+        pulsars: vec![Pulsar {
+            period_s: 0.01,
+            dm: 20.0,
+            duty_cycle: 0.05,
+            amplitude: 1.0,
+            orbit: None,
+        }],
+        ..SimConfig::default()
+    }
+}
+
+/// The search of [`wide_channel`] with its channel split into `nsub` sub-channels (FFT and
+/// downsampling in sub-channel samples: 2048 and 4, about 90 blocks).
+fn split_search(nsub: usize) -> SearchConfig {
+    SearchConfig {
+        dms: dm_grid(0.0, 40.0, 10.0),
+        plan: PlanConfig::default()
+            .downsample(16)
+            .fft_len(2048)
+            .subchannels(nsub),
+        ..SearchConfig::default()
+    }
+}
+
+/// On three emulated sites, scheduled and dynamic, a search whose single channel is split
+/// into 4 sub-channels (which the servers make, decision 0065) finds the pulsar and agrees
+/// with the single-process search with the same split: candidates, whitened spectrum and the
+/// candidates' folds, per sub-channel too, so the assembled series are the same bit for bit.
+#[test]
+fn three_sites_split_channels_equal_the_single_process_search() {
+    let _g = lock();
+    Ranks::new(6)
+        .meta(&three_sites(23941))
+        .timeout(Duration::from_secs(180))
+        .run(
+            "three_sites_split_channels_equal_the_single_process_search",
+            |w| {
+                let file = write_simulated(w, &wide_channel());
+                let mut single = None;
+                if w.rank() == 0 {
+                    let mut reader = BasebandReader::open(&file).unwrap();
+                    single =
+                        Some(search_file(&mut reader, &split_search(4), &mut |_, _| {}).unwrap());
+                }
+                for mode in [ServiceMode::Scheduled, ServiceMode::Dynamic] {
+                    let mut config = DistConfig::new(split_search(4));
+                    config.mode = mode;
+                    let out = search_distributed(w, &file, &config, &mut |_| {}).unwrap();
+                    if let (Some(d), Some(single)) = (out, &single) {
+                        let top = &single.candidates[0].candidate;
+                        assert!(
+                            ((top.period_s - 0.01) / 0.01).abs() < 0.01 && top.dm == 20.0,
+                            "the single-process search finds the pulsar: {top:?}"
+                        );
+                        let o = &d.outcome;
+                        assert_eq!(o.band.as_ref().unwrap().nchan(), 4, "sub-channels searched");
+                        assert_eq!(o.band, single.band);
+                        assert_eq!(o.candidates, single.candidates, "{mode}: candidates differ");
+                        assert_eq!(o.spectrum, single.spectrum, "{mode}");
+                        assert_eq!(o.diagnostics, single.diagnostics, "{mode}");
+                        assert!(!o.diagnostics.is_empty());
+                        assert_eq!(
+                            (o.nsamples, o.tsamp_s, o.start_offset_s, o.complex_samples),
+                            (
+                                single.nsamples,
+                                single.tsamp_s,
+                                single.start_offset_s,
+                                single.complex_samples
+                            )
+                        );
+                        let done: u64 = d.hosts.iter().map(|h| h.pilot_units + h.done_units).sum();
+                        let plan = DedispersionPlan::new(
+                            single.band.as_ref().unwrap(),
+                            &single.dms,
+                            &PlanConfig::default()
+                                .downsample(4)
+                                .fft_len(2048)
+                                .data_len(1 << 17),
+                        )
+                        .unwrap();
+                        assert_eq!(
+                            done,
+                            plan.num_blocks(1 << 17),
+                            "units are sub-channel blocks"
+                        );
+                        eprintln!(
+                            "{mode}: {done} units, service {:.2} s, pilot {:.2} s",
+                            d.service_s, d.pilot_s
+                        );
+                    }
+                    w.barrier();
+                }
+                remove_observation(w, &file);
+            },
+        );
+}
+
+/// `psrsearch search --subchannels auto --meta` chooses the split once, says so as the
+/// single-process search does, and writes the same candidates.
+#[test]
+fn cli_meta_search_with_automatic_subchannels() {
+    let _g = lock();
+    let exe = env!("CARGO_BIN_EXE_psrsearch");
+    let dir = std::env::temp_dir().join(format!("psr-dist-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("wide.dada");
+    let obs = wide_channel();
+    write_simulation(&obs, SimFormat::Dada8, &file).unwrap();
+    let cfg = dir.join("one-site.cfg");
+    std::fs::write(
+        &cfg,
+        "METAHOST a { LAUNCH = local; NPROCS = 3; NODES = a0; }\n",
+    )
+    .unwrap();
+    let run = |name: &str, extra: &[&std::ffi::OsStr]| -> (String, String) {
+        let out_dir = dir.join(name);
+        let out = std::process::Command::new(exe)
+            .arg("search")
+            .arg(&file)
+            .args(["--dm-end", "40", "--dm-step", "10", "--downsample", "16"])
+            .args(["--subchannels", "auto", "--no-plots", "--out-dir"])
+            .arg(&out_dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            stdout,
+            std::fs::read_to_string(out_dir.join("candidates.csv")).unwrap(),
+        )
+    };
+    let (single_out, single) = run("single", &[]);
+    let (meta_out, meta) = run("meta", &["--meta".as_ref(), cfg.as_os_str()]);
+    let chosen = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("--subchannels auto: "))
+            .map(str::to_string)
+            .collect()
+    };
+    // 8: the smear of 0.5 MHz sub-channels at DM 40, 4 × 300 samples, fits 2048 points.
+    assert_eq!(chosen(&single_out).len(), 1, "{single_out}");
+    assert!(
+        chosen(&single_out)[0].contains(": 8 per channel"),
+        "{single_out}"
+    );
+    assert_eq!(chosen(&meta_out), chosen(&single_out), "{meta_out}");
+    assert!(
+        meta_out.contains("split into 8 sub-channels each"),
+        "{meta_out}"
+    );
+    assert_eq!(meta, single, "candidates.csv differ");
+    let first = single
+        .lines()
+        .find(|l| l.starts_with("1,"))
+        .unwrap_or_default();
+    let period: f64 = first
+        .split(',')
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        (period - 0.01).abs() < 1e-4,
+        "the pulsar ranks first: {single}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -427,3 +427,96 @@ fn vdif_over_udp_finds_the_same_candidates() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Channels split into sub-channels (`--subchannels`, decision 0065): the master splits one
+/// 4 MHz channel as it arrives on stdin, the stage-1 ranks dedisperse sub-channel blocks, and
+/// the candidates equal the file search's with the same split, bit for bit; with `auto` the
+/// master chooses from the stream's header what the file search chooses, and says so.
+#[test]
+fn stream_with_split_channels_finds_the_same_candidates() {
+    let _g = JOBS.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::env::temp_dir().join(format!("psr-stream-split-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("wide.dada");
+    let nsamples = 1 << 19;
+    let obs = SimConfig {
+        nchan: 1,
+        bandwidth_mhz: 4.0,
+        seed: 23,
+        pulsars: vec![Pulsar {
+            dm: 20.0,
+            ..observation(0).pulsars[0].clone()
+        }],
+        ..observation(nsamples)
+    };
+    write_simulation(&obs, SimFormat::Dada8, &file).unwrap();
+    // `auto` picks 8 here: the smear of 0.5 MHz sub-channels at DM 40, 4 × 300 samples,
+    // fits 2048 points (`psr_distributed.rs::cli_meta_search_with_automatic_subchannels`).
+    for (arg, nsub) in [("4", 4), ("auto", 8)] {
+        let out = dir.join(format!("out-{arg}"));
+        let mut child = Command::new(EXE)
+            .args([
+                "stream",
+                "--ranks",
+                "3",
+                "--dm-start",
+                "0",
+                "--dm-end",
+                "40",
+            ])
+            .args(["--dm-step", "10", "--fft-len", "2048", "--downsample", "16"])
+            .args(["--subchannels", arg, "--search-every", "0", "--no-plots"])
+            .arg("--out-dir")
+            .arg(&out)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let bytes = std::fs::read(&file).unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let feeder = std::thread::spawn(move || stdin.write_all(&bytes));
+        let stdout = wait_ok(child, Duration::from_secs(60));
+        feeder.join().unwrap().unwrap();
+        let config = SearchConfig {
+            dms: dm_grid(0.0, 40.0, 10.0),
+            plan: PlanConfig::default()
+                .downsample(16)
+                .fft_len(2048)
+                .subchannels(nsub),
+            ..SearchConfig::default()
+        };
+        let mut reader = BasebandReader::open(&file).unwrap();
+        let expected: Vec<Candidate> = search_file(&mut reader, &config, &mut |_, _| {})
+            .unwrap()
+            .candidates
+            .into_iter()
+            .map(|c| c.candidate)
+            .collect();
+        assert!(
+            (expected[0].period_s - 0.01).abs() < 1e-4 && expected[0].dm == 20.0,
+            "the file search finds the pulsar: {:?}",
+            expected[0]
+        );
+        assert_eq!(candidates(&out), expected, "--subchannels {arg}");
+        let report: StreamReport =
+            serde_json::from_slice(&std::fs::read(out.join("stream_lag.json")).unwrap()).unwrap();
+        assert_eq!(report.samples, nsamples as u64, "input samples counted");
+        // Blocks of sub-channel samples: FFT 2048 of the 2¹⁹/nsub sub-channel samples.
+        let sub = psrsearch::Filterbank::new(reader.band(), nsub, &Default::default()).unwrap();
+        let plan = DedispersionPlan::new(
+            sub.band(),
+            &config.dms,
+            &sub.plan_config(&config.plan.clone()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            report.blocks.len() as u64,
+            plan.num_blocks(sub.output_len(nsamples as u64))
+        );
+        let said = format!("--subchannels auto: {nsub} per channel");
+        assert_eq!(stdout.contains(&said), arg == "auto", "{stdout}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -135,15 +135,17 @@ pub(crate) fn cores() -> usize {
 }
 
 /// A synthetic block of small integers (the values of 8-bit data), so it packs, travels and
-/// unpacks like a real unit.
-pub(crate) fn synthetic_block(plan: &DedispersionPlan) -> Voltages {
+/// unpacks like a real unit; with `whole` false the values have fractions, as a filterbank's
+/// sub-channels do, and travel as `f32` as theirs do.
+pub(crate) fn synthetic_block(plan: &DedispersionPlan, whole: bool) -> Voltages {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(99);
     let band = plan.band();
     let mut block = Voltages::zeros(band.nchan(), band.npol, plan.fft_len());
+    let fraction = if whole { 0.0 } else { 0.25 };
     for z in block.as_mut_slice() {
-        z.re = rng.gen_range(-20i32..20) as f32;
-        z.im = rng.gen_range(-20i32..20) as f32;
+        z.re = rng.gen_range(-20i32..20) as f32 + fraction;
+        z.im = rng.gen_range(-20i32..20) as f32 + fraction;
     }
     block
 }
@@ -166,11 +168,12 @@ pub(crate) struct UnitBench<'a> {
 }
 
 impl<'a> UnitBench<'a> {
-    /// Prepare, and run one unit so that allocations and caches are warm.
-    pub(crate) fn new(plan: &'a DedispersionPlan) -> Self {
+    /// Prepare, and run one unit so that allocations and caches are warm. `whole`: units
+    /// hold small integers (8-bit files); else they travel as `f32` (sub-channels).
+    pub(crate) fn new(plan: &'a DedispersionPlan, whole: bool) -> Self {
         let message = Msg::Data {
             block: 0,
-            voltages: synthetic_block(plan),
+            voltages: synthetic_block(plan, whole),
         }
         .encode();
         let mut b = UnitBench {

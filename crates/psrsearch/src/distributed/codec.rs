@@ -56,8 +56,8 @@ pub(crate) enum Msg {
         list: Vec<SpectralCandidate>,
     },
     /// Streaming master → stage ranks: the input ended after `blocks` blocks holding
-    /// `samples` input samples per channel (the last block padded with zeros where the
-    /// data did not fill it; 0 where not known).
+    /// `samples` samples per channel (sub-channel samples where the master splits channels;
+    /// the last block padded with zeros where the data did not fill it; 0 where not known).
     StreamEnd { blocks: u64, samples: u64 },
     /// Streaming stage 2 → master: `block` is reassembled in order (its result is out).
     Ack { block: u64 },

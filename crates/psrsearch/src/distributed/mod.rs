@@ -4,7 +4,11 @@
 //! Roles come from the topology API, not from rank order: the meta host of world rank 0 holds
 //! the data; its lowest ranks are servers, one per 128 clients (at most), and every other
 //! rank on every meta host is a client. A work unit is one dedispersion block (the paper's
-//! record) at every trial DM, so the unit's cost is `n_slopes · τ`.
+//! record) at every trial DM, so the unit's cost is `n_slopes · τ`. Where the search splits
+//! channels into sub-channels ([`PlanConfig::subchannels`](crate::PlanConfig::subchannels)),
+//! every rank plans for the sub-channels' band as the single-process search does, and a unit
+//! is a block of sub-channel samples, which the servers make from the file through the
+//! filterbank (each serving thread with its own buffers; decision 0065).
 //!
 //! 1. **Set-up.** The root server (lowest rank of the data host) opens the file and
 //!    broadcasts the band and search settings; everyone builds the same
@@ -58,8 +62,11 @@ use crate::assemble::PowerAssembler;
 use crate::balance::{self, Allocation, BalanceError, BalanceInput, HostModel, MachineModel};
 use crate::band::Band;
 use crate::dedisperse::{BlockPower, DedispersionPlan};
+use crate::filterbank::{Filterbank, SubchannelReader};
 use crate::format::BasebandReader;
-use crate::search::{outcome_from_detections, SearchConfig, SearchError, SearchOutcome};
+use crate::search::{
+    outcome_from_detections, BlockSource, SearchConfig, SearchError, SearchOutcome, SearchPlan,
+};
 use crate::voltages::Voltages;
 use codec::Msg;
 
@@ -400,9 +407,10 @@ pub fn search_distributed(
                 // Planned for this file's length, as every rank's copy of the plan will be.
                 let mut search = config.search.clone();
                 search.plan.data_len = Some(r.nsamples());
-                // The root holds every DM's series until it assembles them.
-                DedispersionPlan::new(r.band(), &search.dms, &search.plan)?
-                    .check_series_memory(r.nsamples())?;
+                // The root holds every DM's series until it assembles them: those of the
+                // sub-channels where channels are split.
+                let p = SearchPlan::new(r.band(), r.nsamples(), &search)?;
+                p.plan.check_series_memory(p.nsamples)?;
                 Ok((r, search))
             });
         blob = match setup {
@@ -441,11 +449,17 @@ pub fn search_distributed(
         Some((_, msg)) => return Err(DistError::Root(String::from_utf8_lossy(msg).into())),
         None => return Err(DistError::Protocol("empty set-up message".into())),
     };
-    let plan = DedispersionPlan::new(&setup.band, &setup.config.dms, &setup.config.plan)
-        .map_err(SearchError::from)?;
-    let nblocks = plan.num_blocks(setup.nsamples);
+    // Every rank plans as the single-process search does: where channels are split, units are
+    // blocks of the sub-channels, which the servers make (decision 0065), and the clients
+    // dedisperse them as they would the file's.
+    let SearchPlan {
+        plan,
+        filterbank,
+        nsamples,
+    } = SearchPlan::new(&setup.band, setup.nsamples, &setup.config)?;
+    let nblocks = plan.num_blocks(nsamples);
     if nblocks == 0 {
-        return Err(SearchError::too_short(&plan, setup.nsamples).into());
+        return Err(SearchError::too_short(&plan, nsamples).into());
     }
     let is_client = roles.server_of[me as usize].is_some();
 
@@ -461,7 +475,7 @@ pub fn search_distributed(
             elapsed_s: 0.0,
         });
     }
-    let mut bench = is_client.then(|| calibrate::UnitBench::new(&plan));
+    let mut bench = is_client.then(|| calibrate::UnitBench::new(&plan, filterbank.is_none()));
     // Per window: wall and CPU seconds per unit (NaN CPU where the OS does not say), then
     // this rank's cores.
     let mut mine = Vec::with_capacity(2 * CALIBRATION_WINDOWS + 1);
@@ -537,6 +551,7 @@ pub fn search_distributed(
     let run = ServiceRun {
         roles: &roles,
         plan: &plan,
+        filterbank: filterbank.as_ref(),
         file,
         names: &names,
         slow_s,
@@ -590,7 +605,10 @@ pub fn search_distributed(
         let r = reader
             .as_mut()
             .ok_or_else(|| DistError::Protocol("root without its reader".into()))?;
-        let reads = measure_reads(r, &plan, nblocks)?;
+        let reads = match &filterbank {
+            None => measure_reads(r, &plan, nblocks)?,
+            Some(fb) => measure_reads(&mut SubchannelReader::new(r, fb.clone()), &plan, nblocks)?,
+        };
         let bytes = reads.unit_bytes + result_bytes(&plan) as f64;
         let hop_s = calibrate::socket_cost_per_byte().unwrap_or(0.0) * bytes;
         let mut costs = unit_costs(
@@ -709,7 +727,7 @@ pub fn search_distributed(
         }
         return Ok(None);
     };
-    let mut assembler = PowerAssembler::for_input(&plan, setup.nsamples);
+    let mut assembler = PowerAssembler::for_input(&plan, nsamples);
     let pilot_results = pilot.iter().flat_map(|(p, _)| &p.results);
     for b in pilot_results.chain(&served.results) {
         assembler.insert(b).map_err(SearchError::from)?;
@@ -729,7 +747,7 @@ pub fn search_distributed(
     });
     let mut outcome = outcome_from_detections(&series, detections, &setup.config, periodicity_s);
     outcome.timings.dedisperse_s = service_s;
-    outcome.complex_samples = plan.complex_samples(setup.nsamples);
+    outcome.complex_samples = plan.complex_samples(nsamples);
     outcome.masked = masked;
     let metadata = reader
         .as_ref()
@@ -862,6 +880,8 @@ fn pilot_assignment(roles: &Roles, nblocks: u64) -> Vec<Vec<u64>> {
 struct ServiceRun<'a> {
     roles: &'a Roles,
     plan: &'a DedispersionPlan,
+    /// What the servers read the plan's blocks through, where channels are split.
+    filterbank: Option<&'a Filterbank>,
     file: &'a Path,
     /// Meta host names, in `roles.site_list` order.
     names: &'a [String],
@@ -905,6 +925,7 @@ impl ServiceRun<'_> {
                 assignment,
                 file: self.file,
                 plan: self.plan,
+                filterbank: self.filterbank,
                 mode,
                 t0,
                 names: self.names,
@@ -1395,7 +1416,7 @@ pub fn socket_cost_per_byte() -> Option<f64> {
 /// CPU seconds a server spends per unit of `plan` besides reading it: encoding a synthetic
 /// 8-bit unit and decoding its result.
 pub fn server_unit_cpu_s(plan: &DedispersionPlan) -> f64 {
-    let block = calibrate::synthetic_block(plan);
+    let block = calibrate::synthetic_block(plan, true);
     let (_, encode) = calibrate::cpu_of(|| {
         for b in 0..3 {
             std::hint::black_box(
@@ -1414,7 +1435,7 @@ pub fn server_unit_cpu_s(plan: &DedispersionPlan) -> f64 {
 /// DM, encoding the result — after a warm-up unit (wall seconds where the OS gives no CPU
 /// time, which include whatever else runs on this core).
 pub fn calibrate(plan: &DedispersionPlan) -> f64 {
-    let c = calibrate::UnitBench::new(plan).run(0.0, 3);
+    let c = calibrate::UnitBench::new(plan, true).run(0.0, 3);
     c.cpu_s.unwrap_or(c.wall_s)
 }
 
@@ -1430,7 +1451,7 @@ struct Reads {
 
 /// Read and encode the first few blocks.
 fn measure_reads(
-    reader: &mut BasebandReader,
+    reader: &mut impl BlockSource,
     plan: &DedispersionPlan,
     nblocks: u64,
 ) -> Result<Reads, DistError> {

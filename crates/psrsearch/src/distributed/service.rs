@@ -19,7 +19,8 @@ use super::codec::{Msg, TAG};
 use super::{DistError, Progress, Roles, Served, ServiceMode, SiteCost};
 use crate::assemble::DmSeries;
 use crate::dedisperse::{BlockPower, DedispersionPlan, Workspace};
-use crate::format::BasebandReader;
+use crate::filterbank::{self, Filterbank, FilterbankWorkspace};
+use crate::format::{BasebandReader, ReadError};
 use crate::periodicity::{PeriodicityPlan, SpectralCandidate};
 use crate::search::{periodicity_plan, SearchConfig, SearchError};
 use crate::voltages::Voltages;
@@ -30,6 +31,8 @@ pub(crate) struct ServerJob<'a> {
     pub assignment: &'a [Vec<u64>],
     pub file: &'a Path,
     pub plan: &'a DedispersionPlan,
+    /// Where channels are split: the plan's blocks are of the file's sub-channels.
+    pub filterbank: Option<&'a Filterbank>,
     pub mode: ServiceMode,
     pub t0: Instant,
     /// Meta host names, in `roles.site_list` order.
@@ -298,7 +301,12 @@ pub(crate) fn server(
     let mine: Vec<Rank> = (0..comm.size())
         .filter(|&r| roles.server_of[r as usize] == Some(me))
         .collect();
-    let reader = Mutex::new(BasebandReader::open(job.file).map_err(SearchError::from)?);
+    let reader = BasebandReader::open(job.file).map_err(SearchError::from)?;
+    let file = UnitFile {
+        nsamples: reader.nsamples(),
+        reader: Mutex::new(reader),
+        filterbank: job.filterbank,
+    };
     let dynamic = job.mode == ServiceMode::Dynamic;
     // Dynamic mode: the root keeps every client's queue, its own clients' and the other
     // servers', so a unit can move to any client of any server; the other servers ask it.
@@ -338,7 +346,7 @@ pub(crate) fn server(
         }
         for &c in &mine {
             let tx = tx.clone();
-            let reader = &reader;
+            let file = &file;
             let pool = &pool;
             match job.mode {
                 ServiceMode::Dynamic => {
@@ -352,7 +360,8 @@ pub(crate) fn server(
                     };
                     sc.spawn(move || {
                         meter.track(|| {
-                            if let Err(e) = serve_dynamic(comm, job, reader, decider, c, &tx) {
+                            if let Err(e) = serve_dynamic(comm, job, file.reader(), decider, c, &tx)
+                            {
                                 fatal(comm, "serving a client", &e);
                             }
                         })
@@ -361,7 +370,7 @@ pub(crate) fn server(
                 ServiceMode::RequestReply => {
                     sc.spawn(move || {
                         meter.track(|| {
-                            if let Err(e) = serve_requests(comm, job, reader, c, &tx) {
+                            if let Err(e) = serve_requests(comm, job, file.reader(), c, &tx) {
                                 fatal(comm, "serving a client", &e);
                             }
                         })
@@ -371,7 +380,7 @@ pub(crate) fn server(
                     let host = hosts.of(roles, c);
                     sc.spawn(move || {
                         meter.track(|| {
-                            if let Err(e) = push_units(comm, job, reader, c, host) {
+                            if let Err(e) = push_units(comm, job, file.reader(), c, host) {
                                 fatal(comm, "serving a client", &e);
                             }
                         })
@@ -410,6 +419,52 @@ pub(crate) fn server(
             Err(e) => fatal(comm, "collecting results", &e),
         }
     })
+}
+
+/// The file a server reads its units from: blocks of its channels, or of their sub-channels
+/// where the search splits them. One serving thread reads the file at a time, but each
+/// splits its own blocks ([`UnitFile::reader`]): the filterbank runs on as many cores as
+/// serve, and the thread's cache of filterbank blocks serves the overlap of its units.
+struct UnitFile<'a> {
+    reader: Mutex<BasebandReader>,
+    /// Input samples per channel.
+    nsamples: u64,
+    filterbank: Option<&'a Filterbank>,
+}
+
+impl<'a> UnitFile<'a> {
+    /// A reader for one serving thread.
+    fn reader(&self) -> UnitReader<'_, 'a> {
+        UnitReader {
+            file: self,
+            ws: self.filterbank.map(Filterbank::workspace),
+        }
+    }
+}
+
+/// One serving thread's view of a [`UnitFile`], with its own filterbank buffers.
+struct UnitReader<'f, 'a> {
+    file: &'f UnitFile<'a>,
+    ws: Option<FilterbankWorkspace>,
+}
+
+impl UnitReader<'_, '_> {
+    /// The plan's samples `[start, start + out.nsamp())` (sub-channel samples where split),
+    /// zeros past the end: bit for bit what the single-process search reads.
+    fn read_padded_into(&mut self, start: u64, out: &mut Voltages) -> Result<(), ReadError> {
+        let file = self.file;
+        let lock = || file.reader.lock().unwrap_or_else(|p| p.into_inner());
+        match (file.filterbank, self.ws.as_mut()) {
+            (Some(fb), Some(ws)) => {
+                let n = file.nsamples;
+                let mut read = |first: i64, input: &mut Voltages| -> Result<(), ReadError> {
+                    filterbank::read_signed(&mut lock(), n, first, input)
+                };
+                fb.read_into(ws, n, start, out, &mut read)
+            }
+            _ => lock().read_padded_into(start, out),
+        }
+    }
 }
 
 /// What the serving threads tell the collecting one.
@@ -495,7 +550,7 @@ impl HostQueue {
 fn push_units(
     comm: &SimpleCommunicator,
     job: &ServerJob<'_>,
-    reader: &Mutex<BasebandReader>,
+    mut source: UnitReader<'_, '_>,
     client: Rank,
     host: &HostQueue,
 ) -> Result<(), DistError> {
@@ -513,7 +568,7 @@ fn push_units(
             }
         }
         let Some(b) = host.next() else { break };
-        in_flight.push_back(start_unit(comm, job, reader, client, b, local)?);
+        in_flight.push_back(start_unit(comm, job, &mut source, client, b, local)?);
     }
     // At once, not after the last units are matched: messages between two ranks arrive in
     // order, and across a long link waiting would add a round trip to the client's end.
@@ -532,16 +587,14 @@ fn push_units(
 fn start_unit(
     comm: &SimpleCommunicator,
     job: &ServerJob<'_>,
-    reader: &Mutex<BasebandReader>,
+    source: &mut UnitReader<'_, '_>,
     client: Rank,
     b: u64,
     synchronous: bool,
 ) -> Result<SendFuture<u8>, DistError> {
     let band = job.plan.band();
     let mut block = Voltages::zeros(band.nchan(), band.npol, job.plan.fft_len());
-    reader
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    source
         .read_padded_into(job.plan.block_start(b), &mut block)
         .map_err(SearchError::from)?;
     let bytes = Msg::Data {
@@ -561,7 +614,7 @@ fn start_unit(
 fn serve_requests(
     comm: &SimpleCommunicator,
     job: &ServerJob<'_>,
-    reader: &Mutex<BasebandReader>,
+    mut source: UnitReader<'_, '_>,
     client: Rank,
     tx: &mpsc::Sender<Event>,
 ) -> Result<(), DistError> {
@@ -579,7 +632,7 @@ fn serve_requests(
                         s.wait()?;
                     }
                 }
-                in_flight.push_back(start_unit(comm, job, reader, client, block, false)?);
+                in_flight.push_back(start_unit(comm, job, &mut source, client, block, false)?);
             }
             m => {
                 if pass_on(
@@ -871,7 +924,7 @@ fn lock_pool(p: &Mutex<Pool>) -> std::sync::MutexGuard<'_, Pool> {
 fn serve_dynamic(
     comm: &SimpleCommunicator,
     job: &ServerJob<'_>,
-    reader: &Mutex<BasebandReader>,
+    mut source: UnitReader<'_, '_>,
     mut decider: Decider<'_>,
     client: Rank,
     tx: &mpsc::Sender<Event>,
@@ -890,7 +943,7 @@ fn serve_dynamic(
                 }
                 match decider.next_for(comm, client, job.t0.elapsed().as_secs_f64())? {
                     Some(b) => {
-                        in_flight.push_back(start_unit(comm, job, reader, client, b, false)?)
+                        in_flight.push_back(start_unit(comm, job, &mut source, client, b, false)?)
                     }
                     None => send(comm, client, &Msg::Drained)?,
                 }

@@ -5,7 +5,10 @@
 //!   broadcasts band and settings, then cuts the stream into overlap-save blocks as their
 //!   last sample arrives and deals them round robin to the stage-1 ranks (at most
 //!   [`IN_FLIGHT`] unfinished sends each, so a slow stage holds the stream back instead of
-//!   filling memory). A second thread takes stage 2's acknowledgements: the **lag** of a
+//!   filling memory). Where the search splits channels
+//!   ([`PlanConfig::subchannels`](crate::PlanConfig::subchannels)) the
+//!   master splits the stream as it arrives ([`SubchannelStream`]) and deals blocks of the
+//!   sub-channels. A second thread takes stage 2's acknowledgements: the **lag** of a
 //!   block is the time from the arrival of its last input byte to the acknowledgement that
 //!   its result is reassembled in order, both on the master's clock.
 //! - **Stage 1** (every other rank but one): forward FFT of the block, chirp and inverse FFT
@@ -35,9 +38,10 @@ use super::{broadcast_bytes, error_chain, DistError};
 use crate::assemble::PowerAssembler;
 use crate::band::Band;
 use crate::dedisperse::{BlockPower, DedispersionPlan};
+use crate::filterbank::{choose_subchannels, Filterbank, SampleStream, SubchannelStream};
 use crate::format::stream::{BasebandStream, StreamFormat};
 use crate::format::Metadata;
-use crate::search::{search_series, SearchConfig, SearchError, SearchOutcome};
+use crate::search::{search_series, split_plan, SearchConfig, SearchError, SearchOutcome};
 use crate::voltages::Voltages;
 
 /// Unfinished block sends the master allows per stage-1 rank.
@@ -56,6 +60,10 @@ pub struct StreamConfig {
     /// Text of the side-car a VDIF stream needs (FREQ, SAMPLE_RATE, ...).
     #[serde(default)]
     pub vdif_sidecar: Option<String>,
+    /// Let the master choose the sub-channels per channel from the stream's band and the
+    /// largest DM ([`choose_subchannels`]) in place of `search.plan.subchannels`.
+    #[serde(default)]
+    pub subchannels_auto: bool,
 }
 
 /// One block's passage through the pipeline, on the master's clock (s since the first
@@ -99,6 +107,9 @@ pub struct StreamReport {
     /// What the reader had to repair in the input (VDIF frames lost, late or damaged).
     #[serde(default)]
     pub repairs: Vec<String>,
+    /// Sub-channels per channel the master chose for [`StreamConfig::subchannels_auto`].
+    #[serde(default)]
+    pub subchannels_chosen: Option<usize>,
 }
 
 impl StreamReport {
@@ -202,6 +213,7 @@ pub fn stream_search<R: Read>(
     let t0 = Instant::now();
     let mut blob = Vec::new();
     let mut stream = None;
+    let mut chosen = None;
     if me == 0 {
         let opened = open_input()
             .map_err(|e| e.to_string())
@@ -210,15 +222,23 @@ pub fn stream_search<R: Read>(
                     .map_err(|e| error_chain(&e))
             })
             .and_then(|s| {
-                DedispersionPlan::new(s.band(), &config.search.dms, &config.search.plan)
+                let mut config = config.clone();
+                if config.subchannels_auto {
+                    let max_dm = config.search.dms.iter().fold(0.0f64, |m, d| m.max(d.abs()));
+                    let n = choose_subchannels(s.band(), max_dm, &config.search.plan);
+                    config.search.plan.subchannels = n;
+                    config.subchannels_auto = false;
+                    chosen = Some(n);
+                }
+                split_plan(s.band(), &config.search.dms, &config.search.plan)
                     .map_err(|e| e.to_string())?;
-                Ok(s)
+                Ok((s, config))
             });
         blob = match opened {
-            Ok(s) => {
+            Ok((s, config)) => {
                 let setup = Setup {
                     band: s.band().clone(),
-                    config: config.clone(),
+                    config,
                     metadata: s.metadata().clone(),
                 };
                 stream = Some(s);
@@ -240,14 +260,16 @@ pub fn stream_search<R: Read>(
         Some((_, msg)) => return Err(DistError::Root(String::from_utf8_lossy(msg).into())),
         None => return Err(DistError::Protocol("empty set-up message".into())),
     };
-    let plan = DedispersionPlan::new(
+    // Where channels are split the master splits the stream as it arrives, and the blocks it
+    // deals are the sub-channels', those a file search of the same samples dedisperses.
+    let (plan, filterbank) = split_plan(
         &setup.band,
         &setup.config.search.dms,
         &setup.config.search.plan,
-    )
-    .map_err(SearchError::from)?;
+    )?;
     if let Some(s) = stream {
-        let r = master(&comm, s, &plan, stage2, &stage1, t0)?;
+        let mut r = master(&comm, s, filterbank, &plan, stage2, &stage1, t0)?;
+        r.subchannels_chosen = chosen;
         Ok(StreamRole::Master(r))
     } else if me == stage2 {
         let r = stage_two(
@@ -264,6 +286,17 @@ pub fn stream_search<R: Read>(
     }
 }
 
+impl<R: Read> SampleStream for BasebandStream<R> {
+    fn read_samples(
+        &mut self,
+        out: &mut Voltages,
+        at: usize,
+        n: usize,
+    ) -> Result<usize, crate::format::ReadError> {
+        BasebandStream::read_samples(self, out, at, n)
+    }
+}
+
 fn send(comm: &SimpleCommunicator, to: Rank, m: &Msg) -> Result<(), DistError> {
     comm.try_process_at_rank(to)?
         .try_send_with_tag(&m.encode()[..], TAG)?;
@@ -273,6 +306,7 @@ fn send(comm: &SimpleCommunicator, to: Rank, m: &Msg) -> Result<(), DistError> {
 fn master<R: Read>(
     comm: &SimpleCommunicator,
     mut stream: BasebandStream<R>,
+    filterbank: Option<Filterbank>,
     plan: &DedispersionPlan,
     stage2: Rank,
     stage1: &[Rank],
@@ -295,7 +329,13 @@ fn master<R: Read>(
                 }
             }
         });
-        let dealt = deal(comm, &mut stream, plan, stage1, &mut arrivals, t0, keep);
+        let dealt = match filterbank {
+            None => deal(comm, &mut stream, plan, stage1, &mut arrivals, t0, keep),
+            Some(fb) => {
+                let mut split = SubchannelStream::new(&mut stream, fb);
+                deal(comm, &mut split, plan, stage1, &mut arrivals, t0, keep)
+            }
+        };
         ended = t0.elapsed().as_secs_f64();
         // Whatever happened, tell the stages the stream is over so nobody waits forever.
         let blocks = arrivals.len() as u64;
@@ -334,7 +374,7 @@ fn master<R: Read>(
     Ok(StreamReport {
         blocks,
         samples: stream.samples_read(),
-        sample_rate_hz: plan.band().sample_rate_hz,
+        sample_rate_hz: stream.band().sample_rate_hz,
         input_s: ended,
         stage1_ranks: stage1.len(),
         stage1_hosts: stage1
@@ -342,13 +382,15 @@ fn master<R: Read>(
             .map(|&r| comm.meta_host_of(r))
             .collect::<Result<_, _>>()?,
         repairs: stream.repairs(),
+        subchannels_chosen: None,
     })
 }
 
-/// Cut the stream into blocks as they complete and deal them out.
-fn deal<R: Read>(
+/// Cut the stream into blocks as they complete and deal them out; returns the samples per
+/// series the stream held (sub-channel samples where it is split).
+fn deal(
     comm: &SimpleCommunicator,
-    stream: &mut BasebandStream<R>,
+    stream: &mut impl SampleStream,
     plan: &DedispersionPlan,
     stage1: &[Rank],
     arrivals: &mut Vec<f64>,
