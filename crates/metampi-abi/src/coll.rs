@@ -100,7 +100,7 @@ fn ucount(n: c_int, what: &str) -> R<usize> {
     Ok(n as usize)
 }
 
-fn check_root(c: &CommEntry, root: c_int) -> R {
+pub(crate) fn check_root(c: &CommEntry, root: c_int) -> R {
     if root < 0 || root >= c.comm.size() {
         return Err(Fail::new(
             ERR_ROOT,

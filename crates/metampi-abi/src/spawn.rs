@@ -123,15 +123,7 @@ fn resolve(command: &OsString, path: Option<&str>, wdir: Option<&Path>) -> R<Pat
 /// child, on every member (as MPICH, which broadcasts them).
 fn spawn(apps: R<Vec<(App, c_int)>>, root: c_int, comm: Handle, errcodes: *mut c_int) -> R<Handle> {
     let c = state::intra(comm)?;
-    if root < 0 || root >= c.comm.size() {
-        return Err(Fail::new(
-            ERR_ROOT,
-            format!(
-                "root {root} is not a rank of a communicator of {}",
-                c.comm.size()
-            ),
-        ));
-    }
+    crate::coll::check_root(&c, root)?;
     let at_root = c.comm.rank() == root;
     let proc = c.comm.process_at_rank(root);
     let inter: InterCommunicator = if at_root {
@@ -236,15 +228,7 @@ fn port_arg(p: *const c_char) -> R<String> {
 /// `MPI_Comm_accept` or `MPI_Comm_connect` over `comm`: the port is read at `root` only.
 fn meet(port: *const c_char, root: c_int, comm: Handle, accept: bool) -> R<Handle> {
     let c = state::intra(comm)?;
-    if root < 0 || root >= c.comm.size() {
-        return Err(Fail::new(
-            ERR_ROOT,
-            format!(
-                "root {root} is not a rank of a communicator of {}",
-                c.comm.size()
-            ),
-        ));
-    }
+    crate::coll::check_root(&c, root)?;
     // A root whose port argument is unreadable still takes part, with a name that fails,
     // so that the other members hear of it instead of waiting.
     let name = match c.comm.rank() == root {
