@@ -200,17 +200,25 @@ pub(crate) fn spawn(
         collective::bcast_bytes(comm, root, &mut b)?;
         base = u32::from_le_bytes(b);
     }
-    // Every member proves the root's secret, the one the children got: where no launcher
-    // gave the job one (Hydra, Slurm), each process would otherwise draw its own.
-    let mut hex = [0u8; 64];
-    if comm.rank == root {
-        if let Ok(s) = secret() {
-            hex.copy_from_slice(s.to_hex().as_bytes());
+    // Every member proves the root's secret, the one the children got. A launcher's job
+    // secret is every member's already (and stays off the wire); where a member has none
+    // (started by Hydra or Slurm, it drew its own), the root's is sent to all.
+    let own = crate::auth::secret_from_env();
+    let lacking = collective::max_u32(comm, u32::from(own.is_err()))?;
+    let key = match own {
+        Ok(s) if lacking == 0 => Ok(s),
+        _ => {
+            let mut hex = [0u8; 64];
+            if comm.rank == root {
+                if let Ok(s) = secret() {
+                    hex.copy_from_slice(s.to_hex().as_bytes());
+                }
+            }
+            collective::bcast_bytes(comm, root, &mut hex)?;
+            Secret::from_hex(std::str::from_utf8(&hex).unwrap_or_default())
+                .ok_or_else(|| spawn_error("the root has no secret for the children".into()))
         }
-    }
-    collective::bcast_bytes(comm, root, &mut hex)?;
-    let key = Secret::from_hex(std::str::from_utf8(&hex).unwrap_or_default())
-        .ok_or_else(|| spawn_error("the root has no secret for the children".into()));
+    };
     let got = match (&listener, key) {
         (None, _) => Ok(Vec::new()),
         (Some(Ok(l)), Ok(key)) => {
