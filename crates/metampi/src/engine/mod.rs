@@ -25,7 +25,9 @@ pub(crate) mod traffic;
 #[allow(unsafe_code)]
 mod wait;
 
-pub(crate) use start::{accept_peers, configure_stream, contract, ring_cap, SEG_CTL};
+pub(crate) use start::{
+    accept_peers, accept_peers_until, configure_stream, contract, ring_cap, SEG_CTL,
+};
 pub(crate) use wait::{IDLE_WAKE_UPS, SPIN_RECEIVES, WAKE_UPS};
 
 use std::io;

@@ -803,7 +803,20 @@ pub(crate) fn accept_peers(
     listener: &TcpListener,
     key: &crate::auth::Secret,
     ctx: &'static str,
+    expected: Vec<u32>,
+) -> io::Result<Vec<(u32, TcpStream)>> {
+    accept_peers_until(rank, listener, key, ctx, expected, None)
+}
+
+/// As [`accept_peers`], failing with `TimedOut` where `expected` have not all connected by
+/// `deadline`.
+pub(crate) fn accept_peers_until(
+    rank: u32,
+    listener: &TcpListener,
+    key: &crate::auth::Secret,
+    ctx: &'static str,
     mut expected: Vec<u32>,
+    deadline: Option<std::time::Instant>,
 ) -> io::Result<Vec<(u32, TcpStream)>> {
     use crate::auth::Acceptance;
     use std::os::fd::AsRawFd;
@@ -865,6 +878,16 @@ pub(crate) fn accept_peers(
         }
         if expected.is_empty() {
             break;
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            listener.set_nonblocking(false)?;
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{} of the peers expected did not connect in time",
+                    expected.len()
+                ),
+            ));
         }
         let mut fds = vec![(listener.as_raw_fd(), false)];
         fds.extend(pending.iter().map(|(a, _)| (a.stream().as_raw_fd(), false)));

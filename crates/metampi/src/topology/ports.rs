@@ -178,9 +178,13 @@ pub(crate) fn accept(comm: &CommInner, root: Rank, port: &str) -> Result<InterCo
     collective::bcast_bytes(comm, root, &mut key)?;
     let key = Secret::from_hex(std::str::from_utf8(&key).unwrap_or_default())
         .ok_or_else(|| port_error("the root's token did not arrive"))?;
+    // The connecting members come as soon as their root has met ours: one that does not
+    // within the exchange time fails the accept instead of leaving this group waiting.
+    let deadline = Some(std::time::Instant::now() + EXCHANGE_TIMEOUT);
     let streams = match &listener {
         Some(l) => {
-            crate::engine::accept_peers(sh.info.rank, l, &key, PORT_CTX, (0..remote).collect())
+            let expected = (0..remote).collect();
+            crate::engine::accept_peers_until(sh.info.rank, l, &key, PORT_CTX, expected, deadline)
                 .map(|mut s| {
                     s.sort_by_key(|(r, _)| *r);
                     s.into_iter().map(|(_, s)| s).collect::<Vec<_>>()
