@@ -234,9 +234,7 @@ mpi! {
             return Err(Fail::new(ERR_COMM, "a predefined communicator cannot be freed"));
         }
         state::comm(h)?;
-        crate::attr::delete_all(h);
-        state::forget_parent(h);
-        state::COMMS.remove(h);
+        release(h);
         raw::put(comm, COMM_NULL)
     }
     fn MPI_Comm_disconnect / PMPI_Comm_disconnect(comm: *mut Handle) {
@@ -244,9 +242,7 @@ mpi! {
         // Every message on it is matched once all members have come here (a barrier
         // over both groups where it is an intercommunicator).
         crate::coll::barrier(h, std::ptr::null_mut())?;
-        crate::attr::delete_all(h);
-        state::forget_parent(h);
-        state::COMMS.remove(h);
+        release(h);
         raw::put(comm, COMM_NULL)
     }
     fn MPI_Comm_compare / PMPI_Comm_compare(a: Handle, b: Handle, result: *mut c_int) {
@@ -354,6 +350,14 @@ mpi! {
         }
         raw::put(grp, GROUP_NULL)
     }
+}
+
+/// Drops communicator `h` (freed or disconnected): its attributes' delete callbacks run,
+/// and it is no longer the parent `MPI_Comm_get_parent` answers.
+fn release(h: Handle) {
+    crate::attr::delete_all(h);
+    state::forget_parent(h);
+    state::COMMS.remove(h);
 }
 
 /// `MPI_Comm_dup` of an intra- or intercommunicator: same groups, a new context, the

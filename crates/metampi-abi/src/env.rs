@@ -14,30 +14,24 @@ use crate::state::{self, Table};
 
 /// MPICH's questions whether device memory may be passed as a buffer. They answer with a
 /// truth value, not an error code: metampi reads and writes host memory only, so no.
-#[no_mangle]
-pub extern "C" fn PMPIX_Query_cuda_support() -> c_int {
-    0
+macro_rules! answers_no {
+    ($($name:ident / $pname:ident),*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $pname() -> c_int {
+            0
+        }
+        #[no_mangle]
+        pub extern "C" fn $name() -> c_int {
+            $pname()
+        }
+    )*};
 }
-#[no_mangle]
-pub extern "C" fn MPIX_Query_cuda_support() -> c_int {
-    0
-}
-#[no_mangle]
-pub extern "C" fn PMPIX_Query_hip_support() -> c_int {
-    0
-}
-#[no_mangle]
-pub extern "C" fn MPIX_Query_hip_support() -> c_int {
-    0
-}
-#[no_mangle]
-pub extern "C" fn PMPIX_Query_ze_support() -> c_int {
-    0
-}
-#[no_mangle]
-pub extern "C" fn MPIX_Query_ze_support() -> c_int {
-    0
-}
+
+answers_no!(
+    MPIX_Query_cuda_support / PMPIX_Query_cuda_support,
+    MPIX_Query_hip_support / PMPIX_Query_hip_support,
+    MPIX_Query_ze_support / PMPIX_Query_ze_support
+);
 
 mpi! {
     fn MPIX_GPU_query_support / PMPIX_GPU_query_support(_gpu_type: c_int, is_supported: *mut c_int) {

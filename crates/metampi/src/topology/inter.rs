@@ -512,6 +512,23 @@ pub(super) fn tell_group(
     }))
 }
 
+/// The root's `secret` (read at the root only) on every member of `local`: `None` where the
+/// root had none.
+pub(super) fn bcast_secret(
+    local: &CommInner,
+    root: Rank,
+    secret: Option<&crate::auth::Secret>,
+) -> Result<Option<crate::auth::Secret>, Error> {
+    let mut hex = [0u8; 64];
+    if let Some(s) = secret.filter(|_| local.rank == root) {
+        hex.copy_from_slice(s.to_hex().as_bytes());
+    }
+    collective::bcast_bytes(local, root, &mut hex)?;
+    Ok(std::str::from_utf8(&hex)
+        .ok()
+        .and_then(crate::auth::Secret::from_hex))
+}
+
 fn overlap(w: u32) -> Error {
     Error::new(
         ErrorClass::Comm,

@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::inter::{assemble, check_rooted, pack2, tell_group, InterCommunicator};
+use super::inter::{assemble, bcast_secret, check_rooted, pack2, tell_group, InterCommunicator};
 use super::{CommInner, Rank};
 use crate::auth::Secret;
 use crate::collective;
@@ -170,13 +170,7 @@ pub(crate) fn accept(comm: &CommInner, root: Rank, port: &str) -> Result<InterCo
     // The root tells the group the context and the number of connecting members, and
     // the token, which only the root read from the port's name.
     let (ctx, remote) = tell_group(comm, root, outcome)?;
-    let mut key = token.map_or([0u8; 64], |t| {
-        let mut k = [0u8; 64];
-        k.copy_from_slice(t.to_hex().as_bytes());
-        k
-    });
-    collective::bcast_bytes(comm, root, &mut key)?;
-    let key = Secret::from_hex(std::str::from_utf8(&key).unwrap_or_default())
+    let key = bcast_secret(comm, root, token.as_ref())?
         .ok_or_else(|| port_error("the root's token did not arrive"))?;
     // The connecting members come as soon as their root has met ours: one that does not
     // within the exchange time fails the accept instead of leaving this group waiting.
@@ -251,7 +245,7 @@ pub(crate) fn connect(
     let sh = shared();
     let mine = collective::max_u32(comm, sh.next_context.load(Ordering::SeqCst))?;
     let mut addrs: Vec<u8> = Vec::new();
-    let mut token = [0u8; 64];
+    let mut token = None;
     let outcome = (comm.rank == root).then(|| {
         let (at, key) = parse(port)?;
         let io = |e: std::io::Error| port_error(format!("connecting to port {at}: {e}"));
@@ -270,14 +264,13 @@ pub(crate) fn connect(
         }
         addrs.resize(remote as usize * ADDR_LEN, 0);
         s.read_exact(&mut addrs).map_err(io)?;
-        token.copy_from_slice(key.to_hex().as_bytes());
+        token = Some(key);
         Ok(pack2(ctx, remote))
     });
     let (ctx, remote) = tell_group(comm, root, outcome)?;
     addrs.resize(remote as usize * ADDR_LEN, 0);
     collective::bcast_bytes(comm, root, &mut addrs)?;
-    collective::bcast_bytes(comm, root, &mut token)?;
-    let key = Secret::from_hex(std::str::from_utf8(&token).unwrap_or_default())
+    let key = bcast_secret(comm, root, token.as_ref())?
         .ok_or_else(|| port_error("the root's token did not arrive"))?;
     let me = (comm.rank as u32).to_le_bytes();
     let streams = addrs

@@ -43,7 +43,7 @@ use metampi_launch::{
     TAG_OUTPUT_ENV,
 };
 
-use super::inter::{assemble, check_rooted, pack2, tell_group, InterCommunicator};
+use super::inter::{assemble, bcast_secret, check_rooted, pack2, tell_group, InterCommunicator};
 use super::{CommInner, Rank};
 use crate::auth::Secret;
 use crate::collective;
@@ -208,14 +208,12 @@ pub(crate) fn spawn(
     let key = match own {
         Ok(s) if lacking == 0 => Ok(s),
         _ => {
-            let mut hex = [0u8; 64];
-            if comm.rank == root {
-                if let Ok(s) = secret() {
-                    hex.copy_from_slice(s.to_hex().as_bytes());
-                }
-            }
-            collective::bcast_bytes(comm, root, &mut hex)?;
-            Secret::from_hex(std::str::from_utf8(&hex).unwrap_or_default())
+            let root_secret = if comm.rank == root {
+                secret().ok()
+            } else {
+                None
+            };
+            bcast_secret(comm, root, root_secret.as_ref())?
                 .ok_or_else(|| spawn_error("the root has no secret for the children".into()))
         }
     };
